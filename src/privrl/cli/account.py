@@ -261,8 +261,10 @@ def calibrate(
     backend: BackendChoice = typer.Option(BackendChoice.rdp, "--backend", help="rdp or pld."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
 ) -> None:
-    """Find the Gaussian noise multiplier that meets a target (epsilon, delta), or the largest
-    number of steps a given noise multiplier can afford.
+    """Find the noise multiplier for a target (epsilon, delta), or the steps a noise affords.
+
+    With --steps, finds the smallest Gaussian noise multiplier z whose T (sub)sampled steps meet
+    the target; with --noise-multiplier, finds the largest T within the target.
 
     Examples:
 

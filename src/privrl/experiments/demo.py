@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from privrl.data.dataset import TrajectoryDataset
-from privrl.envs.tabular import TabularMDP, behaviour_policy_full_support
+from privrl.envs.tabular import TabularMDP, behaviour_policy_full_support, episodes_from_dataset
 from privrl.privacy.accounting import calibrate_noise_multiplier
 from privrl.privacy.ledger import BudgetExceededError, BudgetLedger
 from privrl.privacy.mechanisms import gaussian_mechanism
@@ -61,12 +61,8 @@ class DemoPoint:
 
 def transition_counts(data: TrajectoryDataset, mdp: TabularMDP) -> np.ndarray:
     """n_h(s, a, s') of a fixed-horizon dataset, [H, S, A, S] (the private statistic)."""
-    n, horizon = data.n_episodes, mdp.H
-    if not np.all(data.episode_lengths == horizon):
-        raise ValueError(f"the demo expects episodes of exactly H = {horizon} steps")
-    obs = np.asarray(data.observations).reshape(n, horizon + 1)
-    act = np.asarray(data.actions).reshape(n, horizon)
-    _, n_sas = mdp.counts(obs[:, :-1], act, obs[:, 1:])
+    episodes = episodes_from_dataset(data, horizon=mdp.H)
+    _, n_sas = mdp.counts(episodes.states[:, :-1], episodes.actions, episodes.states[:, 1:])
     return n_sas
 
 
