@@ -604,31 +604,24 @@ def calibrate_noise_multiplier(
     grid = _check_orders(orders)
     disc = _check_discretization(pld_discretization)
     rel = _relation(relation)
-    # Validate the sampling arguments and backend support once, before searching.
-    check_supported(
-        sampled_gaussian_event(
-            1.0,
-            steps,
-            sampling=sampling,
-            sampling_probability=sampling_probability,
-            dataset_size=dataset_size,
-            sample_size=sample_size,
-        ),
-        relation=rel,
-        backend=backend,
+    make_event = functools.partial(
+        sampled_gaussian_event,
+        sampling=sampling,
+        sampling_probability=sampling_probability,
+        dataset_size=dataset_size,
+        sample_size=sample_size,
     )
+    # Validate the sampling arguments and backend support once, before searching.
+    check_supported(make_event(1.0, steps), relation=rel, backend=backend)
 
     def eps_at(z: float) -> float:
-        ev = sampled_gaussian_event(
-            z,
-            steps,
-            sampling=sampling,
-            sampling_probability=sampling_probability,
-            dataset_size=dataset_size,
-            sample_size=sample_size,
-        )
         return epsilon(
-            ev, delta, relation=rel, backend=backend, orders=grid, pld_discretization=disc
+            make_event(z, steps),
+            delta,
+            relation=rel,
+            backend=backend,
+            orders=grid,
+            pld_discretization=disc,
         )
 
     # Bracket expansion (factor 4; the secant steps cope with wide brackets).
@@ -715,30 +708,24 @@ def max_steps(
     grid = _check_orders(orders)
     disc = _check_discretization(pld_discretization)
     rel = _relation(relation)
-    check_supported(
-        sampled_gaussian_event(
-            noise_multiplier,
-            1,
-            sampling=sampling,
-            sampling_probability=sampling_probability,
-            dataset_size=dataset_size,
-            sample_size=sample_size,
-        ),
-        relation=rel,
-        backend=backend,
+    make_event = functools.partial(
+        sampled_gaussian_event,
+        noise_multiplier,
+        sampling=sampling,
+        sampling_probability=sampling_probability,
+        dataset_size=dataset_size,
+        sample_size=sample_size,
     )
+    check_supported(make_event(1), relation=rel, backend=backend)
 
     def eps_at(t: int) -> float:
-        ev = sampled_gaussian_event(
-            noise_multiplier,
-            t,
-            sampling=sampling,
-            sampling_probability=sampling_probability,
-            dataset_size=dataset_size,
-            sample_size=sample_size,
-        )
         return epsilon(
-            ev, delta, relation=rel, backend=backend, orders=grid, pld_discretization=disc
+            make_event(t),
+            delta,
+            relation=rel,
+            backend=backend,
+            orders=grid,
+            pld_discretization=disc,
         )
 
     e1 = eps_at(1)
