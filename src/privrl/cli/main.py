@@ -20,6 +20,8 @@ from privrl.cli.data import data_app
 from privrl.cli.demo import demo
 from privrl.cli.errors import CliError, known_errors
 from privrl.cli.ledger import ledger_app
+from privrl.cli.reproduce import reproduce
+from privrl.cli.train import train_app
 
 app = typer.Typer(
     name="privrl",
@@ -58,6 +60,8 @@ app.command(no_args_is_help=True)(calibrate)
 app.command()(demo)
 app.add_typer(data_app, name="data")
 app.add_typer(ledger_app, name="ledger")
+app.add_typer(train_app, name="train")
+app.command()(reproduce)
 
 
 def _fail(message: str) -> int:

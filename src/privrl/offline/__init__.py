@@ -1,0 +1,1 @@
+"""Offline RL with differential privacy in tabular and linear MDPs (Qiao & Wang)."""

@@ -1,0 +1,913 @@
+"""APVI and DP-APVI: (differentially private) adaptive pessimistic value iteration.
+
+Qiao & Wang, "Offline Reinforcement Learning with Differential Privacy" (2023), Algorithm 1,
+built on APVI (Yin & Wang 2021). Finite horizon H, tabular S × A, n trajectories of a behaviour
+policy. Steps are h = 0..H-1 in code (h = 1..H in the paper).
+
+Pipeline (one function per box of the paper):
+
+1. `empirical_counts` — n_h(s,a), n_h(s,a,s') and, optionally, reward sums Σ r_h(s,a).
+2. `noise_plan` + `private_counts` — eq. (2): independent noise on every count, clipped at 0.
+   Gaussian (ρ-zCDP): σ² = 2H/ρ; Laplace (ε-DP): Lap(4H/ε). Unit: one trajectory; relation:
+   replace-one. Every draw goes through `privrl.privacy` mechanisms, one `Release` per family.
+3. `private_model` — consistency projection (eq. 3–4, slack E/2) and P̃ (eq. 5).
+4. `pessimistic_value_iteration` — Algorithm 1 lines 3–9 with the Bernstein bonus (line 5)
+   or the Hoeffding variant, vectorised over (s, a), a loop over h only.
+
+Non-private APVI is the same code with no noise and E = 0 (`apvi`), never a second copy.
+
+Sensitivity (replace-one). One trajectory contributes one entry per step h to each family:
+(h, s_h, a_h) to n_h(s,a) and to the reward sums, (h, s_h, a_h, s_{h+1}) to n_h(s,a,s').
+Replacing it removes ≤ H entries and adds ≤ H entries, so each family changes in ≤ 2H entries
+by ≤ 1 (rewards are clipped to [0, 1] before summation): Δ₂² ≤ 2H and Δ₁ ≤ 2H per family.
+
+Budget split. The m released families (m = 2, or 3 with `privatize_rewards`) get equal
+shares: ρ/m each (σ² = Δ₂²/(2ρ/m) = mH/ρ, i.e. 2H/ρ for m = 2 as in eq. 2) or ε/m each
+(Lap(mΔ₁/ε) = Lap(4H/ε) for m = 2). zCDP and pure DP compose additively, so the run is
+ρ-zCDP (resp. ε-DP). The privacy report states ε from the accountant (dp-accounting RDP)
+and, in its notes, the Bun–Steinke closed form ε = ρ + 2√(ρ log(1/δ)).
+
+Uniform error bound E (the paper's E_ρ / E_ε). With probability ≥ 1 − δ every noise draw is
+within `tail` of 0 (union bound over ≤ m·HS²A counters): Gaussian tail = σ√(2 log(2mHS²A/δ)),
+Laplace tail = b log(mHS²A/δ); E = 2·tail. For m = 2 these are exactly the spec's
+E_ρ = 4√(H log(4HS²A/δ)/ρ) and E_ε = (8H/ε) log(2HS²A/δ). The slack of the projection is E/2
+(= tail), so the true counts are feasible and |ñ_{s,a} − n_{s,a}| ≤ E. δ here is the *utility*
+failure probability; it is unrelated to the δ at which ε is reported (`PrivacyConfig`).
+
+Rewards. As in the paper the mean reward r_h(s,a) is public by default (pass `reward`). With
+`privatize_rewards=True` the reward sums are released as a third family and
+r̃ = clip(r̃_sum/ñ, 0, 1) where ñ > E (0 elsewhere); the bonus then gains a reward term
+sqrt(ι/(2(ñ − E))) (Hoeffding for a mean of [0, 1] rewards) + (tail + E)/ñ (noise on the sum
+and on ñ). Non-private APVI without a given reward uses the empirical mean with the same term.
+
+Constants: C1 = √2, C2 = 16 (the paper's); C = `unknown_penalty` > 1 for ñ ≤ E (it zeroes
+Q̃ there). `bonus_scale` multiplies every bonus term except C·H (spec decision: default 1 =
+theory; compare private and non-private runs at the same scale; never tune it on the data
+being privatised).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+from dp_accounting import dp_event
+
+from privrl.data.dataset import DatasetError, TrajectoryDataset
+from privrl.envs.tabular import Episodes, counts
+from privrl.privacy.accounting import zcdp_to_dp
+from privrl.privacy.events import PureDpEvent
+from privrl.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
+from privrl.privacy.release import Release
+from privrl.privacy.report import PrivacyReport
+from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+from privrl.rl.projection import project_counts
+
+__all__ = [
+    "C1",
+    "C2",
+    "RELATION",
+    "UNIT",
+    "APVIConfig",
+    "APVIResult",
+    "Counts",
+    "FiniteHorizonPolicy",
+    "NoisePlan",
+    "PrivacyConfig",
+    "PrivateModel",
+    "ValueIteration",
+    "apvi",
+    "config_dict",
+    "dp_apvi",
+    "dp_apvi_from_counts",
+    "empirical_counts",
+    "noise_plan",
+    "pessimistic_value_iteration",
+    "private_counts",
+    "private_model",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Mechanism = Literal["gaussian", "laplace"]
+Bonus = Literal["bernstein", "hoeffding"]
+
+C1 = math.sqrt(2.0)  # Algorithm 1, line 1
+C2 = 16.0
+UNIT = PrivacyUnit.TRAJECTORY
+RELATION = NeighbourRelation.REPLACE_ONE
+
+_FAMILY_NAMES = {
+    "n_sa": "visit counts n_h(s,a)",
+    "n_sas": "transition counts n_h(s,a,s')",
+    "r_sum": "reward sums Σ r_h(s,a) (rewards clipped to [0, 1])",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration
+# ---------------------------------------------------------------------------------------------
+
+
+def _positive_finite(x: float, what: str) -> float:
+    v = float(x)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{what} must be finite and > 0, got {x}")
+    return v
+
+
+@dataclass(frozen=True)
+class APVIConfig:
+    """Planning settings shared by APVI and DP-APVI.
+
+    bonus: "bernstein" (Algorithm 1, line 5) or "hoeffding" (the paper's variant).
+    bonus_scale: multiplier of the bonus terms (1 = the theory constants C1 = √2, C2 = 16).
+    delta: utility failure probability δ in E and ι = log(HSA/δ) (not a privacy parameter).
+    unknown_penalty: C > 1, the penalty C·H where ñ ≤ E (not scaled by bonus_scale).
+    """
+
+    bonus: Bonus = "bernstein"
+    bonus_scale: float = 1.0
+    delta: float = 0.1
+    unknown_penalty: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.bonus not in ("bernstein", "hoeffding"):
+            raise ValueError(f"bonus must be 'bernstein' or 'hoeffding', got {self.bonus!r}")
+        if not (math.isfinite(self.bonus_scale) and self.bonus_scale >= 0):
+            raise ValueError(f"bonus_scale must be finite and >= 0, got {self.bonus_scale}")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(
+                f"delta (utility failure probability) must be in (0, 1), got {self.delta}"
+            )
+        if not self.unknown_penalty > 1.0:
+            raise ValueError(f"unknown_penalty C must be > 1, got {self.unknown_penalty}")
+
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    """What DP-APVI releases and how: the mechanism and the budget.
+
+    mechanism: "gaussian" (ρ-zCDP, give `rho`) or "laplace" (ε-DP, give `epsilon`).
+    rho = math.inf switches the noise off (the same code path; the report is then labelled
+    non-private) — for limits and tests, not for real runs.
+    privatize_rewards: also release the reward sums (the budget is split in three).
+    report_delta: the δ at which ε is stated for the Gaussian variant (the Laplace variant is
+    pure DP and is stated at δ = 0).
+    """
+
+    mechanism: Mechanism = "gaussian"
+    rho: float | None = None
+    epsilon: float | None = None
+    privatize_rewards: bool = False
+    report_delta: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.mechanism == "gaussian":
+            if self.rho is None or self.epsilon is not None:
+                raise ValueError("the Gaussian (zCDP) variant takes rho (and no epsilon)")
+            if not (float(self.rho) > 0 and not math.isnan(self.rho)):
+                raise ValueError(f"rho must be > 0, got {self.rho}")
+        elif self.mechanism == "laplace":
+            if self.epsilon is None or self.rho is not None:
+                raise ValueError("the Laplace (pure DP) variant takes epsilon (and no rho)")
+            _positive_finite(self.epsilon, "epsilon")
+        else:
+            raise ValueError(f"mechanism must be 'gaussian' or 'laplace', got {self.mechanism!r}")
+        if not 0.0 < self.report_delta < 1.0:
+            raise ValueError(f"report_delta must be in (0, 1), got {self.report_delta}")
+
+    @classmethod
+    def gaussian(cls, rho: float, **kwargs: Any) -> PrivacyConfig:
+        return cls(mechanism="gaussian", rho=rho, **kwargs)
+
+    @classmethod
+    def laplace(cls, epsilon: float, **kwargs: Any) -> PrivacyConfig:
+        return cls(mechanism="laplace", epsilon=epsilon, **kwargs)
+
+    @property
+    def noise_off(self) -> bool:
+        return self.mechanism == "gaussian" and math.isinf(float(self.rho or 0.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. counts
+# ---------------------------------------------------------------------------------------------
+
+
+class Counts(NamedTuple):
+    """n_h(s,a) ``[H,S,A]``, n_h(s,a,s') ``[H,S,A,S]``, reward sums ``[H,S,A]`` (or None) and
+    the number of trajectories (public under replace-one). Exact counts are int64, released
+    (noisy) counts float64."""
+
+    n_sa: npt.NDArray[np.int64] | FloatArray
+    n_sas: npt.NDArray[np.int64] | FloatArray
+    r_sum: FloatArray | None
+    n_episodes: int
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        H, S, A = self.n_sa.shape
+        return int(H), int(S), int(A)
+
+
+def _indices(arr: np.ndarray, name: str, offsets: np.ndarray) -> npt.NDArray[np.int64]:
+    """Integer indices from a dataset column: integer dtype, or floats with integral values
+    (as a CSV import may produce); anything else is a DatasetError naming the first bad
+    value's episode and step."""
+    if arr.ndim != 1:
+        raise DatasetError(
+            f"non-scalar {name}: DP-APVI needs one integer index per step, got rows of shape "
+            f"{arr.shape[1:]}",
+            field=name,
+        )
+    if np.issubdtype(arr.dtype, np.integer):
+        return arr.astype(np.int64, copy=False)
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if not bad.any():
+            return arr.astype(np.int64)
+        i = int(np.argmax(bad))
+        ep = int(np.searchsorted(offsets, i, side="right") - 1)
+        raise DatasetError(
+            f"non-integer {name}: {arr[i]!r} at episode {ep}, step {i - int(offsets[ep])}; "
+            f"DP-APVI is tabular and needs {name} as integer indices",
+            episode=ep,
+            step=i - int(offsets[ep]),
+            field=name,
+        )
+    raise DatasetError(
+        f"non-integer {name} (dtype {arr.dtype}): DP-APVI is tabular and needs {name} as "
+        "integer indices",
+        field=name,
+    )
+
+
+def _episodes(data: TrajectoryDataset | Episodes, horizon: int) -> Episodes:
+    """``[n, H]`` arrays from a dataset of equal-length episodes of integer states/actions."""
+    if isinstance(data, Episodes):
+        if data.actions.ndim != 2 or data.actions.shape[1] != horizon:
+            raise ValueError(
+                f"episodes have {data.actions.shape[-1]} steps; the horizon is H = {horizon}"
+            )
+        ep = data
+    elif isinstance(data, TrajectoryDataset):
+        lengths = np.asarray(data.episode_lengths)
+        if lengths.size and np.any(lengths != horizon):
+            i = int(np.argmax(lengths != horizon))
+            raise DatasetError(
+                f"wrong horizon: episode {i} has {lengths[i]} steps, but H = {horizon}; every "
+                "episode must have exactly H steps",
+                episode=i,
+            )
+        n = int(lengths.size)
+        obs_offsets = np.asarray(data.observation_offsets)
+        act_offsets = np.asarray(data.episode_offsets)
+        states = _indices(np.asarray(data.observations), "states", obs_offsets)
+        actions = _indices(np.asarray(data.actions), "actions", act_offsets)
+        ep = Episodes(
+            states=states.reshape(n, horizon + 1),
+            actions=actions.reshape(n, horizon),
+            rewards=np.asarray(data.rewards, dtype=np.float64).reshape(n, horizon),
+            behaviour_probs=None,
+        )
+    else:
+        raise TypeError(f"expected a TrajectoryDataset or Episodes, got {type(data).__name__}")
+    if not np.all(np.isfinite(ep.rewards)):
+        raise DatasetError("rewards contain NaN or infinite values", field="rewards")
+    return ep
+
+
+def empirical_counts(
+    data: TrajectoryDataset | Episodes,
+    *,
+    horizon: int,
+    n_states: int,
+    n_actions: int,
+    reward_sums: bool = False,
+) -> Counts:
+    """The sufficient statistics of DP-APVI, one ``np.bincount`` per family.
+
+    Rewards are clipped to [0, 1] before summation (what bounds their sensitivity).
+    """
+    ep = _episodes(data, horizon)
+    n_sa, n_sas = counts(ep.states, ep.actions, S=n_states, A=n_actions)
+    r_sum = None
+    if reward_sums:
+        H, S, A = horizon, n_states, n_actions
+        h = np.broadcast_to(np.arange(H, dtype=np.int64), ep.actions.shape)
+        sa = (h * S + ep.states[:, :-1]) * A + ep.actions
+        r = np.clip(np.asarray(ep.rewards, dtype=np.float64), 0.0, 1.0)
+        r_sum = np.bincount(sa.ravel(), weights=r.ravel(), minlength=H * S * A).reshape(H, S, A)
+    return Counts(
+        n_sa=n_sa,  # int64; the mechanisms convert to float64 once, when adding noise
+        n_sas=n_sas,
+        r_sum=r_sum,
+        n_episodes=int(ep.actions.shape[0]),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. private counts (eq. 2)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """Noise of every released family and the resulting uniform error bound E.
+
+    mechanism: "gaussian", "laplace" or "none" (APVI / noise off).
+    scale: σ (Gaussian) or b (Laplace) per count; 0 for "none".
+    sensitivity: Δ₂ = √(2H) (Gaussian) or Δ₁ = 2H (Laplace) per family.
+    tail: w.p. ≥ 1 − δ every noise draw is within ±tail; E = 2·tail (the paper's E_ρ / E_ε).
+    """
+
+    mechanism: str
+    families: tuple[str, ...]
+    scale: float
+    sensitivity: float
+    family_budget: float
+    tail: float
+    E: float
+    iota: float
+
+    def releases_planned(self, H: int, S: int | None = None, A: int | None = None) -> list[Release]:
+        """The releases a run will make (same events), before any data are read; ``size`` is
+        filled in when S and A are known (0 otherwise)."""
+        out = []
+        for fam in self.families:
+            size = 0
+            if S is not None and A is not None:
+                size = H * S * A * (S if fam == "n_sas" else 1)
+            out.append(_release_record(self, fam, size))
+        return out
+
+
+def noise_plan(
+    H: int,
+    S: int,
+    A: int,
+    privacy: PrivacyConfig | None,
+    delta: float,
+    *,
+    reward_sums: bool | None = None,
+) -> NoisePlan:
+    """σ or b per family from the budget, and E, ι (see the module docstring).
+
+    The reward sums are a released family when ``privacy.privatize_rewards`` (private runs) or
+    when ``reward_sums`` is true for APVI (rewards learned from data, recorded as non-private).
+    """
+    if privacy is not None:
+        with_rewards = privacy.privatize_rewards
+    else:
+        with_rewards = bool(reward_sums)
+    families = ("n_sa", "n_sas", "r_sum") if with_rewards else ("n_sa", "n_sas")
+    m = len(families)
+    iota = math.log(H * S * A / delta)  # ι = log(HSA/δ)
+    n_bound = m * H * S * S * A  # ≥ number of released counters
+    if privacy is None or privacy.noise_off:
+        return NoisePlan("none", families, 0.0, 0.0, math.inf, 0.0, 0.0, iota)
+    if privacy.mechanism == "gaussian":
+        rho_f = float(privacy.rho) / m  # type: ignore[arg-type]
+        sens = math.sqrt(2.0 * H)  # Δ₂ per family
+        sigma = sens / math.sqrt(2.0 * rho_f)  # σ² = Δ₂²/(2ρ_f) = mH/ρ (eq. 2: 2H/ρ)
+        tail = sigma * math.sqrt(2.0 * math.log(2.0 * n_bound / delta))
+        return NoisePlan("gaussian", families, sigma, sens, rho_f, tail, 2.0 * tail, iota)
+    eps_f = float(privacy.epsilon) / m  # type: ignore[arg-type]
+    sens = 2.0 * H  # Δ₁ per family
+    b = sens / eps_f  # Lap(mΔ₁/ε) = Lap(4H/ε) for m = 2
+    tail = b * math.log(n_bound / delta)
+    return NoisePlan("laplace", families, b, sens, eps_f, tail, 2.0 * tail, iota)
+
+
+def _release_record(plan: NoisePlan, family: str, size: int) -> Release:
+    """The Release of one family (used for planned releases; the mechanisms make the real
+    ones, and a test checks both agree)."""
+    name = _FAMILY_NAMES[family]
+    if plan.mechanism == "gaussian":
+        z = plan.scale / plan.sensitivity
+        return Release(
+            name=name,
+            mechanism="gaussian",
+            sensitivity=plan.sensitivity,
+            norm="l2",
+            noise={"sigma": plan.scale, "noise_multiplier": z},
+            size=size,
+            event=dp_event.GaussianDpEvent(noise_multiplier=z),
+            extra=_release_extra(family),
+        )
+    if plan.mechanism == "laplace":
+        eps = plan.sensitivity / plan.scale
+        return Release(
+            name=name,
+            mechanism="laplace",
+            sensitivity=plan.sensitivity,
+            norm="l1",
+            noise={"scale": plan.scale, "epsilon": eps},
+            size=size,
+            event=PureDpEvent(epsilon=eps),
+            extra=_release_extra(family),
+        )
+    return Release(
+        name=name,
+        mechanism="none",
+        sensitivity=0.0,
+        norm="l2",
+        noise={},
+        size=size,
+        event=None,
+        extra={"non_private": True},
+    )
+
+
+def _release_extra(family: str) -> dict[str, Any]:
+    what = "a reward in [0, 1]" if family == "r_sum" else "1"
+    return {
+        "sensitivity_derivation": (
+            f"replace-one: a trajectory adds {what} to one entry per step h, and replacing it "
+            "removes that and adds another, so ≤ 2H entries change, each by ≤ 1"
+        ),
+        "post_processing": "clipped at 0"
+        + (", then projected (eq. 3–4)" if family != "r_sum" else ""),
+    }
+
+
+def private_counts(
+    counts_: Counts, plan: NoisePlan, rng: np.random.Generator
+) -> tuple[Counts, list[Release]]:
+    """Eq. (2): n' = max(0, n + noise) for every released family, with one Release each.
+
+    With ``plan.mechanism == "none"`` the counts pass through unchanged and each family is
+    recorded as a non-private release. Reward sums that are not a released family are dropped
+    from a private output.
+    """
+    values = {"n_sa": counts_.n_sa, "n_sas": counts_.n_sas, "r_sum": counts_.r_sum}
+    # Unreleased reward sums never pass into a private output.
+    out: dict[str, Any] = {"r_sum": counts_.r_sum if plan.mechanism == "none" else None}
+    releases: list[Release] = []
+    for fam in plan.families:
+        value = values[fam]
+        if value is None:
+            raise ValueError("reward sums are to be released but were not counted")
+        if plan.mechanism == "none":
+            out[fam] = value
+            releases.append(_release_record(plan, fam, int(value.size)))
+            continue
+        if plan.mechanism == "gaussian":
+            noisy, release = gaussian_mechanism(
+                value,
+                sensitivity=plan.sensitivity,
+                sigma=plan.scale,
+                rng=rng,
+                name=_FAMILY_NAMES[fam],
+            )
+        else:
+            noisy, release = laplace_mechanism(
+                value,
+                sensitivity=plan.sensitivity,
+                scale=plan.scale,
+                rng=rng,
+                name=_FAMILY_NAMES[fam],
+            )
+        np.maximum(noisy, 0.0, out=noisy)  # {·}⁺ of eq. (2): post-processing
+        out[fam] = noisy
+        releases.append(replace(release, extra={**release.extra, **_release_extra(fam)}))
+    return (
+        Counts(
+            n_sa=out["n_sa"],  # type: ignore[arg-type]
+            n_sas=out["n_sas"],  # type: ignore[arg-type]
+            r_sum=out["r_sum"],
+            n_episodes=counts_.n_episodes,
+        ),
+        releases,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. projection and private model (eq. 3–5)
+# ---------------------------------------------------------------------------------------------
+
+
+class PrivateModel(NamedTuple):
+    """ñ_h(s,a) ``[H,S,A]``, P̃_h(s'|s,a) ``[H,S,A,S]``, the projection optimum t ``[H,S,A]``,
+    the reward estimate r̃ ``[H,S,A]`` (None when the reward is given) and ``known`` =
+    ñ > E ``[H,S,A]``."""
+
+    n_sa: FloatArray
+    P: FloatArray
+    t: FloatArray
+    reward: FloatArray | None
+    known: npt.NDArray[np.bool_]
+
+
+def private_model(noisy: Counts, E: float) -> PrivateModel:
+    """Consistent counts by the projection (3–4) with slack E/2, then P̃ (5).
+
+    P̃(s'|s,a) = ñ_{s,a,s'}/ñ_{s,a} if ñ_{s,a} > E, else 1/S. With E = 0 (APVI) the projection
+    returns the counts unchanged (t = 0) and P̃ is the empirical P̂ where n > 0.
+    """
+    S = noisy.n_sas.shape[-1]
+    proj = project_counts(noisy.n_sas, noisy.n_sa, E / 2.0)
+    n_tilde_sas = proj.x
+    n_tilde = n_tilde_sas.sum(axis=-1)  # ñ_{s,a} = Σ_{s'} ñ_{s,a,s'}
+    known = n_tilde > E
+    denom = np.where(known, n_tilde, 1.0)
+    P = n_tilde_sas
+    P /= denom[..., None]  # in place: the projected counts are not kept
+    P[~known] = 1.0 / S
+    reward = None
+    if noisy.r_sum is not None:
+        reward = np.where(known, np.clip(noisy.r_sum / denom, 0.0, 1.0), 0.0)
+    return PrivateModel(n_sa=n_tilde, P=P, t=proj.t, reward=reward, known=known)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. pessimistic value iteration (Algorithm 1, lines 3–9)
+# ---------------------------------------------------------------------------------------------
+
+
+class ValueIteration(NamedTuple):
+    """Pessimistic Q̃ ``[H,S,A]``, Ṽ ``[H+1,S]``, greedy π̂ ``[H,S]`` and bonus Γ ``[H,S,A]``."""
+
+    Q: FloatArray
+    V: FloatArray
+    policy: IntArray
+    bonus: FloatArray
+
+
+def pessimistic_value_iteration(
+    model: PrivateModel,
+    reward: FloatArray,
+    plan: NoisePlan,
+    config: APVIConfig,
+    *,
+    reward_bonus: bool = False,
+) -> ValueIteration:
+    """Backward induction with the (private) pessimism of Algorithm 1.
+
+    Γ = C1·√(Var_P̃(Ṽ_{h+1})·ι/(ñ − E)) + C2·S·H·E·ι/ñ  (Bernstein, line 5) or
+    Γ = C1·H·√(ι/(ñ − E)) + C2·S·H·E·ι/ñ  (Hoeffding), times `bonus_scale`, where ñ > E;
+    C·H elsewhere. With `reward_bonus` (reward estimated from data) Γ also gets
+    √(ι/(2(ñ − E))) + (tail + E)/ñ. Q̃ = min(r + P̃Ṽ − Γ, H − h + 1)⁺; π̂ = argmax; Ṽ = max.
+    """
+    H, S, A = model.n_sa.shape
+    E, iota, scale = plan.E, plan.iota, config.bonus_scale
+    known = model.known
+    n = np.where(known, model.n_sa, 1.0)
+    n_minus_e = np.where(known, model.n_sa - E, 1.0)
+    lower_order = C2 * S * H * E * iota / n  # the privacy term C2·S·H·E·ι/ñ
+    extra = np.zeros_like(n)
+    if reward_bonus:
+        extra = np.sqrt(iota / (2.0 * n_minus_e)) + (plan.tail + E) / n
+    Q = np.empty((H, S, A))
+    V = np.zeros((H + 1, S))
+    bonus = np.empty((H, S, A))
+    policy = np.empty((H, S), dtype=np.int64)
+    for h in range(H - 1, -1, -1):
+        v_next = V[h + 1]
+        pv = model.P[h] @ v_next  # (P̃_h · Ṽ_{h+1})(s,a)
+        if config.bonus == "bernstein":
+            var = np.maximum(model.P[h] @ (v_next * v_next) - pv * pv, 0.0)
+            stat = C1 * np.sqrt(var * iota / n_minus_e[h])
+        else:
+            stat = C1 * H * np.sqrt(iota / n_minus_e[h])
+        gamma = np.where(
+            known[h], scale * (stat + lower_order[h] + extra[h]), config.unknown_penalty * H
+        )
+        q = np.clip(reward[h] + pv - gamma, 0.0, H - h)  # min{Q^p, H − h + 1}⁺ (1-indexed h)
+        Q[h], bonus[h] = q, gamma
+        policy[h] = np.argmax(q, axis=1)
+        V[h] = q.max(axis=1)
+    return ValueIteration(Q=Q, V=V, policy=policy, bonus=bonus)
+
+
+# ---------------------------------------------------------------------------------------------
+# policy
+# ---------------------------------------------------------------------------------------------
+
+
+class FiniteHorizonPolicy:
+    """A deterministic time-dependent tabular policy π_h(s) ``[H, S]`` over A actions.
+
+    Saved as ``.npz`` with a ``kind`` field, so a run's policy can be reloaded and checked:
+    ``FiniteHorizonPolicy.load(run_dir / "policy.npz")``.
+    """
+
+    KIND = "privrl.finite_horizon_tabular_policy"
+    VERSION = 1
+
+    def __init__(
+        self, actions: npt.ArrayLike, n_actions: int, info: dict[str, Any] | None = None
+    ) -> None:
+        table = np.asarray(actions)
+        if table.ndim != 2 or not np.issubdtype(table.dtype, np.integer):
+            raise ValueError(
+                f"actions must be an integer array [H, S], got {table.dtype} {table.shape}"
+            )
+        if n_actions < 1 or (table.size and (table.min() < 0 or table.max() >= n_actions)):
+            raise ValueError(f"actions must be in [0, {n_actions})")
+        self.actions: IntArray = table.astype(np.int64)
+        self.actions.flags.writeable = False
+        self.n_actions = int(n_actions)
+        self.info: dict[str, Any] = dict(info or {})
+
+    @property
+    def H(self) -> int:
+        return int(self.actions.shape[0])
+
+    @property
+    def S(self) -> int:
+        return int(self.actions.shape[1])
+
+    def act(
+        self, obs: npt.ArrayLike, rng: np.random.Generator | None = None, *, h: int
+    ) -> IntArray:
+        """Actions for a batch of states at step h (deterministic; rng is ignored)."""
+        return self.actions[h, np.asarray(obs, dtype=np.int64)]
+
+    def action_probs(self, obs: npt.ArrayLike, *, h: int) -> FloatArray:
+        """One-hot probabilities ``[batch, A]`` at step h."""
+        a = self.act(obs, h=h)
+        return (a[:, None] == np.arange(self.n_actions)).astype(np.float64)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        np.savez(
+            path,
+            kind=np.array(self.KIND),
+            version=np.array(self.VERSION),
+            actions=self.actions,
+            n_actions=np.array(self.n_actions),
+            info=np.array(json.dumps(self.info)),
+        )
+        return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+    @classmethod
+    def load(cls, path: str | Path) -> FiniteHorizonPolicy:
+        with np.load(Path(path), allow_pickle=False) as f:
+            kind = str(f["kind"]) if "kind" in f else None
+            if kind != cls.KIND:
+                raise ValueError(f"{path} is not a finite-horizon tabular policy (kind={kind!r})")
+            return cls(f["actions"], int(f["n_actions"]), json.loads(str(f["info"])))
+
+
+# ---------------------------------------------------------------------------------------------
+# the algorithm
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class APVIResult:
+    """Output of APVI / DP-APVI.
+
+    policy: π̂ (``policy.actions`` is ``[H, S]``); report: the PrivacyReport (non-private for
+    APVI); model: ñ, P̃, t, r̃; values: Q̃, Ṽ, Γ; plan: noise and E, ι; diagnostics: per-step
+    rows (functions of released quantities only) and timings.
+    """
+
+    policy: FiniteHorizonPolicy
+    report: PrivacyReport
+    model: PrivateModel
+    values: ValueIteration
+    plan: NoisePlan
+    config: APVIConfig
+    privacy: PrivacyConfig | None
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def per_step(self) -> list[dict[str, float]]:
+        return self.diagnostics["per_step"]
+
+
+def _check_reward(reward: npt.ArrayLike, H: int, S: int, A: int) -> FloatArray:
+    r = np.asarray(reward, dtype=np.float64)
+    if r.shape != (H, S, A):
+        raise ValueError(f"reward must have shape [H, S, A] = [{H}, {S}, {A}], got {r.shape}")
+    if not np.all(np.isfinite(r)) or r.min() < 0 or r.max() > 1:
+        raise ValueError("reward must be in [0, 1]")
+    return r
+
+
+def _public(privacy: PrivacyConfig | None, reward_given: bool) -> list[str]:
+    out = [
+        "horizon H and the sizes S, A of the state and action spaces",
+        "the number of trajectories n (fixed under replace-one neighbours)",
+    ]
+    if reward_given:
+        out.append("the mean reward function r_h(s,a) (given, not learned from the data)")
+    return out
+
+
+def _report(
+    plan: NoisePlan,
+    releases: list[Release],
+    privacy: PrivacyConfig | None,
+    config: APVIConfig,
+    reward_given: bool,
+    H: int,
+) -> PrivacyReport:
+    system = "apvi" if privacy is None else "dp-apvi"
+    common = [
+        f"utility failure probability δ = {config.delta:g} (in E and ι; not a privacy parameter)",
+        f"E = {plan.E:.6g}, ι = {plan.iota:.6g}; projection slack E/2",
+    ]
+    if plan.mechanism == "none":
+        why = (
+            "APVI: non-private baseline (no noise, E = 0)"
+            if privacy is None
+            else "ρ = ∞: noise switched off (DP-APVI's code path with E = 0)"
+        )
+        return PrivacyReport.non_private(
+            UNIT,
+            RELATION,
+            releases,
+            system=system,
+            public=_public(privacy, reward_given),
+            notes=[why, *common],
+        )
+    assert privacy is not None
+    m = len(plan.families)
+    notes = list(common)
+    if plan.mechanism == "gaussian":
+        rho = float(privacy.rho)  # type: ignore[arg-type]
+        delta = privacy.report_delta
+        notes.insert(
+            0,
+            f"ρ = {rho:g}-zCDP split equally over {m} families (ρ/{m} each, σ² = {m}H/ρ = "
+            f"{plan.scale**2:.6g}); Bun–Steinke closed form ε = ρ + 2√(ρ log(1/δ)) = "
+            f"{zcdp_to_dp(rho, delta):.6g} at δ = {delta:g} (the accountant's ε is tighter)",
+        )
+    else:
+        delta = 0.0
+        eps = float(privacy.epsilon)  # type: ignore[arg-type]
+        notes.insert(
+            0,
+            f"ε = {eps:g} pure DP split equally over {m} families (ε/{m} each, "
+            f"Laplace scale {m}·2H/ε = {plan.scale:.6g}); basic composition",
+        )
+    return PrivacyReport.build(
+        UNIT,
+        RELATION,
+        releases,
+        delta,
+        system=system,
+        public=_public(privacy, reward_given),
+        notes=notes,
+    )
+
+
+def dp_apvi_from_counts(
+    counts_: Counts,
+    *,
+    privacy: PrivacyConfig | None,
+    config: APVIConfig | None = None,
+    reward: npt.ArrayLike | None = None,
+    rng: np.random.Generator | int | None = None,
+) -> APVIResult:
+    """DP-APVI (or APVI with ``privacy=None``) from the empirical counts.
+
+    ``reward`` is the public mean reward ``[H,S,A]``. Without it, a private run must release
+    the reward sums (``privacy.privatize_rewards``), and APVI uses the empirical mean.
+    ``rng`` (a Generator or seed) drives the privacy noise; same seed, same result.
+    """
+    config = config or APVIConfig()
+    H, S, A = counts_.shape
+    timings: dict[str, float] = {}
+    privatize_rewards = privacy is not None and privacy.privatize_rewards
+    if reward is not None and privatize_rewards:
+        raise ValueError("give a public reward or privatize_rewards=True, not both")
+    if reward is None and privacy is not None and not privatize_rewards:
+        raise ValueError(
+            "the rewards in the data are private: pass the public mean reward (reward=...) or "
+            "release noisy reward sums (privatize_rewards=True)"
+        )
+    reward_given = reward is not None
+    r_pub = _check_reward(reward, H, S, A) if reward is not None else None
+    if not reward_given and counts_.r_sum is None:
+        raise ValueError("reward sums were not counted (empirical_counts(..., reward_sums=True))")
+    plan = noise_plan(H, S, A, privacy, config.delta, reward_sums=not reward_given)
+    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+    t0 = time.perf_counter()
+    noisy, releases = private_counts(counts_, plan, gen)
+    if reward_given:
+        noisy = noisy._replace(r_sum=None)  # the public reward is used instead
+    timings["noise"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    model = private_model(noisy, plan.E)
+    timings["projection"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    r = r_pub if r_pub is not None else model.reward
+    assert r is not None
+    values = pessimistic_value_iteration(model, r, plan, config, reward_bonus=not reward_given)
+    timings["planning"] = time.perf_counter() - t0
+
+    report = _report(plan, releases, privacy, config, reward_given, H)
+    policy = FiniteHorizonPolicy(
+        values.policy,
+        A,
+        info={
+            "system": report.system,
+            "bonus": config.bonus,
+            "bonus_scale": config.bonus_scale,
+            "epsilon": report.epsilon,
+            "delta": report.delta,
+            "rho": report.rho,
+        },
+    )
+    diagnostics = {
+        "E": plan.E,
+        "iota": plan.iota,
+        "noise_scale": plan.scale,
+        "tail": plan.tail,
+        "n_episodes": counts_.n_episodes,
+        "per_step": _per_step(model, values),
+        "timings": timings,
+    }
+    return APVIResult(policy, report, model, values, plan, config, privacy, diagnostics)
+
+
+def _per_step(model: PrivateModel, values: ValueIteration) -> list[dict[str, float]]:
+    """Per-step summaries of released quantities only (safe to publish)."""
+    known = model.known
+    n_known = known.sum(axis=(1, 2))
+    bonus_known = np.where(known, values.bonus, 0.0).sum(axis=(1, 2)) / np.maximum(n_known, 1)
+    rows = []
+    for h in range(known.shape[0]):
+        rows.append(
+            {
+                "h": h + 1,
+                "known_fraction": float(known[h].mean()),
+                "mean_bonus_known": float(bonus_known[h]) if n_known[h] else float("nan"),
+                "mean_n_tilde": float(model.n_sa[h].mean()),
+                "mean_projection_t": float(model.t[h].mean()),
+                "V_mean": float(values.V[h].mean()),
+                "V_max": float(values.V[h].max()),
+            }
+        )
+    return rows
+
+
+def dp_apvi(
+    data: TrajectoryDataset | Episodes,
+    *,
+    horizon: int,
+    n_states: int,
+    n_actions: int,
+    privacy: PrivacyConfig | None,
+    config: APVIConfig | None = None,
+    reward: npt.ArrayLike | None = None,
+    rng: np.random.Generator | int | None = None,
+) -> APVIResult:
+    """DP-APVI on a dataset of equal-length tabular episodes (Algorithm 1).
+
+    ``privacy=None`` gives non-private APVI (same code, no noise, E = 0). States and actions
+    must be integer indices; every episode must have exactly ``horizon`` steps.
+    """
+    privatize = privacy is not None and privacy.privatize_rewards
+    t0 = time.perf_counter()
+    c = empirical_counts(
+        data,
+        horizon=horizon,
+        n_states=n_states,
+        n_actions=n_actions,
+        reward_sums=privatize or reward is None,
+    )
+    counting = time.perf_counter() - t0
+    result = dp_apvi_from_counts(c, privacy=privacy, config=config, reward=reward, rng=rng)
+    result.diagnostics["timings"] = {"counting": counting, **result.diagnostics["timings"]}
+    return result
+
+
+def apvi(
+    data: TrajectoryDataset | Episodes,
+    *,
+    horizon: int,
+    n_states: int,
+    n_actions: int,
+    config: APVIConfig | None = None,
+    reward: npt.ArrayLike | None = None,
+) -> APVIResult:
+    """Non-private APVI (Yin & Wang 2021): `dp_apvi` with no noise and E = 0."""
+    return dp_apvi(
+        data,
+        horizon=horizon,
+        n_states=n_states,
+        n_actions=n_actions,
+        privacy=None,
+        config=config,
+        reward=reward,
+    )
+
+
+def config_dict(config: APVIConfig, privacy: PrivacyConfig | None) -> dict[str, Any]:
+    """JSON-ready description of a run's settings (for config.json)."""
+    return {"apvi": asdict(config), "privacy": None if privacy is None else asdict(privacy)}

@@ -1,0 +1,1 @@
+"""Reusable, non-private learners and post-processing shared by the private systems."""

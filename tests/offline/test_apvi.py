@@ -1,0 +1,559 @@
+"""APVI and DP-APVI (Qiao & Wang, Algorithm 1).
+
+Privacy tests state the property they check: the replace-one sensitivity of every released
+family (on constructed neighbouring datasets), the noise scale of every release (empirical std
+vs formula), the events and the accountant's ρ / ε, the error bound E. Utility tests: P̃ is a
+distribution, the noise-free limit equals APVI exactly, suboptimality decreases with n.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from privrl.data.dataset import DatasetError, TrajectoryDataset
+from privrl.envs.tabular import Episodes, TabularMDP, behaviour_policy_full_support
+from privrl.offline.apvi import (
+    C1,
+    C2,
+    APVIConfig,
+    Counts,
+    FiniteHorizonPolicy,
+    NoisePlan,
+    PrivacyConfig,
+    PrivateModel,
+    apvi,
+    dp_apvi,
+    dp_apvi_from_counts,
+    empirical_counts,
+    noise_plan,
+    pessimistic_value_iteration,
+    private_counts,
+)
+from privrl.privacy.accounting import zcdp_rho, zcdp_to_dp
+from privrl.privacy.events import PureDpEvent
+
+H, S, A = 5, 6, 3
+
+
+@pytest.fixture(scope="module")
+def mdp() -> TabularMDP:
+    return TabularMDP.random(S, A, H, seed=11)
+
+
+@pytest.fixture(scope="module")
+def episodes(mdp: TabularMDP) -> Episodes:
+    mu = behaviour_policy_full_support(12, H, S, A, 0.1)
+    return mdp.sample_arrays(mu, 3000, rng=13)
+
+
+def random_episodes(rng: np.random.Generator, n: int, H: int, S: int, A: int) -> Episodes:
+    return Episodes(
+        states=rng.integers(0, S, (n, H + 1)),
+        actions=rng.integers(0, A, (n, H)),
+        rewards=rng.uniform(-0.5, 1.5, (n, H)),  # outside [0, 1]: clipping must bound them
+        behaviour_probs=None,
+    )
+
+
+def family_arrays(c: Counts) -> dict[str, np.ndarray]:
+    assert c.r_sum is not None
+    return {"n_sa": c.n_sa, "n_sas": c.n_sas, "r_sum": c.r_sum}
+
+
+# ---------------------------------------------------------------------------------------------
+# sensitivity (replace-one)
+# ---------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 30), h=st.integers(1, 6))
+def test_replace_one_changes_at_most_2H_entries_per_family(seed: int, n: int, h: int) -> None:
+    """Property: replacing one trajectory changes each released family in ≤ 2H entries, each by
+    ≤ 1 — so Δ₁ ≤ 2H and Δ₂² ≤ 2H, the sensitivities the releases claim."""
+    rng = np.random.default_rng(seed)
+    S_, A_ = 4, 3
+    ep = random_episodes(rng, n, h, S_, A_)
+    other = random_episodes(rng, 1, h, S_, A_)
+    i = int(rng.integers(n))
+    neighbour = Episodes(
+        states=np.concatenate([ep.states[:i], other.states, ep.states[i + 1 :]]),
+        actions=np.concatenate([ep.actions[:i], other.actions, ep.actions[i + 1 :]]),
+        rewards=np.concatenate([ep.rewards[:i], other.rewards, ep.rewards[i + 1 :]]),
+        behaviour_probs=None,
+    )
+    kw = {"horizon": h, "n_states": S_, "n_actions": A_, "reward_sums": True}
+    a = family_arrays(empirical_counts(ep, **kw))
+    b = family_arrays(empirical_counts(neighbour, **kw))
+    for fam in a:
+        diff = (a[fam] - b[fam]).ravel()
+        assert np.count_nonzero(diff) <= 2 * h, fam
+        assert np.abs(diff).max() <= 1.0 + 1e-12, fam
+        assert np.abs(diff).sum() <= 2 * h + 1e-9, fam
+        assert diff @ diff <= 2 * h + 1e-9, fam
+
+
+def test_sensitivity_bound_is_attained() -> None:
+    """The bound is tight: two trajectories that differ at every step change 2H entries by 1,
+    so a smaller claimed sensitivity would be wrong."""
+    h = 4
+    ep = Episodes(np.zeros((1, h + 1), int), np.zeros((1, h), int), np.ones((1, h)), None)
+    other = Episodes(np.ones((1, h + 1), int), np.ones((1, h), int), np.zeros((1, h)), None)
+    kw = {"horizon": h, "n_states": 2, "n_actions": 2, "reward_sums": True}
+    a, b = family_arrays(empirical_counts(ep, **kw)), family_arrays(empirical_counts(other, **kw))
+    for fam in ("n_sa", "n_sas"):
+        d = (a[fam] - b[fam]).ravel()
+        assert d @ d == 2 * h and np.abs(d).sum() == 2 * h
+    d = (a["r_sum"] - b["r_sum"]).ravel()
+    assert np.abs(d).sum() == h  # rewards 1 → 0: each of the H changed (h,s,a) entries
+
+
+def test_counts_match_a_direct_count() -> None:
+    rng = np.random.default_rng(3)
+    ep = random_episodes(rng, 40, 3, 4, 2)
+    c = empirical_counts(ep, horizon=3, n_states=4, n_actions=2, reward_sums=True)
+    n_sa = np.zeros((3, 4, 2))
+    n_sas = np.zeros((3, 4, 2, 4))
+    r = np.zeros((3, 4, 2))
+    for k in range(40):
+        for h in range(3):
+            s, a, s2 = ep.states[k, h], ep.actions[k, h], ep.states[k, h + 1]
+            n_sa[h, s, a] += 1
+            n_sas[h, s, a, s2] += 1
+            r[h, s, a] += min(1.0, max(0.0, ep.rewards[k, h]))
+    assert np.array_equal(c.n_sa, n_sa) and np.array_equal(c.n_sas, n_sas)
+    np.testing.assert_allclose(c.r_sum, r)
+    assert c.n_episodes == 40
+
+
+# ---------------------------------------------------------------------------------------------
+# noise scale, events, accounting
+# ---------------------------------------------------------------------------------------------
+
+
+def big_counts(H_: int, S_: int, A_: int) -> Counts:
+    """Counts far from 0, so the clipping at 0 never acts and n' − n is the raw noise."""
+    return Counts(
+        n_sa=np.full((H_, S_, A_), 1e6),
+        n_sas=np.full((H_, S_, A_, S_), 1e6),
+        r_sum=np.full((H_, S_, A_), 1e6),
+        n_episodes=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("privacy", "std_formula"),
+    [
+        (PrivacyConfig.gaussian(0.5), lambda h: math.sqrt(2 * h / 0.5)),  # σ² = 2H/ρ
+        (PrivacyConfig.gaussian(2.0, privatize_rewards=True), lambda h: math.sqrt(3 * h / 2.0)),
+        (PrivacyConfig.laplace(3.0), lambda h: math.sqrt(2) * 4 * h / 3.0),  # Lap(4H/ε)
+        (PrivacyConfig.laplace(3.0, privatize_rewards=True), lambda h: math.sqrt(2) * 6 * h / 3.0),
+    ],
+)
+def test_noise_scale_of_every_release(privacy: PrivacyConfig, std_formula) -> None:
+    """Property: the empirical std of n' − n of every released family matches the formula
+    (Gaussian σ = √(mH/ρ), Laplace std = √2·(m·2H/ε), m = number of families) within 4%
+    (≥ 4,000 draws per family, standard error of the std < 1.5%)."""
+    H_, S_, A_ = 4, 20, 50
+    c = big_counts(H_, S_, A_)
+    plan = noise_plan(H_, S_, A_, privacy, 0.1)
+    noisy, releases = private_counts(c, plan, np.random.default_rng(0))
+    assert [r.name.split()[0] for r in releases] == (
+        ["visit", "transition", "reward"] if privacy.privatize_rewards else ["visit", "transition"]
+    )
+    expected = std_formula(H_)
+    for fam, arr in (("n_sa", noisy.n_sa), ("n_sas", noisy.n_sas), ("r_sum", noisy.r_sum)):
+        if fam not in plan.families:
+            continue
+        ref = getattr(c, fam)
+        std = float(np.std(arr - ref))
+        assert std == pytest.approx(expected, rel=0.04), fam
+
+
+def test_gaussian_events_and_report() -> None:
+    """Property: two Gaussian releases with Δ₂ = √(2H) and σ = √(2H/ρ) (noise multiplier
+    1/√ρ, ρ/2 each) compose to exactly ρ-zCDP; the accountant's ε at δ is at most the
+    Bun–Steinke closed form, which the notes state."""
+    rho, delta = 0.7, 1e-6
+    plan = noise_plan(H, S, A, PrivacyConfig.gaussian(rho, report_delta=delta), 0.1)
+    _, releases = private_counts(
+        Counts(np.zeros((H, S, A)), np.zeros((H, S, A, S)), None, 0), plan, np.random.default_rng(0)
+    )
+    for r in releases:
+        assert r.mechanism == "gaussian" and r.norm == "l2"
+        assert r.sensitivity == pytest.approx(math.sqrt(2 * H))
+        assert r.noise["sigma"] == pytest.approx(math.sqrt(2 * H / rho))
+        assert r.event == dp_event.GaussianDpEvent(
+            noise_multiplier=pytest.approx(1 / math.sqrt(rho))
+        )
+        assert zcdp_rho(r.event) == pytest.approx(rho / 2)
+    c = Counts(np.ones((H, S, A)), np.ones((H, S, A, S)) / S, None, 1)
+    res = dp_apvi_from_counts(
+        c,
+        privacy=PrivacyConfig.gaussian(rho, report_delta=delta),
+        reward=np.zeros((H, S, A)),
+        rng=0,
+    )
+    rep = res.report
+    assert rep.unit.value == "trajectory" and rep.relation.value == "replace_one"
+    assert rep.rho == pytest.approx(rho)
+    assert rep.delta == delta
+    closed = zcdp_to_dp(rho, delta)
+    assert 0 < rep.epsilon <= closed + 1e-9
+    assert any(f"{closed:.6g}" in note for note in rep.notes)
+    assert [r.name for r in rep.releases] == [
+        "visit counts n_h(s,a)",
+        "transition counts n_h(s,a,s')",
+    ]
+    assert [r.size for r in rep.releases] == [H * S * A, H * S * A * S]
+
+
+def test_laplace_is_pure_dp_with_the_right_scale() -> None:
+    """Property: Lap(4H/ε) on both families (Δ₁ = 2H each, ε/2 each) is ε-DP: PureDpEvent(ε/2)
+    twice, and the report states ε at δ = 0 exactly."""
+    eps = 1.3
+    c = Counts(np.ones((H, S, A)), np.ones((H, S, A, S)) / S, None, 1)
+    res = dp_apvi_from_counts(
+        c, privacy=PrivacyConfig.laplace(eps), reward=np.zeros((H, S, A)), rng=0
+    )
+    for r in res.report.releases:
+        assert r.mechanism == "laplace" and r.norm == "l1"
+        assert r.sensitivity == 2 * H
+        assert r.noise["scale"] == pytest.approx(4 * H / eps)
+        assert r.event == PureDpEvent(epsilon=pytest.approx(eps / 2))
+    assert res.report.delta == 0.0
+    assert res.report.epsilon == pytest.approx(eps, rel=1e-12)
+    assert res.report.rho is None
+
+
+def test_privatized_rewards_split_the_budget_in_three() -> None:
+    rho = 1.0
+    c = Counts(np.ones((H, S, A)), np.ones((H, S, A, S)) / S, np.ones((H, S, A)), 1)
+    res = dp_apvi_from_counts(c, privacy=PrivacyConfig.gaussian(rho, privatize_rewards=True), rng=0)
+    assert len(res.report.releases) == 3
+    assert res.report.rho == pytest.approx(rho)
+    for r in res.report.releases:
+        assert zcdp_rho(r.event) == pytest.approx(rho / 3)
+
+
+def test_planned_releases_have_the_real_events() -> None:
+    """The ledger is checked with releases planned before the data are read: their events must
+    be exactly those of the real releases."""
+    for privacy in (
+        PrivacyConfig.gaussian(0.3),
+        PrivacyConfig.laplace(2.0, privatize_rewards=True),
+    ):
+        plan = noise_plan(H, S, A, privacy, 0.1)
+        c = Counts(np.ones((H, S, A)), np.ones((H, S, A, S)), np.ones((H, S, A)), 1)
+        _, real = private_counts(c, plan, np.random.default_rng(0))
+        planned = noise_plan(H, 1, 1, privacy, 0.1).releases_planned(H)
+        assert [r.event for r in planned] == [r.event for r in real]
+        assert [r.sensitivity for r in planned] == [r.sensitivity for r in real]
+
+
+def test_error_bounds_match_the_spec() -> None:
+    """E_ρ = 4√(H log(4HS²A/δ)/ρ), E_ε = (8H/ε) log(2HS²A/δ), ι = log(HSA/δ)."""
+    d = 0.05
+    g = noise_plan(H, S, A, PrivacyConfig.gaussian(2.0), d)
+    assert g.E == pytest.approx(4 * math.sqrt(H * math.log(4 * H * S * S * A / d) / 2.0))
+    lap = noise_plan(H, S, A, PrivacyConfig.laplace(3.0), d)
+    assert lap.E == pytest.approx(8 * H / 3.0 * math.log(2 * H * S * S * A / d))
+    assert g.iota == pytest.approx(math.log(H * S * A / d))
+    assert noise_plan(H, S, A, None, d).E == 0.0
+
+
+def test_error_bound_holds_empirically() -> None:
+    """Property (utility event): every noise draw is within tail = E/2 in all of 200 runs
+    (the union bound gives probability ≥ 1 − δ = 0.9 per run; it is loose, so 0 failures)."""
+    c = big_counts(3, 4, 2)
+    plan = noise_plan(3, 4, 2, PrivacyConfig.gaussian(1.0), 0.1)
+    rng = np.random.default_rng(5)
+    worst = 0.0
+    for _ in range(200):
+        noisy, _ = private_counts(c, plan, rng)
+        worst = max(worst, np.abs(noisy.n_sas - 1e6).max(), np.abs(noisy.n_sa - 1e6).max())
+    assert worst <= plan.tail
+
+
+def test_spec_zcdp_conversion_table() -> None:
+    """The spec's Bun–Steinke checks: ρ=25 → 40.2 (δ=0.1), 51.3 (δ=1e-3); ρ=1 → 4.0 / 6.26."""
+    assert zcdp_to_dp(25, 0.1) == pytest.approx(40.2, abs=0.05)
+    assert zcdp_to_dp(25, 1e-3) == pytest.approx(51.3, abs=0.05)
+    assert zcdp_to_dp(5, 0.1) == pytest.approx(11.8, abs=0.05)
+    assert zcdp_to_dp(1, 1e-3) == pytest.approx(6.26, abs=0.01)
+    assert zcdp_to_dp(0.1, 1e-3) == pytest.approx(1.8, abs=0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# the model and the planner
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("privacy", [None, PrivacyConfig.gaussian(0.5), PrivacyConfig.laplace(2.0)])
+def test_private_transition_rows_are_distributions(
+    privacy: PrivacyConfig | None, episodes: Episodes, mdp: TabularMDP
+) -> None:
+    """Property: every row of P̃ is a probability distribution (≥ 0, sums to 1), uniform where
+    ñ ≤ E."""
+    res = dp_apvi(
+        episodes, horizon=H, n_states=S, n_actions=A, privacy=privacy, reward=mdp.R, rng=1
+    )
+    P = res.model.P
+    assert np.all(P >= 0)
+    np.testing.assert_allclose(P.sum(-1), 1.0, atol=1e-12)
+    unknown = ~res.model.known
+    assert np.all(P[unknown] == 1.0 / S)
+    assert np.all(res.model.n_sa[res.model.known] > res.plan.E)
+
+
+def test_noise_off_equals_apvi_exactly(episodes: Episodes, mdp: TabularMDP) -> None:
+    """Property: DP-APVI's code path with ρ = ∞ (no noise, E = 0) is APVI, bit for bit; as ρ
+    grows the Q-values approach APVI's (the gap ∝ E ∝ 1/√ρ)."""
+    kw = {"horizon": H, "n_states": S, "n_actions": A, "reward": mdp.R}
+    base = apvi(episodes, **kw)
+    off = dp_apvi(episodes, privacy=PrivacyConfig.gaussian(math.inf), rng=7, **kw)
+    assert np.array_equal(off.values.Q, base.values.Q)
+    assert np.array_equal(off.policy.actions, base.policy.actions)
+    assert not off.report.private and off.report.epsilon == math.inf
+    gaps = [
+        np.abs(
+            dp_apvi(episodes, privacy=PrivacyConfig.gaussian(r), rng=7, **kw).values.Q
+            - base.values.Q
+        ).max()
+        for r in (1e8, 1e12, 1e16)
+    ]
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-3
+
+
+def test_apvi_report_is_non_private(episodes: Episodes) -> None:
+    res = apvi(episodes, horizon=H, n_states=S, n_actions=A)  # empirical rewards
+    assert not res.report.private and res.report.epsilon == math.inf
+    assert res.report.system == "apvi"
+    assert all(r.extra.get("non_private") for r in res.report.releases)
+    assert len(res.report.releases) == 3  # counts and the reward sums it learned from
+
+
+def test_bernstein_and_hoeffding_bonus_formulas() -> None:
+    """Γ on a hand-made two-step model equals the formulas of Algorithm 1 line 5 (and the
+    Hoeffding variant), times bonus_scale, with C·H where ñ ≤ E."""
+    H_, S_, A_ = 2, 2, 1
+    E, iota, scale = 3.0, 2.0, 0.5
+    n = np.array([[[10.0], [2.0]], [[8.0], [20.0]]])  # [H, S, A]; (h=0, s=1) is unknown
+    P = np.zeros((H_, S_, A_, S_))
+    P[:, :, :, 0] = 0.25
+    P[:, :, :, 1] = 0.75
+    model = PrivateModel(n_sa=n, P=P, t=np.zeros_like(n), reward=None, known=n > E)
+    plan = NoisePlan("gaussian", ("n_sa", "n_sas"), 1.0, 1.0, 1.0, E / 2, E, iota)
+    r = np.full((H_, S_, A_), 0.6)
+    r[1, 1, 0] = 0.2
+    for bonus in ("bernstein", "hoeffding"):
+        cfg = APVIConfig(bonus=bonus, bonus_scale=scale, unknown_penalty=3.0)
+        vi = pessimistic_value_iteration(model, r, plan, cfg)
+        low = C2 * S_ * H_ * E * iota / n
+        # last step: V_{H} = 0 ⇒ Var = 0
+        stat_last = 0.0 if bonus == "bernstein" else C1 * H_ * np.sqrt(iota / (n[1] - E))
+        np.testing.assert_allclose(vi.bonus[1], scale * (stat_last + low[1]))
+        v1 = vi.V[1]
+        var = 0.25 * v1[0] ** 2 + 0.75 * v1[1] ** 2 - (0.25 * v1[0] + 0.75 * v1[1]) ** 2
+        stat = (
+            C1 * np.sqrt(var * iota / (n[0, 0, 0] - E))
+            if bonus == "bernstein"
+            else C1 * H_ * np.sqrt(iota / (n[0, 0, 0] - E))
+        )
+        assert vi.bonus[0, 0, 0] == pytest.approx(scale * (stat + low[0, 0, 0]))
+        assert vi.bonus[0, 1, 0] == 3.0 * H_  # unknown pair: C·H
+        assert vi.Q[0, 1, 0] == 0.0
+        assert np.all(vi.Q[1] <= 1.0) and np.all(vi.Q[0] <= 2.0) and np.all(vi.Q >= 0)
+
+
+def test_suboptimality_decreases_with_n(mdp: TabularMDP) -> None:
+    """Property: on a fixed instance, the mean suboptimality over 4 seeds of APVI and of
+    DP-APVI (ρ = 1, bonus_scale = 1e-4) does not increase along n = 300, 3,000, 30,000 and is
+    strictly smaller at 30,000 than at 300."""
+    mu = behaviour_policy_full_support(21, H, S, A, 0.1)
+    ns = (300, 3000, 30_000)
+    means: dict[str, list[float]] = {"apvi": [], "dp": []}
+    subs: dict[tuple[str, int], list[float]] = {}
+    for seed in range(4):
+        ep = mdp.sample_arrays(mu, max(ns), rng=100 + seed, record_probs=False)
+        for n in ns:
+            c = empirical_counts(
+                Episodes(ep.states[:n], ep.actions[:n], ep.rewards[:n], None),
+                horizon=H,
+                n_states=S,
+                n_actions=A,
+            )
+            cfg = APVIConfig(bonus_scale=1e-4)
+            for key, privacy in (("apvi", None), ("dp", PrivacyConfig.gaussian(1.0))):
+                res = dp_apvi_from_counts(c, privacy=privacy, config=cfg, reward=mdp.R, rng=seed)
+                subs.setdefault((key, n), []).append(float(mdp.suboptimality(res.policy.actions)))
+    for key in means:
+        means[key] = [float(np.mean(subs[(key, n)])) for n in ns]
+        m = means[key]
+        # non-increasing (APVI may already have found the optimal policy at 3,000) and
+        # strictly lower at the largest n
+        assert m[0] >= m[1] - 1e-12 and m[1] >= m[2] - 1e-12 and m[0] > m[2], (key, m)
+    assert means["dp"][0] > means["apvi"][0]  # privacy costs something at small n
+    assert means["dp"][2] < 0.5 * means["dp"][0], means["dp"]  # and DP-APVI does learn
+
+
+def test_same_seed_same_result(episodes: Episodes, mdp: TabularMDP) -> None:
+    kw = {
+        "horizon": H,
+        "n_states": S,
+        "n_actions": A,
+        "reward": mdp.R,
+        "privacy": PrivacyConfig.gaussian(1.0),
+    }
+    a, b = dp_apvi(episodes, rng=4, **kw), dp_apvi(episodes, rng=4, **kw)
+    c = dp_apvi(episodes, rng=5, **kw)
+    assert np.array_equal(a.model.P, b.model.P) and np.array_equal(a.values.Q, b.values.Q)
+    assert not np.array_equal(a.model.n_sa, c.model.n_sa)
+
+
+def test_private_rewards_are_estimated(episodes: Episodes, mdp: TabularMDP) -> None:
+    """With noisy reward sums, r̃ is near the true mean reward where the pair is known."""
+    res = dp_apvi(
+        episodes,
+        horizon=H,
+        n_states=S,
+        n_actions=A,
+        privacy=PrivacyConfig.gaussian(100.0, privatize_rewards=True),
+        rng=0,
+    )
+    known = res.model.known
+    assert known.mean() > 0.5
+    assert res.model.reward is not None
+    err = np.abs(res.model.reward - mdp.R)[known]
+    assert np.median(err) < 0.1
+
+
+# ---------------------------------------------------------------------------------------------
+# input validation and the saved policy
+# ---------------------------------------------------------------------------------------------
+
+
+def test_private_run_needs_a_reward_source(episodes: Episodes) -> None:
+    with pytest.raises(ValueError, match="private"):
+        dp_apvi(episodes, horizon=H, n_states=S, n_actions=A, privacy=PrivacyConfig.gaussian(1.0))
+    with pytest.raises(ValueError, match="not both"):
+        dp_apvi(
+            episodes,
+            horizon=H,
+            n_states=S,
+            n_actions=A,
+            reward=np.zeros((H, S, A)),
+            privacy=PrivacyConfig.gaussian(1.0, privatize_rewards=True),
+        )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"mechanism": "gaussian", "rho": 0.0},
+        {"mechanism": "gaussian", "rho": -1.0},
+        {"mechanism": "gaussian", "rho": 1.0, "epsilon": 1.0},
+        {"mechanism": "laplace"},
+        {"mechanism": "laplace", "epsilon": 0.0},
+    ],
+)
+def test_privacy_config_rejects_bad_budgets(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        PrivacyConfig(**kwargs)
+
+
+def test_dataset_with_float_states_is_rejected(mdp: TabularMDP) -> None:
+    ds = mdp.sample(behaviour_policy_full_support(0, H, S, A, 0.1), 5, rng=0)
+    bad = TrajectoryDataset(
+        observations=ds.observations.astype(np.float64) + 0.5,
+        actions=ds.actions,
+        rewards=ds.rewards,
+        terminated=ds.terminated,
+        truncated=ds.truncated,
+        episode_offsets=ds.episode_offsets,
+        metadata=ds.metadata.replace(observation_space=None),
+    )
+    with pytest.raises(DatasetError, match="non-integer states") as info:
+        dp_apvi(bad, horizon=H, n_states=S, n_actions=A, privacy=None)
+    assert info.value.episode == 0 and info.value.step == 0
+    with pytest.raises(DatasetError, match="horizon"):
+        dp_apvi(ds, horizon=H + 1, n_states=S, n_actions=A, privacy=None)
+    # Integral floats (e.g. from a CSV import) are accepted and give the same counts.
+    as_float = TrajectoryDataset(
+        observations=ds.observations.astype(np.float64),
+        actions=ds.actions.astype(np.float64),
+        rewards=ds.rewards,
+        terminated=ds.terminated,
+        truncated=ds.truncated,
+        episode_offsets=ds.episode_offsets,
+        metadata=ds.metadata.replace(observation_space=None, action_space=None),
+    )
+    kw = {"horizon": H, "n_states": S, "n_actions": A}
+    a, b = empirical_counts(as_float, **kw), empirical_counts(ds, **kw)
+    assert np.array_equal(a.n_sas, b.n_sas) and np.array_equal(a.n_sa, b.n_sa)
+
+
+def test_policy_save_load_roundtrip(tmp_path: Path, episodes: Episodes, mdp: TabularMDP) -> None:
+    res = dp_apvi(
+        episodes,
+        horizon=H,
+        n_states=S,
+        n_actions=A,
+        reward=mdp.R,
+        privacy=PrivacyConfig.gaussian(1.0),
+        rng=0,
+    )
+    path = res.policy.save(tmp_path / "policy.npz")
+    loaded = FiniteHorizonPolicy.load(path)
+    assert np.array_equal(loaded.actions, res.policy.actions)
+    assert loaded.n_actions == A and loaded.info["system"] == "dp-apvi"
+    assert loaded.act(np.array([0, 1]), h=2).tolist() == res.policy.actions[2, [0, 1]].tolist()
+    np.testing.assert_allclose(loaded.action_probs(np.arange(S), h=0).sum(1), 1.0)
+    np.savez(tmp_path / "other.npz", kind=np.array("something else"))
+    with pytest.raises(ValueError, match="not a finite-horizon"):
+        FiniteHorizonPolicy.load(tmp_path / "other.npz")
+
+
+# ---------------------------------------------------------------------------------------------
+# the reproduction
+# ---------------------------------------------------------------------------------------------
+
+
+def test_reproduction_quick_smoke(tmp_path: Path) -> None:
+    """`run(quick=True)` writes the report, plots and run-directory files in a few seconds."""
+    from privrl.experiments.dp_apvi_tabular import run
+
+    report = run(tmp_path, seeds=None, seed=0, quick=True)
+    assert report == tmp_path / "report.md"
+    text = report.read_text()
+    assert "Does DP-APVI converge to APVI" in text and "1/n" in text
+    for name in ("config.json", "metrics.json", "metrics.csv", "privacy.json"):
+        assert (tmp_path / name).is_file(), name
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 3
+
+
+@pytest.mark.slow
+def test_reproduction_full(tmp_path: Path) -> None:
+    """The full study (about a minute): DP-APVI Gaussian ρ = 1 converges to APVI at the tuned
+    scale, and its gap shrinks at least like 1/n past the E-threshold."""
+    import json
+
+    from privrl.experiments.dp_apvi_tabular import run
+
+    run(tmp_path, seeds=None, seed=0, quick=False)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    conv = {(c["variant"], c["bonus"], c["scale_kind"]): c for c in metrics["convergence"]}
+    assert conv[("DP-APVI Gaussian ρ=1", "bernstein", "tuned")]["converged_by_n_max"]
+    slope = next(
+        s
+        for s in metrics["slopes"]
+        if (s["variant"], s["bonus"], s["scale_kind"])
+        == ("DP-APVI Gaussian ρ=1", "bernstein", "tuned")
+    )
+    assert slope["slope"] < -1.0
