@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from privrl.cli import train_tabular
+from privrl.cli import train_linear, train_tabular
 
 train_app = typer.Typer(
     help=(
@@ -17,3 +17,4 @@ train_app = typer.Typer(
 )
 
 train_tabular.register(train_app)
+train_linear.register(train_app)

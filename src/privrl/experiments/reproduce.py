@@ -28,9 +28,21 @@ REPRODUCTIONS: dict[str, Reproduction] = {
     r.id: r
     for r in (
         Reproduction(
+            "qiao-wang-fig1a",
+            "Qiao & Wang, Offline RL with Differential Privacy",
+            "Figure 1(a): suboptimality vs K of PEVI, VAPVI and DP-VAPVI on the linear MDP",
+            "privrl.experiments.qiao_wang:fig1a",
+        ),
+        Reproduction(
+            "qiao-wang-fig1b",
+            "Qiao & Wang, Offline RL with Differential Privacy",
+            "Figure 1(b): DP-VAPVI at ρ ∈ {0.5, 1, 5, 10, 50} vs K on the linear MDP",
+            "privrl.experiments.qiao_wang:fig1b",
+        ),
+        Reproduction(
             "dp-apvi-tabular",
             "Qiao & Wang, Offline RL with Differential Privacy",
-            "our study: APVI vs DP-APVI (Gaussian/Laplace, Bernstein/Hoeffding) vs n on random MDPs",
+            "our study: APVI vs DP-APVI (Gaussian/Laplace, Bernstein/Hoeffding) vs n, random MDPs",
             "privrl.experiments.dp_apvi_tabular:run",
         ),
     )

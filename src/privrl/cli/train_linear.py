@@ -1,0 +1,569 @@
+"""`privrl train dp-vapvi | vapvi | pevi`: offline RL on linear MDPs (Qiao & Wang; Jin et al.).
+
+Data come either from a user's dataset (``--data FILE --features SPEC``) or are sampled from
+the built-in linear MDP (``--env linear-mdp --episodes K [--instance I]``), in which case the
+run also reports the exact suboptimality of the learned policy.
+
+``--features SPEC`` is
+
+* a ``.npy`` file holding a float array ``[S, A, d]``: φ(s, a) for integer states
+  ``0..S-1`` and actions ``0..A-1`` (rescaled by its max norm if that exceeds 1 — public
+  post-processing that the guarantee's ``‖φ‖ ≤ 1`` needs); or
+* ``module:function``: an importable function taking no arguments that returns such an array
+  (features computed in code).
+
+States must be integer indices: continuous observations are refused (discretise them and
+build a table). Without ``--features``, a dataset sampled from the built-in linear MDP
+(``privrl.envs.linear``) rebuilds its table from the recipe in its metadata.
+
+Every run writes the run directory contract (config.json, metrics.json, metrics.csv,
+privacy.json, plots/values.png) and ``policy.npz`` (reload with
+``privrl.offline.vapvi.load_policy``). A dataset with a ledger is checked before the data are
+read, and the private run's report is recorded there afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import typer
+from gymnasium import spaces
+
+from privrl.cli.errors import CliError
+
+ENV_NAMES = ("linear-mdp",)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to `privrl train`."""
+    app.command("dp-vapvi")(train_dp_vapvi)
+    app.command("vapvi")(train_vapvi)
+    app.command("pevi")(train_pevi)
+
+
+# --------------------------------------------------------------------------------------------
+# options shared by the three commands
+# --------------------------------------------------------------------------------------------
+
+_DATA = typer.Option(None, "--data", help="Dataset file (privrl HDF5) with integer states.")
+_FEATURES = typer.Option(
+    None,
+    "--features",
+    help="Feature table: a .npy array [S, A, d], or module:function returning one. Optional "
+    "for data sampled from the built-in linear MDP.",
+)
+_ENV = typer.Option(
+    None, "--env", help="Sample the data from a built-in environment instead: linear-mdp."
+)
+_EPISODES = typer.Option(None, "--episodes", "-K", help="Episodes to sample (with --env).")
+_INSTANCE = typer.Option(0, "--instance", help="Instance of the built-in linear MDP (--env).")
+_SEED = typer.Option(0, "--seed", help="Seed for sampling (--env), the split and the noise.")
+_BONUS = typer.Option(
+    1.0, "--bonus-scale", "-C", help="Multiplier C of the pessimism bonus (1 = theory)."
+)
+_LAMBDA = typer.Option(1.0, "--lambda", help="Ridge parameter λ.")
+_HORIZON = typer.Option(
+    None, "--horizon", help="Horizon H (default: the dataset's metadata, else its longest episode)."
+)
+
+
+def _out_option(name: str) -> Any:
+    return typer.Option(Path("runs") / name, "--out", "-o", help="Run directory to write.")
+
+
+@dataclass
+class _Inputs:
+    """What a command needs once the options are checked (the data are read in `_load`)."""
+
+    data_path: Path | None
+    features: str | None
+    env: str | None
+    episodes: int | None
+    instance: int
+    seed: int
+    horizon: int | None
+
+
+def _check_source(inputs: _Inputs) -> None:
+    if (inputs.data_path is None) == (inputs.env is None):
+        raise CliError(
+            "give exactly one data source: --data FILE [--features SPEC], or --env linear-mdp "
+            "--episodes K"
+        )
+    if inputs.env is not None:
+        if inputs.env not in ENV_NAMES:
+            raise CliError(f"unknown --env {inputs.env!r}; available: {', '.join(ENV_NAMES)}")
+        if inputs.episodes is None or inputs.episodes < 1:
+            raise CliError("--env needs --episodes K with K >= 1")
+        if inputs.features is not None:
+            raise CliError("--features is for --data; the environment brings its own features")
+    else:
+        assert inputs.data_path is not None
+        if not inputs.data_path.is_file():
+            raise CliError(f"--data: file not found: {inputs.data_path}")
+        if inputs.episodes is not None:
+            raise CliError("--episodes is for --env; with --data all episodes of the file are used")
+    if inputs.horizon is not None and inputs.horizon < 1:
+        raise CliError(f"--horizon must be >= 1, got {inputs.horizon}")
+
+
+def _check_common(bonus_scale: float, lam: float) -> None:
+    if not (math.isfinite(bonus_scale) and bonus_scale >= 0):
+        raise CliError(f"--bonus-scale must be finite and >= 0, got {bonus_scale}")
+    if not (math.isfinite(lam) and lam > 0):
+        raise CliError(f"--lambda must be > 0, got {lam}")
+
+
+def _load_feature_spec(spec: str) -> np.ndarray:
+    """A feature table from ``path.npy`` or ``module:function``."""
+    path = Path(spec)
+    if spec.endswith(".npy") or path.is_file():
+        if not path.is_file():
+            raise CliError(f"--features: file not found: {spec}")
+        try:
+            return np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise CliError(f"--features: cannot read {spec} as a .npy array ({exc})") from None
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise CliError(f"--features: cannot import {spec!r} ({exc})") from None
+        if not callable(fn):
+            raise CliError(f"--features: {spec!r} is not a function")
+        return np.asarray(fn())
+    raise CliError(
+        f"--features: {spec!r} is neither a .npy file nor module:function (a zero-argument "
+        "function returning an array [S, A, d])"
+    )
+
+
+@dataclass
+class _Loaded:
+    episodes: Any  # LinearEpisodes
+    features: Any  # FeatureTable
+    mdp: Any  # LinearMDP | None: the true model when known (exact suboptimality)
+    source: str
+
+
+def _load(inputs: _Inputs, rng: np.random.Generator) -> _Loaded:
+    """Read (or sample) the data and the features; bad input → CliError."""
+    from privrl.data.io import load_hdf5
+    from privrl.envs.linear import LinearMDP, linear_mdp_from_metadata
+    from privrl.offline.vapvi import FeatureTable, LinearEpisodes
+
+    if inputs.env is not None:
+        mdp = LinearMDP.qiao_wang(inputs.instance)
+        dataset = mdp.sample(int(inputs.episodes or 0), rng=rng)
+        # φ is already divided by its max norm (mdp.scale = √7); record that factor.
+        table = FeatureTable(phi=mdp.phi, scale=mdp.scale, source=f"{inputs.env}:{inputs.instance}")
+        source = f"{inputs.episodes} episodes sampled from {inputs.env} instance {inputs.instance}"
+    else:
+        assert inputs.data_path is not None
+        dataset = load_hdf5(inputs.data_path)
+        recorded = dataset.metadata.extra.get("linear_mdp")
+        mdp = linear_mdp_from_metadata(dataset.metadata.extra)
+        if inputs.features is not None:
+            try:
+                table = FeatureTable.from_array(
+                    _load_feature_spec(inputs.features), source=inputs.features
+                )
+            except ValueError as exc:
+                raise CliError(f"--features: {exc}") from None
+            if isinstance(recorded, dict) and recorded.get("dim") not in (None, table.d):
+                raise CliError(
+                    f"--features: feature dimension mismatch: the table has d = {table.d} but "
+                    f"the dataset was sampled with d = {recorded['dim']} features"
+                )
+            if mdp is not None and not np.allclose(mdp.phi, table.phi):
+                mdp = None  # user features differ from the generating model: no exact metric
+        elif mdp is not None:
+            table = FeatureTable(
+                phi=mdp.phi,
+                scale=mdp.scale,
+                source=f"linear-mdp:{mdp.recipe.get('instance')} (from metadata)",
+            )
+        else:
+            raise CliError(
+                "--features SPEC is required: the dataset records no built-in feature map "
+                "(give a .npy array [S, A, d] or module:function)"
+            )
+        _check_spaces(dataset, table)
+        source = str(inputs.data_path)
+    try:
+        episodes = LinearEpisodes.from_dataset(
+            dataset, n_states=table.S, n_actions=table.A, horizon=inputs.horizon
+        )
+    except ValueError as exc:
+        raise CliError(f"{exc}") from None
+    if episodes.K < 1:
+        raise CliError("the dataset has no episodes")
+    return _Loaded(episodes, table, mdp, source)
+
+
+def _check_spaces(dataset: Any, table: Any) -> None:
+    obs_space = dataset.metadata.observation_space
+    act_space = dataset.metadata.action_space
+    if obs_space is not None and not isinstance(obs_space, spaces.Discrete):
+        raise CliError(
+            f"non-integer states: the observation space is {obs_space}, but a feature table "
+            "needs integer states (Discrete); discretise the observations first"
+        )
+    if isinstance(obs_space, spaces.Discrete) and int(obs_space.n) > table.S:
+        raise CliError(
+            f"--features: feature dimension mismatch: the table has S = {table.S} states but "
+            f"the dataset's observation space has {int(obs_space.n)}"
+        )
+    if isinstance(act_space, spaces.Discrete) and int(act_space.n) != table.A:
+        raise CliError(
+            f"--features: feature dimension mismatch: the table has A = {table.A} actions but "
+            f"the dataset's action space has {int(act_space.n)}"
+        )
+    obs = np.asarray(dataset.observations)
+    integral = obs.dtype.kind in "iub" or (
+        obs.dtype.kind == "f" and bool(np.all(np.isfinite(obs) & (obs == np.round(obs))))
+    )
+    if obs.ndim != 1 or not integral:
+        raise CliError(
+            f"non-integer states (observations of shape {obs.shape[1:]}, dtype {obs.dtype}); "
+            "a feature table needs integer state indices"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# outputs
+# --------------------------------------------------------------------------------------------
+
+
+def _write_run(
+    out: Path,
+    *,
+    algorithm: str,
+    config: dict[str, Any],
+    loaded: _Loaded,
+    result: Any,
+) -> dict[str, Any]:
+    """Run directory: config.json, metrics.json, metrics.csv, privacy.json, plots, policy.npz."""
+    from privrl.experiments.rundir import RunDir
+
+    run = RunDir(out)
+    run.write_config(config)
+    H = loaded.episodes.H
+    metrics: dict[str, Any] = {
+        "algorithm": algorithm,
+        "K": loaded.episodes.K,
+        "H": H,
+        "d": loaded.features.d,
+        "epsilon": result.report.epsilon,
+        "delta": result.report.delta,
+        "rho": result.report.rho,
+        # Post-processing of the releases: the pessimistic value Ṽ_1 per state.
+        "pessimistic_value_per_state": result.v[0].tolist(),
+    }
+    policy_curve = None
+    mdp = loaded.mdp
+    if mdp is not None and mdp.H == H:
+        evaluation = mdp.tabular().evaluate(result.policy.actions, return_q=False)
+        _, v_star, _ = mdp.tabular().backward_induction()
+        v_pi = float(evaluation.value)
+        metrics.update(
+            {
+                "suboptimality": mdp.optimal_value() - v_pi,
+                "v_star": mdp.optimal_value(),
+                "policy_value": v_pi,
+                "pessimistic_value": float(mdp.d1 @ result.v[0]),
+            }
+        )
+        policy_curve = (np.asarray(evaluation.V), np.asarray(v_star))
+    run.write_metrics(metrics)
+    rows = []
+    for h in range(H):
+        row: dict[str, Any] = {
+            "h": h + 1,
+            "pessimistic_value_mean": float(result.v[h].mean()),
+            "bonus_mean": float(result.bonus[h].mean()),
+            "q_zero_fraction": float(np.mean(result.q[h] == 0.0)),
+        }
+        if policy_curve is not None:
+            row["policy_value_mean"] = float(policy_curve[0][h].mean())
+            row["optimal_value_mean"] = float(policy_curve[1][h].mean())
+        rows.append(row)
+    run.write_curve(rows)
+    run.write_privacy(result.report)
+    result.policy.save(run.artifact("policy.npz"))
+    _plot_values(run.plot_path("values"), result, policy_curve, algorithm)
+    return metrics
+
+
+def _plot_values(path: Path, result: Any, curve: Any, algorithm: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    H = result.q.shape[0]
+    steps = np.arange(1, H + 1)
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for s in range(result.v.shape[1]):
+        ax.plot(steps, result.v[:H, s], "o-", ms=3, label=f"pessimistic Ṽ_h(s={s})")
+        if curve is not None:
+            ax.plot(steps, curve[0][:H, s], "--", label=f"true V^π̂_h(s={s})")
+            ax.plot(steps, curve[1][:H, s], ":", color="gray", label=f"V*_h(s={s})")
+        if s >= 4:  # keep the legend readable for larger state sets
+            break
+    ax.set_xlabel("step h")
+    ax.set_ylabel("value")
+    ax.set_title(f"{algorithm}: values by step")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _summary(out: Path, metrics: dict[str, Any], report: Any) -> None:
+    """Print the guarantee, one row per kind of release (the 5H rows are in privacy.json),
+    the report's notes and the headline metrics."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    console.print(Text(report.summary()))
+    if report.releases:
+        kinds: dict[str, list[Any]] = {}
+        for r in report.releases:
+            kinds.setdefault(r.name.split(", step")[0], []).append(r)
+        table = Table()
+        for col in ("release (every step h)", "mechanism", "sensitivity", "noise", "count"):
+            table.add_column(col)
+        for name, rs in kinds.items():
+            r = rs[0]
+            noise = ", ".join(f"{k}={v:.4g}" for k, v in r.noise.items())
+            table.add_row(
+                Text(name), r.mechanism, f"{r.sensitivity:.4g} ({r.norm})", noise, str(len(rs))
+            )
+        console.print(table)
+    for note in report.notes:
+        console.print(Text(f"note: {note}"))
+    line = f"K = {metrics['K']}, H = {metrics['H']}, d = {metrics['d']}"
+    if "suboptimality" in metrics:
+        line += (
+            f"; suboptimality v* − v^π̂ = {metrics['suboptimality']:.4f} "
+            f"(v* = {metrics['v_star']:.4f})"
+        )
+    console.print(Text(line))
+    typer.echo(
+        f"wrote {out}/ (config.json, metrics.json, metrics.csv, privacy.json, policy.npz, "
+        "plots/values.png)"
+    )
+
+
+def _base_config(algorithm: str, inputs: _Inputs, loaded: _Loaded, **extra: Any) -> dict[str, Any]:
+    if "lam" in extra:
+        extra["lambda"] = extra.pop("lam")
+    return {
+        "command": f"privrl train {algorithm}",
+        "algorithm": algorithm,
+        "data": None if inputs.data_path is None else str(inputs.data_path),
+        "env": inputs.env,
+        "episodes": inputs.episodes,
+        "instance": inputs.instance if inputs.env is not None else None,
+        "features": loaded.features.source,
+        "feature_scale": loaded.features.scale,
+        "horizon": loaded.episodes.H,
+        "seed": inputs.seed,
+        **extra,
+    }
+
+
+def _rngs(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """(sampling, algorithm) generators from one seed."""
+    data_ss, algo_ss = np.random.SeedSequence(seed).spawn(2)
+    return np.random.default_rng(data_ss), np.random.default_rng(algo_ss)
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------------
+
+
+def train_dp_vapvi(
+    rho: float = typer.Option(..., "--rho", help="zCDP budget ρ > 0 of the whole run."),
+    data: Path = _DATA,
+    features: str = _FEATURES,
+    env: str = _ENV,
+    episodes: int = _EPISODES,
+    instance: int = _INSTANCE,
+    out: Path = _out_option("dp-vapvi"),
+    seed: int = _SEED,
+    bonus_scale: float = _BONUS,
+    matrix_noise: str = typer.Option(
+        "strict",
+        "--matrix-noise",
+        help="Gram-matrix noise: strict (ρ-zCDP under replace-one) or paper_exact (Algorithm "
+        "2's s² = 1/(4ρ0); the report then states 7ρ/5).",
+    ),
+    delta: float = typer.Option(1e-5, "--delta", help="δ at which ε is reported."),
+    failure_prob: float = typer.Option(
+        0.05, "--failure-prob", help="Utility failure probability in the PD shift E."
+    ),
+    lam: float = _LAMBDA,
+    additive_bonus: float = typer.Option(
+        0.0, "--additive-bonus", help="Numerator D of the additive D/K bonus (0 = off)."
+    ),
+    split: bool = typer.Option(False, "--split", help="Split the data into halves (D', D)."),
+    horizon: int = _HORIZON,
+) -> None:
+    """DP-VAPVI (Qiao & Wang, Algorithm 2): ρ-zCDP for one trajectory under replace-one.
+
+    The 5H statistics of variance-aware pessimistic value iteration are released with
+    Gaussian noise (ρ/(5H) each); the privacy report lists every release.
+    """
+    from privrl.experiments.rundir import ledger_guard
+    from privrl.offline.vapvi import MATRIX_NOISE_MODES, dp_vapvi, dp_vapvi_planned_report
+
+    if not (math.isfinite(rho) and rho > 0):
+        raise CliError(f"--rho must be finite and > 0, got {rho}")
+    if matrix_noise not in MATRIX_NOISE_MODES:
+        raise CliError(f"--matrix-noise must be strict or paper_exact, got {matrix_noise!r}")
+    if not 0 < delta < 1:
+        raise CliError(f"--delta must be in (0, 1), got {delta}")
+    if not 0 < failure_prob < 1:
+        raise CliError(f"--failure-prob must be in (0, 1), got {failure_prob}")
+    if not (math.isfinite(additive_bonus) and additive_bonus >= 0):
+        raise CliError(f"--additive-bonus must be finite and >= 0, got {additive_bonus}")
+    _check_common(bonus_scale, lam)
+    inputs = _Inputs(data, features, env, episodes, instance, seed, horizon)
+    _check_source(inputs)
+    planned = dp_vapvi_planned_report(rho, matrix_noise, delta)  # type: ignore[arg-type]
+    data_rng, algo_rng = _rngs(seed)
+    with ledger_guard(data, planned, label="privrl train dp-vapvi") as reports:
+        loaded = _load(inputs, data_rng)
+        result = dp_vapvi(
+            loaded.episodes,
+            loaded.features,
+            rho=rho,
+            rng=algo_rng,
+            delta=delta,
+            failure_prob=failure_prob,
+            matrix_noise=matrix_noise,  # type: ignore[arg-type]
+            bonus_scale=bonus_scale,
+            lam=lam,
+            additive_bonus=additive_bonus,
+            split=split,
+        )
+        reports.append(result.report)
+    config = _base_config(
+        "dp-vapvi",
+        inputs,
+        loaded,
+        rho=rho,
+        matrix_noise=matrix_noise,
+        delta=delta,
+        failure_prob=failure_prob,
+        bonus_scale=bonus_scale,
+        lam=lam,
+        additive_bonus=additive_bonus,
+        split=split,
+        E=result.diagnostics["E"],
+    )
+    metrics = _write_run(out, algorithm="dp-vapvi", config=config, loaded=loaded, result=result)
+    _summary(out, metrics, result.report)
+
+
+def train_vapvi(
+    data: Path = _DATA,
+    features: str = _FEATURES,
+    env: str = _ENV,
+    episodes: int = _EPISODES,
+    instance: int = _INSTANCE,
+    out: Path = _out_option("vapvi"),
+    seed: int = _SEED,
+    bonus_scale: float = _BONUS,
+    lam: float = _LAMBDA,
+    additive_bonus: float = typer.Option(
+        0.0, "--additive-bonus", help="Numerator of the additive ·/K bonus (theory: 2H³√d)."
+    ),
+    split: bool = typer.Option(False, "--split", help="Split the data into halves (D', D)."),
+    horizon: int = _HORIZON,
+) -> None:
+    """VAPVI (Yin et al. 2022): DP-VAPVI's code with the noise off. NOT private.
+
+    Refused on a dataset with a budget ledger (a non-private run would void its budget).
+    """
+    from privrl.experiments.rundir import ledger_guard
+    from privrl.offline.vapvi import RELATION, UNIT, vapvi
+    from privrl.privacy.report import PrivacyReport
+
+    if not (math.isfinite(additive_bonus) and additive_bonus >= 0):
+        raise CliError(f"--additive-bonus must be finite and >= 0, got {additive_bonus}")
+    _check_common(bonus_scale, lam)
+    inputs = _Inputs(data, features, env, episodes, instance, seed, horizon)
+    _check_source(inputs)
+    planned = PrivacyReport.non_private(UNIT, RELATION, system="vapvi")
+    data_rng, algo_rng = _rngs(seed)
+    with ledger_guard(data, planned, label="privrl train vapvi"):
+        loaded = _load(inputs, data_rng)
+        result = vapvi(
+            loaded.episodes,
+            loaded.features,
+            bonus_scale=bonus_scale,
+            lam=lam,
+            additive_bonus=additive_bonus,
+            split=split,
+            rng=algo_rng,
+        )
+    config = _base_config(
+        "vapvi",
+        inputs,
+        loaded,
+        bonus_scale=bonus_scale,
+        lam=lam,
+        additive_bonus=additive_bonus,
+        split=split,
+    )
+    metrics = _write_run(out, algorithm="vapvi", config=config, loaded=loaded, result=result)
+    _summary(out, metrics, result.report)
+
+
+def train_pevi(
+    data: Path = _DATA,
+    features: str = _FEATURES,
+    env: str = _ENV,
+    episodes: int = _EPISODES,
+    instance: int = _INSTANCE,
+    out: Path = _out_option("pevi"),
+    seed: int = _SEED,
+    bonus_scale: float = _BONUS,
+    lam: float = _LAMBDA,
+    xi: float = typer.Option(0.05, "--xi", help="Failure probability ξ in β = c·dH√log(2dHK/ξ)."),
+    horizon: int = _HORIZON,
+) -> None:
+    """PEVI (Jin et al. 2021): pessimistic least-squares value iteration. NOT private.
+
+    Refused on a dataset with a budget ledger (a non-private run would void its budget).
+    """
+    from privrl.experiments.rundir import ledger_guard
+    from privrl.offline.pevi import pevi
+    from privrl.offline.vapvi import RELATION, UNIT
+    from privrl.privacy.report import PrivacyReport
+
+    if not 0 < xi < 1:
+        raise CliError(f"--xi must be in (0, 1), got {xi}")
+    _check_common(bonus_scale, lam)
+    inputs = _Inputs(data, features, env, episodes, instance, seed, horizon)
+    _check_source(inputs)
+    planned = PrivacyReport.non_private(UNIT, RELATION, system="pevi")
+    data_rng, _ = _rngs(seed)
+    with ledger_guard(data, planned, label="privrl train pevi"):
+        loaded = _load(inputs, data_rng)
+        result = pevi(loaded.episodes, loaded.features, bonus_scale=bonus_scale, lam=lam, xi=xi)
+    config = _base_config("pevi", inputs, loaded, bonus_scale=bonus_scale, lam=lam, xi=xi)
+    metrics = _write_run(out, algorithm="pevi", config=config, loaded=loaded, result=result)
+    _summary(out, metrics, result.report)

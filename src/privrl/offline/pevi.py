@@ -1,0 +1,93 @@
+"""PEVI — pessimistic value iteration for linear MDPs (Jin, Yang & Wang 2021, Algorithm 2).
+
+Backwards over h = H..1 (``h = H-1..0`` in code), on all K trajectories:
+
+* ``Λ_h = Σ_τ φ(s_h^τ, a_h^τ)φ(s_h^τ, a_h^τ)ᵀ + λI`` (unweighted ridge regression),
+* ``ŵ_h = Λ_h⁻¹ Σ_τ φ(s_h^τ, a_h^τ)·(r_h^τ + V̂_{h+1}(s_{h+1}^τ))``,
+* ``Γ_h(s,a) = β·‖φ(s,a)‖_{Λ_h⁻¹}`` with ``β = c·d·H·√ζ``, ``ζ = log(2dHK/ξ)``,
+* ``Q̂_h = min{φᵀŵ_h − Γ_h, H − h + 1}⁺``, greedy π̂_h, ``V̂_h = max_a Q̂_h``.
+
+``bonus_scale`` is the constant c — the spec's common multiplier C, applied to PEVI's own
+theory coefficient dH√ζ exactly as VAPVI's C multiplies its √d. Not private: the report says
+so. The learned policy, data and feature types are shared with `privrl.offline.vapvi`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from privrl.offline.vapvi import (
+    RELATION,
+    UNIT,
+    FeatureTable,
+    LinearEpisodes,
+    LinearPVIResult,
+    build_policy,
+    cho_solve,
+    cholesky_lower,
+    pessimistic_q,
+    prepare_inputs,
+    public_information,
+)
+from privrl.privacy.report import PrivacyReport
+
+if TYPE_CHECKING:
+    from privrl.data.dataset import TrajectoryDataset
+
+__all__ = ["pevi", "pevi_beta"]
+
+
+def pevi_beta(d: int, H: int, K: int, xi: float, c: float = 1.0) -> float:
+    """Jin et al.'s bonus coefficient ``β = c·d·H·√(log(2dHK/ξ))``."""
+    if not 0 < xi < 1:
+        raise ValueError(f"xi (failure probability) must be in (0, 1), got {xi}")
+    return c * d * H * math.sqrt(math.log(2.0 * d * H * max(K, 1) / xi))
+
+
+def pevi(
+    data: LinearEpisodes | TrajectoryDataset,
+    features: FeatureTable | npt.ArrayLike,
+    *,
+    bonus_scale: float = 1.0,
+    lam: float = 1.0,
+    xi: float = 0.05,
+) -> LinearPVIResult:
+    """PEVI on the episodes ``data`` with feature table ``features`` (not private)."""
+    if bonus_scale < 0 or not math.isfinite(bonus_scale):
+        raise ValueError(f"bonus_scale must be finite and >= 0, got {bonus_scale}")
+    if not lam > 0:
+        raise ValueError(f"lambda must be > 0, got {lam}")
+    data, table = prepare_inputs(data, features)
+    H, K = data.H, data.K
+    S, A, d = table.phi.shape
+    beta = pevi_beta(d, H, K, xi, bonus_scale)
+    eye = np.eye(d)
+    q = np.zeros((H, S, A))
+    v = np.zeros((H + 1, S))
+    bonus = np.zeros((H, S, A))
+    weights = np.zeros((H, d))
+    lambdas = np.zeros((H, d, d))
+    for h in range(H - 1, -1, -1):
+        phi = table.phi[data.states[:, h], data.actions[:, h]]
+        m = data.valid[:, h].astype(np.float64)
+        v_next = np.where(data.absorbing[:, h], 0.0, v[h + 1][data.next_states[:, h]])
+        lam_h = (phi * m[:, None]).T @ phi + lam * eye  # Λ_h
+        w = cho_solve(cholesky_lower(lam_h), phi.T @ (m * (data.rewards[:, h] + v_next)))  # ŵ_h
+        q[h], bonus[h] = pessimistic_q(table.phi, w, lam_h, beta, 0.0, float(H - h))
+        v[h] = q[h].max(axis=1)
+        weights[h], lambdas[h] = w, lam_h
+    report = PrivacyReport.non_private(
+        UNIT,
+        RELATION,
+        system="pevi",
+        public=public_information(table, H),
+        notes=["PEVI (Jin et al. 2021) is a non-private baseline"],
+    )
+    meta = {"bonus_scale": bonus_scale, "lambda": lam, "xi": xi, "beta": beta, "K": K}
+    policy = build_policy(q, weights, lambdas, beta, 0.0, "pevi", table, meta)
+    diagnostics = {"bonus_coef": beta, "additive_per_step": 0.0}
+    return LinearPVIResult(policy, report, q, v, bonus, diagnostics)

@@ -1,0 +1,233 @@
+"""`privrl train dp-vapvi | vapvi | pevi` and `privrl reproduce qiao-wang-fig1a/b`: the run
+directory contract, policy reload, user data with a feature table, ledgers, and bad input
+(exit code 2 with one `error:` line)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from privrl.cli.main import main
+from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
+from privrl.data.io import save_hdf5
+from privrl.envs.linear import LinearMDP, raw_features
+from privrl.offline.vapvi import load_policy
+from privrl.privacy.ledger import BudgetLedger
+
+RUN_FILES = ("config.json", "metrics.json", "metrics.csv", "privacy.json", "policy.npz")
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_bad_input(code: int, err: str, *fragments: str) -> None:
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:") and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def assert_run_dir(out: Path) -> tuple[dict, dict]:
+    for name in RUN_FILES:
+        assert (out / name).is_file(), name
+    assert (out / "plots" / "values.png").is_file()
+    privacy = json.loads((out / "privacy.json").read_text())
+    for key in ("unit", "relation", "epsilon", "delta", "rho", "accountant", "releases"):
+        assert key in privacy, key
+    assert privacy["unit"] == "trajectory" and privacy["relation"] == "replace_one"
+    return json.loads((out / "metrics.json").read_text()), privacy
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A dataset with no built-in recipe in its metadata, its raw feature table (.npy, norms up
+    to √7), a dataset with continuous observations, and an env-sampled dataset."""
+    root = tmp_path_factory.mktemp("linear_data")
+    mdp = LinearMDP.qiao_wang(0)
+    ds = mdp.sample(60, rng=4)
+    plain = ds.with_metadata(ds.metadata.replace(extra={}, env_id=None))
+    files = {
+        "plain": save_hdf5(plain, root / "plain.h5"),
+        "env": save_hdf5(ds, root / "env.h5"),
+        "ledgered": save_hdf5(ds, root / "ledgered.h5"),
+    }
+    np.save(root / "phi.npy", raw_features())
+    np.save(root / "phi_bad_a.npy", raw_features()[:, :50])
+    np.save(root / "phi_bad_d.npy", raw_features()[..., :7])
+    files.update(
+        phi=root / "phi.npy", phi_bad_a=root / "phi_bad_a.npy", phi_bad_d=root / "phi_bad_d.npy"
+    )
+    n = 3
+    cont = TrajectoryDataset(
+        observations=np.linspace(0, 1, 2 * (n + 1)).reshape(-1, 1),
+        actions=np.zeros(2 * n, dtype=np.int64),
+        rewards=np.zeros(2 * n),
+        terminated=np.zeros(2 * n, bool),
+        truncated=np.array([0, 0, 1, 0, 0, 1], bool),
+        episode_offsets=np.array([0, n, 2 * n]),
+        metadata=DatasetMetadata(
+            observation_space=gym.spaces.Box(0, 1, (1,)), action_space=gym.spaces.Discrete(100)
+        ),
+    )
+    files["continuous"] = save_hdf5(cont, root / "continuous.h5")
+    return files
+
+
+def test_env_path_writes_the_run_directory_and_a_reloadable_policy(tmp_path, capsys) -> None:
+    out = tmp_path / "dp"
+    argv = ["train", "dp-vapvi", "--env", "linear-mdp", "--episodes", "40", "--rho", "1"]
+    code, stdout, err = run([*argv, "--out", str(out), "--seed", "1"], capsys)
+    assert code == 0, err
+    metrics, privacy = assert_run_dir(out)
+    assert privacy["rho"] == pytest.approx(1.0) and math.isfinite(privacy["epsilon"])
+    assert len(privacy["releases"]) == 5 * 20
+    assert any("matrix noise: strict" in n for n in privacy["notes"])
+    config = json.loads((out / "config.json").read_text())
+    assert config["matrix_noise"] == "strict" and config["seed"] == 1
+    # Exact suboptimality, and the saved policy reproduces it.
+    mdp = LinearMDP.qiao_wang(0)
+    policy = load_policy(out / "policy.npz")
+    assert metrics["suboptimality"] == pytest.approx(float(mdp.suboptimality(policy.actions)))
+    assert 0 <= metrics["suboptimality"] <= metrics["v_star"]
+    assert "suboptimality" in stdout
+    # Same seed, same run.
+    out2 = tmp_path / "dp2"
+    assert run([*argv, "--out", str(out2), "--seed", "1"], capsys)[0] == 0
+    again = json.loads((out2 / "metrics.json").read_text())
+    assert again["suboptimality"] == metrics["suboptimality"]
+
+
+def test_paper_exact_is_stated_in_the_report(tmp_path, capsys) -> None:
+    out = tmp_path / "pe"
+    argv = ["train", "dp-vapvi", "--env", "linear-mdp", "--episodes", "10", "--rho", "2"]
+    code, _, err = run([*argv, "--matrix-noise", "paper_exact", "--out", str(out)], capsys)
+    assert code == 0, err
+    _, privacy = assert_run_dir(out)
+    assert privacy["rho"] == pytest.approx(2.8)
+    assert any("paper_exact" in n for n in privacy["notes"])
+
+
+@pytest.mark.parametrize("algo", ["vapvi", "pevi"])
+def test_non_private_baselines(algo: str, tmp_path, capsys) -> None:
+    out = tmp_path / algo
+    argv = ["train", algo, "--env", "linear-mdp", "--episodes", "30", "--instance", "1"]
+    code, _, err = run([*argv, "--out", str(out), "--bonus-scale", "0.1"], capsys)
+    assert code == 0, err
+    metrics, privacy = assert_run_dir(out)
+    assert privacy["epsilon"] == "inf" and privacy["rho"] is None and not privacy["private"]
+    assert "suboptimality" in metrics
+    assert load_policy(out / "policy.npz").algorithm == algo
+
+
+def test_user_data_with_feature_table_and_module_function(user_files, tmp_path, capsys) -> None:
+    out = tmp_path / "user"
+    argv = ["train", "dp-vapvi", "--data", str(user_files["plain"]), "--rho", "5"]
+    code, _, err = run([*argv, "--features", str(user_files["phi"]), "--out", str(out)], capsys)
+    assert code == 0, err
+    metrics, _ = assert_run_dir(out)
+    assert "suboptimality" not in metrics  # no model known for a user's data
+    config = json.loads((out / "config.json").read_text())
+    assert config["feature_scale"] == pytest.approx(math.sqrt(7))  # rescaled to ‖φ‖ ≤ 1
+    out2 = tmp_path / "user_fn"
+    spec = "privrl.envs.linear:raw_features"
+    argv = ["train", "vapvi", "--data", str(user_files["plain"]), "--features", spec]
+    code, _, err = run([*argv, "--out", str(out2)], capsys)
+    assert code == 0, err
+    assert json.loads((out2 / "config.json").read_text())["features"] == spec
+
+
+def test_env_sampled_dataset_recovers_its_features(user_files, tmp_path, capsys) -> None:
+    out = tmp_path / "env_file"
+    code, _, err = run(
+        ["train", "pevi", "--data", str(user_files["env"]), "--out", str(out)], capsys
+    )
+    assert code == 0, err
+    metrics, _ = assert_run_dir(out)
+    assert "suboptimality" in metrics  # the recipe in the metadata gives the true model
+
+
+def test_ledger_is_checked_and_recorded(user_files, tmp_path, capsys) -> None:
+    data = user_files["ledgered"]
+    ledger = BudgetLedger.init(
+        data, epsilon=12.0, delta=1e-5, unit="trajectory", relation="replace_one", overwrite=True
+    )
+    argv = ["train", "dp-vapvi", "--data", str(data), "--rho", "1", "--out", str(tmp_path / "a")]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    ledger.reload()
+    assert len(ledger.entries) == 1 and 6.5 < ledger.spent() < 7.5
+    # A second run would overspend: refused before the data are read, nothing recorded.
+    argv[argv.index("--rho") + 1] = "2"
+    code, _, err = run(argv, capsys)
+    assert_bad_input(code, err, "ε")
+    # A non-private run would void the budget.
+    code, _, err = run(
+        ["train", "vapvi", "--data", str(data), "--out", str(tmp_path / "b")], capsys
+    )
+    assert_bad_input(code, err, "not differentially private")
+    ledger.reload()
+    assert len(ledger.entries) == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragments"),
+    [
+        (["--rho", "0", "--env", "linear-mdp", "--episodes", "5"], ["--rho"]),
+        (["--rho", "-1", "--env", "linear-mdp", "--episodes", "5"], ["--rho", "> 0"]),
+        (["--rho", "1", "--data", "{plain}", "--features", "{phi_bad_a}"], ["mismatch", "A = 50"]),
+        (["--rho", "1", "--data", "{env}", "--features", "{phi_bad_d}"], ["dimension mismatch"]),
+        (["--rho", "1", "--data", "{continuous}", "--features", "{phi}"], ["non-integer states"]),
+        (["--rho", "1", "--data", "{plain}"], ["--features"]),
+        (["--rho", "1", "--data", "missing.h5", "--features", "{phi}"], ["not found"]),
+        (["--rho", "1", "--data", "{plain}", "--features", "nope.npy"], ["not found"]),
+        (["--rho", "1", "--data", "{plain}", "--env", "linear-mdp"], ["exactly one"]),
+        (["--rho", "1", "--env", "linear-mdp"], ["--episodes"]),
+        (["--rho", "1", "--env", "cartpole", "--episodes", "5"], ["unknown --env"]),
+        (["--rho", "1", "--env", "linear-mdp", "-K", "5", "--matrix-noise", "x"], ["strict"]),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_2_with_one_error_line(
+    extra: list[str], fragments: list[str], user_files, tmp_path, capsys
+) -> None:
+    argv = [a.format(**{k: str(v) for k, v in user_files.items()}) for a in extra]
+    code, _, err = run(["train", "dp-vapvi", *argv, "--out", str(tmp_path / "x")], capsys)
+    assert_bad_input(code, err, *fragments)
+    assert not (tmp_path / "x" / "policy.npz").exists()
+
+
+@pytest.mark.parametrize("target", ["qiao-wang-fig1a", "qiao-wang-fig1b"])
+def test_reproduce_quick_smoke(target: str, tmp_path, capsys) -> None:
+    out = tmp_path / target
+    code, _, err = run(["reproduce", target, "--quick", "--seeds", "1", "--out", str(out)], capsys)
+    assert code == 0, err
+    report = (out / "report.md").read_text()
+    assert "Verdict" in report and "quick mode" in report
+    for name in ("config.json", "metrics.json", "metrics.csv", "privacy.json"):
+        assert (out / name).is_file()
+    assert list((out / "plots").glob("*.png"))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["claims"] and metrics["cells"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["qiao-wang-fig1a", "qiao-wang-fig1b"])
+def test_full_reproduction(target: str, tmp_path, capsys) -> None:
+    """The full reproductions (minutes): every claim is evaluated and reported."""
+    out = tmp_path / target
+    code, _, err = run(["reproduce", target, "--out", str(out)], capsys)
+    assert code == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    n_scales, n_instances = 3, 2
+    assert len(metrics["claims"]) == n_scales * n_instances
+    assert all(cell["n"] == 30 for cell in metrics["cells"])
+    assert len(list((out / "plots").glob("*.png"))) >= n_scales
