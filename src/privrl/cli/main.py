@@ -20,6 +20,8 @@ from privrl.cli.data import data_app
 from privrl.cli.demo import demo
 from privrl.cli.errors import CliError, known_errors
 from privrl.cli.ledger import ledger_app
+from privrl.cli.online import online_app
+from privrl.cli.ope import ope_app
 from privrl.cli.reproduce import reproduce
 from privrl.cli.train import train_app
 
@@ -61,6 +63,8 @@ app.command()(demo)
 app.add_typer(data_app, name="data")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(train_app, name="train")
+app.add_typer(ope_app, name="ope")
+app.add_typer(online_app, name="online")
 app.command()(reproduce)
 
 

@@ -1,5 +1,5 @@
-"""Environments: finite-horizon tabular MDPs and the linear MDP of Qiao & Wang (more domains
-arrive with their systems)."""
+"""Environments: finite-horizon tabular MDPs, the linear MDP of Qiao & Wang, the chain,
+Mountain Car, HIV treatment and RiverSwim."""
 
 from privrl.envs.tabular import (
     TabularMDP,
@@ -10,10 +10,11 @@ from privrl.envs.tabular import (
 
 def register_envs() -> None:
     """Register privrl's Gymnasium ids (idempotent)."""
-    from privrl.envs import linear, tabular
+    from privrl.envs import chain, hiv, linear, mountain_car, tabular  # chain registers on import
 
-    tabular.register_envs()
-    linear.register_envs()
+    del chain
+    for module in (tabular, linear, mountain_car, hiv):
+        module.register_envs()
 
 
 __all__ = ["TabularMDP", "TabularMDPEnv", "behaviour_policy_full_support", "register_envs"]

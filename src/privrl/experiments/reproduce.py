@@ -45,5 +45,47 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "our study: APVI vs DP-APVI (Gaussian/Laplace, Bernstein/Hoeffding) vs n, random MDPs",
             "privrl.experiments.dp_apvi_tabular:run",
         ),
+        Reproduction(
+            "gpope-fig1a",
+            "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
+            "Figure 1(a): chain, MSPBE vs m for GPOPE, DP-LSW, DP-LSL",
+            "privrl.experiments.gpope:fig1a",
+        ),
+        Reproduction(
+            "gpope-fig1b",
+            "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
+            "Figure 1(b): chain, MSPBE vs step size at fixed m",
+            "privrl.experiments.gpope:fig1b",
+        ),
+        Reproduction(
+            "gpope-fig2a",
+            "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
+            "Figure 2(a): Mountain Car on-policy, GPOPE vs DP-LSW vs LSTD",
+            "privrl.experiments.gpope:fig2a",
+        ),
+        Reproduction(
+            "gpope-fig3b",
+            "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
+            "Figure 3(b): Mountain Car off-policy, GPOPE at several ε vs LSTD(0)",
+            "privrl.experiments.gpope:fig3b",
+        ),
+        Reproduction(
+            "gpope-fig4",
+            "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
+            "Figure 4: HIV treatment, relative MSPBE",
+            "privrl.experiments.gpope:fig4",
+        ),
+        Reproduction(
+            "gpope-accounting",
+            "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
+            "ours: GPOPE with the paper's Lemma 1 vs rigorous accounting",
+            "privrl.experiments.gpope:accounting",
+        ),
+        Reproduction(
+            "sdp-pe-fig4",
+            "Secure RL via Shuffle Privacy Model",
+            "Figure 4: RiverSwim regret of SDP-PE, PE, UCB-VI, DP-UCBVI (JDP, LDP)",
+            "privrl.experiments.sdp_pe:fig4",
+        ),
     )
 }

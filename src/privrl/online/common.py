@@ -1,0 +1,205 @@
+"""Shared pieces of the online systems: environments, counts of a batch of episodes, the
+deduplicated policy set, exact regret, and the result object.
+
+Regret (paper eq. 1) is measured exactly on the true MDP: episode k with start state s_1^k and
+deterministic policy π^k costs V*_1(s_1^k) − V^{π^k}_1(s_1^k), both from backward induction
+(a mixture is sampled once per episode, so π^k is always deterministic).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from privrl.envs.riverswim import riverswim
+from privrl.envs.tabular import TabularMDP, counts
+from privrl.privacy.report import PrivacyReport
+
+__all__ = [
+    "ENVS",
+    "Counts",
+    "OnlineResult",
+    "Progress",
+    "checkpoints",
+    "make_env",
+    "policy_set",
+    "policy_start_gaps",
+    "reachable_states",
+    "rollout_counts",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Progress = Callable[[int], None]  # called with the number of episodes just completed
+
+ENVS = ("riverswim", "random-tabular")
+
+
+def make_env(
+    name: str,
+    *,
+    states: int | None = None,
+    actions: int | None = None,
+    horizon: int | None = None,
+    seed: int = 0,
+) -> TabularMDP:
+    """An online environment with Bernoulli rewards (binary, as the shuffle summation needs).
+
+    ``riverswim``: S = 4, H = 5 by default (A = 2). ``random-tabular``: Dirichlet(1)
+    transitions, U[0, 1] reward means, uniform start; S = 3, A = 2, H = 4 by default (small, so
+    that the full policy set A^{HS} of SDP-PE stays enumerable); ``seed`` picks the instance.
+    """
+    if name == "riverswim":
+        if actions not in (None, 2):
+            raise ValueError("riverswim has exactly 2 actions")
+        return riverswim(4 if states is None else states, 5 if horizon is None else horizon)
+    if name == "random-tabular":
+        return TabularMDP.random(
+            3 if states is None else states,
+            2 if actions is None else actions,
+            4 if horizon is None else horizon,
+            seed=seed,
+            reward_kind="bernoulli",
+        )
+    raise ValueError(f"unknown environment {name!r}; expected one of: {', '.join(ENVS)}")
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Statistics of a set of episodes: visits n_h(s,a) [..., H, S, A], transitions
+    n_h(s,a,s') [..., H, S, A, S] and reward sums Σ r_h(s,a) [..., H, S, A] (binary rewards).
+    Leading axes, if any, index independent runs."""
+
+    n_sa: FloatArray
+    n_sas: FloatArray
+    r_sum: FloatArray
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(self.n_sa + other.n_sa, self.n_sas + other.n_sas, self.r_sum + other.r_sum)
+
+    @classmethod
+    def zeros(cls, H: int, S: int, A: int, lead: tuple[int, ...] = ()) -> Counts:
+        return cls(
+            np.zeros((*lead, H, S, A)), np.zeros((*lead, H, S, A, S)), np.zeros((*lead, H, S, A))
+        )
+
+    def layer(self, h: int) -> Counts:
+        """Only step h (other steps zero): what a crude-exploration batch releases."""
+        out = Counts(np.zeros_like(self.n_sa), np.zeros_like(self.n_sas), np.zeros_like(self.r_sum))
+        out.n_sa[..., h, :, :] = self.n_sa[..., h, :, :]
+        out.n_sas[..., h, :, :, :] = self.n_sas[..., h, :, :, :]
+        out.r_sum[..., h, :, :] = self.r_sum[..., h, :, :]
+        return out
+
+
+@dataclass
+class OnlineResult:
+    """One online run: per-episode exact regret, the privacy report, and a log of the run."""
+
+    algorithm: str
+    regret: FloatArray  # [K] per-episode regret V*_1(s_1^k) − V^{π^k}_1(s_1^k)
+    report: PrivacyReport
+    log: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def episodes(self) -> int:
+        return int(self.regret.shape[0])
+
+    @property
+    def cumulative_regret(self) -> FloatArray:
+        return np.cumsum(self.regret)
+
+    @property
+    def total_regret(self) -> float:
+        return float(math.fsum(self.regret))
+
+
+def checkpoints(episodes: int, points: int = 1000) -> IntArray:
+    """Episode counts k (1-based, increasing, the last = ``episodes``) at which a regret curve
+    is recorded: ``points`` evenly spaced values."""
+    grid = np.unique(np.linspace(1, episodes, min(points, episodes)).round().astype(np.int64))
+    return grid
+
+
+# --------------------------------------------------------------------------------------------
+# rollouts
+# --------------------------------------------------------------------------------------------
+
+_ROLLOUT_CHUNK = 1 << 16  # episodes per vectorised block (bounded memory)
+
+
+def rollout_counts(
+    mdp: TabularMDP,
+    policies: IntArray,
+    index: IntArray,
+    rng: np.random.Generator,
+) -> tuple[Counts, IntArray]:
+    """Run episode i with the deterministic policy ``policies[index[i]]`` for every i, all
+    episodes of a block at once (`TabularMDP.sample_arrays` with per-episode policies).
+
+    Returns the batch's counts and the start state of every episode (for the regret).
+    """
+    H, S, A = mdp.H, mdp.S, mdp.A
+    total = Counts.zeros(H, S, A)
+    starts = np.empty(index.shape[0], dtype=np.int64)
+    for c0 in range(0, index.shape[0], _ROLLOUT_CHUNK):
+        idx = index[c0 : c0 + _ROLLOUT_CHUNK]
+        ep = mdp.sample_arrays(policies[idx], idx.shape[0], rng=rng, record_probs=False)
+        n_sa, n_sas = counts(ep.states, ep.actions, S=S, A=A)
+        h = np.broadcast_to(np.arange(H), ep.actions.shape)
+        flat = ((h * S + ep.states[:, :-1]) * A + ep.actions).ravel()
+        r_sum = np.bincount(flat, weights=ep.rewards.ravel(), minlength=H * S * A)
+        total = total + Counts(
+            n_sa.astype(np.float64), n_sas.astype(np.float64), r_sum.reshape(H, S, A)
+        )
+        starts[c0 : c0 + idx.shape[0]] = ep.states[:, 0]
+    return total, starts
+
+
+# --------------------------------------------------------------------------------------------
+# policy set
+# --------------------------------------------------------------------------------------------
+
+
+def reachable_states(mdp: TabularMDP) -> npt.NDArray[np.bool_]:
+    """[H, S] mask of (h, s) reachable from the support of d1 under some policy (the support of
+    P is public structure: e.g. RiverSwim moves at most one state per step)."""
+    H, S = mdp.H, mdp.S
+    reach = np.zeros((H, S), dtype=bool)
+    reach[0] = mdp.d1 > 0
+    for h in range(H - 1):
+        nxt = (mdp.P[h][reach[h]] > 0).any(axis=(0, 1))  # any action from any reachable state
+        reach[h + 1] = nxt
+    return reach
+
+
+def policy_set(mdp: TabularMDP, *, max_policies: int = 1 << 18) -> IntArray:
+    """φ¹: all deterministic policies ``[N, H, S]``, deduplicated on unreachable (h, s) (action
+    0 there): N = A^{#reachable (h,s)} (RiverSwim S = 4, H = 5: 2^14)."""
+    reach = reachable_states(mdp)
+    cells = np.flatnonzero(reach.ravel())
+    A = mdp.A
+    n = A ** int(cells.size)
+    if n > max_policies:
+        raise ValueError(
+            f"the policy set has A^(reachable h,s) = {A}^{cells.size} = {n} policies, more than "
+            f"max_policies = {max_policies}; use a smaller environment (S, A, H)"
+        )
+    idx = np.arange(n, dtype=np.int64)
+    digits = (idx[:, None] // A ** np.arange(cells.size, dtype=np.int64)) % A
+    out = np.zeros((n, mdp.H * mdp.S), dtype=np.int64)
+    out[:, cells] = digits
+    return out.reshape(n, mdp.H, mdp.S)
+
+
+def policy_start_gaps(mdp: TabularMDP, policies: IntArray) -> FloatArray:
+    """[N, S]: V*_1(s) − V^π_1(s) for every policy and start state (exact)."""
+    _, V_star, _ = mdp.backward_induction()
+    V = mdp.evaluate(policies, return_q=False).V[..., 0, :]
+    return np.maximum(V_star[0] - V, 0.0)

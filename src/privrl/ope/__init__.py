@@ -1,0 +1,41 @@
+"""Off-policy evaluation with differential privacy for one whole trajectory.
+
+- `gpope`: GPOPE (Xie, Thomas & Miklau 2019, Algorithm 1) — saddle-point GTD2 with
+  per-trajectory clipped, Gaussian-noised gradients; `tune_on_public` picks h and the step on
+  public data.
+- `accounting`: noise calibration, `rigorous` (default, dp-accounting RDP) and `paper`
+  (Lemma 1, for comparison only).
+- `stats`: per-trajectory statistics Â_i, b̂_i, Ĉ_i (2.2), computed once per dataset.
+- `mspbe`: MSPBE and the model (A, b, C) it is measured with.
+- `lstd`: non-private LSTD(0) references (on- and off-policy).
+- `baselines`: DP-LSW / DP-LSL output perturbation (Balle, Gomrokchi & Precup 2016).
+- `domains`: Mountain Car and HIV evaluation domains (the chain is `privrl.envs.chain`).
+
+
+The functions named like their modules (`gpope.gpope`, `lstd.lstd`, `mspbe.mspbe`) are not
+re-exported here, so that `privrl.ope.gpope` etc. always name the modules.
+"""
+
+from privrl.ope.accounting import calibrate_sigma, gpope_epsilon, paper_epsilon
+from privrl.ope.baselines import dp_lsl, dp_lsw, first_visit_returns
+from privrl.ope.gpope import GpopeResult, PublicTuning, StepSize, tune_on_public
+from privrl.ope.mspbe import LinearSystem, model_system
+from privrl.ope.stats import TrajectoryStats, mean_system, trajectory_stats
+
+__all__ = [
+    "GpopeResult",
+    "LinearSystem",
+    "PublicTuning",
+    "StepSize",
+    "TrajectoryStats",
+    "calibrate_sigma",
+    "dp_lsl",
+    "dp_lsw",
+    "first_visit_returns",
+    "gpope_epsilon",
+    "mean_system",
+    "model_system",
+    "paper_epsilon",
+    "trajectory_stats",
+    "tune_on_public",
+]

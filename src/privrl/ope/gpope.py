@@ -1,0 +1,704 @@
+"""GPOPE: gradient-perturbed off-policy evaluation (Xie, Thomas & Miklau 2019, Algorithm 1).
+
+Saddle-point GTD2 (Liu et al. 2015) on per-trajectory statistics (2.2), privatised per step:
+
+    for i = 1..N:
+        j ~ Uniform(1..m)                              # one trajectory per iteration (line 2)
+        B = B_j(θ_i, w_i) = [−Â_jᵀ w ; Â_j θ + Ĉ_j w − b̂_j]                 (4.1, lines 3-4)
+        B̄ = B / max(1, ‖B‖₂/h)                         # clip (line 5)
+        B̃ = B̄ + h·N(0, σ² I_{2n})                      # noise, drawn by privrl.privacy (line 6)
+        [θ; w] ← [θ; w] − β_i B̃                        # (line 7)
+    return θ_{N+1}                                     # last iterate; θ₁ = w₁ = 0
+
+Without clipping and noise the update is exactly GTD2 (2.3): θ ← θ + βÂᵀw,
+w ← w + β(b̂ − Âθ − Ĉw). Step sizes: constant β = η/N^k (Theorem 2) or diminishing
+β_i = η/(λ_min(Q)·i) (Theorem 3), λ_min(Q) estimated on public data.
+
+Privacy. The release record describes exactly what is released: N noisy clipped gradients,
+each from one trajectory sampled uniformly (1 of m, without replacement within the step),
+Gaussian noise of std hσ on a statistic of replace-one sensitivity 2h (noise multiplier σ/2);
+see `privrl.ope.accounting`. Every noise draw goes through
+`privrl.privacy.gaussian_mechanism`. The trajectory index is drawn from its own seeded stream.
+The iterates θ_i are post-processing of the released noisy gradients, so the recorded
+θ-history (for MSPBE curves) is covered by the same guarantee; the final θ is the output.
+
+Tuning. h and the step size must not be chosen on the private data (that would leak
+information the accounting does not cover): `tune_on_public` chooses them on an independent
+public sample from the same simulator and returns a report line saying so. The fraction of
+clipped steps is computed on that public run only; the private run never reports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from privrl.ope.accounting import (
+    PAPER_MODE_WARNING,
+    RELATION,
+    SENSITIVITY_FACTOR,
+    AccountingMode,
+    calibrate_sigma,
+    gpope_event,
+    paper_epsilon,
+)
+from privrl.ope.mspbe import LinearSystem
+from privrl.ope.stats import TrajectoryStats
+from privrl.privacy.accounting import describe_backend
+from privrl.privacy.accounting import epsilon as accounting_epsilon
+from privrl.privacy.mechanisms import gaussian_mechanism
+from privrl.privacy.release import Release
+from privrl.privacy.report import PrivacyReport
+from privrl.privacy.units import PrivacyUnit
+
+__all__ = [
+    "GpopeResult",
+    "PublicTuning",
+    "StepSize",
+    "gpope",
+    "gpope_release",
+    "gpope_replicas",
+    "gtd2_saddle_point",
+    "record_points",
+    "tune_on_public",
+]
+
+UNIT = PrivacyUnit.TRAJECTORY
+SeedLike = int | np.random.Generator | np.random.SeedSequence | None
+
+
+# ------------------------------------------------------------------------ step sizes
+
+
+@dataclass(frozen=True)
+class StepSize:
+    """β_i: ``constant`` β = η/N^k (k ∈ [0, 1)), or ``diminishing`` β_i = η/(λ_min(Q)·i).
+
+    k = 0 makes η the step itself. For ``diminishing``, λ_min(Q) must come from public data
+    (or the known model), and the paper's Theorem 3 asks η > 1.
+    """
+
+    schedule: Literal["constant", "diminishing"] = "constant"
+    eta: float = 1.0
+    k: float = 0.0
+    lambda_min: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.eta) and self.eta > 0):
+            raise ValueError(f"step size η must be finite and > 0, got {self.eta}")
+        if self.schedule == "constant":
+            if not 0.0 <= self.k < 1.0:
+                raise ValueError(f"k must be in [0, 1) for β = η/N^k, got {self.k}")
+        elif self.schedule == "diminishing":
+            lm = self.lambda_min
+            if lm is None or not (math.isfinite(lm) and lm > 0):
+                raise ValueError(
+                    "a diminishing step β_i = η/(λ_min(Q)·i) needs λ_min(Q) > 0 estimated on "
+                    f"public data, got {lm}"
+                )
+        else:
+            raise ValueError(f"schedule must be 'constant' or 'diminishing', got {self.schedule!r}")
+
+    def betas(self, iterations: int) -> np.ndarray:
+        if self.schedule == "constant":
+            return np.full(iterations, self.eta / float(iterations) ** self.k)
+        assert self.lambda_min is not None
+        return self.eta / (self.lambda_min * np.arange(1, iterations + 1, dtype=np.float64))
+
+    def scaled(self, factor: float) -> StepSize:
+        return StepSize(self.schedule, self.eta * factor, self.k, self.lambda_min)
+
+    def describe(self) -> str:
+        if self.schedule == "constant":
+            if self.k == 0:
+                return f"constant β = {self.eta:.4g}"
+            return f"constant β = η/N^k, η = {self.eta:.4g}, k = {self.k:g}"
+        return (
+            f"diminishing β_i = η/(λ_min(Q)·i), η = {self.eta:.4g}, λ_min = {self.lambda_min:.4g}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schedule": self.schedule,
+            "eta": self.eta,
+            "k": self.k,
+            "lambda_min": self.lambda_min,
+        }
+
+
+# ------------------------------------------------------------------------ the iteration
+
+
+def record_points(iterations: int, n_points: int = 60) -> np.ndarray:
+    """Iteration counts (1..N, log-spaced, N included) at which θ is recorded."""
+    if n_points <= 0:
+        return np.zeros(0, dtype=np.int64)
+    pts = np.unique(np.geomspace(1, iterations, n_points).round().astype(np.int64))
+    return pts
+
+
+def _spawn(seed: SeedLike) -> tuple[np.random.Generator, np.random.Generator]:
+    """Independent (sampling, noise) generators from one seed. An int or SeedSequence always
+    gives the same pair (the SeedSequence is not advanced); a Generator is advanced."""
+    if isinstance(seed, np.random.Generator):
+        a, b = seed.spawn(2)
+        return a, b
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    a, b = (
+        np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, i), pool_size=ss.pool_size)
+        for i in (0, 1)
+    )
+    return np.random.default_rng(a), np.random.default_rng(b)
+
+
+@dataclass
+class _Trace:
+    x: np.ndarray  # [R, 2n] final (θ, w)
+    history: np.ndarray  # [K, R, n] θ at the record points
+    clipped: np.ndarray  # [R] number of clipped steps (diagnostic; private unless public data)
+    norms: np.ndarray | None  # [N, R] ‖B_i‖ if requested
+
+
+def gtd2_saddle_point(
+    A: np.ndarray,
+    b: np.ndarray,
+    C: np.ndarray,
+    index: np.ndarray,
+    betas: np.ndarray,
+    *,
+    clip: float,
+    noise_std: float,
+    rng: np.random.Generator | None,
+    record: np.ndarray | None = None,
+    keep_norms: bool = False,
+    name: str = "GTD2 gradient",
+) -> _Trace:
+    """Algorithm 1's loop for R lock-step replicas (internal; use `gpope` / `gpope_replicas`).
+
+    A, C [M, n, n], b [M, n]: per-trajectory statistics of all replicas' datasets stacked;
+    index [N, R]: row of (A, b, C) used by replica r at iteration i; betas [N] (or [N, R], a
+    step-size sequence per replica). clip = ∞ and
+    noise_std = 0 give plain (non-private) GTD2. Noise: `gaussian_mechanism` on the clipped
+    [R, 2n] gradients with sensitivity 2h and std `noise_std` (the per-step records are
+    discarded: the caller builds the run's record, which includes the subsampling).
+    """
+    N, R = index.shape
+    n = A.shape[1]
+    betas = np.asarray(betas, dtype=np.float64)
+    if betas.shape not in ((N,), (N, R)):
+        raise ValueError(f"betas must have shape ({N},) or ({N}, {R}), got {betas.shape}")
+    betas = betas[:, None] if betas.ndim == 1 else betas
+    private = noise_std > 0
+    if private and not math.isfinite(clip):
+        raise ValueError("noise without a finite clip bound has unbounded sensitivity")
+    if private and rng is None:
+        raise ValueError("a private run needs a noise generator")
+    rec = np.zeros(0, dtype=np.int64) if record is None else np.asarray(record, dtype=np.int64)
+    history = np.full((rec.size, R, n), np.nan)
+    norms = np.zeros((N, R)) if keep_norms else None
+    x = np.zeros((R, 2 * n))
+    clipped = np.zeros(R, dtype=np.int64)
+    k = 0
+    finite_clip = math.isfinite(clip)
+    sensitivity = SENSITIVITY_FACTOR * clip
+    single = R == 1
+    idx1 = index[:, 0] if single else None
+    beta1 = betas[:, 0] if single else None
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(N):
+            if single:  # fast path: views, 2-D products (most of the cost is Python overhead)
+                assert idx1 is not None and beta1 is not None
+                j1 = int(idx1[i])
+                A1 = A[j1]
+                th, w1 = x[0, :n], x[0, n:]
+                g = np.concatenate((-(w1 @ A1), A1 @ th + C[j1] @ w1 - b[j1]))[None, :]
+                norm = np.sqrt(g @ g[0])  # shape [1]
+            else:
+                j = index[i]
+                Aj = A[j]
+                theta = x[:, :n, None]
+                w = x[:, n:, None]
+                g = np.empty((R, 2 * n))
+                g[:, :n] = -(Aj.transpose(0, 2, 1) @ w)[..., 0]  # −Âᵀw
+                g[:, n:] = (Aj @ theta + C[j] @ w)[..., 0] - b[j]  # Âθ + Ĉw − b̂
+                norm = np.sqrt(np.einsum("ri,ri->r", g, g))
+            if norms is not None:
+                norms[i] = norm
+            if finite_clip:
+                over = norm > clip
+                if over.any():
+                    clipped += over
+                    g = g * np.where(over, clip / np.where(over, norm, 1.0), 1.0)[:, None]
+            if private:
+                g, _ = gaussian_mechanism(
+                    g, sensitivity=sensitivity, sigma=noise_std, rng=rng, name=name
+                )
+            if single:
+                x -= beta1[i] * g  # type: ignore[index]
+            else:
+                x -= betas[i][:, None] * g
+            while k < rec.size and rec[k] == i + 1:
+                history[k] = x[:, :n]
+                k += 1
+            if not finite_clip and not np.isfinite(norm).all():
+                x[~np.isfinite(x).all(axis=1)] = np.nan  # diverged (non-private run)
+                if np.isnan(x).all():
+                    break
+    if k < rec.size:
+        history[k:] = x[None, :, :n]
+    return _Trace(x=x, history=history, clipped=clipped, norms=norms)
+
+
+# ------------------------------------------------------------------------ privacy record
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_sigma(
+    eps: float, delta: float, m: int, n_iter: int, mode: str, orders: tuple | None = None
+) -> float:
+    return calibrate_sigma(eps, delta, m, n_iter, mode, orders=orders)  # type: ignore[arg-type]
+
+
+def gpope_release(
+    *, sigma: float, clip: float, m: int, iterations: int, dim: int, extra: dict[str, Any]
+) -> Release:
+    """The record of a GPOPE run: N noisy clipped gradients, 1 of m sampled per step,
+    replace-one sensitivity 2h, noise std hσ (noise multiplier σ/2)."""
+    return Release(
+        name="GPOPE primal-dual gradients B̃_i = clip_h(B_j(θ_i, w_i)) + h·N(0, σ²I), "
+        "one trajectory per iteration",
+        mechanism="gaussian",
+        sensitivity=SENSITIVITY_FACTOR * clip,
+        norm="l2",
+        noise={"sigma": clip * sigma, "noise_multiplier": sigma / SENSITIVITY_FACTOR},
+        count=int(iterations),
+        size=int(dim),
+        event=gpope_event(sigma, m, iterations),
+        extra={
+            "sampling": "without_replacement",
+            "dataset_size": int(m),
+            "sample_size": 1,
+            "clip_bound_h": float(clip),
+            "sigma_over_h": float(sigma),
+            "sensitivity_derivation": "replace-one: ‖B̄(x) − B̄(x')‖₂ ≤ 2h",
+            **extra,
+        },
+    )
+
+
+@dataclass
+class GpopeResult:
+    """A GPOPE run: final θ (the output), iterate history, noise and the privacy report."""
+
+    theta: np.ndarray
+    w: np.ndarray
+    sigma: float  # noise std / h (the paper's σ); 0 for a non-private run
+    clip: float
+    iterations: int
+    m: int
+    step: StepSize
+    report: PrivacyReport
+    record_at: np.ndarray
+    theta_history: np.ndarray  # [K, n] θ after record_at[k] iterations
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def noise_std(self) -> float:
+        return self.clip * self.sigma
+
+
+def _resolve_sigma(
+    epsilon: float | None,
+    sigma: float | None,
+    delta: float,
+    m: int,
+    iterations: int,
+    accounting: AccountingMode,
+    orders: tuple[float, ...] | None = None,
+) -> tuple[float, str | None]:
+    if (epsilon is None) == (sigma is None):
+        raise ValueError("give exactly one of epsilon (σ is calibrated) or sigma (explicit noise)")
+    if accounting not in ("rigorous", "paper"):
+        raise ValueError(f"accounting must be 'rigorous' or 'paper', got {accounting!r}")
+    if epsilon is not None:
+        if not (math.isfinite(epsilon) and epsilon > 0):
+            raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
+        args = (float(epsilon), float(delta), int(m), int(iterations), accounting)
+        return (_cached_sigma(*args, orders) if orders else _cached_sigma(*args)), None
+    assert sigma is not None
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
+    return float(sigma), None
+
+
+def _report(
+    *,
+    sigma: float,
+    clip: float,
+    m: int,
+    iterations: int,
+    n: int,
+    delta: float,
+    epsilon: float | None,
+    accounting: AccountingMode,
+    public: Sequence[str],
+    notes: Sequence[str],
+    orders: tuple[float, ...] | None = None,
+) -> PrivacyReport:
+    """The run's report. ε comes from the rigorous accountant on the release's event (dense
+    RDP orders; `orders` substitutes a coarser grid — an upper bound, used by quick runs)."""
+    notes = list(notes)
+    if sigma == 0:
+        return PrivacyReport.non_private(
+            UNIT,
+            RELATION,
+            [
+                Release(
+                    name="GTD2 gradients without noise (non-private baseline)",
+                    mechanism="none",
+                    sensitivity=SENSITIVITY_FACTOR * clip,
+                    norm="l2",
+                    noise={},
+                    count=iterations,
+                    size=2 * n,
+                    extra={"non_private": True},
+                )
+            ],
+            system="gpope",
+            delta=delta,
+            public=public,
+            notes=notes,
+        )
+    extra: dict[str, Any] = {"accounting_mode": accounting}
+    if epsilon is not None:
+        extra["target_epsilon"] = float(epsilon)
+    if accounting == "paper":
+        extra["paper_lemma1_epsilon"] = paper_epsilon(sigma, m, iterations, delta)
+        notes.append(PAPER_MODE_WARNING)
+    else:
+        notes.append(
+            "σ calibrated by the rigorous accountant: N-fold subsampled (1 of m, without "
+            "replacement) Gaussian, replace-one sensitivity 2h, dp-accounting RDP"
+        )
+    release = gpope_release(
+        sigma=sigma, clip=clip, m=m, iterations=iterations, dim=2 * n, extra=extra
+    )
+    if orders is not None:
+        eps = accounting_epsilon(release.event, delta, relation=RELATION, orders=orders)
+        return PrivacyReport(
+            unit=UNIT,
+            relation=RELATION,
+            releases=[release],
+            delta=float(delta),
+            epsilon=float(eps),
+            rho=None,
+            accountant=describe_backend("rdp", orders) + " (coarse grid: an upper bound)",
+            backend="rdp",
+            public=list(public),
+            notes=notes,
+            system="gpope",
+        )
+    return PrivacyReport.build(
+        UNIT,
+        RELATION,
+        [release],
+        delta,
+        backend="rdp",
+        system="gpope",
+        public=public,
+        notes=notes,
+    )
+
+
+def _check_common(clip: float, iterations: int, delta: float) -> None:
+    if not (clip > 0) or math.isnan(clip):
+        raise ValueError(f"clip bound h must be > 0, got {clip}")
+    if int(iterations) < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+
+
+def gpope(
+    stats: TrajectoryStats,
+    *,
+    epsilon: float | None = None,
+    delta: float = 1e-5,
+    iterations: int,
+    clip: float,
+    step: StepSize,
+    sigma: float | None = None,
+    accounting: AccountingMode = "rigorous",
+    seed: SeedLike = None,
+    n_record: int = 60,
+    public: Sequence[str] = (),
+    notes: Sequence[str] = (),
+) -> GpopeResult:
+    """Algorithm 1 on one dataset's per-trajectory statistics.
+
+    Give `epsilon` (σ calibrated for (ε, δ) by `accounting`) or an explicit `sigma`
+    (σ = 0 with clip = ∞: non-private GTD2, reported as not private). `public` names the
+    public information used (e.g. the tuning sample), for the report.
+    """
+    _check_common(clip, iterations, delta)
+    m, n = stats.m, stats.n
+    sig, _ = _resolve_sigma(epsilon, sigma, delta, m, iterations, accounting)
+    report = _report(
+        sigma=sig,
+        clip=clip,
+        m=m,
+        iterations=iterations,
+        n=n,
+        delta=delta,
+        epsilon=epsilon,
+        accounting=accounting,
+        public=public,
+        notes=notes,
+    )
+    sample_rng, noise_rng = _spawn(seed)
+    index = sample_rng.integers(0, m, size=(iterations, 1))
+    rec = record_points(iterations, n_record)
+    trace = gtd2_saddle_point(
+        stats.A,
+        stats.b,
+        stats.C,
+        index,
+        step.betas(iterations),
+        clip=clip,
+        noise_std=clip * sig if sig > 0 else 0.0,
+        rng=noise_rng,
+        record=rec,
+    )
+    config = {
+        "algorithm": "gpope",
+        "iterations": int(iterations),
+        "clip": clip,
+        "sigma": sig,
+        "noise_std": clip * sig,
+        "step": step.to_dict(),
+        "accounting": accounting,
+        "epsilon_target": epsilon,
+        "delta": delta,
+        "m": m,
+        "n_features": n,
+        "normalisation": stats.normalisation,
+    }
+    return GpopeResult(
+        theta=trace.x[0, :n].copy(),
+        w=trace.x[0, n:].copy(),
+        sigma=sig,
+        clip=clip,
+        iterations=int(iterations),
+        m=m,
+        step=step,
+        report=report,
+        record_at=rec,
+        theta_history=trace.history[:, 0, :],
+        config=config,
+    )
+
+
+def gpope_replicas(
+    stats: Sequence[TrajectoryStats],
+    *,
+    epsilon: float | None = None,
+    delta: float = 1e-5,
+    iterations: int,
+    clip: float,
+    step: StepSize | Sequence[StepSize],
+    sigma: float | None = None,
+    accounting: AccountingMode = "rigorous",
+    seed: SeedLike = None,
+    n_record: int = 0,
+    keep_norms: bool = False,
+    orders: tuple[float, ...] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, _Trace]:
+    """Independent GPOPE runs in lock step, for experiments: one per (dataset, step size).
+
+    Replica r = d·V + v runs on dataset d with step size v (V = number of step sizes; all
+    datasets of the same m). Returns (θ [R, n], record points, θ history [K, R, n], σ, trace).
+    Each replica is exactly Algorithm 1 on its own dataset with its own trajectory draws and
+    noise; the noise of all replicas is drawn by one `gaussian_mechanism` call per iteration.
+    Each replica's guarantee is that of `gpope`.
+    """
+    if not stats:
+        raise ValueError("no datasets")
+    _check_common(clip, iterations, delta)
+    m, n = stats[0].m, stats[0].n
+    if any(s.m != m or s.n != n for s in stats):
+        raise ValueError("all replicas need datasets of the same size m and feature dimension")
+    steps = [step] if isinstance(step, StepSize) else list(step)
+    sig, _ = _resolve_sigma(epsilon, sigma, delta, m, iterations, accounting, orders)
+    D, V = len(stats), len(steps)
+    if D == 1:
+        A, b, C = stats[0].A, stats[0].b, stats[0].C
+    else:
+        A = np.concatenate([s.A for s in stats])
+        b = np.concatenate([s.b for s in stats])
+        C = np.concatenate([s.C for s in stats])
+    sample_rng, noise_rng = _spawn(seed)
+    offset = np.repeat(m * np.arange(D), V)
+    index = sample_rng.integers(0, m, size=(iterations, D * V)) + offset[None, :]
+    betas = np.stack([st.betas(iterations) for st in steps], axis=1)  # [N, V]
+    betas = np.tile(betas, (1, D))  # replica d·V + v uses step v
+    rec = record_points(iterations, n_record)
+    trace = gtd2_saddle_point(
+        A,
+        b,
+        C,
+        index,
+        betas,
+        clip=clip,
+        noise_std=clip * sig if sig > 0 else 0.0,
+        rng=noise_rng,
+        record=rec,
+        keep_norms=keep_norms,
+    )
+    return trace.x[:, :n], rec, trace.history, sig, trace
+
+
+# ------------------------------------------------------------------------ public tuning
+
+
+@dataclass
+class PublicTuning:
+    """Clip bound and step size chosen on an independent public sample."""
+
+    clip: float
+    step: StepSize
+    clip_quantile: float
+    clipped_fraction: float  # on the public private-noise run with the chosen settings
+    public_m: int
+    sigma: float
+    iterations: int
+    grid: list[dict[str, float]]
+    source: str
+    clip_multiplier: float = 1.0  # h = multiplier × the quantile
+    nonprivate_step: StepSize | None = None  # best step of the non-private sweep (if run)
+
+    def report_line(self) -> str:
+        times = "" if self.clip_multiplier == 1 else f"{self.clip_multiplier:g} × the "
+        return (
+            f"clip bound h = {self.clip:.4g} ({times}{self.clip_quantile:.0%} quantile of ‖B_i‖ "
+            f"along a non-private GTD2 run) and step size ({self.step.describe()}) were chosen "
+            f"on an independent PUBLIC sample of {self.public_m} trajectories ({self.source}), "
+            f"not on the private data; fraction of clipped steps on the public run: "
+            f"{self.clipped_fraction:.3f}"
+        )
+
+
+DEFAULT_ETAS: tuple[float, ...] = tuple(float(x) for x in np.geomspace(1e-3, 10.0, 13))
+
+
+def tune_on_public(
+    public: TrajectoryStats,
+    system: LinearSystem | None,
+    *,
+    m: int,
+    epsilon: float | None,
+    delta: float = 1e-5,
+    iterations: int,
+    accounting: AccountingMode = "rigorous",
+    etas: Sequence[float] = DEFAULT_ETAS,
+    schedule: Literal["constant", "diminishing"] = "constant",
+    k: float = 0.0,
+    clip_quantile: float = 0.95,
+    repeats: int = 4,
+    seed: SeedLike = 0,
+    source: str = "sampled from the simulator",
+    orders: tuple[float, ...] | None = None,
+    clip: float | None = None,
+    clip_multipliers: Sequence[float] = (1.0,),
+) -> PublicTuning:
+    """Choose h and the step size on PUBLIC data (never on the private data).
+
+    1. Non-private GTD2 (σ = 0, h = ∞) on the public sample for each η; keep the best by MSPBE
+       and set h to the `clip_quantile` of ‖B_i‖ along that run (skipped when `clip` is given,
+       e.g. an h already chosen on the same public sample for another ε).
+       `clip_multipliers` (default (1,)) also tries h × each multiplier in step 2.
+    2. With that h and the σ the private run will use (ε, δ, the private m, N), run GPOPE on
+       the public sample `repeats` times per η; pick the η of smallest mean MSPBE.
+    MSPBE is measured with `system` (the known model, or a public large sample); without one,
+    with the public sample's own empirical (A, b, C).
+    """
+    if system is None:
+        system = LinearSystem(*public.mean(), info={"source": "public sample"})
+    lam = system.lambda_min_q() if schedule == "diminishing" else None
+    if schedule == "diminishing" and (lam is None or lam <= 0):
+        raise ValueError("λ_min(Q) of the public system is not positive; use a constant step")
+
+    def make(eta: float) -> StepSize:
+        return StepSize(schedule, eta, k, lam)
+
+    ss = np.random.SeedSequence(seed if isinstance(seed, int) else None)
+    s_np, s_priv = ss.spawn(2)
+    # 1. non-private runs (one replica per η, all on the public data)
+    np_rng = np.random.default_rng(s_np)
+    nonprivate_eta: float | None = None
+    if clip is None:
+        best_val, best_norms = math.inf, None
+        for eta in etas:
+            _, _, _, _, trace = gpope_replicas(
+                [public],
+                delta=delta,
+                iterations=iterations,
+                clip=math.inf,
+                step=make(eta),
+                sigma=0.0,
+                seed=np_rng,
+                keep_norms=True,
+            )
+            val = float(system.mspbe(trace.x[0, : public.n]))
+            if math.isfinite(val) and val < best_val:
+                best_val, best_norms, nonprivate_eta = val, trace.norms, float(eta)
+        if best_norms is None:
+            raise ValueError("every step size diverged on the public data; give smaller step sizes")
+        clip = float(np.quantile(best_norms[np.isfinite(best_norms)], clip_quantile))
+        if not clip > 0:
+            clip = 1.0
+    # 2. private-noise runs at the σ the private run will use
+    if epsilon is None:
+        sig = 0.0
+    else:
+        sig, _ = _resolve_sigma(epsilon, None, delta, m, iterations, accounting, orders)
+    grid: list[dict[str, float]] = []
+    choice: tuple[float, float, float, float] | None = None
+    priv_rng = np.random.default_rng(s_priv)
+    base_clip = clip
+    for mult in clip_multipliers:
+        h = base_clip * float(mult)
+        for eta in etas:
+            _, _, _, _, trace = gpope_replicas(
+                [public] * repeats,
+                delta=delta,
+                iterations=iterations,
+                clip=h,
+                step=make(eta),
+                sigma=sig,
+                seed=priv_rng,
+            )
+            vals = np.asarray(system.mspbe(trace.x[:, : public.n]), dtype=np.float64)
+            mean = float(np.mean(vals)) if np.all(np.isfinite(vals)) else math.inf
+            frac = float(trace.clipped.sum() / (iterations * repeats))
+            grid.append({"clip": h, "eta": float(eta), "mspbe": mean, "clipped_fraction": frac})
+            if choice is None or mean < choice[1]:
+                choice = (float(eta), mean, frac, h)
+    assert choice is not None
+    return PublicTuning(
+        clip=choice[3],
+        step=make(choice[0]),
+        clip_quantile=clip_quantile,
+        clipped_fraction=choice[2],
+        public_m=public.m,
+        sigma=sig,
+        iterations=int(iterations),
+        grid=grid,
+        source=source,
+        clip_multiplier=choice[3] / base_clip,
+        nonprivate_step=None if nonprivate_eta is None else make(nonprivate_eta),
+    )

@@ -1,0 +1,78 @@
+"""UCB-VI / DP-UCBVI: the optimistic planner, the exact row-filter shortcut, vectorised runs
+equal single runs, and the privacy reports of the three privatizers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from privrl.envs.riverswim import riverswim
+from privrl.online.common import make_env
+from privrl.online.privatizers import PrivateCounts, consistent_counts
+from privrl.online.ucbvi import optimistic_plan, ucbvi, unusable_rows
+
+
+def test_plan_with_exact_model_and_huge_counts_is_optimal() -> None:
+    """With counts n·P (n → ∞) the bonus vanishes and the plan is π* (backward induction)."""
+    mdp = make_env("random-tabular", states=4, actions=3, horizon=4, seed=2)
+    n = 1e14
+    priv = PrivateCounts(np.full((1, 4, 4, 3), n), (n * mdp.P)[None], (n * mdp.R)[None], 0.0)
+    pi = optimistic_plan(priv, iota=5.0, scale=1.0)
+    Q, _, pi_star = mdp.backward_induction()
+    top = np.sort(Q, axis=-1)
+    clear = top[..., -1] - top[..., -2] > 1e-6  # no near-ties
+    assert np.array_equal(pi[0][clear], pi_star[clear])
+
+
+def test_no_data_caps_every_value_and_picks_action_zero() -> None:
+    zero = PrivateCounts(
+        np.zeros((2, 3, 2, 2)), np.zeros((2, 3, 2, 2, 2)), np.zeros((2, 3, 2, 2)), 0.0
+    )
+    assert np.all(optimistic_plan(zero, iota=3.0, scale=1.0) == 0)
+
+
+def test_row_filter_gives_the_same_plan_as_full_projection() -> None:
+    """Rows skipped by `unusable_rows` have Γ ≥ H, so the plan is unchanged (exact shortcut)."""
+    rng = np.random.default_rng(0)
+    R, H, S, A = 4, 4, 3, 2
+    n_sas = rng.integers(0, 4000, size=(R, H, S, A, S)) * (rng.random((R, H, S, A, 1)) < 0.5)
+    n_sa = n_sas.sum(-1)
+    r_sum = rng.random((R, H, S, A)) * n_sa
+    E, iota = 300.0, 6.0
+    raw_sas = n_sas + rng.uniform(-E / 4, E / 4, size=n_sas.shape)
+    raw_sa = n_sa + rng.uniform(-E / 4, E / 4, size=n_sa.shape)
+    rows = unusable_rows(iota, 0.3, H, S)
+    full = consistent_counts(raw_sa, raw_sas, E)
+    lazy = consistent_counts(raw_sa, raw_sas, E, rows)
+    mask = rows(np.maximum(raw_sa, 0) + 0.75 * E, E)
+    assert mask.any() and not mask.all()
+    a = optimistic_plan(PrivateCounts(full[0], full[1], r_sum, E), iota, 0.3)
+    b = optimistic_plan(PrivateCounts(lazy[0], lazy[1], r_sum, E), iota, 0.3)
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("privatizer", ["none", "central", "local"])
+def test_vectorised_runs_equal_single_runs(privatizer: str) -> None:
+    mdp = riverswim(4, 3)
+    eps = None if privatizer == "none" else 5.0
+    group = ucbvi(mdp, 1500, seeds=[3, 8], privatizer=privatizer, epsilon=eps)
+    alone = ucbvi(mdp, 1500, seeds=[8], privatizer=privatizer, epsilon=eps)
+    np.testing.assert_allclose(group[1].regret, alone[0].regret)
+    assert group[0].regret.shape == (1500,) and np.all(group[0].regret >= 0)
+
+
+def test_ucbvi_learns_and_reports() -> None:
+    """Non-private UCB-VI on a short RiverSwim (H = 3) stops paying regret; reports are
+    non-private / ε-JDP (central) / ε-LDP (local)."""
+    mdp = riverswim(3, 3)
+    res = ucbvi(mdp, 6000, seeds=[0])[0]
+    assert res.regret[-1000:].mean() < 0.25 * res.regret[:1000].mean()
+    assert not res.report.private
+    jdp = ucbvi(mdp, 50, seeds=[0], privatizer="central", epsilon=2.0)[0].report
+    ldp = ucbvi(mdp, 50, seeds=[0], privatizer="local", epsilon=2.0)[0].report
+    assert (jdp.model, ldp.model) == ("central", "local")
+    assert jdp.epsilon == pytest.approx(2.0) and ldp.epsilon == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        ucbvi(mdp, 10, seeds=[0], privatizer="central")
+    with pytest.raises(ValueError, match="privatizer"):
+        ucbvi(mdp, 10, seeds=[0], privatizer="shuffle")
