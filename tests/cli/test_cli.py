@@ -178,3 +178,18 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+
+
+def test_data_collect_recipes_listed_and_validated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(["data", "collect", "--recipe", "list"], capsys)
+    assert code == 0
+    for name in ("primorl-pendulum", "primorl-swingup", "experts-cartpole", "experts-hiv"):
+        assert name in out
+    code, _, err = run(["data", "collect", "--recipe", "nope", "--data-dir", str(tmp_path)], capsys)
+    assert_bad_input(code, err, "unknown recipe", "primorl-pendulum")
+    code, _, err = run(["data", "collect", "--env", "CartPole-v1"], capsys)
+    assert_bad_input(code, err, "--out")
+    code, _, err = run(["data", "collect"], capsys)
+    assert_bad_input(code, err, "--env or --recipe")

@@ -217,18 +217,40 @@ def collect_(
     env: str = typer.Option(
         None, "--env", help="Gymnasium environment id (e.g. CartPole-v1, privrl/RandomTabular-v0)."
     ),
+    recipe: str = typer.Option(
+        None,
+        "--recipe",
+        help=(
+            "Build a named paper dataset instead (trains what it needs, resumable); "
+            "`--recipe list` shows them. Writes into --data-dir."
+        ),
+    ),
+    data_dir: Path = typer.Option(
+        None,
+        "--data-dir",
+        help="Where recipes cache agents, experts and datasets (default $PRIVRL_CACHE/data).",
+    ),
+    quick: bool = typer.Option(
+        False, "--quick", help="Recipes: build a small smoke-test version into a separate file."
+    ),
     policy: str = typer.Option("uniform", "--policy", help="Behaviour policy: uniform."),
     episodes: int = typer.Option(100, "--episodes", "-n", help="Number of episodes."),
     seed: int = typer.Option(0, "--seed", help="Seed for the environments and the policy."),
     num_envs: int = typer.Option(8, "--num-envs", help="Environments stepped together."),
     max_steps: int = typer.Option(None, "--max-steps", help="Cap on steps per episode."),
-    out: Path = typer.Option(..., "--out", "-o", help="Dataset file to write (.h5)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Dataset file to write (.h5)."),
 ) -> None:
     """Roll out a policy in a Gymnasium environment into a dataset (behaviour probabilities are
-    recorded for discrete actions), with a progress bar.
+    recorded for discrete actions), or build a named paper dataset with --recipe.
 
-    Example: privrl data collect --env CartPole-v1 --episodes 500 --seed 1 --out cartpole.h5
+    Examples:
+      privrl data collect --env CartPole-v1 --episodes 500 --seed 1 --out cartpole.h5
+      privrl data collect --recipe list
+      privrl data collect --recipe primorl-pendulum            # resumable; rerun to continue
     """
+    if recipe is not None:
+        _collect_recipe(recipe, data_dir, seed=seed, quick=quick, out=out)
+        return
     import gymnasium as gym
 
     from privrl.data.collect import collect
@@ -238,7 +260,9 @@ def collect_(
 
     register_envs()
     if env is None:
-        raise CliError("--env is required (a Gymnasium id such as CartPole-v1)")
+        raise CliError("--env or --recipe is required (e.g. --env CartPole-v1)")
+    if out is None:
+        raise CliError("--out is required with --env (the dataset file to write, e.g. data.h5)")
     if episodes < 1:
         raise CliError(f"--episodes must be >= 1, got {episodes}")
     if policy != "uniform":
@@ -259,3 +283,27 @@ def collect_(
     )
     save_hdf5(ds, out)
     typer.echo(f"wrote {out}: {ds.n_episodes} episodes, {ds.n_transitions} transitions")
+
+
+def _collect_recipe(name: str, data_dir: Path | None, *, seed: int, quick: bool, out) -> None:
+    import shutil
+    import time
+
+    from privrl.experiments.recipes import RECIPES, default_data_dir
+
+    if name == "list":
+        for r in RECIPES.values():
+            typer.echo(f"{r.name:22s} {r.what}")
+        return
+    if name not in RECIPES:
+        raise CliError(f"unknown recipe {name!r}; available: {', '.join(RECIPES)}")
+    root = Path(data_dir) if data_dir is not None else default_data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    path = RECIPES[name].load()(root, seed=seed, quick=quick, progress=True)
+    elapsed = time.perf_counter() - start
+    if out is not None and Path(out) != Path(path):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, out)
+        path = out
+    typer.echo(f"wrote {path} (recipe {name}, {elapsed:.0f} s this invocation)")
