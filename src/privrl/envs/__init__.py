@@ -10,10 +10,17 @@ from privrl.envs.tabular import (
 
 def register_envs() -> None:
     """Register privrl's Gymnasium ids (idempotent)."""
-    from privrl.envs import chain, hiv, linear, mountain_car, tabular  # chain registers on import
+    from privrl.envs import (  # chain registers on import
+        chain,
+        control,
+        hiv,
+        linear,
+        mountain_car,
+        tabular,
+    )
 
     del chain
-    for module in (tabular, linear, mountain_car, hiv):
+    for module in (tabular, linear, mountain_car, hiv, control):
         module.register_envs()
 
 
