@@ -1,0 +1,502 @@
+"""Expert-level DP-SGD (Sharma et al., Appendix B.2, Algorithm 4): the baseline, and the private
+half of Selective DP-SGD (`privrl.expert.selective`).
+
+Each step (Algorithm 4, lines 4–9):
+
+    B      ← Poisson sample of the m experts, rate b/m           (privrl.privacy.sampling)
+    x_i    ← one transition drawn uniformly from expert i's data, i ∈ B
+    g_i    ← ∇_φ ℓ(φ, x_i)                                        (the learner's joint loss)
+    ḡ_i    ← g_i · min(1, C/‖g_i‖₂)                               (C = 1, joint over all params)
+    g̃      ← (Σ_i ḡ_i + N(0, σ²C²I)) / b                          (b = expected batch size)
+    φ      ← Adam(φ, g̃)                                           (post-processing)
+
+An expert contributes at most one transition to a step, so adding or removing one expert moves
+the clipped sum by at most C: each step is a Poisson-subsampled Gaussian mechanism with
+sampling rate q = b/m and noise multiplier σ, and N steps are
+``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(σ)), N)`` — accounted with
+dp-accounting's PLD accountant (add/remove, unit = expert). The step count is the largest N
+with ε(N) ≤ ε2 (``max_steps(..., backend="pld")``), or an explicit count whose ε is reported.
+
+Dividing by the *expected* batch size b (not the realised |B|) keeps the update a function of
+the privatised sum only; |B| is itself private.
+
+m, the number of experts, is treated as public (as in the paper, which also sets δ = 1/m).
+``sampling="shuffle"`` (the paper's implementation: shuffled batches, each expert at most once
+per batch) is available, but the Poisson accountant does not certify it; its report says so.
+``private=False`` is the non-private twin: the same learner trained on ordinary minibatches of
+b transitions drawn uniformly from all the data (no clipping, no noise, no expert sampling).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from privrl.data.dataset import TrajectoryDataset
+from privrl.nn.per_example import DEFAULT_CLIP_METHOD, ClipMethod, clipped_grad_sum
+from privrl.privacy.accounting import epsilon as accountant_epsilon
+from privrl.privacy.accounting import max_steps, sampled_gaussian_event
+from privrl.privacy.mechanisms import privatize_sum_torch
+from privrl.privacy.release import Release
+from privrl.privacy.report import PrivacyReport
+from privrl.privacy.sampling import (
+    SHUFFLE_MATCHES_POISSON_ACCOUNTANT,
+    one_per_unit,
+    poisson_sample,
+    shuffled_batches,
+)
+from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+from privrl.rl.discrete_common import DiscreteLearner, TransitionTable, eval_schedule
+
+__all__ = [
+    "RELATION",
+    "UNIT",
+    "DpSgdResult",
+    "ExpertTransitions",
+    "dp_sgd_release",
+    "expert_dp_sgd",
+    "plan_steps",
+]
+
+UNIT = PrivacyUnit.EXPERT
+RELATION = NeighbourRelation.ADD_REMOVE
+BACKEND = "pld"
+DEFAULT_STEPS_UPPER = 10**7  # search cap of max_steps when no steps_cap is given
+
+Sampling = Literal["poisson", "shuffle"]
+Evaluate = Callable[[DiscreteLearner], np.ndarray]
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+
+
+def expert_index(dataset: TrajectoryDataset, n_units: int | None = None) -> tuple[np.ndarray, int]:
+    """(sorted distinct expert ids, m). ``n_units`` (public m) must cover them."""
+    if dataset.unit_ids is None:
+        raise ValueError(
+            "the dataset has no expert ids (unit_ids is None): expert-level privacy needs the "
+            "expert of every trajectory (TrajectoryDataset(unit_ids=...))"
+        )
+    ids = np.unique(dataset.unit_ids)
+    m = int(ids.shape[0]) if n_units is None else int(n_units)
+    if m < ids.shape[0]:
+        raise ValueError(f"n_units = {m} but the data hold {ids.shape[0]} distinct experts")
+    return ids, m
+
+
+class ExpertTransitions:
+    """A dataset's transitions grouped by expert, for one-transition-per-expert sampling.
+
+    ``expert_ids`` (sorted, public) maps an expert id to its index 0..m−1; experts of that list
+    without data here (e.g. without unstable data) have zero transitions and contribute
+    nothing when sampled.
+    """
+
+    def __init__(
+        self,
+        dataset: TrajectoryDataset,
+        expert_ids: np.ndarray,
+        n_units: int,
+        table: TransitionTable,
+    ) -> None:
+        if dataset.unit_ids is None:
+            raise ValueError("the dataset has no expert ids (unit_ids is None)")
+        self.table = table
+        self.n_units = int(n_units)
+        ids = np.asarray(expert_ids)
+        if ids.shape[0] > self.n_units:
+            raise ValueError(f"{ids.shape[0]} expert ids for m = {self.n_units} experts")
+        pos = np.searchsorted(ids, table.unit)  # expert index 0..m−1 of every transition
+        if table.unit.size and (
+            np.any(pos >= ids.shape[0])
+            or np.any(ids[np.minimum(pos, ids.shape[0] - 1)] != table.unit)
+        ):
+            raise ValueError("the data hold an expert id that is not among the experts")
+        # Transitions of expert u: order[starts[u] : starts[u] + counts[u]].
+        self.order = np.argsort(pos, kind="stable")
+        self.counts = np.bincount(pos, minlength=self.n_units).astype(np.int64)
+        self.starts = np.concatenate(([0], np.cumsum(self.counts)[:-1])).astype(np.int64)
+
+    def batch_for(self, units: np.ndarray, rng: np.random.Generator) -> Any:
+        """One uniformly drawn transition of each sampled expert (experts without data here
+        are dropped: their contribution is zero)."""
+        pos = one_per_unit(units, self.starts, self.counts, rng)
+        return self.table.gather(self.order[pos])
+
+
+# ---------------------------------------------------------------------------------------------
+# accounting
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_positive(x: float, what: str) -> float:
+    v = float(x)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{what} must be finite and > 0, got {x!r}")
+    return v
+
+
+def plan_steps(
+    *,
+    noise_multiplier: float,
+    sampling_probability: float,
+    epsilon: float | None,
+    delta: float,
+    steps: int | None = None,
+    steps_cap: int | None = None,
+) -> tuple[int, bool]:
+    """Number of private steps: ``steps`` if given (refused if its ε exceeds ``epsilon``), else
+    the largest N with ε(N) ≤ ``epsilon`` under PLD, at most ``steps_cap``.
+    Returns (N, capped) where capped says the cap, not the budget, set N."""
+    z = _check_positive(noise_multiplier, "noise_multiplier")
+    if steps is not None:
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        if epsilon is not None and steps > 0:
+            event = sampled_gaussian_event(z, steps, sampling_probability=sampling_probability)
+            eps = accountant_epsilon(event, delta, relation=RELATION, backend=BACKEND)
+            if eps > epsilon:
+                raise ValueError(
+                    f"{steps} private steps need ε = {eps:.4g} > the budget ε = {epsilon:.4g} "
+                    f"(δ = {delta:.3g}); use fewer steps or a larger noise multiplier"
+                )
+        return int(steps), False
+    if epsilon is None:
+        raise ValueError("give a privacy budget epsilon or an explicit number of steps")
+    upper = DEFAULT_STEPS_UPPER if steps_cap is None else int(steps_cap)
+    if upper < 1:
+        return 0, True
+    n = max_steps(
+        z,
+        _check_positive(epsilon, "epsilon"),
+        delta,
+        sampling_probability=sampling_probability,
+        relation=RELATION,
+        backend=BACKEND,
+        upper=upper,
+    )
+    if n == 0:
+        raise ValueError(
+            f"the budget ε = {epsilon:.4g} (δ = {delta:.3g}) does not cover a single step at "
+            f"noise multiplier {z:.4g} and sampling rate {sampling_probability:.4g}; raise the "
+            "noise multiplier or the budget"
+        )
+    return int(n), steps_cap is not None and n >= upper
+
+
+def dp_sgd_release(
+    *,
+    noise_multiplier: float,
+    clip_norm: float,
+    sampling_probability: float,
+    steps: int,
+    batch_size: int,
+    n_units: int,
+    n_params: int,
+    sampling: Sampling = "poisson",
+    name: str = "expert-level DP-SGD: clipped per-expert gradient sums",
+    extra: dict[str, Any] | None = None,
+) -> Release:
+    """The one `Release` standing for all ``steps`` noisy gradient sums of a run."""
+    matches = sampling == "poisson" or SHUFFLE_MATCHES_POISSON_ACCOUNTANT
+    return Release(
+        name=name,
+        mechanism="poisson_subsampled_gaussian",
+        sensitivity=float(clip_norm),
+        norm="l2",
+        noise={
+            "sigma": float(noise_multiplier) * float(clip_norm),
+            "noise_multiplier": float(noise_multiplier),
+        },
+        count=int(steps),
+        size=int(n_params),
+        event=sampled_gaussian_event(
+            noise_multiplier, int(steps), sampling_probability=sampling_probability
+        ),
+        extra={
+            "sampling": sampling,
+            "sampling_probability": float(sampling_probability),
+            "expected_batch_size": int(batch_size),
+            "n_units": int(n_units),
+            "divide_by": "expected batch size b",
+            "clipping": "per-example gradient of the joint loss, joint over all parameters",
+            "accountant_matches_sampling": bool(matches),
+            **(extra or {}),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the training loop shared with Selective DP-SGD
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DpSgdResult:
+    """A trained learner, its step counts, the privacy report and the learning curve.
+
+    ``curve`` rows: step, private_steps, and return_mean/return_std at evaluation points when
+    an evaluation function was given. ``returns`` holds every evaluation's returns.
+    """
+
+    learner: DiscreteLearner
+    steps: int
+    private_steps: int
+    report: PrivacyReport
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    returns: list[np.ndarray] = field(default_factory=list)
+    capped: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def return_mean(self) -> float | None:
+        """Mean over the evaluations (each a mean over episodes), the paper's protocol."""
+        if not self.returns:
+            return None
+        return float(np.mean([r.mean() for r in self.returns]))
+
+    @property
+    def return_std(self) -> float | None:
+        """Standard deviation of the per-evaluation mean returns."""
+        if not self.returns:
+            return None
+        return float(np.std([r.mean() for r in self.returns]))
+
+
+@dataclass
+class _Private:
+    source: ExpertTransitions
+    rate: float
+    batch_size: int
+    noise_multiplier: float
+    clip_norm: float
+    sampling: Sampling
+    clip_method: ClipMethod
+
+
+def _private_step(
+    learner: DiscreteLearner,
+    cfg: _Private,
+    units: np.ndarray,
+    rng: np.random.Generator,
+    noise: torch.Generator,
+    check: bool,
+) -> None:
+    batch = cfg.source.batch_for(units, rng)
+    clipped = clipped_grad_sum(
+        learner.per_example_loss,
+        learner.params,
+        batch,
+        cfg.clip_norm,
+        method=cfg.clip_method,
+        check=check,
+    )
+    names = list(clipped.sums)
+    noisy, _ = privatize_sum_torch(
+        [clipped.sums[k] for k in names],
+        clip_norm=cfg.clip_norm,
+        noise_multiplier=cfg.noise_multiplier,
+        generator=noise,
+        name="expert-level DP-SGD step",
+    )
+    b = float(cfg.batch_size)  # expected batch size, not |B| (Algorithm 4, line 8)
+    learner.apply_gradients({k: t / b for k, t in zip(names, noisy, strict=True)})
+
+
+def run_steps(
+    learner: DiscreteLearner,
+    coins: np.ndarray,
+    *,
+    private: _Private | None,
+    stable: TransitionTable | None,
+    batch_size: int,
+    rng: np.random.Generator,
+    evaluate: Evaluate | None = None,
+    n_evals: int = 10,
+    eval_window: int = 10_000,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+    """Run ``len(coins)`` steps: coin 1 = private step, coin 0 = ordinary step on ``stable``
+    (skipped when there is none). Evaluates at the paper's schedule."""
+    sample_rng, data_rng, noise_seed_rng = rng.spawn(3)
+    noise = torch.Generator().manual_seed(int(noise_seed_rng.integers(0, 2**63 - 1)))
+    total = int(coins.shape[0])
+    evals = set(eval_schedule(total, n_evals, eval_window).tolist()) if evaluate else set()
+    shuffle_iter = None
+    if private is not None and private.sampling == "shuffle":
+        shuffle_iter = shuffled_batches(private.source.n_units, private.batch_size, sample_rng)
+    curve: list[dict[str, Any]] = []
+    returns: list[np.ndarray] = []
+    n_private = 0
+    checked = False
+    for t in range(total):
+        if coins[t]:
+            assert private is not None
+            if shuffle_iter is not None:
+                units = next(shuffle_iter)
+            else:
+                units = poisson_sample(private.source.n_units, private.rate, sample_rng)
+            _private_step(learner, private, units, sample_rng, noise, check=not checked)
+            checked = True
+            n_private += 1
+        elif stable is not None and len(stable) > 0:
+            learner.update(stable.sample(batch_size, data_rng))
+        # else: no stable data, the non-private step is skipped (Selective DP-SGD)
+        step = t + 1
+        if step in evals:
+            assert evaluate is not None
+            r = np.asarray(evaluate(learner), dtype=np.float64)
+            returns.append(r)
+            curve.append(
+                {
+                    "step": step,
+                    "private_steps": n_private,
+                    "return_mean": float(r.mean()),
+                    "return_std": float(r.std()),
+                }
+            )
+        if progress is not None:
+            progress(step, total)
+    return curve, returns
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 4
+# ---------------------------------------------------------------------------------------------
+
+
+def expert_dp_sgd(
+    learner: DiscreteLearner,
+    dataset: TrajectoryDataset,
+    *,
+    epsilon: float | None,
+    delta: float,
+    batch_size: int = 128,
+    noise_multiplier: float = 20.0,
+    clip_norm: float = 1.0,
+    steps: int | None = None,
+    steps_cap: int | None = None,
+    n_units: int | None = None,
+    sampling: Sampling = "poisson",
+    private: bool = True,
+    rng: np.random.Generator,
+    evaluate: Evaluate | None = None,
+    n_evals: int = 10,
+    eval_window: int = 10_000,
+    clip_method: ClipMethod = DEFAULT_CLIP_METHOD,
+    progress: Callable[[int, int], None] | None = None,
+) -> DpSgdResult:
+    """Train ``learner`` on ``dataset`` with expert-level DP-SGD (Algorithm 4).
+
+    ``epsilon``/``delta``: the budget (ε2, δ2) of this part; the step count is the largest N
+    within it (PLD), capped at ``steps_cap``; or give ``steps`` (its ε is reported; refused if
+    above ``epsilon``). ``n_units`` = m (public; default: the number of distinct experts in the
+    data). ``private=False`` runs the non-private twin for ``steps`` (or ``steps_cap``) steps.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
+    if isinstance(batch_size, bool) or int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if sampling not in ("poisson", "shuffle"):
+        raise ValueError(f"sampling must be 'poisson' or 'shuffle', got {sampling!r}")
+    ids, m = expert_index(dataset, n_units)
+    b = int(batch_size)
+    if b > m:
+        raise ValueError(f"batch_size b = {b} exceeds the number of experts m = {m}")
+    q = b / m
+    table = TransitionTable(dataset, learner.obs_transform)
+    if not private:
+        n = steps if steps is not None else steps_cap
+        if n is None:
+            raise ValueError("the non-private twin needs steps or steps_cap")
+        curve, returns = run_steps(
+            learner,
+            np.zeros(int(n), dtype=bool),
+            private=None,
+            stable=table,
+            batch_size=b,
+            rng=rng,
+            evaluate=evaluate,
+            n_evals=n_evals,
+            eval_window=eval_window,
+            progress=progress,
+        )
+        report = PrivacyReport.non_private(
+            UNIT,
+            RELATION,
+            [
+                Release(
+                    name="minibatch SGD on all data (non-private twin)",
+                    mechanism="none",
+                    sensitivity=0.0,
+                    norm="l2",
+                    noise={},
+                    count=max(int(n), 1),
+                    extra={"non_private": True},
+                )
+            ],
+            system="expert-dp-sgd (non-private twin)",
+            delta=float(delta),
+        )
+        return DpSgdResult(learner, int(n), 0, report, curve, returns, info={"n_units": m})
+    z = _check_positive(noise_multiplier, "noise_multiplier")
+    c = _check_positive(clip_norm, "clip_norm")
+    n, capped = plan_steps(
+        noise_multiplier=z,
+        sampling_probability=q,
+        epsilon=epsilon,
+        delta=delta,
+        steps=steps,
+        steps_cap=steps_cap,
+    )
+    source = ExpertTransitions(dataset, ids, m, table)
+    cfg = _Private(source, q, b, z, c, sampling, clip_method)
+    curve, returns = run_steps(
+        learner,
+        np.ones(n, dtype=bool),  # every step is a private step
+        private=cfg,
+        stable=None,
+        batch_size=b,
+        rng=rng,
+        evaluate=evaluate,
+        n_evals=n_evals,
+        eval_window=eval_window,
+        progress=progress,
+    )
+    notes = []
+    if sampling == "shuffle":
+        notes.append(
+            "sampling='shuffle': batches were shuffled (each expert at most once per batch), but "
+            "ε is that of Poisson subsampling: the accountant does NOT match the sampling used, "
+            "so the stated guarantee is not certified for this run"
+        )
+    if capped:
+        notes.append(f"the step count was capped at {n}: the budget ε = {epsilon} is not spent")
+    release = dp_sgd_release(
+        noise_multiplier=z,
+        clip_norm=c,
+        sampling_probability=q,
+        steps=n,
+        batch_size=b,
+        n_units=m,
+        n_params=learner.n_parameters,
+        sampling=sampling,
+    )
+    report = PrivacyReport.build(
+        UNIT,
+        RELATION,
+        [release] if n else [],
+        float(delta),
+        backend=BACKEND,
+        system="expert-dp-sgd",
+        notes=notes,
+    )
+    info = {"n_units": m, "sampling_probability": q, "epsilon_target": epsilon}
+    return DpSgdResult(learner, n, n, report, curve, returns, capped=capped, info=info)

@@ -1,0 +1,250 @@
+"""`privrl train dp-sgd` and `privrl train expert-dp`: the run-directory contract, the privacy
+report of the expert unit, the non-private twin, ledgers, and bad input (exit code 2 with one
+`error:` line)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from privrl.cli.main import main
+from privrl.data.collect import collect
+from privrl.data.io import save_hdf5
+from privrl.privacy.ledger import BudgetLedger
+from privrl.rl.cql import DiscreteCQL
+
+torch.set_num_threads(1)
+
+M = 16  # experts, 2 CartPole episodes each
+FAST = [  # z = 5 and b/m = 1/2: a fast PLD; tiny network; short evaluations
+    "--batch-size", "8", "--noise-multiplier", "5", "--hidden", "16,16", "--steps-cap", "40",
+    "--eval-episodes", "2", "--eval-horizon", "20", "--evals", "3", "--eval-window", "30",
+]  # fmt: skip
+RUN_FILES = ("config.json", "metrics.json", "metrics.csv", "privacy.json", "learner.pt")
+
+
+class _Heuristic:
+    def act(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        a = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+        return np.where(rng.random(len(obs)) < 0.2, 1 - a, a)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("expert_data")
+    ds = collect(
+        "CartPole-v1",
+        _Heuristic(),
+        n_episodes=2 * M,
+        seed=0,
+        max_steps=25,
+        progress=False,
+        unit_ids=np.repeat(np.arange(M), 2),
+        num_envs=4,
+    )
+    ds = ds.with_metadata(
+        ds.metadata.with_extra(reference_returns={"random": 10.0, "nonprivate": 25.0})
+    )
+    plain = ds.with_metadata(ds.metadata)
+    no_units = type(ds)(**{**ds._fields(), "unit_ids": None}, metadata=ds.metadata)
+    out = {
+        "data": save_hdf5(ds, root / "cartpole.h5"),
+        "ledgered": save_hdf5(plain, root / "ledgered.h5"),
+        "no_units": save_hdf5(no_units, root / "no_units.h5"),
+    }
+    for name, (a, d) in {"experts": (2, 4), "experts_a3": (3, 4), "experts_d5": (2, 5)}.items():
+        (root / name).mkdir()
+        (root / name / "spec.json").write_text(json.dumps({"m": M, "a": a, "d": d}))
+        out[name] = root / name
+    return out
+
+
+class _Experts:
+    def __init__(self, m: int, a: int, d: int) -> None:
+        self.n_experts, self.n_actions, self.obs_dim = m, a, d
+
+    def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
+        a = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+        return np.tile(a, (self.n_experts, 1))
+
+
+def _fake_load_experts(path: str | Path) -> _Experts:
+    spec = json.loads((Path(path) / "spec.json").read_text())
+    return _Experts(spec["m"], spec["a"], spec["d"])
+
+
+@pytest.fixture
+def fake_experts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`privrl.expert.experts.load_experts` reading our spec files (the real loader's format
+    is not needed to test the CLI)."""
+    try:
+        module = importlib.import_module("privrl.expert.experts")
+        monkeypatch.setattr(module, "load_experts", _fake_load_experts)
+    except ImportError:
+        module = types.ModuleType("privrl.expert.experts")
+        module.load_experts = _fake_load_experts  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "privrl.expert.experts", module)
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_bad_input(code: int, err: str, *fragments: str) -> None:
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:") and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def assert_run_dir(out: Path) -> tuple[dict, dict]:
+    for name in RUN_FILES:
+        assert (out / name).is_file(), name
+    assert (out / "plots" / "learning_curve.png").is_file()
+    privacy = json.loads((out / "privacy.json").read_text())
+    for key in ("unit", "relation", "epsilon", "delta", "accountant", "releases"):
+        assert key in privacy, key
+    assert privacy["unit"] == "expert" and privacy["relation"] == "add_remove"
+    return json.loads((out / "metrics.json").read_text()), privacy
+
+
+def test_dp_sgd_run_directory(files, tmp_path, capsys) -> None:
+    out = tmp_path / "dp"
+    argv = ["train", "dp-sgd", "--data", str(files["data"]), "--epsilon", "1", "--out", str(out)]
+    code, stdout, err = run([*argv, *FAST], capsys)
+    assert code == 0, err
+    metrics, privacy = assert_run_dir(out)
+    assert privacy["delta"] == pytest.approx(1 / M)  # default δ = 1/m
+    assert privacy["epsilon"] <= 1.0 and privacy["backend"] == "pld"
+    (release,) = privacy["releases"]
+    assert release["count"] == metrics["steps"] == metrics["private_steps"] > 0
+    assert release["extra"]["sampling_probability"] == pytest.approx(8 / M)
+    for key in ("return_mean", "return_std", "normalised_score", "stable_size"):
+        assert key in metrics, key
+    assert metrics["normalised_score"] == pytest.approx((metrics["return_mean"] - 10) / 15)
+    curve = (out / "metrics.csv").read_text().splitlines()
+    assert curve[0].startswith("step,private_steps,return_mean") and len(curve) == 4
+    state = torch.load(out / "learner.pt")
+    learner = DiscreteCQL(4, 2, hidden=(16, 16))
+    learner.load_state_dict(state)
+    assert learner.act(np.zeros((1, 4))).shape == (1,)
+    assert "expert" in stdout
+
+
+def test_dp_sgd_non_private_twin(files, tmp_path, capsys) -> None:
+    out = tmp_path / "np"
+    argv = ["train", "dp-sgd", "--data", str(files["data"]), "--non-private", "--algo", "bcq"]
+    code, _, err = run([*argv, "--steps", "12", "--out", str(out), *FAST], capsys)
+    assert code == 0, err
+    metrics, privacy = assert_run_dir(out)
+    assert privacy["private"] is False and privacy["epsilon"] == "inf"
+    assert metrics["steps"] == 12 and metrics["private_steps"] == 0
+
+
+def test_expert_dp_without_filter(files, tmp_path, capsys, fake_experts) -> None:
+    out = tmp_path / "edp"
+    argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", str(files["experts"])]
+    argv += ["--epsilon", "1", "--p", "1", "--filter-rounds", "0", "--out", str(out)]
+    code, _, err = run([*argv, *FAST], capsys)
+    assert code == 0, err
+    metrics, privacy = assert_run_dir(out)
+    assert [r["mechanism"] for r in privacy["releases"]] == ["poisson_subsampled_gaussian"]
+    assert metrics["stable_size"] == 0 and metrics["epsilon1"] == 0.0
+    assert privacy["epsilon"] <= 1.0
+    config = json.loads((out / "config.json").read_text())
+    assert config["split"]["epsilon2"] == 1.0 and config["n_experts"] == M
+
+
+def test_expert_dp_with_filter(files, tmp_path, capsys, fake_experts) -> None:
+    out = tmp_path / "filtered"
+    argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", str(files["experts"])]
+    argv += ["--epsilon", "10", "--p", "0.5", "--filter-rounds", "3", "--out", str(out)]
+    code, _, err = run([*argv, *FAST], capsys)
+    assert code == 0, err
+    metrics, privacy = assert_run_dir(out)
+    mechanisms = [r["mechanism"] for r in privacy["releases"]]
+    assert mechanisms == ["consensus_filter_svt", "poisson_subsampled_gaussian"]
+    assert privacy["epsilon"] <= 10.0 and privacy["delta"] == pytest.approx(1 / M)
+    assert metrics["epsilon1"] == 7.5 and metrics["stable_size"] >= 0
+
+
+def test_ledger_checked_and_recorded(files, tmp_path, capsys) -> None:
+    data = files["ledgered"]
+    ledger = BudgetLedger.init(
+        data,
+        epsilon=5.0,
+        delta=0.1,
+        unit="expert",
+        relation="add_remove",
+        backend="pld",
+        overwrite=True,
+    )
+    base = ["train", "dp-sgd", "--data", str(data), "--epsilon", "1", *FAST]
+    code, _, err = run([*base, "--out", str(tmp_path / "a")], capsys)
+    assert_bad_input(code, err, "ledger", "--delta")
+    code, _, err = run([*base, "--delta", "0.01", "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert len(ledger.entries) == 1
+    twin = ["train", "dp-sgd", "--data", str(data), "--non-private", "--steps", "3", *FAST]
+    code, _, err = run([*twin, "--out", str(tmp_path / "c")], capsys)
+    assert_bad_input(code, err, "not differentially private")
+
+
+def test_bad_input(files, tmp_path, capsys, fake_experts) -> None:
+    out = str(tmp_path / "bad")
+    dp = ["train", "dp-sgd", "--out", out, *FAST]
+    code, _, err = run([*dp, "--data", str(files["no_units"]), "--epsilon", "1"], capsys)
+    assert_bad_input(code, err, "expert ids")
+    code, _, err = run([*dp, "--data", str(files["data"])], capsys)
+    assert_bad_input(code, err, "--epsilon")
+    code, _, err = run([*dp, "--data", str(files["data"]), "--epsilon", "1", "--algo", "x"], capsys)
+    assert_bad_input(code, err, "--algo")
+    code, _, err = run([*dp, "--data", str(files["data"]), "--epsilon", "1", "-b", "40"], capsys)
+    assert_bad_input(code, err, "exceeds the number of experts")
+
+    def edp(experts: str, *extra: str) -> tuple[int, str, str]:
+        argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", experts]
+        return run([*argv, "--epsilon", "10", "--out", out, *FAST, *extra], capsys)
+
+    code, _, err = edp(str(files["experts_a3"]), "--p", "1", "--filter-rounds", "0")
+    assert_bad_input(code, err, "3 actions", "2")
+    code, _, err = edp(str(files["experts_d5"]), "--p", "1", "--filter-rounds", "0")
+    assert_bad_input(code, err, "dimension 5")
+    code, _, err = edp(str(files["experts"]), "--eps1-fraction", "0.6", "--eps2-fraction", "0.3")
+    assert_bad_input(code, err, "does not add up")
+    code, _, err = edp(str(files["experts"]), "--p", "1.5")
+    assert_bad_input(code, err, "--p must be in [0, 1]")
+    code, _, err = edp(str(files["experts"]), "--p", "-0.5")
+    assert_bad_input(code, err, "--p must be in [0, 1]")
+    code, _, err = edp(str(tmp_path / "missing"), "--p", "1")
+    assert_bad_input(code, err, "--experts")
+    code, _, err = edp(str(files["experts"]), "--p", "0", "--filter-rounds", "0")
+    assert_bad_input(code, err, "nothing could be learned")
+    code, _, err = edp(str(files["experts"]), "--accounting", "loose")
+    assert_bad_input(code, err, "--accounting")
+
+
+def test_expert_dp_with_saved_expert_set(files, tmp_path, capsys) -> None:
+    """The real loader (`privrl.expert.experts`): a saved CartPole LQR expert set."""
+    experts_mod = pytest.importorskip("privrl.expert.experts")
+    rng = np.random.default_rng(0)
+    experts = experts_mod.CartPoleLQRExperts({"K": rng.normal(size=(M, 4))})
+    directory = experts_mod.save_experts(experts, tmp_path / "lqr")
+    out = tmp_path / "real"
+    argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", str(directory)]
+    argv += ["--epsilon", "10", "--p", "0.5", "--filter-rounds", "2", "--out", str(out)]
+    code, _, err = run([*argv, *FAST], capsys)
+    assert code == 0, err
+    metrics, privacy = assert_run_dir(out)
+    assert len(privacy["releases"]) == 2 and metrics["steps"] > metrics["private_steps"]
