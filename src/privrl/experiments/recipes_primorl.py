@@ -1,0 +1,880 @@
+"""PRIMORL dataset recipes: replay-style offline datasets for Pendulum and the DMC cartpole
+tasks, and a medium-expert-style HalfCheetah set (``privrl data collect --recipe primorl-…``).
+
+The paper logs every episode of hundreds of DDPG training runs (Balance 600 × 50k steps,
+Swingup 150 × 200k, Pendulum 6 × 1M; 30,000 trajectories). That is out of reach on a small
+machine, so a recipe (spec "Data", decision):
+
+1. **trains a few off-policy agents** (SAC / TD3 / DDPG, differing algorithms, seeds and
+   budgets) online in the batched simulator, keeping a deterministic **policy checkpoint every
+   few thousand steps** with its evaluation return;
+2. **rolls the checkpoints out** with Gaussian action noise of a few levels (in ``[-1, 1]``
+   action units, clipped to the box) plus a share of **uniform-random** episodes, in batches of
+   parallel environments with batched actor inference, until K trajectories of the task's
+   fixed horizon are recorded ("replay" mode: episodes spread evenly over all checkpoints and
+   noise levels — early checkpoints give low/medium returns, later ones expert returns);
+   HalfCheetah uses "medium-expert" mode instead: half the episodes from a medium checkpoint
+   (evaluation return closest to a set fraction of the expert's), half from the expert;
+3. measures **reference returns** on ≥ 50 fresh episodes: uniform random actions and the best
+   checkpoint of the recipe (deterministic) — MOPO's normalised score is
+   100·(R − R_rand)/(R_exp − R_rand);
+4. writes one ``TrajectoryDataset`` HDF5 (float32 arrays, episodes in a seeded random order,
+   ``truncated`` on each last step, env id = the privrl Gymnasium id, discount 0.99) with the
+   recipe, the job table, the reference returns and the wall time of every stage in
+   ``metadata.extra``.
+
+Resumable and deterministic: every stage (one agent's training with its checkpoints, the
+reference returns, one shard of rollouts) is written atomically into the stage directory
+``data_dir/<recipe>[-quick][-seed<S>]/`` together with a fingerprint of its parameters, and is
+skipped on a rerun when its file exists with the same fingerprint. Each stage draws from its
+own ``SeedSequence(seed, spawn_key=…)``, so a resumed build equals an uninterrupted one.
+Bit-identical results assume the same torch thread count (recorded in the metadata).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+__all__ = [
+    "RECIPE_SPECS",
+    "AgentSpec",
+    "RecipeSpec",
+    "balance",
+    "build_recipe",
+    "halfcheetah",
+    "pendulum",
+    "recipe_spec",
+    "swingup",
+]
+
+
+# ============================================================================ specifications
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One online training run whose checkpoints become behaviour policies."""
+
+    algo: Literal["sac", "td3", "ddpg"]
+    steps: int  # environment transitions (= gradient updates at update-to-data ratio 1)
+    checkpoint_every: int
+    start_steps: int = 1000  # uniform-random warm-up transitions
+    update_after: int | None = None  # first update once this many are stored (None: start_steps)
+    num_envs: int = 1
+    lr: float = 3e-4
+    hidden: tuple[int, ...] = (256, 256)
+    expl_noise: float = 0.1  # TD3/DDPG exploration σ (in [-1, 1] action units)
+    first_checkpoint: int | None = None  # default: checkpoint_every
+
+
+@dataclass(frozen=True)
+class RecipeSpec:
+    """Everything a recipe does; stored in the dataset's ``extra["recipe"]``."""
+
+    name: str
+    task: str  # key of privrl.envs.control.CONTROL_TASKS
+    n_episodes: int
+    agents: tuple[AgentSpec, ...]
+    noise_levels: tuple[float, ...]  # Gaussian σ on checkpoint actions, [-1, 1] units
+    random_share: float  # fraction of uniform-random episodes
+    mode: Literal["replay", "medium_expert"] = "replay"
+    medium_fraction: float = 0.4  # medium checkpoint: eval closest to this × expert eval
+    shard_episodes: int = 1000  # at most this many episodes per rollout shard
+    eval_episodes: int = 10  # per checkpoint, during training (deterministic)
+    reference_episodes: int = 50
+    discount: float = 0.99
+    notes: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+def _pendulum(quick: bool) -> RecipeSpec:
+    if quick:
+        agents = (
+            AgentSpec("sac", 200, 100, start_steps=100),
+            AgentSpec("td3", 200, 100, start_steps=100),
+        )
+        return RecipeSpec(
+            "primorl-pendulum", "pendulum", 24, agents, (0.1, 0.5), 0.25, shard_episodes=8
+        )
+    agents = (
+        AgentSpec("sac", 10_000, 1000),
+        AgentSpec("td3", 10_000, 1000),
+        AgentSpec("ddpg", 10_000, 1000, lr=1e-3),
+    )
+    return RecipeSpec(
+        "primorl-pendulum",
+        "pendulum",
+        30_000,
+        agents,
+        (0.1, 0.3, 0.6),
+        0.1,
+        shard_episodes=1000,
+        notes="paper: 6 DDPG runs x 1M steps, all episodes kept",
+    )
+
+
+def _cartpole(task: str, quick: bool) -> RecipeSpec:
+    name = f"primorl-{task}"
+    if quick:
+        agents = (AgentSpec("sac", 400, 200, start_steps=100),)
+        return RecipeSpec(name, task, 20, agents, (0.1, 0.5), 0.25, shard_episodes=10)
+    if task == "balance":
+        agents = (
+            AgentSpec("sac", 20_000, 2000),
+            AgentSpec("td3", 20_000, 2000),
+            AgentSpec("ddpg", 20_000, 2000, lr=1e-3),
+        )
+        notes = "paper: 600 DDPG runs x 50k steps, all episodes kept"
+    else:
+        agents = (
+            AgentSpec("sac", 100_000, 5000),
+            AgentSpec("ddpg", 100_000, 5000, lr=1e-3),
+        )
+        notes = "paper: 150 DDPG runs x 200k steps, all episodes kept"
+    return RecipeSpec(
+        name, task, 30_000, agents, (0.1, 0.3, 0.6), 0.1, shard_episodes=1000, notes=notes
+    )
+
+
+def _halfcheetah(quick: bool) -> RecipeSpec:
+    if quick:
+        agents = (AgentSpec("sac", 400, 200, start_steps=100),)
+        return RecipeSpec(
+            "primorl-halfcheetah",
+            "halfcheetah",
+            20,
+            agents,
+            (0.1,),
+            0.0,
+            "medium_expert",
+            shard_episodes=10,
+        )
+    agents = (AgentSpec("sac", 300_000, 10_000, start_steps=10_000),)
+    return RecipeSpec(
+        "primorl-halfcheetah",
+        "halfcheetah",
+        2000,
+        agents,
+        (0.1,),
+        0.0,
+        "medium_expert",
+        medium_fraction=0.4,
+        shard_episodes=500,
+        notes="D4RL medium-expert is not reachable; own SAC medium + expert checkpoints",
+    )
+
+
+RECIPE_SPECS: dict[str, Callable[[bool], RecipeSpec]] = {
+    "pendulum": _pendulum,
+    "balance": lambda quick: _cartpole("balance", quick),
+    "swingup": lambda quick: _cartpole("swingup", quick),
+    "halfcheetah": _halfcheetah,
+}
+
+
+def recipe_spec(task: str, quick: bool = False) -> RecipeSpec:
+    """The recipe for ``task`` (full or quick)."""
+    return RECIPE_SPECS[task](quick)
+
+
+# ============================================================================ entry points
+
+
+def pendulum(data_dir: Path, *, seed: int = 0, quick: bool = False, progress: bool = False) -> Path:
+    """`primorl-pendulum`: 30,000 replay-style Pendulum trajectories of 200 steps."""
+    return build_recipe(
+        recipe_spec("pendulum", quick), data_dir, seed=seed, quick=quick, progress=progress
+    )
+
+
+def balance(data_dir: Path, *, seed: int = 0, quick: bool = False, progress: bool = False) -> Path:
+    """`primorl-balance`: 30,000 replay-style cartpole-balance trajectories of 1000 steps."""
+    return build_recipe(
+        recipe_spec("balance", quick), data_dir, seed=seed, quick=quick, progress=progress
+    )
+
+
+def swingup(data_dir: Path, *, seed: int = 0, quick: bool = False, progress: bool = False) -> Path:
+    """`primorl-swingup`: 30,000 replay-style cartpole-swingup trajectories of 1000 steps."""
+    return build_recipe(
+        recipe_spec("swingup", quick), data_dir, seed=seed, quick=quick, progress=progress
+    )
+
+
+def halfcheetah(
+    data_dir: Path, *, seed: int = 0, quick: bool = False, progress: bool = False
+) -> Path:
+    """`primorl-halfcheetah`: ~2,000 medium-expert-style HalfCheetah trajectories."""
+    return build_recipe(
+        recipe_spec("halfcheetah", quick), data_dir, seed=seed, quick=quick, progress=progress
+    )
+
+
+# ============================================================================ stages
+
+
+def _stem(spec: RecipeSpec, seed: int, quick: bool) -> str:
+    return spec.name + ("-quick" if quick else "") + (f"-seed{seed}" if seed != 0 else "")
+
+
+def _fingerprint(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _seed_seq(seed: int, *key: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence(entropy=int(seed), spawn_key=tuple(int(k) for k in key))
+
+
+def _int_seed(ss: np.random.SeedSequence) -> int:
+    return int(ss.generate_state(1, dtype=np.uint32)[0])
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _torch_save(obj: Any, path: Path) -> None:
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+
+    _atomic_write(path, write)
+
+
+def _json_save(obj: Any, path: Path) -> None:
+    _atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2)))
+
+
+def _scaler(task: Any) -> Any:
+    from privrl.rl.mlp import ActionScaler
+
+    a = task.act_dim
+    return ActionScaler([task.action_low] * a, [task.action_high] * a)
+
+
+def _make_agent(spec: AgentSpec, task: Any, seed: int) -> Any:
+    low, high = [task.action_low] * task.act_dim, [task.action_high] * task.act_dim
+    if spec.algo == "sac":
+        from privrl.rl.sac import SAC, SACConfig
+
+        cfg = SACConfig(hidden=tuple(spec.hidden), lr=spec.lr)
+        return SAC(task.obs_dim, task.act_dim, low, high, cfg, seed=seed)
+    from privrl.rl.td3 import TD3, TD3Config
+
+    kw = {
+        "hidden": tuple(spec.hidden),
+        "actor_lr": spec.lr,
+        "critic_lr": spec.lr,
+        "expl_noise": spec.expl_noise,
+    }
+    cfg = TD3Config.ddpg(**kw) if spec.algo == "ddpg" else TD3Config(**kw)
+    return TD3(task.obs_dim, task.act_dim, low, high, cfg, seed=seed)
+
+
+def _actor_module(algo: str, task: Any, hidden: Sequence[int], state: dict) -> torch.nn.Module:
+    from privrl.rl.mlp import DeterministicActor, SquashedGaussianActor
+
+    if algo == "sac":
+        m: torch.nn.Module = SquashedGaussianActor(task.obs_dim, task.act_dim, hidden)
+    else:
+        m = DeterministicActor(task.obs_dim, task.act_dim, hidden)
+    m.load_state_dict(state)
+    return m.requires_grad_(False).eval()
+
+
+def _unit_actions(actor: torch.nn.Module, algo: str, obs: np.ndarray) -> np.ndarray:
+    """Deterministic actions in ``[-1, 1]`` (SAC: tanh of the Gaussian mean)."""
+    with torch.no_grad():
+        o = torch.as_tensor(obs, dtype=torch.float32)
+        a = actor(o, deterministic=True, with_logprob=False)[0] if algo == "sac" else actor(o)
+    return a.numpy().astype(np.float64)
+
+
+def _evaluate(
+    task: Any,
+    act_fn: Callable[[np.ndarray], np.ndarray],
+    n_episodes: int,
+    seed: int,
+) -> np.ndarray:
+    """Undiscounted returns of ``n_episodes`` in the batched simulator (one batch)."""
+    from privrl.envs.batched import make_batched
+
+    env = make_batched(task, n_episodes)
+    obs = env.reset(seed=seed)
+    ret = np.zeros(n_episodes)
+    for _ in range(env.horizon):
+        obs, r, _ = env.step(act_fn(obs))
+        ret += r
+    return ret
+
+
+def _train_agent(
+    spec: RecipeSpec, i: int, task: Any, seed: int, path: Path, progress: bool
+) -> dict[str, Any]:
+    """Stage: train agent ``i`` and keep its deterministic checkpoints (with eval returns)."""
+    from privrl.envs.batched import make_batched
+    from privrl.rl.replay import train_online
+
+    a_spec = spec.agents[i]
+    ss = _seed_seq(seed, 1, i)
+    s_agent, s_env, s_eval = (_int_seed(s) for s in ss.spawn(3))
+    agent = _make_agent(a_spec, task, s_agent)
+    env = make_batched(task, a_spec.num_envs)
+    first = a_spec.first_checkpoint or a_spec.checkpoint_every
+    fingerprint = _fingerprint([spec.task, dataclasses.asdict(a_spec), seed, i])
+    kept: dict[str, Any] = {"checkpoints": []}  # saved in (and restored from) snapshots
+
+    def on_checkpoint(step: int, ag: Any, result: Any) -> None:
+        if step < first:
+            return
+        checkpoints = kept["checkpoints"]
+        actor_state = {k: v.detach().clone() for k, v in ag.actor.state_dict().items()}
+        rets = _evaluate(
+            task,
+            lambda o: ag.act(o, deterministic=True),
+            spec.eval_episodes,
+            s_eval + len(checkpoints),
+        )
+        checkpoints.append(
+            {
+                "step": step,
+                "actor": actor_state,
+                "eval_return": float(rets.mean()),
+                "eval_std": float(rets.std()),
+            }
+        )
+
+    snapshot = path.with_name(path.stem + ".partial.pt")
+    res = train_online(
+        agent,
+        env,
+        a_spec.steps,
+        start_steps=a_spec.start_steps,
+        update_after=a_spec.start_steps if a_spec.update_after is None else a_spec.update_after,
+        checkpoint_every=a_spec.checkpoint_every,
+        callback=on_checkpoint,
+        progress=progress,
+        seed=s_env,
+        buffer_capacity=max(a_spec.steps, 1),
+        description=f"{spec.name}: agent {i} ({a_spec.algo})",
+        snapshot_path=snapshot,
+        snapshot_tag=fingerprint,
+        extra_state=kept,
+    )
+    out = {
+        "fingerprint": fingerprint,
+        "algo": a_spec.algo,
+        "hidden": list(a_spec.hidden),
+        "checkpoints": kept["checkpoints"],
+        "train_steps": res.episode_steps,
+        "train_returns": res.episode_returns,
+        "wall_time": res.wall_time,
+    }
+    _torch_save(out, path)
+    snapshot.unlink(missing_ok=True)
+    return out
+
+
+def _load_stage(path: Path, fingerprint: str, loader: Callable[[Path], Any]) -> Any | None:
+    if not path.is_file():
+        return None
+    try:
+        obj = loader(path)
+    except Exception:  # a corrupt or foreign file: rebuild the stage
+        return None
+    return obj if obj.get("fingerprint") == fingerprint else None
+
+
+@dataclass
+class _Job:
+    """Episodes of one behaviour: a checkpoint (agent, index) with noise σ, or uniform random."""
+
+    agent: int | None
+    checkpoint: int | None
+    noise: float
+    n_episodes: int
+    label: str = ""
+    shards: list[int] = field(default_factory=list)
+
+
+def _split_even(total: int, parts: int) -> list[int]:
+    base, rem = divmod(total, parts)
+    return [base + (1 if j < rem else 0) for j in range(parts)]
+
+
+def _plan_jobs(spec: RecipeSpec, agents: list[dict[str, Any]]) -> tuple[list[_Job], dict]:
+    """Allocate the K episodes to behaviours (see the module docstring)."""
+    n_random = round(spec.random_share * spec.n_episodes)
+    n_policy = spec.n_episodes - n_random
+    jobs: list[_Job] = []
+    info: dict[str, Any] = {}
+    if spec.mode == "replay":
+        refs = [(i, j) for i, a in enumerate(agents) for j in range(len(a["checkpoints"]))]
+        if not refs:
+            raise RuntimeError(f"{spec.name}: no checkpoints were kept")
+        for (i, j), n in zip(refs, _split_even(n_policy, len(refs)), strict=True):
+            for sigma, m in zip(
+                spec.noise_levels, _split_even(n, len(spec.noise_levels)), strict=True
+            ):
+                jobs.append(_Job(i, j, sigma, m))
+    else:  # medium_expert
+        flat = [
+            (i, j, c["eval_return"])
+            for i, a in enumerate(agents)
+            for j, c in enumerate(a["checkpoints"])
+        ]
+        ei, ej, best = max(flat, key=lambda t: t[2])
+        target = spec.medium_fraction * best
+        mi, mj, med = min(flat, key=lambda t: abs(t[2] - target))
+        info = {
+            "expert": {"agent": ei, "checkpoint": ej, "eval_return": best},
+            "medium": {"agent": mi, "checkpoint": mj, "eval_return": med},
+        }
+        n_med, n_exp = _split_even(n_policy, 2)
+        for (i, j), n in (((mi, mj), n_med), ((ei, ej), n_exp)):
+            for sigma, m in zip(
+                spec.noise_levels, _split_even(n, len(spec.noise_levels)), strict=True
+            ):
+                jobs.append(_Job(i, j, sigma, m))
+    if n_random:
+        jobs.append(_Job(None, None, 0.0, n_random))
+    jobs = [j for j in jobs if j.n_episodes > 0]
+    for job in jobs:
+        if job.agent is None:
+            job.label = "uniform random"
+        else:
+            c = agents[job.agent]["checkpoints"][job.checkpoint]
+            job.label = (
+                f"{agents[job.agent]['algo']}#{job.agent} step {c['step']} sigma {job.noise:g}"
+            )
+    return jobs, info
+
+
+def _shards(spec: RecipeSpec, jobs: list[_Job]) -> list[tuple[int, int, int]]:
+    """(job index, first episode of the job, n episodes) per shard; assigns job.shards."""
+    out: list[tuple[int, int, int]] = []
+    for k, job in enumerate(jobs):
+        done = 0
+        for m in _split_even(job.n_episodes, -(-job.n_episodes // spec.shard_episodes)):
+            job.shards.append(len(out))
+            out.append((k, done, m))
+            done += m
+    return out
+
+
+def _rollout_shard(
+    spec: RecipeSpec,
+    task: Any,
+    job: _Job,
+    n: int,
+    agents: list[dict[str, Any]],
+    ss: np.random.SeedSequence,
+) -> dict[str, np.ndarray]:
+    """``n`` episodes of one behaviour, stepped together; float32 arrays [n, H(+1), ·]."""
+    from privrl.envs.batched import make_batched
+
+    s_env, s_noise = ss.spawn(2)
+    rng = np.random.default_rng(s_noise)
+    env = make_batched(task, n)
+    scaler = _scaler(task)
+    H, d, a_dim = task.horizon, task.obs_dim, task.act_dim
+    obs_buf = np.empty((n, H + 1, d), dtype=np.float32)
+    act_buf = np.empty((n, H, a_dim), dtype=np.float32)
+    rew_buf = np.empty((n, H), dtype=np.float32)
+    actor = None
+    if job.agent is not None:
+        a = agents[job.agent]
+        actor = _actor_module(
+            a["algo"], task, a["hidden"], a["checkpoints"][job.checkpoint]["actor"]
+        )
+    obs = env.reset(seed=_int_seed(s_env))
+    for t in range(H):
+        if actor is None:
+            unit = rng.uniform(-1.0, 1.0, (n, a_dim))
+        else:
+            unit = _unit_actions(actor, agents[job.agent]["algo"], obs)
+            if job.noise > 0:
+                unit = np.clip(unit + job.noise * rng.standard_normal(unit.shape), -1.0, 1.0)
+        act = scaler.to_env_np(unit)
+        obs_buf[:, t] = obs
+        act_buf[:, t] = act
+        obs, rew, _ = env.step(act)
+        rew_buf[:, t] = rew
+    obs_buf[:, H] = obs
+    return {"obs": obs_buf, "act": act_buf, "rew": rew_buf}
+
+
+def _reference_returns(
+    spec: RecipeSpec, task: Any, agents: list[dict[str, Any]], seed: int
+) -> dict[str, Any]:
+    """Stage: R_rand (uniform actions) and R_exp (best checkpoint, deterministic) on
+    ``reference_episodes`` fresh episodes each."""
+    start = time.perf_counter()
+    ss_rand, ss_exp, ss_act = _seed_seq(seed, 2).spawn(3)
+    rng = np.random.default_rng(ss_act)
+    scaler = _scaler(task)
+    n = spec.reference_episodes
+    r_rand = _evaluate(
+        task,
+        lambda o: scaler.to_env_np(rng.uniform(-1, 1, (len(o), task.act_dim))),
+        n,
+        _int_seed(ss_rand),
+    )
+    flat = [
+        (i, j, c["eval_return"])
+        for i, a in enumerate(agents)
+        for j, c in enumerate(a["checkpoints"])
+    ]
+    bi, bj, _ = max(flat, key=lambda t: t[2])
+    best = agents[bi]
+    actor = _actor_module(best["algo"], task, best["hidden"], best["checkpoints"][bj]["actor"])
+    r_exp = _evaluate(
+        task,
+        lambda o: scaler.to_env_np(_unit_actions(actor, best["algo"], o)),
+        n,
+        _int_seed(ss_exp),
+    )
+    return {
+        "random": float(r_rand.mean()),
+        "random_std": float(r_rand.std()),
+        "expert": float(r_exp.mean()),
+        "expert_std": float(r_exp.std()),
+        "episodes": n,
+        "expert_policy": {
+            "agent": bi,
+            "algo": best["algo"],
+            "step": best["checkpoints"][bj]["step"],
+            "selected_on_eval_return": best["checkpoints"][bj]["eval_return"],
+        },
+        "wall_time": time.perf_counter() - start,
+    }
+
+
+# ============================================================================ the build
+
+
+def build_recipe(
+    spec: RecipeSpec,
+    data_dir: Path,
+    *,
+    seed: int = 0,
+    quick: bool = False,
+    progress: bool = False,
+    keep_shards: bool = False,
+    threads: int | None = None,
+) -> Path:
+    """Build (or finish building) ``spec``'s dataset under ``data_dir``; returns its path.
+
+    Returns at once when the dataset file already exists. Shard files are deleted after the
+    dataset is written unless ``keep_shards`` (agents and references are kept).
+
+    Torch runs with ``threads`` intra-op threads during the build (default
+    ``$PRIVRL_RECIPE_THREADS`` or 1; restored afterwards): at batch 256 a second thread gains
+    little and, on a busy machine, OpenMP threads spinning for a core slow updates down by an
+    order of magnitude (benchmarks/bench_sac.py). A fixed count also keeps the build
+    bit-reproducible across machines with different core counts.
+    """
+    if threads is None:
+        threads = int(os.environ.get("PRIVRL_RECIPE_THREADS", "1"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(threads)))
+    try:
+        return _build(spec, Path(data_dir), seed, quick, progress, keep_shards)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _build(
+    spec: RecipeSpec, data_dir: Path, seed: int, quick: bool, progress: bool, keep_shards: bool
+) -> Path:
+    from privrl.envs.control import CONTROL_TASKS
+
+    stem = _stem(spec, seed, quick)
+    out_path = data_dir / f"{stem}.h5"
+    if out_path.is_file():
+        _log(progress, f"{out_path} exists; nothing to do")
+        return out_path
+    stage_dir = data_dir / stem
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    task = CONTROL_TASKS[spec.task]
+    walls: dict[str, float] = {}
+    skipped: list[str] = []
+    t_build = time.perf_counter()
+
+    # 1. agents and their checkpoints
+    agents: list[dict[str, Any]] = []
+    for i, a_spec in enumerate(spec.agents):
+        path = stage_dir / f"agent-{i}.pt"
+        fp = _fingerprint([spec.task, dataclasses.asdict(a_spec), seed, i])
+        rec = _load_stage(path, fp, lambda p: torch.load(p, weights_only=True))
+        if rec is None:
+            rec = _train_agent(spec, i, task, seed, path, progress)
+        else:
+            skipped.append(f"agent-{i}")
+        agents.append(rec)
+        walls[f"agent-{i}"] = rec["wall_time"]
+        evals = [round(c["eval_return"], 1) for c in rec["checkpoints"]]
+        _log(
+            progress,
+            f"agent {i} ({a_spec.algo}, {a_spec.steps} steps): {rec['wall_time']:.0f} s; "
+            f"checkpoint eval returns {evals}",
+        )
+
+    # 2. reference returns
+    ref_path = stage_dir / "reference.json"
+    ref_fp = _fingerprint(
+        [_fingerprint([a["fingerprint"] for a in agents]), spec.reference_episodes, seed]
+    )
+    ref = _load_stage(ref_path, ref_fp, lambda p: json.loads(p.read_text()))
+    if ref is None:
+        ref = {"fingerprint": ref_fp, **_reference_returns(spec, task, agents, seed)}
+        _json_save(ref, ref_path)
+    else:
+        skipped.append("reference")
+    walls["reference"] = ref["wall_time"]
+    _log(
+        progress,
+        f"reference returns ({ref['episodes']} episodes): random {ref['random']:.2f}, "
+        f"expert {ref['expert']:.2f} ({ref['expert_policy']['algo']} step "
+        f"{ref['expert_policy']['step']}); {ref['wall_time']:.1f} s",
+    )
+
+    # 3. rollout shards
+    jobs, plan_info = _plan_jobs(spec, agents)
+    shards = _shards(spec, jobs)
+    agents_fp = _fingerprint([a["fingerprint"] for a in agents])
+    shard_paths = [stage_dir / f"shard-{s:05d}.npz" for s in range(len(shards))]
+    roll_wall = 0.0
+    n_built = 0
+    with _bar(progress, spec.n_episodes, f"{spec.name}: rollouts") as bar:
+        for s, (k, first, m) in enumerate(shards):
+            job = jobs[k]
+            fp = _fingerprint(
+                [agents_fp, job.agent, job.checkpoint, job.noise, k, first, m, seed, s]
+            )
+            meta = _load_npz_meta(shard_paths[s], fp)
+            if meta is None:
+                t0 = time.perf_counter()
+                arrays = _rollout_shard(spec, task, job, m, agents, _seed_seq(seed, 3, s))
+                wall = time.perf_counter() - t0
+                meta = {"fingerprint": fp, "wall_time": wall, "n": m}
+                _save_npz(shard_paths[s], arrays, meta)
+                n_built += 1
+            roll_wall += meta["wall_time"]
+            if bar is not None:
+                bar[0].advance(bar[1], m)
+    if n_built < len(shards):
+        skipped.append(f"{len(shards) - n_built} of {len(shards)} shards")
+    walls["rollouts"] = roll_wall
+    _log(progress, f"rollouts: {len(shards)} shards, {spec.n_episodes} episodes, {roll_wall:.0f} s")
+
+    # 4. assemble
+    t0 = time.perf_counter()
+    ds, job_table = _assemble(spec, task, jobs, shard_paths, seed)
+    walls["assemble"] = time.perf_counter() - t0
+    recipe = spec.to_dict()
+    recipe.update(
+        {
+            "seed": seed,
+            "quick": quick,
+            "torch_threads": torch.get_num_threads(),
+            "jobs": job_table,
+            "checkpoints": [
+                {
+                    "agent": i,
+                    "algo": a["algo"],
+                    "steps": [c["step"] for c in a["checkpoints"]],
+                    "eval_returns": [round(c["eval_return"], 3) for c in a["checkpoints"]],
+                }
+                for i, a in enumerate(agents)
+            ],
+            **({"medium_expert": plan_info} if plan_info else {}),
+        }
+    )
+    walls["all_stages"] = sum(walls.values())
+    walls["this_invocation"] = time.perf_counter() - t_build
+    reference = {k: v for k, v in ref.items() if k not in ("fingerprint",)}
+    meta = ds.metadata.with_extra(
+        recipe=recipe,
+        reference_returns={"random": ref["random"], "expert": ref["expert"]},
+        reference=reference,
+        wall_time={k: round(v, 3) for k, v in walls.items()},
+        stages_reused=skipped,
+        source=(
+            "privrl recipe: online SAC/TD3/DDPG checkpoints rolled out with Gaussian action "
+            "noise plus uniform-random episodes (see docs/primorl-data.md)"
+        ),
+    )
+    ds = ds.with_metadata(meta, validate=False)
+    from privrl.data.io import save_hdf5
+
+    t0 = time.perf_counter()
+    save_hdf5(ds, out_path)
+    walls["write"] = time.perf_counter() - t0
+    _log(
+        progress,
+        "wall time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in walls.items()),
+    )
+    if not keep_shards:
+        for p in shard_paths:
+            p.unlink(missing_ok=True)
+    return out_path
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+
+    _atomic_write(path, write)
+
+
+def _load_npz_meta(path: Path, fingerprint: str) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as z:
+            meta = json.loads(str(z["meta"]))
+    except Exception:
+        return None
+    return meta if meta.get("fingerprint") == fingerprint else None
+
+
+def _assemble(
+    spec: RecipeSpec, task: Any, jobs: list[_Job], shard_paths: list[Path], seed: int
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Concatenate the shards into one dataset, episodes in a seeded random order."""
+    from gymnasium import spaces
+
+    from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
+    from privrl.envs.control import make_env
+
+    K, H, d, a_dim = spec.n_episodes, task.horizon, task.obs_dim, task.act_dim
+    perm = np.random.default_rng(_seed_seq(seed, 4)).permutation(K)
+    obs = np.empty((K, H + 1, d), dtype=np.float32)
+    act = np.empty((K, H, a_dim), dtype=np.float32)
+    rew = np.empty((K, H), dtype=np.float32)
+    table = []
+    pos = 0
+    for job in jobs:
+        returns = []
+        for s in job.shards:
+            with np.load(shard_paths[s]) as z:
+                m = z["rew"].shape[0]
+                dest = perm[pos : pos + m]
+                obs[dest] = z["obs"]
+                act[dest] = z["act"]
+                rew[dest] = z["rew"]
+                returns.append(z["rew"].astype(np.float64).sum(axis=1))
+            pos += m
+        r = np.concatenate(returns)
+        table.append(
+            {
+                "behaviour": job.label,
+                "agent": job.agent,
+                "checkpoint": job.checkpoint,
+                "noise": job.noise,
+                "episodes": job.n_episodes,
+                "return_mean": round(float(r.mean()), 3),
+                "return_std": round(float(r.std()), 3),
+            }
+        )
+    if pos != K:
+        raise RuntimeError(f"assembled {pos} episodes, expected {K}")
+    truncated = np.zeros((K, H), dtype=bool)
+    truncated[:, -1] = True
+    env = make_env(task.name)
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    if obs_space.dtype != np.float32:  # HalfCheetah's is float64; the data is float32
+        obs_space = spaces.Box(
+            obs_space.low.astype(np.float32), obs_space.high.astype(np.float32), dtype=np.float32
+        )
+    meta = DatasetMetadata(
+        observation_space=obs_space,
+        action_space=act_space,
+        env_id=task.env_id,
+        discount=spec.discount,
+        horizon=H,
+    )
+    ds = TrajectoryDataset(
+        observations=obs.reshape(K * (H + 1), d),
+        actions=act.reshape(K * H, a_dim),
+        rewards=rew.reshape(K * H),
+        terminated=np.zeros(K * H, dtype=bool),
+        truncated=truncated.reshape(K * H),
+        episode_offsets=np.arange(K + 1, dtype=np.int64) * H,
+        metadata=meta,
+    )
+    return ds, table
+
+
+# ============================================================================ output
+
+
+def _log(enabled: bool, message: str) -> None:
+    if enabled:
+        from rich.console import Console
+
+        Console(stderr=True).print(message, highlight=False)
+
+
+class _BarCtx:
+    def __init__(self, enabled: bool, total: int, label: str) -> None:
+        self.enabled, self.total, self.label = enabled, total, label
+        self._p: Any = None
+
+    def __enter__(self) -> tuple[Any, Any] | None:
+        if not self.enabled:
+            return None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._p = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            transient=True,
+        )
+        self._p.__enter__()
+        return self._p, self._p.add_task(self.label, total=self.total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._p is not None:
+            self._p.__exit__(*exc)
+
+
+def _bar(enabled: bool, total: int, label: str) -> _BarCtx:
+    return _BarCtx(enabled, total, label)
