@@ -53,11 +53,17 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ds.metadata.with_extra(reference_returns={"random": 10.0, "nonprivate": 25.0})
     )
     plain = ds.with_metadata(ds.metadata)
+    # experts_dir in the metadata (relative to the dataset file), as the experts-* recipes write
+    (root / "sub").mkdir()
+    named = ds.with_metadata(ds.metadata.with_extra(experts_dir="../experts"))
+    dangling = ds.with_metadata(ds.metadata.with_extra(experts_dir="nowhere"))
     no_units = type(ds)(**{**ds._fields(), "unit_ids": None}, metadata=ds.metadata)
     out = {
         "data": save_hdf5(ds, root / "cartpole.h5"),
         "ledgered": save_hdf5(plain, root / "ledgered.h5"),
         "no_units": save_hdf5(no_units, root / "no_units.h5"),
+        "named": save_hdf5(named, root / "sub" / "named.h5"),
+        "dangling": save_hdf5(dangling, root / "dangling.h5"),
     }
     for name, (a, d) in {"experts": (2, 4), "experts_a3": (3, 4), "experts_d5": (2, 5)}.items():
         (root / name).mkdir()
@@ -248,3 +254,55 @@ def test_expert_dp_with_saved_expert_set(files, tmp_path, capsys) -> None:
     assert code == 0, err
     metrics, privacy = assert_run_dir(out)
     assert len(privacy["releases"]) == 2 and metrics["steps"] > metrics["private_steps"]
+
+
+def test_expert_dp_experts_default_to_the_dataset_metadata(
+    files, tmp_path, capsys, fake_experts
+) -> None:
+    out = tmp_path / "named"
+    argv = ["train", "expert-dp", "--data", str(files["named"]), "--epsilon", "10"]
+    argv += ["--p", "0.5", "--filter-rounds", "2", "--out", str(out)]
+    code, _, err = run([*argv, *FAST], capsys)
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())
+    # resolved relative to the dataset file (sub/../experts)
+    assert Path(config["experts"]).resolve() == files["experts"].resolve()
+    assert config["n_experts"] == M
+    # neither --experts nor extra["experts_dir"]: the error names the fix
+    bad = ["train", "expert-dp", "--epsilon", "10", "--out", str(tmp_path / "x"), *FAST]
+    code, _, err = run([*bad, "--data", str(files["data"])], capsys)
+    assert_bad_input(code, err, "--experts is required", "experts_dir")
+    code, _, err = run([*bad, "--data", str(files["dangling"])], capsys)
+    assert_bad_input(code, err, "--experts", "nowhere", "does not exist")
+    code, _, err = run([*bad, "--data", str(tmp_path / "missing.h5")], capsys)
+    assert_bad_input(code, err, "--data", "not found")
+    # an explicit --experts still wins over the metadata
+    code, _, err = run(
+        [*bad, "--data", str(files["named"]), "--experts", str(files["experts_a3"])], capsys
+    )
+    assert_bad_input(code, err, "3 actions")
+
+
+def test_expert_dp_filter_calibration(files, tmp_path, capsys, fake_experts) -> None:
+    argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", str(files["experts"])]
+    argv += ["--epsilon", "10", "--p", "0.5", "--filter-rounds", "3", *FAST]
+    calibrations = {}
+    for mode in ("paper", "tight"):
+        out = tmp_path / mode
+        code, _, err = run([*argv, "--filter-calibration", mode, "--out", str(out)], capsys)
+        assert code == 0, err
+        metrics, privacy = assert_run_dir(out)
+        assert metrics["filter_calibration"] == mode
+        assert json.loads((out / "config.json").read_text())["filter_calibration"] == mode
+        (svt,) = [r for r in privacy["releases"] if r["mechanism"] == "consensus_filter_svt"]
+        cal = svt["extra"]["calibration"]
+        assert cal["calibration"] == mode and cal["composition_epsilon"] <= 7.5
+        assert privacy["epsilon"] <= 10.0
+        calibrations[mode] = cal
+    # tight spends all of the filter's ε1 = 7.5 under the exact bound; paper (δ1 = 0.9/16,
+    # T = 3) leaves 0.7 of it unused
+    assert calibrations["tight"]["composition_epsilon"] == pytest.approx(7.5)
+    assert calibrations["paper"]["composition_epsilon"] < 7.0
+    assert calibrations["tight"]["theta_shifted"] < calibrations["paper"]["theta_shifted"]
+    code, _, err = run([*argv, "--filter-calibration", "loose", "--out", str(tmp_path)], capsys)
+    assert_bad_input(code, err, "--filter-calibration")

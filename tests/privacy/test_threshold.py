@@ -4,7 +4,9 @@ Properties checked: the calibration fixtures of Sharma et al. (spec expert_conse
 per-round event and the exact advanced-composition check; the Laplace scales of the threshold
 (2/ε') and query (4/ε') noise; Lemma 5.2 (a prefix with count < θ passes with probability
 < δ') by Monte Carlo; the vectorised first-⊥ search against a sequential one; the trajectory
-sampler (distinct trajectories, expert drawn uniformly, resampling on exhaustion).
+sampler (distinct trajectories, expert drawn uniformly, resampling on exhaustion); the "tight"
+calibration (its ε0 meets the exact advanced-composition bound and is maximal; "paper" stays
+the default and keeps the fixtures).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from privrl.privacy.events import ApproxDpEvent
 from privrl.privacy.release import Release
 from privrl.privacy.threshold import (
     DataReleaseCalibration,
+    composition_bound,
     first_failing_prefix,
     noisy_threshold,
     prefix_query_noise,
     sample_release_trajectories,
+    tight_round_epsilon,
 )
 
 DELTA = 1 / 3000
@@ -110,6 +114,84 @@ def test_composition_check_raises_when_bound_exceeds_budget():
         DataReleaseCalibration.from_budget(30.0, DELTA, 25, 200, 0.02)
     cal = DataReleaseCalibration.from_budget(25.0, DELTA, 25, 200, 0.02)
     assert 24.0 < cal.composition_epsilon <= 25.0
+
+
+def _bound(e0: float, t: int, delta1: float) -> float:
+    """sqrt(2T ln(2/δ1))·ε0 + T·ε0(e^ε0 − 1), written out independently."""
+    return math.sqrt(2 * t * math.log(2 / delta1)) * e0 + t * e0 * math.expm1(e0)
+
+
+@pytest.mark.parametrize(("name", "eps1", "delta1", "t", "length", "expected"), FIXTURES)
+def test_paper_calibration_is_the_default_and_keeps_the_fixtures(
+    name, eps1, delta1, t, length, expected
+):
+    default = DataReleaseCalibration.from_budget(eps1, delta1, t, length, 0.02)
+    paper = DataReleaseCalibration.from_budget(eps1, delta1, t, length, 0.02, calibration="paper")
+    assert default == paper and default.calibration == "paper"
+    for key, (value, tol) in expected.items():
+        assert getattr(paper, key) == pytest.approx(value, abs=tol), (name, key)
+
+
+@pytest.mark.parametrize(
+    ("eps1", "delta1", "t"),
+    [
+        (10.0, DELTA, 25),
+        (7.5, 0.9 * DELTA, 25),
+        (10.0, DELTA, 50),
+        (7.5, 0.9 * DELTA, 100),
+        (0.5, 1e-6, 1),
+        (30.0, DELTA, 25),
+        (100.0, 1e-3, 3),
+    ],
+)
+def test_tight_round_epsilon_meets_the_bound_and_is_maximal(eps1, delta1, t):
+    e0 = tight_round_epsilon(eps1, delta1, t)
+    assert composition_bound(e0, t, delta1) == pytest.approx(_bound(e0, t, delta1), rel=1e-12)
+    # Satisfies the exact bound (never above ε1), and is tight to 1e-9.
+    assert _bound(e0, t, delta1) <= eps1 * (1 + 1e-12)
+    assert _bound(e0, t, delta1) == pytest.approx(eps1, abs=1e-9)
+    # Maximal: any larger ε0 (by 1e-9 relative) breaks the bound.
+    assert _bound(e0 * (1 + 1e-9), t, delta1) > eps1
+    # At least the paper's ε0 = ε1/sqrt(8 T ln(2/δ1)) whenever that one is admissible (at
+    # ε1 = 30, T = 25 it is not: its bound is above ε1 and the paper's calibration is refused).
+    paper_e0 = eps1 / math.sqrt(8 * t * math.log(2 / delta1))
+    if _bound(paper_e0, t, delta1) <= eps1:
+        assert e0 > paper_e0
+
+
+@pytest.mark.parametrize(("name", "eps1", "delta1", "t", "length", "expected"), FIXTURES)
+def test_tight_calibration_lowers_theta_with_the_same_delta_accounting(
+    name, eps1, delta1, t, length, expected
+):
+    paper = DataReleaseCalibration.from_budget(eps1, delta1, t, length, 0.02)
+    tight = DataReleaseCalibration.from_budget(eps1, delta1, t, length, 0.02, calibration="tight")
+    assert tight.calibration == "tight"
+    assert tight.epsilon_prime == pytest.approx(tight_round_epsilon(eps1, delta1, t) / 2, rel=0)
+    assert tight.epsilon_prime > 1.3 * paper.epsilon_prime
+    # Same δ accounting: δ' = δ1/(2TL), rounds of δ1/(2T), slack δ1/2, total δ1.
+    assert tight.delta_prime == paper.delta_prime
+    assert tight.round_delta == paper.round_delta == pytest.approx(delta1 / (2 * t))
+    assert tight.composition_delta == pytest.approx(delta1, rel=1e-12)
+    # The runtime check holds with equality (to 1e-9) and the rest follows from ε'.
+    assert tight.composition_epsilon <= eps1 and tight.composition_epsilon == pytest.approx(eps1)
+    assert tight.theta_shifted < paper.theta_shifted and tight.theta < paper.theta
+    assert tight.c_min == pytest.approx(1 / -math.expm1(-tight.epsilon_prime), rel=1e-12)
+    assert tight.query_scale == pytest.approx(4 / tight.epsilon_prime, rel=1e-12)
+    assert tight.round_event() == ApproxDpEvent(
+        epsilon=2 * tight.epsilon_prime, delta=delta1 / (2 * t)
+    )
+    assert tight.accountant_epsilon() <= eps1 * (1 + 1e-9)
+    rel = tight.release("filter")
+    assert rel.extra["calibration"]["calibration"] == "tight"
+    assert Release.from_dict(rel.to_dict()).event == rel.event
+
+
+def test_tight_calibration_never_fails_the_runtime_check():
+    # Where the paper's calibration is refused (ε1 = 30, T = 25), the tight one still exists.
+    cal = DataReleaseCalibration.from_budget(30.0, DELTA, 25, 200, 0.02, calibration="tight")
+    assert cal.composition_epsilon <= 30.0
+    with pytest.raises(ValueError, match="calibration must be one of"):
+        DataReleaseCalibration.from_budget(10.0, DELTA, 25, 200, 0.02, calibration="loose")
 
 
 @pytest.mark.parametrize(

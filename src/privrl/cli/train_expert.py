@@ -3,7 +3,11 @@
 with expert-level DP-SGD alone (the paper's baseline; ``--non-private`` runs its non-private
 twin, the reference of the normalised score).
 
-The dataset must record the expert of every trajectory (``unit_ids``). The learned policy is
+The dataset must record the expert of every trajectory (``unit_ids``). ``--experts`` defaults to
+the expert set the dataset's metadata name (``extra["experts_dir"]``, relative to the dataset
+file; the ``experts-*`` recipes write it). ``--filter-calibration tight`` calibrates the
+consensus filter to the exact advanced-composition bound instead of the paper's formula
+(``privrl.privacy.threshold``). The learned policy is
 evaluated greedily in the dataset's environment (``metadata.env_id``): the mean return of 10
 evaluations spaced over the last 10,000 steps, each of ``--eval-episodes`` episodes (CartPole
 is evaluated for 1000 steps, other environments for the dataset's horizon). When the metadata
@@ -198,11 +202,9 @@ def _evaluator(
         )
     if horizon is not None and horizon < 1:
         raise CliError(f"--eval-horizon must be >= 1, got {horizon}")
-    kwargs = {} if horizon is None else {"max_episode_steps": int(horizon)}
+    from privrl.experiments.expert import eval_env_factory
 
-    def make() -> Any:
-        return gym.make(env_id, **kwargs)
-
+    make = eval_env_factory(dataset.metadata, horizon)  # with the recipe's env_kwargs (HIV)
     counter = iter(range(10**9))
 
     def evaluate(learner: Any) -> np.ndarray:
@@ -336,6 +338,38 @@ def _has_ledger(data: Path) -> bool:
     return default_ledger_path(data).exists()
 
 
+def _experts_from_metadata(data: Path) -> Path:
+    """The expert set named by the dataset's metadata (``extra["experts_dir"]``, relative to
+    the dataset file), for ``--experts`` left out. Reads the file's public metadata attribute
+    only, not the records (so it runs before the ledger check)."""
+    import json
+
+    import h5py
+
+    if not data.is_file():
+        raise CliError(f"--data: file not found: {data}")
+    try:
+        with h5py.File(data, "r") as f:
+            meta = json.loads(f.attrs["metadata"])
+    except (OSError, KeyError, ValueError):
+        meta = {}
+    extra = meta.get("extra") if isinstance(meta, dict) else None
+    rel = extra.get("experts_dir") if isinstance(extra, dict) else None
+    if not isinstance(rel, str) or not rel:
+        raise CliError(
+            "--experts is required: the dataset's metadata name no expert set "
+            '(extra["experts_dir"]); pass --experts DIR'
+        )
+    path = Path(rel)
+    path = path if path.is_absolute() else data.parent / path
+    if not path.exists():
+        raise CliError(
+            f"--experts: the dataset's expert set {path} (metadata experts_dir = {rel!r}) does "
+            "not exist; pass --experts DIR or rebuild the dataset's recipe"
+        )
+    return path
+
+
 def _load_experts(path: Path) -> Any:
     if not path.exists():
         raise CliError(f"--experts: not found: {path}")
@@ -355,7 +389,11 @@ def _load_experts(path: Path) -> Any:
 
 def expert_dp_command(
     data: Path = _DATA,
-    experts: Path = typer.Option(..., "--experts", help="Expert set (directory) of the data."),
+    experts: Path = typer.Option(
+        None,
+        "--experts",
+        help="Expert set (directory) of the data (default: the dataset's extra['experts_dir']).",
+    ),
     algo: str = _ALGO,
     epsilon: float = _EPSILON,
     delta: float = _DELTA,
@@ -366,6 +404,11 @@ def expert_dp_command(
         25, "--filter-rounds", "-T", help="Rounds T of the consensus filter (0 = no filter)."
     ),
     p_min: float = typer.Option(0.02, "--p-min", help="Smallest action probability of experts."),
+    filter_calibration: str = typer.Option(
+        "paper",
+        "--filter-calibration",
+        help="paper (ε' = ε1/sqrt(32·T·ln(2/δ1))) or tight (largest ε' within the exact bound).",
+    ),
     filter_below: float = typer.Option(
         5.0, "--filter-below", help="Skip the filter (ε1 = 0) when ε is below this."
     ),
@@ -416,6 +459,10 @@ def expert_dp_command(
         raise CliError(f"--filter-rounds must be >= 0, got {filter_rounds}")
     if accounting not in ("exact", "paper"):
         raise CliError(f"--accounting must be exact or paper, got {accounting!r}")
+    if filter_calibration not in ("paper", "tight"):
+        raise CliError(f"--filter-calibration must be paper or tight, got {filter_calibration!r}")
+    if experts is None:
+        experts = _experts_from_metadata(data)
     expert_set = _load_experts(experts)
     m = int(expert_set.n_experts)
     delta = 1.0 / m if delta is None else delta
@@ -482,6 +529,7 @@ def expert_dp_command(
                 n_evals=evals,
                 eval_window=eval_window,
                 progress=update,
+                filter_calibration=filter_calibration,
             )
         reports.append(result.report)
     training = result.training
@@ -497,6 +545,7 @@ def expert_dp_command(
         "delta": delta,
         "split": result.split.to_dict(),
         "filter_rounds": filter_rounds,
+        "filter_calibration": filter_calibration,
         "p_min": p_min,
         "accounting": accounting,
         "batch_size": batch_size,
@@ -510,6 +559,7 @@ def expert_dp_command(
     extra = {
         "algorithm": f"expert-dp {algo}",
         "stable_size": result.stable_size,
+        "filter_calibration": filter_calibration,
         "epsilon1": result.split.epsilon1,
         "epsilon2": result.split.epsilon2,
         "p": result.split.p,

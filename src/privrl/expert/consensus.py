@@ -469,6 +469,7 @@ def data_release(
     p_min: float = 0.02,
     rng: int | np.random.Generator,
     max_len: int | None = None,
+    calibration: str = "paper",
 ) -> DataReleaseResult:
     """A_DR(D, Π, ε1, δ1, p_min, T), Algorithm 2: release stable prefixes of T trajectories.
 
@@ -482,7 +483,8 @@ def data_release(
     covers the data, and otherwise the longest trajectory in the data, as in the paper. The
     run is (ε1, δ1)-DP under adding or removing one expert: each round is (2ε', δ1/(2T))-DP
     and the rounds compose by advanced composition. The exact bound is checked at run time
-    and reported in ``summary``.
+    and reported in ``summary``. ``calibration``: "paper" (line 3's ε') or "tight" (the largest
+    ε' within the exact bound; `DataReleaseCalibration.from_budget`).
     """
     if not isinstance(dataset, TrajectoryDataset):
         raise ValueError(f"dataset must be a TrajectoryDataset, got {type(dataset).__name__}")
@@ -507,7 +509,9 @@ def data_release(
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be an int seed or a numpy Generator, got {type(rng).__name__}")
     length, length_source = _resolve_max_len(dataset, max_len)
-    calib = DataReleaseCalibration.from_budget(epsilon1, delta1, rounds, length, p_min)
+    calib = DataReleaseCalibration.from_budget(
+        epsilon1, delta1, rounds, length, p_min, calibration=calibration
+    )
     t = calib.rounds
 
     # A_1: the T trajectories (independent of the counts, so drawn first), then their counts.
@@ -574,6 +578,7 @@ def data_release(
         "accountant_epsilon": float(release.extra["accountant_epsilon"]),
         "epsilon1": calib.epsilon1,
         "delta1": calib.delta1,
+        "calibration": calib.calibration,
     }
     return DataReleaseResult(
         stable=stable,

@@ -426,11 +426,13 @@ def train_expert_dp(
     eval_window: int = 10_000,
     clip_method: ClipMethod = DEFAULT_CLIP_METHOD,
     progress: Callable[[int, int], None] | None = None,
+    filter_calibration: str = "paper",
 ) -> ExpertDpResult:
     """Consensus filter (ε1, δ1, T = ``rounds``) then Selective DP-SGD (ε2, δ2).
 
     ``split`` defaults to ``split_budget(epsilon, delta, p)``; ``rounds = 0`` disables the
     filter (all budget to DP-SGD; refused with p = 0, which would leave nothing to train on).
+    ``filter_calibration``: "paper" or "tight" (`DataReleaseCalibration.from_budget`).
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
@@ -478,6 +480,7 @@ def train_expert_dp(
             rounds=int(rounds),
             p_min=p_min,
             rng=filter_rng,
+            calibration=filter_calibration,
         )
         stable, unstable = released.stable, released.unstable
         releases.extend(released.releases)

@@ -25,13 +25,28 @@ exceeds ε1. That happens when the second-order term T·ε0·(e^{ε0} − 1) exc
 first-order term is exactly ε1/2), e.g. for ε1 > 25 at δ1 = 1/3000, T = 25.
 The event of a run is `SelfComposedDpEvent(ApproxDpEvent(2ε', δ1/(2T)), T)`; the privrl
 accountant composes it by min(basic, advanced composition) at δ1, which can only be smaller.
+
+Tight calibration (``calibration="tight"``). The paper's ε' makes the first-order term of the
+bound exactly ε1/2, so at the paper's settings about half of ε1 is left unused (CartPole,
+ε1 = 7.5, T = 25: bound 4.62). Theorem 5.3 holds for every ε' > 0 (Lemma 5.1 needs
+count ≥ c_min(ε'), Lemma 5.2 does not involve ε', one SVT round is ε'-DP for fixed queries),
+and Theorem 5.5 only needs T rounds of (ε0, δ1/(2T))-DP to compose to (ε1, δ1) under
+advanced composition with slack δ̃ = δ1/2 (total δ: T·δ1/(2T) + δ1/2 = δ1). So any ε0 with
+
+    B(ε0) = sqrt(2T·ln(2/δ1))·ε0 + T·ε0·(e^{ε0} − 1) ≤ ε1          (ln(1/δ̃) = ln(2/δ1))
+
+is admissible, and "tight" takes the largest: B is continuous and strictly increasing with
+B(0) = 0, so bisection on [0, ε1/sqrt(2T·ln(2/δ1))] (B > ε1 at the right end) finds it;
+ε' = ε0/2 and everything else (δ', c_min, θ, shift, Laplace scales, the event) follows from
+ε' by the same formulas. ε' roughly doubles, so θ and the shift roughly halve and longer
+prefixes are released. "paper" stays the default (the spec's fixtures).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from dp_accounting import dp_event
@@ -42,11 +57,14 @@ from privrl.privacy.events import ApproxDpEvent
 from privrl.privacy.release import Release
 
 __all__ = [
+    "CALIBRATIONS",
     "DataReleaseCalibration",
+    "composition_bound",
     "first_failing_prefix",
     "noisy_threshold",
     "prefix_query_noise",
     "sample_release_trajectories",
+    "tight_round_epsilon",
 ]
 
 
@@ -66,6 +84,10 @@ def _positive(x: Any, what: str) -> float:
     if not (math.isfinite(v) and v > 0):
         raise ValueError(f"{what} must be finite and > 0, got {x!r}")
     return v
+
+
+Calibration = Literal["paper", "tight"]
+CALIBRATIONS: tuple[str, ...] = ("paper", "tight")
 
 
 def _count(x: Any, what: str) -> int:
@@ -194,6 +216,33 @@ def sample_release_trajectories(
 # ---------------------------------------------------------------------------------------------
 
 
+def composition_bound(epsilon0: float, rounds: int, delta1: float) -> float:
+    """B(ε0) = sqrt(2T·ln(2/δ1))·ε0 + T·ε0·(e^{ε0} − 1): advanced composition of T rounds of
+    ε0-DP at slack δ1/2 (the check of Theorem 5.5; the same function `from_budget` checks)."""
+    return advanced_composition(epsilon0, 0.0, rounds, delta1 / 2.0)[0]
+
+
+def tight_round_epsilon(epsilon1: float, delta1: float, rounds: int) -> float:
+    """The largest ε0 with B(ε0) ≤ ε1 (`composition_bound`), by bisection to the last float.
+
+    B is continuous and strictly increasing with B(0) = 0 < ε1, and B(hi) > ε1 at
+    hi = ε1/sqrt(2T·ln(2/δ1)) (its first term alone is ε1), so the root lies in (0, hi).
+    The returned value always satisfies B(ε0) ≤ ε1 (it is the lower end of the bracket).
+    """
+    eps1 = _positive(epsilon1, "epsilon1")
+    t = _count(rounds, "rounds")
+    lo, hi = 0.0, eps1 / math.sqrt(2.0 * t * math.log(2.0 / delta1))
+    for _ in range(200):  # the bracket halves each time: ~60 iterations reach adjacent floats
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if composition_bound(mid, t, delta1) <= eps1:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 @dataclass(frozen=True)
 class DataReleaseCalibration:
     """The constants of DataRelease (Algorithm 2, lines 2–4 and 8) and its privacy event.
@@ -203,7 +252,9 @@ class DataReleaseCalibration:
     ``threshold_shift`` (4/ε')·ln(1/δ') and ``theta_shifted`` θ + shift (the centre of θ̂);
     ``threshold_scale`` 2/ε' and ``query_scale`` 4/ε' (Laplace scales); ``round_epsilon``
     2ε' and ``round_delta`` δ1/(2T) (one round, Theorem 5.3); ``composition_epsilon`` the exact
-    advanced-composition bound of T rounds at slack δ1/2 and ``composition_delta`` its δ.
+    advanced-composition bound of T rounds at slack δ1/2 and ``composition_delta`` its δ;
+    ``calibration`` "paper" (ε' = ε1/sqrt(32·T·ln(2/δ1))) or "tight" (the largest ε' whose
+    exact bound is ≤ ε1; see the module docstring).
     """
 
     epsilon1: float
@@ -223,14 +274,23 @@ class DataReleaseCalibration:
     round_delta: float
     composition_epsilon: float
     composition_delta: float
+    calibration: str = "paper"
 
     @classmethod
     def from_budget(
-        cls, epsilon1: float, delta1: float, rounds: int, max_len: int, p_min: float
+        cls,
+        epsilon1: float,
+        delta1: float,
+        rounds: int,
+        max_len: int,
+        p_min: float,
+        calibration: Calibration = "paper",
     ) -> DataReleaseCalibration:
         """Calibrate Algorithm 2 for (ε1, δ1) over T = ``rounds`` trajectories of length at
-        most L = ``max_len``. Raises ValueError if the exact advanced-composition bound of the
-        T rounds exceeds ε1."""
+        most L = ``max_len``. ``calibration="paper"`` (default) uses line 3's
+        ε' = ε1/sqrt(32·T·ln(2/δ1)); ``"tight"`` the largest ε' = ε0/2 whose exact
+        advanced-composition bound is ≤ ε1. Raises ValueError if the exact bound of the T
+        rounds exceeds ε1 (possible in paper mode only)."""
         eps1 = _positive(epsilon1, "epsilon1")
         d1 = float(delta1)
         if not (0.0 < d1 < 1.0):
@@ -240,7 +300,14 @@ class DataReleaseCalibration:
         pm = float(p_min)
         if not (0.0 < pm < 1.0):
             raise ValueError(f"p_min must be in (0, 1), got {p_min!r}")
-        eps_p = eps1 / math.sqrt(32.0 * t * math.log(2.0 / d1))  # line 3
+        if calibration == "paper":
+            eps_p = eps1 / math.sqrt(32.0 * t * math.log(2.0 / d1))  # line 3
+        elif calibration == "tight":
+            eps_p = 0.5 * tight_round_epsilon(eps1, d1, t)  # ε0 = 2ε', B(ε0) ≤ ε1
+        else:
+            raise ValueError(
+                f"calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r}"
+            )
         delta_p = d1 / (2.0 * t * length)
         c_min = 1.0 / -math.expm1(-eps_p)  # e^ε'/(e^ε' − 1), line 4
         theta = c_min / pm
@@ -273,6 +340,7 @@ class DataReleaseCalibration:
             round_delta=round_delta,
             composition_epsilon=comp_eps,
             composition_delta=comp_delta,
+            calibration=calibration,
         )
 
     def round_event(self) -> ApproxDpEvent:
@@ -288,7 +356,10 @@ class DataReleaseCalibration:
         return accountant_epsilon(self.event(), self.delta1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (int(v) if isinstance(v, int) else float(v)) for k, v in asdict(self).items()}
+        return {
+            k: v if isinstance(v, str) else int(v) if isinstance(v, int) else float(v)
+            for k, v in asdict(self).items()
+        }
 
     def release(self, name: str, extra: dict[str, Any] | None = None) -> Release:
         """The `Release` record of a DataRelease run with this calibration. ``extra`` must hold
@@ -312,6 +383,11 @@ class DataReleaseCalibration:
             extra={
                 "calibration": self.to_dict(),
                 "composition": "advanced (Dwork, Rothblum & Vadhan 2010), slack delta1/2",
+                "calibration_rule": (
+                    "epsilon' = epsilon1 / sqrt(32 T ln(2/delta1)) (Algorithm 2, line 3)"
+                    if self.calibration == "paper"
+                    else "tight: largest epsilon' with exact advanced composition <= epsilon1"
+                ),
                 "accountant_epsilon": self.accountant_epsilon(),
                 **(extra or {}),
             },

@@ -1,0 +1,458 @@
+"""MOPO (Yu et al. 2020), PRIMORL's non-private baseline: split → dynamics model → policy stage.
+
+1. Split the dataset by episode into train and holdout (1% Pendulum and cartpole, 10%
+   HalfCheetah; specs/primorl.md). The holdout drives early stopping and elite selection.
+2. Train the Gaussian ensemble (:mod:`privrl.primorl.dynamics`) on the training episodes,
+   input normaliser fitted on them (MOPO; PRIMORL may not do this).
+3. Run the policy stage (:mod:`privrl.primorl.policy_stage`) in the pessimistic model
+   r̃ = r̂ − λu with a fraction ``real_ratio`` (0.05) of every SAC batch from the training data,
+   rollouts starting from training states (MOPO's original) unless another mode is chosen.
+
+The result's ``return_mean``/``return_std`` are the mean/std of the real-environment evaluation
+returns of the last 10 epochs (paper protocol); the normalised score is
+100·(R − R_rand)/(R_exp − R_rand) with the dataset's reference returns.
+
+MOPO reads the private data in every stage: its privacy report says ε = ∞.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from privrl.data.dataset import TrajectoryDataset
+from privrl.envs.control import ControlTask, task_for_env_id
+from privrl.primorl.dynamics import (
+    DynamicsConfig,
+    DynamicsModel,
+    dynamics_config,
+    split_episode_indices,
+    train_dynamics,
+)
+from privrl.primorl.pessimism import PENALTIES, PenalizedModel
+from privrl.primorl.policy_stage import (
+    START_MODES,
+    PolicyStageConfig,
+    PolicyStageResult,
+    make_start_states,
+    run_policy_stage,
+)
+from privrl.privacy.release import Release
+from privrl.privacy.report import PrivacyReport
+from privrl.rl.replay import ReplayBuffer
+from privrl.rl.sac import SACConfig
+
+__all__ = [
+    "MOPO_DEFAULTS",
+    "MOPOConfig",
+    "MOPOResult",
+    "check_dataset",
+    "mopo",
+    "mopo_privacy_report",
+    "normalised_score",
+]
+
+UNIT, RELATION = "trajectory", "add_remove"  # what PRIMORL protects; MOPO protects nothing
+
+
+@dataclass(frozen=True)
+class _TaskDefaults:
+    penalty: str
+    lam: float
+    rollout_length: int
+    epochs: int
+    rollout_batch_size: int
+    dynamics: dict[str, Any] = field(default_factory=dict)  # MOPO training overrides
+
+
+# Pessimism and rollout length: specs/primorl.md (Table 8). Epochs: not reported by the paper;
+# chosen so that a full run fits the machine (Pendulum ≤ 20 min, measured; docs/primorl.md).
+# Dynamics: the spec's architecture presets; an "epoch" of model training is capped at
+# `steps_per_epoch` minibatches (the datasets have 6–30 M transitions), holdout evaluations at
+# 50k rows.
+_DYN: dict[str, Any] = {
+    "steps_per_epoch": 1000,
+    "max_epochs": 60,
+    "patience": 5,
+    "max_holdout": 50_000,
+}
+MOPO_DEFAULTS: dict[str, _TaskDefaults] = {
+    "pendulum": _TaskDefaults("mpd", 2.0, 30, 30, 5_000, _DYN),
+    "balance": _TaskDefaults("mpd", 2.0, 20, 40, 5_000, _DYN),
+    "swingup": _TaskDefaults("ma", 2.0, 20, 80, 5_000, _DYN),
+    "halfcheetah": _TaskDefaults(
+        "ma", 1.0, 5, 200, 50_000, {**_DYN, "steps_per_epoch": 2000, "max_epochs": 100}
+    ),
+}
+
+
+@dataclass
+class MOPOConfig:
+    """Everything a MOPO run depends on (besides the data and the seed)."""
+
+    task: str
+    penalty: str
+    lam: float
+    rollout_length: int
+    epochs: int
+    rollout_batch_size: int
+    real_ratio: float = 0.05
+    starts: str = "dataset"
+    init_fraction: float = 0.2  # share of fresh initial states per batch ("initial" mode)
+    mpd_include_reward: bool = False
+    target_entropy: float | None = -3.0  # None ⇒ −|A|
+    sac_hidden: tuple[int, ...] = (256, 256)
+    sac_batch_size: int = 256
+    sac_init_alpha: float = 1.0
+    holdout_fraction: float = 0.01
+    steps_per_epoch: int = 1000
+    rollout_every: int = 1000
+    retain_epochs: int = 5
+    eval_episodes: int = 10
+    final_epochs: int = 10
+    checkpoint_every: int = 1  # a checkpoint costs ~0.1 s; an epoch 10–30 s
+    dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
+
+    def __post_init__(self) -> None:
+        if self.penalty not in PENALTIES:
+            raise ValueError(f"unknown penalty {self.penalty!r}; choose {', '.join(PENALTIES)}")
+        if self.starts not in START_MODES:
+            raise ValueError(f"unknown start mode {self.starts!r}; choose {', '.join(START_MODES)}")
+        if not (math.isfinite(self.real_ratio) and 0.0 <= self.real_ratio <= 1.0):
+            raise ValueError(f"real ratio must be in [0, 1], got {self.real_ratio}")
+        if not (math.isfinite(self.lam) and self.lam >= 0):
+            raise ValueError(f"λ must be finite and >= 0, got {self.lam}")
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError(f"holdout fraction must be in [0, 1), got {self.holdout_fraction}")
+        if self.rollout_length < 1 or self.epochs < 1 or self.rollout_batch_size < 1:
+            raise ValueError("rollout length, epochs and rollout batch size must be >= 1")
+
+    @classmethod
+    def for_task(cls, task: str, **overrides: Any) -> MOPOConfig:
+        """Per-task defaults (specs/primorl.md) with ``overrides``; ``dynamics_overrides`` (a
+        dict) changes single fields of the dynamics preset."""
+        if task not in MOPO_DEFAULTS:
+            raise ValueError(f"no MOPO defaults for task {task!r}; known: {sorted(MOPO_DEFAULTS)}")
+        d = MOPO_DEFAULTS[task]
+        dyn_over = {**d.dynamics, **overrides.pop("dynamics_overrides", {})}
+        dyn = dynamics_config(task, **dyn_over)
+        base: dict[str, Any] = {
+            "task": task,
+            "penalty": d.penalty,
+            "lam": d.lam,
+            "rollout_length": d.rollout_length,
+            "epochs": d.epochs,
+            "rollout_batch_size": d.rollout_batch_size,
+            "holdout_fraction": dyn.holdout_fraction,
+            "dynamics": dyn,
+        }
+        base.update(overrides)
+        return cls(**base)
+
+    def stage_config(self) -> PolicyStageConfig:
+        return PolicyStageConfig(
+            epochs=self.epochs,
+            steps_per_epoch=self.steps_per_epoch,
+            rollout_length=self.rollout_length,
+            rollout_batch_size=self.rollout_batch_size,
+            rollout_every=self.rollout_every,
+            retain_epochs=self.retain_epochs,
+            real_ratio=self.real_ratio,
+            eval_episodes=self.eval_episodes,
+            final_epochs=self.final_epochs,
+            checkpoint_every=self.checkpoint_every,
+            sac=SACConfig(
+                hidden=tuple(self.sac_hidden),
+                batch_size=self.sac_batch_size,
+                init_alpha=self.sac_init_alpha,
+                target_entropy=self.target_entropy,
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dynamics"
+        }
+        d["sac_hidden"] = list(self.sac_hidden)
+        d["dynamics"] = self.dynamics.to_dict()
+        return d
+
+
+@dataclass
+class MOPOResult:
+    """A finished MOPO run."""
+
+    return_mean: float
+    return_std: float
+    normalised_score: float | None
+    reference_returns: dict[str, float] | None
+    stage: PolicyStageResult
+    model: DynamicsModel
+    dynamics: dict[str, Any]  # train_dynamics summary (epochs, holdout MSE, elites, seconds)
+    split: dict[str, int]
+    report: PrivacyReport
+    seconds: float  # model training + policy stage (+ set-up), summed over resumed calls
+
+    @property
+    def curve(self) -> list[dict[str, Any]]:
+        return self.stage.curve
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def check_dataset(dataset: TrajectoryDataset) -> ControlTask:
+    """The control task of ``dataset`` (from its env id); ValueError naming the problem if the
+    env is unknown or the observation/action shapes do not match it."""
+    env_id = dataset.metadata.env_id
+    if not env_id:
+        raise ValueError(
+            "the dataset records no env id; MOPO needs one of the privrl control tasks "
+            "(collect with `privrl data collect --recipe primorl-pendulum`, for example)"
+        )
+    task = task_for_env_id(env_id)
+    obs = np.asarray(dataset.observations)
+    act = np.asarray(dataset.actions)
+    if obs.ndim != 2 or obs.shape[1] != task.obs_dim:
+        raise ValueError(
+            f"observation shape mismatch: the dataset's observations have shape "
+            f"{obs.shape[1:]} but {env_id} has ({task.obs_dim},)"
+        )
+    if act.ndim != 2 or act.shape[1] != task.act_dim:
+        raise ValueError(
+            f"action shape mismatch: the dataset's actions have shape {act.shape[1:]} but "
+            f"{env_id} has ({task.act_dim},)"
+        )
+    if dataset.n_transitions == 0:
+        raise ValueError("the dataset has no transitions")
+    return task
+
+
+def normalised_score(ret: float, reference: dict[str, float] | None) -> float | None:
+    """100·(R − R_rand)/(R_exp − R_rand), or None without reference returns."""
+    if not reference or "random" not in reference or "expert" not in reference:
+        return None
+    lo, hi = float(reference["random"]), float(reference["expert"])
+    if not hi > lo:
+        return None
+    return 100.0 * (ret - lo) / (hi - lo)
+
+
+def mopo_privacy_report(config: MOPOConfig) -> PrivacyReport:
+    """MOPO is not private: ε = ∞; the report lists where it reads the data unprotected."""
+    releases = [
+        Release(
+            name="dynamics ensemble trained on the training episodes (no clipping, no noise)",
+            mechanism="none",
+            sensitivity=math.inf,
+            norm="l2",
+            noise={},
+            extra={"non_private": True},
+        )
+    ]
+    if config.real_ratio > 0:
+        releases.append(
+            Release(
+                name=f"real transitions in {config.real_ratio:g} of every SAC batch",
+                mechanism="none",
+                sensitivity=math.inf,
+                norm="l2",
+                noise={},
+                extra={"non_private": True},
+            )
+        )
+    if config.starts == "dataset":
+        releases.append(
+            Release(
+                name="model rollouts start from training-data states",
+                mechanism="none",
+                sensitivity=math.inf,
+                norm="l2",
+                noise={},
+                extra={"non_private": True},
+            )
+        )
+    hold = f"holdout split ({config.holdout_fraction:.0%} of the episodes): early stopping, "
+    hold += "elite selection" + (", rollout starts" if config.starts == "public-split" else "")
+    sim = "task simulator: evaluation episodes"
+    if config.starts == "initial":
+        sim += ", initial-state distribution for rollout starts"
+    return PrivacyReport.non_private(
+        UNIT,
+        RELATION,
+        releases,
+        system="mopo",
+        public=[hold, sim],
+        notes=[
+            "MOPO (Yu et al. 2020) is PRIMORL's non-private baseline: it reads the data "
+            "without any mechanism, so there is no privacy guarantee (ε = ∞).",
+            f"rollout start states: {config.starts}",
+        ],
+    )
+
+
+def _dataset_digest(dataset: TrajectoryDataset) -> str:
+    h = hashlib.sha256()
+    for arr in (dataset.episode_offsets, dataset.rewards, dataset.actions):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    h.update(np.ascontiguousarray(dataset.observations[:: max(1, dataset.n_transitions // 4096)]))
+    return h.hexdigest()
+
+
+def _seeds(seed: int) -> dict[str, int]:
+    names = ("split", "dynamics_init", "dynamics_train", "real_buffer", "stage")
+    children = np.random.SeedSequence(int(seed)).spawn(len(names))
+    return {n: int(c.generate_state(1, np.uint32)[0]) for n, c in zip(names, children, strict=True)}
+
+
+def _save_atomic(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+ProgressFn = Callable[[str, dict[str, Any]], None]
+
+
+def mopo(
+    dataset: TrajectoryDataset,
+    config: MOPOConfig,
+    *,
+    seed: int = 0,
+    workdir: str | Path | None = None,
+    progress: ProgressFn | None = None,
+) -> MOPOResult:
+    """Run MOPO on ``dataset``. With ``workdir`` the trained model (``dynamics.pt``) and the
+    policy stage (``checkpoint.pt``) are checkpointed there, and a rerun with the same data,
+    configuration and seed resumes (ValueError if the directory holds a different run).
+    ``progress(phase, record)``: phase "dynamics" per model epoch, "policy" per SAC epoch."""
+    t_start = time.perf_counter()
+    task = check_dataset(dataset)
+    if task.name != config.task:
+        raise ValueError(
+            f"the dataset is for task {task.name!r} but the config is for {config.task!r}"
+        )
+    seeds = _seeds(seed)
+    train_idx, hold_idx = split_episode_indices(dataset, config.holdout_fraction, seeds["split"])
+    train_ds, hold_ds = dataset.subset(train_idx), dataset.subset(hold_idx)
+    train_tr = train_ds.transitions()
+    hold_tr = hold_ds.transitions() if hold_ds.n_transitions else None
+    split = {
+        "train_episodes": int(train_ds.n_episodes),
+        "holdout_episodes": int(hold_ds.n_episodes),
+        "train_transitions": int(train_ds.n_transitions),
+        "holdout_transitions": int(hold_ds.n_transitions),
+    }
+    work = None if workdir is None else Path(workdir)
+
+    # -- dynamics model (cached in workdir/dynamics.pt) --------------------------------------
+    dyn_fp = {
+        "data": _dataset_digest(dataset),
+        "seed": int(seed),
+        "holdout_fraction": config.holdout_fraction,
+        "dynamics": config.dynamics.to_dict(),
+    }
+    dyn_path = None if work is None else work / "dynamics.pt"
+    model: DynamicsModel | None = None
+    dyn_summary: dict[str, Any] = {}
+    trained_seconds = 0.0
+    if dyn_path is not None and dyn_path.exists():
+        saved = torch.load(dyn_path, map_location="cpu", weights_only=False)
+        if saved.get("fingerprint") != dyn_fp:
+            raise ValueError(
+                f"{dyn_path} holds a model of a different run (data, seed or dynamics "
+                "settings differ); use a new output directory or delete it"
+            )
+        model = DynamicsModel.from_state_dict(saved["model"])
+        dyn_summary = dict(saved["summary"])
+    if model is None:
+        model = DynamicsModel(
+            task.obs_dim, task.act_dim, config.dynamics, seed=seeds["dynamics_init"]
+        )
+        res = train_dynamics(
+            model,
+            train_tr,
+            hold_tr,
+            config.dynamics,
+            seed=seeds["dynamics_train"],
+            progress=(lambda r: progress("dynamics", r)) if progress is not None else False,
+            fit_normalizer_on=train_tr,
+            normalizer_source="training episodes (MOPO, non-private)",
+        )
+        dyn_summary = {
+            "epochs": res.epochs,
+            "steps": res.steps,
+            "max_epochs": config.dynamics.max_epochs,
+            "stopped_early": res.stopped_early,
+            "best_holdout_mse": res.best_holdout_mse.tolist(),
+            "final_train_loss": float(res.train_loss[-1]),
+            "elites": list(res.elites),
+            "seconds": res.seconds,
+        }
+        trained_seconds = res.seconds
+        if dyn_path is not None:
+            _save_atomic(
+                {"fingerprint": dyn_fp, "model": model.state_dict(), "summary": dyn_summary},
+                dyn_path,
+            )
+
+    # -- policy stage ------------------------------------------------------------------------
+    stage_cfg = config.stage_config()
+    real_buffer = None
+    if config.real_ratio > 0:
+        real_buffer = ReplayBuffer(
+            task.obs_dim, task.act_dim, train_ds.n_transitions, seed=seeds["real_buffer"]
+        )
+        real_buffer.add_batch(
+            train_tr.observations,
+            train_tr.actions,
+            train_tr.rewards,
+            train_tr.next_observations,
+            train_tr.terminated,
+        )
+    starts = make_start_states(
+        config.starts,
+        task,
+        pool_capacity=stage_cfg.model_buffer_capacity,
+        init_fraction=config.init_fraction,
+        public_states=None if hold_tr is None else (hold_tr.observations, hold_ds.transition_steps),
+        dataset_states=(train_tr.observations, train_ds.transition_steps),
+    )
+    pmodel = PenalizedModel(model, config.penalty, config.lam, config.mpd_include_reward)
+    # set-up time of this call (split, buffers), excluding model training counted above
+    setup_seconds = time.perf_counter() - t_start - trained_seconds
+    stage = run_policy_stage(
+        pmodel,
+        starts,
+        task,
+        stage_cfg,
+        seed=seeds["stage"],
+        real_buffer=real_buffer,
+        checkpoint=None if work is None else work / "checkpoint.pt",
+        progress=(lambda r: progress("policy", r)) if progress is not None else None,
+    )
+    reference = dataset.metadata.extra.get("reference_returns")
+    reference = {k: float(v) for k, v in reference.items()} if isinstance(reference, dict) else None
+    return MOPOResult(
+        return_mean=stage.return_mean,
+        return_std=stage.return_std,
+        normalised_score=normalised_score(stage.return_mean, reference),
+        reference_returns=reference,
+        stage=stage,
+        model=model,
+        dynamics=dyn_summary,
+        split=split,
+        report=mopo_privacy_report(config),
+        seconds=float(dyn_summary.get("seconds", 0.0)) + stage.seconds + setup_seconds,
+    )
