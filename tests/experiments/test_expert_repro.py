@@ -290,7 +290,7 @@ def test_quick_fig4_end_to_end(quick_cache, tmp_path, capsys) -> None:
     fresh = tmp_path / "fresh"
     text = E.fig4(fresh, quick=True, time_budget_s=0).read_text()
     m_fresh = _metrics(fresh)
-    assert m_fresh["finished_runs"] == 0 and m_fresh["total_runs"] == 18
+    assert m_fresh["finished_runs"] == 0 and m_fresh["total_runs"] == 12
     assert "To finish: `nice -n 10 privrl reproduce expert-fig4 --quick" in text
 
 

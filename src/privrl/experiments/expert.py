@@ -30,9 +30,9 @@ search, noise calibrations), runs are run directories under ``OUT/{runs,referenc
 interrupted reproduction resumes where it stopped.
 
 BCQ: the reproduction uses linear imitation logits (`ReproBCQ`): Fujimoto's final ReLU on the
-imitation logits (kept in `privrl.rl.bcq`) kills an output unit at initialisation for many
-seeds when |A| = 2 (all its pre-activations negative), after which π_imit can never prefer
-that action and BCQ acts constantly (CartPole return 9). See docs/expert.md.
+imitation logits (kept in `privrl.rl.bcq`) can kill an output unit at initialisation when
+|A| = 2 (all its pre-activations negative; seed 0 on CartPole), after which π_imit can never
+prefer that action and BCQ acts constantly (CartPole return 9). See docs/expert.md.
 """
 
 from __future__ import annotations
@@ -698,9 +698,14 @@ def _execute(cfg: RunConfig, data: _Data, run_dir: Path) -> dict[str, Any]:
     extra: dict[str, Any] = {"stable_size": 0}
     if cfg.method == "nonprivate":
         result = expert_dp_sgd(
-            learner, dataset, epsilon=None, delta=1.0 / cfg.m, steps=cfg.steps, private=False,
+            learner,
+            dataset,
+            epsilon=None,
+            delta=1.0 / cfg.m,
+            steps=cfg.steps,
+            private=False,
             **common,
-        )  # fmt: skip
+        )
         report = result.report
     elif cfg.method == "dp-sgd":
         result = expert_dp_sgd(
@@ -1179,11 +1184,16 @@ def _search_section(ctx: _Context, envs: Iterable[str]) -> list[str]:
     return lines
 
 
-def _tail(ctx: _Context, name: str, n_done: int, n_total: int) -> list[str]:
+def _tail(
+    ctx: _Context, name: str, n_done: int, n_total: int, cells: dict[str, Cell] | None = None
+) -> list[str]:
     lines = ["## Status", ""]
+    runs = {r["key"]: r["wall_s"] for cell in (cells or {}).values() for r in cell.runs}
     lines.append(
-        f"{n_done} of {n_total} runs finished; wall time of this invocation "
-        f"{(time.perf_counter() - ctx.started) / 60:.1f} min on a shared 2-core machine."
+        f"{n_done} of {n_total} runs finished ({sum(runs.values()) / 60:.0f} min of training "
+        "and evaluation, not counting the reference and search runs); wall time of this "
+        f"invocation {(time.perf_counter() - ctx.started) / 60:.1f} min; a shared 2-core "
+        "machine."
     )
     if ctx.missing:
         lines += ["", "Missing datasets (their rows are empty):", ""]
@@ -1285,9 +1295,16 @@ def table2a(
         method = "dp-sgd" if p == 1.0 else ("ours-p0" if p == 0.0 else "ours")
 
         def make(
-            s: int, m: int, lr_of: Callable[[str], float], *, _e=env, _a=algo, _p=p, _kw=kw,
+            s: int,
+            m: int,
+            lr_of: Callable[[str], float],
+            *,
+            _e=env,
+            _a=algo,
+            _p=p,
+            _kw=kw,
             _mth=method,
-        ) -> RunConfig:  # fmt: skip
+        ) -> RunConfig:
             base = _base(_e, _a, "ours", s, lr_of(_mth), ctx.data[_e], ctx.scale, m)
             return _private(base, epsilon=eps, p=_p, **_kw)
 
@@ -1301,8 +1318,9 @@ def table2a(
         env, algo = key.split("/")[:2]
         _fill(cell, done, refs.get(f"{env}/{algo}"))
 
-    lines = _header("Table 2a — p ablation at ε = 10 (expert-level DP)", "expert-table2a", ctx,
-                    seed_list)  # fmt: skip
+    lines = _header(
+        "Table 2a — p ablation at ε = 10 (expert-level DP)", "expert-table2a", ctx, seed_list
+    )
     lines += [
         "## Results",
         "",
@@ -1313,29 +1331,45 @@ def table2a(
     for key, cell in cells.items():
         env, algo, pk, variant = key.split("/")
         p = float(pk[1:])
-        paper = PAPER_TABLE2A.get((env, algo), {}).get(p, math.nan) if variant == "main" else None
-        paper_txt = "inf" if paper is None and variant == "main" else (
-            "—" if paper is None or not math.isfinite(paper) else f"{paper:.2f}"
-        )  # fmt: skip
+        if variant != "main":
+            paper_txt = "—"
+        else:
+            paper = PAPER_TABLE2A[(env, algo)][p]
+            paper_txt = "inf" if paper is None else f"{paper:.2f}"
         c0 = cell.cfgs[0]
-        method = METHOD_LABEL[c0.method]
-        if variant == "tight":
-            method += " (tight filter calibration)"
-        elif variant == "paper-accounting":
-            method += " (paper accounting, NOT certified)"
+        method = (
+            METHOD_LABEL[c0.method]
+            + {
+                "main": "",
+                "tight": " (tight filter calibration)",
+                "paper-accounting": " (paper accounting, NOT certified)",
+            }[variant]
+        )
         score = _fmt(*cell.score)
         if c0.method == "ours" and p == 0.0 and cell.runs and max(cell.stable_sizes()) == 0:
             score += " (D_stable empty: infeasible)"
-        eps_rep = [r.get("epsilon") for r in cell.runs if r.get("epsilon") is not None]
+        eps_rep = [r["epsilon"] for r in cell.runs if r.get("epsilon") is not None]
+        eps_txt = f"{max(eps_rep):.3g}" if eps_rep else "—"
         lines.append(
             f"| {ENVS[env].label} | {algo.upper()} | {p:g} | {method} | {paper_txt} | {score} "
             f"| {_fmt(*cell.raw, 1)} | {_stable_text(cell)} | {_private_steps_text(cell)} | "
-            f"{_z_text(cell)} | {max(eps_rep):.3g} |"
-            if eps_rep
-            else f"| {ENVS[env].label} | {algo.upper()} | {p:g} | {method} | {paper_txt} | "
-            f"{score} | {_fmt(*cell.raw, 1)} | {_stable_text(cell)} | "
-            f"{_private_steps_text(cell)} | {_z_text(cell)} | — |"
+            f"{_z_text(cell)} | {eps_txt} |"
         )
+    claims = []
+    for env in envs:
+        for algo in ("cql", "bcq"):
+            p_ours = PAPER_TABLE1_P[(env, algo)][eps]
+            o = cells.get(f"{env}/{algo}/p{p_ours:g}/main")
+            d = cells.get(f"{env}/{algo}/p1/main")
+            if o is None or d is None or not (o.runs and d.runs):
+                continue
+            diff = o.score[0] - d.score[0]
+            claims.append(
+                f"- {ENVS[env].label} {algo.upper()}: ours (p = {p_ours:g}) {o.score[0]:.2f} vs "
+                f"DP-SGD {d.score[0]:.2f} ({diff:+.2f}): ours ≥ DP-SGD "
+                f"{'holds' if diff >= 0 else 'fails'} on the means"
+            )
+    lines += ["", "Claim check (paper: ours > DP-SGD at ε = 10):", "", *claims] if claims else []
     lines += [
         "",
         "p = 1 is plain expert-level DP-SGD (Algorithm 4) with all of (ε, δ); p = 0 trains on "
@@ -1360,7 +1394,7 @@ def table2a(
     lines += _protocol(ctx)
     n_total = sum(len(c.cfgs) for c in cells.values())
     n_done = sum(c.n for c in cells.values())
-    lines += _tail(ctx, "expert-table2a", n_done, n_total)
+    lines += _tail(ctx, "expert-table2a", n_done, n_total, cells)
     return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {})
 
 
@@ -1368,8 +1402,9 @@ def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
     groups: dict[str, list[tuple[str, Cell]]] = {}
     for key, cell in cells.items():
         env, algo, pk, variant = key.split("/")
-        groups.setdefault(f"{env}/{algo}", []).append((f"{pk}" + (
-            "" if variant == "main" else f"\n{variant}"), cell))  # fmt: skip
+        groups.setdefault(f"{env}/{algo}", []).append(
+            (f"{pk}" + ("" if variant == "main" else f"\n{variant}"), cell)
+        )
     if not groups:
         return []
     plt = _plt()
@@ -1472,7 +1507,7 @@ def table2b(
     lines += _search_section(ctx, [e for e, _ in PAPER_TABLE2B])
     lines += _protocol(ctx)
     n_total = sum(len(c.cfgs) for c in cells.values())
-    lines += _tail(ctx, "expert-table2b", sum(c.n for c in cells.values()), n_total)
+    lines += _tail(ctx, "expert-table2b", sum(c.n for c in cells.values()), n_total, cells)
     return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {})
 
 
@@ -1526,12 +1561,19 @@ def fig3(
                 for method, p in (("ours", p_ours), ("dp-sgd", 1.0)):
 
                     def make(
-                        s: int, m: int, lr_of: Callable[[str], float], *, _e=env, _a=algo,
-                        _eps=eps, _p=p,
-                    ) -> RunConfig:  # fmt: skip
+                        s: int,
+                        m: int,
+                        lr_of: Callable[[str], float],
+                        *,
+                        _e=env,
+                        _a=algo,
+                        _eps=eps,
+                        _p=p,
+                    ) -> RunConfig:
                         lr_method = "dp-sgd" if _p == 1.0 else ("ours-p0" if _p == 0 else "ours")
-                        base = _base(_e, _a, "ours", s, lr_of(lr_method), ctx.data[_e],
-                                     ctx.scale, m)  # fmt: skip
+                        base = _base(
+                            _e, _a, "ours", s, lr_of(lr_method), ctx.data[_e], ctx.scale, m
+                        )
                         return _private(base, epsilon=_eps, p=_p)
 
                     cfgs = _cells_for(ctx, env, algo, seed_list, make)
@@ -1542,8 +1584,7 @@ def fig3(
         env, algo = key.split("/")[:2]
         _fill(cell, done, refs.get(f"{env}/{algo}"))
 
-    lines = _header("Figure 3 — ours vs expert-level DP-SGD over ε", "expert-fig3", ctx,
-                    seed_list)  # fmt: skip
+    lines = _header("Figure 3 — ours vs expert-level DP-SGD over ε", "expert-fig3", ctx, seed_list)
     lines += [
         "## Results",
         "",
@@ -1591,7 +1632,7 @@ def fig3(
     lines += _protocol(ctx)
     n_total = len({c.key() for cell in cells.values() for c in cell.cfgs})
     n_done = len({r["key"] for cell in cells.values() for r in cell.runs})
-    lines += _tail(ctx, "expert-fig3", n_done, n_total)
+    lines += _tail(ctx, "expert-fig3", n_done, n_total, cells)
     return _write_outputs(ctx, "expert-fig3", cells, refs, lines, {"claims_hold": claims})
 
 
@@ -1619,15 +1660,23 @@ def _plot_fig3(ctx: _Context, cells: dict[str, Cell], envs: Sequence[str]) -> li
                         ys.append(c.score[0])
                         es.append(0.0 if not math.isfinite(c.score[1]) else c.score[1])
                 if xs:
-                    ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=color,
-                                label=METHOD_LABEL[method])  # fmt: skip
+                    ax.errorbar(
+                        xs,
+                        ys,
+                        yerr=es,
+                        marker="o",
+                        capsize=3,
+                        color=color,
+                        label=METHOD_LABEL[method],
+                    )
             ax.axhline(1.0, color="gray", lw=0.8)
             ax.set_title(f"{ENVS[env].label} {algo.upper()}", fontsize=9)
             if j == 0:
                 ax.set_ylabel("normalised score")
             if i == 1:
                 ax.set_xlabel("ε")
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
     fig.suptitle("Figure 3: ours vs expert-level DP-SGD (mean ± 95% CI over seeds)", fontsize=9)
     fig.tight_layout()
     fig.savefig(RunDir(ctx.out).plot_path("fig3"), dpi=110)
@@ -1677,8 +1726,9 @@ def fig4(
     for cell in cells.values():
         _fill(cell, done, refs.get(f"{env}/{algo}"))
 
-    lines = _header("Figure 4 — number of experts (Acrobot, ε = 10, CQL)", "expert-fig4", ctx,
-                    seed_list)  # fmt: skip
+    lines = _header(
+        "Figure 4 — number of experts (Acrobot, ε = 10, CQL)", "expert-fig4", ctx, seed_list
+    )
     lines += [
         "## Results",
         "",
@@ -1718,7 +1768,7 @@ def fig4(
     lines += _search_section(ctx, [env])
     lines += _protocol(ctx)
     n_total = sum(len(c.cfgs) for c in cells.values())
-    lines += _tail(ctx, "expert-fig4", sum(c.n for c in cells.values()), n_total)
+    lines += _tail(ctx, "expert-fig4", sum(c.n for c in cells.values()), n_total, cells)
     return _write_outputs(
         ctx, "expert-fig4", cells, refs, lines, {"gaps": gaps, "gap_grows_with_m": grows}
     )
@@ -1738,13 +1788,15 @@ def _plot_fig4(ctx: _Context, cells: dict[str, Cell], ms: Sequence[int]) -> list
                 ys.append(c.score[0])
                 es.append(0.0 if not math.isfinite(c.score[1]) else c.score[1])
         if xs:
-            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=color,
-                        label=METHOD_LABEL[method])  # fmt: skip
+            ax.errorbar(
+                xs, ys, yerr=es, marker="o", capsize=3, color=color, label=METHOD_LABEL[method]
+            )
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("number of experts m")
     ax.set_ylabel("normalised score")
     ax.set_title("Figure 4: Acrobot, ε = 10, CQL (mean ± 95% CI)", fontsize=9)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(RunDir(ctx.out).plot_path("fig4"), dpi=110)
     plt.close(fig)
