@@ -486,8 +486,8 @@ def _report(summary: dict[str, Any], n_seeds: int, base_seed: int, quick: bool, 
     if absent:
         lines += [
             "",
-            f"Not in this report: {', '.join(absent)} (rerun `privrl reproduce mopo-table1` "
-            "once their datasets exist; finished runs are kept).",
+            f"Not in this report: {', '.join(absent)} (`privrl reproduce mopo-table1` runs all "
+            "three tasks; finished runs are skipped).",
         ]
     lines += [
         "",
