@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,29 @@ def _base(m: int = 3000, env: str = "cartpole", algo: str = "cql") -> E.RunConfi
     )
 
 
+def _write_finished(run_dir: Path, cfg: E.RunConfig, ret: float) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"run": cfg.to_dict()}))
+    (run_dir / "metrics.json").write_text(json.dumps({"key": cfg.key(), "return_mean": ret}))
+
+
+def test_finished_runs_of_sibling_reproductions_are_reused(tmp_path: Path) -> None:
+    """A run with exactly this configuration in another reproduction directory is copied
+    and reused (no training); a run whose configuration differs is not."""
+    cfg = E._private(_base(), epsilon=10.0, p=1.0)
+    _write_finished(tmp_path / "expert-table2a" / "runs" / cfg.key(), cfg, 123.0)
+    other = replace(cfg, seed=1)
+    # a directory named like ``other`` but holding another configuration: not adopted
+    _write_finished(
+        tmp_path / "expert-table2a" / "runs" / other.key(), replace(other, steps=1), 9.0
+    )
+    ctx = E._Context(tmp_path / "expert-fig3", E.Scale.full(), deadline=0.0)  # no new runs
+    done = E._run_all(ctx, [cfg, other], "runs")
+    assert done == {cfg.key(): {"key": cfg.key(), "return_mean": 123.0}}
+    assert (tmp_path / "expert-fig3" / "runs" / cfg.key() / "metrics.json").is_file()
+    assert not (tmp_path / "expert-fig3" / "runs" / other.key()).exists()
+
+
 def test_budget_splits_follow_the_paper() -> None:
     base = _base()
     d = 1 / 3000
@@ -158,17 +182,17 @@ def test_eval_env_factory_uses_the_recipes_env_kwargs() -> None:
     env.close()
 
 
-def test_repro_bcq_has_linear_imitation_logits() -> None:
-    """The reproduction's BCQ: no final ReLU on the imitation logits, so no output unit is
-    dead for all states (with the ReLU, seed 0 on 4-dim inputs has one: logits ≡ 0)."""
+def test_bcq_has_linear_imitation_logits_by_default() -> None:
+    """BCQ (as the reproductions use it): no final ReLU on the imitation logits, so no output
+    unit is dead for all states (with the ReLU, seed 0 on 4-dim inputs has one: logits ≡ 0)."""
     from privrl.rl.bcq import DiscreteBCQ
 
     obs = np.random.default_rng(0).normal(size=(256, 4))
-    fixed = E.ReproBCQ(4, 2, seed=0)
+    fixed = E._learner_class("bcq")(4, 2, seed=0)
     logits = fixed._imitation_logits(fixed.params, fixed._obs_tensor(obs)).detach().numpy()
     assert (logits < 0).any() and (logits > 0).any()
-    assert fixed.config()["imitation_logits"].startswith("linear")
-    relu = DiscreteBCQ(4, 2, seed=0)
+    assert fixed.config()["imitation_logits"] == "linear"
+    relu = DiscreteBCQ(4, 2, seed=0, imitation_logits="relu")
     relu_logits = relu._imitation_logits(relu.params, relu._obs_tensor(obs)).detach().numpy()
     assert (relu_logits >= 0).all()
 

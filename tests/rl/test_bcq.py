@@ -24,8 +24,9 @@ def test_heads_are_separate_networks() -> None:
     assert learner.gamma == 0.99
 
 
-def test_per_example_loss_formula() -> None:
-    learner = DiscreteBCQ(2, 3, hidden=(8,), seed=2, gamma=0.9)
+@pytest.mark.parametrize("head", ["linear", "relu"])
+def test_per_example_loss_formula(head: str) -> None:
+    learner = DiscreteBCQ(2, 3, hidden=(8,), seed=2, gamma=0.9, imitation_logits=head)
     g = torch.Generator().manual_seed(0)
     batch = TransitionBatch(
         torch.randn(6, 2, generator=g),
@@ -46,7 +47,10 @@ def test_per_example_loss_formula() -> None:
         y = batch.rewards + 0.9 * (1 - batch.terminated) * q_t
         q_a = learner._q(p, batch.obs)[torch.arange(6), batch.actions]
         logits = learner._imitation_logits(p, batch.obs)
-        assert float(logits.min()) >= 0.0  # ReLU on the imitation logits, as in their code
+        if head == "relu":  # ReLU on the imitation logits, as in their code
+            assert float(logits.min()) >= 0.0
+        else:
+            assert float(logits.min()) < 0.0
         nll = torch.nn.functional.nll_loss(
             torch.log_softmax(logits, 1), batch.actions, reduction="none"
         )
@@ -56,6 +60,13 @@ def test_per_example_loss_formula() -> None:
             + 1e-2 * logits.pow(2).mean(1)
         )
     assert torch.allclose(losses.detach(), expected, atol=1e-6)
+
+
+def test_imitation_logits_option_is_validated_and_reported() -> None:
+    assert DiscreteBCQ(4, 2).config()["imitation_logits"] == "linear"
+    assert DiscreteBCQ(4, 2, imitation_logits="relu").config()["imitation_logits"] == "relu"
+    with pytest.raises(ValueError, match="imitation_logits"):
+        DiscreteBCQ(4, 2, imitation_logits="tanh")  # type: ignore[arg-type]
 
 
 def test_learns_offline_bandit() -> None:

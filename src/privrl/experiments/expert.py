@@ -29,8 +29,8 @@ search, noise calibrations), runs are run directories under ``OUT/{runs,referenc
 (config.json, metrics.json, metrics.csv, privacy.json) and a finished run is skipped, so an
 interrupted reproduction resumes where it stopped.
 
-BCQ: the reproduction uses linear imitation logits (`ReproBCQ`): Fujimoto's final ReLU on the
-imitation logits (kept in `privrl.rl.bcq`) can kill an output unit at initialisation when
+BCQ: linear imitation logits (the `privrl.rl.bcq` default): Fujimoto's final ReLU on the
+imitation logits (`imitation_logits="relu"`) can kill an output unit at initialisation when
 |A| = 2 (all its pre-activations negative; seed 0 on CartPole), after which π_imit can never
 prefer that action and BCQ acts constantly (CartPole return 9). See docs/expert.md.
 """
@@ -43,6 +43,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -60,7 +61,6 @@ __all__ = [
     "PAPER_TABLE1_P",
     "PAPER_TABLE2A",
     "PAPER_TABLE2B",
-    "ReproBCQ",
     "RunConfig",
     "Scale",
     "ci95",
@@ -257,34 +257,12 @@ def _fmt(mean: float, ci: float, digits: int = 2) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _bcq_class() -> type:
+def _learner_class(algo: str) -> type:
+    """DiscreteCQL or DiscreteBCQ (linear imitation logits, the default; see docstring)."""
     from privrl.rl.bcq import DiscreteBCQ
-    from privrl.rl.discrete_common import mlp
+    from privrl.rl.cql import DiscreteCQL
 
-    class _ReproBCQ(DiscreteBCQ):
-        """Discrete BCQ with *linear* imitation logits (no final ReLU; see module docstring)."""
-
-        def _imitation_logits(self, params: Any, obs: Any) -> Any:
-            return mlp(params, "i", self._n_layers, obs)
-
-        def config(self) -> dict:
-            return {**super().config(), "imitation_logits": "linear (no final ReLU)"}
-
-    return _ReproBCQ
-
-
-class _LazyBCQ:
-    """``ReproBCQ(...)`` builds the BCQ variant (torch imported on first use)."""
-
-    _cls: type | None = None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._cls is None:
-            self._cls = _bcq_class()
-        return self._cls(*args, **kwargs)
-
-
-ReproBCQ = _LazyBCQ()
+    return DiscreteCQL if algo == "cql" else DiscreteBCQ
 
 
 @functools.cache
@@ -669,7 +647,6 @@ def _execute(cfg: RunConfig, data: _Data, run_dir: Path) -> dict[str, Any]:
 
     from privrl.expert.dpsgd import expert_dp_sgd
     from privrl.expert.selective import BudgetSplit, train_expert_dp
-    from privrl.rl.cql import DiscreteCQL
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -677,7 +654,7 @@ def _execute(cfg: RunConfig, data: _Data, run_dir: Path) -> dict[str, Any]:
     env_id = dataset.metadata.env_id
     obs_dim = int(np.asarray(dataset.observations).shape[1])
     n_actions = int(experts.n_actions)
-    cls: Any = DiscreteCQL if cfg.algo == "cql" else ReproBCQ
+    cls: Any = _learner_class(cfg.algo)
     learner = cls(
         obs_dim,
         n_actions,
@@ -784,13 +761,28 @@ def _execute(cfg: RunConfig, data: _Data, run_dir: Path) -> dict[str, Any]:
     return metrics
 
 
+def _adopt_sibling(ctx: _Context, where: str, cfg: RunConfig) -> dict[str, Any] | None:
+    """A finished run of exactly this configuration in a sibling reproduction directory
+    (e.g. Figure 3's ε = 10 cells are Table 2a's runs): copied here and reused."""
+    parent = ctx.out.resolve().parent
+    for other in sorted(parent.glob(f"*/{where}/{cfg.key()}")):
+        if other.parent.parent.resolve() == ctx.out.resolve():
+            continue
+        metrics = _finished(other, cfg)
+        if metrics is not None:
+            shutil.copytree(other, ctx.out / where / cfg.key(), dirs_exist_ok=True)
+            _log(f"reused {cfg.key()} from {other.parent.parent.name}")
+            return metrics
+    return None
+
+
 def _run_all(ctx: _Context, cfgs: Sequence[RunConfig], where: str) -> dict[str, dict[str, Any]]:
     """Run (or reuse) every configuration; returns metrics by key (finished runs only)."""
     done: dict[str, dict[str, Any]] = {}
     todo = []
     for cfg in cfgs:
         run_dir = ctx.out / where / cfg.key()
-        metrics = _finished(run_dir, cfg)
+        metrics = _finished(run_dir, cfg) or _adopt_sibling(ctx, where, cfg)
         if metrics is not None:
             done[cfg.key()] = metrics
         elif cfg.key() not in {c.key() for c in todo}:
@@ -1134,8 +1126,8 @@ def _protocol(ctx: _Context) -> list[str]:
         "horizon (public), δ = 1/m, split ε1 = 3ε/4, δ1 = 9δ/10 (p = 0: all to the filter; "
         "ε < 5: no filter) unless stated; calibration of the paper (ε' = ε1/sqrt(32·T·"
         "ln(2/δ1))) unless marked *tight*.",
-        "- BCQ uses linear imitation logits (`ReproBCQ`; Fujimoto's final ReLU kills an "
-        "output unit at initialisation for 2-action tasks, see docs/expert.md).",
+        "- BCQ uses linear imitation logits (the `privrl.rl.bcq` default; Fujimoto's final "
+        "ReLU kills an output unit at initialisation for 2-action tasks, see docs/expert.md).",
         "- Experts and data: our recipes (`privrl data collect --recipe experts-*`, "
         "docs/expert-data.md): 3000 perturbed-physics experts × 20 trajectories, not the "
         "paper's 3000 PPO agents.",

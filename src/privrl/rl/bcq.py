@@ -2,8 +2,11 @@
 Reinforcement Learning Algorithms"), the non-Atari version of their ``discrete_BCQ``.
 
 Two separate MLPs on the state (their ``FC_Q``: no shared trunk outside the Atari conv net):
-a Q head ``q{i}.*`` and an imitation head ``i{i}.*`` whose logits go through a ReLU before the
-log-softmax (as in their code). Per transition (s, a, r, s', d):
+a Q head ``q{i}.*`` and an imitation head ``i{i}.*``. Their code puts a ReLU on the imitation
+logits before the log-softmax; with two actions that ReLU can leave an output unit dead from
+initialisation (its logit stuck at 0, so π_imit never separates the actions), so the default
+here is *linear* logits and ``imitation_logits="relu"`` restores theirs. Per transition
+(s, a, r, s', d):
 
     G(a'|s')  = π_imit(a'|s') / max_b π_imit(b|s')        allowed: G > τ = 0.3
     a*        = argmax_{allowed a'} Q(s', a')                (online net, constant)
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -34,6 +38,7 @@ from privrl.rl.discrete_common import (
 __all__ = ["DiscreteBCQ"]
 
 _MASKED = -1e8  # Fujimoto's large negative value for disallowed actions
+ImitationLogits = Literal["linear", "relu"]
 
 
 class DiscreteBCQ(DiscreteLearner):
@@ -55,9 +60,15 @@ class DiscreteBCQ(DiscreteLearner):
         logit_penalty: float = 1e-2,
         seed: int = 0,
         obs_transform: ObsTransform | None = None,
+        imitation_logits: ImitationLogits = "linear",
     ) -> None:
         if not 0.0 <= threshold < 1.0:
             raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+        if imitation_logits not in ("linear", "relu"):
+            raise ValueError(
+                f"imitation_logits must be 'linear' or 'relu', got {imitation_logits!r}"
+            )
+        self.imitation_logits = imitation_logits
         self.threshold = float(threshold)
         self.logit_penalty = float(logit_penalty)
         self._n_layers = len(tuple(hidden)) + 1
@@ -85,6 +96,7 @@ class DiscreteBCQ(DiscreteLearner):
             **super().config(),
             "threshold": self.threshold,
             "logit_penalty": self.logit_penalty,
+            "imitation_logits": self.imitation_logits,
         }
 
     def _q(self, params: Mapping[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
@@ -93,7 +105,8 @@ class DiscreteBCQ(DiscreteLearner):
     def _imitation_logits(
         self, params: Mapping[str, torch.Tensor], obs: torch.Tensor
     ) -> torch.Tensor:
-        return mlp(params, "i", self._n_layers, obs, final_relu=True)
+        final_relu = self.imitation_logits == "relu"  # Fujimoto's code: ReLU on the logits
+        return mlp(params, "i", self._n_layers, obs, final_relu=final_relu)
 
     def _allowed(self, log_probs: torch.Tensor) -> torch.Tensor:
         """G(a|s) = π(a|s)/max_b π(b|s) > τ, in log space."""
