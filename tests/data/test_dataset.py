@@ -327,6 +327,12 @@ def test_summary_and_equals() -> None:
     assert not ds.equals(random_dataset(seed=1))
     other = ds.with_metadata(ds.metadata.replace(discount=0.5))
     assert not ds.equals(other) and ds.equals(other, check_metadata=False)
+    # returns are undiscounted; a discounted dataset also shows its discounted returns
+    assert "discounted_return" not in s or ds.metadata.discount != 1.0
+    s_half = other.summary()
+    assert s_half["return"]["mean"] == pytest.approx(ds.returns(1.0).mean())
+    assert s_half["discounted_return"]["mean"] == pytest.approx(ds.returns(0.5).mean())
+    assert s_half["discounted_return"]["mean"] != pytest.approx(s_half["return"]["mean"])
 
 
 @settings(max_examples=40, deadline=None)

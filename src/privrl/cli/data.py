@@ -78,7 +78,7 @@ def info(
     ds = _load(path)
     summary = ds.summary()
     if plot is not None:
-        _plot_returns(ds.returns(), plot, title=path.name)
+        _plot_returns(ds.returns(1.0), plot, title=path.name)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
@@ -105,7 +105,7 @@ def _plot_returns(returns: np.ndarray, path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     bins = max(10, min(60, int(math.sqrt(max(len(returns), 1)))))
     ax.hist(returns, bins=bins, color="tab:blue", alpha=0.8)
-    ax.set_xlabel("episode return")
+    ax.set_xlabel("episode return (undiscounted)")
     ax.set_ylabel("episodes")
     ax.set_title(f"{title}: {len(returns)} episodes")
     fig.tight_layout()

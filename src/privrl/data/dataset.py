@@ -991,7 +991,7 @@ class TrajectoryDataset:
         """
         md = self.metadata
         lengths = self._lengths
-        rets = self.returns()
+        rets = self.returns(1.0)  # undiscounted: what the environment scores
 
         def stats(x: np.ndarray) -> dict[str, float] | None:
             if x.size == 0:
@@ -1010,6 +1010,7 @@ class TrajectoryDataset:
             "unit_ids": "given" if self._unit_ids is not None else "one unit per episode",
             "episode_length": stats(lengths.astype(np.float64)),
             "return": stats(rets),
+            **({"discounted_return": stats(self.returns())} if float(md.discount) != 1.0 else {}),
             "discount": float(md.discount),
             "horizon": md.horizon,
             "env_id": md.env_id,
