@@ -287,7 +287,7 @@ def test_expert_dp_filter_calibration(files, tmp_path, capsys, fake_experts) -> 
     argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", str(files["experts"])]
     argv += ["--epsilon", "10", "--p", "0.5", "--filter-rounds", "3", *FAST]
     calibrations = {}
-    for mode in ("paper", "tight"):
+    for mode in ("paper", "tight", "pld"):
         out = tmp_path / mode
         code, _, err = run([*argv, "--filter-calibration", mode, "--out", str(out)], capsys)
         assert code == 0, err
@@ -304,5 +304,9 @@ def test_expert_dp_filter_calibration(files, tmp_path, capsys, fake_experts) -> 
     assert calibrations["tight"]["composition_epsilon"] == pytest.approx(7.5)
     assert calibrations["paper"]["composition_epsilon"] < 7.0
     assert calibrations["tight"]["theta_shifted"] < calibrations["paper"]["theta_shifted"]
+    # pld spends ε1 under the PLD composition: a larger ε' still, a lower threshold
+    assert calibrations["pld"]["composition_epsilon"] == pytest.approx(7.5, rel=2e-3)
+    assert calibrations["pld"]["epsilon_prime"] > calibrations["tight"]["epsilon_prime"]
+    assert calibrations["pld"]["theta_shifted"] < calibrations["tight"]["theta_shifted"]
     code, _, err = run([*argv, "--filter-calibration", "loose", "--out", str(tmp_path)], capsys)
     assert_bad_input(code, err, "--filter-calibration")

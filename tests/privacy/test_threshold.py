@@ -6,7 +6,9 @@ per-round event and the exact advanced-composition check; the Laplace scales of 
 < δ') by Monte Carlo; the vectorised first-⊥ search against a sequential one; the trajectory
 sampler (distinct trajectories, expert drawn uniformly, resampling on exhaustion); the "tight"
 calibration (its ε0 meets the exact advanced-composition bound and is maximal; "paper" stays
-the default and keeps the fixtures).
+the default and keeps the fixtures); the "pld" calibration (the PLD accountant's composition
+of the rounds matches the closed-form optimal composition of Kairouz, Oh & Viswanath /
+Murtagh & Vadhan, and ε0 is the largest certified at (ε1, δ1)).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from privrl.privacy.threshold import (
     composition_bound,
     first_failing_prefix,
     noisy_threshold,
+    pld_composition_epsilon,
+    pld_round_epsilon,
     prefix_query_noise,
     sample_release_trajectories,
     tight_round_epsilon,
@@ -192,6 +196,54 @@ def test_tight_calibration_never_fails_the_runtime_check():
     assert cal.composition_epsilon <= 30.0
     with pytest.raises(ValueError, match="calibration must be one of"):
         DataReleaseCalibration.from_budget(10.0, DELTA, 25, 200, 0.02, calibration="loose")
+
+
+def _optimal_composition_delta(eps0: float, delta0: float, k: int, eps: float) -> float:
+    """Closed form of the optimal k-fold composition of (ε0, δ0)-DP mechanisms at ε
+    (Kairouz, Oh & Viswanath 2015, Thm 3.3; Murtagh & Vadhan 2016, Thm 1.5):
+    δ = 1 − (1 − δ0)^k (1 − Σ_l C(k,l) max(0, e^{(k−l)ε0} − e^{ε} e^{lε0}) / (1 + e^{ε0})^k)."""
+    log_norm = k * math.log1p(math.exp(eps0))
+    pure = 0.0
+    for ell in range(k + 1):
+        a = (k - ell) * eps0
+        b = eps + ell * eps0
+        if a > b:
+            pure += math.comb(k, ell) * (math.exp(a - log_norm) - math.exp(b - log_norm))
+    return 1.0 - (1.0 - delta0) ** k * (1.0 - pure)
+
+
+@pytest.mark.parametrize(("eps0", "t", "delta1"), [(0.38, 25, 0.9 * DELTA), (0.2, 50, DELTA)])
+def test_pld_composition_matches_the_closed_form_optimal_composition(eps0, t, delta1):
+    """The PLD accountant's ε for T rounds of (ε0, δ1/(2T))-DP is a valid bound (the closed
+    form's δ at it is ≤ δ1) and tight to 0.01 (at ε − 0.01 the closed form exceeds δ1)."""
+    eps = pld_composition_epsilon(eps0, t, delta1)
+    d0 = delta1 / (2 * t)
+    assert _optimal_composition_delta(eps0, d0, t, eps) <= delta1 * (1 + 1e-9)
+    assert _optimal_composition_delta(eps0, d0, t, eps - 0.01) > delta1
+    # and far below advanced composition of the same rounds
+    assert eps < composition_bound(eps0, t, delta1)
+
+
+@pytest.mark.parametrize(("eps1", "delta1", "t"), [(7.5, 0.9 * DELTA, 25), (10.0, DELTA, 25)])
+def test_pld_calibration_is_certified_maximal_and_looser_than_tight(eps1, delta1, t):
+    tight = DataReleaseCalibration.from_budget(eps1, delta1, t, 200, 0.02, calibration="tight")
+    pld = DataReleaseCalibration.from_budget(eps1, delta1, t, 200, 0.02, calibration="pld")
+    e0 = pld_round_epsilon(eps1, delta1, t)
+    assert pld.calibration == "pld" and pld.epsilon_prime == pytest.approx(e0 / 2, rel=0)
+    # Certified at (ε1, δ1) by the accountant and by the closed form, and nearly all spent.
+    assert pld.composition_epsilon <= eps1 and pld.composition_delta == delta1
+    assert pld.composition_epsilon == pytest.approx(eps1, rel=2e-3)
+    assert pld.accountant_epsilon() == pld.composition_epsilon
+    assert _optimal_composition_delta(2 * pld.epsilon_prime, pld.round_delta, t, eps1) <= delta1
+    # Maximal to the bisection's precision: 0.3% more per round is not certified.
+    assert pld_composition_epsilon(e0 * 1.003, t, delta1) > eps1
+    # Same per-round δ and event shape as the other calibrations, a larger ε' (lower θ).
+    assert pld.round_delta == tight.round_delta and pld.delta_prime == tight.delta_prime
+    assert pld.epsilon_prime > 1.2 * tight.epsilon_prime
+    assert pld.theta_shifted < tight.theta_shifted
+    rel = pld.release("filter")
+    assert rel.extra["calibration"]["calibration"] == "pld"
+    assert "PLD" in rel.extra["composition"] and rel.extra["accountant_epsilon"] <= eps1
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,9 @@ twin, the reference of the normalised score).
 The dataset must record the expert of every trajectory (``unit_ids``). ``--experts`` defaults to
 the expert set the dataset's metadata name (``extra["experts_dir"]``, relative to the dataset
 file; the ``experts-*`` recipes write it). ``--filter-calibration tight`` calibrates the
-consensus filter to the exact advanced-composition bound instead of the paper's formula
-(``privrl.privacy.threshold``). The learned policy is
+consensus filter to the exact advanced-composition bound instead of the paper's formula, and
+``pld`` to the PLD (optimal) composition of its rounds, which spends all of ε1 and roughly
+halves the threshold (``privrl.privacy.threshold``). The learned policy is
 evaluated greedily in the dataset's environment (``metadata.env_id``): the mean return of 10
 evaluations spaced over the last 10,000 steps, each of ``--eval-episodes`` episodes (CartPole
 is evaluated for 1000 steps, other environments for the dataset's horizon). When the metadata
@@ -32,6 +33,7 @@ import numpy as np
 import typer
 
 from privrl.cli.errors import CliError
+from privrl.privacy.threshold import CALIBRATIONS
 
 ALGOS = ("cql", "bcq")
 CARTPOLE_EVAL_HORIZON = 1000
@@ -407,7 +409,10 @@ def expert_dp_command(
     filter_calibration: str = typer.Option(
         "paper",
         "--filter-calibration",
-        help="paper (ε' = ε1/sqrt(32·T·ln(2/δ1))) or tight (largest ε' within the exact bound).",
+        help=(
+            "paper (ε' = ε1/sqrt(32·T·ln(2/δ1))), tight (largest ε' within the exact "
+            "advanced-composition bound) or pld (largest ε' within the PLD composition)."
+        ),
     ),
     filter_below: float = typer.Option(
         5.0, "--filter-below", help="Skip the filter (ε1 = 0) when ε is below this."
@@ -459,8 +464,11 @@ def expert_dp_command(
         raise CliError(f"--filter-rounds must be >= 0, got {filter_rounds}")
     if accounting not in ("exact", "paper"):
         raise CliError(f"--accounting must be exact or paper, got {accounting!r}")
-    if filter_calibration not in ("paper", "tight"):
-        raise CliError(f"--filter-calibration must be paper or tight, got {filter_calibration!r}")
+    if filter_calibration not in CALIBRATIONS:
+        raise CliError(
+            f"--filter-calibration must be one of {', '.join(CALIBRATIONS)}, "
+            f"got {filter_calibration!r}"
+        )
     if experts is None:
         experts = _experts_from_metadata(data)
     expert_set = _load_experts(experts)

@@ -482,9 +482,10 @@ def data_release(
     the longest possible trajectory. By default it is ``metadata.horizon`` if that is set and
     covers the data, and otherwise the longest trajectory in the data, as in the paper. The
     run is (ε1, δ1)-DP under adding or removing one expert: each round is (2ε', δ1/(2T))-DP
-    and the rounds compose by advanced composition. The exact bound is checked at run time
-    and reported in ``summary``. ``calibration``: "paper" (line 3's ε') or "tight" (the largest
-    ε' within the exact bound; `DataReleaseCalibration.from_budget`).
+    and the rounds compose by advanced composition (or, for "pld", by the PLD accountant). The
+    bound is checked at run time and reported in ``summary``. ``calibration``: "paper" (line
+    3's ε'), "tight" (the largest ε' within the exact advanced-composition bound) or "pld"
+    (the largest ε' within the PLD composition); `DataReleaseCalibration.from_budget`.
     """
     if not isinstance(dataset, TrajectoryDataset):
         raise ValueError(f"dataset must be a TrajectoryDataset, got {type(dataset).__name__}")

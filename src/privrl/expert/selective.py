@@ -432,7 +432,7 @@ def train_expert_dp(
 
     ``split`` defaults to ``split_budget(epsilon, delta, p)``; ``rounds = 0`` disables the
     filter (all budget to DP-SGD; refused with p = 0, which would leave nothing to train on).
-    ``filter_calibration``: "paper" or "tight" (`DataReleaseCalibration.from_budget`).
+    ``filter_calibration``: "paper", "tight" or "pld" (`DataReleaseCalibration.from_budget`).
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
