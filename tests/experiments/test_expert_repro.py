@@ -310,8 +310,9 @@ def test_quick_fig4_end_to_end(quick_cache, tmp_path, capsys) -> None:
     # a zero time budget starts nothing but still reports every finished cell
     E.fig4(out4, quick=True, time_budget_s=0)
     assert _metrics(out4)["cells"] == m4["cells"]
-    # and on a fresh output directory it lists the runs as pending, with the resume command
-    fresh = tmp_path / "fresh"
+    # and on a fresh output directory (no sibling reproduction to reuse runs from) it lists
+    # the runs as pending, with the resume command
+    fresh = tmp_path / "elsewhere" / "fresh"
     text = E.fig4(fresh, quick=True, time_budget_s=0).read_text()
     m_fresh = _metrics(fresh)
     assert m_fresh["finished_runs"] == 0 and m_fresh["total_runs"] == 12
