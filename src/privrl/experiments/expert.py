@@ -753,8 +753,10 @@ def _execute(cfg: RunConfig, data: _Data, run_dir: Path) -> dict[str, Any]:
         "wall_s": time.perf_counter() - t0,
         **extra,
     }
+    from privrl.data.paths import portable_path
+
     run = RunDir(run_dir)
-    run.write_config({"run": cfg.to_dict(), "dataset_path": str(data.path)})
+    run.write_config({"run": cfg.to_dict(), "dataset_path": portable_path(data.path)})
     run.write_curve(result.curve or [{"step": result.steps}])
     run.write_privacy(report)
     run.write_metrics(metrics)  # last: its presence marks the run finished

@@ -256,7 +256,7 @@ def table1(
 
     ``tasks`` restricts the run to some of the three tasks (the report then lists those)."""
     from privrl.data.io import load_hdf5
-    from privrl.data.paths import cache_dir
+    from privrl.data.paths import cache_dir, portable_path
     from privrl.primorl.mopo import MOPOConfig
 
     out = Path(out)
@@ -277,7 +277,7 @@ def table1(
     for task in tasks:
         ds = load_hdf5(paths[task], validate=False)
         datasets[task] = {
-            "path": str(paths[task]),
+            "path": portable_path(paths[task]),
             "episodes": int(ds.n_episodes),
             "transitions": int(ds.n_transitions),
             "reference_returns": ds.metadata.extra.get("reference_returns"),
