@@ -1567,17 +1567,21 @@ def fig3(
     seed: int = 0,
     quick: bool = False,
     envs: Sequence[str] = ("cartpole", "acrobot", "hiv", "lunarlander"),
+    algos: Sequence[str] = ("cql", "bcq"),
     time_budget_s: float | None = None,
 ) -> Path:
     """Figure 3: normalised score vs ε ∈ {5, 7.5, 10} of ours (paper Table 1 p and splits)
-    and expert-level DP-SGD, per environment and algorithm."""
+    and expert-level DP-SGD, per environment and algorithm. ``envs`` and ``algos`` restrict
+    the runs (and the report) to a part of the figure, e.g. to split the work between
+    processes; a final full invocation then skips the finished runs and writes the whole
+    report."""
     ctx, seed_list = _setup(out, seeds, seed, quick, time_budget_s)
     cells: dict[str, Cell] = {}
     refs: dict[str, dict[str, Any]] = {}
     for env in envs:
         if ctx.load(env) is None:
             continue
-        for algo in ("cql", "bcq"):
+        for algo in algos:
             refs[f"{env}/{algo}"] = _reference(ctx, env, algo, seed_list)
             for eps in ctx.scale.fig3_epsilons:
                 p_ours = PAPER_TABLE1_P[(env, algo)][_nearest(eps)]
@@ -1622,7 +1626,7 @@ def fig3(
     ]
     claims = []
     for env in envs:
-        for algo in ("cql", "bcq"):
+        for algo in algos:
             for eps in ctx.scale.fig3_epsilons:
                 o = cells.get(f"{env}/{algo}/eps{eps:g}/ours")
                 d = cells.get(f"{env}/{algo}/eps{eps:g}/dp-sgd")
