@@ -310,3 +310,24 @@ def test_expert_dp_filter_calibration(files, tmp_path, capsys, fake_experts) -> 
     assert calibrations["pld"]["theta_shifted"] < calibrations["tight"]["theta_shifted"]
     code, _, err = run([*argv, "--filter-calibration", "loose", "--out", str(tmp_path)], capsys)
     assert_bad_input(code, err, "--filter-calibration")
+
+
+def test_expert_dp_joint_dp_sgd_budget(files, tmp_path, capsys, fake_experts) -> None:
+    argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", str(files["experts"])]
+    argv += ["--epsilon", "10", "--p", "0.5", "--filter-rounds", "3", *FAST]
+    argv += ["--filter-calibration", "pld", "--steps-cap", "1000"]  # the budget sets the steps
+    private_steps, epsilons = {}, {}
+    for budget in ("split", "joint"):
+        out = tmp_path / budget
+        code, _, err = run([*argv, "--dp-sgd-budget", budget, "--out", str(out)], capsys)
+        assert code == 0, err
+        metrics, privacy = assert_run_dir(out)
+        assert metrics["dp_sgd_budget"] == budget
+        assert json.loads((out / "config.json").read_text())["dp_sgd_budget"] == budget
+        assert privacy["epsilon"] <= 10.0 + 1e-9
+        private_steps[budget] = metrics["private_steps"]
+        epsilons[budget] = privacy["epsilon"]
+    assert private_steps["split"] < private_steps["joint"]
+    assert epsilons["split"] < epsilons["joint"]
+    code, _, err = run([*argv, "--dp-sgd-budget", "both", "--out", str(tmp_path / "x")], capsys)
+    assert_bad_input(code, err, "--dp-sgd-budget")

@@ -360,3 +360,42 @@ def test_missing_dataset_report_names_the_build_command(tmp_path, monkeypatch) -
                                      " --quick"}  # fmt: skip
     assert m["finished_runs"] == 0 and not m["complete"]
     assert not (out / "runs").exists()
+
+
+class _StubData:
+    """The per-dataset cache interface of `_calibrated_noise`, in memory."""
+
+    def __init__(self) -> None:
+        self.cache: dict = {}
+
+    def read_cache(self) -> dict:
+        return self.cache
+
+    def update_cache(self, section: str, key: str, value) -> None:
+        self.cache.setdefault(section, {})[key] = value
+
+
+def test_joint_budget_run_config_calibrates_less_noise_within_the_total() -> None:
+    from dp_accounting import dp_event as de
+
+    from privrl.privacy.accounting import epsilon as acc_epsilon
+    from privrl.privacy.accounting import sampled_gaussian_event
+
+    base = E.RunConfig(
+        env="cartpole", algo="cql", method="ours", seed=0, lr=1e-3, steps=400, batch_size=64,
+        hidden=(16,), eval_episodes=1, eval_horizon=10, n_evals=1, eval_window=10,
+        dataset="d.h5", m=640,
+    )  # fmt: skip
+    split = E._private(base, epsilon=10.0, p=0.5, calibration="pld")
+    joint = E._private(base, epsilon=10.0, p=0.5, calibration="pld", dpsgd_budget="joint")
+    assert split.to_dict() == {k: v for k, v in joint.to_dict().items() if k != "dpsgd_budget"}
+    assert "dpsgd_budget" not in split.to_dict()  # earlier runs keep their digests
+    assert "joint-budget" in joint.key() and "budget" not in split.key()
+    scale, data = E.Scale.full(), _StubData()  # full scale: z calibrated to the budget
+    z_split = E._with_noise(split, data, scale).noise_multiplier
+    z_joint = E._with_noise(joint, data, scale).noise_multiplier
+    assert z_joint < z_split
+    k = round(0.5 * 400)
+    steps = sampled_gaussian_event(z_joint, k, sampling_probability=64 / 640)
+    total = de.ComposedDpEvent([E._filter_event(joint), steps])
+    assert acc_epsilon(total, joint.delta, backend="pld") <= 10.0 + 1e-9

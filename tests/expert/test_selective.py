@@ -377,3 +377,33 @@ def test_pipeline_trains_on_released_stable_prefixes() -> None:
     assert training.info["unstable_transitions"] == ds.n_transitions - res.stable_size
     assert learner.steps == training.steps > training.private_steps > 0  # stable steps ran
     assert res.report.epsilon <= 10.0
+
+
+def test_joint_dp_sgd_budget_spends_the_total_and_takes_more_steps() -> None:
+    ds = expert_dataset(n_experts=M)
+
+    def run(budget: str):
+        return train_expert_dp(
+            DiscreteCQL(2, 3, hidden=(8,), seed=0),
+            ds,
+            ConstantExperts(M),
+            epsilon=10.0,
+            delta=1e-3,
+            p=0.5,
+            rounds=3,
+            batch_size=B,
+            noise_multiplier=Z,
+            filter_calibration="pld",
+            dp_sgd_budget=budget,  # type: ignore[arg-type]
+            rng=np.random.default_rng(0),
+        )
+
+    split, joint = run("split"), run("joint")
+    # same filter, same release; DP-SGD gets what the joint composition leaves
+    assert joint.stable_size == split.stable_size
+    assert joint.training.private_steps > split.training.private_steps
+    assert split.report.epsilon < joint.report.epsilon <= 10.0 + 1e-9
+    assert any("joint" in n for n in joint.report.notes)
+    assert not any("DP-SGD budget: joint" in n for n in split.report.notes)
+    with pytest.raises(ValueError, match="dp_sgd_budget"):
+        run("both")

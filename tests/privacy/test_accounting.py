@@ -877,3 +877,83 @@ def test_describe_backend():
     assert "discretisation 0.0001" in describe_backend("pld")
     with pytest.raises(AccountingError):
         describe_backend("gdp")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- prior events
+
+
+def _analytic_gaussian_sigma(eps: float, delta: float) -> float:
+    """Balle & Wang (2018) exact calibration of the Gaussian mechanism (sensitivity 1): the
+    σ with Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ) = δ."""
+
+    def gap(sigma: float) -> float:
+        return (
+            stats.norm.cdf(0.5 / sigma - eps * sigma)
+            - math.exp(eps) * stats.norm.cdf(-0.5 / sigma - eps * sigma)
+            - delta
+        )
+
+    return optimize.brentq(gap, 1e-3, 1e3, xtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["pld", "rdp"])
+def test_calibration_with_a_gaussian_prior_matches_closed_form(backend):
+    # Two Gaussian releases compose exactly into one of 1/σ² = 1/z1² + 1/z2² (PLD and RDP
+    # alike), so the steps' z after a Gaussian(z1) prior is (1/z*² − 1/z1²)^(-1/2), z* the
+    # single-release calibration. Tolerance: 2e-3 relative (calibration tolerance 1e-4 plus
+    # PLD discretisation).
+    eps, delta, z1 = 2.0, 1e-5, 4.0
+    z_star = calibrate_noise_multiplier(
+        eps, delta, 1, sampling_probability=1.0, backend=backend, tolerance=1e-4
+    )
+    z_joint = calibrate_noise_multiplier(
+        eps,
+        delta,
+        1,
+        sampling_probability=1.0,
+        backend=backend,
+        tolerance=1e-4,
+        prior=de.GaussianDpEvent(z1),
+    )
+    expected = (1.0 / z_star**2 - 1.0 / z1**2) ** -0.5
+    assert z_joint == pytest.approx(expected, rel=2e-3)
+    if backend == "pld":  # the single release itself against Balle–Wang's exact σ
+        assert z_star == pytest.approx(_analytic_gaussian_sigma(eps, delta), rel=2e-3)
+
+
+def test_calibration_with_a_prior_meets_the_total_and_is_minimal():
+    prior = de.SelfComposedDpEvent(ApproxDpEvent(epsilon=0.2, delta=1e-6), 10)
+    eps, delta, steps, q, tol, disc = 6.0, 1e-4, 20, 0.2, 1e-3, 1e-3
+    kw = {"sampling_probability": q, "backend": "pld", "pld_discretization": disc}
+    z = calibrate_noise_multiplier(eps, delta, steps, tolerance=tol, prior=prior, **kw)
+
+    def total(zz: float) -> float:
+        ev = de.ComposedDpEvent([prior, sampled_gaussian_event(zz, steps, sampling_probability=q)])
+        return acc.epsilon(ev, delta, backend="pld", pld_discretization=disc)
+
+    assert total(z) <= eps < total(z / (1 + tol))
+    alone = calibrate_noise_multiplier(eps, delta, steps, tolerance=tol, **kw)
+    assert z > alone  # the prior costs something
+
+
+def test_max_steps_with_a_prior():
+    prior = de.GaussianDpEvent(3.0)
+    z, eps, delta, q, disc = 2.0, 3.0, 1e-5, 0.2, 1e-3
+    kw = {"sampling_probability": q, "backend": "pld", "pld_discretization": disc}
+    t = max_steps(z, eps, delta, prior=prior, **kw)
+    alone = max_steps(z, eps, delta, **kw)
+
+    def total(n: int) -> float:
+        ev = de.ComposedDpEvent([prior, sampled_gaussian_event(z, n, sampling_probability=q)])
+        return acc.epsilon(ev, delta, backend="pld", pld_discretization=disc)
+
+    assert 0 < t < alone
+    assert total(t) <= eps < total(t + 1)
+
+
+def test_a_prior_that_spends_the_target_is_refused():
+    with pytest.raises(AccountingError, match="prior event alone"):
+        calibrate_noise_multiplier(
+            1.0, 1e-5, 10, sampling_probability=0.1, prior=PureDpEvent(epsilon=1.5)
+        )
+    assert max_steps(1.0, 1.0, 1e-5, sampling_probability=0.1, prior=PureDpEvent(1.5)) == 0

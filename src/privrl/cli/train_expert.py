@@ -8,7 +8,9 @@ the expert set the dataset's metadata name (``extra["experts_dir"]``, relative t
 file; the ``experts-*`` recipes write it). ``--filter-calibration tight`` calibrates the
 consensus filter to the exact advanced-composition bound instead of the paper's formula, and
 ``pld`` to the PLD (optimal) composition of its rounds, which spends all of ε1 and roughly
-halves the threshold (``privrl.privacy.threshold``). The learned policy is
+halves the threshold (``privrl.privacy.threshold``). ``--dp-sgd-budget joint`` sizes
+DP-SGD's steps against the total (ε, δ) composed with the filter's rounds, instead of
+(ε2, δ2) alone. The learned policy is
 evaluated greedily in the dataset's environment (``metadata.env_id``): the mean return of 10
 evaluations spaced over the last 10,000 steps, each of ``--eval-episodes`` episodes (CartPole
 is evaluated for 1000 steps, other environments for the dataset's horizon). When the metadata
@@ -430,6 +432,15 @@ def expert_dp_command(
         "--accounting",
         help="exact (coins conditioned on, certified) or paper (q = p·b/m, NOT certified).",
     ),
+    dp_sgd_budget: str = typer.Option(
+        "split",
+        "--dp-sgd-budget",
+        help=(
+            "split (the paper: DP-SGD's steps fit (ε2, δ2) alone) or joint (they fit the total "
+            "(ε, δ) composed with the filter's rounds by the PLD accountant, so DP-SGD also "
+            "gets the part of ε1 that the composition does not use)."
+        ),
+    ),
     batch_size: int = _BATCH,
     noise_multiplier: float = _NOISE,
     clip_norm: float = _CLIP,
@@ -464,6 +475,8 @@ def expert_dp_command(
         raise CliError(f"--filter-rounds must be >= 0, got {filter_rounds}")
     if accounting not in ("exact", "paper"):
         raise CliError(f"--accounting must be exact or paper, got {accounting!r}")
+    if dp_sgd_budget not in ("split", "joint"):
+        raise CliError(f"--dp-sgd-budget must be split or joint, got {dp_sgd_budget!r}")
     if filter_calibration not in CALIBRATIONS:
         raise CliError(
             f"--filter-calibration must be one of {', '.join(CALIBRATIONS)}, "
@@ -538,6 +551,7 @@ def expert_dp_command(
                 eval_window=eval_window,
                 progress=update,
                 filter_calibration=filter_calibration,
+                dp_sgd_budget=dp_sgd_budget,  # type: ignore[arg-type]
             )
         reports.append(result.report)
     training = result.training
@@ -556,6 +570,7 @@ def expert_dp_command(
         "filter_calibration": filter_calibration,
         "p_min": p_min,
         "accounting": accounting,
+        "dp_sgd_budget": dp_sgd_budget,
         "batch_size": batch_size,
         "noise_multiplier": noise_multiplier,
         "clip_norm": clip_norm,
@@ -568,6 +583,7 @@ def expert_dp_command(
         "algorithm": f"expert-dp {algo}",
         "stable_size": result.stable_size,
         "filter_calibration": filter_calibration,
+        "dp_sgd_budget": dp_sgd_budget,
         "epsilon1": result.split.epsilon1,
         "epsilon2": result.split.epsilon2,
         "p": result.split.p,

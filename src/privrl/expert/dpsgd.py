@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from dp_accounting.dp_event import ComposedDpEvent, DpEvent
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.nn.per_example import DEFAULT_CLIP_METHOD, ClipMethod, clipped_grad_sum
@@ -151,9 +152,12 @@ def plan_steps(
     delta: float,
     steps: int | None = None,
     steps_cap: int | None = None,
+    prior: DpEvent | None = None,
 ) -> tuple[int, bool]:
     """Number of private steps: ``steps`` if given (refused if its ε exceeds ``epsilon``), else
     the largest N with ε(N) ≤ ``epsilon`` under PLD, at most ``steps_cap``.
+    With ``prior`` (an event released before the steps, e.g. the consensus filter's rounds),
+    (``epsilon``, ``delta``) is the total budget of ``prior`` composed with the N steps.
     Returns (N, capped) where capped says the cap, not the budget, set N."""
     z = _check_positive(noise_multiplier, "noise_multiplier")
     if steps is not None:
@@ -161,6 +165,8 @@ def plan_steps(
             raise ValueError(f"steps must be >= 0, got {steps}")
         if epsilon is not None and steps > 0:
             event = sampled_gaussian_event(z, steps, sampling_probability=sampling_probability)
+            if prior is not None:
+                event = ComposedDpEvent([prior, event])
             eps = accountant_epsilon(event, delta, relation=RELATION, backend=BACKEND)
             if eps > epsilon:
                 raise ValueError(
@@ -181,6 +187,7 @@ def plan_steps(
         relation=RELATION,
         backend=BACKEND,
         upper=upper,
+        prior=prior,
     )
     if n == 0:
         raise ValueError(

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+from dp_accounting.dp_event import ComposedDpEvent, DpEvent
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.expert.dpsgd import (
@@ -59,6 +60,7 @@ from privrl.privacy.sampling import step_coins
 from privrl.rl.discrete_common import DiscreteLearner, TransitionTable
 
 __all__ = [
+    "DP_SGD_BUDGETS",
     "BudgetSplit",
     "ExpertDpResult",
     "selective_dp_sgd",
@@ -116,6 +118,10 @@ def _fraction(x: float, what: str) -> float:
     if not (math.isfinite(v) and 0.0 <= v <= 1.0):
         raise ValueError(f"budget split does not add up: {what} = {x!r} is not in [0, 1]")
     return v
+
+
+DpSgdBudget = Literal["split", "joint"]
+DP_SGD_BUDGETS: tuple[str, ...] = ("split", "joint")
 
 
 def split_budget(
@@ -218,8 +224,11 @@ def selective_dp_sgd(
     eval_window: int = 10_000,
     clip_method: ClipMethod = DEFAULT_CLIP_METHOD,
     progress: Callable[[int, int], None] | None = None,
+    prior_event: DpEvent | None = None,
 ) -> DpSgdResult:
     """Algorithm 3 with budget (ε2, δ2) = (``epsilon``, ``delta``) for its private steps.
+    With ``prior_event`` (the filter's T rounds), (``epsilon``, ``delta``) is instead the
+    total budget of that event composed with the private steps (joint PLD accounting).
 
     ``expert_ids``: the m experts' ids (sorted; public); private steps sample them at rate
     b/m. Steps: ``accounting="exact"`` runs until the K-th private step, K the largest count
@@ -257,6 +266,7 @@ def selective_dp_sgd(
                 sampling_probability=rate,
                 epsilon=epsilon,
                 delta=delta,
+                prior=prior_event,
                 steps=int(coins.sum()),
             )
         else:
@@ -265,6 +275,7 @@ def selective_dp_sgd(
                 sampling_probability=rate,
                 epsilon=epsilon,
                 delta=delta,
+                prior=prior_event,
                 steps_cap=steps_cap,
             )
             coins = step_coins(pf, coin_rng, private_steps=k, max_steps=steps_cap)
@@ -276,6 +287,7 @@ def selective_dp_sgd(
             sampling_probability=q_event,
             epsilon=epsilon,
             delta=delta,
+            prior=prior_event,
             steps=steps,
             steps_cap=steps_cap,
         )
@@ -356,6 +368,7 @@ def selective_dp_sgd(
         "p": pf,
         "accounting": accounting,
         "epsilon_target": epsilon,
+        "budget": "split" if prior_event is None else "joint (total, composed with the filter)",
         "stable_transitions": 0 if table_s is None else len(table_s),
         "unstable_transitions": len(table_u),
     }
@@ -427,13 +440,22 @@ def train_expert_dp(
     clip_method: ClipMethod = DEFAULT_CLIP_METHOD,
     progress: Callable[[int, int], None] | None = None,
     filter_calibration: str = "paper",
+    dp_sgd_budget: DpSgdBudget = "split",
 ) -> ExpertDpResult:
     """Consensus filter (ε1, δ1, T = ``rounds``) then Selective DP-SGD (ε2, δ2).
 
     ``split`` defaults to ``split_budget(epsilon, delta, p)``; ``rounds = 0`` disables the
     filter (all budget to DP-SGD; refused with p = 0, which would leave nothing to train on).
     ``filter_calibration``: "paper", "tight" or "pld" (`DataReleaseCalibration.from_budget`).
+    ``dp_sgd_budget``: "split" (the paper: DP-SGD's steps fit (ε2, δ2) on their own) or
+    "joint" (the steps fit the *total* (ε1 + ε2, δ1 + δ2) composed with the filter's T
+    rounds by the PLD accountant, so DP-SGD also gets the part of ε1 that the composition
+    of the two does not use).
     """
+    if dp_sgd_budget not in DP_SGD_BUDGETS:
+        raise ValueError(
+            f"dp_sgd_budget must be one of {', '.join(DP_SGD_BUDGETS)}, got {dp_sgd_budget!r}"
+        )
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
     if isinstance(rounds, bool) or int(rounds) < 0:
@@ -485,14 +507,17 @@ def train_expert_dp(
         stable, unstable = released.stable, released.unstable
         releases.extend(released.releases)
         summary = dict(released.summary)
+    joint = dp_sgd_budget == "joint" and split.filter and split.dp_sgd and bool(releases)
+    prior = ComposedDpEvent([r.event for r in releases if r.event is not None]) if joint else None
     training = selective_dp_sgd(
         learner,
         stable,
         unstable,
         expert_ids=expert_ids,
         p=split.p,
-        epsilon=split.epsilon2 if split.dp_sgd else None,
-        delta=split.delta2 if split.dp_sgd else split.delta,
+        epsilon=(split.epsilon if joint else split.epsilon2) if split.dp_sgd else None,
+        delta=(split.delta if joint else split.delta2) if split.dp_sgd else split.delta,
+        prior_event=prior,
         batch_size=batch_size,
         noise_multiplier=noise_multiplier,
         clip_norm=clip_norm,
@@ -509,6 +534,12 @@ def train_expert_dp(
     releases.extend(training.report.releases)
     stable_size = 0 if stable is None else stable.n_transitions
     notes = [f"budget split: {split.rule}", *training.report.notes]
+    if joint:
+        notes.append(
+            "DP-SGD budget: joint — its steps were sized so that the filter's rounds and the "
+            f"steps together meet (ε, δ) = ({split.epsilon:g}, {split.delta:.3g}) under the "
+            "PLD accountant, not (ε2, δ2) on their own"
+        )
     notes.append("hyperparameters (learning rate, b, p, noise multiplier) are not accounted")
     report = PrivacyReport.build(
         UNIT,

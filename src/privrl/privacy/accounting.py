@@ -565,6 +565,33 @@ def _interpolate(x_ok: float, g_ok: float, x_bad: float, g_bad: float) -> float 
     return x if math.isfinite(x) else None
 
 
+def _after(prior: dp_event.DpEvent | None, event: dp_event.DpEvent) -> dp_event.DpEvent:
+    """``event`` released after ``prior`` (their composition), or ``event`` alone."""
+    return event if prior is None else dp_event.ComposedDpEvent([prior, event])
+
+
+def _check_prior(
+    prior: dp_event.DpEvent | None,
+    target: float,
+    delta: float,
+    rel: NeighbourRelation,
+    backend: Backend,
+    grid: tuple[float, ...],
+    disc: float,
+) -> None:
+    """Refuse a ``prior`` that already spends the whole target on its own."""
+    if prior is None:
+        return
+    spent = epsilon(
+        prior, delta, relation=rel, backend=backend, orders=grid, pld_discretization=disc
+    )
+    if spent >= target:
+        raise AccountingError(
+            f"the prior event alone has epsilon = {spent:.4g} >= the target {target:g} at "
+            f"delta {delta:g}: nothing is left for the steps"
+        )
+
+
 def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
@@ -579,8 +606,14 @@ def calibrate_noise_multiplier(
     tolerance: float = 1e-4,
     orders: Sequence[float] | None = None,
     pld_discretization: float = 1e-4,
+    prior: dp_event.DpEvent | None = None,
 ) -> float:
     """Smallest noise multiplier whose `steps`-fold (sub)sampled Gaussian meets the target.
+
+    ``prior``: an event released before these steps (for example a data filter's rounds).
+    The target (ε, δ) is then the total of ``prior`` composed with the steps, so the steps
+    get whatever budget the accountant's joint composition leaves, which is more than
+    ε − ε(prior) whenever composition is sub-additive (PLD, RDP).
 
     Keeps a bracket [lo, hi] with epsilon(lo) > target >= epsilon(hi) (epsilon is
     non-increasing in the noise), expanded geometrically from 1, and shrinks it until
@@ -612,11 +645,12 @@ def calibrate_noise_multiplier(
         sample_size=sample_size,
     )
     # Validate the sampling arguments and backend support once, before searching.
-    check_supported(make_event(1.0, steps), relation=rel, backend=backend)
+    check_supported(_after(prior, make_event(1.0, steps)), relation=rel, backend=backend)
+    _check_prior(prior, target, delta, rel, backend, grid, disc)
 
     def eps_at(z: float) -> float:
         return epsilon(
-            make_event(z, steps),
+            _after(prior, make_event(z, steps)),
             delta,
             relation=rel,
             backend=backend,
@@ -692,8 +726,11 @@ def max_steps(
     upper: int = 10**7,
     orders: Sequence[float] | None = None,
     pld_discretization: float = 1e-4,
+    prior: dp_event.DpEvent | None = None,
 ) -> int:
     """Largest step count whose epsilon stays within target (0 if even one step exceeds it).
+    With ``prior``, the target is the total of ``prior`` composed with the steps (see
+    `calibrate_noise_multiplier`).
 
     Exponential search (T = 1, 2, 4, ...) for a bracket, then a secant/bisection search on
     integers; the returned T satisfies epsilon(T) <= target < epsilon(T + 1) as computed by
@@ -716,11 +753,11 @@ def max_steps(
         dataset_size=dataset_size,
         sample_size=sample_size,
     )
-    check_supported(make_event(1), relation=rel, backend=backend)
+    check_supported(_after(prior, make_event(1)), relation=rel, backend=backend)
 
     def eps_at(t: int) -> float:
         return epsilon(
-            make_event(t),
+            _after(prior, make_event(t)),
             delta,
             relation=rel,
             backend=backend,
