@@ -16,7 +16,7 @@ import torch
 
 from privrl.cli.main import main
 from privrl.data.collect import collect
-from privrl.data.io import save_hdf5
+from privrl.data.io import load_hdf5, save_hdf5
 from privrl.privacy.ledger import BudgetLedger
 from privrl.rl.cql import DiscreteCQL
 
@@ -331,3 +331,98 @@ def test_expert_dp_joint_dp_sgd_budget(files, tmp_path, capsys, fake_experts) ->
     assert epsilons["split"] < epsilons["joint"]
     code, _, err = run([*argv, "--dp-sgd-budget", "both", "--out", str(tmp_path / "x")], capsys)
     assert_bad_input(code, err, "--dp-sgd-budget")
+
+
+@pytest.fixture(scope="module")
+def twin(files, tmp_path_factory) -> Path:
+    """A non-private CQL twin of `files["data"]`, the reference of the normalised score."""
+    out = tmp_path_factory.mktemp("twin") / "np"
+    argv = ["train", "dp-sgd", "--data", str(files["data"]), "--non-private", "--steps", "12"]
+    assert main([*argv, "--out", str(out), *FAST]) == 0
+    return out
+
+
+def test_reference_run_sets_the_normalised_score(files, twin, tmp_path, capsys) -> None:
+    """R_np from the twin's metrics.json, R_rand from the dataset's metadata (10); the
+    metadata's own R_np (25) is overridden."""
+    r_np = json.loads((twin / "metrics.json").read_text())["return_mean"]
+    out = tmp_path / "dp"
+    argv = ["train", "dp-sgd", "--data", str(files["data"]), "--epsilon", "1"]
+    code, stdout, err = run([*argv, "--reference", str(twin), "--out", str(out), *FAST], capsys)
+    assert code == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    expected = (metrics["return_mean"] - 10.0) / (r_np - 10.0)
+    assert metrics["normalised_score"] == pytest.approx(expected)
+    refs = metrics["reference_returns"]
+    assert refs["nonprivate"] == r_np and refs["random"] == 10.0 and refs["eval_horizon"] == 20
+    assert refs["source"] == str(twin) and "normalised score" in stdout
+    assert json.loads((out / "config.json").read_text())["reference"] == str(twin)
+
+
+def test_reference_return_and_random_return_given_as_numbers(
+    files, tmp_path, capsys, fake_experts
+) -> None:
+    out = tmp_path / "edp"
+    argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", str(files["experts"])]
+    argv += ["--epsilon", "1", "--p", "1", "--filter-rounds", "0", "--out", str(out)]
+    extra = ["--reference-return", "30", "--random-return", "5"]
+    code, _, err = run([*argv, *extra, *FAST], capsys)
+    assert code == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["normalised_score"] == pytest.approx((metrics["return_mean"] - 5) / 25)
+    assert metrics["reference_returns"]["source"] == "--reference-return"
+
+
+def test_no_reference_anywhere_gives_no_score(tmp_path, capsys) -> None:
+    ds = collect(
+        "CartPole-v1",
+        _Heuristic(),
+        n_episodes=2 * M,
+        seed=1,
+        max_steps=25,
+        progress=False,
+        unit_ids=np.repeat(np.arange(M), 2),
+        num_envs=4,
+    )
+    data = save_hdf5(ds, tmp_path / "plain.h5")
+    out = tmp_path / "dp"
+    argv = ["train", "dp-sgd", "--data", str(data), "--epsilon", "1", "--out", str(out)]
+    code, _, err = run([*argv, *FAST], capsys)
+    assert code == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "return_mean" in metrics and "normalised_score" not in metrics
+    # asked for explicitly, a score that cannot be computed is refused before training
+    code, _, err = run([*argv, "--reference-return", "30", *FAST], capsys)
+    assert_bad_input(code, err, "--random-return")
+
+
+def test_bad_reference(files, twin, tmp_path, capsys) -> None:
+    out = str(tmp_path / "bad")
+    base = ["train", "dp-sgd", "--data", str(files["data"]), "--epsilon", "1", "--out", out]
+
+    def bad(*extra: str, fast: list[str] = FAST) -> str:
+        code, _, err = run([*base, *fast, *extra], capsys)
+        assert code == 2, err
+        assert not (tmp_path / "bad").exists()  # refused before training
+        return err
+
+    assert_bad_input(2, bad("--reference", str(tmp_path / "none")), "not a readable run")
+    assert_bad_input(2, bad("--reference", str(twin), "--algo", "bcq"), "--algo cql")
+    assert_bad_input(2, bad("--reference", str(twin), "--reference-return", "3"), "not both")
+    horizon = [*FAST[:-6], "--eval-horizon", "15", *FAST[-4:]]
+    assert_bad_input(2, bad("--reference", str(twin), fast=horizon), "over 20 steps")
+    assert_bad_input(2, bad("--reference", str(twin), "--no-eval"), "drop --no-eval")
+    assert_bad_input(2, bad("--reference-return", "10"), "undefined")
+    assert_bad_input(2, bad("--reference-return", "nan"), "finite")
+    plain = tmp_path / "plain.h5"
+    ds = load_hdf5(files["data"])
+    save_hdf5(ds.with_metadata(ds.metadata.with_extra(reference_returns={})), plain)
+    code, _, err = run([*base[:3], str(plain), *base[4:], *FAST, "--random-return", "1"], capsys)
+    assert_bad_input(code, err, "needs R_np")
+    other = ["train", "dp-sgd", "--data", str(files["named"]), "--epsilon", "1", *FAST]
+    code, _, err = run([*other, "--reference", str(twin), "--out", out], capsys)
+    assert_bad_input(code, err, "trained on")
+    private = tmp_path / "private"
+    assert main([*base[:-1], str(private), *FAST]) == 0
+    capsys.readouterr()
+    assert_bad_input(2, bad("--reference", str(private)), "not a non-private twin")

@@ -6,6 +6,8 @@ Bad input exits with code 2 and one line on stderr starting `error:`; no traceba
 from __future__ import annotations
 
 import sys
+from functools import cache
+from typing import Any
 
 import typer
 
@@ -19,6 +21,7 @@ from privrl.cli.account import account, calibrate
 from privrl.cli.data import data_app
 from privrl.cli.demo import demo
 from privrl.cli.errors import CliError, known_errors
+from privrl.cli.helptext import reflow_tree
 from privrl.cli.ledger import ledger_app
 from privrl.cli.online import online_app
 from privrl.cli.ope import ope_app
@@ -68,6 +71,12 @@ app.add_typer(online_app, name="online")
 app.command()(reproduce)
 
 
+@cache
+def _command() -> Any:
+    """The click command tree of `app`, with help texts reflowed for the terminal."""
+    return reflow_tree(typer.main.get_command(app))
+
+
 def _fail(message: str) -> int:
     first = " ".join(str(message).strip().splitlines()) or "unknown error"
     if not first.startswith("error:"):
@@ -79,7 +88,7 @@ def _fail(message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the process exit code."""
     try:
-        result = app(args=argv, standalone_mode=False, prog_name="privrl")
+        result = _command()(args=argv, standalone_mode=False, prog_name="privrl")
     except click_exceptions.NoArgsIsHelpError as exc:
         typer.echo(exc.ctx.get_help())
         return 0

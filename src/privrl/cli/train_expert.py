@@ -13,9 +13,15 @@ DP-SGD's steps against the total (ε, δ) composed with the filter's rounds, ins
 (ε2, δ2) alone. The learned policy is
 evaluated greedily in the dataset's environment (``metadata.env_id``): the mean return of 10
 evaluations spaced over the last 10,000 steps, each of ``--eval-episodes`` episodes (CartPole
-is evaluated for 1000 steps, other environments for the dataset's horizon). When the metadata
-carry ``extra["reference_returns"] = {"random": R_rand, "nonprivate": R_np}``, the normalised
-score (R − R_rand)/(R_np − R_rand) is reported too.
+is evaluated for 1000 steps, other environments for the dataset's horizon).
+
+The normalised score (R − R_rand)/(R_np − R_rand) is reported too when R_np is known: from
+``--reference RUN_DIR`` (the run directory of ``privrl train dp-sgd --non-private`` with the
+same data, ``--algo`` and evaluation horizon), from ``--reference-return R_np``, or from the
+metadata's ``extra["reference_returns"]["nonprivate"]``. R_rand is the uniform-random return the
+``experts-*`` recipes record in ``extra["reference_returns"]["random"]`` (or
+``--random-return``). Both references are public to the analyst (they chose to compute them);
+the score only rescales the private run's return.
 
 Every run writes the run-directory contract: config.json, metrics.json, metrics.csv (the
 learning curve), privacy.json, plots/learning_curve.png and learner.pt (reload with
@@ -25,9 +31,12 @@ before the data are read; the planned spend is the run's target (ε, δ).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +87,23 @@ _N_EVALS = typer.Option(10, "--evals", help="Evaluations over the last --eval-wi
 _EVAL_WINDOW = typer.Option(10_000, "--eval-window", help="Steps over which evaluations spread.")
 _NO_EVAL = typer.Option(False, "--no-eval", help="Skip evaluation (no return metrics).")
 _SEED = typer.Option(0, "--seed", help="Seed of the network, the sampling and the noise.")
+_REFERENCE = typer.Option(
+    None,
+    "--reference",
+    help=(
+        "Run directory of the non-private twin (privrl train dp-sgd --non-private, same data, "
+        "--algo and evaluation horizon): its return R_np scales the normalised score "
+        "(R − R_rand)/(R_np − R_rand)."
+    ),
+)
+_REFERENCE_RETURN = typer.Option(
+    None, "--reference-return", help="R_np of the normalised score, given as a number."
+)
+_RANDOM_RETURN = typer.Option(
+    None,
+    "--random-return",
+    help="R_rand of the normalised score (default: the dataset's recorded random return).",
+)
 
 
 def _out_option(name: str) -> Any:
@@ -243,7 +269,7 @@ def _progress_bar(label: str) -> Any:
     return bar, update
 
 
-def _metrics(result: Any, dataset: Any, extra: dict[str, Any]) -> dict[str, Any]:
+def _metrics(result: Any, extra: dict[str, Any], reference: Reference) -> dict[str, Any]:
     metrics: dict[str, Any] = {
         "steps": result.steps,
         "private_steps": result.private_steps,
@@ -254,16 +280,7 @@ def _metrics(result: Any, dataset: Any, extra: dict[str, Any]) -> dict[str, Any]
     if result.return_mean is not None:
         metrics["return_mean"] = result.return_mean
         metrics["return_std"] = result.return_std
-        refs = dataset.metadata.extra.get("reference_returns")
-        if isinstance(refs, dict) and {"random", "nonprivate"} <= set(refs):
-            from privrl.rl.discrete_common import normalised_score
-
-            try:
-                metrics["normalised_score"] = normalised_score(
-                    result.return_mean, float(refs["random"]), float(refs["nonprivate"])
-                )
-            except ValueError:
-                pass
+        metrics.update(reference.score(result.return_mean))
     return metrics
 
 
@@ -346,8 +363,6 @@ def _experts_from_metadata(data: Path) -> Path:
     """The expert set named by the dataset's metadata (``extra["experts_dir"]``, relative to
     the dataset file), for ``--experts`` left out. Reads the file's public metadata attribute
     only, not the records (so it runs before the ledger check)."""
-    import json
-
     import h5py
 
     if not data.is_file():
@@ -372,6 +387,133 @@ def _experts_from_metadata(data: Path) -> Path:
             "not exist; pass --experts DIR or rebuild the dataset's recipe"
         )
     return path
+
+
+@dataclass(frozen=True)
+class Reference:
+    """R_rand and R_np of the normalised score (R − R_rand)/(R_np − R_rand). ``explicit``: asked
+    for on the command line, so a score that cannot be computed is an error before training."""
+
+    nonprivate: float | None = None
+    random: float | None = None
+    source: str | None = None
+    explicit: bool = False
+    eval_horizon: int | None = None  # of the twin run, when R_np comes from one
+
+    def resolve(self, dataset: Any, eval_info: dict[str, Any]) -> Reference:
+        """Fill in what the dataset's metadata record; check the score is defined."""
+        refs = dataset.metadata.extra.get("reference_returns")
+        refs = refs if isinstance(refs, dict) else {}
+        r_np, source = self.nonprivate, self.source
+        if r_np is None and refs.get("nonprivate") is not None:
+            r_np, source = float(refs["nonprivate"]), "dataset metadata"
+        r_rand = self.random if self.random is not None else refs.get("random")
+        if not self.explicit:
+            ok = r_np is not None and r_rand is not None and r_np != r_rand
+            return replace(self, nonprivate=r_np, random=r_rand, source=source) if ok else self
+        if "eval_horizon" not in eval_info:
+            raise CliError("--reference/--reference-return need an evaluation (drop --no-eval)")
+        if self.eval_horizon is not None and self.eval_horizon != eval_info["eval_horizon"]:
+            raise CliError(
+                f"--reference: the twin was evaluated over {self.eval_horizon} steps, this run "
+                f"over {eval_info['eval_horizon']}; pass the same --eval-horizon"
+            )
+        if r_np is None:
+            raise CliError(
+                "--random-return needs R_np too: pass --reference RUN_DIR or --reference-return"
+            )
+        if r_rand is None:
+            raise CliError(
+                "the dataset records no random-policy return (extra['reference_returns']"
+                "['random']) for the normalised score; pass --random-return"
+            )
+        if r_np == float(r_rand):
+            raise CliError(
+                f"the reference return R_np = {r_np:g} equals the random return: the normalised "
+                "score is undefined"
+            )
+        return replace(self, nonprivate=r_np, random=float(r_rand), source=source)
+
+    def score(self, ret: float) -> dict[str, Any]:
+        """``normalised_score`` and the references it used (nothing when they are unknown)."""
+        if self.nonprivate is None or self.random is None:
+            return {}
+        from privrl.rl.discrete_common import normalised_score
+
+        refs = {"random": self.random, "nonprivate": self.nonprivate, "source": self.source}
+        if self.eval_horizon is not None:
+            refs["eval_horizon"] = self.eval_horizon
+        return {
+            "normalised_score": normalised_score(ret, self.random, self.nonprivate),
+            "reference_returns": refs,
+        }
+
+
+def _reference(
+    reference: Path | None,
+    reference_return: float | None,
+    random_return: float | None,
+    *,
+    algo: str,
+    data: Path,
+) -> Reference:
+    """Read ``--reference RUN_DIR`` (a non-private twin of the same data and learner) or take
+    ``--reference-return``; before the data are read."""
+    for name, value in (
+        ("--reference-return", reference_return),
+        ("--random-return", random_return),
+    ):
+        if value is not None and not math.isfinite(value):
+            raise CliError(f"{name} must be finite, got {value}")
+    if reference is not None and reference_return is not None:
+        raise CliError("give --reference or --reference-return, not both")
+    if reference_return is not None:
+        return Reference(reference_return, random_return, "--reference-return", explicit=True)
+    if reference is None:
+        return Reference(random=random_return, explicit=random_return is not None)
+    config, metrics = _read_run(reference)
+    if config.get("command") != "privrl train dp-sgd" or not config.get("non_private"):
+        raise CliError(
+            f"--reference {reference}: not a non-private twin (privrl train dp-sgd "
+            "--non-private); its return is not the normalised score's 1"
+        )
+    if config.get("algo") != algo:
+        raise CliError(
+            f"--reference {reference}: trained --algo {config.get('algo')}, this run {algo}"
+        )
+    if not _same_file(Path(str(config.get("data"))), data):
+        raise CliError(
+            f"--reference {reference}: trained on {config.get('data')}, this run on {data}"
+        )
+    if "return_mean" not in metrics:
+        raise CliError(f"--reference {reference}: the twin was not evaluated (--no-eval)")
+    horizon = config.get("eval_horizon")
+    return Reference(
+        float(metrics["return_mean"]),
+        random_return,
+        str(reference),
+        explicit=True,
+        eval_horizon=int(horizon) if isinstance(horizon, int) else None,
+    )
+
+
+def _read_run(run: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        config = json.loads((run / "config.json").read_text())
+        metrics = json.loads((run / "metrics.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--reference {run}: not a readable run directory ({exc})") from None
+    if not isinstance(config, dict) or not isinstance(metrics, dict):
+        raise CliError(f"--reference {run}: config.json/metrics.json are not objects")
+    return config, metrics
+
+
+def _same_file(recorded: Path, data: Path) -> bool:
+    """The twin's recorded data path names this dataset (the same file where both exist, else
+    the same file name: the twin may have been run from another directory)."""
+    if recorded.exists() and data.exists():
+        return os.path.samefile(recorded, data)
+    return recorded.name == data.name
 
 
 def _load_experts(path: Path) -> Any:
@@ -453,6 +595,9 @@ def expert_dp_command(
     evals: int = _N_EVALS,
     eval_window: int = _EVAL_WINDOW,
     no_eval: bool = _NO_EVAL,
+    reference: Path = _REFERENCE,
+    reference_return: float = _REFERENCE_RETURN,
+    random_return: float = _RANDOM_RETURN,
     out: Path = _out_option("expert-dp"),
     seed: int = _SEED,
 ) -> None:
@@ -482,6 +627,7 @@ def expert_dp_command(
             f"--filter-calibration must be one of {', '.join(CALIBRATIONS)}, "
             f"got {filter_calibration!r}"
         )
+    ref = _reference(reference, reference_return, random_return, algo=algo, data=data)
     if experts is None:
         experts = _experts_from_metadata(data)
     expert_set = _load_experts(experts)
@@ -527,6 +673,7 @@ def expert_dp_command(
             _obs_transform(env_id),
         )
         evaluate, eval_info = _evaluator(dataset, eval_episodes, eval_horizon, seed, no_eval)
+        ref = ref.resolve(dataset, eval_info)
         bar, update = _progress_bar(f"expert-dp {algo}")
         with bar:
             result = train_expert_dp(
@@ -559,6 +706,9 @@ def expert_dp_command(
     config = {
         "command": "privrl train expert-dp",
         "data": str(data),
+        "reference": None if reference is None else str(reference),
+        "reference_return": reference_return,
+        "random_return": random_return,
         "experts": str(experts),
         "n_experts": m,
         "algo": algo,
@@ -592,7 +742,7 @@ def expert_dp_command(
     for key in ("released_trajectories", "released_transitions"):
         if key in result.filter_summary:
             extra[key] = result.filter_summary[key]
-    metrics = _metrics(training, dataset, extra)
+    metrics = _metrics(training, extra, ref)
     _write_run(out, config, metrics, training, f"expert-dp {algo} (ε = {epsilon:g})")
     _summary(out, metrics, result.report)
 
@@ -625,6 +775,9 @@ def dp_sgd_command(
     evals: int = _N_EVALS,
     eval_window: int = _EVAL_WINDOW,
     no_eval: bool = _NO_EVAL,
+    reference: Path = _REFERENCE,
+    reference_return: float = _REFERENCE_RETURN,
+    random_return: float = _RANDOM_RETURN,
     out: Path = _out_option("dp-sgd"),
     seed: int = _SEED,
 ) -> None:
@@ -653,6 +806,7 @@ def dp_sgd_command(
         )
     if delta is None and n_experts is not None:
         delta = 1.0 / n_experts
+    ref = _reference(reference, reference_return, random_return, algo=algo, data=data)
     planned: Any
     if non_private:
         planned = PrivacyReport.non_private(UNIT, RELATION, system="expert-dp-sgd")
@@ -682,6 +836,7 @@ def dp_sgd_command(
             _obs_transform(env_id),
         )
         evaluate, eval_info = _evaluator(dataset, eval_episodes, eval_horizon, seed, no_eval)
+        ref = ref.resolve(dataset, eval_info)
         bar, update = _progress_bar(f"dp-sgd {algo}")
         with bar:
             result = expert_dp_sgd(
@@ -708,6 +863,9 @@ def dp_sgd_command(
     config = {
         "command": "privrl train dp-sgd",
         "data": str(data),
+        "reference": None if reference is None else str(reference),
+        "reference_return": reference_return,
+        "random_return": random_return,
         "algo": algo,
         "learner": learner.config(),
         "epsilon": None if non_private else epsilon,
@@ -727,7 +885,7 @@ def dp_sgd_command(
         "algorithm": f"{'non-private' if non_private else 'expert-dp-sgd'} {algo}",
         "stable_size": 0,
     }
-    metrics = _metrics(result, dataset, extra)
+    metrics = _metrics(result, extra, ref)
     title = f"{'non-private' if non_private else 'DP-SGD'} {algo}"
     if not non_private:
         title += f" (ε = {epsilon:g})"
