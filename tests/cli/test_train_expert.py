@@ -36,19 +36,24 @@ class _Heuristic:
         return np.where(rng.random(len(obs)) < 0.2, 1 - a, a)
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("expert_data")
-    ds = collect(
+def _cartpole_data(seed: int = 0):
+    """M experts × 2 short CartPole episodes of a noisy heuristic, expert ids recorded."""
+    return collect(
         "CartPole-v1",
         _Heuristic(),
         n_episodes=2 * M,
-        seed=0,
+        seed=seed,
         max_steps=25,
         progress=False,
         unit_ids=np.repeat(np.arange(M), 2),
         num_envs=4,
     )
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("expert_data")
+    ds = _cartpole_data()
     ds = ds.with_metadata(
         ds.metadata.with_extra(reference_returns={"random": 10.0, "nonprivate": 25.0})
     )
@@ -374,17 +379,7 @@ def test_reference_return_and_random_return_given_as_numbers(
 
 
 def test_no_reference_anywhere_gives_no_score(tmp_path, capsys) -> None:
-    ds = collect(
-        "CartPole-v1",
-        _Heuristic(),
-        n_episodes=2 * M,
-        seed=1,
-        max_steps=25,
-        progress=False,
-        unit_ids=np.repeat(np.arange(M), 2),
-        num_envs=4,
-    )
-    data = save_hdf5(ds, tmp_path / "plain.h5")
+    data = save_hdf5(_cartpole_data(seed=1), tmp_path / "plain.h5")
     out = tmp_path / "dp"
     argv = ["train", "dp-sgd", "--data", str(data), "--epsilon", "1", "--out", str(out)]
     code, _, err = run([*argv, *FAST], capsys)
