@@ -239,7 +239,6 @@ def _check_run_dirs(out: Path) -> None:
         assert (out / name).is_file(), name
 
 
-@pytest.mark.slow
 def test_quick_table2a_end_to_end(quick_cache, tmp_path, capsys) -> None:
     assert os.environ["PRIVRL_CACHE"] == str(quick_cache("cartpole"))
     out = tmp_path / "expert-table2a"
@@ -248,9 +247,16 @@ def test_quick_table2a_end_to_end(quick_cache, tmp_path, capsys) -> None:
     text = report.read_text()
     _check_run_dirs(out)
     m = _metrics(out)
-    # CartPole ran completely: 6 p-cells + tight + paper accounting, 2 seeds each
+    # CartPole ran completely: 6 p-cells + tight + paper accounting, and the PLD calibration
+    # alone and with the joint DP-SGD budget for CQL and BCQ; 2 seeds each
     cart = {k: v for k, v in m["cells"].items() if k.startswith("cartpole/")}
-    assert len(cart) == 8 and all(len(v["seeds_finished"]) == 2 for v in cart.values())
+    assert len(cart) == 12 and all(len(v["seeds_finished"]) == 2 for v in cart.values())
+    for algo, p in (("cql", "0.8"), ("bcq", "0.5")):
+        pld = m["cells"][f"cartpole/{algo}/p{p}/pld"]["config"]
+        joint = m["cells"][f"cartpole/{algo}/p{p}/pld-joint"]["config"]
+        assert pld["calibration"] == joint["calibration"] == "pld"
+        # "split" is the default, left out of the config so earlier runs keep their ids
+        assert "dpsgd_budget" not in pld and joint["dpsgd_budget"] == "joint"
     assert m["missing_datasets"] == {
         "lunarlander": "privrl data collect --recipe experts-lunarlander --quick"
     }
@@ -319,7 +325,6 @@ def test_quick_fig4_end_to_end(quick_cache, tmp_path, capsys) -> None:
     assert "To finish: `nice -n 10 privrl reproduce expert-fig4 --quick" in text
 
 
-@pytest.mark.slow
 def test_quick_table2b_and_fig3_end_to_end(quick_cache, tmp_path) -> None:
     quick_cache("cartpole", "acrobot")
     out = tmp_path / "expert-table2b"

@@ -223,7 +223,6 @@ def test_quick_pendulum_entry_point(tmp_path):
     assert ds.metadata.extra["recipe"]["quick"] is True
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("task", ["balance", "swingup", "halfcheetah"])
 def test_quick_builds_of_the_other_tasks(tmp_path, task):
     path = getattr(rp, task)(tmp_path, seed=0, quick=True, progress=False)

@@ -305,7 +305,6 @@ def test_table1_names_the_command_for_missing_datasets(
     assert not (tmp_path / "out" / "report.md").exists()
 
 
-@pytest.mark.slow
 def test_table1_quick_runs_resumes_and_skips_finished_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
