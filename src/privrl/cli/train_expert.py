@@ -498,14 +498,15 @@ def _reference(
 
 
 def _read_run(run: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    try:
-        config = json.loads((run / "config.json").read_text())
-        metrics = json.loads((run / "metrics.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise CliError(f"--reference {run}: not a readable run directory ({exc})") from None
-    if not isinstance(config, dict) or not isinstance(metrics, dict):
-        raise CliError(f"--reference {run}: config.json/metrics.json are not objects")
-    return config, metrics
+    from privrl.experiments.rundir import read_run
+
+    found = read_run(run)
+    if found is None:
+        raise CliError(
+            f"--reference {run}: not a readable run directory (needs config.json and "
+            "metrics.json, as every privrl train command writes)"
+        )
+    return found
 
 
 def _same_file(recorded: Path, data: Path) -> bool:

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.experiments.rundir import RunDir
+from privrl.experiments.rundir import RunDir, read_run
 
 __all__ = [
     "ENVS",
@@ -668,15 +668,10 @@ def _evaluator(cfg: RunConfig, metadata: Any) -> Callable[[Any], np.ndarray]:
 
 def _finished(run_dir: Path, cfg: RunConfig) -> dict[str, Any] | None:
     """The metrics of a finished run with exactly this configuration, else None."""
-    cpath, mpath = run_dir / "config.json", run_dir / "metrics.json"
-    if not (cpath.is_file() and mpath.is_file()):
+    run = read_run(run_dir)
+    if run is None or run[0].get("run") != cfg.to_dict():
         return None
-    try:
-        if json.loads(cpath.read_text()).get("run") != cfg.to_dict():
-            return None
-        return json.loads(mpath.read_text())
-    except ValueError:
-        return None
+    return run[1]
 
 
 def _execute(cfg: RunConfig, data: _Data, run_dir: Path) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.experiments.rundir import RunDir
+from privrl.experiments.rundir import RunDir, read_run
 
 __all__ = [
     "PAPER_MOPO",
@@ -331,10 +331,8 @@ def _finished(run_dir: Path, config: dict[str, Any]) -> bool:
     """A run directory whose metrics exist and whose config equals ``config``."""
     from privrl.privacy.report import json_safe
 
-    if not (run_dir / "metrics.json").is_file() or not (run_dir / "config.json").is_file():
-        return False
-    previous = json.loads((run_dir / "config.json").read_text())
-    return previous == json.loads(json.dumps(json_safe(config)))
+    run = read_run(run_dir)
+    return run is not None and run[0] == json.loads(json.dumps(json_safe(config)))
 
 
 def _ci95(x: np.ndarray) -> float:

@@ -73,6 +73,20 @@ class RunDir:
         return self.path / name
 
 
+def read_run(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(config, metrics) of a finished run directory; None when either file is missing, is not
+    JSON, or is not an object. Reads only (``RunDir`` creates the directory)."""
+    path = Path(path)
+    try:
+        config = json.loads((path / "config.json").read_text())
+        metrics = json.loads((path / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or not isinstance(metrics, dict):
+        return None
+    return config, metrics
+
+
 def _csv_value(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
