@@ -39,10 +39,12 @@ from privrl.data.dataset import DatasetError, DatasetMetadata, TrajectoryDataset
 __all__ = [
     "SCHEMA_VERSION",
     "ColumnMapping",
+    "DatasetHeader",
     "export_table",
     "import_table",
     "load_hdf5",
     "parse_column_mapping",
+    "read_header",
     "save_hdf5",
 ]
 
@@ -146,6 +148,63 @@ def load_hdf5(path: str | Path, validate: bool = True) -> TrajectoryDataset:
         for name in _OPTIONAL_ARRAYS:
             arrays[name] = f[name][()] if name in f else None
     return TrajectoryDataset(**arrays, metadata=meta, validate=validate)
+
+
+@dataclass(frozen=True)
+class DatasetHeader:
+    """What a dataset file says about itself without reading any episode: its metadata (the
+    public part of a dataset), its sizes and its root attributes.
+
+    Private commands read this, and only this, before the ledger check: the arrays stay
+    untouched until the ledger has allowed the run.
+    """
+
+    path: Path
+    metadata: DatasetMetadata
+    n_episodes: int
+    n_transitions: int
+    attrs: dict[str, Any]
+
+
+def read_header(path: str | Path) -> DatasetHeader:
+    """The header of a file written by :func:`save_hdf5` (metadata and sizes, no arrays)."""
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"dataset file not found: {path}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise DatasetError(f"{path} is not an HDF5 file ({exc})") from exc
+    try:
+        with f:
+            if "privrl_schema_version" not in f.attrs:
+                raise DatasetError(
+                    f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
+                    "import foreign data with `privrl data import` (tables, Minari)"
+                )
+            attrs = {k: _attr(v) for k, v in f.attrs.items()}
+            meta = DatasetMetadata.from_dict(json.loads(attrs["metadata"]))
+            return DatasetHeader(
+                path=path,
+                metadata=meta,
+                n_episodes=int(attrs["n_episodes"]),
+                n_transitions=int(attrs["n_transitions"]),
+                attrs=attrs,
+            )
+    except (KeyError, ValueError, TypeError, OSError) as exc:
+        if isinstance(exc, DatasetError):
+            raise
+        raise DatasetError(f"{path}: unreadable or corrupt dataset header ({exc})") from exc
+
+
+def _attr(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
 
 
 # ============================================================================ tables

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from dp_accounting import dp_event
 
-from privrl.privacy.ledger import BudgetLedger
+from privrl.privacy.ledger import BudgetLedger, LedgerError
 from privrl.privacy.report import PrivacyReport, json_safe
 
 STANDARD_METRICS = ("suboptimality", "regret", "mspbe", "return_mean", "return_std")
@@ -93,27 +94,94 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
+class OutDirError(ValueError):
+    """`--out` cannot become a run directory (an existing file, inside a file, not writable)."""
+
+
+_RUN_FILES = ("config.json", "metrics.json", "privacy.json")
+
+
+def check_out_dir(path: str | Path) -> Path:
+    """Make sure `path` can hold a run directory, before any work is done or budget spent.
+
+    Refuses an existing file, a path inside a file and a directory that cannot be created or
+    written to; creates the directory (empty) so that nothing later fails to write it.
+    """
+    path = Path(path)
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            where = "is an existing file" if parent == path else f"is inside the file {parent}"
+            raise OutDirError(
+                f"--out {path} {where}; give a directory path (new or an earlier run's)"
+            )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".privrl-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OutDirError(
+            f"--out {path} cannot be written ({reason}); choose a writable directory"
+        ) from None
+    return path
+
+
+def _withdraw(out: Path) -> None:
+    """Remove a run's released files (its outputs must not outlive a refused spend)."""
+    for name in _RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+
+
 @contextmanager
 def ledger_guard(
     dataset_path: str | Path | None,
     planned: PrivacyReport | dp_event.DpEvent,
     *,
     label: str = "",
+    out: str | Path | None = None,
 ) -> Iterator[list[PrivacyReport]]:
     """Check a dataset's ledger (if it has one) before the data are touched; on success, record
-    the report the body appends to the yielded list.
+    the reports the body appends to the yielded list.
+
+    With `out`, the run directory is validated first (before the ledger is even opened), the
+    body must write the complete run directory (config.json, metrics.json, privacy.json), and
+    the spend is recorded only once it is there; if the ledger then refuses (another process
+    spent the budget meanwhile), the run's outputs are withdrawn.
+
+    A ledgered dataset accepts only certified runs: a report that turns out not private
+    (ε = ∞) is refused and its outputs withdrawn.
 
     Usage:
-        with ledger_guard(path, planned_event, label="dp-apvi") as reports:
-            ...  # read the data, run the mechanism
+        with ledger_guard(path, planned_event, label="dp-apvi", out=out) as reports:
+            ...  # read the data, run the mechanism, write the run directory
             reports.append(report)
     """
+    out_path = check_out_dir(out) if out is not None else None
     ledger = BudgetLedger.for_dataset(dataset_path) if dataset_path is not None else None
     if ledger is not None:
         ledger.check(planned)
     reports: list[PrivacyReport] = []
     yield reports
-    if ledger is not None:
+    if ledger is None:
+        return
+    try:
+        if out_path is not None:
+            missing = [n for n in _RUN_FILES if not (out_path / n).is_file()]
+            if missing:
+                raise RuntimeError(
+                    f"run directory {out_path} is incomplete ({', '.join(missing)} missing); "
+                    "the spend is not recorded"
+                )
         for report in reports:
-            if report.private:
-                ledger.record(report, label=label)
+            if not report.private:
+                raise LedgerError(
+                    "the run's guarantee could not be certified (ε=∞), so the dataset's ledger "
+                    "refuses it; its outputs are withdrawn"
+                )
+        for report in reports:
+            ledger.record(report, label=label)
+    except BaseException:
+        if out_path is not None:
+            _withdraw(out_path)
+        raise

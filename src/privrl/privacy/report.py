@@ -166,7 +166,10 @@ class PrivacyReport:
         system: the privrl system that produced the run (e.g. "dp-apvi").
         created: UTC ISO timestamp of the report.
         privrl_version: version of privrl that produced it.
-        private: False for a non-private baseline (or a run with a non-private release).
+        private: False for a non-private baseline (or a run with a non-private release); also
+            forced False whenever `epsilon` is not finite, since ε = ∞ certifies nothing.
+        public_parameters: every quantity that set a sensitivity, a noise scale, a sampling
+            rate, δ or a number of releases, with its public source (see `privacy.public`).
     """
 
     unit: PrivacyUnit
@@ -184,6 +187,19 @@ class PrivacyReport:
     created: str = field(default_factory=utc_now)
     privrl_version: str = field(default_factory=_privrl_version)
     private: bool = True
+    public_parameters: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # An infinite (or undefined) ε is no guarantee: such a run is never reported private,
+        # so no ledger can accept it.
+        if not math.isfinite(float(self.epsilon)):
+            self.private = False
+
+    def with_public_parameters(self, params: Any) -> PrivacyReport:
+        """Attach the run's public parameters (a `PublicParameters` or a list of dicts)."""
+        items = params.to_list() if hasattr(params, "to_list") else list(params)
+        self.public_parameters = [dict(p) for p in items]
+        return self
 
     # -- construction ---------------------------------------------------------------------
 
@@ -332,6 +348,7 @@ class PrivacyReport:
             "model": self.model,
             "system": self.system,
             "public": list(self.public),
+            "public_parameters": [dict(p) for p in self.public_parameters],
             "notes": list(self.notes),
             "created": self.created,
             "privrl_version": self.privrl_version,
@@ -367,6 +384,7 @@ class PrivacyReport:
                 created=str(data.get("created", "")),
                 privrl_version=str(data.get("privrl_version", "unknown")),
                 private=bool(data.get("private", math.isfinite(eps))),
+                public_parameters=[dict(p) for p in data.get("public_parameters", [])],
             )
         except KeyError as exc:
             raise ValueError(f"privacy report is missing the field {exc.args[0]!r}") from None
@@ -405,6 +423,11 @@ class PrivacyReport:
         lines = [f"accountant: {self.accountant}; trust model: {self.model}"]
         if self.public:
             lines.append("public information: " + "; ".join(self.public))
+        if self.public_parameters:
+            params = ", ".join(
+                f"{p['name']}={p['value']} ({p['source']})" for p in self.public_parameters
+            )
+            lines.append(f"public parameters: {params}")
         lines.extend(f"note: {n}" for n in self.notes)
         lines.append(f"{self.system or 'privrl'} · privrl {self.privrl_version} · {self.created}")
         table.caption = Text("\n".join(lines))
