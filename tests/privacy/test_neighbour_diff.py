@@ -188,10 +188,8 @@ GPOPE_ON_POLICY = (
     "ope", "gpope", "--data", "{data}", "--features", "onehot", "--clip", "1",
     "--step-size", "0.05", "--iterations", "60", "--epsilon", "1", "--out", "{out}",
 )  # fmt: skip
-BASELINE = (
-    "--data", "{data}", "--features", "onehot", "--reward-range", "1", "--epsilon", "1",
-    "--out", "{out}", "--seed", "1",
-)  # fmt: skip
+BASELINE_DATA = ("--data", "{data}", "--features", "onehot", "--reward-range", "1")
+BASELINE = (*BASELINE_DATA, "--epsilon", "1", "--out", "{out}", "--seed", "1")
 
 # ---------------------------------------------------------------------------------------------
 # expert-level systems: add/remove one expert with all their trajectories and their policy
@@ -489,6 +487,16 @@ CASES = [
         ),
     ),
     Case(
+        "expert-dp-rounds-above-trajectories",
+        _experts,
+        (*EXPERT_DP[:-1], str(2 * M - 1), *EXPERT_FAST),  # T = 11: D has 12 trajectories
+        EXPERT_DP_RELEASED,
+        marks=_xfail(
+            "expert-dp refuses --filter-rounds above the number of trajectories, which is "
+            "private under add/remove (and takes m from the expert set)"
+        ),
+    ),
+    Case(
         "dp-sgd-declared-m",
         _experts,
         (*DP_SGD, "--n-experts", str(M), *EXPERT_FAST),
@@ -625,3 +633,56 @@ def test_the_comparison_sees_a_published_difference(tmp_path: Path) -> None:
     same = published_differences(a, a, (a_dir, b_dir))
     assert same == []
     json.dumps(diffs)  # plain strings
+
+
+def _ope_reward_outlier(pair: Pair) -> None:
+    """D and D′ as in `_ope`, with every reward of D′'s new trajectory set to 10⁶ times the
+    declared range (a user whose data break the declared bound)."""
+    _ope(pair)
+    from privrl.data.io import load_hdf5, save_hdf5
+
+    d = load_hdf5(pair.b / "data.h5")
+    rewards = np.asarray(d.rewards, dtype=np.float64).copy()
+    first = slice(int(d.episode_offsets[0]), int(d.episode_offsets[1]))
+    rewards[first] = 1e6
+    save_hdf5(
+        type(d)(**{**d._fields(), "rewards": rewards}, metadata=d.metadata), pair.b / "data.h5"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(
+            c,
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason=f"{c} does not enforce --reward-range on the data (rewards are not clipped)",
+            ),
+        )
+        for c in ("dp-lsw", "dp-lsl")
+    ],
+)
+def test_baselines_enforce_the_declared_reward_range(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Sensitivity rule: the smooth-sensitivity noise of DP-LSW/DP-LSL assumes every reward lies
+    in an interval of the declared width R, so the data must be held to it (clipped), not
+    trusted. With one-hot features θ_s is a mean of first-visit returns, so a neighbour whose
+    rewards are 10⁶·R may move θ by at most the return range R/(1−γ) (10× slack here). ε is
+    large so that the (identically seeded) noise hardly differs between the two runs."""
+    pair = Pair(tmp_path)
+    _ope_reward_outlier(pair)
+    argv = ["ope", command, *BASELINE_DATA, "--epsilon", "1000", "--out", "{out}", "--seed", "1"]
+    thetas = []
+    for side in pair.dirs():
+        outcome = run_side(argv, side, capsys)
+        assert outcome.code == 0, outcome.stderr
+        thetas.append(np.load(side / "run" / "theta.npy"))
+    bound = 10 * 1.0 / (1 - GAMMA)
+    moved = float(np.max(np.abs(thetas[0] - thetas[1])))
+    assert moved <= bound, (
+        f"{command}: one neighbour with out-of-range rewards moves θ by {moved:.4g} "
+        f"(> {bound:g}): θ(D) = {thetas[0].round(2)}, θ(D') = {thetas[1].round(2)}"
+    )
