@@ -16,7 +16,6 @@ import json
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -361,8 +360,3 @@ def published_differences(
     if a.csv_rows != b.csv_rows:
         diffs.append(f"metrics.csv rows: {a.csv_rows} (D) != {b.csv_rows} (D')")
     return diffs
-
-
-@contextmanager
-def no_patch() -> Iterator[None]:
-    yield
