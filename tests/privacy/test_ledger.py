@@ -646,7 +646,7 @@ def test_version_1_ledgers_are_validated_strictly(dataset):
     v1_ledger(dataset, [])
     with h5py.File(dataset, "r+") as f:
         f.attrs["note"] = "edited"
-    with pytest.warns(UserWarning), pytest.raises(LedgerError, match="SHA-256"):
+    with pytest.warns(UserWarning), pytest.raises(LedgerError, match="SHA-256 differ"):
         BudgetLedger.for_dataset(dataset)
     assert fingerprint(dataset) == hashlib.sha256(dataset.read_bytes()).hexdigest()
 

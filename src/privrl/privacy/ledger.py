@@ -1008,11 +1008,9 @@ class BudgetLedger:
     def _match(self, ident: DatasetIdentity) -> None:
         if ident.content_sha256 != self.content_sha256:
             raise LedgerError(
-                f"ledger {self.path} belongs to episodes with content SHA-256 "
-                f"{(self.content_sha256 or '')[:16]}…, but {ident.path} holds "
-                f"{ident.content_sha256[:16]}…; "
-                "the file was modified or this is another dataset's ledger, so its budget "
-                "cannot be applied"
+                f"ledger {self.path} belongs to other episodes than those in {ident.path} (their "
+                "content fingerprints differ); the file was modified or this is another "
+                "dataset's ledger, so its budget cannot be applied"
             )
         mark = ident.mark
         if mark is None:
@@ -1049,9 +1047,9 @@ class BudgetLedger:
         ident = dataset_identity(dataset, recompute=True)
         if ident.stored is not None and ident.stored != ident.content_sha256:
             raise LedgerError(
-                f"the episodes in {dataset} do not match its stored fingerprint "
-                f"({CONTENT_ATTR} {ident.stored[:16]}…, recomputed {ident.content_sha256[:16]}…): "
-                "the file was modified after it was written, so its ledger cannot vouch for it"
+                f"the episodes in {dataset} do not match its stored fingerprint (attribute "
+                f"{CONTENT_ATTR}): the file was modified after it was written, so its ledger "
+                "cannot vouch for it"
             )
         self._match(ident)
 
@@ -1064,12 +1062,10 @@ class BudgetLedger:
         size = dataset.stat().st_size
         digest = fingerprint(dataset) if size == self.dataset_size else None
         if digest != self.dataset_sha256:
-            found = f"SHA-256 {digest[:16]}…" if digest else f"size {size} bytes"
             raise LedgerError(
-                f"ledger {self.path} belongs to a dataset with SHA-256 "
-                f"{(self.dataset_sha256 or '')[:16]}… ({self.dataset_size} bytes), but {dataset} "
-                f"has {found}; the file was modified or this is another dataset's ledger, so its "
-                "budget cannot be applied"
+                f"ledger {self.path} (version 1) belongs to another file than {dataset} (their "
+                "SHA-256 differ); the file was modified or this is another dataset's ledger, so "
+                "its budget cannot be applied"
             )
 
     # -- state ------------------------------------------------------------------------------
@@ -1465,11 +1461,8 @@ class BudgetLedger:
         reports = [self._reports[e.run_id] for e in self._entries]
         spends = [_Spend.of(r) for r in reports]
         spent = self._spend(spends)
-        key = (
-            f"content SHA-256 {self.content_sha256[:12]}…"
-            if self.content_sha256
-            else f"file SHA-256 {(self.dataset_sha256 or '')[:12]}…, version 1"
-        )
+        # The ledger id, not the fingerprint: a digest of the data is not printed.
+        key = f"ledger id {self.ledger_id[:12]}…" if self.ledger_id else "version-1 ledger"
         title = (
             f"privacy ledger of {Path(self.dataset_file).name} ({key}): spent "
             f"ε={fmt_number(spent, 4)} of ε_total={fmt_number(self.epsilon_total, 4)} at "
