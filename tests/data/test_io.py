@@ -197,6 +197,82 @@ def test_hdf5_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert load_hdf5(path).equals(make_dataset(seed=1))
 
 
+# ------------------------------------------------------------- content fingerprint (ledger key)
+
+
+def _fingerprint(ds: TrajectoryDataset) -> str:
+    from privrl.privacy.ledger import CONTENT_FIELDS, content_fingerprint
+
+    return content_fingerprint({name: getattr(ds, name) for name in CONTENT_FIELDS})
+
+
+def test_hdf5_stores_the_content_fingerprint(tmp_path: Path) -> None:
+    """Structural rule (the ledger's key): save_hdf5 stores `content_sha256`, the fingerprint
+    of the arrays; read_header exposes it without reading arrays; recomputing it from the file
+    agrees; a file written before the attribute existed gets it computed from its arrays."""
+    from privrl.data.io import content_sha256, read_header
+
+    ds = make_dataset()
+    path = save_hdf5(ds, tmp_path / "d.h5")
+    assert read_header(path).content_sha256 == _fingerprint(ds)
+    assert content_sha256(path, recompute=True) == _fingerprint(ds)
+    with h5py.File(path, "r+") as f:
+        del f.attrs["content_sha256"]
+    assert read_header(path).content_sha256 is None
+    assert content_sha256(path) == _fingerprint(ds)
+    (tmp_path / "junk.h5").write_text("not hdf5")
+    with pytest.raises(DatasetError, match="not a privrl dataset"):
+        content_sha256(tmp_path / "junk.h5")
+
+
+def test_content_fingerprint_covers_the_episodes_not_the_metadata() -> None:
+    """Identity rule: metadata edits keep the fingerprint; a changed reward, a dtype, a shape
+    or dropping an optional field (unit ids) changes it."""
+    ds = make_dataset()
+    arrays = {name: getattr(ds, name) for name in ("observations", "actions", "rewards")}
+    flags = {name: getattr(ds, name) for name in ("terminated", "truncated", "episode_offsets")}
+    extra = {"behaviour_probs": ds.behaviour_probs, "unit_ids": ds.unit_ids}
+    base = _fingerprint(ds)
+    other_meta = TrajectoryDataset(
+        **arrays, **flags, **extra, metadata=DatasetMetadata(env_id="Other-v9", discount=0.1)
+    )
+    assert _fingerprint(other_meta) == base
+    rewards = ds.rewards.copy()
+    rewards[0] += 1e-12
+    variants = [
+        dict(arrays, rewards=rewards),
+        dict(arrays, observations=ds.observations.astype(np.float64)),
+        dict(arrays, actions=ds.actions.astype(np.int32)),
+    ]
+    for variant in variants:
+        changed = TrajectoryDataset(**variant, **flags, **extra, metadata=ds.metadata)
+        assert _fingerprint(changed) != base
+    no_units = TrajectoryDataset(
+        **arrays, **flags, behaviour_probs=ds.behaviour_probs, metadata=ds.metadata
+    )
+    assert _fingerprint(no_units) != base
+
+
+@pytest.mark.parametrize(
+    ("obs_space", "act_space"),
+    [
+        (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(3)),
+        (spaces.Discrete(6), spaces.Box(-2.0, 2.0, (2,), np.float32)),
+    ],
+    ids=str,
+)
+def test_parquet_reexport_keeps_the_fingerprint(tmp_path: Path, obs_space, act_space) -> None:
+    """Identity rule: HDF5 → Parquet → HDF5 of the same episodes has the same fingerprint, so a
+    re-export shares the original's privacy ledger."""
+    from privrl.data.io import read_header
+
+    ds = make_dataset(obs_space=obs_space, act_space=act_space)
+    first = save_hdf5(ds, tmp_path / "a.h5")
+    mapping = export_table(load_hdf5(first), tmp_path / "t.parquet")
+    again = save_hdf5(import_table(tmp_path / "t.parquet", mapping), tmp_path / "b.h5")
+    assert read_header(again).content_sha256 == read_header(first).content_sha256
+
+
 def test_cache_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path / "c"))
     assert cache_dir() == tmp_path / "c" and cache_dir().is_dir()

@@ -57,6 +57,18 @@ def parse_space(text: str | None) -> spaces.Space | None:
     )
 
 
+def _refuse_ledgered_out(out: Path) -> None:
+    """Refuse to overwrite a dataset whose privacy budget is bound to a ledger: replacing its
+    episodes would leave the ledger bound to data that no longer exist (or lose the mark)."""
+    from privrl.privacy.ledger import ledgered
+
+    reason = ledgered(out)
+    if reason is not None:
+        raise CliError(
+            f"refusing to overwrite {out}: {reason}; write the new dataset to another file (--out)"
+        )
+
+
 def _load(path: Path):
     from privrl.data.io import load_hdf5
 
@@ -147,6 +159,7 @@ def import_(
     """
     from privrl.data.io import import_table, save_hdf5
 
+    _refuse_ledgered_out(out)
     kind = fmt.value if fmt is not None else _guess_format(source)
     if kind == "minari":
         from privrl.data.minari_io import import_minari
@@ -248,6 +261,8 @@ def collect_(
       privrl data collect --recipe list
       privrl data collect --recipe primorl-pendulum            # resumable; rerun to continue
     """
+    if out is not None:
+        _refuse_ledgered_out(out)
     if recipe is not None:
         _collect_recipe(recipe, data_dir, seed=seed, quick=quick, out=out)
         return

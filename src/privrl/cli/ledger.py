@@ -9,14 +9,15 @@ import typer
 from rich.console import Console
 
 from privrl.cli.errors import CliError
-from privrl.privacy.ledger import BudgetLedger
+from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, registry_dir
 from privrl.privacy.units import parse_relation, parse_unit
 
 ledger_app = typer.Typer(
     help=(
-        "Privacy budget ledgers. A ledger bound to a dataset file records every private run on "
-        "it and refuses a run that would exceed the dataset's total budget. Spends compose "
-        "through the accountant, not by adding epsilons."
+        "Privacy budget ledgers. A ledger belongs to a dataset's episodes (their content "
+        "fingerprint), so copies, renames and re-exports of the same episodes share one budget. "
+        "It records every private run on them and refuses a run that would exceed the total "
+        "budget. Spends compose through the accountant, not by adding epsilons."
     ),
     no_args_is_help=True,
 )
@@ -24,7 +25,7 @@ ledger_app = typer.Typer(
 
 @ledger_app.command("init")
 def init(
-    dataset: Path = typer.Argument(..., help="Dataset file the budget belongs to."),
+    dataset: Path = typer.Argument(..., help="Dataset file (.h5) the budget belongs to."),
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Total epsilon for this dataset."),
     delta: float = typer.Option(..., "--delta", "-d", help="Total delta for this dataset."),
     unit: str = typer.Option(
@@ -35,10 +36,17 @@ def init(
     ),
     backend: str = typer.Option("rdp", "--backend", help="Accountant for composition: rdp or pld."),
     force: bool = typer.Option(
-        False, "--force", help="Replace an existing ledger (loses history)."
+        False,
+        "--force",
+        help="Replace the existing ledger of these episodes (forgets every recorded spend).",
     ),
 ) -> None:
-    """Create the ledger `DATASET.ledger.json` with a total (epsilon, delta) budget."""
+    """Create the ledger `DATASET.ledger.json` with a total (epsilon, delta) budget.
+
+    The ledger is registered under the episodes' fingerprint (in $PRIVRL_LEDGER_REGISTRY,
+    default ~/.local/share/privrl/ledgers) and the dataset file is marked as ledgered (root
+    attribute `privrl_ledger`), so copies of it are covered too.
+    """
     if not dataset.is_file():
         raise CliError(f"dataset file not found: {dataset}")
     if epsilon <= 0:
@@ -57,8 +65,23 @@ def init(
         overwrite=force,
     )
     typer.echo(
-        f"ledger created: {ledger.path} (ε = {epsilon:g}, δ = {delta:g}, {unit}, {relation})"
+        f"ledger created: {ledger.path} (ε = {epsilon:g}, δ = {delta:g}, {unit}, {relation}; "
+        f"id {(ledger.ledger_id or '')[:12]}…), registered in {registry_dir()}"
     )
+
+
+def _open(dataset: Path) -> BudgetLedger:
+    if dataset.name.endswith(LEDGER_SUFFIX):
+        return BudgetLedger.load(dataset, verify=False)
+    if not dataset.exists():
+        raise CliError(f"dataset file not found: {dataset}")
+    ledger = BudgetLedger.for_dataset(dataset)
+    if ledger is None:
+        raise CliError(
+            f"no ledger for {dataset}; create one with "
+            f"'privrl ledger init {dataset} --epsilon E --delta D'"
+        )
+    return ledger
 
 
 @ledger_app.command("show")
@@ -66,19 +89,27 @@ def show(
     dataset: Path = typer.Argument(..., help="Dataset file (or its .ledger.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the ledger as JSON."),
 ) -> None:
-    """Show a dataset's budget, every recorded spend, and what remains."""
-    if dataset.name.endswith(".ledger.json"):
-        ledger = BudgetLedger.load(dataset)
-    else:
-        if not dataset.exists():
-            raise CliError(f"dataset file not found: {dataset}")
-        ledger = BudgetLedger.for_dataset(dataset)
-        if ledger is None:
-            raise CliError(
-                f"no ledger for {dataset}; create one with "
-                f"'privrl ledger init {dataset} --epsilon E --delta D'"
-            )
+    """Show a dataset's budget, every recorded spend, what remains, and the files known to
+    hold the same episodes."""
+    ledger = _open(dataset)
     if as_json:
         typer.echo(json.dumps(ledger.to_dict(), indent=2, default=str))
         return
     Console().print(ledger.to_table())
+
+
+@ledger_app.command("verify")
+def verify(
+    dataset: Path = typer.Argument(..., help="Dataset file (.h5)."),
+) -> None:
+    """Check a dataset against its ledger in full: the ledger's hash chain and registry entry,
+    and the episodes, re-hashed from the arrays (reads the whole file; a run only checks the
+    fingerprint stored in the file)."""
+    if dataset.name.endswith(LEDGER_SUFFIX):
+        raise CliError(f"pass the dataset file, not its ledger: {dataset}")
+    ledger = _open(dataset)
+    ledger.verify(dataset)
+    typer.echo(
+        f"ok: {dataset} holds the episodes of ledger {ledger.path} "
+        f"({len(ledger.entries)} recorded run(s), hash chain intact)"
+    )

@@ -5,7 +5,9 @@ of the dataset as chunked, compressed datasets (``observations``, ``actions``, `
 ``terminated``, ``truncated``, ``episode_offsets`` and, when present, ``behaviour_probs`` and
 ``unit_ids``), and the metadata (spaces included) as a JSON root attribute ``metadata``.
 Files are written to a temporary name and renamed into place, so a crash never leaves a
-half-written dataset under the final name.
+half-written dataset under the final name. The root attribute ``content_sha256`` holds the
+episodes' content fingerprint (:func:`privrl.privacy.ledger.content_fingerprint`), the key of
+the dataset's privacy ledger; ``privrl ledger init`` adds ``privrl_ledger`` (the binding).
 
 Tables: one row per transition with an episode-id column, mapped to dataset fields by a
 :class:`ColumnMapping` (parsed from the CLI by :func:`parse_column_mapping`). How the final
@@ -40,6 +42,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ColumnMapping",
     "DatasetHeader",
+    "content_sha256",
     "export_table",
     "import_table",
     "load_hdf5",
@@ -74,9 +77,12 @@ def save_hdf5(
     """Write ``ds`` as one HDF5 file, atomically (temporary file, then ``os.replace``).
 
     ``lzf`` is the default: in ``benchmarks/bench_dataset_load.py`` it loads several times
-    faster than ``gzip`` for a modest size cost.
+    faster than ``gzip`` for a modest size cost. The episodes' content fingerprint is stored as
+    the root attribute ``content_sha256`` (one SHA-256 pass over the arrays).
     """
     import h5py
+
+    from privrl.privacy.ledger import content_fingerprint
 
     path = Path(path)
     tmp = _atomic_target(path)
@@ -89,6 +95,8 @@ def save_hdf5(
             f.attrs["n_episodes"] = ds.n_episodes
             f.attrs["n_transitions"] = ds.n_transitions
             arrays = {name: getattr(ds, name) for name in _ARRAYS + _OPTIONAL_ARRAYS}
+            # The ledger's key, computed once here so a run finds the ledger from the header.
+            f.attrs["content_sha256"] = content_fingerprint(arrays)
             for name, arr in arrays.items():
                 if arr is None:
                     continue
@@ -165,6 +173,13 @@ class DatasetHeader:
     n_transitions: int
     attrs: dict[str, Any]
 
+    @property
+    def content_sha256(self) -> str | None:
+        """The stored content fingerprint (the ledger's key); None for files written before it
+        existed. Trusted as stored: :func:`content_sha256` with ``recompute=True`` checks it."""
+        value = self.attrs.get("content_sha256")
+        return value if isinstance(value, str) else None
+
 
 def read_header(path: str | Path) -> DatasetHeader:
     """The header of a file written by :func:`save_hdf5` (metadata and sizes, no arrays)."""
@@ -197,6 +212,17 @@ def read_header(path: str | Path) -> DatasetHeader:
         if isinstance(exc, DatasetError):
             raise
         raise DatasetError(f"{path}: unreadable or corrupt dataset header ({exc})") from exc
+
+
+def content_sha256(path: str | Path, *, recompute: bool = False) -> str:
+    """The content fingerprint of a dataset file: the stored attribute, or (``recompute``, or
+    a file written before the attribute existed) a SHA-256 pass over its arrays."""
+    from privrl.privacy.ledger import LedgerError, dataset_identity
+
+    try:
+        return dataset_identity(path, recompute=recompute).content_sha256
+    except LedgerError as exc:
+        raise DatasetError(str(exc)) from None
 
 
 def _attr(value: Any) -> Any:

@@ -9,7 +9,8 @@ from privrl, so it is all a reviewer has to read to trust a guarantee:
 - `clipping`: per-row, per-group (per unit) and ensemble clipping, numpy and torch;
 - `accounting`: one facade over dp-accounting (RDP and PLD), calibration, composition;
 - `events`: privrl's own `DpEvent`s for mechanisms dp-accounting cannot describe;
-- `report`: the `PrivacyReport` every private run writes; `ledger`: a dataset's `BudgetLedger`.
+- `report`: the `PrivacyReport` every private run writes; `ledger`: the `BudgetLedger` of a
+  dataset's episodes (keyed by their content fingerprint, tamper-evident).
 """
 
 from privrl.privacy.accounting import (
@@ -27,7 +28,15 @@ from privrl.privacy.accounting import (
 )
 from privrl.privacy.clipping import clip_groups, clip_rows, ensemble_clip, group_sum
 from privrl.privacy.events import ApproxDpEvent, PureDpEvent
-from privrl.privacy.ledger import BudgetExceededError, BudgetLedger, LedgerError
+from privrl.privacy.ledger import (
+    BudgetExceededError,
+    BudgetLedger,
+    LedgerError,
+    content_fingerprint,
+    dataset_identity,
+    ledgered,
+    registry_dir,
+)
 from privrl.privacy.mechanisms import (
     binomial_delta,
     binomial_mechanism,
@@ -62,6 +71,8 @@ __all__ = [
     "calibrate_noise_multiplier",
     "clip_groups",
     "clip_rows",
+    "content_fingerprint",
+    "dataset_identity",
     "describe_backend",
     "discrete_gaussian_mechanism",
     "discrete_laplace_mechanism",
@@ -72,10 +83,12 @@ __all__ = [
     "gaussian_symmetric_matrix",
     "group_sum",
     "laplace_mechanism",
+    "ledgered",
     "max_steps",
     "parse_relation",
     "parse_unit",
     "privatize_sum_torch",
+    "registry_dir",
     "sampled_gaussian_event",
     "zcdp_rho",
     "zcdp_to_dp",
