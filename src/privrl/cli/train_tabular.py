@@ -670,7 +670,10 @@ def _plot_values(path: Path, per_step: list[dict[str, float]], algo: str) -> Non
     axes[0].set_xlabel("step h")
     axes[0].set_ylabel("pessimistic value Ṽ_h(s)")
     axes[0].legend(fontsize=8)
-    axes[1].bar(h, [r["known_fraction"] for r in per_step], color="tab:green")
+    # One filled step curve, not one bar per step: a bar per step took ~40 s at H = 10⁴.
+    axes[1].fill_between(
+        h, [r["known_fraction"] for r in per_step], step="mid", color="tab:green", alpha=0.8
+    )
     axes[1].set_ylim(0, 1)
     axes[1].set_xlabel("step h")
     axes[1].set_ylabel("fraction of (s,a) with ñ > E")
