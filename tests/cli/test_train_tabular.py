@@ -622,3 +622,25 @@ def test_declared_units_are_refused_by_schema(
     assert_bad_input(code, err, "unit_ids field")
     code, _, err = run(["train", "apvi", *args, "--out", str(tmp_path / "a")], capsys)
     assert code == 0, err
+
+
+def test_spaces_not_starting_at_zero_are_refused_from_the_metadata(
+    tmp_path: Path, mdp: TabularMDP, reward_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """States declared as Discrete(S, start=1) would all be shifted out of [0, S) and dropped;
+    the metadata says so up front, so the run is refused (a public check)."""
+    ds = mdp.sample(behaviour_policy_full_support(4, H, S, A, 0.1), 20, rng=5)
+    shifted = TrajectoryDataset(
+        observations=ds.observations + 1,
+        actions=ds.actions,
+        rewards=ds.rewards,
+        terminated=ds.terminated,
+        truncated=ds.truncated,
+        episode_offsets=ds.episode_offsets,
+        metadata=ds.metadata.replace(observation_space=gym.spaces.Discrete(S, start=1)),
+    )
+    path = save_hdf5(shifted, tmp_path / "shifted.h5")
+    argv = ["train", "dp-apvi", "--data", str(path), "--rho", "1", "-S", str(S)]
+    argv += ["--reward-table", str(reward_file), "--out", str(tmp_path / "o")]
+    code, _, err = run(argv, capsys)
+    assert_bad_input(code, err, "does not start at 0")

@@ -327,6 +327,12 @@ def _check_spaces(meta: Any, table: Any) -> None:
             f"non-integer actions: the action space is {act_space}, but a feature table needs "
             "integer actions (Discrete)"
         )
+    for space in (obs_space, act_space):
+        if isinstance(space, spaces.Discrete) and int(space.start) != 0:
+            raise CliError(
+                f"the dataset's metadata declares {space}, which does not start at 0; a feature "
+                "table indexes states and actions from 0 (re-index them)"
+            )
     if isinstance(obs_space, spaces.Discrete) and int(obs_space.n) > table.S:
         raise CliError(
             f"--features: feature dimension mismatch: the table has S = {table.S} states but "
@@ -507,7 +513,7 @@ def _check_budget(rho: float) -> None:
 
 
 def train_dp_vapvi(
-    rho: float = typer.Option(..., "--rho", help="zCDP budget ρ > 0 of the whole run."),
+    rho: float = typer.Option(..., "--rho", help="zCDP budget ρ of the whole run, in [1e-6, 1e6]."),
     data: Path = _DATA,
     features: str = _FEATURES,
     env: str = _ENV,
@@ -524,7 +530,7 @@ def train_dp_vapvi(
     ),
     delta: float = typer.Option(None, "--delta", help="δ at which ε is reported (default 1e-5)."),
     failure_prob: float = typer.Option(
-        None, "--failure-prob", help="Utility failure probability in the PD shift E (0.05)."
+        None, "--failure-prob", help="Utility failure probability in the PD shift E (default 0.05)."
     ),
     lam: float = _LAMBDA,
     additive_bonus: float = typer.Option(

@@ -488,6 +488,11 @@ def _public_sizes(s: _Settings, header: Any, params: Any) -> tuple[int, int, int
                 f"non-integer {what.split()[0]}: the dataset's metadata declares {space}; "
                 f"DP-APVI is tabular and needs a Discrete {key.replace('_', ' ')}"
             )
+        if key not in inferred and isinstance(space, spaces.Discrete) and int(space.start) != 0:
+            raise CliError(
+                f"the dataset's metadata declares {space}, which does not start at 0; DP-APVI "
+                f"needs {what.split()[0]} as indices 0..n-1 (re-index them)"
+            )
         declared = view[key] if key not in inferred else None
         if value is not None and declared is not None and value != declared:
             raise CliError(
