@@ -167,7 +167,13 @@ def _load_feature_spec(spec: str) -> np.ndarray:
             raise CliError(f"--features: cannot import {spec!r} ({exc})") from None
         if not callable(fn):
             raise CliError(f"--features: {spec!r} is not a function")
-        return np.asarray(fn())
+        try:
+            return np.asarray(fn())
+        except Exception as exc:  # the user's code: any failure is bad input here
+            raise CliError(
+                f"--features: calling {spec}() failed ({type(exc).__name__}: {exc}); it must take "
+                "no arguments and return an array [S, A, d]"
+            ) from None
     raise CliError(
         f"--features: {spec!r} is neither a .npy file nor module:function (a zero-argument "
         "function returning an array [S, A, d])"
