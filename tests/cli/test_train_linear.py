@@ -196,7 +196,7 @@ def test_ledger_is_checked_and_recorded(user_files, tmp_path, capsys) -> None:
         (["--rho", "1", "--env", "linear-mdp", "-K", "5", "--lambda", "1e-300"], ["--lambda"]),
         (["--rho", "1", "--env", "linear-mdp", "-K", "5", "--delta", "2"], ["--delta"]),
         (["--rho", "1", "--data", "{root}", "--features", "{phi}"], ["is a directory"]),
-        (["--rho", "1", "--data", "{plain}", "--features", "privrl.envs.linear:LinearMDP"], ["calling"]),
+        (["--rho", "1", "--data", "{plain}", "--features", "privrl.envs.linear:LinearMDP"], ["calling"]),  # noqa: E501
         (["--rho", "1", "--data", "{plain}", "--features", "{phi_bad_a}"], ["mismatch", "A = 50"]),
         (["--rho", "1", "--data", "{env}", "--features", "{phi_bad_d}"], ["dimension mismatch"]),
         (["--rho", "1", "--data", "{continuous}", "--features", "{phi}"], ["non-integer states"]),
