@@ -468,9 +468,12 @@ def test_privacy_config_rejects_bad_budgets(kwargs: dict) -> None:
         PrivacyConfig(**kwargs)
 
 
-def test_dataset_with_float_states_is_rejected(mdp: TabularMDP) -> None:
+def test_data_outside_the_declared_bounds_are_fitted_not_refused(mdp: TabularMDP) -> None:
+    """Property (no data-dependent error): a non-integral state, an out-of-range index, or an
+    episode longer than H is not refused — the step is not counted, the episode is truncated
+    to H — so a run cannot fail on one dataset and succeed on its neighbour."""
     ds = mdp.sample(behaviour_policy_full_support(0, H, S, A, 0.1), 5, rng=0)
-    bad = TrajectoryDataset(
+    half = TrajectoryDataset(
         observations=ds.observations.astype(np.float64) + 0.5,
         actions=ds.actions,
         rewards=ds.rewards,
@@ -479,11 +482,15 @@ def test_dataset_with_float_states_is_rejected(mdp: TabularMDP) -> None:
         episode_offsets=ds.episode_offsets,
         metadata=ds.metadata.replace(observation_space=None),
     )
-    with pytest.raises(DatasetError, match="non-integer states") as info:
-        dp_apvi(bad, horizon=H, n_states=S, n_actions=A, privacy=None)
-    assert info.value.episode == 0 and info.value.step == 0
-    with pytest.raises(DatasetError, match="horizon"):
-        dp_apvi(ds, horizon=H + 1, n_states=S, n_actions=A, privacy=None)
+    c = empirical_counts(half, horizon=H, n_states=S, n_actions=A)
+    assert c.n_sa.sum() == 0 and c.n_sas.sum() == 0 and c.n_episodes == 5
+    # A horizon shorter than the episodes truncates them: the counts of the first H - 1 steps.
+    short = empirical_counts(ds, horizon=H - 1, n_states=S, n_actions=A)
+    full = empirical_counts(ds, horizon=H, n_states=S, n_actions=A)
+    assert np.array_equal(short.n_sas, full.n_sas[: H - 1])
+    # A horizon longer than the episodes leaves the missing steps empty.
+    long = empirical_counts(ds, horizon=H + 2, n_states=S, n_actions=A)
+    assert np.array_equal(long.n_sas[:H], full.n_sas) and long.n_sa[H:].sum() == 0
     # Integral floats (e.g. from a CSV import) are accepted and give the same counts.
     as_float = TrajectoryDataset(
         observations=ds.observations.astype(np.float64),
@@ -497,6 +504,93 @@ def test_dataset_with_float_states_is_rejected(mdp: TabularMDP) -> None:
     kw = {"horizon": H, "n_states": S, "n_actions": A}
     a, b = empirical_counts(as_float, **kw), empirical_counts(ds, **kw)
     assert np.array_equal(a.n_sas, b.n_sas) and np.array_equal(a.n_sa, b.n_sa)
+
+
+def test_schema_errors_are_refused(mdp: TabularMDP) -> None:
+    """Only the schema (shared by neighbours) is refused: vector observations."""
+    ds = mdp.sample(behaviour_policy_full_support(0, H, S, A, 0.1), 3, rng=0)
+    vec = TrajectoryDataset(
+        observations=np.stack([ds.observations, ds.observations], axis=1),
+        actions=ds.actions,
+        rewards=ds.rewards,
+        terminated=ds.terminated,
+        truncated=ds.truncated,
+        episode_offsets=ds.episode_offsets,
+        metadata=ds.metadata.replace(observation_space=None),
+    )
+    with pytest.raises(DatasetError, match="non-scalar states"):
+        dp_apvi(vec, horizon=H, n_states=S, n_actions=A, privacy=None)
+
+
+def random_episode(rng: np.random.Generator, length: int, S_: int, A_: int) -> tuple:
+    """One episode whose indices may fall outside [0, S_) / [0, A_) and whose rewards may fall
+    outside [0, 1]."""
+    return (
+        rng.integers(-1, S_ + 2, length + 1),
+        rng.integers(0, A_ + 1, length),
+        rng.uniform(-0.5, 1.5, length),
+    )
+
+
+def ragged_dataset(episodes: list[tuple]) -> TrajectoryDataset:
+    """A dataset of the given episodes (no metadata spaces, so nothing is validated away)."""
+    lengths = [len(a) for _, a, _ in episodes]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n_t = int(offsets[-1])
+    trunc = np.zeros(n_t, bool)
+    trunc[offsets[1:] - 1] = True
+    return TrajectoryDataset(
+        observations=np.concatenate([o for o, _, _ in episodes]),
+        actions=np.concatenate([a for _, a, _ in episodes]),
+        rewards=np.concatenate([r for _, _, r in episodes]),
+        terminated=np.zeros(n_t, bool),
+        truncated=trunc,
+        episode_offsets=offsets,
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 12), h=st.integers(1, 5))
+def test_replace_one_sensitivity_holds_for_any_episode_lengths_and_indices(
+    seed: int, n: int, h: int
+) -> None:
+    """Property: with the public horizon h, replacing one trajectory — by one of any length,
+    with any indices — changes each family in ≤ 2h entries by ≤ 1, and never raises: the bound
+    the releases claim is enforced on the data, not assumed of it."""
+    rng = np.random.default_rng(seed)
+    S_, A_ = 3, 2
+    episodes = [random_episode(rng, int(rng.integers(1, 2 * h + 2)), S_, A_) for _ in range(n)]
+    neighbour = list(episodes)
+    neighbour[int(rng.integers(n))] = random_episode(rng, int(rng.integers(1, 3 * h + 2)), S_, A_)
+    kw = {"horizon": h, "n_states": S_, "n_actions": A_, "reward_sums": True}
+    a = family_arrays(empirical_counts(ragged_dataset(episodes), **kw))
+    b = family_arrays(empirical_counts(ragged_dataset(neighbour), **kw))
+    for fam in a:
+        diff = (a[fam] - b[fam]).ravel()
+        assert np.count_nonzero(diff) <= 2 * h, fam
+        assert np.abs(diff).max() <= 1.0 + 1e-12, fam
+        assert diff @ diff <= 2 * h + 1e-9, fam
+
+
+@pytest.mark.parametrize("units", [[0, 1, 2, 3, 4], [0, 0, 1, 1, 1]])
+def test_private_run_refuses_declared_units_by_schema(mdp: TabularMDP, units: list[int]) -> None:
+    """Structural rule: a dataset with a unit_ids field is refused by a private run whether or
+    not ids repeat (the decision cannot differ between neighbours); APVI accepts it."""
+    ds = mdp.sample(behaviour_policy_full_support(0, H, S, A, 0.1), 5, rng=0)
+    with_units = TrajectoryDataset(
+        observations=ds.observations,
+        actions=ds.actions,
+        rewards=ds.rewards,
+        terminated=ds.terminated,
+        truncated=ds.truncated,
+        episode_offsets=ds.episode_offsets,
+        unit_ids=np.asarray(units),
+        metadata=ds.metadata,
+    )
+    kw = {"horizon": H, "n_states": S, "n_actions": A, "reward": mdp.R}
+    with pytest.raises(DatasetError, match="unit_ids field"):
+        dp_apvi(with_units, privacy=PrivacyConfig.gaussian(1.0), rng=0, **kw)
+    assert apvi(with_units, **kw).policy.actions.shape == (H, S)
 
 
 def test_policy_save_load_roundtrip(tmp_path: Path, episodes: Episodes, mdp: TabularMDP) -> None:

@@ -371,7 +371,9 @@ def test_feature_table_rescales_and_validates() -> None:
         FeatureTable.from_array(np.full((1, 1, 2), np.nan))
 
 
-def _dataset(obs, actions, lengths, *, terminated_last=False, units=None) -> TrajectoryDataset:
+def _dataset(
+    obs, actions, lengths, *, terminated_last=False, units=None, horizon=3
+) -> TrajectoryDataset:
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     n = int(offsets[-1])
     term = np.zeros(n, bool)
@@ -386,7 +388,7 @@ def _dataset(obs, actions, lengths, *, terminated_last=False, units=None) -> Tra
         truncated=trunc,
         episode_offsets=offsets,
         unit_ids=units,
-        metadata=DatasetMetadata(horizon=3),
+        metadata=DatasetMetadata(horizon=horizon),
     )
 
 
@@ -403,19 +405,40 @@ def test_linear_episodes_from_dataset_layout() -> None:
     assert ep.rewards.min() >= 0 and ep.rewards.max() <= 1  # clipped to [0, 1]
 
 
-def test_linear_episodes_refuse_bad_data() -> None:
-    good = dict(obs=[0, 1, 0, 1], actions=[1, 0, 1], lengths=[3])
-    with pytest.raises(ValueError, match="integer"):
+def test_horizon_is_public_never_the_longest_episode() -> None:
+    """Structural rule: H (which sets ρ/(5H), the sensitivities and the 5H releases) comes from
+    the caller or the metadata; without either it is refused, whatever the episode lengths."""
+    ds = _dataset([0, 1, 0, 1, 1, 0, 1], [1, 0, 1, 0, 1], [3, 2], horizon=None)
+    with pytest.raises(ValueError, match="--horizon"):
+        LinearEpisodes.from_dataset(ds, n_states=2, n_actions=2)
+    assert LinearEpisodes.from_dataset(ds, n_states=2, n_actions=2, horizon=5).H == 5
+
+
+def test_linear_episodes_fit_bad_data_to_the_public_bounds() -> None:
+    """Property (no data-dependent error): a non-integral or out-of-range state and an episode
+    longer than H are not refused — the step is masked, the episode truncated to H — so each
+    trajectory still adds at most one term per step."""
+    half = _dataset([0.5, 1, 0, 1], [1, 0, 1], [3])
+    ep = LinearEpisodes.from_dataset(half, n_states=2, n_actions=2)
+    np.testing.assert_array_equal(ep.valid, [[0, 1, 1]])  # step 0's state is 0.5
+    out = _dataset([0, 5, 0, 1], [1, 0, 1], [3])
+    ep = LinearEpisodes.from_dataset(out, n_states=2, n_actions=2)
+    np.testing.assert_array_equal(ep.valid, [[0, 0, 1]])  # state 5 is s' of step 0, s of step 1
+    long = _dataset([0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1], [5])
+    ep = LinearEpisodes.from_dataset(long, n_states=2, n_actions=2)  # metadata H = 3
+    assert ep.H == 3 and ep.valid.all()
+    np.testing.assert_array_equal(ep.next_states, [[1, 0, 1]])
+    with pytest.raises(ValueError, match="non-scalar"):
         LinearEpisodes.from_dataset(
-            _dataset([0.5, 1, 0, 1], good["actions"], good["lengths"]), n_states=2, n_actions=2
+            _dataset(np.zeros((4, 2)), [1, 0, 1], [3]), n_states=2, n_actions=2
         )
-    with pytest.raises(ValueError, match="outside"):
-        LinearEpisodes.from_dataset(
-            _dataset([0, 5, 0, 1], good["actions"], good["lengths"]), n_states=2, n_actions=2
-        )
-    with pytest.raises(ValueError, match="unit"):
-        LinearEpisodes.from_dataset(
-            _dataset([0, 1, 0, 1, 1, 0, 1], [1, 0, 1, 0, 1], [3, 2], units=[7, 7]),
-            n_states=2,
-            n_actions=2,
-        )
+
+
+@pytest.mark.parametrize("units", [[7, 8], [7, 7]])
+def test_dp_vapvi_refuses_declared_units_by_schema(units: list[int], table) -> None:
+    """Structural rule: a dataset with a unit_ids field is refused by DP-VAPVI whether or not
+    its ids repeat (a decision on the ids could differ between neighbours)."""
+    ds = _dataset([0, 1, 0, 1, 1, 0, 1], [1, 0, 1, 0, 1], [3, 2], units=units)
+    with pytest.raises(ValueError, match="unit_ids field"):
+        dp_vapvi(ds, table, rho=1.0, rng=0)
+    assert LinearEpisodes.from_dataset(ds, n_states=2, n_actions=2).K == 2  # VAPVI may use it

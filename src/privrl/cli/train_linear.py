@@ -16,10 +16,21 @@ States must be integer indices: continuous observations are refused (discretise 
 build a table). Without ``--features``, a dataset sampled from the built-in linear MDP
 (``privrl.envs.linear``) rebuilds its table from the recipe in its metadata.
 
+Public parameters. H sets ρ/(5H), the sensitivities and the number of releases, so it is
+``--horizon`` or the dataset's metadata (the environment's with ``--env``) — never the longest
+episode; without one the run is refused. The feature table fixes S, A and d; ρ, δ and the
+reward range complete the list, which privacy.json gives with each source
+(`privrl.privacy.public.PublicParameters`). The number of episodes K comes from the file's
+header (public under replace-one neighbours). The data are fitted to these by fixed rules
+(`privrl.offline.common`: longer episodes truncated to H, steps outside the table masked,
+rewards clipped to [0, 1]), never refused by a value of the data; DP-VAPVI refuses a dataset
+with a unit_ids field (a schema decision: it protects one trajectory).
+
 Every run writes the run directory contract (config.json, metrics.json, metrics.csv,
 privacy.json, plots/values.png) and ``policy.npz`` (reload with
-``privrl.offline.vapvi.load_policy``). A dataset with a ledger is checked before the data are
-read, and the private run's report is recorded there afterwards.
+``privrl.offline.vapvi.load_policy``). Only the dataset file's header is read before its
+ledger is checked (``--out`` is validated first); the episodes are read and the whole run
+directory written inside the guard, which records the private run's report only then.
 """
 
 from __future__ import annotations
@@ -68,8 +79,21 @@ _BONUS = typer.Option(
 )
 _LAMBDA = typer.Option(1.0, "--lambda", help="Ridge parameter λ.")
 _HORIZON = typer.Option(
-    None, "--horizon", help="Horizon H (default: the dataset's metadata, else its longest episode)."
+    None,
+    "--horizon",
+    help="Horizon H (default: the dataset's metadata, or the environment's; never taken from "
+    "the data). Longer episodes are truncated to H.",
 )
+
+# Largest array a run builds (the [K, H] episode arrays, Q̂ [H, S, A], Λ̃ [H, d, d]).
+MAX_ENTRIES = 50_000_000
+# ρ outside this range makes the noise numerically meaningless (or absent: use `vapvi`).
+BUDGET_RANGE = (1e-6, 1e6)
+# A ridge λ below this can leave Λ numerically singular (a Cholesky failure on some data).
+LAMBDA_RANGE = (1e-6, 1e6)
+DEFAULT_DELTA = 1e-5
+DEFAULT_FAILURE_PROB = 0.05
+DEFAULT_MATRIX_NOISE = "strict"
 
 
 def _out_option(name: str) -> Any:
@@ -104,6 +128,8 @@ def _check_source(inputs: _Inputs) -> None:
             raise CliError("--features is for --data; the environment brings its own features")
     else:
         assert inputs.data_path is not None
+        if inputs.data_path.is_dir():
+            raise CliError(f"--data {inputs.data_path} is a directory; give the dataset file")
         if not inputs.data_path.is_file():
             raise CliError(f"--data: file not found: {inputs.data_path}")
         if inputs.episodes is not None:
@@ -115,8 +141,12 @@ def _check_source(inputs: _Inputs) -> None:
 def _check_common(bonus_scale: float, lam: float) -> None:
     if not (math.isfinite(bonus_scale) and bonus_scale >= 0):
         raise CliError(f"--bonus-scale must be finite and >= 0, got {bonus_scale}")
-    if not (math.isfinite(lam) and lam > 0):
-        raise CliError(f"--lambda must be > 0, got {lam}")
+    lo, hi = LAMBDA_RANGE
+    if not lo <= lam <= hi:
+        raise CliError(
+            f"--lambda must be in [{lo:g}, {hi:g}], got {lam:g} (a smaller ridge can leave Λ "
+            "numerically singular)"
+        )
 
 
 def _load_feature_spec(spec: str) -> np.ndarray:
@@ -133,11 +163,17 @@ def _load_feature_spec(spec: str) -> np.ndarray:
         module_name, _, attr = spec.partition(":")
         try:
             fn = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
+        except (ImportError, AttributeError, ValueError) as exc:
             raise CliError(f"--features: cannot import {spec!r} ({exc})") from None
         if not callable(fn):
             raise CliError(f"--features: {spec!r} is not a function")
-        return np.asarray(fn())
+        try:
+            return np.asarray(fn())
+        except Exception as exc:  # the user's code: any failure is bad input here
+            raise CliError(
+                f"--features: calling {spec}() failed ({type(exc).__name__}: {exc}); it must take "
+                "no arguments and return an array [S, A, d]"
+            ) from None
     raise CliError(
         f"--features: {spec!r} is neither a .npy file nor module:function (a zero-argument "
         "function returning an array [S, A, d])"
@@ -145,30 +181,50 @@ def _load_feature_spec(spec: str) -> np.ndarray:
 
 
 @dataclass
-class _Loaded:
-    episodes: Any  # LinearEpisodes
+class _Public:
+    """What is known before the ledger check: all public (flags, header, feature table)."""
+
     features: Any  # FeatureTable
     mdp: Any  # LinearMDP | None: the true model when known (exact suboptimality)
+    H: int
+    K: int
     source: str
 
 
-def _load(inputs: _Inputs, rng: np.random.Generator) -> _Loaded:
-    """Read (or sample) the data and the features; bad input → CliError."""
-    from privrl.data.io import load_hdf5
+@dataclass
+class _Loaded:
+    episodes: Any  # LinearEpisodes
+    features: Any  # FeatureTable
+    mdp: Any  # LinearMDP | None
+    source: str
+    dataset: Any  # TrajectoryDataset
+
+
+def _prepare(inputs: _Inputs, params: Any) -> _Public:
+    """The features, H and K from flags, the file's header and the feature table only (the
+    episodes are not read), each recorded as a public parameter."""
+    from privrl.data.io import read_header
     from privrl.envs.linear import LinearMDP, linear_mdp_from_metadata
-    from privrl.offline.vapvi import FeatureTable, LinearEpisodes
+    from privrl.offline.vapvi import FeatureTable
+    from privrl.privacy.public import Source
 
     if inputs.env is not None:
         mdp = LinearMDP.qiao_wang(inputs.instance)
-        dataset = mdp.sample(int(inputs.episodes or 0), rng=rng)
         # φ is already divided by its max norm (mdp.scale = √7); record that factor.
         table = FeatureTable(phi=mdp.phi, scale=mdp.scale, source=f"{inputs.env}:{inputs.instance}")
-        source = f"{inputs.episodes} episodes sampled from {inputs.env} instance {inputs.instance}"
+        where = (Source.DEFAULT, f"the built-in {inputs.env} instance {inputs.instance}")
+        H = params.resolve(
+            "horizon H", flag=inputs.horizon, default=mdp.H, fix="", detail="the environment's"
+        )
+        K = params.resolve("number of trajectories K", flag=inputs.episodes, fix="pass --episodes")
+        source = f"{K} episodes sampled from {inputs.env} instance {inputs.instance}"
+        _check_sizes(max(H, mdp.H), table, K)
     else:
         assert inputs.data_path is not None
-        dataset = load_hdf5(inputs.data_path)
-        recorded = dataset.metadata.extra.get("linear_mdp")
-        mdp = linear_mdp_from_metadata(dataset.metadata.extra)
+        header = read_header(inputs.data_path)
+        meta = header.metadata
+        recorded = meta.extra.get("linear_mdp")
+        mdp = linear_mdp_from_metadata(meta.extra)
         if inputs.features is not None:
             try:
                 table = FeatureTable.from_array(
@@ -181,40 +237,108 @@ def _load(inputs: _Inputs, rng: np.random.Generator) -> _Loaded:
                     f"--features: feature dimension mismatch: the table has d = {table.d} but "
                     f"the dataset was sampled with d = {recorded['dim']} features"
                 )
-            if mdp is not None and not np.allclose(mdp.phi, table.phi):
+            if mdp is not None and (
+                mdp.phi.shape != table.phi.shape or not np.allclose(mdp.phi, table.phi)
+            ):
                 mdp = None  # user features differ from the generating model: no exact metric
+            where = (Source.FLAG, f"--features {inputs.features}")
         elif mdp is not None:
             table = FeatureTable(
                 phi=mdp.phi,
                 scale=mdp.scale,
                 source=f"linear-mdp:{mdp.recipe.get('instance')} (from metadata)",
             )
+            where = (Source.METADATA, "the linear-MDP recipe in metadata field 'linear_mdp'")
         else:
             raise CliError(
                 "--features SPEC is required: the dataset records no built-in feature map "
                 "(give a .npy array [S, A, d] or module:function)"
             )
-        _check_spaces(dataset, table)
+        _check_spaces(meta, table)
+        H = params.resolve(
+            "horizon H",
+            flag=inputs.horizon,
+            metadata=meta,
+            key="horizon",
+            fix="pass --horizon H (the steps of an episode; longer episodes are truncated to H)",
+        )
+        K = params.given(
+            "number of trajectories K",
+            int(header.n_episodes),
+            Source.METADATA,
+            "the file's header; fixed under replace-one neighbours",
+        )
+        if K < 1:
+            raise CliError(f"the dataset {inputs.data_path} has no episodes")
         source = str(inputs.data_path)
+        _check_sizes(H, table, K)
+    params.given("feature table [S, A, d]", [table.S, table.A, table.d], *where)
+    params.derive(
+        "feature scale", table.scale, "the table's max norm if above 1, which it is divided by"
+    )
+    params.given("reward range", [0.0, 1.0], Source.DEFAULT, "rewards are clipped to [0, 1]")
+    params.derive("value range", [0.0, float(H)], "[0, H]; values are clipped to it")
+    return _Public(table, mdp, int(H), int(K), source)
+
+
+def _check_sizes(H: int, table: Any, K: int) -> None:
+    """Refuse, before any work, sizes whose arrays cannot fit (all public)."""
+    for what, size in (
+        (f"K·H (K={K} episodes, H={H})", K * H),
+        (f"H·S·A (H={H}, S={table.S}, A={table.A})", H * table.S * table.A),
+        (f"H·d² (H={H}, d={table.d})", H * table.d * table.d),
+    ):
+        if size > MAX_ENTRIES:
+            raise CliError(
+                f"{what} exceeds the limit of {MAX_ENTRIES:.0e} entries (memory); use fewer "
+                "episodes, a shorter horizon or a smaller feature table"
+            )
+
+
+def _load(inputs: _Inputs, public: _Public, rng: np.random.Generator) -> _Loaded:
+    """Read (or sample) the episodes — inside the ledger guard; bad input → CliError."""
+    from privrl.data.io import load_hdf5
+    from privrl.offline.vapvi import LinearEpisodes
+
+    table = public.features
+    if inputs.env is not None:
+        dataset = public.mdp.sample(public.K, rng=rng)
+    else:
+        assert inputs.data_path is not None
+        dataset = load_hdf5(inputs.data_path)
     try:
         episodes = LinearEpisodes.from_dataset(
-            dataset, n_states=table.S, n_actions=table.A, horizon=inputs.horizon
+            dataset, n_states=table.S, n_actions=table.A, horizon=public.H
         )
     except ValueError as exc:
         raise CliError(f"{exc}") from None
-    if episodes.K < 1:
-        raise CliError("the dataset has no episodes")
-    return _Loaded(episodes, table, mdp, source)
+    return _Loaded(episodes, table, public.mdp, public.source, dataset)
 
 
-def _check_spaces(dataset: Any, table: Any) -> None:
-    obs_space = dataset.metadata.observation_space
-    act_space = dataset.metadata.action_space
+def _check_spaces(meta: Any, table: Any) -> None:
+    """The metadata's declared spaces against the feature table (public: spaces marked as
+    inferred from the data are not compared — the data are fitted to the table instead)."""
+    from privrl.privacy.public import inferred_fields
+
+    inferred = set(inferred_fields(meta))
+    obs_space = None if "observation_space" in inferred else meta.observation_space
+    act_space = None if "action_space" in inferred else meta.action_space
     if obs_space is not None and not isinstance(obs_space, spaces.Discrete):
         raise CliError(
             f"non-integer states: the observation space is {obs_space}, but a feature table "
             "needs integer states (Discrete); discretise the observations first"
         )
+    if act_space is not None and not isinstance(act_space, spaces.Discrete):
+        raise CliError(
+            f"non-integer actions: the action space is {act_space}, but a feature table needs "
+            "integer actions (Discrete)"
+        )
+    for space in (obs_space, act_space):
+        if isinstance(space, spaces.Discrete) and int(space.start) != 0:
+            raise CliError(
+                f"the dataset's metadata declares {space}, which does not start at 0; a feature "
+                "table indexes states and actions from 0 (re-index them)"
+            )
     if isinstance(obs_space, spaces.Discrete) and int(obs_space.n) > table.S:
         raise CliError(
             f"--features: feature dimension mismatch: the table has S = {table.S} states but "
@@ -224,15 +348,6 @@ def _check_spaces(dataset: Any, table: Any) -> None:
         raise CliError(
             f"--features: feature dimension mismatch: the table has A = {table.A} actions but "
             f"the dataset's action space has {int(act_space.n)}"
-        )
-    obs = np.asarray(dataset.observations)
-    integral = obs.dtype.kind in "iub" or (
-        obs.dtype.kind == "f" and bool(np.all(np.isfinite(obs) & (obs == np.round(obs))))
-    )
-    if obs.ndim != 1 or not integral:
-        raise CliError(
-            f"non-integer states (observations of shape {obs.shape[1:]}, dtype {obs.dtype}); "
-            "a feature table needs integer state indices"
         )
 
 
@@ -393,8 +508,18 @@ def _rngs(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_budget(rho: float) -> None:
+    lo, hi = BUDGET_RANGE
+    if not lo <= rho <= hi:  # also refuses NaN
+        hint = " (for no privacy use `vapvi`)" if rho > hi else ""
+        raise CliError(
+            f"--rho must be in [{lo:g}, {hi:g}], got {rho:g}: outside it the noise is "
+            f"numerically meaningless{hint}"
+        )
+
+
 def train_dp_vapvi(
-    rho: float = typer.Option(..., "--rho", help="zCDP budget ρ > 0 of the whole run."),
+    rho: float = typer.Option(..., "--rho", help="zCDP budget ρ of the whole run, in [1e-6, 1e6]."),
     data: Path = _DATA,
     features: str = _FEATURES,
     env: str = _ENV,
@@ -404,14 +529,14 @@ def train_dp_vapvi(
     seed: int = _SEED,
     bonus_scale: float = _BONUS,
     matrix_noise: str = typer.Option(
-        "strict",
+        None,
         "--matrix-noise",
-        help="Gram-matrix noise: strict (ρ-zCDP under replace-one) or paper_exact (Algorithm "
-        "2's s² = 1/(4ρ0); the report then states 7ρ/5).",
+        help="Gram-matrix noise: strict (default; ρ-zCDP under replace-one) or paper_exact "
+        "(Algorithm 2's s² = 1/(4ρ0); the report then states 7ρ/5).",
     ),
-    delta: float = typer.Option(1e-5, "--delta", help="δ at which ε is reported."),
+    delta: float = typer.Option(None, "--delta", help="δ at which ε is reported (default 1e-5)."),
     failure_prob: float = typer.Option(
-        0.05, "--failure-prob", help="Utility failure probability in the PD shift E."
+        None, "--failure-prob", help="Utility failure probability in the PD shift E (default 0.05)."
     ),
     lam: float = _LAMBDA,
     additive_bonus: float = typer.Option(
@@ -423,28 +548,70 @@ def train_dp_vapvi(
     """DP-VAPVI (Qiao & Wang, Algorithm 2): ρ-zCDP for one trajectory under replace-one.
 
     The 5H statistics of variance-aware pessimistic value iteration are released with
-    Gaussian noise (ρ/(5H) each); the privacy report lists every release.
+    Gaussian noise (ρ/(5H) each); the privacy report lists every release. H, the feature
+    table, ρ and δ are public (privacy.json lists each with its source); only the file's
+    header is read before the dataset's ledger is checked.
     """
     from privrl.experiments.rundir import ledger_guard
-    from privrl.offline.vapvi import MATRIX_NOISE_MODES, dp_vapvi, dp_vapvi_planned_report
+    from privrl.offline.common import refuse_declared_units
+    from privrl.offline.vapvi import (
+        GRAM_SENSITIVITY,
+        MATRIX_NOISE_MODES,
+        N_RELEASES_PER_STEP,
+        dp_vapvi,
+        dp_vapvi_planned_report,
+        gram_shift,
+    )
+    from privrl.privacy.public import PublicParameters
 
-    if not (math.isfinite(rho) and rho > 0):
-        raise CliError(f"--rho must be finite and > 0, got {rho}")
-    if matrix_noise not in MATRIX_NOISE_MODES:
+    _check_budget(rho)
+    if matrix_noise is not None and matrix_noise not in MATRIX_NOISE_MODES:
         raise CliError(f"--matrix-noise must be strict or paper_exact, got {matrix_noise!r}")
-    if not 0 < delta < 1:
+    if delta is not None and not 0 < delta < 1:
         raise CliError(f"--delta must be in (0, 1), got {delta}")
-    if not 0 < failure_prob < 1:
+    if failure_prob is not None and not 0 < failure_prob < 1:
         raise CliError(f"--failure-prob must be in (0, 1), got {failure_prob}")
     if not (math.isfinite(additive_bonus) and additive_bonus >= 0):
         raise CliError(f"--additive-bonus must be finite and >= 0, got {additive_bonus}")
     _check_common(bonus_scale, lam)
     inputs = _Inputs(data, features, env, episodes, instance, seed, horizon)
     _check_source(inputs)
+    params = PublicParameters()
+    rho = params.resolve("zCDP budget ρ", flag=rho, fix="pass --rho")
+    matrix_noise = params.resolve(
+        "Gram-matrix noise", flag=matrix_noise, default=DEFAULT_MATRIX_NOISE, fix=""
+    )
+    delta = params.resolve(
+        "privacy δ",
+        flag=delta,
+        default=DEFAULT_DELTA,
+        fix="",
+        detail="the δ at which ρ-zCDP is stated as (ε, δ)",
+    )
+    failure_prob = params.resolve(
+        "utility failure probability",
+        flag=failure_prob,
+        default=DEFAULT_FAILURE_PROB,
+        fix="",
+        detail="in the PD shift E; not a privacy parameter",
+    )
+    public = _prepare(inputs, params)
+    H, d = public.H, public.features.d
+    params.derive("number of releases", N_RELEASES_PER_STEP * H, "5H (5 statistics per step)")
+    params.derive("ρ0 per release", rho / (N_RELEASES_PER_STEP * H), "ρ/(5H)")
+    params.derive("ℓ2 sensitivity of Σφ̄Ṽ²", 2.0 * H**2, "2H²")
+    params.derive("ℓ2 sensitivity of Σφ̄Ṽ and Σφ(r+Ṽ)/σ̃²", 2.0 * H, "2H")
+    params.derive("Frobenius sensitivity of the Gram matrices", GRAM_SENSITIVITY, "√2")
+    params.derive(
+        "PD shift E",
+        gram_shift(H, d, rho, failure_prob, matrix_noise),  # type: ignore[arg-type]
+        "2√2·s·(2√d + √(2 log(2H/failure probability)))",
+    )
     planned = dp_vapvi_planned_report(rho, matrix_noise, delta)  # type: ignore[arg-type]
     data_rng, algo_rng = _rngs(seed)
-    with ledger_guard(data, planned, label="privrl train dp-vapvi") as reports:
-        loaded = _load(inputs, data_rng)
+    with ledger_guard(data, planned, label="privrl train dp-vapvi", out=out) as reports:
+        loaded = _load(inputs, public, data_rng)
+        refuse_declared_units(loaded.dataset, "DP-VAPVI")
         result = dp_vapvi(
             loaded.episodes,
             loaded.features,
@@ -458,22 +625,23 @@ def train_dp_vapvi(
             additive_bonus=additive_bonus,
             split=split,
         )
+        result.report.with_public_parameters(params)
+        config = _base_config(
+            "dp-vapvi",
+            inputs,
+            loaded,
+            rho=rho,
+            matrix_noise=matrix_noise,
+            delta=delta,
+            failure_prob=failure_prob,
+            bonus_scale=bonus_scale,
+            lam=lam,
+            additive_bonus=additive_bonus,
+            split=split,
+            E=result.diagnostics["E"],
+        )
+        metrics = _write_run(out, algorithm="dp-vapvi", config=config, loaded=loaded, result=result)
         reports.append(result.report)
-    config = _base_config(
-        "dp-vapvi",
-        inputs,
-        loaded,
-        rho=rho,
-        matrix_noise=matrix_noise,
-        delta=delta,
-        failure_prob=failure_prob,
-        bonus_scale=bonus_scale,
-        lam=lam,
-        additive_bonus=additive_bonus,
-        split=split,
-        E=result.diagnostics["E"],
-    )
-    metrics = _write_run(out, algorithm="dp-vapvi", config=config, loaded=loaded, result=result)
     _summary(out, metrics, result.report)
 
 
@@ -499,6 +667,7 @@ def train_vapvi(
     """
     from privrl.experiments.rundir import ledger_guard
     from privrl.offline.vapvi import RELATION, UNIT, vapvi
+    from privrl.privacy.public import PublicParameters
     from privrl.privacy.report import PrivacyReport
 
     if not (math.isfinite(additive_bonus) and additive_bonus >= 0):
@@ -506,10 +675,12 @@ def train_vapvi(
     _check_common(bonus_scale, lam)
     inputs = _Inputs(data, features, env, episodes, instance, seed, horizon)
     _check_source(inputs)
+    params = PublicParameters()
+    public = _prepare(inputs, params)
     planned = PrivacyReport.non_private(UNIT, RELATION, system="vapvi")
     data_rng, algo_rng = _rngs(seed)
-    with ledger_guard(data, planned, label="privrl train vapvi"):
-        loaded = _load(inputs, data_rng)
+    with ledger_guard(data, planned, label="privrl train vapvi", out=out):
+        loaded = _load(inputs, public, data_rng)
         result = vapvi(
             loaded.episodes,
             loaded.features,
@@ -519,16 +690,17 @@ def train_vapvi(
             split=split,
             rng=algo_rng,
         )
-    config = _base_config(
-        "vapvi",
-        inputs,
-        loaded,
-        bonus_scale=bonus_scale,
-        lam=lam,
-        additive_bonus=additive_bonus,
-        split=split,
-    )
-    metrics = _write_run(out, algorithm="vapvi", config=config, loaded=loaded, result=result)
+        result.report.with_public_parameters(params)
+        config = _base_config(
+            "vapvi",
+            inputs,
+            loaded,
+            bonus_scale=bonus_scale,
+            lam=lam,
+            additive_bonus=additive_bonus,
+            split=split,
+        )
+        metrics = _write_run(out, algorithm="vapvi", config=config, loaded=loaded, result=result)
     _summary(out, metrics, result.report)
 
 
@@ -552,6 +724,7 @@ def train_pevi(
     from privrl.experiments.rundir import ledger_guard
     from privrl.offline.pevi import pevi
     from privrl.offline.vapvi import RELATION, UNIT
+    from privrl.privacy.public import PublicParameters
     from privrl.privacy.report import PrivacyReport
 
     if not 0 < xi < 1:
@@ -559,11 +732,14 @@ def train_pevi(
     _check_common(bonus_scale, lam)
     inputs = _Inputs(data, features, env, episodes, instance, seed, horizon)
     _check_source(inputs)
+    params = PublicParameters()
+    public = _prepare(inputs, params)
     planned = PrivacyReport.non_private(UNIT, RELATION, system="pevi")
     data_rng, _ = _rngs(seed)
-    with ledger_guard(data, planned, label="privrl train pevi"):
-        loaded = _load(inputs, data_rng)
+    with ledger_guard(data, planned, label="privrl train pevi", out=out):
+        loaded = _load(inputs, public, data_rng)
         result = pevi(loaded.episodes, loaded.features, bonus_scale=bonus_scale, lam=lam, xi=xi)
-    config = _base_config("pevi", inputs, loaded, bonus_scale=bonus_scale, lam=lam, xi=xi)
-    metrics = _write_run(out, algorithm="pevi", config=config, loaded=loaded, result=result)
+        result.report.with_public_parameters(params)
+        config = _base_config("pevi", inputs, loaded, bonus_scale=bonus_scale, lam=lam, xi=xi)
+        metrics = _write_run(out, algorithm="pevi", config=config, loaded=loaded, result=result)
     _summary(out, metrics, result.report)

@@ -16,10 +16,13 @@ Pipeline (one function per box of the paper):
 
 Non-private APVI is the same code with no noise and E = 0 (`apvi`), never a second copy.
 
-Sensitivity (replace-one). One trajectory contributes one entry per step h to each family:
-(h, s_h, a_h) to n_h(s,a) and to the reward sums, (h, s_h, a_h, s_{h+1}) to n_h(s,a,s').
-Replacing it removes ≤ H entries and adds ≤ H entries, so each family changes in ≤ 2H entries
-by ≤ 1 (rewards are clipped to [0, 1] before summation): Δ₂² ≤ 2H and Δ₁ ≤ 2H per family.
+Sensitivity (replace-one). One trajectory contributes at most one entry per step h to each
+family: (h, s_h, a_h) to n_h(s,a) and to the reward sums, (h, s_h, a_h, s_{h+1}) to
+n_h(s,a,s'). Replacing it removes ≤ H entries and adds ≤ H entries, so each family changes in
+≤ 2H entries by ≤ 1 (rewards are clipped to [0, 1] before summation): Δ₂² ≤ 2H and Δ₁ ≤ 2H per
+family. The bound is enforced, not assumed: H, S and A are public, a longer episode is
+truncated to H steps and a step outside the spaces is not counted (`privrl.offline.common`),
+so no dataset can break it and no error depends on the data.
 
 Budget split. The m released families (m = 2, or 3 with `privatize_rewards`) get equal
 shares: ρ/m each (σ² = Δ₂²/(2ρ/m) = mH/ρ, i.e. 2H/ρ for m = 2 as in eq. 2) or ε/m each
@@ -59,8 +62,9 @@ import numpy as np
 import numpy.typing as npt
 from dp_accounting import dp_event
 
-from privrl.data.dataset import DatasetError, TrajectoryDataset
-from privrl.envs.tabular import Episodes, counts
+from privrl.data.dataset import TrajectoryDataset
+from privrl.envs.tabular import Episodes
+from privrl.offline.common import DATA_RULES, as_indices, clip_rewards, refuse_declared_units
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.events import PureDpEvent
 from privrl.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
@@ -217,71 +221,50 @@ class Counts(NamedTuple):
         return int(H), int(S), int(A)
 
 
-def _indices(arr: np.ndarray, name: str, offsets: np.ndarray) -> npt.NDArray[np.int64]:
-    """Integer indices from a dataset column: integer dtype, or floats with integral values
-    (as a CSV import may produce); anything else is a DatasetError naming the first bad
-    value's episode and step."""
-    if arr.ndim != 1:
-        raise DatasetError(
-            f"non-scalar {name}: DP-APVI needs one integer index per step, got rows of shape "
-            f"{arr.shape[1:]}",
-            field=name,
-        )
-    if np.issubdtype(arr.dtype, np.integer):
-        return arr.astype(np.int64, copy=False)
-    if np.issubdtype(arr.dtype, np.floating):
-        bad = ~np.isfinite(arr) | (arr != np.round(arr))
-        if not bad.any():
-            return arr.astype(np.int64)
-        i = int(np.argmax(bad))
-        ep = int(np.searchsorted(offsets, i, side="right") - 1)
-        raise DatasetError(
-            f"non-integer {name}: {arr[i]!r} at episode {ep}, step {i - int(offsets[ep])}; "
-            f"DP-APVI is tabular and needs {name} as integer indices",
-            episode=ep,
-            step=i - int(offsets[ep]),
-            field=name,
-        )
-    raise DatasetError(
-        f"non-integer {name} (dtype {arr.dtype}): DP-APVI is tabular and needs {name} as "
-        "integer indices",
-        field=name,
-    )
-
-
-def _episodes(data: TrajectoryDataset | Episodes, horizon: int) -> Episodes:
-    """``[n, H]`` arrays from a dataset of equal-length episodes of integer states/actions."""
+def _episodes(
+    data: TrajectoryDataset | Episodes, horizon: int, n_states: int, n_actions: int
+) -> tuple[Episodes, npt.NDArray[np.bool_]]:
+    """``[n, H]`` arrays (states ``[n, H+1]``) and the mask ``valid [n, H]`` of the steps that
+    are counted, under the public rules of `privrl.offline.common` (episodes truncated to H,
+    short ones padded and masked, steps with an index outside the spaces masked). Only the
+    schema is refused, never a value of the data."""
+    H, S, A = int(horizon), int(n_states), int(n_actions)
     if isinstance(data, Episodes):
-        if data.actions.ndim != 2 or data.actions.shape[1] != horizon:
+        st, acts = np.asarray(data.states), np.asarray(data.actions)
+        n = acts.shape[0] if acts.ndim == 2 else -1
+        if acts.ndim != 2 or acts.shape[1] != H or st.shape != (n, H + 1):
             raise ValueError(
-                f"episodes have {data.actions.shape[-1]} steps; the horizon is H = {horizon}"
+                f"episodes must be arrays states [n, H+1], actions [n, H] with H = {horizon}, "
+                f"got {st.shape} and {acts.shape}"
             )
-        ep = data
-    elif isinstance(data, TrajectoryDataset):
-        lengths = np.asarray(data.episode_lengths)
-        if lengths.size and np.any(lengths != horizon):
-            i = int(np.argmax(lengths != horizon))
-            raise DatasetError(
-                f"wrong horizon: episode {i} has {lengths[i]} steps, but H = {horizon}; every "
-                "episode must have exactly H steps",
-                episode=i,
-            )
-        n = int(lengths.size)
-        obs_offsets = np.asarray(data.observation_offsets)
-        act_offsets = np.asarray(data.episode_offsets)
-        states = _indices(np.asarray(data.observations), "states", obs_offsets)
-        actions = _indices(np.asarray(data.actions), "actions", act_offsets)
-        ep = Episodes(
-            states=states.reshape(n, horizon + 1),
-            actions=actions.reshape(n, horizon),
-            rewards=np.asarray(data.rewards, dtype=np.float64).reshape(n, horizon),
-            behaviour_probs=None,
-        )
-    else:
+        s_idx, s_ok = as_indices(st.ravel(), "states", S)
+        a_idx, a_ok = as_indices(acts.ravel(), "actions", A)
+        s_ok = s_ok.reshape(n, H + 1)
+        valid = a_ok.reshape(n, H) & s_ok[:, :-1] & s_ok[:, 1:]
+        rewards = clip_rewards(data.rewards).reshape(n, H)
+        ep = Episodes(s_idx.reshape(n, H + 1), a_idx.reshape(n, H), rewards, None)
+        return ep, valid
+    if not isinstance(data, TrajectoryDataset):
         raise TypeError(f"expected a TrajectoryDataset or Episodes, got {type(data).__name__}")
-    if not np.all(np.isfinite(ep.rewards)):
-        raise DatasetError("rewards contain NaN or infinite values", field="rewards")
-    return ep
+    n = int(data.n_episodes)
+    s_idx, s_ok = as_indices(data.observations, "states", S)
+    a_idx, a_ok = as_indices(data.actions, "actions", A)
+    ep_of = np.asarray(data.transition_episode_index, dtype=np.int64)
+    t = np.asarray(data.transition_steps, dtype=np.int64)
+    # Observation of transition i is row i + episode(i) (each episode adds its final one).
+    obs_row = np.arange(data.n_transitions, dtype=np.int64) + ep_of
+    keep = t < H  # truncation to the public horizon
+    k, h, o = ep_of[keep], t[keep], obs_row[keep]
+    states = np.zeros((n, H + 1), dtype=np.int64)
+    actions = np.zeros((n, H), dtype=np.int64)
+    rewards = np.zeros((n, H))
+    valid = np.zeros((n, H), dtype=bool)
+    states[k, h] = s_idx[o]
+    states[k, h + 1] = s_idx[o + 1]
+    actions[k, h] = a_idx[keep]
+    rewards[k, h] = clip_rewards(data.rewards)[keep]
+    valid[k, h] = s_ok[o] & s_ok[o + 1] & a_ok[keep]
+    return Episodes(states, actions, rewards, None), valid
 
 
 def empirical_counts(
@@ -294,17 +277,22 @@ def empirical_counts(
 ) -> Counts:
     """The sufficient statistics of DP-APVI, one ``np.bincount`` per family.
 
-    Rewards are clipped to [0, 1] before summation (what bounds their sensitivity).
+    Each trajectory adds at most one entry per step h to each family, whatever the data: the
+    public rules of `privrl.offline.common` truncate it to H steps, drop steps with an index
+    outside the spaces and clip rewards to [0, 1] (what bounds their sensitivity).
     """
-    ep = _episodes(data, horizon)
-    n_sa, n_sas = counts(ep.states, ep.actions, S=n_states, A=n_actions)
+    ep, valid = _episodes(data, horizon, n_states, n_actions)
+    H, S, A = int(horizon), int(n_states), int(n_actions)
+    h = np.broadcast_to(np.arange(H, dtype=np.int64), ep.actions.shape)
+    sa = (h * S + ep.states[:, :-1]) * A + ep.actions  # flat (h, s, a) index
+    sas = sa * S + ep.states[:, 1:]  # flat (h, s, a, s') index
+    sa_v = sa[valid]
+    n_sa = np.bincount(sa_v, minlength=H * S * A).reshape(H, S, A)
+    n_sas = np.bincount(sas[valid], minlength=H * S * A * S).reshape(H, S, A, S)
     r_sum = None
     if reward_sums:
-        H, S, A = horizon, n_states, n_actions
-        h = np.broadcast_to(np.arange(H, dtype=np.int64), ep.actions.shape)
-        sa = (h * S + ep.states[:, :-1]) * A + ep.actions
-        r = np.clip(np.asarray(ep.rewards, dtype=np.float64), 0.0, 1.0)
-        r_sum = np.bincount(sa.ravel(), weights=r.ravel(), minlength=H * S * A).reshape(H, S, A)
+        r_sum = np.bincount(sa_v, weights=ep.rewards[valid], minlength=H * S * A)
+        r_sum = r_sum.reshape(H, S, A)
     return Counts(
         n_sa=n_sa,  # int64; the mechanisms convert to float64 once, when adding noise
         n_sas=n_sas,
@@ -696,7 +684,8 @@ def _check_reward(reward: npt.ArrayLike, H: int, S: int, A: int) -> FloatArray:
 
 def _public(privacy: PrivacyConfig | None, reward_given: bool) -> list[str]:
     out = [
-        "horizon H and the sizes S, A of the state and action spaces",
+        "horizon H and the sizes S, A of the state and action spaces (given, never read off "
+        "the data)",
         "the number of trajectories n (fixed under replace-one neighbours)",
     ]
     if reward_given:
@@ -716,6 +705,7 @@ def _report(
     common = [
         f"utility failure probability δ = {config.delta:g} (in E and ι; not a privacy parameter)",
         f"E = {plan.E:.6g}, ι = {plan.iota:.6g}; projection slack E/2",
+        DATA_RULES,
     ]
     if plan.mechanism == "none":
         why = (
@@ -867,11 +857,16 @@ def dp_apvi(
     reward: npt.ArrayLike | None = None,
     rng: np.random.Generator | int | None = None,
 ) -> APVIResult:
-    """DP-APVI on a dataset of equal-length tabular episodes (Algorithm 1).
+    """DP-APVI on a dataset of tabular episodes (Algorithm 1).
 
     ``privacy=None`` gives non-private APVI (same code, no noise, E = 0). States and actions
-    must be integer indices; every episode must have exactly ``horizon`` steps.
+    are integer indices; ``horizon``, ``n_states`` and ``n_actions`` are public (never read
+    off the data) and the data are fitted to them by public rules (`privrl.offline.common`:
+    longer episodes truncated to H, steps outside the spaces not counted). A private run
+    refuses a dataset that declares privacy units (``unit_ids``): it protects one trajectory.
     """
+    if privacy is not None:
+        refuse_declared_units(data, "DP-APVI")
     privatize = privacy is not None and privacy.privatize_rewards
     t0 = time.perf_counter()
     c = empirical_counts(

@@ -21,7 +21,9 @@ statistic (step h)          noise                     replace-one sensitivity
 ==========================  ========================  ======================
 
 Why these bounds hold: every trajectory contributes exactly one (or, if it ended early, no)
-transition at step h; ``‖φ‖ ≤ 1``, ``σ̃² ≥ 1``, ``r ∈ [0,1]`` (rewards are clipped),
+transition at step h — for any data, by the public rules of `privrl.offline.common` (H is
+public and longer episodes are truncated to it; steps outside the table are masked);
+``‖φ‖ ≤ 1``, ``σ̃² ≥ 1``, ``r ∈ [0,1]`` (rewards are clipped),
 ``Ṽ_{h+1} ∈ [0, H−h]`` (values are clipped), so one term has norm ≤ H², H, H, and replacing it
 moves the sum by at most twice that. For the Gram matrices, ``‖φφᵀ − ψψᵀ‖_F² = ‖φ‖⁴ + ‖ψ‖⁴ −
 2(φᵀψ)² ≤ 2``. Ṽ_{h+1} and σ̃_h are functions of earlier releases only (post-processing).
@@ -56,6 +58,8 @@ import numpy.typing as npt
 from dp_accounting import dp_event
 from scipy import linalg
 
+from privrl.data.dataset import DatasetError
+from privrl.offline.common import DATA_RULES, as_indices, clip_rewards, refuse_declared_units
 from privrl.policies import TabularPolicy
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.mechanisms import gaussian_mechanism, gaussian_symmetric_matrix
@@ -198,31 +202,35 @@ class LinearEpisodes:
     ) -> LinearEpisodes:
         """``[K, H]`` arrays from a dataset of integer states and actions (vectorised).
 
-        H is ``horizon``, else the metadata's horizon, else the longest episode. Episodes
-        may be shorter than H (the rest is masked), never longer. Raises ValueError for
-        non-integer or out-of-range states/actions and for datasets that group several
-        episodes into one privacy unit (DP-VAPVI protects one trajectory).
+        H is ``horizon``, else the metadata's horizon — public, never the longest episode
+        (H sets ρ/(5H), the sensitivities and the number of releases); without either it is
+        refused. The data are fitted to the public H, S, A by the rules of
+        `privrl.offline.common`: a longer episode is truncated to its first H steps, a
+        shorter one is masked past its end, a step whose state, action or next state is not
+        an index of the table is masked, rewards are clipped to [0, 1]. Only the schema is
+        refused (ValueError): non-scalar or non-numeric states/actions.
         """
-        obs = _as_indices(dataset.observations, "states (observations)", n_states)
-        act = _as_indices(dataset.actions, "actions", n_actions)
-        units = dataset.unit_ids
-        if units is not None and np.unique(units).size != units.size:
-            raise ValueError(
-                "the dataset groups several episodes into one unit (unit_ids repeat); these "
-                "algorithms protect one trajectory, which would not protect a whole unit — "
-                "keep one episode per unit"
-            )
-        lengths = np.asarray(dataset.episode_lengths, dtype=np.int64)
         H = horizon if horizon is not None else dataset.metadata.horizon
-        H = int(lengths.max()) if H is None else int(H)
-        if lengths.size and lengths.max() > H:
-            i = int(np.argmax(lengths > H))
-            raise ValueError(f"episode {i} has {lengths[i]} steps, more than the horizon H = {H}")
+        if H is None:
+            raise ValueError(
+                "the horizon H is not given: pass --horizon H (horizon=H), or record it in the "
+                "dataset's metadata; it sets the noise, so it is never taken from the data"
+            )
+        H = int(H)
+        if H < 1:
+            raise ValueError(f"the horizon must be >= 1, got {H}")
+        try:
+            obs, obs_ok = as_indices(dataset.observations, "states (observations)", n_states)
+            act, act_ok = as_indices(dataset.actions, "actions", n_actions)
+        except DatasetError as exc:
+            raise ValueError(str(exc)) from None
         K = dataset.n_episodes
-        ep = dataset.transition_episode_index
-        t = dataset.transition_steps
+        ep = np.asarray(dataset.transition_episode_index, dtype=np.int64)
+        t = np.asarray(dataset.transition_steps, dtype=np.int64)
         rows = np.arange(dataset.n_transitions, dtype=np.int64)
         obs_row = rows + ep  # observation of transition i: offsets[ep] + ep + t = i + ep
+        keep = t < H  # truncation to the public horizon
+        k, h, o = ep[keep], t[keep], obs_row[keep]
         shape = (K, H)
         states = np.zeros(shape, dtype=np.int64)
         actions = np.zeros(shape, dtype=np.int64)
@@ -230,34 +238,13 @@ class LinearEpisodes:
         next_states = np.zeros(shape, dtype=np.int64)
         valid = np.zeros(shape, dtype=bool)
         absorbing = np.zeros(shape, dtype=bool)
-        states[ep, t] = obs[obs_row]
-        next_states[ep, t] = obs[obs_row + 1]
-        actions[ep, t] = act
-        rewards[ep, t] = np.clip(np.asarray(dataset.rewards, dtype=np.float64), 0.0, 1.0)
-        valid[ep, t] = True
-        absorbing[ep, t] = np.asarray(dataset.terminated, dtype=bool)
+        states[k, h] = obs[o]
+        next_states[k, h] = obs[o + 1]
+        actions[k, h] = act[keep]
+        rewards[k, h] = clip_rewards(dataset.rewards)[keep]
+        valid[k, h] = obs_ok[o] & obs_ok[o + 1] & act_ok[keep]
+        absorbing[k, h] = np.asarray(dataset.terminated, dtype=bool)[keep]
         return cls(states, actions, rewards, next_states, valid, absorbing)
-
-
-def _as_indices(values: np.ndarray, what: str, n: int) -> IntArray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise ValueError(
-            f"{what} must be integer indices (one per row), got array shape {arr.shape}; a "
-            "feature table needs integer states"
-        )
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise ValueError(f"{what} must be integer indices, got non-integer values")
-    elif arr.dtype.kind not in "iub":
-        raise ValueError(f"{what} must be integer indices, got dtype {arr.dtype}")
-    idx = arr.astype(np.int64)
-    if idx.size and (idx.min() < 0 or idx.max() >= n):
-        bad = int(idx[(idx < 0) | (idx >= n)][0])
-        raise ValueError(
-            f"{what} has index {bad} outside [0, {n}): the feature table has {n} rows for them"
-        )
-    return idx
 
 
 # --------------------------------------------------------------------------------------------
@@ -756,7 +743,13 @@ def prepare_inputs(
         data = LinearEpisodes.from_dataset(data, n_states=table.S, n_actions=table.A)
     if data.K < 1:
         raise ValueError("the dataset has no episodes")
-    if data.states.size and (data.states.max() >= table.S or data.actions.max() >= table.A):
+    v = data.valid
+    if v.any() and (
+        data.states[v].max() >= table.S
+        or data.next_states[v].max() >= table.S
+        or data.actions[v].max() >= table.A
+    ):
+        # Only for episodes built by hand: `LinearEpisodes.from_dataset` masks such steps.
         raise ValueError(
             f"the data index states/actions beyond the feature table's [S, A] = "
             f"[{table.S}, {table.A}]"
@@ -859,6 +852,7 @@ def dp_vapvi(
     if matrix_noise not in MATRIX_NOISE_MODES:
         raise ValueError(f"matrix_noise must be one of {MATRIX_NOISE_MODES}, got {matrix_noise!r}")
     _check_rho(rho)
+    refuse_declared_units(data, "DP-VAPVI")
     data, table = prepare_inputs(data, features)
     max_norm = float(np.linalg.norm(table.phi, axis=-1).max())
     if max_norm > 1.0 + _NORM_ATOL:
@@ -929,6 +923,7 @@ def _dp_report(
         "an extraction error)",
         f"PD shift E = {r.E:.6g} (failure probability {r.failure_prob:g}) added as E/2·I to both "
         "noisy Gram matrices; eigenvalues still below λ are clipped at λ (post-processing)",
+        DATA_RULES,
     ]
     report = PrivacyReport.build(
         UNIT,
