@@ -409,25 +409,32 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ],
 )
 def test_ledger_refuses_before_the_episodes_are_read(
-    algo: str, budget: float, expected: str, user_files, spy, tmp_path, capsys
+    algo: str, budget: float, expected: str, user_files, spy, tmp_path, capsys, monkeypatch
 ) -> None:
     """Property: only the file's header is read before the ledger check — with unreadable
     episode arrays and a ledger that refuses the run, the answer is the ledger's refusal, not
     a data error, and neither the episodes nor the noise are touched."""
     path = save_hdf5(load_hdf5(user_files["env"]), tmp_path / "broken.h5")
-    with h5py.File(path, "r+") as f:
-        del f["observations"]
+    plain = save_hdf5(load_hdf5(path), tmp_path / "plain" / "broken.h5")
     spy.clear()
     ledger = BudgetLedger.init(
         path, epsilon=budget, delta=1e-5, unit="trajectory", relation="replace_one"
     )
-    argv = ["train", algo, "--data", str(path), *(["--rho", "1"] if algo == "dp-vapvi" else [])]
-    code, _, err = run([*argv, "--out", str(tmp_path / "r")], capsys)
+    for broken in (path, plain):
+        with h5py.File(broken, "r+") as f:
+            del f["observations"]
+    flags = ["--rho", "1"] if algo == "dp-vapvi" else []
+    code, _, err = run(
+        ["train", algo, "--data", str(path), *flags, "--out", str(tmp_path / "r")], capsys
+    )
     assert_bad_input(code, err, expected)
     assert "observations" not in err and spy == [] and ledger.entries == ()
-    # Without the ledger's refusal the same file is a data error (so the test can fail).
-    ledger.path.unlink()
-    code, _, err = run([*argv, "--out", str(tmp_path / "r2")], capsys)
+    # Without a ledger the same broken file is a data error (so the test can fail); a fresh
+    # registry, since the registry would rightly map this copy to the ledger above.
+    monkeypatch.setenv("PRIVRL_LEDGER_REGISTRY", str(tmp_path / "empty-registry"))
+    code, _, err = run(
+        ["train", algo, "--data", str(plain), *flags, "--out", str(tmp_path / "r2")], capsys
+    )
     assert_bad_input(code, err, "observations")
 
 

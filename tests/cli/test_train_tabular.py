@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import gymnasium as gym
@@ -441,24 +442,34 @@ def test_ledger_refuses_before_the_episodes_are_read(
     reward_file: Path,
     no_noise: list[str],
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Property: a run reads only the file's header before the ledger check — with unreadable
     episode arrays and a ledger that refuses the run, the answer is the ledger's refusal, not
     a data error, and neither the data nor the noise is touched."""
-    unreadable_episodes(dataset_file)
+    plain = tmp_path / "plain" / dataset_file.name
+    plain.parent.mkdir()
+    shutil.copy(dataset_file, plain)
     ledger = BudgetLedger.init(
         dataset_file, epsilon=budget, delta=1e-6, unit="trajectory", relation="replace_one"
     )
-    args = ["--data", str(dataset_file), "--reward-table", str(reward_file)]
+    unreadable_episodes(dataset_file)
+    args = ["--reward-table", str(reward_file)]
     if algo == "dp-apvi":
         args += ["--rho", "1"]
-    code, _, err = run(["train", algo, *args, "--out", str(tmp_path / "r")], capsys)
+    code, _, err = run(
+        ["train", algo, "--data", str(dataset_file), *args, "--out", str(tmp_path / "r")], capsys
+    )
     assert_bad_input(code, err, expected)
     assert "observations" not in err
     assert no_noise == [] and ledger.entries == ()
-    # Without the ledger's refusal the same file is a data error (so the test can fail).
-    ledger.path.unlink()
-    code, _, err = run(["train", algo, *args, "--out", str(tmp_path / "r2")], capsys)
+    # Without a ledger the same broken file is a data error (so the test can fail); a fresh
+    # registry, since the registry would rightly map this copy to the ledger above.
+    unreadable_episodes(plain)
+    monkeypatch.setenv("PRIVRL_LEDGER_REGISTRY", str(tmp_path / "empty-registry"))
+    code, _, err = run(
+        ["train", algo, "--data", str(plain), *args, "--out", str(tmp_path / "r2")], capsys
+    )
     assert_bad_input(code, err, "observations")
 
 

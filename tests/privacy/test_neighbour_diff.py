@@ -374,10 +374,6 @@ CASES = [
         (*DP_APVI, "--rho", "1", "--privatize-rewards"),
         DP_APVI_RELEASED,
         DP_APVI_LINES,
-        marks=_xfail(
-            "dp-apvi refuses a trajectory longer than the declared H: an error that occurs "
-            "for D' and not for D (enforce the bound instead)"
-        ),
     ),
     Case(
         "dp-apvi-shared-unit",
@@ -386,10 +382,6 @@ CASES = [
         DP_APVI_RELEASED,
         DP_APVI_LINES,
         must_run=False,
-        marks=_xfail(
-            "dp-apvi refuses a dataset whose unit ids repeat: an error that occurs for D' "
-            "and not for D (decide from the schema, not the count of distinct ids)"
-        ),
     ),
     Case(
         "dp-apvi-imported-spaces",
@@ -398,7 +390,6 @@ CASES = [
         DP_APVI_RELEASED,
         DP_APVI_LINES,
         must_run=False,
-        marks=_xfail("dp-apvi takes S and A from spaces the import inferred from the data"),
     ),
     # ---- DP-VAPVI (replace-one trajectory) ----
     Case(
@@ -413,17 +404,12 @@ CASES = [
         DP_VAPVI,
         DP_VAPVI_RELEASED,
         must_run=False,
-        marks=_xfail("dp-vapvi takes H from the longest episode when no horizon is declared"),
     ),
     Case(
         "dp-vapvi-longer-than-H",
         lambda p: _linear(p, horizon_meta=H_LIN, neighbour_len=H_LIN + 3),
         DP_VAPVI,
         DP_VAPVI_RELEASED,
-        marks=_xfail(
-            "dp-vapvi refuses an episode longer than the declared H: an error that occurs "
-            "for D' and not for D (enforce the bound instead)"
-        ),
     ),
     Case(
         "dp-vapvi-shared-unit",
@@ -431,10 +417,6 @@ CASES = [
         DP_VAPVI,
         DP_VAPVI_RELEASED,
         must_run=False,
-        marks=_xfail(
-            "dp-vapvi refuses a dataset whose unit ids repeat: an error that occurs for D' "
-            "and not for D (decide from the schema, not the count of distinct ids)"
-        ),
     ),
     # ---- GPOPE, DP-LSW, DP-LSL (replace-one trajectory) ----
     Case("gpope", _ope, GPOPE),
