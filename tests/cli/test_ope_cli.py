@@ -108,6 +108,12 @@ def test_gpope_env_chain_writes_run_directory(tmp_path: Path, capsys) -> None:
     (rel,) = privacy["releases"]
     assert rel["count"] == N and rel["sensitivity"] == pytest.approx(2 * metrics["clip"])
     assert any("PUBLIC" in p for p in privacy["public"])
+    params = {p["name"]: p for p in privacy["public_parameters"]}
+    assert params["clip bound h"]["source"] == "public split"  # tuned on the public sample
+    assert params["clip bound h"]["value"] == pytest.approx(metrics["clip"])
+    assert params["step size"]["source"] == "public split"
+    assert params["discount γ"]["source"] == "default"  # the chain's γ
+    assert "PUBLIC" in metrics["public_clipped_fraction_note"]
     curve = (out / "metrics.csv").read_text().splitlines()
     assert curve[0] == "iteration,mspbe" and len(curve) > 10
     assert np.load(out / "theta.npy").shape == (39,)

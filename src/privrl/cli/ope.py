@@ -338,7 +338,12 @@ def _problem(
                 f"more than {MAX_SAMPLED_TRANSITIONS:,} transitions; use at most "
                 f"{MAX_SAMPLED_TRANSITIONS // int(horizon):,} trajectories"
             )
-        policy = _policy(domain, target_spec, getattr(domain, "action_space", None))
+        action_space = getattr(domain, "action_space", None)
+        if action_space is None and getattr(domain, "n_actions", None):
+            from gymnasium import spaces
+
+            action_space = spaces.Discrete(int(domain.n_actions))
+        policy = _policy(domain, target_spec, action_space)
         feats = _features(features_spec, env, domain, domain.observation_space)
         if gamma is None:
             g = params.given("discount γ", float(domain.gamma), Source.DEFAULT, f"the {env} domain")
@@ -889,6 +894,11 @@ def _baseline(
             "supported yet)"
         )
     bounds = (lo, lo + R)
+    if not (math.isfinite(bounds[1]) and bounds[1] > lo):
+        raise CliError(
+            f"the reward interval [{lo:g}, {lo:g} + {R:g}] is not representable; use a smaller "
+            "--reward-range or --reward-min"
+        )
     try:
         W = return_range(bounds, problem.gamma)
     except ValueError as exc:
