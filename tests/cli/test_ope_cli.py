@@ -519,3 +519,24 @@ def test_bad_paths_are_one_error_line(cmd: str, chain_file: Path, tmp_path: Path
         assert_bad_input(code, err, "--out")
     code, _, err = run([*base, "--data", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
     assert_bad_input(code, err, "directory")
+
+
+def test_reward_range_from_metadata_unless_inferred(tmp_path: Path, capsys) -> None:
+    """Privacy rule: the reward range sets the noise, so it is taken from the dataset's public
+    metadata only when the metadata does not mark it as inferred from the data; otherwise the
+    run is refused with the flag that supplies it."""
+    d = ChainMDP().sample(M, seed=0)
+    argv = ["ope", "dp-lsw", "--features", "onehot", "--epsilon", "1"]
+    for i, extra in enumerate(
+        ({"reward_range": 1.0}, {"reward_range": 1.0, "inferred_from_data": ["reward_range"]})
+    ):
+        path = save_hdf5(d.with_metadata(d.metadata.with_extra(**extra)), tmp_path / f"{i}.h5")
+        out = tmp_path / f"run{i}"
+        code, _, err = run([*argv, "--data", str(path), "--out", str(out)], capsys)
+        if i == 0:
+            assert code == 0, err
+            params = json.loads((out / "privacy.json").read_text())["public_parameters"]
+            (r,) = [p for p in params if p["name"] == "reward range R"]
+            assert r["source"] == "public metadata" and r["value"] == 1.0
+        else:
+            assert_bad_input(code, err, "--reward-range", "inferred")

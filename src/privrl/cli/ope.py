@@ -990,13 +990,14 @@ _AGG = typer.Option(10, "--aggregation", help="Bins per dimension for continuous
 _RR = typer.Option(
     None,
     "--reward-range",
-    help="Width R of the public interval holding one reward (default: the domain's).",
+    help="Width R of the public interval holding one reward (default: the dataset metadata's "
+    "extra reward_range, or the domain's).",
 )
 _RMIN = typer.Option(
     None,
     "--reward-min",
-    help="Lower end of the reward interval: rewards are clipped to [reward-min, reward-min + R] "
-    "(default 0).",
+    help="Lower end L of the public reward interval: every reward is clipped to lie between L "
+    "and L + R (default: the dataset metadata's extra reward_min, else 0).",
 )
 
 

@@ -56,8 +56,8 @@ return range, a vanishing ε) is refused before the data are read, on public gro
 noise scale actually used is min(max(σ_X, σ_lo), σ_hi) (NaN → σ_hi): equal to σ_X in exact
 arithmetic, and still a β-smooth upper bound on the local sensitivity (times α) in floating
 point — the max with a constant and the min with α times the global bound σ_hi/α are again
-smooth upper bounds — so the mechanism never fails on the data and never adds less noise
-than the analysis asks for.
+smooth upper bounds — so the mechanism never fails on the data and always draws with a
+valid smooth bound.
 
 Rewards. The derivation bounds the spread of first-visit returns by the return range. It is
 enforced, not assumed: `first_visit_returns(..., reward_bounds=(a, b))` clips every reward
