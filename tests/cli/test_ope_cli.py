@@ -540,3 +540,46 @@ def test_reward_range_from_metadata_unless_inferred(tmp_path: Path, capsys) -> N
             assert r["source"] == "public metadata" and r["value"] == 1.0
         else:
             assert_bad_input(code, err, "--reward-range", "inferred")
+
+
+def box_dataset(m: int = 30, length: int = 6) -> TrajectoryDataset:
+    """m episodes of `length` steps in a 2-D Box [-1, 1]², rewards in [-1, 0], γ = 0.9."""
+    from gymnasium import spaces
+
+    from privrl.data.dataset import DatasetMetadata
+
+    rng = np.random.default_rng(0)
+    return TrajectoryDataset(
+        observations=rng.uniform(-1, 1, size=(m * (length + 1), 2)).astype(np.float32),
+        actions=rng.integers(0, 2, size=m * length),
+        rewards=-rng.uniform(0, 1, size=m * length),
+        terminated=np.tile([False] * (length - 1) + [True], m),
+        truncated=np.zeros(m * length, dtype=bool),
+        episode_offsets=np.arange(m + 1) * length,
+        metadata=DatasetMetadata(
+            observation_space=spaces.Box(-1.0, 1.0, shape=(2,)),
+            action_space=spaces.Discrete(2),
+            discount=0.9,
+        ),
+    )
+
+
+def test_continuous_states_aggregation_and_size_limits(tmp_path: Path, capsys) -> None:
+    """DP-LSW on a continuous (Box) dataset runs on a state aggregation (marked approximate);
+    an aggregation or a feature spec too large to fit is refused up front with the limit."""
+    path = save_hdf5(box_dataset(), tmp_path / "box.h5")
+    base = ["ope", "dp-lsw", "--data", str(path), "--epsilon", "1", "--reward-range", "1"]
+    out = tmp_path / "ok"
+    argv = [*base, "--reward-min", "-1", "--features", "fourier:2", "--aggregation", "3"]
+    code, _, err = run([*argv, "--out", str(out)], capsys)
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert config["aggregation"] == 3 and config["reward_bounds"] == [-1.0, 0.0]
+    assert np.load(out / "theta.npy").shape == (9,)
+    assert any("APPROXIMATE" in n for n in json.loads((out / "privacy.json").read_text())["notes"])
+    code, _, err = run(
+        [*base, "--features", "fourier:2", "--aggregation", "100000", "--out", str(out)], capsys
+    )
+    assert_bad_input(code, err, "tabular states", "4,096")
+    code, _, err = run([*base, "--features", "fourier:100000", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "features", "4,096")
