@@ -3,12 +3,15 @@ direct computations on small cases, and the privacy record."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 
 import numpy as np
 import pytest
+from rich.console import Console
 
+from privrl.data.dataset import TrajectoryDataset
 from privrl.envs.chain import ChainMDP
 from privrl.ope.baselines import (
     FirstVisit,
@@ -18,13 +21,19 @@ from privrl.ope.baselines import (
     lsl_estimate,
     lsl_psi,
     lsl_sigma,
+    lsl_sigma_bounds,
     lsw_estimate,
     lsw_phi_w,
     lsw_psi,
     lsw_sigma,
+    lsw_sigma_bounds,
+    plan_dp_lsl,
+    plan_dp_lsw,
+    return_range,
     smooth_constants,
 )
 from privrl.privacy.events import ApproxDpEvent
+from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation
 
 S, R = 3, 1.0
@@ -178,7 +187,116 @@ def test_release_noise_and_report() -> None:
             for _ in range(1000)
         ]
     )
-    assert abs((draws - res.theta_nonprivate).std() / res.sigma - 1) < 0.05
+    assert abs((draws - res.theta_nonprivate).std() / res.private_sigma - 1) < 0.05
     res2 = dp_lsl(fv, Phi, rho, epsilon=1.0, delta=1e-5, return_range=10.0, rng=rng, c=2.0)
     assert res2.config["lambda"] == pytest.approx(2.0 * 6**0.4)
     assert res2.report.releases[0].event == ApproxDpEvent(epsilon=1.0, delta=1e-5)
+
+
+def test_the_data_dependent_noise_scale_is_withheld() -> None:
+    """Privacy property: σ_X depends on the first-visit counts, so it differs between
+    neighbours (checked), yet the published report — release, sensitivity, noise, extra — is
+    the same for both: the sensitivity is NaN with a 'withheld' note, the noise lists only α
+    and β, and the result's config holds public settings only. The report round-trips through
+    JSON and its table prints the sensitivity as withheld."""
+    Phi, rho = np.eye(3), np.full(3, 1 / 3)
+    x = FirstVisit(np.array([5, 3, 0]), np.array([0.5, 1.0, 0.0]), 6)
+    y = FirstVisit(np.array([4, 3, 1]), np.array([0.5, 1.0, 0.2]), 6)  # one trajectory replaced
+    kw = dict(epsilon=1.0, delta=1e-5, return_range=10.0)
+    for run, sig in ((dp_lsw, lsw_sigma), (dp_lsl, None)):
+        extra = {} if run is dp_lsw else {"c": 5.0}
+        rx = run(x, Phi, rho, rng=np.random.default_rng(0), **kw, **extra)  # type: ignore[operator]
+        ry = run(y, Phi, rho, rng=np.random.default_rng(0), **kw, **extra)  # type: ignore[operator]
+        assert rx.private_sigma != ry.private_sigma
+        if sig is not None:
+            assert rx.private_sigma == sig(Phi, rho, x.counts, **kw)
+        a, b = rx.report.to_dict(), ry.report.to_dict()
+        a.pop("created"), b.pop("created")
+        assert a == b and rx.config == ry.config
+        (rel,) = a["releases"]
+        assert rel["sensitivity"] == "nan" and set(rel["noise"]) == {"alpha", "beta"}
+        assert rel["mechanism"] == "gaussian (smooth sensitivity)"
+        assert "withheld" in rel["extra"]["sensitivity"]
+        assert "sigma" not in str(rx.config) and "sigma" not in str(a)
+        back = PrivacyReport.from_dict(rx.report.to_dict())
+        assert math.isnan(back.releases[0].sensitivity) and back.epsilon == 1.0
+        assert back.releases[0].event == ApproxDpEvent(epsilon=1.0, delta=1e-5)
+        console = Console(width=200, record=True, file=io.StringIO())
+        rx.report.print(console)
+        assert "withheld, data-dependent (l2)" in console.export_text()
+
+
+def test_noise_scale_lies_in_public_bounds_and_never_fails() -> None:
+    """The drawn σ is σ_X clamped to a public interval [σ_lo, σ_hi] that holds σ_X for every
+    dataset of m trajectories (checked on random counts, LSW and LSL), a NaN becomes σ_hi
+    (a valid, larger smooth bound) instead of an error, and a configuration whose interval
+    is not representable is refused from public inputs alone (no data needed)."""
+    rng = np.random.default_rng(4)
+    Phi = rng.normal(size=(5, 3))
+    rho = rng.dirichlet(np.ones(5))
+    m, lam = 40, 4 * float(rho.max()) * float(np.linalg.norm(Phi, "fro")) ** 2
+    kw = dict(epsilon=0.7, delta=1e-6, return_range=3.0)
+    lw, lsl = lsw_sigma_bounds(Phi, rho, m, **kw), lsl_sigma_bounds(Phi, rho, m, lam, **kw)
+    for _ in range(200):
+        counts = rng.integers(0, m + 1, size=5)
+        assert lw[0] <= lsw_sigma(Phi, rho, counts, **kw) <= lw[1] * (1 + 1e-12)
+        assert lsl[0] <= lsl_sigma(Phi, rho, counts, m, lam, **kw) <= lsl[1] * (1 + 1e-12)
+    for extreme in (np.zeros(5, int), np.full(5, m)):
+        assert lw[0] <= lsw_sigma(Phi, rho, extreme, **kw) <= lw[1] * (1 + 1e-12)
+    plan = plan_dp_lsw(Phi, rho, m, **kw)
+    assert plan.sigma_bounds == lw
+    assert plan.noise_scale(math.nan) == lw[1] and plan.noise_scale(math.inf) == lw[1]
+    assert plan.noise_scale(0.0) == lw[0]
+    assert plan_dp_lsl(Phi, rho, m, lam=lam, **kw).sigma_bounds == lsl
+    with pytest.raises(ValueError, match="not representable"):
+        plan_dp_lsw(Phi, rho, m, epsilon=1e-300, delta=1e-6, return_range=1e10)
+    with pytest.raises(ValueError, match="λ >"):
+        plan_dp_lsl(Phi, rho, m, lam=0.5 * lam / 4, **kw)
+
+
+def test_return_range_holds_every_return() -> None:
+    """For rewards in [a, b] and any episode lengths, every discounted return-to-go lies in an
+    interval of width `return_range((a, b), γ)` (checked against extreme and random reward
+    sequences); with 0 in [a, b] it is the paper's (b − a)/(1 − γ); γ = 1 is refused."""
+    gamma = 0.9
+    assert return_range((0.0, 1.0), gamma) == pytest.approx(10.0)
+    assert return_range((-1.0, 0.0), gamma) == pytest.approx(10.0)
+    rng = np.random.default_rng(0)
+    for a, b in ((0.0, 1.0), (-1.0, 0.0), (-0.5, 2.0), (0.5, 1.5), (-3.0, -1.0)):
+        width = return_range((a, b), gamma)
+        seqs = [np.full(T, v) for T in (1, 2, 200) for v in (a, b)]
+        seqs += [rng.uniform(a, b, size=int(rng.integers(1, 200))) for _ in range(50)]
+        G = [sum(gamma**k * r for k, r in enumerate(s)) for s in seqs]
+        assert max(G) - min(G) <= width * (1 + 1e-12)
+    assert return_range((0.5, 1.5), gamma) > 1.0 / (1 - gamma)  # 0 outside: wider than R/(1−γ)
+    with pytest.raises(ValueError, match="γ"):
+        return_range((0.0, 1.0), 1.0)
+
+
+def test_rewards_are_clipped_to_the_declared_bounds() -> None:
+    """The declared reward interval is enforced on the data (clipping), never checked against
+    it: a dataset with a reward of 10⁶ gives the same first-visit summaries as the same
+    dataset with that reward at the interval's top, so the sensitivity bound holds."""
+    c = ChainMDP(n_states=8)
+    data = c.sample(30, seed=2)
+    rewards = np.asarray(data.rewards).copy()
+    big, top = rewards.copy(), rewards.copy()
+    big[3], top[3] = 1e6, 1.0
+    fields = dict(
+        observations=data.observations,
+        actions=data.actions,
+        terminated=data.terminated,
+        truncated=data.truncated,
+        episode_offsets=data.episode_offsets,
+        metadata=data.metadata,
+    )
+    index = lambda o: np.asarray(o).reshape(-1)  # noqa: E731
+    fv = [
+        first_visit_returns(
+            TrajectoryDataset(rewards=r, **fields), index, 8, c.gamma, reward_bounds=(0.0, 1.0)
+        )
+        for r in (big, top)
+    ]
+    assert np.array_equal(fv[0].counts, fv[1].counts)
+    assert np.array_equal(fv[0].mean_returns, fv[1].mean_returns)
+    assert fv[0].mean_returns.max() <= return_range((0.0, 1.0), c.gamma)

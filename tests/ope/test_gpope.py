@@ -19,6 +19,7 @@ from privrl.ope.gpope import (
     StepSize,
     gpope,
     gpope_replicas,
+    gpope_report,
     gtd2_saddle_point,
     tune_on_public,
 )
@@ -195,6 +196,46 @@ def test_report_describes_the_release(chain_stats: TrajectoryStats) -> None:
     assert rep.epsilon <= EPS and rep.epsilon > 0.99 * EPS
     text = str(rep.to_dict())
     assert "clipped_fraction" not in text and "fraction" not in text  # nothing private
+
+
+def test_planned_report_is_the_recorded_one(chain_stats: TrajectoryStats) -> None:
+    """Structural rule: the report a command checks against the ledger before reading the data
+    (`gpope_report`, from public inputs only: σ, h, m, N, n, δ) is the report the run records
+    (everything but the timestamp)."""
+    kw = dict(delta=DELTA, iterations=N, clip=0.05, public=["p"], notes=["n"])
+    res = gpope(chain_stats, sigma=SIGMA_REF, step=StepSize(eta=0.01), seed=1, **kw)  # type: ignore[arg-type]
+    planned = gpope_report(
+        sigma=SIGMA_REF, m=M, n=chain_stats.n, epsilon=None, accounting="rigorous", **kw
+    )  # type: ignore[arg-type]
+    a, b = planned.to_dict(), res.report.to_dict()
+    a.pop("created"), b.pop("created")
+    assert a == b
+
+
+def test_a_gradient_that_overflows_is_zeroed_not_propagated() -> None:
+    """Privacy property: every clipped gradient lies in the h-ball, whatever one trajectory's
+    values. A statistic that overflowed (ρ_t R_t = 5e299 × 1e10 is inf in float64, from valid
+    data) made the old loop hand NaN to the mechanism, which refused — a failure caused by one
+    trajectory. Now such a gradient counts as clipped and is replaced by 0 (inside the ball):
+    the run finishes with a finite θ and is identical to a run where that trajectory's
+    gradient was 0."""
+    m, n = 4, 2
+    A = np.tile(np.eye(n), (m, 1, 1))
+    C = np.tile(np.eye(n), (m, 1, 1))
+    b = np.ones((m, n))
+    zero_b = b.copy()
+    b[3], zero_b[3] = np.inf, 0.0
+    A0, C0 = A.copy(), C.copy()
+    A0[3], C0[3] = 0.0, 0.0  # trajectory 3 contributes the gradient 0 exactly
+    index = np.array([[0]] * 5 + [[3]] * 5 + [[1]] * 5)
+    kw = dict(clip=1.0, noise_std=0.5)
+    tr = gtd2_saddle_point(A, b, C, index, np.full(15, 0.1), rng=np.random.default_rng(1), **kw)
+    ref = gtd2_saddle_point(
+        A0, zero_b, C0, index, np.full(15, 0.1), rng=np.random.default_rng(1), **kw
+    )
+    assert np.isfinite(tr.x).all()
+    assert np.array_equal(tr.x, ref.x)
+    assert tr.clipped[0] >= 5
 
 
 def test_paper_mode_reports_the_true_epsilon(chain_stats: TrajectoryStats) -> None:

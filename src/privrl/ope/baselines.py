@@ -39,8 +39,32 @@ implement, are recalled from the paper; the original text was not available offl
   `ApproxDpEvent(ε, δ)` (the noise is not a fixed-sensitivity Gaussian mechanism, so a
   `GaussianDpEvent` would misdescribe it). The noise is drawn by
   `privrl.privacy.gaussian_mechanism` (whose own fixed-sensitivity record is replaced).
-* The data-dependent σ_X is itself released implicitly (it is a function of the counts m_s);
-  the smooth-sensitivity framework accounts for that.
+
+What is published, and what is not. σ_X is a function of the first-visit counts m_s: two
+neighbouring datasets give different σ_X, so the number itself tells them apart (the
+framework protects the *noisy output* only). σ_X, the smooth bound σ_X/α and the non-private
+θ_X are therefore never published: the `Release` records the mechanism ("gaussian (smooth
+sensitivity)"), α, β, the public return range (and λ, m for DP-LSL) with the sensitivity as
+NaN and a note that it is data-dependent and withheld. They stay on the result object for
+experiments (`OutputPerturbationResult.private_sigma`, `theta_nonprivate`).
+
+Public bounds, no data-dependent failure. For every dataset of m trajectories σ_X lies in a
+public interval [σ_lo, σ_hi] (`SmoothSensitivityPlan.sigma_bounds`): DP-LSW has
+1/m² ≤ φ_w(X, 0) ≤ Ψ ≤ Σ_s ρ_s = 1, DP-LSL has ‖ρ‖₂² ≤ ψ(X, 0) ≤ max_k ψ ≤
+(c_λ√m + ‖ρ‖₂)². A configuration whose interval is not finite and positive (an overflowing
+return range, a vanishing ε) is refused before the data are read, on public grounds only. The
+noise scale actually used is min(max(σ_X, σ_lo), σ_hi) (NaN → σ_hi): equal to σ_X in exact
+arithmetic, and still a β-smooth upper bound on the local sensitivity (times α) in floating
+point — the max with a constant and the min with α times the global bound σ_hi/α are again
+smooth upper bounds — so the mechanism never fails on the data and always draws with a
+valid smooth bound.
+
+Rewards. The derivation bounds the spread of first-visit returns by the return range. It is
+enforced, not assumed: `first_visit_returns(..., reward_bounds=(a, b))` clips every reward
+into the declared public interval [a, b] first, and `return_range(reward_bounds, γ)` gives
+the width of the interval that then holds every return-to-go ((b − a)/(1 − γ) when a ≤ 0 ≤ b,
+the R/(1−γ) of the paper; wider when the interval excludes 0, since episode lengths vary).
+γ < 1 is required (with γ = 1 the returns are unbounded without a public horizon).
 
 On continuous domains (Mountain Car) the baselines run on a state aggregation; first-visit MC
 over aggregated cells is not a Markov estimate, so those numbers are marked approximate.
@@ -51,7 +75,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,21 +89,28 @@ from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 __all__ = [
     "FirstVisit",
     "OutputPerturbationResult",
+    "SmoothSensitivityPlan",
     "dp_lsl",
     "dp_lsw",
     "first_visit_returns",
     "lsl_estimate",
     "lsl_psi",
     "lsl_sigma",
+    "lsl_sigma_bounds",
     "lsw_estimate",
     "lsw_phi_w",
     "lsw_psi",
     "lsw_sigma",
+    "lsw_sigma_bounds",
+    "plan_dp_lsl",
+    "plan_dp_lsw",
+    "return_range",
     "smooth_constants",
 ]
 
 UNIT = PrivacyUnit.TRAJECTORY
 RELATION = NeighbourRelation.REPLACE_ONE
+MECHANISM = "gaussian (smooth sensitivity)"
 
 
 @dataclass(frozen=True)
@@ -91,18 +122,49 @@ class FirstVisit:
     m: int
 
 
-def _discounted_returns(data: TrajectoryDataset, gamma: float) -> np.ndarray:
-    """G_t = Σ_{k ≥ t} γ^{k−t} R_k within each episode (vectorised over episodes)."""
-    lengths = np.asarray(data.episode_lengths, dtype=np.int64)
-    m, T = lengths.size, int(lengths.max())
-    ep = data.transition_episode_index
-    step = data.transition_steps
-    R = np.zeros((m, T + 1))
-    R[ep, step] = np.asarray(data.rewards, dtype=np.float64)
-    G = np.zeros((m, T + 1))
-    for t in range(T - 1, -1, -1):  # backwards over time, vectorised over episodes
-        G[:, t] = R[:, t] + gamma * G[:, t + 1]
-    return G[ep, step]
+def return_range(reward_bounds: tuple[float, float], gamma: float) -> float:
+    """Width of an interval holding every discounted return-to-go Σ_{k≥t} γ^{k−t} R_k of an
+    episode (any length ≥ 1) whose rewards lie in [a, b]:
+
+        lowest = a/(1−γ) if a < 0 else a,    highest = b/(1−γ) if b > 0 else b.
+
+    With a ≤ 0 ≤ b this is (b − a)/(1 − γ), the paper's R/(1−γ). Needs γ < 1 (γ = 1 leaves the
+    returns unbounded without a public horizon) and finite a < b. Public inputs only.
+    """
+    a, b = float(reward_bounds[0]), float(reward_bounds[1])
+    if not (math.isfinite(a) and math.isfinite(b) and a < b):
+        raise ValueError(f"reward bounds must be finite with low < high, got [{a}, {b}]")
+    gamma = float(gamma)
+    if not 0.0 <= gamma < 1.0:
+        raise ValueError(
+            f"the first-visit returns are bounded by R/(1−γ), which needs a discount γ in "
+            f"[0, 1), got γ = {gamma}"
+        )
+    lowest = a / (1.0 - gamma) if a < 0 else a
+    highest = b / (1.0 - gamma) if b > 0 else b
+    width = highest - lowest
+    if not math.isfinite(width):
+        raise ValueError(f"the return range for rewards in [{a}, {b}] and γ = {gamma} overflows")
+    return width
+
+
+def _discounted_returns(data: TrajectoryDataset, gamma: float, rewards: np.ndarray) -> np.ndarray:
+    """G_t = Σ_{k ≥ t} γ^{k−t} R_k within each episode, per transition (flat, O(transitions)
+    memory: one vectorised step per time index over the episodes still running, never an
+    [episodes × longest episode] array, whose size would depend on the private data)."""
+    n = int(data.n_transitions)
+    G = np.zeros(n)
+    if n == 0:
+        return G
+    step = np.asarray(data.transition_steps, dtype=np.int64)
+    lengths = np.asarray(data.episode_lengths, dtype=np.int64)[data.transition_episode_index]
+    has_next = step + 1 < lengths
+    order = np.argsort(-step, kind="stable")  # latest time index first
+    cuts = np.flatnonzero(np.diff(step[order])) + 1
+    for idx in np.split(order, cuts):  # backwards over time, vectorised over episodes
+        nxt = np.where(has_next[idx], G[np.minimum(idx + 1, n - 1)], 0.0)
+        G[idx] = rewards[idx] + gamma * nxt
+    return G
 
 
 def first_visit_returns(
@@ -110,10 +172,15 @@ def first_visit_returns(
     state_index: Callable[[np.ndarray], np.ndarray],
     n_states: int,
     gamma: float,
+    *,
+    reward_bounds: tuple[float, float] | None = None,
 ) -> FirstVisit:
     """m_s and F̄_s from a dataset; `state_index` maps observations to {0..S-1}.
 
-    Truncated episodes contribute their truncated returns (no bootstrapping: Monte Carlo).
+    With `reward_bounds` = (a, b) (public), every reward is clipped into [a, b] first, which
+    is what makes `return_range(reward_bounds, γ)` a true bound for the private runs (the
+    declared bound is enforced on the data, never checked against it). Truncated episodes
+    contribute their truncated returns (no bootstrapping: Monte Carlo).
     """
     if data.n_episodes == 0:
         raise DatasetError("the dataset has no episodes")
@@ -122,7 +189,10 @@ def first_visit_returns(
     s = np.asarray(state_index(np.asarray(data.observations)[rows]), dtype=np.int64)
     if s.size and (s.min() < 0 or s.max() >= n_states):
         raise ValueError(f"state_index returned values outside [0, {n_states})")
-    G = _discounted_returns(data, gamma)
+    rewards = np.asarray(data.rewards, dtype=np.float64)
+    if reward_bounds is not None:
+        rewards = np.clip(rewards, float(reward_bounds[0]), float(reward_bounds[1]))
+    G = _discounted_returns(data, gamma, rewards)
     key = ep * n_states + s
     _, first = np.unique(key, return_index=True)  # first visit of each (episode, state)
     counts = np.bincount(s[first], minlength=n_states).astype(np.int64)
@@ -164,6 +234,12 @@ def lsw_psi(rho: np.ndarray, counts: np.ndarray, beta: float) -> float:
     return float(np.max(np.exp(-k * beta) * lsw_phi_w(rho, counts, k)))
 
 
+def _lsw_scale(Phi: np.ndarray, rho: np.ndarray, alpha: float, return_range: float) -> float:
+    """α · return_range · ‖(Γ^{1/2}Φ)⁺‖_F (σ_X = this · √Ψ)."""
+    pinv_norm = float(np.linalg.norm(np.linalg.pinv(np.sqrt(rho)[:, None] * Phi), "fro"))
+    return alpha * return_range * pinv_norm
+
+
 def lsw_sigma(
     Phi: np.ndarray,
     rho: np.ndarray,
@@ -173,10 +249,19 @@ def lsw_sigma(
     delta: float,
     return_range: float,
 ) -> float:
-    """σ_X = α · return_range · ‖(Γ^{1/2}Φ)⁺‖_F · √Ψ."""
+    """σ_X = α · return_range · ‖(Γ^{1/2}Φ)⁺‖_F · √Ψ. DATA-DEPENDENT: never publish it."""
     alpha, beta = smooth_constants(epsilon, delta, Phi.shape[1])
-    pinv_norm = float(np.linalg.norm(np.linalg.pinv(np.sqrt(rho)[:, None] * Phi), "fro"))
-    return alpha * return_range * pinv_norm * math.sqrt(lsw_psi(rho, counts, beta))
+    return _lsw_scale(Phi, rho, alpha, return_range) * math.sqrt(lsw_psi(rho, counts, beta))
+
+
+def lsw_sigma_bounds(
+    Phi: np.ndarray, rho: np.ndarray, m: int, *, epsilon: float, delta: float, return_range: float
+) -> tuple[float, float]:
+    """Public [σ_lo, σ_hi] ∋ σ_X for every dataset of m trajectories: 1/m² ≤ Ψ ≤ Σ_s ρ_s = 1
+    (m_s ≤ m in φ_w(X, 0); max(m_s − k, 1) ≥ 1 for every k)."""
+    alpha, _ = smooth_constants(epsilon, delta, Phi.shape[1])
+    scale = _lsw_scale(Phi, rho, alpha, return_range)
+    return scale / max(int(m), 1), scale
 
 
 # ------------------------------------------------------------------------ DP-LSL (V2)
@@ -192,12 +277,16 @@ def lsl_estimate(Phi: np.ndarray, rho: np.ndarray, fv: FirstVisit, lam: float) -
 
 def _lsl_check(Phi: np.ndarray, rho: np.ndarray, lam: float) -> float:
     bound = float(np.max(rho)) * float(np.linalg.norm(Phi, "fro")) ** 2
-    if not lam > bound:
+    if not (lam > bound and math.isfinite(lam)):
         raise ValueError(
-            f"DP-LSL needs λ > ‖ρ‖_∞‖Φ‖_F² = {bound:.4g}, got λ = {lam:.4g}; increase c in "
-            "λ = c·m^0.4"
+            f"DP-LSL needs a finite λ > ‖ρ‖_∞‖Φ‖_F² = {bound:.4g}, got λ = {lam:.4g}; choose c "
+            "in λ = c·m^0.4 accordingly"
         )
     return bound
+
+
+def _lsl_c_lambda(Phi: np.ndarray, rho: np.ndarray, lam: float) -> float:
+    return float(np.linalg.norm(Phi, "fro")) * float(np.max(rho)) / math.sqrt(2.0 * lam)
 
 
 def lsl_psi(
@@ -205,11 +294,19 @@ def lsl_psi(
 ) -> float:
     """max_{k ≥ 0} e^{−kβ} ψ(X, k), ψ(X, k) = (c_λ √(Σ_s ρ_s min(m_s + k, m)) + ‖ρ‖₂)².
     ψ stops growing at k = m, so k ∈ [0, m] is exhaustive."""
-    c_lam = float(np.linalg.norm(Phi, "fro")) * float(np.max(rho)) / math.sqrt(2.0 * lam)
+    c_lam = _lsl_c_lambda(Phi, rho, lam)
     k = np.arange(m + 1, dtype=np.float64)
     inner = (rho[None, :] * np.minimum(counts[None, :] + k[:, None], m)).sum(axis=1)
     psi = (c_lam * np.sqrt(inner) + float(np.linalg.norm(rho))) ** 2
     return float(np.max(np.exp(-k * beta) * psi))
+
+
+def _lsl_scale(
+    Phi: np.ndarray, rho: np.ndarray, lam: float, alpha: float, return_range: float
+) -> float:
+    """2α·return_range·‖Φ‖_F/(λ − ‖ρ‖_∞‖Φ‖_F²) (σ_X = this · √max_k e^{−kβ}ψ)."""
+    bound = _lsl_check(Phi, rho, lam)
+    return 2.0 * alpha * return_range * float(np.linalg.norm(Phi, "fro")) / (lam - bound)
 
 
 def lsl_sigma(
@@ -223,68 +320,225 @@ def lsl_sigma(
     delta: float,
     return_range: float,
 ) -> float:
-    """σ_X = 2α·return_range·‖Φ‖_F/(λ − ‖ρ‖_∞‖Φ‖_F²) · √(max_k e^{−kβ} ψ(X, k))."""
-    bound = _lsl_check(Phi, rho, lam)
+    """σ_X = 2α·return_range·‖Φ‖_F/(λ − ‖ρ‖_∞‖Φ‖_F²) · √(max_k e^{−kβ} ψ(X, k)).
+    DATA-DEPENDENT: never publish it."""
     alpha, beta = smooth_constants(epsilon, delta, Phi.shape[1])
-    frob = float(np.linalg.norm(Phi, "fro"))
-    scale = 2.0 * alpha * return_range * frob / (lam - bound)
+    scale = _lsl_scale(Phi, rho, lam, alpha, return_range)
     return scale * math.sqrt(lsl_psi(Phi, rho, counts, m, lam, beta))
+
+
+def lsl_sigma_bounds(
+    Phi: np.ndarray,
+    rho: np.ndarray,
+    m: int,
+    lam: float,
+    *,
+    epsilon: float,
+    delta: float,
+    return_range: float,
+) -> tuple[float, float]:
+    """Public [σ_lo, σ_hi] ∋ σ_X for every dataset of m trajectories:
+    ‖ρ‖₂² ≤ ψ(X, 0) ≤ max_k e^{−kβ}ψ(X, k) ≤ (c_λ√m + ‖ρ‖₂)² (Σ_s ρ_s min(m_s + k, m) ≤ m)."""
+    alpha, _ = smooth_constants(epsilon, delta, Phi.shape[1])
+    scale = _lsl_scale(Phi, rho, lam, alpha, return_range)
+    rho2 = float(np.linalg.norm(rho))
+    return scale * rho2, scale * (_lsl_c_lambda(Phi, rho, lam) * math.sqrt(m) + rho2)
 
 
 # ------------------------------------------------------------------------ runs
 
 
+Algorithm = Literal["dp-lsw", "dp-lsl"]
+
+_NAMES = {
+    "dp-lsw": "DP-LSW value weights θ_X (first-visit MC, fixed weights ρ)",
+    "dp-lsl": "DP-LSL value weights θ_λ (first-visit MC, ridge, weights ρ_s m_s/m)",
+}
+_LABELS = {"dp-lsw": "DP-LSW (V1)", "dp-lsl": "DP-LSL (V2)"}
+
+
+@dataclass(frozen=True)
+class SmoothSensitivityPlan:
+    """The public side of one DP-LSW / DP-LSL release, fixed before the data are read.
+
+    Everything here is a function of public quantities ((ε, δ), the number of features n, the
+    return range, m — public under replace-one — and λ for DP-LSL), so the report it builds
+    is the same for every neighbouring dataset and can be checked against a ledger first.
+    `sigma_bounds` is the public interval holding σ_X (see the module docstring).
+    """
+
+    algorithm: Algorithm
+    epsilon: float
+    delta: float
+    alpha: float
+    beta: float
+    return_range: float
+    m: int
+    n: int
+    lam: float | None
+    sigma_bounds: tuple[float, float]
+
+    def noise_scale(self, sigma_x: float) -> float:
+        """The σ the noise is drawn with: σ_X clamped to the public [σ_lo, σ_hi] (NaN → σ_hi).
+        Never fails on the data; never below the analysis' σ_X."""
+        lo, hi = self.sigma_bounds
+        if math.isnan(sigma_x):
+            return hi
+        return min(max(float(sigma_x), lo), hi)
+
+    def release(self) -> Release:
+        extra: dict[str, Any] = {
+            "algorithm": _LABELS[self.algorithm],
+            "framework": "smooth sensitivity (Nissim, Raskhodnikova & Smith 2007)",
+            "sensitivity": "data-dependent: a β-smooth upper bound S_β(X) on the local "
+            "sensitivity of θ (a function of the first-visit counts m_s); withheld, since its "
+            "value tells neighbouring datasets apart",
+            "noise_scale": "σ_X = α·S_β(X), data-dependent, withheld; drawn with σ_X clamped "
+            "to a public interval that holds it for every dataset of m trajectories",
+            "return_range": self.return_range,
+            "m": self.m,
+        }
+        if self.lam is not None:
+            extra["lambda"] = self.lam
+        return Release(
+            name=_NAMES[self.algorithm],
+            mechanism=MECHANISM,
+            sensitivity=math.nan,  # data-dependent and withheld (see extra)
+            norm="l2",
+            noise={"alpha": self.alpha, "beta": self.beta},
+            count=1,
+            size=int(self.n),
+            event=ApproxDpEvent(epsilon=float(self.epsilon), delta=float(self.delta)),
+            extra=extra,
+        )
+
+    def report(self, notes: tuple[str, ...] | list[str] = ()) -> PrivacyReport:
+        """(ε, δ) holds by construction (smooth-sensitivity framework): stated directly, since
+        the accountant cannot restate an ApproxDpEvent at its own δ."""
+        return PrivacyReport(
+            unit=UNIT,
+            relation=RELATION,
+            releases=[self.release()],
+            delta=float(self.delta),
+            epsilon=float(self.epsilon),
+            rho=None,
+            accountant="closed form: Gaussian noise at a smooth sensitivity bound "
+            "(Nissim, Raskhodnikova & Smith 2007; Balle et al. 2016), one release",
+            backend="rdp",
+            system=self.algorithm,
+            notes=list(notes),
+        )
+
+    def config(self) -> dict[str, Any]:
+        """The run's public settings (what config.json may show)."""
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "return_range": self.return_range,
+        }
+        if self.lam is not None:
+            out["lambda"] = self.lam
+        return out
+
+
+def _check_sigma_bounds(name: str, bounds: tuple[float, float]) -> tuple[float, float]:
+    lo, hi = bounds
+    if not (lo > 0 and math.isfinite(hi)):
+        raise ValueError(
+            f"{name}: the noise scale is not representable for these public parameters (for "
+            f"datasets of this size it lies in [{lo:.4g}, {hi:.4g}]); use a smaller reward "
+            "range or a larger ε"
+        )
+    return lo, hi
+
+
+def _check_m(m: int) -> int:
+    if int(m) < 1:
+        raise ValueError(f"the dataset must have m >= 1 trajectories, got {m}")
+    return int(m)
+
+
+def plan_dp_lsw(
+    Phi: np.ndarray,
+    rho: np.ndarray,
+    m: int,
+    *,
+    epsilon: float,
+    delta: float,
+    return_range: float,
+) -> SmoothSensitivityPlan:
+    """The public plan of a DP-LSW release (refuses, on public grounds, settings whose noise
+    scale cannot be represented)."""
+    rho = _check_rho(rho, Phi.shape[0])
+    m = _check_m(m)
+    _check_return_range(return_range)
+    alpha, beta = smooth_constants(epsilon, delta, Phi.shape[1])
+    bounds = lsw_sigma_bounds(Phi, rho, m, epsilon=epsilon, delta=delta, return_range=return_range)
+    return SmoothSensitivityPlan(
+        "dp-lsw",
+        float(epsilon),
+        float(delta),
+        alpha,
+        beta,
+        float(return_range),
+        m,
+        int(Phi.shape[1]),
+        None,
+        _check_sigma_bounds("DP-LSW", bounds),
+    )
+
+
+def plan_dp_lsl(
+    Phi: np.ndarray,
+    rho: np.ndarray,
+    m: int,
+    *,
+    epsilon: float,
+    delta: float,
+    return_range: float,
+    c: float = 1.0,
+    lam: float | None = None,
+) -> SmoothSensitivityPlan:
+    """The public plan of a DP-LSL release, λ = c·m^0.4 unless given (public: c and m are)."""
+    rho = _check_rho(rho, Phi.shape[0])
+    m = _check_m(m)
+    _check_return_range(return_range)
+    lam = float(c) * m**0.4 if lam is None else float(lam)
+    alpha, beta = smooth_constants(epsilon, delta, Phi.shape[1])
+    bounds = lsl_sigma_bounds(
+        Phi, rho, m, lam, epsilon=epsilon, delta=delta, return_range=return_range
+    )
+    return SmoothSensitivityPlan(
+        "dp-lsl",
+        float(epsilon),
+        float(delta),
+        alpha,
+        beta,
+        float(return_range),
+        m,
+        int(Phi.shape[1]),
+        lam,
+        _check_sigma_bounds("DP-LSL", bounds),
+    )
+
+
 @dataclass
 class OutputPerturbationResult:
+    """A DP-LSW / DP-LSL run. `theta` and `report` may be published; `theta_nonprivate` and
+    `private_sigma` are functions of the private data without a mechanism: for experiments
+    only, NEVER publish them (config, metrics, logs, plots)."""
+
     theta: np.ndarray
     theta_nonprivate: np.ndarray  # for experiments only: never publish it
-    sigma: float
+    private_sigma: float  # σ the noise was drawn with (data-dependent): never publish it
     report: PrivacyReport
-    config: dict[str, Any] = field(default_factory=dict)
-
-
-def _release(
-    name: str, sigma: float, epsilon: float, delta: float, n: int, extra: dict[str, Any]
-) -> Release:
-    alpha, beta = smooth_constants(epsilon, delta, n)
-    return Release(
-        name=name,
-        mechanism="gaussian_smooth_sensitivity",
-        sensitivity=float(sigma / alpha),  # the β-smooth upper bound on local sensitivity
-        norm="l2",
-        noise={"sigma": float(sigma), "alpha": alpha, "beta": beta},
-        count=1,
-        size=int(n),
-        event=ApproxDpEvent(epsilon=float(epsilon), delta=float(delta)),
-        extra={"framework": "smooth sensitivity (Nissim, Raskhodnikova & Smith 2007)", **extra},
-    )
-
-
-def _report(
-    release: Release, epsilon: float, delta: float, system: str, notes: tuple[str, ...]
-) -> PrivacyReport:
-    """(ε, δ) holds by construction (smooth-sensitivity framework): stated directly, since the
-    accountant cannot restate an ApproxDpEvent at its own δ."""
-    return PrivacyReport(
-        unit=UNIT,
-        relation=RELATION,
-        releases=[release],
-        delta=float(delta),
-        epsilon=float(epsilon),
-        rho=None,
-        accountant="closed form: Gaussian noise at a smooth sensitivity bound "
-        "(Nissim, Raskhodnikova & Smith 2007; Balle et al. 2016), one release",
-        backend="rdp",
-        system=system,
-        notes=list(notes),
-    )
+    config: dict[str, Any] = field(default_factory=dict)  # public settings only
 
 
 def _noisy(theta: np.ndarray, sigma: float, rng: np.random.Generator, name: str) -> np.ndarray:
-    if sigma <= 0 or not math.isfinite(sigma):
-        raise ValueError(f"smooth-sensitivity noise scale must be finite and > 0, got {sigma}")
     # The draw goes through the privacy core; its fixed-sensitivity record is replaced by the
-    # smooth-sensitivity one (see the module docstring).
+    # smooth-sensitivity one (see the module docstring). σ > 0 and finite by the plan's clamp.
     noisy, _ = gaussian_mechanism(theta, sensitivity=1.0, sigma=sigma, rng=rng, name=name)
     return np.asarray(noisy, dtype=np.float64)
 
@@ -294,6 +548,11 @@ def _check_rho(rho: np.ndarray, S: int) -> np.ndarray:
     if rho.shape != (S,) or np.any(rho < 0) or not np.isclose(rho.sum(), 1.0):
         raise ValueError(f"rho must be a distribution over the {S} states")
     return rho
+
+
+def _check_return_range(return_range: float) -> None:
+    if not (math.isfinite(return_range) and return_range > 0):
+        raise ValueError(f"the return range must be finite and > 0, got {return_range}")
 
 
 def dp_lsw(
@@ -307,24 +566,16 @@ def dp_lsw(
     rng: np.random.Generator,
     notes: tuple[str, ...] = (),
 ) -> OutputPerturbationResult:
-    """DP-LSW (V1): θ_X + N(0, σ_X² I)."""
+    """DP-LSW (V1): θ_X + N(0, σ_X² I). `fv` must come from rewards inside an interval whose
+    `return_range` is given (`first_visit_returns(..., reward_bounds=...)` enforces it)."""
+    plan = plan_dp_lsw(Phi, rho, fv.m, epsilon=epsilon, delta=delta, return_range=return_range)
     rho = _check_rho(rho, Phi.shape[0])
     theta = lsw_estimate(Phi, rho, fv)
-    sigma = lsw_sigma(Phi, rho, fv.counts, epsilon=epsilon, delta=delta, return_range=return_range)
-    name = "DP-LSW value weights θ_X (first-visit MC, fixed weights ρ)"
-    noisy = _noisy(theta, sigma, rng, name)
-    release = _release(
-        name,
-        sigma,
-        epsilon,
-        delta,
-        Phi.shape[1],
-        {"return_range": return_range, "algorithm": "DP-LSW (V1)"},
+    sigma = plan.noise_scale(
+        lsw_sigma(Phi, rho, fv.counts, epsilon=epsilon, delta=delta, return_range=return_range)
     )
-    report = _report(release, epsilon, delta, "dp-lsw", notes)
-    return OutputPerturbationResult(
-        noisy, theta, sigma, report, {"algorithm": "dp-lsw", "sigma": sigma}
-    )
+    noisy = _noisy(theta, sigma, rng, _NAMES["dp-lsw"])
+    return OutputPerturbationResult(noisy, theta, sigma, plan.report(notes), plan.config())
 
 
 def dp_lsl(
@@ -341,23 +592,17 @@ def dp_lsl(
     notes: tuple[str, ...] = (),
 ) -> OutputPerturbationResult:
     """DP-LSL (V2): θ_λ + N(0, σ_X² I), λ = c·m^0.4 unless given."""
+    plan = plan_dp_lsl(
+        Phi, rho, fv.m, epsilon=epsilon, delta=delta, return_range=return_range, c=c, lam=lam
+    )
     rho = _check_rho(rho, Phi.shape[0])
-    lam = c * fv.m**0.4 if lam is None else lam
-    sigma = lsl_sigma(
-        Phi, rho, fv.counts, fv.m, lam, epsilon=epsilon, delta=delta, return_range=return_range
+    lam = plan.lam
+    assert lam is not None
+    sigma = plan.noise_scale(
+        lsl_sigma(
+            Phi, rho, fv.counts, fv.m, lam, epsilon=epsilon, delta=delta, return_range=return_range
+        )
     )
     theta = lsl_estimate(Phi, rho, fv, lam)
-    name = "DP-LSL value weights θ_λ (first-visit MC, ridge, weights ρ_s m_s/m)"
-    noisy = _noisy(theta, sigma, rng, name)
-    release = _release(
-        name,
-        sigma,
-        epsilon,
-        delta,
-        Phi.shape[1],
-        {"return_range": return_range, "lambda": lam, "algorithm": "DP-LSL (V2)"},
-    )
-    report = _report(release, epsilon, delta, "dp-lsl", notes)
-    return OutputPerturbationResult(
-        noisy, theta, sigma, report, {"algorithm": "dp-lsl", "sigma": sigma, "lambda": lam}
-    )
+    noisy = _noisy(theta, sigma, rng, _NAMES["dp-lsl"])
+    return OutputPerturbationResult(noisy, theta, sigma, plan.report(notes), plan.config())

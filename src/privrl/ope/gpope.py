@@ -60,9 +60,11 @@ __all__ = [
     "GpopeResult",
     "PublicTuning",
     "StepSize",
+    "calibrated_sigma",
     "gpope",
     "gpope_release",
     "gpope_replicas",
+    "gpope_report",
     "gtd2_saddle_point",
     "record_points",
     "tune_on_public",
@@ -230,6 +232,15 @@ def gtd2_saddle_point(
             if norms is not None:
                 norms[i] = norm
             if finite_clip:
+                bad = ~np.isfinite(norm)
+                if bad.any():
+                    # A gradient that overflowed (extreme rewards or ratios) cannot be scaled
+                    # into the h-ball; replace it by 0, which is inside it: the clipped
+                    # gradient stays a function into the ball (sensitivity 2h) and the run
+                    # never fails or turns NaN because of one trajectory's values.
+                    g = np.where(bad[:, None], 0.0, g)
+                    norm = np.where(bad, 0.0, norm)
+                    clipped += bad
                 over = norm > clip
                 if over.any():
                     clipped += over
@@ -262,6 +273,14 @@ def _cached_sigma(
     eps: float, delta: float, m: int, n_iter: int, mode: str, orders: tuple | None = None
 ) -> float:
     return calibrate_sigma(eps, delta, m, n_iter, mode, orders=orders)  # type: ignore[arg-type]
+
+
+def calibrated_sigma(
+    epsilon: float, delta: float, m: int, iterations: int, accounting: AccountingMode
+) -> float:
+    """σ (noise std / h) of a GPOPE run for a target (ε, δ), from public inputs only: (ε, δ),
+    m (public under replace-one), N and the accounting mode. Cached per process."""
+    return _resolve_sigma(epsilon, None, delta, m, iterations, accounting)[0]
 
 
 def gpope_release(
@@ -336,7 +355,7 @@ def _resolve_sigma(
     return float(sigma), None
 
 
-def _report(
+def gpope_report(
     *,
     sigma: float,
     clip: float,
@@ -350,8 +369,9 @@ def _report(
     notes: Sequence[str],
     orders: tuple[float, ...] | None = None,
 ) -> PrivacyReport:
-    """The run's report. ε comes from the rigorous accountant on the release's event (dense
-    RDP orders; `orders` substitutes a coarser grid — an upper bound, used by quick runs)."""
+    """The run's report, from public inputs only (so a command can check it against a ledger
+    before reading the data). ε comes from the rigorous accountant on the release's event
+    (dense RDP orders; `orders` substitutes a coarser grid — an upper bound, for quick runs)."""
     notes = list(notes)
     if sigma == 0:
         return PrivacyReport.non_private(
@@ -415,6 +435,9 @@ def _report(
     )
 
 
+_report = gpope_report  # the reproductions' name
+
+
 def _check_common(clip: float, iterations: int, delta: float) -> None:
     if not (clip > 0) or math.isnan(clip):
         raise ValueError(f"clip bound h must be > 0, got {clip}")
@@ -448,7 +471,7 @@ def gpope(
     _check_common(clip, iterations, delta)
     m, n = stats.m, stats.n
     sig, _ = _resolve_sigma(epsilon, sigma, delta, m, iterations, accounting)
-    report = _report(
+    report = gpope_report(
         sigma=sig,
         clip=clip,
         m=m,

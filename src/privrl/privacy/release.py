@@ -18,7 +18,10 @@ class Release:
         name: what was released, in the paper's words (e.g. "transition counts n_h(s,a,s')").
         mechanism: mechanism identifier ("gaussian", "laplace", "discrete_gaussian",
             "discrete_laplace", "binomial", "gaussian_symmetric_matrix", ...).
-        sensitivity: sensitivity of the released statistic under the stated relation.
+        sensitivity: sensitivity of the released statistic under the stated relation. NaN
+            when it is data-dependent (smooth sensitivity) and therefore withheld: `extra`
+            then says how it is computed, never its value (it would tell neighbouring
+            datasets apart).
         norm: the norm the sensitivity is measured in ("l1", "l2", "frobenius", or "linf" for
             a per-coordinate shift such as the binomial mechanism's).
         noise: noise parameters, e.g. {"sigma": 2.0, "noise_multiplier": 1.0}.

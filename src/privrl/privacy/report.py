@@ -412,6 +412,8 @@ class PrivacyReport:
         table.add_column("count", justify="right")
         for r in self.releases:
             sensitivity = Text(f"{fmt_number(r.sensitivity, 4)} ({r.norm})")
+            if math.isnan(r.sensitivity):  # data-dependent (smooth sensitivity): withheld
+                sensitivity = Text(f"withheld, data-dependent ({r.norm})")
             if is_public(r):
                 noise, sensitivity = Text("none (public data)"), Text("-")
             elif is_non_private(r):
