@@ -425,22 +425,16 @@ CASES = [
         lambda p: _ope(p, imported=True),
         (*GPOPE_ON_POLICY,),
         must_run=False,
-        marks=_xfail(
-            "gpope builds its one-hot features (the size of θ) from an observation space the "
-            "import inferred from the data"
-        ),
     ),
     Case(
         "dp-lsw",
         _ope,
         ("ope", "dp-lsw", *BASELINE),
-        marks=_xfail("dp-lsw publishes its smooth-sensitivity noise scale σ_X"),
     ),
     Case(
         "dp-lsl",
         _ope,
         ("ope", "dp-lsl", *BASELINE),
-        marks=_xfail("dp-lsl publishes its smooth-sensitivity noise scale σ_X"),
     ),
     # ---- consensus filter + Selective DP-SGD, expert-level DP-SGD (add/remove one expert) ----
     Case(
@@ -632,20 +626,7 @@ def _ope_reward_outlier(pair: Pair) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(
-            c,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason=f"{c} does not enforce --reward-range on the data (rewards are not clipped)",
-            ),
-        )
-        for c in ("dp-lsw", "dp-lsl")
-    ],
-)
+@pytest.mark.parametrize("command", ["dp-lsw", "dp-lsl"])
 def test_baselines_enforce_the_declared_reward_range(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

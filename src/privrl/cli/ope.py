@@ -297,6 +297,21 @@ def _features(spec: str | None, env: str | None, domain: Any, space: Any) -> Any
     return _check_dim(feats, f"--features {spec}")
 
 
+def _refuse_inferred_spaces(meta: Any, data_path: Path) -> None:
+    """The features (hence the size of θ and of every release) and the target policy are built
+    from the dataset's spaces, so they must be public: a space `privrl data import` guessed
+    from the data (max index + 1, observed bounds) is not."""
+    from privrl.privacy.public import inferred_fields
+
+    inferred = [f for f in ("observation_space", "action_space") if f in inferred_fields(meta)]
+    if inferred:
+        raise CliError(
+            f"{data_path}: the {' and '.join(inferred)} in its metadata were inferred from the "
+            "private data at import, so they cannot size the features or the releases; "
+            "re-import it with --observation-space and --action-space (public values)"
+        )
+
+
 def _check_dim(features: Any, what: str) -> Any:
     dim = int(getattr(features, "dim", 0) or 0)
     if dim > MAX_FEATURES:
@@ -375,6 +390,7 @@ def _problem(
         raise CliError(f"--data {data_path} is a directory; give a privrl HDF5 dataset file")
     header = read_header(data_path)  # metadata and sizes only: no episode is read here
     meta = header.metadata
+    _refuse_inferred_spaces(meta, data_path)
     policy = _policy(None, target_spec, meta.action_space)
     feats = _features(features_spec, None, None, meta.observation_space)
     g = float(
