@@ -3,6 +3,7 @@ loops and with ordinary FedAvg, accounting, calibration, public parameters and u
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -12,6 +13,7 @@ from dp_accounting import dp_event
 
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.nn.ensemble import GaussianEnsemble
+from privrl.nn.normalizer import Normalizer
 from privrl.primorl import dp_fedavg as fed
 from privrl.primorl.dynamics import DynamicsConfig, DynamicsModel
 from privrl.privacy.accounting import calibrate_noise_multiplier, epsilon, sampled_gaussian_event
@@ -418,10 +420,14 @@ def test_missing_public_parameters_are_refused() -> None:
             fed.plan_dp_fedavg(fed.DpFedAvgConfig(**{**cfg, key: None}))
     with pytest.raises(PublicParameterError, match="--epsilon"):
         fed.plan_dp_fedavg(fed.DpFedAvgConfig(**{**cfg, "noise_multiplier": None}))
-    meta = DatasetMetadata(extra={"n_units": 250})
+    meta = DatasetMetadata(extra={"n_trajectories": 250, "n_users": 40})
     plan = fed.plan_dp_fedavg(fed.DpFedAvgConfig(**{**cfg, "n_units": None}), metadata=meta)
     assert plan.K == 250
-    inferred = DatasetMetadata(extra={"n_units": 250, "inferred_from_data": ["n_units"]})
+    users = fed.DpFedAvgConfig(**{**cfg, "n_units": None, "unit": "user"})
+    assert fed.plan_dp_fedavg(users, metadata=meta).K == 40
+    inferred = DatasetMetadata(
+        extra={"n_trajectories": 250, "inferred_from_data": ["n_trajectories"]}
+    )
     with pytest.raises(PublicParameterError, match="inferred from the data"):
         fed.plan_dp_fedavg(fed.DpFedAvgConfig(**{**cfg, "n_units": None}), metadata=inferred)
     for bad in (
@@ -532,3 +538,21 @@ def test_auto_chunk_follows_model_size() -> None:
     big = fed.EnsembleLayout(GaussianEnsemble(23, 18, (200,) * 4, 7))
     assert fed.auto_chunk_copies(small, 30) == 30
     assert 1 <= fed.auto_chunk_copies(big, 30) <= 8
+
+
+def test_what_is_published_besides_the_model_is_identical_on_neighbours() -> None:
+    """Add/remove neighbours (one trajectory removed): the report — ε, the release, every
+    public parameter and its source, the notes — is identical; only the noisy model differs
+    (K is declared, T = T_max without a public split, normalisers from public bounds)."""
+    data = _dataset([20] * 10, seed=4)
+    plan = _plan(noise_multiplier=3.0, n_units=10, sampling_rate=0.3, max_rounds=4)
+    published = []
+    for episodes in (np.arange(10), np.arange(9)):
+        model = DynamicsModel(3, 1, SMALL)
+        model.input_normalizer = Normalizer.from_bounds([-5.0] * 4, [5.0] * 4, source="bounds")
+        res = fed.train_dp_fedavg(model, data.subset(episodes), plan, normalizer="model", seed=0)
+        report = res.report.to_dict()
+        report.pop("created")
+        published.append(json.dumps([report, res.to_dict()], sort_keys=True))
+    assert published[0] == published[1]
+    assert '"count": 4' in published[0]

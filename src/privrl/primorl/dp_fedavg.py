@@ -33,10 +33,11 @@ never change and are not released as a function of the data.
 Decisions (spec) and departures:
 
 * K, the number of units in the denominator qK, is a declared public value (a flag, or
-  ``metadata.extra["n_units"]``), never counted from the private data: under add/remove the
-  true count differs between neighbours, and dividing by it would make the update (and a
-  published config) depend on it. The guarantee does not depend on K (the sensitivity C/(qK)
-  and the noise zC/(qK) scale together); a wrong K only rescales the step.
+  ``metadata.extra["n_trajectories"]`` / ``["n_users"]``), never counted from the private
+  data: under add/remove the true count differs between neighbours, and dividing by it would
+  make the update (and a published config) depend on it. The guarantee does not depend on K
+  (the sensitivity C/(qK) and the noise zC/(qK) scale together); a wrong K only rescales the
+  step.
 * T_max is fixed in advance (its ε is the a-priori guarantee); early stopping looks only at
   the declared-public split; the report states ε for the T rounds actually run.
 * Normalisers come from the public split or from known bounds (the model's), elites are
@@ -129,6 +130,9 @@ DEFAULTS: dict[str, Any] = {
 # benchmarks/bench_primorl_step.py on this 2-core machine: see `auto_chunk_copies`.
 CHUNK_ELEMENTS = 4_000_000
 
+# Public metadata key (in ``metadata.extra``) that may declare K, per unit.
+_K_KEY = {"trajectory": "n_trajectories", "user": "n_users"}
+
 _ADAM_BETAS = (0.9, 0.999)
 _ADAM_EPS = 1e-8
 
@@ -165,10 +169,11 @@ class DpFedAvgConfig:
     ``clip_norm``, T_max ``max_rounds``, K ``n_units``, B ``local_batch``, E ``local_epochs``,
     η ``local_lr``. Give z, or a ``target_epsilon`` for which z is calibrated at T_max (with
     δ). C, T_max and K have no default: they must be given (K may also be declared in the
-    dataset's public metadata as ``n_units``); q, δ, B, E, η and the clip mode default to the
-    paper's values (`DEFAULTS`). ``clip_norm=math.inf`` with z = 0 is the paper's NO CLIP
-    variant, z = 0 with a finite C its NO NOISE / NO PRIVACY variant; both are non-private
-    (ε = ∞). ``plan_dp_fedavg`` resolves the values with their sources.
+    dataset's public metadata, ``extra["n_trajectories"]`` or ``["n_users"]``); q, δ, B, E,
+    η and the clip mode default to the paper's values (`DEFAULTS`). ``clip_norm=math.inf``
+    with z = 0 is the paper's NO CLIP variant, z = 0 with a finite C its NO NOISE / NO PRIVACY
+    variant; both are non-private (ε = ∞). ``plan_dp_fedavg`` resolves the values with their
+    sources.
 
     ``unit``: "trajectory" (TDP) or "user" (all trajectories of one user form one client).
     ``accountant``: backend of the reported ε and of the calibration ("pld" default; the other
@@ -393,7 +398,8 @@ def plan_dp_fedavg(config: DpFedAvgConfig, *, metadata: Any = None) -> DpFedAvgP
     calibrate z when a target ε is given (at T_max, with the configured accountant).
 
     ``metadata``: the dataset's public metadata (``DatasetMetadata`` or its dict); only K is
-    read from it (``extra["n_units"]``, unless marked inferred from the data). Missing C, T_max
+    read from it (``extra["n_trajectories"]``, or ``["n_users"]`` for user-level privacy,
+    unless marked inferred from the data). Missing C, T_max
     or K, or neither z nor a target ε, is refused with a message naming the fix.
     """
     p = PublicParameters()
@@ -427,11 +433,10 @@ def plan_dp_fedavg(config: DpFedAvgConfig, *, metadata: Any = None) -> DpFedAvgP
             "K (declared number of units)",
             flag=config.n_units,
             metadata=metadata,
-            key="n_units",
+            key=_K_KEY[config.unit],
             fix=(
-                "pass the declared number of training "
-                + ("users" if config.unit == "user" else "trajectories")
-                + " K (or declare n_units in the dataset's public metadata)"
+                f"pass the declared number of training {config.unit}s K (or declare "
+                f"{_K_KEY[config.unit]} in the dataset's public metadata)"
             ),
             detail="denominator qK",
         ),
