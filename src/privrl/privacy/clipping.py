@@ -33,6 +33,7 @@ __all__ = [
     "clip_groups",
     "clip_rows",
     "ensemble_clip",
+    "ensemble_clip_",
     "group_sum",
 ]
 
@@ -188,6 +189,8 @@ def ensemble_clip(
     tensors: Sequence[Array],
     max_norm: float,
     mode: Literal["flat", "per_layer"] = "flat",
+    *,
+    nonfinite: Literal["raise", "zero"] = "raise",
 ) -> list[Array]:
     """Clip an ensemble update so that each copy's joint norm over the ensemble is ≤ max_norm.
 
@@ -198,10 +201,57 @@ def ensemble_clip(
       per_layer  member i, tensor ℓ of copy c clipped to C/√(N·L), L = len(tensors).
     Either way Σ_i Σ_ℓ ‖·‖² ≤ C² per copy, so ε does not grow with N. Batched: one norm
     reduction per tensor, no loop over copies or members.
+
+    `nonfinite`: "raise" refuses NaN/infinite entries; "zero" maps every copy that has one
+    (in any member or tensor, or whose squared norm overflows) to zero — the whole copy, so
+    the bound still holds. Use "zero" on updates computed from private data: an error raised
+    only when some unit's local training diverges would itself reveal that unit.
     """
+    c, ts = _check_ensemble(tensors, max_norm, mode, nonfinite)
+    sqs = [_sq_norms(t, 2) for t in ts]  # [copies, members] each, float64
+    if nonfinite == "zero":
+        ts, sqs = _zero_nonfinite_copies(ts, sqs)
+    scales = _ensemble_scales(sqs, c, mode, int(ts[0].shape[1]))
+    return [_apply(t, s, 2) for t, s in zip(ts, scales, strict=True)]
+
+
+def ensemble_clip_(
+    tensors: Sequence[Array],
+    max_norm: float,
+    mode: Literal["flat", "per_layer"] = "flat",
+    *,
+    nonfinite: Literal["raise", "zero"] = "raise",
+) -> None:
+    """`ensemble_clip` in place, for floating-point torch tensors (views allowed, e.g. the
+    per-tensor views of one flat ``[copies, members, P]`` buffer): the same scales and the same
+    bound, without allocating clipped copies. A copy mapped to zero by ``nonfinite="zero"``
+    is zero-filled in place. Used in PRIMORL's local steps, where the clipped displacement
+    is the state and a full-size copy per step was a measurable share of the step.
+    """
+    c, ts = _check_ensemble(tensors, max_norm, mode, nonfinite)
+    if not (_is_torch(ts[0]) and all(t is u for t, u in zip(ts, tensors, strict=True))):
+        raise ValueError("ensemble_clip_ needs floating-point torch tensors (it writes in place)")
+    sqs = [_sq_norms(t, 2) for t in ts]
+    if nonfinite == "zero":
+        import torch
+
+        bad = ~torch.isfinite(torch.stack(sqs)).all(dim=(0, 2))  # [copies]
+        if bool(bad.any()):
+            for t in ts:
+                t.masked_fill_(bad.reshape(-1, *([1] * (t.ndim - 1))), 0.0)
+            sqs = [torch.where(bad[:, None], 0.0, sq) for sq in sqs]
+    for t, s in zip(ts, _ensemble_scales(sqs, c, mode, int(ts[0].shape[1])), strict=True):
+        t.mul_(s.to(dtype=t.dtype).reshape(*s.shape, *([1] * (t.ndim - 2))))
+
+
+def _check_ensemble(
+    tensors: Sequence[Array], max_norm: float, mode: str, nonfinite: str
+) -> tuple[float, list[Array]]:
     c = _check_max_norm(max_norm)
     if mode not in ("flat", "per_layer"):
         raise ValueError(f"mode must be 'flat' or 'per_layer', got {mode!r}")
+    if nonfinite not in ("raise", "zero"):
+        raise ValueError(f"nonfinite must be 'raise' or 'zero', got {nonfinite!r}")
     ts = [_as_float(t) for t in tensors]
     if not ts:
         raise ValueError("tensors is empty")
@@ -214,10 +264,36 @@ def ensemble_clip(
             )
     if len({_is_torch(t) for t in ts}) != 1:
         raise ValueError("tensors must be all numpy arrays or all torch tensors")
-    n_members, n_tensors = lead[1], len(ts)
+    return c, ts
+
+
+def _ensemble_scales(sqs: list[Array], c: float, mode: str, n_members: int) -> list[Array]:
+    """Per-tensor scales [copies, members]: flat shares one joint scale, bound C/√N per
+    member; per-layer scales each tensor to C/√(N·L). Non-finite norms raise here."""
     if mode == "flat":
-        sq = sum(_sq_norms(t, 2) for t in ts)
-        scales = _scales_from_sq(sq, c / math.sqrt(n_members))
-        return [_apply(t, scales, 2) for t in ts]
-    bound = c / math.sqrt(n_members * n_tensors)
-    return [_apply(t, _scales_from_sq(_sq_norms(t, 2), bound), 2) for t in ts]
+        scale = _scales_from_sq(sum(sqs), c / math.sqrt(n_members))
+        return [scale] * len(sqs)
+    bound = c / math.sqrt(n_members * len(sqs))
+    return [_scales_from_sq(sq, bound) for sq in sqs]
+
+
+def _zero_nonfinite_copies(ts: list[Array], sqs: list[Array]) -> tuple[list[Array], list[Array]]:
+    """Replace every copy with a non-finite squared norm (any member, any tensor) by zeros."""
+    if _is_torch(sqs[0]):
+        import torch
+
+        bad = ~torch.isfinite(torch.stack(sqs)).all(dim=(0, 2))  # [copies]
+        if not bool(bad.any()):
+            return ts, sqs
+        out = []
+        for t in ts:
+            mask = bad.reshape(-1, *([1] * (t.ndim - 1)))
+            out.append(torch.where(mask, torch.zeros((), dtype=t.dtype, device=t.device), t))
+        return out, [torch.where(bad[:, None], 0.0, sq) for sq in sqs]
+    bad_np = ~np.all(np.isfinite(np.stack(sqs)), axis=(0, 2))
+    if not bad_np.any():
+        return ts, sqs
+    out_np = [
+        np.where(bad_np.reshape(-1, *([1] * (t.ndim - 1))), 0.0, t).astype(t.dtype) for t in ts
+    ]
+    return out_np, [np.where(bad_np[:, None], 0.0, sq) for sq in sqs]
