@@ -81,7 +81,7 @@ MAX_WIDTH, MAX_LAYERS = 8192, 16
 MAX_EVAL_EPISODES = 10_000
 MAX_EVAL_HORIZON = 10**6
 MAX_EVALS = 10_000
-MAX_ROUNDS = 10**6
+MAX_ROUNDS = 10_000  # the paper uses T <= 100; the PLD's discretisation error grows with T
 MAX_LEN = 10**7
 MAX_EXPERTS = 10**9
 MAX_ACTIONS = 10**6
@@ -938,6 +938,8 @@ def expert_dp_command(
         experts = _experts_from_metadata(data, meta)
     elif not experts.exists():
         raise CliError(f"--experts: not found: {experts}")
+    elif not experts.is_dir():
+        raise CliError(f"--experts: {experts} is not a directory; give an expert set's directory")
     params = PublicParameters()
     m = _resolve_experts(params, n_experts, meta)
     delta = _resolve_delta(params, delta, m)
