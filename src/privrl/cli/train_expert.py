@@ -988,12 +988,6 @@ def expert_dp_command(
             raise CliError(f"the maximum trajectory length L must be >= 1, got {length!r}")
         if pm * n_actions > 1:
             raise CliError(f"--p-min {pm:g} is above 1/|A| = {1 / n_actions:.4g}")
-        # the filter's calibration is public: an infeasible one is refused before reading
-        calib = DataReleaseCalibration.from_budget(
-            split.epsilon1, split.delta1, rounds, length, pm, calibration=filter_calibration
-        )
-        params.derive("filter ε'", calib.epsilon_prime, f"{filter_calibration} calibration")
-        params.derive("filter δ'", calib.delta_prime, "δ1/(2TL)")
     z = _flag_or_default(params, "noise multiplier σ", noise_multiplier, DEFAULT_NOISE)
     c = _flag_or_default(params, "clipping norm C", clip_norm, DEFAULT_CLIP)
     cap = _flag_or_default(params, "steps cap", steps_cap, DEFAULT_STEPS_CAP)
@@ -1015,6 +1009,14 @@ def expert_dp_command(
     # 3. the ledger, then the private data, the run and its directory
     label = "privrl train expert-dp"
     with ledger_guard(data, planned, label=label, out=out) as reports:
+        if filter_runs:
+            # the filter's calibration is public: an infeasible one is refused before the data
+            # are read (after the ledger check: the PLD calibration's search takes seconds)
+            calib = DataReleaseCalibration.from_budget(
+                split.epsilon1, split.delta1, rounds, length, pm, calibration=filter_calibration
+            )
+            params.derive("filter ε'", calib.epsilon_prime, f"{filter_calibration} calibration")
+            params.derive("filter δ'", calib.delta_prime, "δ1/(2TL)")
         dataset = _load_dataset(data)
         obs_dim = _check_data(dataset, n_actions)
         expert_set = _load_experts(experts)
@@ -1211,20 +1213,6 @@ def dp_sgd_command(
         params.derive("sampling rate q", b / m, "b/m")
         z = _flag_or_default(params, "noise multiplier σ", noise_multiplier, DEFAULT_NOISE)
         c = _flag_or_default(params, "clipping norm C", clip_norm, DEFAULT_CLIP)
-        # the step count from public parameters only, before the data are read
-        n_steps, capped = plan_steps(
-            noise_multiplier=z,
-            sampling_probability=b / m,
-            epsilon=epsilon,
-            delta=delta,
-            steps=steps,
-            steps_cap=cap,
-        )
-        params.derive(
-            "private steps N",
-            n_steps,
-            "--steps" if steps is not None else "largest count within (ε, δ), PLD accountant",
-        )
         planned = (
             uncertified_plan(system, SHUFFLE_NOT_CERTIFIED)
             if sampling == "shuffle"
@@ -1238,6 +1226,22 @@ def dp_sgd_command(
 
     # 3. the ledger, then the private data, the run and its directory
     with ledger_guard(data, planned, label="privrl train dp-sgd", out=out) as reports:
+        if m is not None:
+            # the step count from public parameters only, before the data are read (after
+            # the ledger check: the accountant's search is not instant)
+            n_steps, capped = plan_steps(
+                noise_multiplier=z,
+                sampling_probability=b / m,
+                epsilon=epsilon,
+                delta=delta,
+                steps=steps,
+                steps_cap=cap,
+            )
+            params.derive(
+                "private steps N",
+                n_steps,
+                "--steps" if steps is not None else "largest count within (ε, δ), PLD accountant",
+            )
         dataset = _load_dataset(data)
         obs_dim = _check_data(dataset, n_actions)
         learner = _make_learner(
