@@ -1,11 +1,14 @@
 """`privrl train dp-sgd` and `privrl train expert-dp`: the run-directory contract, the privacy
-report of the expert unit, the non-private twin, ledgers, and bad input (exit code 2 with one
+report of the expert unit, the non-private twin, ledgers (checked before a single record is
+read), public parameters (m, |A|, L never read off the data), uncertified modes (ε = ∞),
+neighbouring datasets publishing the same parameters, and bad input (exit code 2 with one
 `error:` line)."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import math
 import sys
 import types
 from pathlib import Path
@@ -36,9 +39,10 @@ class _Heuristic:
         return np.where(rng.random(len(obs)) < 0.2, 1 - a, a)
 
 
-def _cartpole_data(seed: int = 0):
-    """M experts × 2 short CartPole episodes of a noisy heuristic, expert ids recorded."""
-    return collect(
+def _cartpole_data(seed: int = 0, *, declare: bool = True):
+    """M experts × 2 short CartPole episodes of a noisy heuristic, expert ids recorded; with
+    ``declare`` the metadata declare m = M, as a data holder (or a recipe) does."""
+    ds = collect(
         "CartPole-v1",
         _Heuristic(),
         n_episodes=2 * M,
@@ -48,6 +52,7 @@ def _cartpole_data(seed: int = 0):
         unit_ids=np.repeat(np.arange(M), 2),
         num_envs=4,
     )
+    return ds.with_metadata(ds.metadata.with_extra(n_experts=M)) if declare else ds
 
 
 @pytest.fixture(scope="module")
@@ -202,11 +207,14 @@ def test_ledger_checked_and_recorded(files, tmp_path, capsys) -> None:
         overwrite=True,
     )
     base = ["train", "dp-sgd", "--data", str(data), "--epsilon", "1", *FAST]
-    code, _, err = run([*base, "--out", str(tmp_path / "a")], capsys)
-    assert_bad_input(code, err, "ledger", "--delta")
-    code, _, err = run([*base, "--delta", "0.01", "--out", str(tmp_path / "b")], capsys)
+    out = tmp_path / "b"
+    code, _, err = run([*base, "--delta", "0.01", "--out", str(out)], capsys)
     assert code == 0, err
-    assert len(ledger.entries) == 1
+    # the recorded spend is the run's own report, as privacy.json states it
+    (entry,) = ledger.entries
+    recorded, written = entry.privacy_report(), json.loads((out / "privacy.json").read_text())
+    assert recorded.epsilon == pytest.approx(written["epsilon"]) and recorded.private
+    assert {p["name"] for p in written["public_parameters"]} >= {"number of experts m", "δ"}
     twin = ["train", "dp-sgd", "--data", str(data), "--non-private", "--steps", "3", *FAST]
     code, _, err = run([*twin, "--out", str(tmp_path / "c")], capsys)
     assert_bad_input(code, err, "not differentially private")
@@ -362,6 +370,12 @@ def test_reference_run_sets_the_normalised_score(files, twin, tmp_path, capsys) 
     assert refs["nonprivate"] == r_np and refs["random"] == 10.0 and refs["eval_horizon"] == 20
     assert refs["source"] == str(twin) and "normalised score" in stdout
     assert json.loads((out / "config.json").read_text())["reference"] == str(twin)
+    # the twin was trained on the same private data without a mechanism: its R_np, and the
+    # score, are labelled evaluation-only, outside the guarantee (metrics.json and the report)
+    assert metrics["reference_return_outside_guarantee"] is True
+    notes = json.loads((out / "privacy.json").read_text())["notes"]
+    assert any("NOT covered by this guarantee" in n and "--reference" in n for n in notes)
+    assert "outside the guarantee" in stdout
 
 
 def test_reference_return_and_random_return_given_as_numbers(
@@ -376,6 +390,10 @@ def test_reference_return_and_random_return_given_as_numbers(
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["normalised_score"] == pytest.approx((metrics["return_mean"] - 5) / 25)
     assert metrics["reference_returns"]["source"] == "--reference-return"
+    # a number given on the command line is public input, not a twin on this data
+    assert metrics["reference_return_outside_guarantee"] is False
+    notes = json.loads((out / "privacy.json").read_text())["notes"]
+    assert not any("NOT covered by this guarantee" in n for n in notes)
 
 
 def test_no_reference_anywhere_gives_no_score(tmp_path, capsys) -> None:
@@ -421,3 +439,285 @@ def test_bad_reference(files, twin, tmp_path, capsys) -> None:
     assert main([*base[:-1], str(private), *FAST]) == 0
     capsys.readouterr()
     assert_bad_input(2, bad("--reference", str(private)), "not a non-private twin")
+
+
+# ---------------------------------------------------------------------------------------------
+# the ledger before the data; uncertified modes; public parameters; neighbours; bad values
+# ---------------------------------------------------------------------------------------------
+
+
+def _unreadable_copy(src: Path, dst: Path) -> Path:
+    """A copy of a dataset file whose episode arrays cannot be read (``observations`` deleted)
+    but whose root attributes (metadata, sizes) are intact: any command that reads the
+    records fails on it with a data error."""
+    import shutil
+
+    import h5py
+
+    shutil.copyfile(src, dst)
+    with h5py.File(dst, "r+") as f:
+        del f["observations"]
+    with pytest.raises(Exception, match="observations"):
+        load_hdf5(dst)
+    return dst
+
+
+def _spent_ledger(path: Path) -> BudgetLedger:
+    """A ledger on `path` whose whole budget is already recorded (one Laplace release)."""
+    from dp_accounting import dp_event
+
+    from privrl.privacy.accounting import epsilon
+    from privrl.privacy.release import Release
+    from privrl.privacy.report import PrivacyReport
+
+    event = dp_event.LaplaceDpEvent(noise_multiplier=1.0)
+    total = epsilon(event, 0.1, backend="pld")  # the ledger's ε_total: exactly this release
+    ledger = BudgetLedger.init(
+        path, epsilon=total, delta=0.1, unit="expert", relation="add_remove", backend="pld"
+    )
+    spend = Release(
+        name="an earlier release",
+        mechanism="laplace",
+        sensitivity=1.0,
+        norm="l1",
+        noise={"scale": 1.0},
+        event=event,
+    )
+    ledger.record(
+        PrivacyReport.build("expert", "add_remove", [spend], 0.1, backend="pld", system="test")
+    )
+    assert ledger.remaining() <= 1e-9
+    return ledger
+
+
+def _edp(data: Path, experts: Path, out: Path, *extra: str) -> list[str]:
+    argv = ["train", "expert-dp", "--data", str(data), "--experts", str(experts)]
+    return [*argv, "--epsilon", "10", "--p", "0.5", "--filter-rounds", "2", "--out", str(out),
+            *FAST, *extra]  # fmt: skip
+
+
+def _dp(data: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", "dp-sgd", "--data", str(data), "--epsilon", "1", "--out", str(out),
+            *FAST, *extra]  # fmt: skip
+
+
+def test_ledger_refuses_before_any_record_is_read(files, tmp_path, capsys, fake_experts) -> None:
+    """Property: a private command reads only the dataset's header before the ledger check.
+    On a file whose episode arrays are unreadable, a spent ledger gives the ledger's refusal
+    (not a data error), and nothing is written to --out."""
+    data = _unreadable_copy(files["data"], tmp_path / "spent.h5")
+    _spent_ledger(data)
+    for argv in (
+        _dp(data, tmp_path / "dp"),
+        _edp(data, files["experts"], tmp_path / "edp"),
+    ):
+        code, _, err = run(argv, capsys)
+        assert_bad_input(code, err, "this run needs ε=", "ledger has ε=0")
+        assert "observations" not in err
+        out = Path(argv[argv.index("--out") + 1])
+        assert not any(out.glob("*.json"))
+
+
+@pytest.mark.parametrize("command", ["dp-sgd", "expert-dp"])
+def test_ledger_of_another_unit_is_refused_at_once(
+    command, files, tmp_path, capsys, fake_experts
+) -> None:
+    """Property: the planned spend names the expert unit, so a ledger that accounts another
+    unit refuses the run before any record is read (within a second), not after training."""
+    import time
+
+    data = _unreadable_copy(files["data"], tmp_path / "traj.h5")
+    BudgetLedger.init(data, epsilon=10.0, delta=0.5, unit="trajectory", relation="add_remove")
+    out = tmp_path / "r"
+    argv = _dp(data, out) if command == "dp-sgd" else _edp(data, files["experts"], out)
+    t0 = time.perf_counter()
+    code, _, err = run(argv, capsys)
+    elapsed = time.perf_counter() - t0
+    assert_bad_input(code, err, "ledger accounts")
+    assert "expert" in err and "observations" not in err
+    assert elapsed < 1.0, elapsed
+
+
+def test_uncertified_modes_are_refused_by_a_ledger_before_reading(
+    files, tmp_path, capsys, fake_experts
+) -> None:
+    """Property: `dp-sgd --sampling shuffle` and `expert-dp --accounting paper` (0 < p < 1)
+    are not certified, so their PLANNED report already says ε = ∞ and a ledger with ample
+    budget refuses them before any record is read."""
+    data = _unreadable_copy(files["data"], tmp_path / "ample.h5")
+    ledger = BudgetLedger.init(
+        data, epsilon=100.0, delta=0.5, unit="expert", relation="add_remove", backend="pld"
+    )
+    for argv in (
+        _dp(data, tmp_path / "shuffle", "--sampling", "shuffle"),
+        _edp(data, files["experts"], tmp_path / "paper", "--accounting", "paper"),
+    ):
+        code, _, err = run(argv, capsys)
+        assert_bad_input(code, err, "not differentially private (ε=∞)")
+        assert "observations" not in err
+    assert ledger.entries == ()
+
+
+def test_uncertified_modes_report_infinite_epsilon(files, tmp_path, capsys, fake_experts) -> None:
+    """Property: an uncertified run states ε = ∞ and private = false; the paper's ε appears
+    only as the labelled comparison field epsilon_paper_accounting (and a note)."""
+    paper = _edp(files["data"], files["experts"], tmp_path / "paper", "--accounting", "paper")
+    shuffle = _dp(files["data"], tmp_path / "shuffle", "--sampling", "shuffle")
+    for name, argv in (("shuffle", shuffle), ("paper", paper)):
+        code, stdout, err = run(argv, capsys)
+        assert code == 0, err
+        out = tmp_path / name
+        metrics, privacy = assert_run_dir(out)
+        assert privacy["epsilon"] == "inf" and privacy["private"] is False
+        assert metrics["epsilon"] == "inf" and metrics["private"] is False
+        assert 0 < metrics["epsilon_paper_accounting"] < math.inf
+        assert any("for comparison only" in n for n in privacy["notes"])
+        assert any("NOT certified" in n for n in privacy["notes"])
+        (uncertified,) = [r for r in privacy["releases"] if r["extra"].get("certified") is False]
+        assert uncertified["event"] == {"type": "UnsupportedDpEvent"}
+        assert "NOT differentially private" in stdout
+
+
+def test_m_actions_and_max_len_must_be_public(files, tmp_path, capsys, fake_experts) -> None:
+    """Property: m (sets q = b/m and δ = 1/m), |A| and the filter's L are never read off the
+    data: without a public source the command refuses, naming the flag, before reading; with
+    the flag the run lists the value with source "flag" in privacy.json."""
+    ds = load_hdf5(files["data"])
+    meta = ds.metadata
+    bare_meta = meta.replace(
+        horizon=None,
+        extra={
+            **{k: v for k, v in meta.extra.items() if k != "n_experts"},
+            "inferred_from_data": ["action_space"],
+        },
+    )
+    bare = save_hdf5(ds.with_metadata(bare_meta), tmp_path / "bare.h5")
+    broken = _unreadable_copy(bare, tmp_path / "bare_broken.h5")
+    experts = files["experts"]
+    code, _, err = run(_dp(broken, tmp_path / "a"), capsys)
+    assert_bad_input(code, err, "--actions")
+    code, _, err = run(_dp(broken, tmp_path / "a", "--actions", "2"), capsys)
+    assert_bad_input(code, err, "--n-experts")
+    code, _, err = run(_edp(broken, experts, tmp_path / "a", "--actions", "2"), capsys)
+    assert_bad_input(code, err, "--n-experts")
+    code, _, err = run(
+        _edp(broken, experts, tmp_path / "a", "--actions", "2", "--n-experts", "16"), capsys
+    )
+    assert_bad_input(code, err, "maximum trajectory length L", "--max-len")
+    # with the flags, the runs go through and say where each value came from
+    out = tmp_path / "flags"
+    flags = ["--actions", "2", "--n-experts", str(M), "--max-len", "10"]
+    code, _, err = run(_edp(bare, experts, out, *flags), capsys)
+    assert code == 0, err
+    _, privacy = assert_run_dir(out)
+    params = {p["name"]: p for p in privacy["public_parameters"]}
+    for name, value in (
+        ("number of experts m", M),
+        ("number of actions |A|", 2),
+        ("maximum trajectory length L", 10),
+    ):
+        assert params[name]["value"] == value and params[name]["source"] == "flag", name
+    assert params["δ"]["source"] == "derived" and params["δ"]["value"] == pytest.approx(1 / M)
+    (svt,) = [r for r in privacy["releases"] if r["mechanism"] == "consensus_filter_svt"]
+    assert svt["extra"]["calibration"]["max_len"] == 10  # shorter than the 25-step episodes
+    # declared in the metadata instead: source "public metadata"
+    out = tmp_path / "declared"
+    code, _, err = run(_edp(files["data"], experts, out), capsys)
+    assert code == 0, err
+    params = {
+        p["name"]: p for p in json.loads((out / "privacy.json").read_text())["public_parameters"]
+    }
+    assert params["number of experts m"]["source"] == "public metadata"
+    assert params["maximum trajectory length L"]["value"] == 25  # metadata.horizon
+
+
+def _drop_expert(path: Path, dst: Path, expert: int) -> Path:
+    """The add/remove neighbour of a dataset file: every trajectory of one expert removed."""
+    ds = load_hdf5(path)
+    keep = np.flatnonzero(ds.unit_ids != expert)
+    return save_hdf5(ds.subset(keep), dst)
+
+
+def _published(out: Path) -> dict:
+    config = json.loads((out / "config.json").read_text())
+    config.pop("data")
+    config.pop("experts", None)
+    privacy = json.loads((out / "privacy.json").read_text())
+    privacy.pop("created")
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("stable_size", "released_trajectories", "released_transitions"):
+        metrics.pop(key, None)  # the consensus filter's noisy output (post-processing)
+    return {"config": config, "privacy": privacy, "metrics": metrics}
+
+
+@pytest.mark.parametrize("command", ["dp-sgd", "expert-dp"])
+def test_neighbours_publish_the_same_parameters(
+    command, files, tmp_path, capsys, fake_experts
+) -> None:
+    """Property (add/remove one expert): on a dataset and on its neighbour without expert 0,
+    everything published outside the noisy releases — config.json, privacy.json (ε, δ,
+    releases, public parameters) and the step counts — is identical."""
+    neighbour = _drop_expert(files["data"], tmp_path / "neighbour.h5", expert=0)
+    (tmp_path / "experts15").mkdir()
+    (tmp_path / "experts15" / "spec.json").write_text(json.dumps({"m": M - 1, "a": 2, "d": 4}))
+    runs = {}
+    for name, data, experts in (
+        ("d", files["data"], files["experts"]),
+        ("d_prime", neighbour, tmp_path / "experts15"),
+    ):
+        out = tmp_path / name
+        argv = _dp(data, out) if command == "dp-sgd" else _edp(data, experts, out)
+        code, _, err = run([*argv, "--no-eval"], capsys)
+        assert code == 0, err
+        runs[name] = _published(out)
+    assert runs["d"] == runs["d_prime"]
+
+
+def test_extreme_values_are_refused_up_front(files, tmp_path, capsys, fake_experts) -> None:
+    """Values that used to raise MemoryError/OverflowError (or run for ever) are refused
+    before anything is read, with the flag and its limit in one error line."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cases = [
+        (["--steps", str(10**12)], "--steps"),
+        (["--steps-cap", str(10**12)], "--steps-cap"),
+        (["-z", "1e-300"], "--noise-multiplier"),
+        (["-z", "1e300"], "--noise-multiplier"),
+        (["--clip-norm", "1e308"], "--clip-norm"),
+        (["--lr", "1e300"], "--lr"),
+        (["--hidden", "100000000,1"], "--hidden"),
+        (["--seed", "-1"], "--seed"),
+        (["--eval-episodes", "0"], "--eval-episodes"),
+        (["--eval-horizon", str(10**12)], "--eval-horizon"),
+        (["--n-experts", "0"], "--n-experts"),
+        (["--actions", "1"], "--actions"),
+        (["--delta", "1"], "--delta"),
+    ]
+    for extra, flag in cases:
+        for argv in (
+            _dp(files["data"], tmp_path / "x", *extra),
+            _edp(files["data"], files["experts"], tmp_path / "x", *extra),
+        ):
+            code, _, err = run(argv, capsys)
+            assert_bad_input(code, err, flag)
+    for argv in (
+        ["train", "dp-sgd", "--data", str(files["data"]), "--epsilon", "1e300", "--out", "x"],
+        [*_edp(files["data"], files["experts"], tmp_path / "x")[:6], "--epsilon", "1e300"],
+    ):
+        code, _, err = run(argv, capsys)
+        assert_bad_input(code, err, "--epsilon", "100")
+    edp_only = [
+        (["--filter-rounds", str(10**9)], "--filter-rounds"),
+        (["--max-len", "0"], "--max-len"),
+        (["--p-min", "0"], "--p-min"),
+        (["--p-min", "0.6"], "--p-min"),
+        (["--filter-below", "nan"], "--filter-below"),
+    ]
+    for extra, flag in edp_only:
+        code, _, err = run(_edp(files["data"], files["experts"], tmp_path / "x", *extra), capsys)
+        assert_bad_input(code, err, flag)
+    # --out an existing file, or inside one: refused by the guard before the run
+    for out in (afile, afile / "run"):
+        for argv in (_dp(files["data"], out), _edp(files["data"], files["experts"], out)):
+            code, _, err = run(argv, capsys)
+            assert_bad_input(code, err, "--out")

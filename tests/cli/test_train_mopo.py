@@ -180,3 +180,67 @@ def test_initial_starts_without_real_data(files, tmp_path, capsys) -> None:
     assert config["target_entropy"] is None and config["penalty"] == "ma"
     privacy = json.loads((out / "privacy.json").read_text())
     assert len(privacy["releases"]) == 1  # only the model reads the data
+
+
+def _unreadable_copy(src: Path, dst: Path) -> Path:
+    """A copy of a dataset file whose episode arrays cannot be read (``observations`` deleted),
+    root attributes (metadata, sizes) intact."""
+    import shutil
+
+    import h5py
+
+    shutil.copyfile(src, dst)
+    with h5py.File(dst, "r+") as f:
+        del f["observations"]
+    return dst
+
+
+@pytest.mark.parametrize("unit", ["trajectory", "expert"])
+def test_ledger_refuses_before_any_record_is_read(files, tmp_path, capsys, unit) -> None:
+    """Property: MOPO is not private, so any ledger refuses it — from the header alone: on a
+    file whose episode arrays are unreadable the refusal is the ledger's (a ledger of another
+    unit names the unit mismatch), within a second, and --out stays empty."""
+    import time
+
+    data = _unreadable_copy(files["good"], tmp_path / "broken.h5")
+    BudgetLedger.init(data, epsilon=10.0, delta=1e-5, unit=unit, relation="add_remove")
+    out = tmp_path / "r"
+    t0 = time.perf_counter()
+    code, _, err = run(["train", "mopo", "--data", str(data), "--out", str(out), *TINY], capsys)
+    elapsed = time.perf_counter() - t0
+    fragment = "not differentially private" if unit == "trajectory" else "ledger accounts"
+    assert_bad_input(code, err, fragment)
+    assert "observations" not in err and elapsed < 1.0, elapsed
+    assert not any(out.glob("*")) if out.exists() else True
+
+
+def test_out_must_be_a_directory(files, tmp_path, capsys) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out in (afile, afile / "run"):
+        argv = ["train", "mopo", "--data", str(files["good"]), "--out", str(out), *TINY]
+        code, _, err = run(argv, capsys)
+        assert_bad_input(code, err, "--out", "afile")
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--epochs", str(10**12)], "--epochs"),
+        (["--steps-per-epoch", str(10**12)], "--steps-per-epoch"),
+        (["--rollout-batch-size", str(10**12)], "--rollout-batch-size"),
+        (["--rollout-length", str(10**12)], "--rollout-length"),
+        (["--model-epochs", str(10**12)], "--model-epochs"),
+        (["--lam", "1e308"], "--lam"),
+        (["--threads", "100000"], "--threads"),
+        (["--seed", "-1"], "--seed"),
+        (["--rollout-batch-size", "5000000", "--rollout-length", "100"], "model buffer"),
+    ],
+)
+def test_extreme_values_are_refused_up_front(files, tmp_path, capsys, extra, fragment) -> None:
+    """Values that used to exhaust memory, overflow or run for ever are refused before the
+    dataset is read, naming the flag and its limit."""
+    data = _unreadable_copy(files["good"], tmp_path / "broken.h5")
+    argv = ["train", "mopo", "--data", str(data), "--out", str(tmp_path / "r"), *TINY, *extra]
+    code, _, err = run(argv, capsys)
+    assert_bad_input(code, err, fragment)

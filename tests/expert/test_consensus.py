@@ -74,7 +74,8 @@ def make_dataset(
     """Each expert logs `per_expert` trajectories of its greedy actions on random states,
     with a fraction `flip` of actions replaced at random (or, with `flip_at`, one action
     changed at the given step of each trajectory). Rewards are the global transition index,
-    so every transition can be identified after the split."""
+    so every transition can be identified after the split. The metadata declare the public
+    horizon ``lengths[1]`` (the longest trajectory the generator can produce), the filter's L."""
     rng = np.random.default_rng(seed)
     m, n_act, d = experts.n_experts, experts.n_actions, experts.obs_dim
     n_ep = m * per_expert
@@ -109,7 +110,10 @@ def make_dataset(
         behaviour_probs=rng.uniform(0.1, 1.0, n) if probs else None,
         unit_ids=units,
         metadata=DatasetMetadata(
-            spaces.Box(-np.inf, np.inf, (d,), np.float32), spaces.Discrete(n_act), env_id="synth"
+            spaces.Box(-np.inf, np.inf, (d,), np.float32),
+            spaces.Discrete(n_act),
+            env_id="synth",
+            horizon=lengths[1],
         ),
     )
 
@@ -408,14 +412,60 @@ def test_data_release_report(consensus_data):
     rel = res.releases[0]
     assert rel.event == res.event and rel.count == 5
     assert res.event.event == ApproxDpEvent(2 * s["epsilon_prime"], 0.1 / 10)
-    assert rel.to_dict()["extra"]["max_len_source"].startswith("data")
-    # A public horizon or an explicit L is used when given.
-    res2 = data_release(ds.with_metadata(ds.metadata.replace(horizon=25)), ex, **BUDGET, rng=1)
-    assert res2.summary["max_len"] == 25 and res2.summary["max_len_source"] == "metadata.horizon"
+    assert rel.to_dict()["extra"]["max_len_source"] == "metadata.horizon"
+    # An explicit L wins over the declared horizon.
     res3 = data_release(ds, ex, **BUDGET, rng=1, max_len=30)
     assert res3.calibration.delta_prime == pytest.approx(0.1 / (2 * 5 * 30))
-    with pytest.raises(ValueError, match="max_len"):
-        data_release(ds, ex, **BUDGET, rng=1, max_len=10)
+    assert res3.summary["max_len_source"] == "given"
+
+
+def test_max_len_must_be_public(consensus_data):
+    """Property: L (it sets δ' = δ1/(2TL) and the threshold shift) is never the longest
+    trajectory of the private data: without a declared horizon or max_len the filter refuses,
+    and a horizon the metadata mark as inferred from the data is not public."""
+    ex, ds = consensus_data
+    with pytest.raises(ValueError, match="--max-len"):
+        data_release(ds.with_metadata(ds.metadata.replace(horizon=None)), ex, **BUDGET, rng=1)
+    inferred = ds.metadata.replace(extra={"inferred_from_data": ["horizon"]})
+    with pytest.raises(ValueError, match="inferred from the data"):
+        data_release(ds.with_metadata(inferred), ex, **BUDGET, rng=1)
+    res = data_release(ds.with_metadata(inferred), ex, **BUDGET, rng=1, max_len=20)
+    assert res.summary["max_len"] == 20 and res.summary["max_len_source"] == "given"
+
+
+def test_trajectories_longer_than_max_len_are_truncated_for_the_filter(consensus_data, monkeypatch):
+    """Property: L is enforced, not checked. A trajectory longer than L gets at most L prefix
+    queries (δ' = δ1/(2TL) covers them), so at most τ_{1:L} is released (as a cut prefix
+    ending in a timeout) and its remaining steps stay in D_unst; no error depends on the
+    data's lengths."""
+    from privrl.expert import consensus
+
+    ex, ds = consensus_data
+    queries = []
+    real_first = consensus.first_failing_prefix
+
+    def spy_first(log_counts, theta_hat, scale, rng):
+        queries.append(len(log_counts))
+        return real_first(log_counts, theta_hat, scale, rng)
+
+    monkeypatch.setattr(consensus, "first_failing_prefix", spy_first)
+    length = 6
+    assert int(ds.episode_lengths.max()) > length
+    res = data_release(
+        ds, ex, epsilon1=20.0, delta1=0.1, rounds=10, rng=2, max_len=length, calibration="pld"
+    )
+    assert res.calibration.delta_prime == pytest.approx(0.1 / (2 * 10 * length))
+    assert queries and max(queries) <= length
+    assert np.all(res.stable_lengths <= length)
+    long_sel = ds.episode_lengths[res.selected] > length
+    assert np.any(res.stable_lengths[long_sel] == length)  # a full-L prefix of a longer one
+    # the release partitions the data: every reward (transition id) exactly once
+    parts = [res.unstable.rewards] + ([] if res.stable is None else [res.stable.rewards])
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.sort(ds.rewards))
+    stable = res.stable
+    ends = stable.episode_offsets[1:] - 1
+    full = stable.episode_lengths == length
+    assert np.all(stable.truncated[ends[full]] | stable.terminated[ends[full]])
 
 
 def test_data_release_is_deterministic(consensus_data):
@@ -472,7 +522,13 @@ def test_data_release_rejects_bad_inputs(consensus_data):
         data_release(box, ex, **BUDGET, rng=0)
     with pytest.raises(ValueError, match="discrete"):
         data_release(box.with_metadata(ds.metadata.replace(action_space=None)), ex, **BUDGET, rng=0)
-    with pytest.raises(ValueError, match="exceeds the number of trajectories"):
-        data_release(ds, ex, epsilon1=8.0, delta1=0.1, rounds=ds.n_episodes + 1, rng=0)
+    # T above the number of trajectories: no data-dependent error, only that many rounds run
+    # (the T-round event, reported, bounds them)
+    small_ex = random_experts(5, 2, 3, seed=20)
+    small = make_dataset(small_ex, 1, (2, 4), seed=21)
+    n_ep = small.n_episodes
+    res = data_release(small, small_ex, epsilon1=8.0, delta1=0.1, rounds=n_ep + 1, rng=0)
+    assert res.summary["rounds"] == res.releases[0].count == n_ep + 1
+    assert res.summary["rounds_run"] == n_ep
     with pytest.raises(ValueError, match="not admissible"):
         data_release(ds, ex, **BUDGET, p_min=0.7, rng=0)

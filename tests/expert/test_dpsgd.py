@@ -19,11 +19,13 @@ from privrl.expert.dpsgd import (
     _Private,
     _private_step,
     expert_dp_sgd,
+    paper_accounting_epsilon,
     plan_steps,
 )
 from privrl.nn.per_example import clipped_grad_sum
 from privrl.privacy.accounting import epsilon as accountant_epsilon
 from privrl.privacy.accounting import sampled_gaussian_event
+from privrl.privacy.report import PrivacyReport
 from privrl.rl.bcq import DiscreteBCQ
 from privrl.rl.cql import DiscreteCQL
 from privrl.rl.discrete_common import TransitionTable
@@ -138,6 +140,7 @@ def test_run_uses_budgeted_steps_and_reports_expert_event() -> None:
         ds,
         epsilon=1.0,
         delta=1e-3,
+        n_units=10,
         batch_size=5,
         noise_multiplier=5.0,
         rng=np.random.default_rng(0),
@@ -234,6 +237,7 @@ def test_explicit_steps_reported_or_refused() -> None:
         ds,
         epsilon=None,
         delta=1e-3,
+        n_units=10,
         batch_size=5,
         noise_multiplier=5.0,
         steps=7,
@@ -249,6 +253,7 @@ def test_explicit_steps_reported_or_refused() -> None:
             ds,
             epsilon=0.01,
             delta=1e-3,
+            n_units=10,
             batch_size=5,
             noise_multiplier=5.0,
             steps=7,
@@ -256,22 +261,38 @@ def test_explicit_steps_reported_or_refused() -> None:
         )
 
 
-def test_shuffle_sampling_is_marked_not_certified() -> None:
+def test_shuffle_sampling_is_not_certified() -> None:
+    """Property: shuffled batches have no accountant here (add/remove-one-expert shifts every
+    later batch of the permutation), so the run states ε = ∞ and is not private; the Poisson
+    ε the paper would state is kept only as a labelled comparison."""
     ds = expert_dataset(n_experts=10)
     res = expert_dp_sgd(
         DiscreteCQL(2, 3, hidden=(8,)),
         ds,
         epsilon=None,
         delta=1e-3,
+        n_units=10,
         batch_size=4,
         noise_multiplier=5.0,
         steps=5,
         sampling="shuffle",
         rng=np.random.default_rng(0),
     )
-    (release,) = res.report.releases
+    rep = res.report
+    assert math.isinf(rep.epsilon) and not rep.private
+    assert rep.event == dp_event.NonPrivateDpEvent()
+    (release,) = rep.releases
+    assert release.event == dp_event.UnsupportedDpEvent()
+    assert release.mechanism == "shuffled_gaussian"
     assert release.extra["accountant_matches_sampling"] is False
-    assert any("NOT match" in n for n in res.report.notes)
+    assert release.extra["certified"] is False
+    paper = accountant_epsilon(
+        sampled_gaussian_event(5.0, 5, sampling_probability=0.4), 1e-3, backend="pld"
+    )
+    assert paper_accounting_epsilon(rep.releases, 1e-3) == pytest.approx(paper)
+    assert any("NOT certified" in n for n in rep.notes)
+    assert any(n.startswith("for comparison only") for n in rep.notes)
+    assert PrivacyReport.from_dict(rep.to_dict()).private is False  # round trip
 
 
 def test_non_private_twin_is_ordinary_minibatch_training() -> None:
@@ -308,6 +329,7 @@ def test_same_seed_same_result() -> None:
             ds,
             epsilon=None,
             delta=1e-3,
+            n_units=12,
             batch_size=3,
             noise_multiplier=5.0,
             steps=5,
@@ -330,6 +352,7 @@ def test_evaluation_curve_follows_schedule() -> None:
         ds,
         epsilon=None,
         delta=1e-3,
+        n_units=12,
         batch_size=3,
         noise_multiplier=5.0,
         steps=20,
@@ -346,16 +369,20 @@ def test_evaluation_curve_follows_schedule() -> None:
 def test_bad_input() -> None:
     learner = DiscreteCQL(2, 3, hidden=(8,))
     rng = np.random.default_rng(0)
+    no_ids = expert_dataset(unit_ids=False)
     with pytest.raises(ValueError, match="expert ids"):
-        expert_dp_sgd(learner, expert_dataset(unit_ids=False), epsilon=1.0, delta=1e-3, rng=rng)
+        expert_dp_sgd(learner, no_ids, epsilon=1.0, delta=1e-3, n_units=12, rng=rng)
     with pytest.raises(ValueError, match="exceeds the number of experts"):
-        expert_dp_sgd(learner, expert_dataset(), epsilon=1.0, delta=1e-3, batch_size=50, rng=rng)
+        expert_dp_sgd(
+            learner, expert_dataset(), epsilon=1.0, delta=1e-3, n_units=12, batch_size=50, rng=rng
+        )
     with pytest.raises(ValueError, match="noise_multiplier"):
         expert_dp_sgd(
             learner,
             expert_dataset(),
             epsilon=1.0,
             delta=1e-3,
+            n_units=12,
             batch_size=2,
             noise_multiplier=0.0,
             rng=rng,
@@ -366,9 +393,11 @@ def test_bad_input() -> None:
             expert_dataset(),
             epsilon=1e-3,
             delta=1e-5,
+            n_units=12,
             batch_size=6,
             noise_multiplier=5.0,
             rng=rng,
         )
+    # m is public: a private run without it is refused (it is never counted in the data)
     with pytest.raises(ValueError, match="n_units"):
-        expert_dp_sgd(learner, expert_dataset(), epsilon=1.0, delta=1e-3, n_units=5, rng=rng)
+        expert_dp_sgd(learner, expert_dataset(), epsilon=1.0, delta=1e-3, rng=rng)

@@ -12,13 +12,14 @@ import torch
 from dp_accounting import dp_event
 from scipy import stats
 
-from privrl.expert.dpsgd import ExpertTransitions, plan_steps
+from privrl.expert.dpsgd import ExpertTransitions, paper_accounting_epsilon, plan_steps
 from privrl.expert.selective import (
     BudgetSplit,
     selective_dp_sgd,
     split_budget,
     train_expert_dp,
 )
+from privrl.privacy import serialize
 from privrl.rl.cql import DiscreteCQL
 from privrl.rl.discrete_common import TransitionTable
 
@@ -115,6 +116,7 @@ def test_exact_accounting_runs_until_k_private_steps() -> None:
         stable,
         unstable,
         expert_ids=np.unique(ds.unit_ids),
+        n_units=M,
         p=0.5,
         epsilon=1.0,
         delta=1e-3,
@@ -133,13 +135,17 @@ def test_exact_accounting_runs_until_k_private_steps() -> None:
     assert res.info["stable_transitions"] == stable.n_transitions
 
 
-def test_paper_accounting_is_marked_not_certified() -> None:
+def test_paper_accounting_is_not_certified() -> None:
+    """Property: the paper's accounting (N steps at q = p·b/m) understates the coin mixture
+    (see above), so a run that uses it states ε = ∞ and is not private; the ε the paper would
+    state survives only as a labelled comparison (paper_accounting_epsilon)."""
     ds, stable, unstable = _split_data()
     res = selective_dp_sgd(
         DiscreteCQL(2, 3, hidden=(8,)),
         stable,
         unstable,
         expert_ids=np.unique(ds.unit_ids),
+        n_units=M,
         p=0.5,
         epsilon=1.0,
         delta=1e-3,
@@ -148,11 +154,69 @@ def test_paper_accounting_is_marked_not_certified() -> None:
         accounting="paper",
         rng=np.random.default_rng(0),
     )
-    (release,) = res.report.releases
-    assert release.event.event.sampling_probability == pytest.approx(0.5 * B / M)
+    rep = res.report
+    assert math.isinf(rep.epsilon) and not rep.private
+    (release,) = rep.releases
+    assert release.event == dp_event.UnsupportedDpEvent()
     assert release.count == res.steps  # N steps, not the private ones
     assert release.extra["accountant_matches_sampling"] is False
-    assert any("NOT certified" in n for n in res.report.notes)
+    paper = serialize.event_from_dict(release.extra["paper_event"])
+    assert paper.event.sampling_probability == pytest.approx(0.5 * B / M)
+    eps_paper = paper_accounting_epsilon(rep.releases, 1e-3)
+    assert eps_paper is not None and eps_paper <= 1.0  # sized to the budget, the paper's way
+    assert any("NOT certified" in n for n in rep.notes)
+
+
+def test_paper_accounting_pipeline_is_not_certified() -> None:
+    """The full pipeline with the paper's accounting: the filter is certified, the DP-SGD
+    part is not, so the total report is not (ε = ∞); its comparison note composes both."""
+    ds = expert_dataset(n_experts=M)
+    res = train_expert_dp(
+        DiscreteCQL(2, 3, hidden=(8,), seed=0),
+        ds,
+        ConstantExperts(M),
+        n_units=M,
+        epsilon=10.0,
+        delta=1e-3,
+        p=0.5,
+        rounds=3,
+        batch_size=B,
+        noise_multiplier=Z,
+        accounting="paper",
+        rng=np.random.default_rng(0),
+    )
+    rep = res.report
+    assert math.isinf(rep.epsilon) and not rep.private
+    mechanisms = [r.mechanism for r in rep.releases]
+    assert mechanisms == ["consensus_filter_svt", "poisson_subsampled_gaussian"]
+    assert rep.releases[0].event is not None and rep.releases[0].extra.get("certified", True)
+    comparisons = [n for n in rep.notes if n.startswith("for comparison only")]
+    assert len(comparisons) == 1  # the total's, not the training part's as well
+    assert 0 < paper_accounting_epsilon(rep.releases, rep.delta) <= 10.0 + 1e-9
+
+
+def test_more_experts_than_m_are_sampled_not_refused() -> None:
+    """Property: m is public and the data may hold more (or fewer) experts than m (they differ
+    between neighbours): every expert present is sampled at rate b/m, no error is raised."""
+    ds = expert_dataset(n_experts=M)
+    source = ExpertTransitions(ds, np.unique(ds.unit_ids), 5, TransitionTable(ds))
+    assert source.n_units == 5 and source.n_slots == M
+    res = selective_dp_sgd(
+        DiscreteCQL(2, 3, hidden=(8,)),
+        None,
+        ds,
+        expert_ids=np.unique(ds.unit_ids),
+        n_units=5,
+        p=1.0,
+        epsilon=None,
+        delta=1e-3,
+        batch_size=2,
+        noise_multiplier=Z,
+        steps=3,
+        rng=np.random.default_rng(0),
+    )
+    assert res.private_steps == 3
+    assert res.report.releases[0].event.event.sampling_probability == pytest.approx(2 / 5)
 
 
 def test_empty_stable_skips_nonprivate_steps_keeps_rate() -> None:
@@ -163,6 +227,7 @@ def test_empty_stable_skips_nonprivate_steps_keeps_rate() -> None:
         None,
         unstable,
         expert_ids=np.unique(ds.unit_ids),
+        n_units=M,
         p=0.5,
         epsilon=None,
         delta=1e-3,
@@ -193,6 +258,7 @@ def test_expert_without_unstable_data_contributes_nothing() -> None:
         None,
         part,
         expert_ids=np.unique(ds.unit_ids),
+        n_units=M,
         p=1.0,
         epsilon=None,
         delta=1e-3,
@@ -212,6 +278,7 @@ def test_p_zero_trains_on_stable_only() -> None:
         stable,
         unstable,
         expert_ids=np.unique(ds.unit_ids),
+        n_units=M,
         p=0.0,
         epsilon=None,
         delta=1e-3,
@@ -227,6 +294,7 @@ def test_p_zero_trains_on_stable_only() -> None:
             stable,
             unstable,
             expert_ids=np.unique(ds.unit_ids),
+            n_units=M,
             p=0.0,
             epsilon=None,
             delta=1e-3,
@@ -245,6 +313,7 @@ def test_pipeline_report_composes_filter_and_dp_sgd() -> None:
         learner,
         ds,
         ConstantExperts(M),
+        n_units=M,
         epsilon=10.0,
         delta=1e-3,
         p=0.5,
@@ -271,6 +340,7 @@ def test_pipeline_without_filter() -> None:
         DiscreteCQL(2, 3, hidden=(8,)),
         ds,
         ConstantExperts(M),
+        n_units=M,
         epsilon=1.0,
         delta=1e-3,
         p=1.0,
@@ -285,6 +355,7 @@ def test_pipeline_without_filter() -> None:
         DiscreteCQL(2, 3, hidden=(8,)),
         ds,
         ConstantExperts(M),
+        n_units=M,
         epsilon=6.0,
         delta=1e-3,
         p=0.5,
@@ -300,6 +371,7 @@ def test_pipeline_without_filter() -> None:
             DiscreteCQL(2, 3, hidden=(8,)),
             ds,
             ConstantExperts(M),
+            n_units=M,
             epsilon=10.0,
             delta=1e-3,
             p=0.0,
@@ -316,6 +388,7 @@ def test_pipeline_checks_experts() -> None:
             DiscreteCQL(2, 3),
             ds,
             ConstantExperts(M, n_actions=4),
+            n_units=M,
             epsilon=1.0,
             delta=1e-3,
             p=1.0,
@@ -327,6 +400,7 @@ def test_pipeline_checks_experts() -> None:
             DiscreteCQL(2, 3),
             ds,
             ConstantExperts(M, obs_dim=5),
+            n_units=M,
             epsilon=1.0,
             delta=1e-3,
             p=1.0,
@@ -338,6 +412,7 @@ def test_pipeline_checks_experts() -> None:
             DiscreteCQL(2, 3),
             expert_dataset(unit_ids=False),
             ConstantExperts(M),
+            n_units=M,
             epsilon=1.0,
             delta=1e-3,
             p=1.0,
@@ -363,6 +438,7 @@ def test_pipeline_trains_on_released_stable_prefixes() -> None:
         learner,
         ds,
         _AgreeingExperts(m),
+        n_units=m,
         epsilon=10.0,
         delta=1 / m,
         p=0.5,
@@ -387,6 +463,7 @@ def test_joint_dp_sgd_budget_spends_the_total_and_takes_more_steps() -> None:
             DiscreteCQL(2, 3, hidden=(8,), seed=0),
             ds,
             ConstantExperts(M),
+            n_units=M,
             epsilon=10.0,
             delta=1e-3,
             p=0.5,

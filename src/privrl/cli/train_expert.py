@@ -15,23 +15,43 @@ evaluated greedily in the dataset's environment (``metadata.env_id``): the mean 
 evaluations spaced over the last 10,000 steps, each of ``--eval-episodes`` episodes (CartPole
 is evaluated for 1000 steps, other environments for the dataset's horizon).
 
+Public parameters. Everything that sets a sensitivity, a noise scale, a sampling rate, δ or a
+number of steps or rounds is public and listed with its source in privacy.json
+(``public_parameters``): the number of experts m (``--n-experts``, or the metadata's declared
+``extra["n_experts"]`` / ``extra["recipe"]["n_experts"]``; it sets q = b/m and the default
+δ = 1/m), the number of actions |A| (``--actions``, or a declared Discrete action space not
+marked ``inferred_from_data``), the filter's maximum trajectory length L (``--max-len``, or a
+declared ``metadata.horizon``), and the flags. None of them is ever read off the private data;
+a command refuses, naming the flag, when one has no public source.
+
+Certification. ``train dp-sgd --sampling shuffle`` and ``train expert-dp --accounting paper``
+(with 0 < p < 1) run the paper's procedure, which no accountant here certifies: their reports
+say ε = ∞ (not private), a dataset's budget ledger refuses them before the data are read, and
+the ε the paper's accounting would state is kept only as metrics.json's
+``epsilon_paper_accounting`` and a report note.
+
 The normalised score (R − R_rand)/(R_np − R_rand) is reported too when R_np is known: from
 ``--reference RUN_DIR`` (the run directory of ``privrl train dp-sgd --non-private`` with the
 same data, ``--algo`` and evaluation horizon), from ``--reference-return R_np``, or from the
 metadata's ``extra["reference_returns"]["nonprivate"]``. R_rand is the uniform-random return the
 ``experts-*`` recipes record in ``extra["reference_returns"]["random"]`` (or
-``--random-return``). Both references are public to the analyst (they chose to compute them);
-the score only rescales the private run's return.
+``--random-return``). A twin trained on the same private data without a mechanism is NOT
+covered by the run's guarantee: its R_np, and the score computed from it, are evaluation-only
+(metrics.json ``reference_return_outside_guarantee: true`` and a note in privacy.json); publish
+the private run's own return, or a score against a reference from separate data.
 
 Every run writes the run-directory contract: config.json, metrics.json, metrics.csv (the
 learning curve), privacy.json, plots/learning_curve.png and learner.pt (reload with
-``DiscreteCQL(...).load_state_dict(torch.load(...))``). A dataset with a ledger is checked
-before the data are read; the planned spend is the run's target (ε, δ).
+``DiscreteCQL(...).load_state_dict(torch.load(...))``). Before a single record is read, the
+command reads the dataset's header (metadata and sizes), resolves its public parameters and
+checks the dataset's ledger (``ledger_guard``) with the planned spend, the run's target (ε, δ)
+under the expert unit (ε = ∞ for an uncertified mode); the episodes (and the expert set, the
+experts' own policies) are read only inside the guard, which records the spend once the run
+directory is complete.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -49,6 +69,26 @@ from privrl.privacy.threshold import CALIBRATIONS
 ALGOS = ("cql", "bcq")
 CARTPOLE_EVAL_HORIZON = 1000
 
+# Limits of the options, checked before anything is read or allocated: beyond them a run
+# would exhaust memory (a step array of --steps entries), overflow the accountant (noise
+# multipliers far from 1, ε far above any meaningful guarantee) or never end.
+MAX_EPSILON = 100.0
+NOISE_RANGE = (0.1, 1e4)
+MAX_CLIP = 1e6
+MAX_LR = 1.0
+MAX_STEPS = 10**7
+MAX_WIDTH, MAX_LAYERS = 8192, 16
+MAX_EVAL_EPISODES = 10_000
+MAX_EVAL_HORIZON = 10**6
+MAX_EVALS = 10_000
+MAX_ROUNDS = 10_000  # the paper uses T <= 100; the PLD's discretisation error grows with T
+MAX_LEN = 10**7
+MAX_EXPERTS = 10**9
+MAX_ACTIONS = 10**6
+MAX_SEED = 2**63 - 1
+DEFAULT_BATCH, DEFAULT_NOISE, DEFAULT_CLIP, DEFAULT_STEPS_CAP = 128, 20.0, 1.0, 100_000
+DEFAULT_ROUNDS, DEFAULT_P_MIN = 25, 0.02
+
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `privrl train`."""
@@ -64,14 +104,39 @@ _DATA = typer.Option(..., "--data", help="Dataset file (.h5) with the expert id 
 _ALGO = typer.Option("cql", "--algo", help="Offline RL learner: cql or bcq.")
 _EPSILON = typer.Option(..., "--epsilon", help="Total privacy budget ε of the run.")
 _DELTA = typer.Option(None, "--delta", help="δ of the run (default 1/m, m = number of experts).")
-_BATCH = typer.Option(128, "--batch-size", "-b", help="Expected batch size b (rate b/m).")
-_NOISE = typer.Option(
-    20.0, "--noise-multiplier", "-z", help="DP-SGD noise multiplier σ (noise std / C)."
+_N_EXPERTS = typer.Option(
+    None,
+    "--n-experts",
+    help=(
+        "m, the number of experts (public; default: the dataset's declared extra['n_experts'] "
+        "or extra['recipe']['n_experts']; never counted in the data)."
+    ),
 )
-_CLIP = typer.Option(1.0, "--clip-norm", help="Per-expert gradient clipping norm C.")
+_ACTIONS = typer.Option(
+    None,
+    "--actions",
+    help=(
+        "|A|, the number of discrete actions (public; default: the dataset's declared action "
+        "space, unless its metadata mark it as inferred from the data)."
+    ),
+)
+_BATCH = typer.Option(
+    None, "--batch-size", "-b", help=f"Expected batch size b (rate b/m; default {DEFAULT_BATCH})."
+)
+_NOISE = typer.Option(
+    None,
+    "--noise-multiplier",
+    "-z",
+    help=f"DP-SGD noise multiplier σ (noise std / C; default {DEFAULT_NOISE:g}).",
+)
+_CLIP = typer.Option(
+    None, "--clip-norm", help=f"Per-expert gradient clipping norm C (default {DEFAULT_CLIP:g})."
+)
 _LR = typer.Option(None, "--lr", help="Adam learning rate (default 3e-4).")
 _STEPS_CAP = typer.Option(
-    100_000, "--steps-cap", help="Most training steps (the budget may allow more)."
+    None,
+    "--steps-cap",
+    help=f"Most training steps (the budget may allow more; default {DEFAULT_STEPS_CAP}).",
 )
 _STEPS = typer.Option(
     None, "--steps", help="Explicit step count (its ε is reported; refused above the budget)."
@@ -93,7 +158,8 @@ _REFERENCE = typer.Option(
     help=(
         "Run directory of the non-private twin (privrl train dp-sgd --non-private, same data, "
         "--algo and evaluation horizon): its return R_np scales the normalised score "
-        "(R − R_rand)/(R_np − R_rand)."
+        "(R − R_rand)/(R_np − R_rand). Trained on the same data without a mechanism, it is "
+        "outside the run's guarantee: the score is labelled evaluation-only."
     ),
 )
 _REFERENCE_RETURN = typer.Option(
@@ -111,25 +177,58 @@ def _out_option(name: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers
+# checks of the options (before anything is read)
 # ---------------------------------------------------------------------------------------------
 
 
+def _in_range(
+    name: str, value: float | None, lo: float, hi: float, *, lo_open: bool = False
+) -> None:
+    if value is None:
+        return
+    v = float(value)
+    ok = math.isfinite(v) and (v > lo if lo_open else v >= lo) and v <= hi
+    if not ok:
+        left = "(" if lo_open else "["
+        raise CliError(f"{name} must be in {left}{lo:g}, {hi:g}], got {value}")
+
+
 def _check_common(
-    algo: str, epsilon: float, delta: float | None, batch_size: int, noise: float, clip: float
+    algo: str,
+    epsilon: float | None,
+    delta: float | None,
+    batch_size: int | None,
+    noise: float | None,
+    clip: float | None,
+    lr: float | None,
+    steps: int | None,
+    steps_cap: int | None,
+    seed: int,
+    n_experts: int | None,
+    actions: int | None,
 ) -> None:
     if algo not in ALGOS:
         raise CliError(f"--algo must be one of {', '.join(ALGOS)}, got {algo!r}")
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise CliError(f"--epsilon must be finite and > 0, got {epsilon}")
-    if delta is not None and not 0 < delta < 1:
+    if epsilon is not None:
+        _in_range("--epsilon", epsilon, 0.0, MAX_EPSILON, lo_open=True)
+    if delta is not None and not (math.isfinite(delta) and 0 < delta < 1):
         raise CliError(f"--delta must be in (0, 1), got {delta}")
-    if batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {batch_size}")
-    if not (math.isfinite(noise) and noise > 0):
-        raise CliError(f"--noise-multiplier must be finite and > 0, got {noise}")
-    if not (math.isfinite(clip) and clip > 0):
-        raise CliError(f"--clip-norm must be finite and > 0, got {clip}")
+    _in_range("--batch-size", batch_size, 1, MAX_EXPERTS)
+    _in_range("--noise-multiplier", noise, *NOISE_RANGE)
+    _in_range("--clip-norm", clip, 0.0, MAX_CLIP, lo_open=True)
+    _in_range("--lr", lr, 0.0, MAX_LR, lo_open=True)
+    _in_range("--steps", steps, 0, MAX_STEPS)
+    _in_range("--steps-cap", steps_cap, 1, MAX_STEPS)
+    _in_range("--seed", seed, 0, MAX_SEED)
+    _in_range("--n-experts", n_experts, 1, MAX_EXPERTS)
+    _in_range("--actions", actions, 2, MAX_ACTIONS)
+
+
+def _check_eval(episodes: int, horizon: int | None, evals: int, window: int) -> None:
+    _in_range("--eval-episodes", episodes, 1, MAX_EVAL_EPISODES)
+    _in_range("--eval-horizon", horizon, 1, MAX_EVAL_HORIZON)
+    _in_range("--evals", evals, 1, MAX_EVALS)
+    _in_range("--eval-window", window, 1, MAX_STEPS)
 
 
 def _parse_hidden(hidden: str | None, env_id: str | None) -> tuple[int, ...]:
@@ -141,42 +240,172 @@ def _parse_hidden(hidden: str | None, env_id: str | None) -> tuple[int, ...]:
         raise CliError(f"--hidden must be comma-separated integers, got {hidden!r}") from None
     if not sizes or min(sizes) < 1:
         raise CliError(f"--hidden must be positive sizes, got {hidden!r}")
+    if max(sizes) > MAX_WIDTH or len(sizes) > MAX_LAYERS:
+        raise CliError(
+            f"--hidden allows at most {MAX_LAYERS} layers of at most {MAX_WIDTH} units, "
+            f"got {hidden!r}"
+        )
     return sizes
+
+
+# ---------------------------------------------------------------------------------------------
+# the dataset's header and the public parameters (nothing private is read here)
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_header(path: Path) -> Any:
+    """The dataset's metadata and sizes (`privrl.data.io.read_header`): no episode is read."""
+    from privrl.data.io import read_header
+
+    if not path.is_file():
+        raise CliError(f"--data: file not found: {path}")
+    return read_header(path)
+
+
+def _declared_experts(meta: Any) -> tuple[Any, str]:
+    """(m, metadata key) as the data holder declared it: ``extra["n_experts"]``, or the
+    ``experts-*`` recipes' ``extra["recipe"]["n_experts"]``."""
+    extra = meta.extra if isinstance(meta.extra, dict) else {}
+    if extra.get("n_experts") is not None:
+        return extra["n_experts"], "n_experts"
+    recipe = extra.get("recipe")
+    if isinstance(recipe, dict) and recipe.get("n_experts") is not None:
+        return recipe["n_experts"], "recipe.n_experts"
+    return None, "n_experts"
+
+
+def _resolve_experts(params: Any, flag: int | None, meta: Any) -> int:
+    """m, the number of experts: ``--n-experts`` or the metadata's declaration, never the
+    number of distinct ids in the data (under add/remove-one-expert it differs between
+    neighbours)."""
+    value, key = _declared_experts(meta)
+    m = params.resolve(
+        "number of experts m",
+        flag=flag,
+        metadata={key: value, "extra": meta.extra},
+        key=key,
+        fix="pass --n-experts M, the number of experts the data holder declares",
+        detail="sets the sampling rate q = b/m and the default δ = 1/m",
+    )
+    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_EXPERTS:
+        raise CliError(
+            f"the dataset's metadata declare {key} = {m!r}, not a number of experts in "
+            f"[1, {MAX_EXPERTS}]; pass --n-experts M"
+        )
+    return m
+
+
+def _resolve_actions(params: Any, flag: int | None, meta: Any) -> int:
+    """|A|: ``--actions`` or the metadata's declared Discrete action space (not one the
+    metadata mark as inferred from the data: the largest action index is private)."""
+    from gymnasium import spaces
+
+    from privrl.privacy.public import inferred_fields
+
+    space = meta.action_space
+    declared = None
+    if space is not None:
+        if not isinstance(space, spaces.Discrete):
+            raise CliError(f"CQL/BCQ need discrete actions; the dataset's action space is {space}")
+        if int(space.start) != 0:
+            raise CliError(f"the action space must start at 0, got {space}")
+        declared = int(space.n)
+    a = params.resolve(
+        "number of actions |A|",
+        flag=flag,
+        metadata={"action_space": declared, "extra": meta.extra},
+        key="action_space",
+        fix="pass --actions A, the size of the public action space",
+        detail="the network's output size; the consensus count's g = 1 − (|A|−1)·p_min",
+    )
+    if (
+        flag is not None
+        and declared is not None
+        and "action_space" not in inferred_fields(meta)
+        and flag != declared
+    ):
+        raise CliError(
+            f"--actions {flag} contradicts the dataset's declared action space Discrete("
+            f"{declared}); drop --actions or fix the dataset's metadata"
+        )
+    if not 2 <= int(a) <= MAX_ACTIONS:
+        raise CliError(f"need between 2 and {MAX_ACTIONS} actions, the dataset declares {a}")
+    return int(a)
+
+
+def _resolve_delta(params: Any, flag: float | None, m: int) -> float:
+    if flag is not None:
+        return float(params.resolve("δ", flag=flag, fix="pass --delta"))
+    delta = params.derive("δ", 1.0 / m, "1/m (the paper's choice; --delta overrides)")
+    if not 0 < delta < 1:
+        raise CliError(f"the default δ = 1/m needs m >= 2 experts, got m = {m}; pass --delta")
+    return float(delta)
+
+
+def _flag_or_default(params: Any, name: str, flag: Any, default: Any, detail: str = "") -> Any:
+    return params.resolve(name, flag=flag, default=default, fix="", detail=detail)
+
+
+def _planned(epsilon: float, delta: float, system: str) -> Any:
+    """The spend checked against a ledger before the data are read: the run's target (ε, δ)
+    under the expert unit (the run never exceeds it; the certified report is recorded)."""
+    from privrl.expert.dpsgd import BACKEND, RELATION, UNIT
+    from privrl.privacy.events import ApproxDpEvent
+    from privrl.privacy.release import Release
+    from privrl.privacy.report import PrivacyReport
+
+    planned = Release(
+        name="planned spend: the run's target budget (ε, δ)",
+        mechanism="approx_dp",
+        sensitivity=0.0,
+        norm="l2",
+        noise={},
+        event=ApproxDpEvent(epsilon=float(epsilon), delta=float(delta)),
+    )
+    # stated directly, not re-accounted: the target is the (ε, δ) the run is calibrated to
+    return PrivacyReport(
+        unit=UNIT,
+        relation=RELATION,
+        releases=[planned],
+        delta=float(delta),
+        epsilon=float(epsilon),
+        rho=None,
+        accountant="planned: the run's target (ε, δ)",
+        backend=BACKEND,
+        system=f"{system} (planned)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# inside the ledger guard: the private data
+# ---------------------------------------------------------------------------------------------
 
 
 def _load_dataset(path: Path) -> Any:
     from privrl.data.io import load_hdf5
 
-    if not path.is_file():
-        raise CliError(f"--data: file not found: {path}")
     return load_hdf5(path)
 
 
-def _spaces(dataset: Any) -> tuple[int, int]:
-    """(obs_dim, n_actions) of a dataset with flat observations and Discrete actions."""
-    from gymnasium import spaces
-
+def _check_data(dataset: Any, n_actions: int) -> int:
+    """Schema checks of the records against the public schema; returns obs_dim."""
     if dataset.unit_ids is None:
         raise CliError(
             "the dataset has no expert ids (unit_ids is None): expert-level privacy needs the "
             "expert of every trajectory; collect or import the data with unit ids"
         )
-    act = dataset.metadata.action_space
-    actions = np.asarray(dataset.actions)
-    if isinstance(act, spaces.Discrete):
-        n_actions = int(act.n)
-        if int(act.start) != 0:
-            raise CliError(f"the action space must start at 0, got {act}")
-    elif actions.ndim == 1 and actions.dtype.kind in "iu":
-        n_actions = int(actions.max()) + 1 if actions.size else 0
-    else:
-        raise CliError(f"CQL/BCQ need discrete actions; the dataset's action space is {act}")
-    if n_actions < 2:
-        raise CliError(f"need at least 2 actions, the data have {n_actions}")
     obs = np.asarray(dataset.observations)
     if obs.ndim != 2:
         raise CliError(f"observations must be flat vectors, got shape {obs.shape[1:]}")
-    return int(obs.shape[1]), n_actions
+    actions = np.asarray(dataset.actions)
+    if actions.ndim != 1 or actions.dtype.kind not in "iu":
+        raise CliError("CQL/BCQ need discrete actions (one integer index per step)")
+    if actions.size and (int(actions.min()) < 0 or int(actions.max()) >= n_actions):
+        raise CliError(
+            f"the data hold action indices outside the public action space 0..{n_actions - 1}; "
+            "pass the right --actions A or fix the dataset"
+        )
+    return int(obs.shape[1])
 
 
 def _obs_transform(env_id: str | None) -> Any:
@@ -206,9 +435,9 @@ def _make_learner(
 
 
 def _evaluator(
-    dataset: Any, episodes: int, horizon: int | None, seed: int, no_eval: bool
+    meta: Any, episodes: int, horizon: int | None, seed: int, no_eval: bool
 ) -> tuple[Callable[[Any], np.ndarray] | None, dict[str, Any]]:
-    """Greedy evaluation in the dataset's (public) environment."""
+    """Greedy evaluation in the dataset's (public) environment, from its metadata only."""
     if no_eval:
         return None, {"evaluation": "skipped (--no-eval)"}
     import gymnasium as gym
@@ -216,9 +445,7 @@ def _evaluator(
     from privrl.envs import register_envs
     from privrl.rl.discrete_common import evaluate_greedy
 
-    if episodes < 1:
-        raise CliError(f"--eval-episodes must be >= 1, got {episodes}")
-    env_id = dataset.metadata.env_id
+    env_id = meta.env_id
     if env_id is None:
         raise CliError(
             "cannot evaluate: the dataset's metadata name no environment (env_id); pass --no-eval"
@@ -227,14 +454,10 @@ def _evaluator(
     if env_id not in gym.registry:
         raise CliError(f"cannot evaluate: unknown environment {env_id!r}; pass --no-eval")
     if horizon is None:
-        horizon = (
-            CARTPOLE_EVAL_HORIZON if env_id.startswith("CartPole") else dataset.metadata.horizon
-        )
-    if horizon is not None and horizon < 1:
-        raise CliError(f"--eval-horizon must be >= 1, got {horizon}")
+        horizon = CARTPOLE_EVAL_HORIZON if env_id.startswith("CartPole") else meta.horizon
     from privrl.experiments.expert import eval_env_factory
 
-    make = eval_env_factory(dataset.metadata, horizon)  # with the recipe's env_kwargs (HIV)
+    make = eval_env_factory(meta, horizon)  # with the recipe's env_kwargs (HIV)
     counter = iter(range(10**9))
 
     def evaluate(learner: Any) -> np.ndarray:
@@ -269,14 +492,40 @@ def _progress_bar(label: str) -> Any:
     return bar, update
 
 
-def _metrics(result: Any, extra: dict[str, Any], reference: Reference) -> dict[str, Any]:
+def _finish_report(report: Any, params: Any, reference: Reference) -> Any:
+    """The run's report with its public parameters and, when the normalised score uses a twin
+    trained on the same data, the note that the score is outside the guarantee."""
+    report = report.with_public_parameters(params)
+    if reference.outside_guarantee:
+        report.notes.append(REFERENCE_NOTE)
+    return report
+
+
+REFERENCE_NOTE = (
+    "metrics.json's normalised_score uses R_np, the return of a non-private twin trained on "
+    "the same private data (--reference): R_np and the score are evaluation-only and NOT "
+    "covered by this guarantee (reference_return_outside_guarantee: true); publish "
+    "return_mean, or a score against a reference from separate data"
+)
+
+
+def _metrics(
+    result: Any, report: Any, extra: dict[str, Any], reference: Reference
+) -> dict[str, Any]:
+    from privrl.expert.dpsgd import paper_accounting_epsilon
+
     metrics: dict[str, Any] = {
         "steps": result.steps,
         "private_steps": result.private_steps,
-        "epsilon": result.report.epsilon,
-        "delta": result.report.delta,
+        "epsilon": report.epsilon,
+        "delta": report.delta,
+        "private": report.private,
         **extra,
     }
+    paper = paper_accounting_epsilon(report.releases, report.delta)
+    if paper is not None:
+        # the paper's accounting, for comparison only: this run is NOT certified (ε = ∞)
+        metrics["epsilon_paper_accounting"] = paper
     if result.return_mean is not None:
         metrics["return_mean"] = result.return_mean
         metrics["return_std"] = result.return_std
@@ -285,7 +534,12 @@ def _metrics(result: Any, extra: dict[str, Any], reference: Reference) -> dict[s
 
 
 def _write_run(
-    out: Path, config: dict[str, Any], metrics: dict[str, Any], result: Any, title: str
+    out: Path,
+    config: dict[str, Any],
+    metrics: dict[str, Any],
+    result: Any,
+    report: Any,
+    title: str,
 ) -> None:
     import torch
 
@@ -293,12 +547,12 @@ def _write_run(
 
     run = RunDir(out)
     run.write_config(config)
-    run.write_metrics(metrics)
     rows = result.curve or [{"step": result.steps, "private_steps": result.private_steps}]
     run.write_curve(rows)
-    run.write_privacy(result.report)
     torch.save(result.learner.state_dict(), run.artifact("learner.pt"))
     _plot(run.plot_path("learning_curve"), result.curve, title)
+    run.write_privacy(report)
+    run.write_metrics(metrics)
 
 
 def _plot(path: Path, curve: list[dict[str, Any]], title: str) -> None:
@@ -339,6 +593,8 @@ def _summary(out: Path, metrics: dict[str, Any], report: Any) -> None:
         line += f"; return = {metrics['return_mean']:.2f} ± {metrics['return_std']:.2f}"
     if "normalised_score" in metrics:
         line += f"; normalised score = {metrics['normalised_score']:.3f}"
+        if metrics.get("reference_return_outside_guarantee"):
+            line += " (evaluation-only: outside the guarantee)"
     console.print(Text(line))
     typer.echo(
         f"wrote {out}/ (config.json, metrics.json, metrics.csv, privacy.json, learner.pt, "
@@ -346,34 +602,11 @@ def _summary(out: Path, metrics: dict[str, Any], report: Any) -> None:
     )
 
 
-def _planned(epsilon: float, delta: float) -> Any:
-    """The ledger's planned spend: the run never exceeds its target (ε, δ)."""
-    from privrl.privacy.events import ApproxDpEvent
-
-    return ApproxDpEvent(epsilon=float(epsilon), delta=float(delta))
-
-
-def _has_ledger(data: Path) -> bool:
-    from privrl.privacy.ledger import default_ledger_path
-
-    return default_ledger_path(data).exists()
-
-
-def _experts_from_metadata(data: Path) -> Path:
+def _experts_from_metadata(data: Path, meta: Any) -> Path:
     """The expert set named by the dataset's metadata (``extra["experts_dir"]``, relative to
-    the dataset file), for ``--experts`` left out. Reads the file's public metadata attribute
-    only, not the records (so it runs before the ledger check)."""
-    import h5py
-
-    if not data.is_file():
-        raise CliError(f"--data: file not found: {data}")
-    try:
-        with h5py.File(data, "r") as f:
-            meta = json.loads(f.attrs["metadata"])
-    except (OSError, KeyError, ValueError):
-        meta = {}
-    extra = meta.get("extra") if isinstance(meta, dict) else None
-    rel = extra.get("experts_dir") if isinstance(extra, dict) else None
+    the dataset file), for ``--experts`` left out. Uses the header's metadata only."""
+    extra = meta.extra if isinstance(meta.extra, dict) else {}
+    rel = extra.get("experts_dir")
     if not isinstance(rel, str) or not rel:
         raise CliError(
             "--experts is required: the dataset's metadata name no expert set "
@@ -399,10 +632,17 @@ class Reference:
     source: str | None = None
     explicit: bool = False
     eval_horizon: int | None = None  # of the twin run, when R_np comes from one
+    twin: bool = False  # R_np is the return of a twin trained on this dataset (--reference)
 
-    def resolve(self, dataset: Any, eval_info: dict[str, Any]) -> Reference:
-        """Fill in what the dataset's metadata record; check the score is defined."""
-        refs = dataset.metadata.extra.get("reference_returns")
+    @property
+    def outside_guarantee(self) -> bool:
+        """The score uses a twin trained on the same private data without a mechanism: it is
+        evaluation-only, not covered by the run's guarantee."""
+        return self.twin and self.nonprivate is not None and self.random is not None
+
+    def resolve(self, meta: Any, eval_info: dict[str, Any]) -> Reference:
+        """Fill in what the dataset's (public) metadata record; check the score is defined."""
+        refs = meta.extra.get("reference_returns")
         refs = refs if isinstance(refs, dict) else {}
         r_np, source = self.nonprivate, self.source
         if r_np is None and refs.get("nonprivate") is not None:
@@ -446,6 +686,9 @@ class Reference:
         return {
             "normalised_score": normalised_score(ret, self.random, self.nonprivate),
             "reference_returns": refs,
+            # true: R_np comes from a non-private twin on the same data (evaluation-only);
+            # false: R_np was given as a public number (flag or the dataset's metadata)
+            "reference_return_outside_guarantee": self.outside_guarantee,
         }
 
 
@@ -494,6 +737,7 @@ def _reference(
         str(reference),
         explicit=True,
         eval_horizon=int(horizon) if isinstance(horizon, int) else None,
+        twin=True,
     )
 
 
@@ -518,8 +762,6 @@ def _same_file(recorded: Path, data: Path) -> bool:
 
 
 def _load_experts(path: Path) -> Any:
-    if not path.exists():
-        raise CliError(f"--experts: not found: {path}")
     try:
         from privrl.expert.experts import load_experts
     except ImportError:
@@ -527,6 +769,21 @@ def _load_experts(path: Path) -> Any:
             "--experts: this privrl has no expert loader (privrl.expert.experts.load_experts)"
         ) from None
     return load_experts(path)
+
+
+def _check_experts(expert_set: Any, n_actions: int, obs_dim: int) -> None:
+    """The expert set (read inside the guard: the experts' policies are private) must fit the
+    public action space and the data's observations."""
+    if int(expert_set.n_actions) != n_actions:
+        raise CliError(
+            f"--experts: the experts have {expert_set.n_actions} actions but the data have "
+            f"{n_actions}; use the expert set that produced this dataset"
+        )
+    if int(expert_set.obs_dim) != obs_dim:
+        raise CliError(
+            f"--experts: the experts take observations of dimension {expert_set.obs_dim} "
+            f"but the data have {obs_dim}; use the expert set that produced this dataset"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,13 +801,30 @@ def expert_dp_command(
     algo: str = _ALGO,
     epsilon: float = _EPSILON,
     delta: float = _DELTA,
+    n_experts: int = _N_EXPERTS,
+    actions: int = _ACTIONS,
     p: float = typer.Option(
         None, "--p", help="Probability of a private step on D_unst (default CQL 0.8, BCQ 0.5)."
     ),
     filter_rounds: int = typer.Option(
-        25, "--filter-rounds", "-T", help="Rounds T of the consensus filter (0 = no filter)."
+        None,
+        "--filter-rounds",
+        "-T",
+        help=f"Rounds T of the consensus filter (0 = no filter; default {DEFAULT_ROUNDS}).",
     ),
-    p_min: float = typer.Option(0.02, "--p-min", help="Smallest action probability of experts."),
+    max_len: int = typer.Option(
+        None,
+        "--max-len",
+        help=(
+            "L, the longest trajectory the filter queries (public; default: the dataset's "
+            "declared metadata.horizon; longer trajectories are truncated to L for the filter)."
+        ),
+    ),
+    p_min: float = typer.Option(
+        None,
+        "--p-min",
+        help=f"Smallest action probability of experts (default {DEFAULT_P_MIN:g}).",
+    ),
     filter_calibration: str = typer.Option(
         "paper",
         "--filter-calibration",
@@ -573,7 +847,10 @@ def expert_dp_command(
     accounting: str = typer.Option(
         "exact",
         "--accounting",
-        help="exact (coins conditioned on, certified) or paper (q = p·b/m, NOT certified).",
+        help=(
+            "exact (coins conditioned on, certified) or paper (q = p·b/m, NOT certified: the "
+            "report says ε = ∞ and a ledger refuses it; the paper's ε is a comparison field)."
+        ),
     ),
     dp_sgd_budget: str = typer.Option(
         "split",
@@ -610,15 +887,39 @@ def expert_dp_command(
     trajectories (add/remove).
     """
     from privrl.experiments.rundir import ledger_guard
-    from privrl.expert.selective import split_budget, train_expert_dp
+    from privrl.expert.dpsgd import uncertified_plan
+    from privrl.expert.selective import (
+        PAPER_NOT_CERTIFIED,
+        effective_split,
+        split_budget,
+        train_expert_dp,
+    )
+    from privrl.privacy.public import PublicParameters
+    from privrl.privacy.threshold import DataReleaseCalibration
 
-    _check_common(algo, epsilon, delta, batch_size, noise_multiplier, clip_norm)
-    if p is None:
-        p = 0.8 if algo == "cql" else 0.5
-    if not (math.isfinite(p) and 0.0 <= p <= 1.0):
+    # 1. the options, before anything is read
+    _check_common(
+        algo,
+        epsilon,
+        delta,
+        batch_size,
+        noise_multiplier,
+        clip_norm,
+        lr,
+        steps,
+        steps_cap,
+        seed,
+        n_experts,
+        actions,
+    )
+    _check_eval(eval_episodes, eval_horizon, evals, eval_window)
+    if p is not None and not (math.isfinite(p) and 0.0 <= p <= 1.0):
         raise CliError(f"--p must be in [0, 1], got {p}")
-    if filter_rounds < 0:
-        raise CliError(f"--filter-rounds must be >= 0, got {filter_rounds}")
+    _in_range("--filter-rounds", filter_rounds, 0, MAX_ROUNDS)
+    _in_range("--max-len", max_len, 1, MAX_LEN)
+    _in_range("--p-min", p_min, 0.0, 0.5, lo_open=True)
+    if not math.isfinite(filter_below):
+        raise CliError(f"--filter-below must be finite, got {filter_below}")
     if accounting not in ("exact", "paper"):
         raise CliError(f"--accounting must be exact or paper, got {accounting!r}")
     if dp_sgd_budget not in ("split", "joint"):
@@ -629,13 +930,27 @@ def expert_dp_command(
             f"got {filter_calibration!r}"
         )
     ref = _reference(reference, reference_return, random_return, algo=algo, data=data)
+
+    # 2. the header and the public parameters (no record, no expert policy is read)
+    header = _read_header(data)
+    meta = header.metadata
     if experts is None:
-        experts = _experts_from_metadata(data)
-    expert_set = _load_experts(experts)
-    m = int(expert_set.n_experts)
-    delta = 1.0 / m if delta is None else delta
-    if not 0 < delta < 1:
-        raise CliError(f"δ = 1/m must be in (0, 1); the expert set has m = {m}")
+        experts = _experts_from_metadata(data, meta)
+    elif not experts.exists():
+        raise CliError(f"--experts: not found: {experts}")
+    elif not experts.is_dir():
+        raise CliError(f"--experts: {experts} is not a directory; give an expert set's directory")
+    params = PublicParameters()
+    m = _resolve_experts(params, n_experts, meta)
+    delta = _resolve_delta(params, delta, m)
+    n_actions = _resolve_actions(params, actions, meta)
+    epsilon = params.resolve("ε", flag=epsilon, fix="pass --epsilon")
+    b = _flag_or_default(params, "expected batch size b", batch_size, DEFAULT_BATCH)
+    if b > m:
+        raise CliError(f"--batch-size {b} exceeds the number of experts m = {m}")
+    params.derive("sampling rate q", b / m, "b/m")
+    rounds = _flag_or_default(params, "filter rounds T", filter_rounds, DEFAULT_ROUNDS)
+    p = _flag_or_default(params, "private-step probability p", p, 0.8 if algo == "cql" else 0.5)
     try:
         split = split_budget(
             epsilon,
@@ -647,51 +962,88 @@ def expert_dp_command(
             eps2_fraction=eps2_fraction,
             delta2_fraction=delta2_fraction,
         )
+        split = effective_split(split, rounds)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    rng = np.random.default_rng(seed)
-    with ledger_guard(data, _planned(epsilon, delta), label="privrl train expert-dp") as reports:
-        dataset = _load_dataset(data)
-        obs_dim, n_actions = _spaces(dataset)
-        if int(expert_set.n_actions) != n_actions:
-            raise CliError(
-                f"--experts: the experts have {expert_set.n_actions} actions but the data have "
-                f"{n_actions}; use the expert set that produced this dataset"
-            )
-        if int(expert_set.obs_dim) != obs_dim:
-            raise CliError(
-                f"--experts: the experts take observations of dimension {expert_set.obs_dim} "
-                f"but the data have {obs_dim}; use the expert set that produced this dataset"
-            )
-        env_id = dataset.metadata.env_id
-        learner = _make_learner(
-            algo,
-            obs_dim,
-            n_actions,
-            _parse_hidden(hidden, env_id),
-            3e-4 if lr is None else lr,
-            seed,
-            _obs_transform(env_id),
+    filter_runs = split.filter
+    length = None
+    pm = _flag_or_default(params, "expert action floor p_min", p_min, DEFAULT_P_MIN)
+    for name, value in (
+        ("ε1 (filter)", split.epsilon1),
+        ("δ1 (filter)", split.delta1),
+        ("ε2 (DP-SGD)", split.epsilon2),
+        ("δ2 (DP-SGD)", split.delta2),
+    ):
+        params.derive(name, value, f"budget split of (ε, δ): {split.rule}")
+    if filter_runs:
+        length = params.resolve(
+            "maximum trajectory length L",
+            flag=max_len,
+            metadata=meta,
+            key="horizon",
+            fix="pass --max-len L, the longest trajectory the data may hold",
+            detail="sets δ' = δ1/(2TL) and the threshold shift; longer trajectories truncated",
         )
-        evaluate, eval_info = _evaluator(dataset, eval_episodes, eval_horizon, seed, no_eval)
-        ref = ref.resolve(dataset, eval_info)
+        if not isinstance(length, int) or length < 1:
+            raise CliError(f"the maximum trajectory length L must be >= 1, got {length!r}")
+        if pm * n_actions > 1:
+            raise CliError(f"--p-min {pm:g} is above 1/|A| = {1 / n_actions:.4g}")
+    z = _flag_or_default(params, "noise multiplier σ", noise_multiplier, DEFAULT_NOISE)
+    c = _flag_or_default(params, "clipping norm C", clip_norm, DEFAULT_CLIP)
+    cap = _flag_or_default(params, "steps cap", steps_cap, DEFAULT_STEPS_CAP)
+    if steps is not None:
+        params.resolve("training steps N", flag=steps, fix="")
+    uncertified = accounting == "paper" and split.dp_sgd and 0.0 < split.p < 1.0
+    system = "expert-consensus + selective-dp-sgd"
+    planned = (
+        uncertified_plan(system, PAPER_NOT_CERTIFIED)
+        if uncertified
+        else _planned(epsilon, delta, system)
+    )
+    env_id = meta.env_id
+    sizes = _parse_hidden(hidden, env_id)
+    evaluate, eval_info = _evaluator(meta, eval_episodes, eval_horizon, seed, no_eval)
+    ref = ref.resolve(meta, eval_info)
+    rng = np.random.default_rng(seed)
+
+    # 3. the ledger, then the private data, the run and its directory
+    label = "privrl train expert-dp"
+    with ledger_guard(data, planned, label=label, out=out) as reports:
+        if filter_runs:
+            # the filter's calibration is public: an infeasible one is refused before the data
+            # are read (after the ledger check: the PLD calibration's search takes seconds)
+            calib = DataReleaseCalibration.from_budget(
+                split.epsilon1, split.delta1, rounds, length, pm, calibration=filter_calibration
+            )
+            params.derive("filter ε'", calib.epsilon_prime, f"{filter_calibration} calibration")
+            params.derive("filter δ'", calib.delta_prime, "δ1/(2TL)")
+        dataset = _load_dataset(data)
+        obs_dim = _check_data(dataset, n_actions)
+        expert_set = _load_experts(experts)
+        _check_experts(expert_set, n_actions, obs_dim)
+        learner = _make_learner(
+            algo, obs_dim, n_actions, sizes, 3e-4 if lr is None else lr, seed,
+            _obs_transform(env_id),
+        )  # fmt: skip
         bar, update = _progress_bar(f"expert-dp {algo}")
         with bar:
             result = train_expert_dp(
                 learner,
                 dataset,
                 expert_set,
+                n_units=m,
                 epsilon=epsilon,
                 delta=delta,
                 p=p,
-                rounds=filter_rounds,
-                p_min=p_min,
+                rounds=rounds,
+                p_min=pm,
+                max_len=length,
                 split=split,
-                batch_size=batch_size,
-                noise_multiplier=noise_multiplier,
-                clip_norm=clip_norm,
+                batch_size=b,
+                noise_multiplier=z,
+                clip_norm=c,
                 steps=steps,
-                steps_cap=steps_cap,
+                steps_cap=cap,
                 accounting=accounting,  # type: ignore[arg-type]
                 rng=rng,
                 evaluate=evaluate,
@@ -701,51 +1053,60 @@ def expert_dp_command(
                 filter_calibration=filter_calibration,
                 dp_sgd_budget=dp_sgd_budget,  # type: ignore[arg-type]
             )
-        reports.append(result.report)
-    training = result.training
-    training.report = result.report  # the run's total report (filter + DP-SGD)
-    config = {
-        "command": "privrl train expert-dp",
-        "data": str(data),
-        "reference": None if reference is None else str(reference),
-        "reference_return": reference_return,
-        "random_return": random_return,
-        "experts": str(experts),
-        "n_experts": m,
-        "algo": algo,
-        "learner": learner.config(),
-        "epsilon": epsilon,
-        "delta": delta,
-        "split": result.split.to_dict(),
-        "filter_rounds": filter_rounds,
-        "filter_calibration": filter_calibration,
-        "p_min": p_min,
-        "accounting": accounting,
-        "dp_sgd_budget": dp_sgd_budget,
-        "batch_size": batch_size,
-        "noise_multiplier": noise_multiplier,
-        "clip_norm": clip_norm,
-        "steps": steps,
-        "steps_cap": steps_cap,
-        "seed": seed,
-        **eval_info,
-    }
-    extra = {
-        "algorithm": f"expert-dp {algo}",
-        "stable_size": result.stable_size,
-        "filter_calibration": filter_calibration,
-        "dp_sgd_budget": dp_sgd_budget,
-        "epsilon1": result.split.epsilon1,
-        "epsilon2": result.split.epsilon2,
-        "p": result.split.p,
-    }
-    # the filter's public summary: counts of released data (privatised by the filter)
-    for key in ("released_trajectories", "released_transitions"):
-        if key in result.filter_summary:
-            extra[key] = result.filter_summary[key]
-    metrics = _metrics(training, extra, ref)
-    _write_run(out, config, metrics, training, f"expert-dp {algo} (ε = {epsilon:g})")
-    _summary(out, metrics, result.report)
+        training = result.training
+        params.derive(
+            "private DP-SGD steps K",
+            training.private_steps,
+            "from the budget by the PLD accountant (or --steps), with the public step coins",
+        )
+        params.derive("training steps", training.steps, "the public step coins up to step K")
+        report = _finish_report(result.report, params, ref)
+        training.report = report  # the run's total report (filter + DP-SGD)
+        config = {
+            "command": "privrl train expert-dp",
+            "data": str(data),
+            "reference": None if reference is None else str(reference),
+            "reference_return": reference_return,
+            "random_return": random_return,
+            "experts": str(experts),
+            "n_experts": m,
+            "n_actions": n_actions,
+            "algo": algo,
+            "learner": learner.config(),
+            "epsilon": epsilon,
+            "delta": delta,
+            "split": result.split.to_dict(),
+            "filter_rounds": rounds,
+            "max_len": length,
+            "filter_calibration": filter_calibration,
+            "p_min": pm,
+            "accounting": accounting,
+            "dp_sgd_budget": dp_sgd_budget,
+            "batch_size": b,
+            "noise_multiplier": z,
+            "clip_norm": c,
+            "steps": steps,
+            "steps_cap": cap,
+            "seed": seed,
+            **eval_info,
+        }
+        extra = {
+            "algorithm": f"expert-dp {algo}",
+            "stable_size": result.stable_size,
+            "filter_calibration": filter_calibration,
+            "dp_sgd_budget": dp_sgd_budget,
+            "epsilon1": result.split.epsilon1,
+            "epsilon2": result.split.epsilon2,
+            "p": result.split.p,
+        }
+        # the filter's public output: counts of the released prefixes (post-processing)
+        for key in ("released_trajectories", "released_transitions"):
+            if key in result.filter_summary:
+                extra[key] = result.filter_summary[key]
+        metrics = _metrics(training, report, extra, ref)
+        _write_run(out, config, metrics, training, report, f"expert-dp {algo} (ε = {epsilon:g})")
+        reports.append(report)
+    _summary(out, metrics, report)
 
 
 def dp_sgd_command(
@@ -755,11 +1116,15 @@ def dp_sgd_command(
         None, "--epsilon", help="Privacy budget ε of the run (not with --non-private)."
     ),
     delta: float = _DELTA,
-    n_experts: int = typer.Option(
-        None, "--n-experts", help="m (public; default: the number of experts in the data)."
-    ),
+    n_experts: int = _N_EXPERTS,
+    actions: int = _ACTIONS,
     sampling: str = typer.Option(
-        "poisson", "--sampling", help="poisson (certified) or shuffle (NOT certified)."
+        "poisson",
+        "--sampling",
+        help=(
+            "poisson (certified) or shuffle (the paper's batches, NOT certified: the report says "
+            "ε = ∞ and a ledger refuses it; the paper's ε is a comparison field)."
+        ),
     ),
     non_private: bool = typer.Option(
         False, "--non-private", help="Train the non-private twin (ordinary minibatches)."
@@ -788,68 +1153,113 @@ def dp_sgd_command(
     per-example gradients to C, adds N(0, σ²C²) and divides by b; steps until ε is spent.
     """
     from privrl.experiments.rundir import ledger_guard
-    from privrl.expert.dpsgd import RELATION, UNIT, expert_dp_sgd
+    from privrl.expert.dpsgd import (
+        RELATION,
+        SHUFFLE_NOT_CERTIFIED,
+        UNIT,
+        expert_dp_sgd,
+        plan_steps,
+        uncertified_plan,
+    )
+    from privrl.privacy.public import PublicParameters
     from privrl.privacy.report import PrivacyReport
 
+    # 1. the options, before anything is read
     if epsilon is None and not non_private:
         raise CliError("--epsilon is required (or --non-private for the non-private twin)")
     if epsilon is not None and non_private:
         raise CliError("--non-private takes no --epsilon: the twin is not private")
-    _check_common(algo, epsilon or 1.0, delta, batch_size, noise_multiplier, clip_norm)
+    _check_common(
+        algo,
+        epsilon,
+        delta,
+        batch_size,
+        noise_multiplier,
+        clip_norm,
+        lr,
+        steps,
+        steps_cap,
+        seed,
+        n_experts,
+        actions,
+    )
+    _check_eval(eval_episodes, eval_horizon, evals, eval_window)
     if sampling not in ("poisson", "shuffle"):
         raise CliError(f"--sampling must be poisson or shuffle, got {sampling!r}")
-    if n_experts is not None and n_experts < 1:
-        raise CliError(f"--n-experts must be >= 1, got {n_experts}")
-    if not non_private and delta is None and n_experts is None and _has_ledger(data):
-        raise CliError(
-            "this dataset has a budget ledger: give --delta (or --n-experts) explicitly, since "
-            "the default δ = 1/m would read the data before the ledger check"
-        )
-    if delta is None and n_experts is not None:
-        delta = 1.0 / n_experts
     ref = _reference(reference, reference_return, random_return, algo=algo, data=data)
+
+    # 2. the header and the public parameters (no record is read)
+    header = _read_header(data)
+    meta = header.metadata
+    params = PublicParameters()
+    n_actions = _resolve_actions(params, actions, meta)
+    b = _flag_or_default(params, "batch size b", batch_size, DEFAULT_BATCH)
+    cap = _flag_or_default(params, "steps cap", steps_cap, DEFAULT_STEPS_CAP)
+    if steps is not None:
+        params.resolve("training steps N", flag=steps, fix="")
+    system = "expert-dp-sgd"
+    m: int | None = None
+    n_steps, capped = (steps if steps is not None else cap), False
     planned: Any
     if non_private:
-        planned = PrivacyReport.non_private(UNIT, RELATION, system="expert-dp-sgd")
-    else:  # δ is known here whenever the dataset has a ledger (checked above)
-        planned = _planned(float(epsilon), delta if delta is not None else 0.5)
-    rng = np.random.default_rng(seed)
-    with ledger_guard(data, planned, label="privrl train dp-sgd") as reports:
-        dataset = _load_dataset(data)
-        obs_dim, n_actions = _spaces(dataset)
-        m = int(n_experts) if n_experts is not None else dataset.n_units
-        if m < dataset.n_units:
-            raise CliError(f"--n-experts {m} is below the {dataset.n_units} experts in the data")
-        if delta is None:
-            delta = 1.0 / m
-        if not 0 < delta < 1:
-            raise CliError(f"δ = 1/m must be in (0, 1); the data have m = {m} experts")
-        if batch_size > m:
-            raise CliError(f"--batch-size {batch_size} exceeds the number of experts m = {m}")
-        env_id = dataset.metadata.env_id
-        learner = _make_learner(
-            algo,
-            obs_dim,
-            n_actions,
-            _parse_hidden(hidden, env_id),
-            3e-4 if lr is None else lr,
-            seed,
-            _obs_transform(env_id),
+        planned = PrivacyReport.non_private(UNIT, RELATION, system=f"{system} (non-private twin)")
+        z = c = None
+    else:
+        m = _resolve_experts(params, n_experts, meta)
+        delta = _resolve_delta(params, delta, m)
+        epsilon = params.resolve("ε", flag=epsilon, fix="pass --epsilon")
+        if b > m:
+            raise CliError(f"--batch-size {b} exceeds the number of experts m = {m}")
+        params.derive("sampling rate q", b / m, "b/m")
+        z = _flag_or_default(params, "noise multiplier σ", noise_multiplier, DEFAULT_NOISE)
+        c = _flag_or_default(params, "clipping norm C", clip_norm, DEFAULT_CLIP)
+        planned = (
+            uncertified_plan(system, SHUFFLE_NOT_CERTIFIED)
+            if sampling == "shuffle"
+            else _planned(epsilon, delta, system)
         )
-        evaluate, eval_info = _evaluator(dataset, eval_episodes, eval_horizon, seed, no_eval)
-        ref = ref.resolve(dataset, eval_info)
+    env_id = meta.env_id
+    sizes = _parse_hidden(hidden, env_id)
+    evaluate, eval_info = _evaluator(meta, eval_episodes, eval_horizon, seed, no_eval)
+    ref = ref.resolve(meta, eval_info)
+    rng = np.random.default_rng(seed)
+
+    # 3. the ledger, then the private data, the run and its directory
+    with ledger_guard(data, planned, label="privrl train dp-sgd", out=out) as reports:
+        if m is not None:
+            # the step count from public parameters only, before the data are read (after
+            # the ledger check: the accountant's search is not instant)
+            n_steps, capped = plan_steps(
+                noise_multiplier=z,
+                sampling_probability=b / m,
+                epsilon=epsilon,
+                delta=delta,
+                steps=steps,
+                steps_cap=cap,
+            )
+            params.derive(
+                "private steps N",
+                n_steps,
+                "--steps" if steps is not None else "largest count within (ε, δ), PLD accountant",
+            )
+        dataset = _load_dataset(data)
+        obs_dim = _check_data(dataset, n_actions)
+        learner = _make_learner(
+            algo, obs_dim, n_actions, sizes, 3e-4 if lr is None else lr, seed,
+            _obs_transform(env_id),
+        )  # fmt: skip
         bar, update = _progress_bar(f"dp-sgd {algo}")
         with bar:
             result = expert_dp_sgd(
                 learner,
                 dataset,
                 epsilon=epsilon,
-                delta=delta,
-                batch_size=batch_size,
-                noise_multiplier=noise_multiplier,
-                clip_norm=clip_norm,
-                steps=steps if steps is not None or not non_private else steps_cap,
-                steps_cap=steps_cap,
+                delta=0.0 if delta is None else delta,
+                batch_size=b,
+                noise_multiplier=DEFAULT_NOISE if z is None else z,
+                clip_norm=DEFAULT_CLIP if c is None else c,
+                steps=n_steps,
+                steps_cap=cap,
                 n_units=m,
                 sampling=sampling,  # type: ignore[arg-type]
                 private=not non_private,
@@ -859,36 +1269,42 @@ def dp_sgd_command(
                 eval_window=eval_window,
                 progress=update,
             )
+        if capped:
+            result.report.notes.append(
+                f"the step count was capped at {n_steps}: the budget ε = {epsilon} is not spent"
+            )
+        report = _finish_report(result.report, params, ref)
+        config = {
+            "command": "privrl train dp-sgd",
+            "data": str(data),
+            "reference": None if reference is None else str(reference),
+            "reference_return": reference_return,
+            "random_return": random_return,
+            "algo": algo,
+            "learner": learner.config(),
+            "epsilon": None if non_private else epsilon,
+            "delta": delta,
+            "n_experts": m,
+            "n_actions": n_actions,
+            "sampling": sampling,
+            "non_private": non_private,
+            "batch_size": b,
+            "noise_multiplier": z,
+            "clip_norm": c,
+            "steps": steps,
+            "steps_cap": cap,
+            "seed": seed,
+            **eval_info,
+        }
+        extra = {
+            "algorithm": f"{'non-private' if non_private else 'expert-dp-sgd'} {algo}",
+            "stable_size": 0,
+        }
+        metrics = _metrics(result, report, extra, ref)
+        title = f"{'non-private' if non_private else 'DP-SGD'} {algo}"
         if not non_private:
-            reports.append(result.report)
-    config = {
-        "command": "privrl train dp-sgd",
-        "data": str(data),
-        "reference": None if reference is None else str(reference),
-        "reference_return": reference_return,
-        "random_return": random_return,
-        "algo": algo,
-        "learner": learner.config(),
-        "epsilon": None if non_private else epsilon,
-        "delta": delta,
-        "n_experts": m,
-        "sampling": sampling,
-        "non_private": non_private,
-        "batch_size": batch_size,
-        "noise_multiplier": None if non_private else noise_multiplier,
-        "clip_norm": None if non_private else clip_norm,
-        "steps": steps,
-        "steps_cap": steps_cap,
-        "seed": seed,
-        **eval_info,
-    }
-    extra = {
-        "algorithm": f"{'non-private' if non_private else 'expert-dp-sgd'} {algo}",
-        "stable_size": 0,
-    }
-    metrics = _metrics(result, extra, ref)
-    title = f"{'non-private' if non_private else 'DP-SGD'} {algo}"
-    if not non_private:
-        title += f" (ε = {epsilon:g})"
-    _write_run(out, config, metrics, result, title)
-    _summary(out, metrics, result.report)
+            title += f" (ε = {epsilon:g})"
+        _write_run(out, config, metrics, result, report, title)
+        if not non_private:
+            reports.append(report)
+    _summary(out, metrics, report)

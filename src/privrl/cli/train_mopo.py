@@ -11,13 +11,18 @@ privacy.json (ε = ∞: MOPO is not private), policy.pt (the SAC agent; reload w
 ``privrl.rl.sac.SAC.from_state_dict(torch.load(...))``) and the checkpoints (dynamics.pt,
 checkpoint.pt). A rerun with the same configuration and ``--out`` resumes automatically;
 ``--resume`` insists on it. A dataset with a budget ledger is refused (a non-private run would
-void its budget).
+void its budget) before a single record is read: the command reads the dataset's header
+(metadata and sizes) and builds its configuration from it, then ``ledger_guard`` validates
+``--out`` and checks the ledger; the episodes are read, and the run directory written, inside
+the guard. Options beyond the limits below are refused up front (they would exhaust memory or
+never finish).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,15 @@ __all__ = ["register", "train_mopo"]
 CHECKPOINTS = ("checkpoint.pt", "dynamics.pt")
 # Config keys a resumed run may change: extending a finished run is allowed.
 RESUMABLE_CHANGES = ("epochs", "checkpoint_every")
+
+# Limits of the options (checked before anything is read or allocated).
+MAX_EPOCHS = 100_000
+MAX_STEPS_PER_EPOCH = 1_000_000
+MAX_ROLLOUT_LENGTH = 10_000
+MAX_ROLLOUT_BATCH = 10_000_000
+MAX_LAM = 1e6
+MAX_MODEL_BUFFER = 10_000_000  # transitions kept from the model's rollouts (memory)
+MAX_SEED = 2**63 - 1
 
 
 def register(app: typer.Typer) -> None:
@@ -68,19 +82,23 @@ def _check_options(
 
     if not (math.isfinite(real_ratio) and 0.0 <= real_ratio <= 1.0):
         raise CliError(f"--real-ratio must be in [0, 1] (MOPO: 0.05, none: 0), got {real_ratio}")
-    if epochs is not None and epochs < 1:
-        raise CliError(f"--epochs must be >= 1, got {epochs}")
+    if epochs is not None and not 1 <= epochs <= MAX_EPOCHS:
+        raise CliError(f"--epochs must be in [1, {MAX_EPOCHS}], got {epochs}")
     if penalty is not None and penalty not in PENALTIES:
         raise CliError(f"--penalty must be one of {', '.join(PENALTIES)}, got {penalty!r}")
-    if lam is not None and not (math.isfinite(lam) and lam >= 0):
-        raise CliError(f"--lam must be finite and >= 0, got {lam}")
-    if rollout_length is not None and rollout_length < 1:
-        raise CliError(f"--rollout-length must be >= 1, got {rollout_length}")
-    if rollout_batch_size is not None and rollout_batch_size < 1:
-        raise CliError(f"--rollout-batch-size must be >= 1, got {rollout_batch_size}")
+    if lam is not None and not (math.isfinite(lam) and 0 <= lam <= MAX_LAM):
+        raise CliError(f"--lam must be in [0, {MAX_LAM:g}], got {lam}")
+    if rollout_length is not None and not 1 <= rollout_length <= MAX_ROLLOUT_LENGTH:
+        raise CliError(
+            f"--rollout-length must be in [1, {MAX_ROLLOUT_LENGTH}], got {rollout_length}"
+        )
+    if rollout_batch_size is not None and not 1 <= rollout_batch_size <= MAX_ROLLOUT_BATCH:
+        raise CliError(
+            f"--rollout-batch-size must be in [1, {MAX_ROLLOUT_BATCH}], got {rollout_batch_size}"
+        )
     if starts not in START_MODES:
         raise CliError(f"--starts must be one of {', '.join(START_MODES)}, got {starts!r}")
-    if not 0.0 < init_fraction <= 1.0:
+    if not (math.isfinite(init_fraction) and 0.0 < init_fraction <= 1.0):
         raise CliError(f"--init-fraction must be in (0, 1], got {init_fraction}")
     if checkpoint_every < 1:
         raise CliError(f"--checkpoint-every must be >= 1, got {checkpoint_every}")
@@ -187,12 +205,14 @@ def train_mopo(
 ) -> None:
     """MOPO (Yu et al. 2020): model-based offline RL with an uncertainty-penalised model.
     NOT private (PRIMORL's baseline): the report says ε = ∞."""
-    from privrl.data.io import load_hdf5
+    from privrl.data.io import load_hdf5, read_header
+    from privrl.envs.control import task_for_env_id
     from privrl.experiments.mopo import write_mopo_run
     from privrl.experiments.rundir import RunDir, ledger_guard
     from privrl.primorl.mopo import RELATION, UNIT, MOPOConfig, check_dataset
     from privrl.privacy.report import PrivacyReport
 
+    # 1. the options, before anything is read
     _check_options(
         real_ratio,
         epochs,
@@ -204,58 +224,91 @@ def train_mopo(
         init_fraction,
         checkpoint_every,
     )
-    if model_epochs is not None and model_epochs < 1:
-        raise CliError(f"--model-epochs must be >= 1, got {model_epochs}")
-    if steps_per_epoch < 1:
-        raise CliError(f"--steps-per-epoch must be >= 1, got {steps_per_epoch}")
-    if threads < 1:
-        raise CliError(f"--threads must be >= 1, got {threads}")
+    if model_epochs is not None and not 1 <= model_epochs <= MAX_EPOCHS:
+        raise CliError(f"--model-epochs must be in [1, {MAX_EPOCHS}], got {model_epochs}")
+    if not 1 <= steps_per_epoch <= MAX_STEPS_PER_EPOCH:
+        raise CliError(
+            f"--steps-per-epoch must be in [1, {MAX_STEPS_PER_EPOCH}], got {steps_per_epoch}"
+        )
+    cores = os.cpu_count() or 1
+    if not 1 <= threads <= cores:
+        raise CliError(f"--threads must be in [1, {cores}] (this machine's cores), got {threads}")
+    if not 0 <= seed <= MAX_SEED:
+        raise CliError(f"--seed must be in [0, {MAX_SEED}], got {seed}")
     entropy = _parse_target_entropy(target_entropy)
+
+    # 2. the header (metadata and sizes; no episode is read) and the run's configuration
     if not data.is_file():
         raise CliError(f"--data: file not found: {data}")
+    header = read_header(data)
+    env_id = header.metadata.env_id
+    if not env_id:
+        raise CliError(
+            f"--data {data}: the dataset records no env id; MOPO needs one of the privrl "
+            "control tasks (collect with `privrl data collect --recipe primorl-pendulum`)"
+        )
+    try:
+        task = task_for_env_id(env_id)
+    except ValueError as exc:
+        raise CliError(f"--data {data}: {exc}") from None
+    overrides: dict[str, Any] = {
+        "real_ratio": real_ratio,
+        "starts": starts,
+        "init_fraction": init_fraction,
+        "mpd_include_reward": mpd_reward,
+        "target_entropy": entropy,
+        "checkpoint_every": checkpoint_every,
+        "steps_per_epoch": steps_per_epoch,
+    }
+    if model_epochs is not None:
+        overrides["dynamics_overrides"] = {"max_epochs": model_epochs}
+    for key, value in (
+        ("epochs", epochs),
+        ("penalty", penalty),
+        ("lam", lam),
+        ("rollout_length", rollout_length),
+        ("rollout_batch_size", rollout_batch_size),
+    ):
+        if value is not None:
+            overrides[key] = value
+    try:
+        config = MOPOConfig.for_task(task.name, **overrides)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    buffer = (
+        config.rollout_batch_size
+        * config.rollout_length
+        * math.ceil(config.steps_per_epoch / config.rollout_every)
+        * config.retain_epochs
+    )
+    if buffer > MAX_MODEL_BUFFER:
+        raise CliError(
+            f"the model buffer would hold {buffer} transitions (rollout batch × length × "
+            f"rollouts per epoch × {config.retain_epochs} epochs), more than {MAX_MODEL_BUFFER}; "
+            "lower --rollout-batch-size, --rollout-length or --steps-per-epoch"
+        )
+    run_config = {
+        "command": "privrl train mopo",
+        "algorithm": "mopo",
+        "data": str(data),
+        "env_id": task.env_id,
+        "seed": seed,
+        **config.to_dict(),
+    }
     import torch
 
     torch.set_num_threads(threads)
+
+    # 3. the ledger (a non-private run is refused by any ledger, before the data are read),
+    # then the data, the run and its directory
     planned = PrivacyReport.non_private(UNIT, RELATION, system="mopo")
-    with ledger_guard(data, planned, label="privrl train mopo"):
+    with ledger_guard(data, planned, label="privrl train mopo", out=out):
+        done = _resume_check(out, run_config, resume)
         dataset = load_hdf5(data)
         try:
-            task = check_dataset(dataset)
+            check_dataset(dataset)
         except ValueError as exc:
             raise CliError(f"--data {data}: {exc}") from None
-        overrides: dict[str, Any] = {
-            "real_ratio": real_ratio,
-            "starts": starts,
-            "init_fraction": init_fraction,
-            "mpd_include_reward": mpd_reward,
-            "target_entropy": entropy,
-            "checkpoint_every": checkpoint_every,
-            "steps_per_epoch": steps_per_epoch,
-        }
-        if model_epochs is not None:
-            overrides["dynamics_overrides"] = {"max_epochs": model_epochs}
-        for key, value in (
-            ("epochs", epochs),
-            ("penalty", penalty),
-            ("lam", lam),
-            ("rollout_length", rollout_length),
-            ("rollout_batch_size", rollout_batch_size),
-        ):
-            if value is not None:
-                overrides[key] = value
-        try:
-            config = MOPOConfig.for_task(task.name, **overrides)
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
-        run_config = {
-            "command": "privrl train mopo",
-            "algorithm": "mopo",
-            "data": str(data),
-            "env_id": task.env_id,
-            "seed": seed,
-            **config.to_dict(),
-        }
-        done = _resume_check(out, run_config, resume)
         run = RunDir(out)
         run.write_config(run_config)
         if done:
@@ -264,7 +317,7 @@ def train_mopo(
             result = _run_with_progress(dataset, config, seed, out, done)
         except ValueError as exc:  # a checkpoint of another run, bad parameters
             raise CliError(str(exc)) from None
-    metrics = write_mopo_run(run, config, result, task)
+        metrics = write_mopo_run(run, config, result, task)
     _summary(out, metrics, result)
 
 

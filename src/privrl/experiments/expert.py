@@ -746,6 +746,7 @@ def _execute(cfg: RunConfig, data: _Data, run_dir: Path) -> dict[str, Any]:
             learner,
             dataset,
             experts,
+            n_units=cfg.m,  # public: the recipe's m (or the public subset's)
             epsilon=float(cfg.epsilon or 0.0),
             delta=float(cfg.delta or 0.0),
             p=float(cfg.p or 0.0),

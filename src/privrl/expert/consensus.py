@@ -56,6 +56,7 @@ __all__ = [
     "data_release",
     "prefix_log_counts",
     "prefix_query",
+    "resolve_max_len",
 ]
 
 _BYTES_PER_PAIR = 16  # int64 greedy action + bool mismatch + room for the expert's own scratch
@@ -382,7 +383,10 @@ class DataReleaseResult:
     round order, and a cut prefix ends with a timeout (``truncated``). ``unstable`` is D_unst,
     every other transition, with each trajectory or tail kept in dataset order. Both keep each
     trajectory's expert id in ``unit_ids``. ``releases`` and ``event`` describe the privacy
-    cost and ``summary`` holds counts and calibration values. ``selected`` and
+    cost and ``summary`` holds counts and calibration values. Only the calibration values and the
+    ``released_*`` counts (post-processing of the filter's output) may be published; the input
+    counts (``trajectories``, ``transitions``, ``experts``, ``rounds_run``,
+    ``resampled_rounds``, ``unstable_*``) are statistics of the private data. ``selected`` and
     ``stable_lengths`` give the T episode indices drawn and the length of each one's released
     prefix. They exist for diagnostics and tests only and must not be published: which
     trajectories were drawn is part of the filter's secret randomness.
@@ -442,21 +446,28 @@ def _segments(
     )
 
 
-def _resolve_max_len(dataset: TrajectoryDataset, max_len: int | None) -> tuple[int, str]:
-    longest = int(dataset.episode_lengths.max())
+def resolve_max_len(metadata: Any, max_len: int | None) -> tuple[int, str]:
+    """L, the longest trajectory the filter queries, and where it came from: ``max_len`` if
+    given, else the metadata's declared ``horizon`` (unless the metadata mark it as inferred
+    from the data). L sets δ' = δ1/(2TL) and the threshold shift (4/ε')·ln(1/δ'), so it must be
+    public: the paper's L = max |τ| is a statistic of the private data, and is refused here.
+    Trajectories longer than L are truncated for the filter (`data_release`)."""
+    from privrl.privacy.public import inferred_fields
+
     if max_len is not None:
-        if isinstance(max_len, bool) or not isinstance(max_len, int | np.integer):
-            raise ValueError(f"max_len must be an integer, got {max_len!r}")
-        if max_len < longest:
-            raise ValueError(
-                f"max_len = {max_len} is shorter than the longest trajectory ({longest}); "
-                "δ' = δ1/(2TL) needs L >= every trajectory's length"
-            )
+        if isinstance(max_len, bool) or not isinstance(max_len, int | np.integer) or max_len < 1:
+            raise ValueError(f"max_len must be an integer >= 1, got {max_len!r}")
         return int(max_len), "given"
-    horizon = dataset.metadata.horizon
-    if horizon is not None and int(horizon) >= longest:
+    horizon = getattr(metadata, "horizon", None)
+    if horizon is not None and "horizon" not in inferred_fields(metadata):
         return int(horizon), "metadata.horizon"
-    return longest, "data (longest trajectory, as in the paper)"
+    why = "marks its horizon as inferred from the data" if horizon is not None else "declare none"
+    raise ValueError(
+        "the consensus filter's maximum trajectory length L sets δ' = δ1/(2TL) and the "
+        f"threshold shift, so it must be public, but the dataset's metadata {why}; pass "
+        "--max-len L (max_len=L), the longest trajectory the data may hold (it is never taken "
+        "from the private data; longer trajectories are truncated to L for the filter)"
+    )
 
 
 def data_release(
@@ -479,13 +490,18 @@ def data_release(
     ⊥ at i it releases τ_{1:i−1} (nothing if i = 1), and if every query answers ⊤ it releases τ.
     A cut prefix (s_1, a_1, …, a_k, s_{k+1}) ends before a_{k+1} and its last transition is
     marked truncated. A fully released trajectory keeps its own end flags. ``max_len`` is L,
-    the longest possible trajectory. By default it is ``metadata.horizon`` if that is set and
-    covers the data, and otherwise the longest trajectory in the data, as in the paper. The
-    run is (ε1, δ1)-DP under adding or removing one expert: each round is (2ε', δ1/(2T))-DP
-    and the rounds compose by advanced composition (or, for "pld", by the PLD accountant). The
-    bound is checked at run time and reported in ``summary``. ``calibration``: "paper" (line
-    3's ε'), "tight" (the largest ε' within the exact advanced-composition bound) or "pld"
-    (the largest ε' within the PLD composition); `DataReleaseCalibration.from_budget`.
+    the longest possible trajectory; it must be public: given, or the metadata's declared
+    ``horizon`` (`resolve_max_len`; the paper's L = longest trajectory in the data is refused,
+    as it would make δ' and the threshold data-dependent). The bound is enforced, not checked:
+    the filter queries at most the first L prefixes of a trajectory, so a longer trajectory
+    can release at most τ_{1:L} (a cut prefix) and its remaining steps stay in D_unst. If T
+    exceeds the number of trajectories, only that many rounds run (the T-round event still
+    bounds them). The run is (ε1, δ1)-DP under adding or removing one expert: each round is
+    (2ε', δ1/(2T))-DP and the rounds compose by advanced composition (or, for "pld", by the PLD
+    accountant). The bound is checked at run time and reported in ``summary``.
+    ``calibration``: "paper" (line 3's ε'), "tight" (the largest ε' within the exact
+    advanced-composition bound) or "pld" (the largest ε' within the PLD composition);
+    `DataReleaseCalibration.from_budget`.
     """
     if not isinstance(dataset, TrajectoryDataset):
         raise ValueError(f"dataset must be a TrajectoryDataset, got {type(dataset).__name__}")
@@ -509,20 +525,25 @@ def data_release(
         rng = np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be an int seed or a numpy Generator, got {type(rng).__name__}")
-    length, length_source = _resolve_max_len(dataset, max_len)
+    length, length_source = resolve_max_len(dataset.metadata, max_len)
     calib = DataReleaseCalibration.from_budget(
         epsilon1, delta1, rounds, length, p_min, calibration=calibration
     )
-    t = calib.rounds
+    # Fewer rounds than the accounted T when the data hold fewer trajectories: running fewer
+    # rounds than the event states is covered by it (no data-dependent error).
+    t = min(calib.rounds, dataset.n_episodes)
 
     # A_1: the T trajectories (independent of the counts, so drawn first), then their counts.
     selected, resampled = sample_release_trajectories(dataset.unit_ids, t, rng)
     log_counts = prefix_log_counts(dataset, experts, p_min, episodes=selected)
-    # A_2: one sparse-vector round per trajectory (Algorithm 2, lines 8–14).
+    # A_2: one sparse-vector round per trajectory (Algorithm 2, lines 8–14), over at most the
+    # first L prefixes (the public bound L is enforced: δ' = δ1/(2TL) covers L queries).
     stable_len = np.empty(t, dtype=np.int64)
     for c in range(t):  # T rounds (tens to hundreds)
         theta_hat = noisy_threshold(calib.theta_shifted, calib.threshold_scale, rng)
-        stable_len[c] = first_failing_prefix(log_counts[c], theta_hat, calib.query_scale, rng)
+        stable_len[c] = first_failing_prefix(
+            log_counts[c][:length], theta_hat, calib.query_scale, rng
+        )
 
     ep_len = dataset.episode_lengths
     released = stable_len > 0
@@ -554,7 +575,8 @@ def data_release(
         extra={"p_min": calib.p_min, "max_len_source": length_source},
     )
     summary: dict[str, Any] = {
-        "rounds": t,
+        "rounds": calib.rounds,
+        "rounds_run": t,
         "experts": m,
         "trajectories": dataset.n_episodes,
         "transitions": dataset.n_transitions,

@@ -20,23 +20,34 @@ with ε(N) ≤ ε2 (``max_steps(..., backend="pld")``), or an explicit count who
 Dividing by the *expected* batch size b (not the realised |B|) keeps the update a function of
 the privatised sum only; |B| is itself private.
 
-m, the number of experts, is treated as public (as in the paper, which also sets δ = 1/m).
+m, the number of experts, must be public (``n_units``; the paper also sets δ = 1/m): under
+add/remove-one-expert neighbours the number of experts in the data differs between neighbours,
+so it is never read off the data. Poisson sampling needs m only for the rate q = b/m: every
+expert present joins a step independently with probability q, however many there are, so data
+holding more or fewer experts than the declared m are still sampled correctly (no
+data-dependent error).
+
 ``sampling="shuffle"`` (the paper's implementation: shuffled batches, each expert at most once
-per batch) is available, but the Poisson accountant does not certify it; its report says so.
+per batch) is available, but no accountant we have certifies it under add/remove-one-expert
+(a removed expert shifts every later batch of the permutation, so per-batch
+sampling-without-replacement bounds do not apply): its report is NOT certified, ε = ∞, and
+no ledger accepts it. The ε the paper would state (Poisson accounting at q = b/m) is kept only
+as a labelled comparison (``paper_accounting_epsilon``), never as the run's ε.
 ``private=False`` is the non-private twin: the same learner trained on ordinary minibatches of
 b transitions drawn uniformly from all the data (no clipping, no noise, no expert sampling).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from dp_accounting.dp_event import ComposedDpEvent, DpEvent
+from dp_accounting.dp_event import ComposedDpEvent, DpEvent, UnsupportedDpEvent
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.nn.per_example import DEFAULT_CLIP_METHOD, ClipMethod, clipped_grad_sum
@@ -44,7 +55,7 @@ from privrl.privacy.accounting import epsilon as accountant_epsilon
 from privrl.privacy.accounting import max_steps, sampled_gaussian_event
 from privrl.privacy.mechanisms import privatize_sum_torch
 from privrl.privacy.release import Release
-from privrl.privacy.report import PrivacyReport
+from privrl.privacy.report import PrivacyReport, fmt_number
 from privrl.privacy.sampling import (
     SHUFFLE_MATCHES_POISSON_ACCOUNTANT,
     one_per_unit,
@@ -55,13 +66,18 @@ from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 from privrl.rl.discrete_common import DiscreteLearner, TransitionTable, eval_schedule
 
 __all__ = [
+    "COMPARISON_NOTE",
     "RELATION",
     "UNIT",
     "DpSgdResult",
     "ExpertTransitions",
+    "build_report",
     "dp_sgd_release",
     "expert_dp_sgd",
+    "paper_accounting_epsilon",
     "plan_steps",
+    "uncertified_plan",
+    "uncertified_release",
 ]
 
 UNIT = PrivacyUnit.EXPERT
@@ -78,26 +94,39 @@ Evaluate = Callable[[DiscreteLearner], np.ndarray]
 # ---------------------------------------------------------------------------------------------
 
 
-def expert_index(dataset: TrajectoryDataset, n_units: int | None = None) -> tuple[np.ndarray, int]:
-    """(sorted distinct expert ids, m). ``n_units`` (public m) must cover them."""
+def public_units(n_units: Any) -> int:
+    """The public number of experts m (a positive integer; never read off the data)."""
+    if n_units is None:
+        raise ValueError(
+            "n_units, the number of experts m, is required: it sets the sampling rate q = b/m "
+            "(and the paper's δ = 1/m), so it must be public (declared by the data holder), "
+            "never counted in the data"
+        )
+    if isinstance(n_units, bool) or not isinstance(n_units, int | np.integer) or n_units < 1:
+        raise ValueError(f"n_units (the number of experts m) must be an integer >= 1: {n_units!r}")
+    return int(n_units)
+
+
+def expert_index(dataset: TrajectoryDataset) -> np.ndarray:
+    """The sorted distinct expert ids of the data (used to group transitions, never to set a
+    rate, δ or a count)."""
     if dataset.unit_ids is None:
         raise ValueError(
             "the dataset has no expert ids (unit_ids is None): expert-level privacy needs the "
             "expert of every trajectory (TrajectoryDataset(unit_ids=...))"
         )
-    ids = np.unique(dataset.unit_ids)
-    m = int(ids.shape[0]) if n_units is None else int(n_units)
-    if m < ids.shape[0]:
-        raise ValueError(f"n_units = {m} but the data hold {ids.shape[0]} distinct experts")
-    return ids, m
+    return np.unique(dataset.unit_ids)
 
 
 class ExpertTransitions:
     """A dataset's transitions grouped by expert, for one-transition-per-expert sampling.
 
-    ``expert_ids`` (sorted, public) maps an expert id to its index 0..m−1; experts of that list
-    without data here (e.g. without unstable data) have zero transitions and contribute
-    nothing when sampled.
+    ``expert_ids`` (sorted) maps an expert id to its index; experts of that list without data
+    here (e.g. without unstable data) have zero transitions and contribute nothing when
+    sampled. ``n_units`` is the public m of the rate q = b/m; the sampler draws over
+    ``n_slots = max(m, len(expert_ids))`` slots, so every expert present is sampled with
+    probability q whether the data hold fewer or more experts than m (slots without an expert
+    contribute nothing).
     """
 
     def __init__(
@@ -110,10 +139,9 @@ class ExpertTransitions:
         if dataset.unit_ids is None:
             raise ValueError("the dataset has no expert ids (unit_ids is None)")
         self.table = table
-        self.n_units = int(n_units)
+        self.n_units = public_units(n_units)
         ids = np.asarray(expert_ids)
-        if ids.shape[0] > self.n_units:
-            raise ValueError(f"{ids.shape[0]} expert ids for m = {self.n_units} experts")
+        self.n_slots = max(self.n_units, int(ids.shape[0]))
         pos = np.searchsorted(ids, table.unit)  # expert index 0..m−1 of every transition
         if table.unit.size and (
             np.any(pos >= ids.shape[0])
@@ -122,7 +150,7 @@ class ExpertTransitions:
             raise ValueError("the data hold an expert id that is not among the experts")
         # Transitions of expert u: order[starts[u] : starts[u] + counts[u]].
         self.order = np.argsort(pos, kind="stable")
-        self.counts = np.bincount(pos, minlength=self.n_units).astype(np.int64)
+        self.counts = np.bincount(pos, minlength=self.n_slots).astype(np.int64)
         self.starts = np.concatenate(([0], np.cumsum(self.counts)[:-1])).astype(np.int64)
 
     def batch_for(self, units: np.ndarray, rng: np.random.Generator) -> Any:
@@ -211,11 +239,12 @@ def dp_sgd_release(
     name: str = "expert-level DP-SGD: clipped per-expert gradient sums",
     extra: dict[str, Any] | None = None,
 ) -> Release:
-    """The one `Release` standing for all ``steps`` noisy gradient sums of a run."""
+    """The one `Release` standing for all ``steps`` noisy gradient sums of a run. With
+    ``sampling="shuffle"`` the release is not certified (`uncertified_release`)."""
     matches = sampling == "poisson" or SHUFFLE_MATCHES_POISSON_ACCOUNTANT
-    return Release(
+    release = Release(
         name=name,
-        mechanism="poisson_subsampled_gaussian",
+        mechanism="poisson_subsampled_gaussian" if sampling == "poisson" else "shuffled_gaussian",
         sensitivity=float(clip_norm),
         norm="l2",
         noise={
@@ -238,6 +267,107 @@ def dp_sgd_release(
             **(extra or {}),
         },
     )
+    return release if matches else uncertified_release(release, SHUFFLE_NOT_CERTIFIED)
+
+
+COMPARISON_NOTE = "for comparison only:"
+SHUFFLE_NOT_CERTIFIED = (
+    "sampling='shuffle': batches were shuffled (each expert at most once per batch), which no "
+    "accountant here certifies under add/remove-one-expert: ε = ∞ (NOT certified), and a "
+    "budget ledger refuses the run; use sampling='poisson' for a certified run"
+)
+
+
+def uncertified_release(release: Release, reason: str) -> Release:
+    """``release`` without a certified event: the mechanism ran, but the event an accountant
+    would need does not describe it, so the release's event is `UnsupportedDpEvent` (no
+    accountant composes it) and the report built from it states ε = ∞.
+
+    The event the paper's accounting would use is kept in ``extra["paper_event"]`` (and is
+    read back only by `paper_accounting_epsilon`, a labelled comparison, never a guarantee).
+    """
+    from privrl.privacy.serialize import event_to_dict
+
+    if release.event is None:
+        raise ValueError(f"release {release.name!r} has no event to keep for comparison")
+    return dataclasses.replace(
+        release,
+        event=UnsupportedDpEvent(),
+        extra={
+            **release.extra,
+            "certified": False,
+            "accountant_matches_sampling": False,
+            "not_certified_because": reason,
+            "paper_event": event_to_dict(release.event),
+        },
+    )
+
+
+def _is_uncertified(release: Release) -> bool:
+    return isinstance(release.event, UnsupportedDpEvent)
+
+
+def paper_accounting_epsilon(
+    releases: Sequence[Release], delta: float, *, backend: str = BACKEND
+) -> float | None:
+    """The ε the paper's accounting would state for ``releases`` at ``delta``: each uncertified
+    release enters with its ``paper_event``. For comparison only, NOT a guarantee; None when
+    every release is certified (the report's own ε is then the guarantee)."""
+    from privrl.privacy.serialize import event_from_dict
+
+    if not any(_is_uncertified(r) for r in releases):
+        return None
+    events = [
+        event_from_dict(r.extra["paper_event"]) if _is_uncertified(r) else r.event
+        for r in releases
+        if r.event is not None
+    ]
+    return float(
+        accountant_epsilon(ComposedDpEvent(events), delta, relation=RELATION, backend=backend)  # type: ignore[arg-type]
+    )
+
+
+def build_report(
+    releases: Sequence[Release], delta: float, *, system: str, notes: Sequence[str] = ()
+) -> PrivacyReport:
+    """The expert-unit report of ``releases`` (add/remove, PLD). Any uncertified release makes
+    the whole report uncertified: ε = ∞, ``private`` false (a ledger refuses it), with a note
+    that states the paper's ε as a comparison only."""
+    releases = list(releases)
+    if not any(_is_uncertified(r) for r in releases):
+        return PrivacyReport.build(
+            UNIT, RELATION, releases, float(delta), backend=BACKEND, system=system, notes=notes
+        )
+    reasons = [
+        str(r.extra.get("not_certified_because", r.name)) for r in releases if _is_uncertified(r)
+    ]
+    notes = [n for n in notes if n not in reasons]
+    paper = paper_accounting_epsilon(releases, delta)
+    return PrivacyReport(
+        unit=UNIT,
+        relation=RELATION,
+        releases=releases,
+        delta=float(delta),
+        epsilon=math.inf,
+        rho=None,
+        accountant="none: the run is NOT certified (its sampling has no matching accountant)",
+        backend="none",
+        system=system,
+        notes=[
+            *notes,
+            *reasons,
+            f"{COMPARISON_NOTE} the paper's accounting would state ε = {fmt_number(paper, 4)} "
+            f"at δ = {fmt_number(float(delta))}; that number is NOT a guarantee for this run "
+            "(metrics.json: epsilon_paper_accounting)",
+        ],
+        private=False,
+    )
+
+
+def uncertified_plan(system: str, reason: str) -> PrivacyReport:
+    """The planned report of a run that will not be certified (ε = ∞), for the ledger check
+    before the data are read: a ledger refuses it there."""
+    return PrivacyReport.non_private(UNIT, RELATION, system=system, notes=[reason])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +468,7 @@ def run_steps(
     evals = set(eval_schedule(total, n_evals, eval_window).tolist()) if evaluate else set()
     shuffle_iter = None
     if private is not None and private.sampling == "shuffle":
-        shuffle_iter = shuffled_batches(private.source.n_units, private.batch_size, sample_rng)
+        shuffle_iter = shuffled_batches(private.source.n_slots, private.batch_size, sample_rng)
     curve: list[dict[str, Any]] = []
     returns: list[np.ndarray] = []
     n_private = 0
@@ -349,7 +479,7 @@ def run_steps(
             if shuffle_iter is not None:
                 units = next(shuffle_iter)
             else:
-                units = poisson_sample(private.source.n_units, private.rate, sample_rng)
+                units = poisson_sample(private.source.n_slots, private.rate, sample_rng)
             _private_step(learner, private, units, sample_rng, noise, check=not checked)
             checked = True
             n_private += 1
@@ -404,8 +534,10 @@ def expert_dp_sgd(
 
     ``epsilon``/``delta``: the budget (ε2, δ2) of this part; the step count is the largest N
     within it (PLD), capped at ``steps_cap``; or give ``steps`` (its ε is reported; refused if
-    above ``epsilon``). ``n_units`` = m (public; default: the number of distinct experts in the
-    data). ``private=False`` runs the non-private twin for ``steps`` (or ``steps_cap``) steps.
+    above ``epsilon``). ``n_units`` = m, the public number of experts (required for a private
+    run: it sets q = b/m, and is never counted in the data). ``sampling="shuffle"`` runs the
+    paper's shuffled batches, NOT certified: the report says ε = ∞ (`build_report`).
+    ``private=False`` runs the non-private twin for ``steps`` (or ``steps_cap``) steps.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
@@ -413,11 +545,8 @@ def expert_dp_sgd(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if sampling not in ("poisson", "shuffle"):
         raise ValueError(f"sampling must be 'poisson' or 'shuffle', got {sampling!r}")
-    ids, m = expert_index(dataset, n_units)
+    ids = expert_index(dataset)
     b = int(batch_size)
-    if b > m:
-        raise ValueError(f"batch_size b = {b} exceeds the number of experts m = {m}")
-    q = b / m
     table = TransitionTable(dataset, learner.obs_transform)
     if not private:
         n = steps if steps is not None else steps_cap
@@ -452,7 +581,11 @@ def expert_dp_sgd(
             system="expert-dp-sgd (non-private twin)",
             delta=float(delta),
         )
-        return DpSgdResult(learner, int(n), 0, report, curve, returns, info={"n_units": m})
+        return DpSgdResult(learner, int(n), 0, report, curve, returns)
+    m = public_units(n_units)
+    if b > m:
+        raise ValueError(f"batch_size b = {b} exceeds the number of experts m = {m}")
+    q = b / m
     z = _check_positive(noise_multiplier, "noise_multiplier")
     c = _check_positive(clip_norm, "clip_norm")
     n, capped = plan_steps(
@@ -478,12 +611,6 @@ def expert_dp_sgd(
         progress=progress,
     )
     notes = []
-    if sampling == "shuffle":
-        notes.append(
-            "sampling='shuffle': batches were shuffled (each expert at most once per batch), but "
-            "ε is that of Poisson subsampling: the accountant does NOT match the sampling used, "
-            "so the stated guarantee is not certified for this run"
-        )
     if capped:
         notes.append(f"the step count was capped at {n}: the budget ε = {epsilon} is not spent")
     release = dp_sgd_release(
@@ -496,14 +623,6 @@ def expert_dp_sgd(
         n_params=learner.n_parameters,
         sampling=sampling,
     )
-    report = PrivacyReport.build(
-        UNIT,
-        RELATION,
-        [release] if n else [],
-        float(delta),
-        backend=BACKEND,
-        system="expert-dp-sgd",
-        notes=notes,
-    )
+    report = build_report([release] if n else [], float(delta), system="expert-dp-sgd", notes=notes)
     info = {"n_units": m, "sampling_probability": q, "epsilon_target": epsilon}
     return DpSgdResult(learner, n, n, report, curve, returns, capped=capped, info=info)

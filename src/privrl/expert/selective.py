@@ -21,8 +21,14 @@ exactly K private steps of the Poisson(b/m)-subsampled Gaussian, with K the larg
 within ε2 (PLD), and training continues until the K-th private step (≈ K/p steps in all). This
 certifies (ε2, δ2) with standard dp-accounting events; the price is ≈ 1/p fewer steps than the
 paper's accounting allows (measured at z = 20, b/m = 128/3000, ε2 = 2.5: ×0.9 at p = 0.9,
-×0.8 at p = 0.8, ×0.5 at p = 0.5). ``accounting="paper"`` reproduces the paper (N steps
-at q = p·b/m); its report marks the event as not matching the mechanism.
+×0.8 at p = 0.8, ×0.5 at p = 0.5). ``accounting="paper"`` reproduces the paper's training
+(N steps sized by Poisson accounting at q = p·b/m), but that event does not describe the run,
+so its report is NOT certified: ε = ∞, no ledger accepts it, and the paper's ε is kept only as
+a labelled comparison (`privrl.expert.dpsgd.paper_accounting_epsilon`).
+
+Public parameters: m (``n_units``, the number of experts; it sets q = b/m and the paper's
+δ = 1/m) is given by the caller from public information, never counted in the data; the
+consensus filter's L likewise (``max_len``, or a declared ``metadata.horizon``).
 
 Budget split (:func:`split_budget`, spec and paper Appendix B.3): ε1 = 3ε/4, ε2 = ε/4,
 δ1 = 9δ/10, δ2 = δ/10 by default; below ε = 5 the filter is skipped (ε1 = 0, all to DP-SGD);
@@ -42,16 +48,17 @@ from dp_accounting.dp_event import ComposedDpEvent, DpEvent
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.expert.dpsgd import (
-    BACKEND,
-    RELATION,
-    UNIT,
+    COMPARISON_NOTE,
     DpSgdResult,
     Evaluate,
     ExpertTransitions,
     _Private,
+    build_report,
     dp_sgd_release,
     plan_steps,
+    public_units,
     run_steps,
+    uncertified_release,
 )
 from privrl.nn.per_example import DEFAULT_CLIP_METHOD, ClipMethod
 from privrl.privacy.release import Release
@@ -63,6 +70,7 @@ __all__ = [
     "DP_SGD_BUDGETS",
     "BudgetSplit",
     "ExpertDpResult",
+    "effective_split",
     "selective_dp_sgd",
     "split_budget",
     "train_expert_dp",
@@ -70,6 +78,14 @@ __all__ = [
 
 Accounting = Literal["exact", "paper"]
 _SUM_TOL = 1e-9
+
+PAPER_NOT_CERTIFIED = (
+    "accounting='paper': the DP-SGD steps were sized by Poisson accounting at q = p·b/m "
+    "(Sharma et al.). The shared step coin is visible in the iterates, so the run is really a "
+    "p-mixture of Poisson(b/m)-subsampled Gaussian steps, whose privacy loss that event "
+    "understates: ε = ∞ (NOT certified), and a budget ledger refuses the run; use "
+    "accounting='exact' for a certified run"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +214,28 @@ def split_budget(
     )
 
 
+def effective_split(split: BudgetSplit, rounds: int) -> BudgetSplit:
+    """``split`` as run with T = ``rounds`` filter rounds: T = 0 disables the filter and gives
+    its budget to DP-SGD (refused with p = 0, which would leave nothing to train on)."""
+    if int(rounds) != 0 or not split.filter:
+        return split
+    if split.p == 0.0:
+        raise ValueError(
+            "p = 0 trains on D_stable only, but --filter-rounds 0 disables the filter: "
+            "nothing could be learned (give T > 0 rounds or p > 0)"
+        )
+    return BudgetSplit(
+        split.epsilon,
+        split.delta,
+        split.p,
+        0.0,
+        0.0,
+        split.epsilon,
+        split.delta,
+        "filter disabled (T = 0 rounds): all budget to DP-SGD",
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Algorithm 3
 # ---------------------------------------------------------------------------------------------
@@ -209,6 +247,7 @@ def selective_dp_sgd(
     unstable: TrajectoryDataset,
     *,
     expert_ids: np.ndarray,
+    n_units: int,
     p: float,
     epsilon: float | None,
     delta: float,
@@ -230,11 +269,12 @@ def selective_dp_sgd(
     With ``prior_event`` (the filter's T rounds), (``epsilon``, ``delta``) is instead the
     total budget of that event composed with the private steps (joint PLD accounting).
 
-    ``expert_ids``: the m experts' ids (sorted; public); private steps sample them at rate
-    b/m. Steps: ``accounting="exact"`` runs until the K-th private step, K the largest count
-    within the budget (at most ``steps_cap`` steps in all); with ``steps`` the coins of N
-    steps are drawn first and their K private steps must fit the budget. ``"paper"``: N steps
-    at q = p·b/m. p = 0 needs ``steps`` or ``steps_cap`` (no private steps).
+    ``expert_ids``: the experts' ids (groups the transitions); ``n_units``: the public number
+    of experts m; private steps sample every expert at rate b/m. Steps: ``accounting="exact"``
+    runs until the K-th private step, K the largest count within the budget (at most
+    ``steps_cap`` steps in all); with ``steps`` the coins of N steps are drawn first and their
+    K private steps must fit the budget. ``"paper"``: N steps at q = p·b/m, NOT certified
+    (the report states ε = ∞). p = 0 needs ``steps`` or ``steps_cap`` (no private steps).
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
@@ -244,7 +284,7 @@ def selective_dp_sgd(
     if not 0.0 <= pf <= 1.0:
         raise ValueError(f"p must be in [0, 1], got {p!r}")
     ids = np.unique(np.asarray(expert_ids))
-    m = int(ids.shape[0])
+    m = public_units(n_units)
     b = int(batch_size)
     if not 1 <= b <= m:
         raise ValueError(f"batch_size must be in [1, m = {m}], got {batch_size}")
@@ -328,40 +368,25 @@ def selective_dp_sgd(
         }
         if accounting == "exact":
             extra["coins"] = "drawn up front, independent of the data; event conditions on them"
-        else:
-            extra["accountant_matches_sampling"] = False
-            notes.append(
-                "accounting='paper': the DP-SGD steps are accounted as Poisson sampling at "
-                "q = p·b/m (Sharma et al.). The shared step coin is visible in the iterates, so "
-                "the run is really a p-mixture of Poisson(b/m)-subsampled Gaussian steps, whose "
-                "privacy loss this event understates: the stated ε is NOT certified"
-            )
-        releases.append(
-            dp_sgd_release(
-                noise_multiplier=noise_multiplier,
-                clip_norm=clip_norm,
-                sampling_probability=q_event,
-                steps=k_real if accounting == "exact" else n_total,
-                batch_size=b,
-                n_units=m,
-                n_params=learner.n_parameters,
-                name="Selective DP-SGD: clipped per-expert gradient sums on D_unst",
-                extra=extra,
-            )
+        release = dp_sgd_release(
+            noise_multiplier=noise_multiplier,
+            clip_norm=clip_norm,
+            sampling_probability=q_event,
+            steps=k_real if accounting == "exact" else n_total,
+            batch_size=b,
+            n_units=m,
+            n_params=learner.n_parameters,
+            name="Selective DP-SGD: clipped per-expert gradient sums on D_unst",
+            extra=extra,
         )
+        if accounting == "paper" and pf < 1.0:  # at p = 1 every coin is 1: the event is exact
+            release = uncertified_release(release, PAPER_NOT_CERTIFIED)
+        releases.append(release)
     if table_s is None and pf < 1.0 and n_total > k_real:
         notes.append("D_stable is empty: the non-private steps were skipped")
     if capped:
         notes.append(f"training was capped at {n_total} steps: the DP-SGD budget is not spent")
-    report = PrivacyReport.build(
-        UNIT,
-        RELATION,
-        releases,
-        float(delta),
-        backend=BACKEND,
-        system="selective-dp-sgd",
-        notes=notes,
-    )
+    report = build_report(releases, float(delta), system="selective-dp-sgd", notes=notes)
     info = {
         "n_units": m,
         "sampling_rate": rate,
@@ -421,11 +446,13 @@ def train_expert_dp(
     dataset: TrajectoryDataset,
     experts: Any,
     *,
+    n_units: int,
     epsilon: float,
     delta: float,
     p: float,
     rounds: int,
     p_min: float = 0.02,
+    max_len: int | None = None,
     split: BudgetSplit | None = None,
     batch_size: int = 128,
     noise_multiplier: float = 20.0,
@@ -444,6 +471,10 @@ def train_expert_dp(
 ) -> ExpertDpResult:
     """Consensus filter (ε1, δ1, T = ``rounds``) then Selective DP-SGD (ε2, δ2).
 
+    ``n_units`` is the public number of experts m (the rate b/m of the private steps; never
+    counted in the data); ``max_len`` the filter's public L (default: a declared
+    ``metadata.horizon``; `privrl.expert.consensus.data_release` refuses otherwise).
+
     ``split`` defaults to ``split_budget(epsilon, delta, p)``; ``rounds = 0`` disables the
     filter (all budget to DP-SGD; refused with p = 0, which would leave nothing to train on).
     ``filter_calibration``: "paper", "tight" or "pld" (`DataReleaseCalibration.from_budget`).
@@ -460,31 +491,19 @@ def train_expert_dp(
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
     if isinstance(rounds, bool) or int(rounds) < 0:
         raise ValueError(f"rounds must be >= 0, got {rounds}")
-    m = check_experts(experts, learner, dataset)
-    split = split if split is not None else split_budget(epsilon, delta, p)
-    if int(rounds) == 0 and split.filter:
-        if split.p == 0.0:
-            raise ValueError(
-                "p = 0 trains on D_stable only, but --filter-rounds 0 disables the filter: "
-                "nothing could be learned (give T > 0 rounds or p > 0)"
-            )
-        split = BudgetSplit(
-            split.epsilon,
-            split.delta,
-            split.p,
-            0.0,
-            0.0,
-            split.epsilon,
-            split.delta,
-            "filter disabled (T = 0 rounds): all budget to DP-SGD",
-        )
+    check_experts(experts, learner, dataset)
+    m = public_units(n_units)
+    split = effective_split(
+        split if split is not None else split_budget(epsilon, delta, p), int(rounds)
+    )
     if dataset.unit_ids is None:  # checked above; for type checkers
         raise ValueError("the dataset has no expert ids")
     expert_ids = np.unique(dataset.unit_ids)
-    if expert_ids.shape[0] < m:  # experts without data still count in m (public)
+    if expert_ids.shape[0] < int(experts.n_experts):
         raise ValueError(
-            f"the data hold {expert_ids.shape[0]} of the {m} experts; every expert of the set "
-            "must contribute trajectories (the filter draws an expert uniformly)"
+            f"the data hold {expert_ids.shape[0]} of the expert set's {experts.n_experts} "
+            "experts; every expert of the set must contribute trajectories (the filter draws "
+            "an expert uniformly): use the expert set that produced this dataset"
         )
     filter_rng, train_rng = rng.spawn(2)
     releases: list[Release] = []
@@ -502,6 +521,7 @@ def train_expert_dp(
             rounds=int(rounds),
             p_min=p_min,
             rng=filter_rng,
+            max_len=max_len,
             calibration=filter_calibration,
         )
         stable, unstable = released.stable, released.unstable
@@ -514,6 +534,7 @@ def train_expert_dp(
         stable,
         unstable,
         expert_ids=expert_ids,
+        n_units=m,
         p=split.p,
         epsilon=(split.epsilon if joint else split.epsilon2) if split.dp_sgd else None,
         delta=(split.delta if joint else split.delta2) if split.dp_sgd else split.delta,
@@ -533,7 +554,10 @@ def train_expert_dp(
     )
     releases.extend(training.report.releases)
     stable_size = 0 if stable is None else stable.n_transitions
-    notes = [f"budget split: {split.rule}", *training.report.notes]
+    # the training report's own notes, without its comparison ε (the total report states the
+    # comparison for the whole run) or what `build_report` repeats
+    sub = [n for n in training.report.notes if not n.startswith(COMPARISON_NOTE)]
+    notes = [f"budget split: {split.rule}", *sub]
     if joint:
         notes.append(
             "DP-SGD budget: joint — its steps were sized so that the filter's rounds and the "
@@ -541,12 +565,9 @@ def train_expert_dp(
             "PLD accountant, not (ε2, δ2) on their own"
         )
     notes.append("hyperparameters (learning rate, b, p, noise multiplier) are not accounted")
-    report = PrivacyReport.build(
-        UNIT,
-        RELATION,
+    report = build_report(
         releases,
         split.delta1 + split.delta2,
-        backend=BACKEND,
         system="expert-consensus + selective-dp-sgd",
         notes=notes,
     )
