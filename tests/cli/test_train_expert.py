@@ -12,6 +12,7 @@ import math
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -446,20 +447,22 @@ def test_bad_reference(files, twin, tmp_path, capsys) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _unreadable_copy(src: Path, dst: Path) -> Path:
-    """A copy of a dataset file whose episode arrays cannot be read (``observations`` deleted)
-    but whose root attributes (metadata, sizes) are intact: any command that reads the
-    records fails on it with a data error."""
+def _unreadable_copy(src: Path, dst: Path, ledger: Any) -> tuple[Path, BudgetLedger]:
+    """A copy of a dataset file with a ledger (`ledger(path)` makes it, while the file is
+    whole: a ledger is bound to the episodes' content), then made unreadable (``observations``
+    deleted; the root attributes — metadata, sizes, content fingerprint — intact): any
+    command that reads the records fails on it with a data error."""
     import shutil
 
     import h5py
 
     shutil.copyfile(src, dst)
+    made = ledger(dst)
     with h5py.File(dst, "r+") as f:
         del f["observations"]
     with pytest.raises(Exception, match="observations"):
         load_hdf5(dst)
-    return dst
+    return dst, made
 
 
 def _spent_ledger(path: Path) -> BudgetLedger:
@@ -505,8 +508,7 @@ def test_ledger_refuses_before_any_record_is_read(files, tmp_path, capsys, fake_
     """Property: a private command reads only the dataset's header before the ledger check.
     On a file whose episode arrays are unreadable, a spent ledger gives the ledger's refusal
     (not a data error), and nothing is written to --out."""
-    data = _unreadable_copy(files["data"], tmp_path / "spent.h5")
-    _spent_ledger(data)
+    data, _ = _unreadable_copy(files["data"], tmp_path / "spent.h5", _spent_ledger)
     for argv in (
         _dp(data, tmp_path / "dp"),
         _edp(data, files["experts"], tmp_path / "edp"),
@@ -526,8 +528,13 @@ def test_ledger_of_another_unit_is_refused_at_once(
     unit refuses the run before any record is read (within a second), not after training."""
     import time
 
-    data = _unreadable_copy(files["data"], tmp_path / "traj.h5")
-    BudgetLedger.init(data, epsilon=10.0, delta=0.5, unit="trajectory", relation="add_remove")
+    data, _ = _unreadable_copy(
+        files["data"],
+        tmp_path / "traj.h5",
+        lambda p: BudgetLedger.init(
+            p, epsilon=10.0, delta=0.5, unit="trajectory", relation="add_remove"
+        ),
+    )
     out = tmp_path / "r"
     argv = _dp(data, out) if command == "dp-sgd" else _edp(data, files["experts"], out)
     t0 = time.perf_counter()
@@ -544,9 +551,12 @@ def test_uncertified_modes_are_refused_by_a_ledger_before_reading(
     """Property: `dp-sgd --sampling shuffle` and `expert-dp --accounting paper` (0 < p < 1)
     are not certified, so their PLANNED report already says ε = ∞ and a ledger with ample
     budget refuses them before any record is read."""
-    data = _unreadable_copy(files["data"], tmp_path / "ample.h5")
-    ledger = BudgetLedger.init(
-        data, epsilon=100.0, delta=0.5, unit="expert", relation="add_remove", backend="pld"
+    data, ledger = _unreadable_copy(
+        files["data"],
+        tmp_path / "ample.h5",
+        lambda p: BudgetLedger.init(
+            p, epsilon=100.0, delta=0.5, unit="expert", relation="add_remove", backend="pld"
+        ),
     )
     for argv in (
         _dp(data, tmp_path / "shuffle", "--sampling", "shuffle"),

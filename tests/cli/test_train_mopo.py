@@ -182,14 +182,16 @@ def test_initial_starts_without_real_data(files, tmp_path, capsys) -> None:
     assert len(privacy["releases"]) == 1  # only the model reads the data
 
 
-def _unreadable_copy(src: Path, dst: Path) -> Path:
-    """A copy of a dataset file whose episode arrays cannot be read (``observations`` deleted),
-    root attributes (metadata, sizes) intact."""
+def _unreadable_copy(src: Path, dst: Path, unit: str) -> Path:
+    """A copy of a dataset file with a ledger for `unit` (made while the file is whole: a
+    ledger is bound to the episodes' content), then made unreadable (``observations``
+    deleted; root attributes — metadata, sizes, content fingerprint — intact)."""
     import shutil
 
     import h5py
 
     shutil.copyfile(src, dst)
+    BudgetLedger.init(dst, epsilon=10.0, delta=1e-5, unit=unit, relation="add_remove")
     with h5py.File(dst, "r+") as f:
         del f["observations"]
     return dst
@@ -202,8 +204,7 @@ def test_ledger_refuses_before_any_record_is_read(files, tmp_path, capsys, unit)
     unit names the unit mismatch), within a second, and --out stays empty."""
     import time
 
-    data = _unreadable_copy(files["good"], tmp_path / "broken.h5")
-    BudgetLedger.init(data, epsilon=10.0, delta=1e-5, unit=unit, relation="add_remove")
+    data = _unreadable_copy(files["good"], tmp_path / "broken.h5", unit)
     out = tmp_path / "r"
     t0 = time.perf_counter()
     code, _, err = run(["train", "mopo", "--data", str(data), "--out", str(out), *TINY], capsys)

@@ -442,7 +442,6 @@ CASES = [
         _experts,
         (*EXPERT_DP, *EXPERT_FAST),
         EXPERT_DP_RELEASED,
-        marks=_xfail("expert-dp takes m from the expert set (private under add/remove)"),
     ),
     Case(
         "expert-dp-no-L",
@@ -450,27 +449,18 @@ CASES = [
         (*EXPERT_DP, *EXPERT_FAST),
         EXPERT_DP_RELEASED,
         must_run=False,
-        marks=_xfail("expert-dp takes L from the longest trajectory without a declared one"),
     ),
     Case(
         "expert-dp-longer-than-L",
         lambda p: _experts(p, horizon_meta=8, longest=11),
         (*EXPERT_DP, *EXPERT_FAST),
         EXPERT_DP_RELEASED,
-        marks=_xfail(
-            "expert-dp takes L from the longest trajectory when one exceeds the metadata "
-            "horizon (enforce the declared L instead)"
-        ),
     ),
     Case(
         "expert-dp-rounds-above-trajectories",
         _experts,
         (*EXPERT_DP[:-1], str(2 * M - 1), *EXPERT_FAST),  # T = 11: D has 12 trajectories
         EXPERT_DP_RELEASED,
-        marks=_xfail(
-            "expert-dp refuses --filter-rounds above the number of trajectories, which is "
-            "private under add/remove (and takes m from the expert set)"
-        ),
     ),
     Case(
         "dp-sgd-declared-m",
@@ -482,24 +472,18 @@ CASES = [
         _experts,
         (*DP_SGD, *EXPERT_FAST),
         must_run=False,
-        marks=_xfail("dp-sgd takes m from the number of distinct expert ids in the data"),
     ),
     Case(
         "dp-sgd-more-experts-than-declared",
         _experts,
         (*DP_SGD, "--n-experts", str(M - 1), *EXPERT_FAST),
         must_run=False,
-        marks=_xfail(
-            "dp-sgd refuses data with more experts than --n-experts: an error that occurs "
-            "for D and not for D' (enforce the declared m instead)"
-        ),
     ),
     Case(
         "dp-sgd-actions-from-data",
         lambda p: _experts(p, rare_action=True),
         (*DP_SGD, "--n-experts", str(M), *EXPERT_FAST),
         must_run=False,
-        marks=_xfail("dp-sgd takes the number of actions from the data (max action + 1)"),
     ),
     # ---- online: one user's episode replaced, same seed ----
     Case(
