@@ -447,7 +447,7 @@ def test_bad_reference(files, twin, tmp_path, capsys) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _unreadable_copy(src: Path, dst: Path, ledger: Any) -> tuple[Path, BudgetLedger]:
+def _unreadable_copy(src: Path, dst: Path, ledger: Any = None) -> tuple[Path, Any]:
     """A copy of a dataset file with a ledger (`ledger(path)` makes it, while the file is
     whole: a ledger is bound to the episodes' content), then made unreadable (``observations``
     deleted; the root attributes — metadata, sizes, content fingerprint — intact): any
@@ -457,7 +457,7 @@ def _unreadable_copy(src: Path, dst: Path, ledger: Any) -> tuple[Path, BudgetLed
     import h5py
 
     shutil.copyfile(src, dst)
-    made = ledger(dst)
+    made = ledger(dst) if ledger is not None else None
     with h5py.File(dst, "r+") as f:
         del f["observations"]
     with pytest.raises(Exception, match="observations"):
@@ -602,7 +602,7 @@ def test_m_actions_and_max_len_must_be_public(files, tmp_path, capsys, fake_expe
         },
     )
     bare = save_hdf5(ds.with_metadata(bare_meta), tmp_path / "bare.h5")
-    broken = _unreadable_copy(bare, tmp_path / "bare_broken.h5")
+    broken, _ = _unreadable_copy(bare, tmp_path / "bare_broken.h5")
     experts = files["experts"]
     code, _, err = run(_dp(broken, tmp_path / "a"), capsys)
     assert_bad_input(code, err, "--actions")

@@ -182,7 +182,7 @@ def test_initial_starts_without_real_data(files, tmp_path, capsys) -> None:
     assert len(privacy["releases"]) == 1  # only the model reads the data
 
 
-def _unreadable_copy(src: Path, dst: Path, unit: str) -> Path:
+def _unreadable_copy(src: Path, dst: Path, unit: str | None = None) -> Path:
     """A copy of a dataset file with a ledger for `unit` (made while the file is whole: a
     ledger is bound to the episodes' content), then made unreadable (``observations``
     deleted; root attributes — metadata, sizes, content fingerprint — intact)."""
@@ -191,7 +191,8 @@ def _unreadable_copy(src: Path, dst: Path, unit: str) -> Path:
     import h5py
 
     shutil.copyfile(src, dst)
-    BudgetLedger.init(dst, epsilon=10.0, delta=1e-5, unit=unit, relation="add_remove")
+    if unit is not None:
+        BudgetLedger.init(dst, epsilon=10.0, delta=1e-5, unit=unit, relation="add_remove")
     with h5py.File(dst, "r+") as f:
         del f["observations"]
     return dst
