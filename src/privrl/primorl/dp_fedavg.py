@@ -426,7 +426,8 @@ def plan_dp_fedavg(
         return dflt[key] if key in dflt else _NO_DEFAULT
 
     def _det(key: str) -> str:
-        return defaults_detail if defaults and key in defaults else ""
+        given = getattr(config, key, None) is not None
+        return defaults_detail if defaults and key in defaults and not given else ""
 
     delta = p.resolve(
         "δ", flag=config.delta, default=_d("delta"), fix="pass --delta", detail=_det("delta")
@@ -466,7 +467,7 @@ def plan_dp_fedavg(
             metadata=metadata,
             key=_K_KEY[config.unit],
             fix=(
-                f"pass the declared number of training {config.unit}s K (or declare "
+                f"pass --{config.unit}s K, the declared number of {config.unit}s (or declare "
                 f"{_K_KEY[config.unit]} in the dataset's public metadata)"
             ),
             detail="denominator qK",
