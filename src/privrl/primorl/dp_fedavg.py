@@ -132,6 +132,7 @@ CHUNK_ELEMENTS = 2_000_000
 
 # Public metadata key (in ``metadata.extra``) that may declare K, per unit.
 _K_KEY = {"trajectory": "n_trajectories", "user": "n_users"}
+_K_FLAG = {"trajectory": "--trajectories", "user": "--users"}
 
 _ADAM_BETAS = (0.9, 0.999)
 _STATE_FORMAT = "privrl.primorl.dp_fedavg/state-1"
@@ -467,7 +468,7 @@ def plan_dp_fedavg(
             metadata=metadata,
             key=_K_KEY[config.unit],
             fix=(
-                f"pass --{config.unit}s K, the declared number of {config.unit}s (or declare "
+                f"pass {_K_FLAG[config.unit]} K, the declared number of {config.unit}s (or declare "
                 f"{_K_KEY[config.unit]} in the dataset's public metadata)"
             ),
             detail="denominator qK",
