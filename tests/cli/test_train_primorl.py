@@ -106,6 +106,29 @@ def test_run_directory_contract_and_model_reuse(
     p2 = json.loads((again / "privacy.json").read_text())
     assert p2["epsilon"] == privacy["epsilon"] and p2["releases"] == privacy["releases"]
     assert json.loads((again / "metrics.json").read_text())["model_reused"] is True
+    # the released model carries the public split's states for public-split rollout starts
+    code = main(
+        [
+            "train",
+            "primorl",
+            "--model",
+            str(out / "model.pt"),
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "10",
+            "--rollout-batch-size",
+            "20",
+            "--start-states",
+            "public-split",
+            "--out",
+            str(tmp_path / "pub"),
+        ]
+    )
+    assert code == 0
+    assert json.loads((tmp_path / "pub" / "metrics.json").read_text())["start_mode"] == (
+        "public-split"
+    )
     capsys.readouterr()
     code = main(["train", "primorl", "--model", str(out / "model.pt"), "--data", str(data)])
     assert code == 2 and "--model" in _err(capsys)

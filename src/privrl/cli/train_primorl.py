@@ -374,7 +374,7 @@ def _policy_only(model_path: Path, out: Path, seed: int, stage_kw: dict[str, Any
     if not model_path.is_file():
         raise CliError(f"--model: file not found: {model_path}")
     released = P.load_released_model(model_path)
-    config = P.PrimorlConfig(task=released.task, holdout_fraction=0.0, **stage_kw)
+    config = P.PrimorlConfig(task=released.task, **stage_kw)
     if config.starts == "public-split" and released.public_states is None:
         raise CliError("--start-states public-split: the released model carries no public split")
     check_out_dir(out)
