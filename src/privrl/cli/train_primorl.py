@@ -564,7 +564,8 @@ def _summary(out: Path, metrics: dict[str, Any], report: Any) -> None:
         metrics["start_mode"],
     )
     console.print(table)
+    model = "" if metrics.get("model_reused") else "model.pt, "
     typer.echo(
-        f"wrote {out}/ (config.json, metrics.json, metrics.csv, privacy.json, model.pt, "
+        f"wrote {out}/ (config.json, metrics.json, metrics.csv, privacy.json, {model}"
         "policy.pt, plots/)"
     )
