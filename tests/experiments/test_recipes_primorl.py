@@ -91,6 +91,8 @@ def test_tiny_build_contents_and_metadata(reference_build):
     assert total == pytest.approx(ds.returns(discount=1.0).sum(), rel=1e-4)
     ref = m.extra["reference_returns"]
     assert set(ref) == {"random", "expert"}
+    # PRIMORL's K: declared by the recipe (public), not marked inferred from the data
+    assert m.extra["n_trajectories"] == 14 and "inferred_from_data" not in m.extra
     assert m.extra["reference"]["episodes"] == 50
     # Uniform random Pendulum actions score ≈ 125 on the rescaled reward.
     assert 100 < ref["random"] < 150

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from privrl.cli import train_expert, train_linear, train_mopo, train_tabular
+from privrl.cli import train_expert, train_linear, train_mopo, train_primorl, train_tabular
 
 train_app = typer.Typer(
     help=(
@@ -19,4 +19,5 @@ train_app = typer.Typer(
 train_tabular.register(train_app)
 train_linear.register(train_app)
 train_mopo.register(train_app)
+train_primorl.register(train_app)
 train_expert.register(train_app)

@@ -719,6 +719,9 @@ def _build(
     meta = ds.metadata.with_extra(
         recipe=recipe,
         reference_returns={"random": ref["random"], "expert": ref["expert"]},
+        # K for PRIMORL's denominator qK: the recipe's episode count, fixed before any
+        # episode exists, hence public (privrl.primorl never counts it from the data)
+        n_trajectories=int(spec.n_episodes),
         reference=reference,
         wall_time={k: round(v, 3) for k, v in walls.items()},
         stages_reused=skipped,

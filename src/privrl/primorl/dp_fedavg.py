@@ -132,8 +132,10 @@ CHUNK_ELEMENTS = 2_000_000
 
 # Public metadata key (in ``metadata.extra``) that may declare K, per unit.
 _K_KEY = {"trajectory": "n_trajectories", "user": "n_users"}
+_K_FLAG = {"trajectory": "--trajectories", "user": "--users"}
 
 _ADAM_BETAS = (0.9, 0.999)
+_STATE_FORMAT = "privrl.primorl.dp_fedavg/state-1"
 _ADAM_EPS = 1e-8
 
 
@@ -246,6 +248,14 @@ class DpFedAvgConfig:
             raise ValueError(f"min_improvement must be >= 0, got {self.min_improvement}")
         if self.chunk_copies is not None:
             _positive_int(self.chunk_copies, "chunk_copies")
+
+
+_NO_DEFAULT: Any = object()
+
+
+def _default_kw(value: Any, detail: str) -> dict[str, Any]:
+    """``default=``/``detail=`` keywords for `PublicParameters.resolve` (none when absent)."""
+    return {} if value is _NO_DEFAULT else {"default": value, "detail": detail}
 
 
 @functools.lru_cache(maxsize=256)
@@ -393,40 +403,63 @@ class DpFedAvgPlan:
         return report.with_public_parameters(self.params)
 
 
-def plan_dp_fedavg(config: DpFedAvgConfig, *, metadata: Any = None) -> DpFedAvgPlan:
+def plan_dp_fedavg(
+    config: DpFedAvgConfig,
+    *,
+    metadata: Any = None,
+    defaults: Mapping[str, Any] | None = None,
+    defaults_detail: str = "",
+) -> DpFedAvgPlan:
     """Resolve every public parameter of ``config`` (flag > public metadata > default) and
     calibrate z when a target ε is given (at T_max, with the configured accountant).
 
     ``metadata``: the dataset's public metadata (``DatasetMetadata`` or its dict); only K is
     read from it (``extra["n_trajectories"]``, or ``["n_users"]`` for user-level privacy,
-    unless marked inferred from the data). Missing C, T_max
-    or K, or neither z nor a target ε, is refused with a message naming the fix.
+    unless marked inferred from the data). ``defaults``: public defaults that replace
+    `DEFAULTS` and may also give ``clip_norm`` and ``max_rounds`` (a task preset; recorded
+    with source "default" and ``defaults_detail``). Missing C, T_max or K, or neither z nor a
+    target ε, is refused with a message naming the fix.
     """
     p = PublicParameters()
-    delta = p.resolve("δ", flag=config.delta, default=DEFAULTS["delta"], fix="pass --delta")
+    dflt = {**DEFAULTS, **(defaults or {})}
+
+    def _d(key: str) -> Any:
+        return dflt[key] if key in dflt else _NO_DEFAULT
+
+    def _det(key: str) -> str:
+        given = getattr(config, key, None) is not None
+        return defaults_detail if defaults and key in defaults and not given else ""
+
+    delta = p.resolve(
+        "δ", flag=config.delta, default=_d("delta"), fix="pass --delta", detail=_det("delta")
+    )
     q = p.resolve(
         "q (sampling rate)",
         flag=config.sampling_rate,
-        default=DEFAULTS["sampling_rate"],
+        default=_d("sampling_rate"),
         fix="pass --sampling-rate q",
+        detail=_det("sampling_rate"),
     )
     C = p.resolve(
         "C (clip norm, joint over the ensemble)",
         flag=config.clip_norm,
         fix="pass --clip C (the L2 bound on one unit's update of the whole ensemble)",
+        **_default_kw(_d("clip_norm"), _det("clip_norm")),
     )
     mode = _clip_mode(
         p.resolve(
             "clip mode",
             flag=None if config.clip_mode is None else _clip_mode(config.clip_mode),
-            default=DEFAULTS["clip_mode"],
+            default=_clip_mode(_d("clip_mode")),
             fix="pass --clip-mode flat|per-layer",
+            detail=_det("clip_mode"),
         )
     )
     T_max = p.resolve(
         "T_max (rounds, fixed in advance)",
         flag=config.max_rounds,
         fix="pass --steps T_max (the number of rounds, fixed before training)",
+        **_default_kw(_d("max_rounds"), _det("max_rounds")),
     )
     K = _positive_int(
         p.resolve(
@@ -435,7 +468,7 @@ def plan_dp_fedavg(config: DpFedAvgConfig, *, metadata: Any = None) -> DpFedAvgP
             metadata=metadata,
             key=_K_KEY[config.unit],
             fix=(
-                f"pass the declared number of training {config.unit}s K (or declare "
+                f"pass {_K_FLAG[config.unit]} K, the declared number of {config.unit}s (or declare "
                 f"{_K_KEY[config.unit]} in the dataset's public metadata)"
             ),
             detail="denominator qK",
@@ -445,19 +478,22 @@ def plan_dp_fedavg(config: DpFedAvgConfig, *, metadata: Any = None) -> DpFedAvgP
     B = p.resolve(
         "B (local batch size)",
         flag=config.local_batch,
-        default=DEFAULTS["local_batch"],
+        default=_d("local_batch"),
+        detail=_det("local_batch"),
         fix="pass --local-batch B",
     )
     E = p.resolve(
         "E (local epochs)",
         flag=config.local_epochs,
-        default=DEFAULTS["local_epochs"],
+        default=_d("local_epochs"),
+        detail=_det("local_epochs"),
         fix="pass --local-epochs E",
     )
     lr = p.resolve(
         "η (local learning rate)",
         flag=config.local_lr,
-        default=DEFAULTS["local_lr"],
+        default=_d("local_lr"),
+        detail=_det("local_lr"),
         fix="pass --local-lr η",
     )
     if config.noise_multiplier is not None:
@@ -1013,6 +1049,9 @@ def train_dp_fedavg(
     normalizer: Literal["public_split", "model"] = "public_split",
     seed: int | np.random.SeedSequence = 0,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    resume: Mapping[str, Any] | None = None,
+    on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint_every: int = 0,
 ) -> DpFedAvgResult:
     """Train ``model``'s ensemble with T_max DP-FedAvg rounds (fewer if early-stopped).
 
@@ -1023,6 +1062,14 @@ def train_dp_fedavg(
     the model normalises targets). ``normalizer="model"`` keeps the model's normalisers (set
     from known bounds, or identity). The kept snapshots are noisy iterates chosen on public
     data: post-processing. ``progress`` receives each evaluation's public record.
+
+    Resumable: every ``checkpoint_every`` rounds (0: never) ``on_checkpoint`` receives the
+    loop's full state (round counter, θ(t), the kept snapshots, the early-stopping record and
+    every generator's state); passing that dict back as ``resume`` (same model initialisation,
+    data, plan and seed) continues exactly where it stopped. The accountant needs nothing from
+    it: ε is re-derived from the public T. The state is SECRET — it holds the noise
+    generator's state, which would let a reader subtract the noise — so it must never be
+    published and should be deleted once training ends.
     """
     if normalizer == "public_split":
         if public_split is None or len(public_split.observations) == 0:
@@ -1062,7 +1109,45 @@ def train_dp_fedavg(
     eval_rounds: list[int] = []
     mses: list[np.ndarray] = []
     since, rounds, stopped = 0, 0, False
-    for t in range(1, plan.T_max + 1):
+    first = 1
+    if resume is not None:
+        if resume.get("format") != _STATE_FORMAT or int(resume["T_max"]) != plan.T_max:
+            raise ValueError("the DP-FedAvg checkpoint belongs to another run (format or T_max)")
+        theta = resume["theta"].clone()
+        snapshot = resume["snapshot"].clone()
+        best = np.asarray(resume["best"], dtype=np.float64).copy()
+        best_round = np.asarray(resume["best_round"], dtype=np.int64).copy()
+        eval_rounds = [int(r) for r in resume["eval_rounds"]]
+        mses = [np.asarray(m, dtype=np.float64) for m in resume["mses"]]
+        since, rounds, stopped = (
+            int(resume["since"]),
+            int(resume["rounds"]),
+            bool(resume["stopped"]),
+        )
+        sample_rng.bit_generator.state = resume["sample_rng"]
+        batch_rng.bit_generator.state = resume["batch_rng"]
+        noise_gen.set_state(resume["noise_gen"])
+        first = plan.T_max + 1 if stopped else rounds + 1
+
+    def _state() -> dict[str, Any]:
+        return {
+            "format": _STATE_FORMAT,
+            "T_max": plan.T_max,
+            "rounds": rounds,
+            "stopped": stopped,
+            "theta": theta.clone(),
+            "snapshot": snapshot.clone(),
+            "best": best.tolist(),
+            "best_round": best_round.tolist(),
+            "eval_rounds": list(eval_rounds),
+            "mses": [m.tolist() for m in mses],
+            "since": since,
+            "sample_rng": sample_rng.bit_generator.state,
+            "batch_rng": batch_rng.bit_generator.state,
+            "noise_gen": noise_gen.get_state(),
+        }
+
+    for t in range(first, plan.T_max + 1):
         theta = dp_fedavg_round(
             ens,
             theta,
@@ -1095,7 +1180,12 @@ def train_dp_fedavg(
                 progress({"round": t, "holdout_mse": cur.tolist()})
             if since >= plan.patience:
                 stopped = True
-                break
+        if on_checkpoint is not None and (
+            stopped or t == plan.T_max or (checkpoint_every > 0 and t % checkpoint_every == 0)
+        ):
+            on_checkpoint(_state())
+        if stopped:
+            break
     if has_public and np.isfinite(best).any():
         layout.load(ens, snapshot)
         elites = select_elites(best, model.config.n_elites)

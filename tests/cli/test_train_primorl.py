@@ -1,0 +1,256 @@
+"""`privrl train primorl`: the run-directory contract, --model reuse without data, the CLI's
+one-line errors, the ledger checked before the data, and what neighbours publish."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privrl.cli.main import main
+from privrl.data.io import save_hdf5
+from tests.neighbours import Pair, assert_same_publication, run_side
+from tests.primorl.test_primorl import pendulum_data
+
+FAST = [
+    "--steps",
+    "4",
+    "-q",
+    "0.2",
+    "--eval-every",
+    "2",
+    "--epochs",
+    "2",
+    "--steps-per-epoch",
+    "10",
+    "--rollout-batch-size",
+    "20",
+    "--rollout-length",
+    "5",
+    "--holdout-fraction",
+    "0.2",
+]
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    path = tmp_path / "d.h5"
+    save_hdf5(pendulum_data(30, seed=0, extra={"n_trajectories": 30}), path)
+    return path
+
+
+def _err(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[-1].startswith("error:") and "Traceback" not in "\n".join(err)
+    return err[-1]
+
+
+def test_run_directory_contract_and_model_reuse(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """config.json, metrics.json (return_mean, return_std, normalised_score, epsilon, delta),
+    metrics.csv, model_holdout.csv, privacy.json with ONE release (DpEvent, unit trajectory,
+    add/remove, public parameters with sources), model.pt, policy.pt, plots; then --model runs
+    the policy stage alone without --data and reports the same guarantee (no new spend)."""
+    out = tmp_path / "run"
+    assert main(["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]) == 0
+    for name in (
+        "config.json",
+        "metrics.json",
+        "metrics.csv",
+        "model_holdout.csv",
+        "privacy.json",
+        "model.pt",
+        "policy.pt",
+        "plots/learning_curve.png",
+        "plots/model_holdout.png",
+    ):
+        assert (out / name).is_file(), name
+    for secret in ("fedavg_state.pt", "released.pending.pt"):
+        assert not (out / secret).exists()
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("return_mean", "return_std", "normalised_score", "epsilon", "delta"):
+        assert metrics[key] is not None, key
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["unit"] == "trajectory" and privacy["relation"] == "add_remove"
+    (release,) = privacy["releases"]
+    assert release["count"] == 4 and release["event"] is not None
+    assert {"z (noise multiplier)", "K (declared number of units)"} <= {
+        p["name"] for p in privacy["public_parameters"]
+    }
+    assert 0 < privacy["epsilon"] == metrics["epsilon"] < np.inf
+    # what must not be published: counts of private episodes, training loss, clip fraction
+    text = (out / "metrics.json").read_text() + (out / "config.json").read_text()
+    for word in ("train_loss", "clipped", "train_episodes", "n_private"):
+        assert word not in text
+    again = tmp_path / "again"
+    code = main(
+        [
+            "train",
+            "primorl",
+            "--model",
+            str(out / "model.pt"),
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "10",
+            "--rollout-batch-size",
+            "20",
+            "--out",
+            str(again),
+        ]
+    )
+    assert code == 0
+    p2 = json.loads((again / "privacy.json").read_text())
+    assert p2["epsilon"] == privacy["epsilon"] and p2["releases"] == privacy["releases"]
+    assert json.loads((again / "metrics.json").read_text())["model_reused"] is True
+    # the released model carries the public split's states for public-split rollout starts
+    code = main(
+        [
+            "train",
+            "primorl",
+            "--model",
+            str(out / "model.pt"),
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "10",
+            "--rollout-batch-size",
+            "20",
+            "--start-states",
+            "public-split",
+            "--out",
+            str(tmp_path / "pub"),
+        ]
+    )
+    assert code == 0
+    assert json.loads((tmp_path / "pub" / "metrics.json").read_text())["start_mode"] == (
+        "public-split"
+    )
+    capsys.readouterr()
+    code = main(["train", "primorl", "--model", str(out / "model.pt"), "--data", str(data)])
+    assert code == 2 and "--model" in _err(capsys)
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["-z", "1", "--epsilon", "3"], "not both"),
+        (["--variant", "high", "-z", "1"], "variant"),
+        (["--clip-mode", "diagonal", "-z", "1"], "clip mode"),
+        (["--start-states", "dataset", "-z", "1"], "private states"),
+        (["--unit", "user", "-z", "1"], "unit ids"),
+        (["-z", "1", "--sampling-rate", "2"], "sampling rate"),
+    ],
+)
+def test_bad_input_is_one_error_line(
+    argv: list[str], match: str, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["train", "primorl", "--data", str(data), "--out", str(tmp_path / "o"), *argv])
+    assert code == 2
+    assert match in _err(capsys)
+
+
+def test_K_must_be_declared_never_counted(tmp_path: Path, capsys) -> None:
+    """Without --trajectories and without declared metadata, the run is refused (naming the
+    flag) before any data is read."""
+    path = tmp_path / "nok.h5"
+    save_hdf5(pendulum_data(10, T=5), path)
+    code = main(["train", "primorl", "--data", str(path), "-z", "1", "--out", str(tmp_path / "o")])
+    assert code == 2 and "--trajectories" in _err(capsys)
+
+
+def test_ledger_is_checked_before_the_data_is_read(
+    data: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that would overspend the dataset's ledger, and a non-private variant, are refused
+    while the episode arrays were never loaded (load_hdf5 rigged to fail)."""
+    assert main(["ledger", "init", str(data), "--epsilon", "0.5", "--delta", "1e-5"]) == 0
+    import privrl.data.io as io
+
+    def boom(*a, **k):
+        raise AssertionError("episode data read before the ledger check")
+
+    monkeypatch.setattr(io, "load_hdf5", boom)
+    capsys.readouterr()
+    out = tmp_path / "o"
+    assert (
+        main(["train", "primorl", "--data", str(data), "-z", "0.6", *FAST, "--out", str(out)]) == 2
+    )
+    assert "ledger" in _err(capsys)
+    assert (
+        main(
+            [
+                "train",
+                "primorl",
+                "--data",
+                str(data),
+                "--variant",
+                "no-privacy",
+                *FAST,
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
+    assert "not differentially private" in _err(capsys)
+
+
+RELEASED = (
+    "return_mean",
+    "return_std",
+    "normalised_score",
+    "best_holdout_mse",
+    "elites",
+    "policy_stage_seconds",
+)
+
+
+def test_neighbours_publish_the_same_outside_the_release(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """D vs D with one private trajectory removed (same file name, same public metadata, same
+    seed): config.json, privacy.json, the console apart from the return line, the file list
+    and every metric that is not computed from the noisy model are identical."""
+    from privrl.primorl.primorl import split_public
+
+    monkeypatch.setenv("COLUMNS", "400")
+    d = pendulum_data(30, seed=5, extra={"n_trajectories": 30})
+    _, pub = split_public(d, 0.2, salt="primorl-public-split")
+    public_starts = {
+        pub.observations[pub.episode_offsets[e] + e].tobytes() for e in range(pub.n_episodes)
+    }
+    victim = next(  # a private trajectory (the public split is the same on both sides)
+        e
+        for e in range(d.n_episodes)
+        if d.observations[d.episode_offsets[e] + e].tobytes() not in public_starts
+    )
+    pair = Pair(tmp_path)
+    pair.save(d, d.subset(np.delete(np.arange(d.n_episodes), victim)))
+    argv = [
+        "train",
+        "primorl",
+        "--data",
+        "{data}",
+        "--out",
+        "{out}",
+        "-z",
+        "2",
+        *FAST,
+        "--patience",
+        "100",
+    ]
+    a = run_side(argv, pair.a, capsys)
+    b = run_side(argv, pair.b, capsys)
+    assert a.code == 0, a.stderr
+    assert_same_publication(
+        "primorl",
+        a,
+        b,
+        pair.dirs(),
+        released_metrics=RELEASED,
+        released_lines=(r"^\S* ?[-\d.]+ ± [\d.]+",),
+    )
