@@ -73,6 +73,10 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     space = gym.make("CartPole-v1").action_space
     ds = collect("CartPole-v1", UniformRandomPolicy(space), n_episodes=8, seed=0, progress=False)
     good = save_hdf5(ds, root / "good.h5")
+    units = type(ds)(
+        **{**ds._fields(), "unit_ids": np.repeat(np.arange(4), 2)}, metadata=ds.metadata
+    )
+    save_hdf5(units, root / "units.h5")
     raw = good.read_bytes()
     corrupt = bytearray(raw)
     corrupt[len(raw) // 2 : len(raw) // 2 + 512] = b"\xff" * 512
@@ -86,6 +90,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {
         "root": str(root),
         "good": str(good),
+        "units": str(root / "units.h5"),
         "corrupt": str(root / "corrupt.h5"),
         "truncated": str(root / "truncated.h5"),
         "empty": str(root / "empty.h5"),
@@ -280,7 +285,8 @@ def _block_work(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
 
 
 def _ids(cases: list[tuple[list[str], list[str]]]) -> list[str]:
-    return [" ".join(argv)[:90] for argv, _ in cases]
+    texts = [" ".join(argv) for argv, _ in cases]
+    return [t if len(t) <= 90 else f"{t[:30]} ... {t[-55:]}" for t in texts]
 
 
 @pytest.mark.parametrize(
@@ -332,7 +338,7 @@ def test_checked_flags_still_run(
 
 
 def test_calibrate_reports_search_limits_instead_of_nonsense(
-    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`calibrate` used to print "z = 0.0000" (the search floor) and "T = 10000000" (the search
     cap) as if they were answers; it now says they are the search's limits."""
@@ -344,12 +350,14 @@ def test_calibrate_reports_search_limits_instead_of_nonsense(
     assert SEARCH_FLOOR == acc._MIN_NOISE  # the CLI names the library's floors
     code, out, _, _ = run(["calibrate", "--epsilon", "100", "-z", "1", "-q", "1e-3"], capsys)
     assert code == 0 and "or more (the search stops at 10000000" in out
-    code, out, _, _ = run(
-        ["calibrate", "--epsilon", "100", "-T", "1", "--backend", "pld", "--json"], capsys
-    )
+    # the floor itself is reached only by targets the accountant meets with almost no noise;
+    # stand in for such a search result (the search is the library's, tested there)
+    monkeypatch.setattr(acc, "calibrate_noise_multiplier", lambda *a, **k: SEARCH_FLOOR["rdp"])
+    monkeypatch.setattr(acc, "epsilon", lambda *a, **k: 0.5)
+    code, out, _, _ = run(["calibrate", "--epsilon", "1", "-T", "3", "--json"], capsys)
     assert code == 0
     result = json.loads(out)
-    assert result["noise_multiplier"] <= SEARCH_FLOOR["pld"] and result["search_floor"]
+    assert result["noise_multiplier"] == SEARCH_FLOOR["rdp"] and result["search_floor"]
 
 
 def test_account_skips_a_pld_that_cannot_fit_but_keeps_rdp(
@@ -591,8 +599,24 @@ OTHER_CASES = [
 ]
 
 
+DP_SGD = ["train", "dp-sgd", "--data", "{units}", "--epsilon", "1", "--batch-size", "2",
+          "--hidden", "8,8", "--steps-cap", "5", "--eval-episodes", "1", "--eval-horizon", "10",
+          "--evals", "2", "--out", "{tmp}"]  # fmt: skip
+OTHER_CASES += [
+    # internal errors (exit 1) today: an OverflowError / a torch RuntimeError
+    ([*DP_SGD, "--noise-multiplier", "1e-300"], ["--noise-multiplier"]),
+    ([*DP_SGD, "--lr", "1e300"], ["--lr"]),
+    # accepted today
+    ([*DP_SGD, "--steps-cap", "0"], ["--steps-cap"]),
+    ([*DP_SGD, "--evals", "-1"], ["--evals"]),
+    ([*DP_SGD, "--epsilon", "1e300"], ["--epsilon"]),
+    # runs until killed today
+    ([*DP_SGD, "--eval-episodes", HUGE], ["--eval-episodes"]),
+]
+
+
 @OTHERS
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(3)  # a case that still does the work fails (xfail) after 3 s
 @pytest.mark.parametrize(("template", "fragments"), OTHER_CASES, ids=_ids(OTHER_CASES))
 def test_train_ope_bad_input(
     template: list[str],
