@@ -378,246 +378,82 @@ def test_account_skips_a_pld_that_cannot_fit_but_keeps_rdp(
 # train / ope: the other branch's commands; shared checks are in privrl.cli.errors
 # --------------------------------------------------------------------------------------------
 
-OTHER_CASES = [
-    # --out validated before the work (check_out_dir names --out); today: an OS error after it
-    (
-        [
-            "train",
-            "dp-vapvi",
-            "--env",
-            "linear-mdp",
-            "--episodes",
-            "20",
-            "--rho",
-            "1",
-            "--out",
-            "{file}",
-        ],
-        ["--out"],
-    ),
-    (
-        ["train", "pevi", "--env", "linear-mdp", "--episodes", "20", "--out", "{in_file}"],
-        ["--out"],
-    ),
-    (
-        [
-            "train",
-            "dp-apvi",
-            "--env",
-            "random-tabular",
-            "--episodes",
-            "200",
-            "--rho",
-            "1",
-            "--out",
-            "{file}",
-        ],
-        ["--out"],
-    ),
-    (["ope", "lstd", "--env", "chain", "--trajectories", "100", "--out", "{file}"], ["--out"]),
-    (
-        [
-            "ope",
-            "dp-lsw",
-            "--env",
-            "chain",
-            "--trajectories",
-            "100",
-            "--epsilon",
-            "1",
-            "--out",
-            "{in_file}",
-        ],
-        ["--out"],
-    ),
-    # sizes refused up front with the limit (check_memory); today: MemoryError after work
-    (
-        [
-            "train",
-            "dp-vapvi",
-            "--env",
-            "linear-mdp",
-            "--episodes",
-            HUGE,
-            "--rho",
-            "1",
-            "--out",
-            "{tmp}",
-        ],
-        ["--episodes", "at most"],
-    ),
-    (
-        [
-            "train",
-            "vapvi",
-            "--env",
-            "linear-mdp",
-            "--episodes",
-            "20",
-            "--horizon",
-            HUGE,
-            "--out",
-            "{tmp}",
-        ],
-        ["--horizon", "at most"],
-    ),
-    (
-        ["ope", "lstd", "--env", "chain", "--trajectories", HUGE, "--out", "{tmp}"],
-        ["--trajectories", "at most"],
-    ),
-    (
-        [
-            "ope",
-            "gpope",
-            "--env",
-            "chain",
-            "--trajectories",
-            "100",
-            "--epsilon",
-            "1",
-            "--iterations",
-            HUGE,
-            "--out",
-            "{tmp}",
-        ],
-        ["--iterations", "at most"],
-    ),
-    # nonsense accepted today
-    (
-        [
-            "ope",
-            "dp-lsw",
-            "--env",
-            "chain",
-            "--trajectories",
-            "100",
-            "--epsilon",
-            "1",
-            "--aggregation",
-            "0",
-            "--out",
-            "{tmp}",
-        ],
-        ["--aggregation"],
-    ),
-    (
-        [
-            "ope",
-            "dp-lsl",
-            "--env",
-            "chain",
-            "--trajectories",
-            "100",
-            "--epsilon",
-            "1",
-            "--aggregation",
-            "-1",
-            "--out",
-            "{tmp}",
-        ],
-        ["--aggregation"],
-    ),
-    (
-        [
-            "ope",
-            "dp-lsw",
-            "--env",
-            "chain",
-            "--trajectories",
-            "100",
-            "--epsilon",
-            "1",
-            "--gamma",
-            "-1",
-            "--out",
-            "{tmp}",
-        ],
-        ["--gamma"],
-    ),
-    (
-        [
-            "ope",
-            "gpope",
-            "--env",
-            "chain",
-            "--trajectories",
-            "100",
-            "--epsilon",
-            "1",
-            "--lambda-min",
-            "nan",
-            "--out",
-            "{tmp}",
-        ],
-        ["--lambda-min"],
-    ),
-    (
-        [
-            "ope",
-            "dp-lsw",
-            "--env",
-            "chain",
-            "--trajectories",
-            "100",
-            "--epsilon",
-            "1e300",
-            "--out",
-            "{tmp}",
-        ],
-        ["--epsilon"],
-    ),
-    (
-        [
-            "ope",
-            "gpope",
-            "--env",
-            "chain",
-            "--trajectories",
-            "100",
-            "--epsilon",
-            "1e-300",
-            "--out",
-            "{tmp}",
-        ],
-        ["--epsilon"],
-    ),
-    (
-        [
-            "train",
-            "dp-vapvi",
-            "--env",
-            "linear-mdp",
-            "--episodes",
-            "20",
-            "--rho",
-            "1e300",
-            "--out",
-            "{tmp}",
-        ],
-        ["--rho"],
-    ),
-]
+
+def _with(base: list[str], *pairs: str) -> list[str]:
+    """`base` followed by the flag/value `pairs` (click keeps an option's last value)."""
+    return [*base, *pairs]
 
 
+VAPVI = ["train", "dp-vapvi", "--env", "linear-mdp", "--episodes", "20", "--rho", "1"]
+APVI = ["train", "dp-apvi", "--env", "random-tabular", "--episodes", "200", "--rho", "1"]
+CHAIN = ["--env", "chain", "--trajectories", "100"]
+LSW = ["ope", "dp-lsw", *CHAIN, "--epsilon", "1"]
+LSL = ["ope", "dp-lsl", *CHAIN, "--epsilon", "1"]
+GPOPE = ["ope", "gpope", *CHAIN, "--epsilon", "1"]
 DP_SGD = ["train", "dp-sgd", "--data", "{units}", "--epsilon", "1", "--batch-size", "2",
           "--hidden", "8,8", "--steps-cap", "5", "--eval-episodes", "1", "--eval-horizon", "10",
-          "--evals", "2", "--out", "{tmp}"]  # fmt: skip
-OTHER_CASES += [
-    # internal errors (exit 1) today: an OverflowError / a torch RuntimeError
-    ([*DP_SGD, "--noise-multiplier", "1e-300"], ["--noise-multiplier"]),
-    ([*DP_SGD, "--lr", "1e300"], ["--lr"]),
-    # accepted today
-    ([*DP_SGD, "--steps-cap", "0"], ["--steps-cap"]),
-    ([*DP_SGD, "--evals", "-1"], ["--evals"]),
-    ([*DP_SGD, "--epsilon", "1e300"], ["--epsilon"]),
-    # runs until killed today
-    ([*DP_SGD, "--eval-episodes", HUGE], ["--eval-episodes"]),
+          "--evals", "2"]  # fmt: skip
+TMP = ("--out", "{tmp}")
+
+OTHER_CASES = [
+    # --out validated before the work (check_out_dir names --out); today an OS error after it
+    (_with(VAPVI, "--out", "{file}"), ["--out"]),
+    (
+        _with(["train", "pevi", "--env", "linear-mdp", "--episodes", "20"], "--out", "{in_file}"),
+        ["--out"],
+    ),
+    (_with(APVI, "--out", "{file}"), ["--out"]),
+    (_with(["ope", "lstd", *CHAIN], "--out", "{file}"), ["--out"]),
+    (_with(LSW, "--out", "{in_file}"), ["--out"]),
+    (_with(DP_SGD, "--out", "{file}"), ["--out"]),
+    # sizes refused up front with the limit (check_memory); today a MemoryError after work
+    (_with(VAPVI, "--episodes", HUGE, *TMP), ["--episodes", "at most"]),
+    (_with(VAPVI, "--horizon", HUGE, *TMP), ["--horizon", "at most"]),
+    (_with(["ope", "lstd", *CHAIN], "--trajectories", HUGE, *TMP), ["--trajectories", "at most"]),
+    (_with(DP_SGD, "--n-experts", HUGE, *TMP), ["--n-experts", "at most"]),
+    # nonsense accepted today
+    (_with(LSW, "--aggregation", "0", *TMP), ["--aggregation"]),
+    (_with(LSL, "--aggregation", "-1", *TMP), ["--aggregation"]),
+    (_with(LSW, "--gamma", "-1", *TMP), ["--gamma"]),
+    (_with(LSW, "--epsilon", "1e300", *TMP), ["--epsilon"]),
+    (_with(LSL, "--epsilon", "1e-300", *TMP), ["--epsilon"]),
+    (_with(VAPVI, "--rho", "1e300", *TMP), ["--rho"]),
+    (_with(DP_SGD, "--steps-cap", "0", *TMP), ["--steps-cap"]),
+    (_with(DP_SGD, "--evals", "-1", *TMP), ["--evals"]),
+    (_with(DP_SGD, "--epsilon", "1e300", *TMP), ["--epsilon"]),
+    # internal errors (exit 1) today: an OverflowError, a torch RuntimeError
+    (_with(DP_SGD, "--noise-multiplier", "1e-300", *TMP), ["--noise-multiplier"]),
+    (_with(DP_SGD, "--lr", "1e300", *TMP), ["--lr"]),
+]
+# Listed but not run while they fail: today they do seconds to minutes of work before failing
+# or never end (--eval-episodes 1e12 allocates memory in C code until killed: 10 GB after 5
+# minutes), which a fast suite cannot afford.
+NOT_RUN = [
+    (_with(GPOPE, "--iterations", HUGE, *TMP), ["--iterations", "at most"]),
+    (_with(GPOPE, "--lambda-min", "nan", *TMP), ["--lambda-min"]),
+    (_with(GPOPE, "--epsilon", "1e-300", *TMP), ["--epsilon"]),
+    (_with(GPOPE, "--epsilon", "1e300", *TMP), ["--epsilon"]),
+    (_with(GPOPE, "--out", "{file}"), ["--out"]),
+    (_with(DP_SGD, "--eval-episodes", HUGE, *TMP), ["--eval-episodes"]),
 ]
 
 
-@OTHERS
-@pytest.mark.timeout(3)  # a case that still does the work fails (xfail) after 3 s
-@pytest.mark.parametrize(("template", "fragments"), OTHER_CASES, ids=_ids(OTHER_CASES))
+@pytest.mark.parametrize(
+    ("template", "fragments"),
+    [
+        *(pytest.param(*case, marks=OTHERS) for case in OTHER_CASES),
+        *(
+            pytest.param(
+                *case,
+                marks=pytest.mark.xfail(
+                    run=False, strict=False, reason="fixed in the train/ope branch; slow today"
+                ),
+            )
+            for case in NOT_RUN
+        ),
+    ],
+    ids=_ids(OTHER_CASES + NOT_RUN),
+)
 def test_train_ope_bad_input(
     template: list[str],
     fragments: list[str],

@@ -16,7 +16,9 @@ _BYTES_PER_STEP = 100
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Run directory to write."),
     seed: int = typer.Option(0, "--seed", help="Seed for the MDP, the data and the noise."),
-    episodes: int = typer.Option(20_000, "--episodes", "-n", help="Trajectories to sample."),
+    episodes: int = typer.Option(
+        20_000, "--episodes", "-n", help="Trajectories to sample (must fit in memory)."
+    ),
     total_epsilon: float = typer.Option(
         6.0, "--total-epsilon", help="Total budget bound to the demo dataset's ledger."
     ),

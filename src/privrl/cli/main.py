@@ -142,7 +142,7 @@ def _os_error(exc: OSError) -> str:
     if isinstance(exc, FileNotFoundError):
         return f"file not found: {name or exc}"
     if isinstance(exc, IsADirectoryError):
-        return f"{name} is a directory where a file is expected; give a file path"
+        return f"{name} is a directory where a file is expected; give a file path (or remove it)"
     if isinstance(exc, NotADirectoryError):
         return f"{name}: part of this path is a file, not a directory; fix the path"
     if isinstance(exc, PermissionError):
