@@ -11,7 +11,16 @@ from dp_accounting import dp_event
 from rich.console import Console
 from rich.table import Table
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import (
+    MAX_EPSILON,
+    CliError,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_number,
+    format_bytes,
+    machine_memory,
+)
 from privrl.privacy import accounting as acc
 from privrl.privacy.events import ApproxDpEvent, PureDpEvent
 from privrl.privacy.units import parse_relation
@@ -31,9 +40,60 @@ class BackendChoice(StrEnum):
     all = "all"
 
 
+# Noise multipliers outside [MIN_Z, MAX_Z] give ε = ∞ or 0 to float precision (and overflow
+# the accountants' arithmetic); the same limits bound `calibrate`'s own search (accounting.py).
+MIN_Z, MAX_Z = 1e-6, 1e7
+# calibrate_noise_multiplier's search floors (accounting._MIN_NOISE; a test keeps them equal).
+SEARCH_FLOOR = {"rdp": 1e-6, "pld": 0.2}
+
+# PLD cost model, measured on this project's machine with dp-accounting 0.6.0 (discretisation
+# 1e-4): the privacy-loss grid spans about [0, ε] in steps of 1e-4 and its construction and
+# composition hold ~350 bytes per grid point (z = 1, T = 1000, q = 1: ε = 634, 2.6 GB, 55 s).
+# RDP's ε (an upper bound, cheap) stands in for ε; a PLD whose estimate exceeds half the
+# machine's memory is refused up front instead of failing after minutes with a MemoryError.
+_PLD_BYTES_PER_POINT = 350.0
+_PLD_DISCRETIZATION = 1e-4
+
+
 def _check_delta(delta: float) -> None:
-    if not 0.0 < delta < 1.0:
-        raise CliError(f"--delta must be in (0, 1), got {delta}")
+    check_delta(delta)
+
+
+def _check_z(z: float, flag: str = "--noise-multiplier") -> float:
+    return check_number(
+        z,
+        flag,
+        ge=MIN_Z,
+        le=MAX_Z,
+        hint="outside this range ε is ∞ or 0 to float precision",
+    )
+
+
+def _rdp_proxy(event: dp_event.DpEvent, delta: float, rel: object) -> float | None:
+    """RDP's ε for `event` (an upper bound on the PLD's), or None if RDP cannot account it."""
+    try:
+        return acc.epsilon(event, delta, relation=rel, backend="rdp")  # type: ignore[arg-type]
+    except acc.AccountingError:
+        return None
+
+
+def _pld_bytes(eps: float) -> float:
+    return _PLD_BYTES_PER_POINT * max(eps, 1.0) / _PLD_DISCRETIZATION
+
+
+def _pld_too_large(eps: float | None) -> str | None:
+    """Why a PLD for an event with RDP ε `eps` cannot be built here, or None if it can."""
+    if eps is None:
+        return None
+    budget = machine_memory() / 2
+    if math.isfinite(eps) and _pld_bytes(eps) <= budget:
+        return None
+    need = "unbounded memory" if not math.isfinite(eps) else f"~{format_bytes(_pld_bytes(eps))}"
+    return (
+        f"the PLD accountant is not run for this event: its privacy loss reaches ε ≈ {eps:.4g} "
+        f"(RDP bound), whose PLD grid at discretisation {_PLD_DISCRETIZATION:g} needs {need} "
+        f"(more than half of this machine's {format_bytes(machine_memory())}); use --backend rdp"
+    )
 
 
 def _sampling_args(
@@ -42,6 +102,8 @@ def _sampling_args(
     if (dataset_size is None) != (sample_size is None):
         raise CliError("give both --dataset-size and --sample-size (sampling without replacement)")
     if dataset_size is not None and sample_size is not None:
+        check_int(dataset_size, "--dataset-size", minimum=1)
+        check_int(sample_size, "--sample-size", minimum=1)
         if sampling_rate != 1.0:
             raise CliError("use either --sampling-rate (Poisson) or --dataset-size/--sample-size")
         if not 0 < sample_size <= dataset_size:
@@ -51,11 +113,30 @@ def _sampling_args(
             "dataset_size": dataset_size,
             "sample_size": sample_size,
         }
-    if not 0.0 < sampling_rate <= 1.0:
-        raise CliError(f"--sampling-rate must be in (0, 1], got {sampling_rate}")
+    check_number(sampling_rate, "--sampling-rate", gt=0, le=1)
     if sampling_rate < 1.0:
         return {"sampling": "poisson", "sampling_probability": sampling_rate}
     return {"sampling": "none"}
+
+
+_MECHANISM_FLAGS = {
+    Mechanism.gaussian: ("--noise-multiplier",),
+    Mechanism.laplace: ("--noise-multiplier",),
+    Mechanism.zcdp: ("--rho",),
+    Mechanism.pure: ("--epsilon0",),
+    Mechanism.approx: ("--epsilon0", "--delta0"),
+}
+
+
+def _refuse_foreign_flags(mechanism: Mechanism, given: dict[str, object]) -> None:
+    """A flag of another mechanism is refused rather than silently ignored."""
+    for flag, value in given.items():
+        if value is not None and flag not in _MECHANISM_FLAGS[mechanism]:
+            owners = [m.value for m, flags in _MECHANISM_FLAGS.items() if flag in flags]
+            raise CliError(
+                f"{flag} does not apply to --mechanism {mechanism.value} (it is for "
+                f"--mechanism {' or '.join(owners)}); remove it or change --mechanism"
+            )
 
 
 def _build_event(
@@ -68,11 +149,20 @@ def _build_event(
     epsilon0: float | None,
     delta0: float | None,
 ) -> dp_event.DpEvent:
-    if steps < 1:
-        raise CliError(f"--steps must be >= 1, got {steps}")
+    check_int(steps, "--steps", minimum=1)
+    _refuse_foreign_flags(
+        mechanism,
+        {
+            "--noise-multiplier": noise_multiplier,
+            "--rho": rho,
+            "--epsilon0": epsilon0,
+            "--delta0": delta0,
+        },
+    )
     if mechanism in (Mechanism.gaussian, Mechanism.laplace):
-        if noise_multiplier is None or noise_multiplier <= 0:
+        if noise_multiplier is None:
             raise CliError("--noise-multiplier must be given and > 0 (noise std / sensitivity)")
+        noise_multiplier = _check_z(noise_multiplier)
         if mechanism is Mechanism.gaussian:
             return acc.sampled_gaussian_event(noise_multiplier, steps, **sampling)
         base: dp_event.DpEvent = dp_event.LaplaceDpEvent(noise_multiplier)
@@ -84,15 +174,18 @@ def _build_event(
     if sampling["sampling"] != "none":
         raise CliError(f"sampling is not supported for --mechanism {mechanism.value}")
     if mechanism is Mechanism.zcdp:
-        if rho is None or rho <= 0:
+        if rho is None:
             raise CliError("--rho must be given and > 0 for --mechanism zcdp")
+        rho = check_number(rho, "--rho", gt=0, le=MAX_EPSILON)
         return dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(rho), steps)
-    if epsilon0 is None or epsilon0 <= 0:
+    if epsilon0 is None:
         raise CliError(f"--epsilon0 must be given and > 0 for --mechanism {mechanism.value}")
+    epsilon0 = check_number(epsilon0, "--epsilon0", gt=0, le=MAX_EPSILON)
     if mechanism is Mechanism.pure:
         return dp_event.SelfComposedDpEvent(PureDpEvent(epsilon0), steps)
-    if delta0 is None or not 0 < delta0 < 1:
+    if delta0 is None:
         raise CliError("--delta0 must be given and in (0, 1) for --mechanism approx")
+    delta0 = check_number(delta0, "--delta0", gt=0, lt=1)
     return dp_event.SelfComposedDpEvent(ApproxDpEvent(epsilon0, delta0), steps)
 
 
@@ -108,7 +201,7 @@ def account(
         None,
         "--noise-multiplier",
         "-z",
-        help="Noise std (Gaussian) or scale (Laplace) / sensitivity.",
+        help="Noise std (Gaussian) or scale (Laplace) / sensitivity (1e-6 to 1e7).",
     ),
     steps: int = typer.Option(1, "--steps", "-T", help="Number of (sub)sampled invocations."),
     sampling_rate: float = typer.Option(
@@ -120,9 +213,11 @@ def account(
     sample_size: int = typer.Option(
         None, "--sample-size", help="Sample size per step, for sampling without replacement."
     ),
-    rho: float = typer.Option(None, "--rho", help="zCDP parameter per step (--mechanism zcdp)."),
+    rho: float = typer.Option(
+        None, "--rho", help="zCDP parameter per step (--mechanism zcdp; at most 100)."
+    ),
     epsilon0: float = typer.Option(
-        None, "--epsilon0", help="Per-step epsilon (--mechanism pure|approx)."
+        None, "--epsilon0", help="Per-step epsilon (--mechanism pure|approx; at most 100)."
     ),
     delta0: float = typer.Option(None, "--delta0", help="Per-step delta (--mechanism approx)."),
     delta: float = typer.Option(1e-5, "--delta", "-d", help="Target delta of the guarantee."),
@@ -130,7 +225,12 @@ def account(
         "add_remove", "--relation", help="Neighbouring relation: add_remove or replace_one."
     ),
     backend: BackendChoice = typer.Option(
-        BackendChoice.all, "--backend", help="Accountant: rdp, pld, or all (side by side)."
+        BackendChoice.all,
+        "--backend",
+        help=(
+            "Accountant: rdp, pld, or all (side by side; PLD is left out when ε > 100 or its "
+            "grid would not fit in memory)."
+        ),
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
@@ -157,7 +257,23 @@ def account(
         delta0=delta0,
     )
     rows: list[dict[str, object]] = []
+    proxy = _rdp_proxy(event, delta, rel)
     for name in _backends(backend):
+        if name == "pld":
+            skip = _pld_too_large(proxy)
+            if skip is None and backend is BackendChoice.all and proxy is not None:
+                if proxy > MAX_EPSILON:
+                    skip = (
+                        f"not computed: ε ≈ {proxy:.4g} by RDP is beyond {MAX_EPSILON:g}, where "
+                        "no guarantee is meaningful (the PLD would take minutes); "
+                        "--backend pld forces it"
+                    )
+            if skip is not None:
+                if backend is not BackendChoice.all:
+                    raise CliError(skip)
+                label = acc.describe_backend(name)
+                rows.append({"accountant": label, "epsilon": None, "note": skip})
+                continue
         try:
             eps = acc.epsilon(event, delta, relation=rel, backend=name)
             rows.append({"accountant": acc.describe_backend(name), "epsilon": eps})
@@ -246,13 +362,16 @@ def _print_table(title: str, rows: list[dict[str, object]], rho: float | None) -
 
 
 def calibrate(
-    epsilon: float = typer.Option(..., "--epsilon", "-e", help="Target epsilon."),
+    epsilon: float = typer.Option(..., "--epsilon", "-e", help="Target epsilon (1e-6 to 100)."),
     delta: float = typer.Option(1e-5, "--delta", "-d", help="Target delta."),
     steps: int = typer.Option(
         None, "--steps", "-T", help="Number of steps; omit and give -z to find the largest T."
     ),
     noise_multiplier: float = typer.Option(
-        None, "--noise-multiplier", "-z", help="Given noise multiplier: find the largest T instead."
+        None,
+        "--noise-multiplier",
+        "-z",
+        help="Given noise multiplier (1e-6 to 1e7): find the largest T instead.",
     ),
     sampling_rate: float = typer.Option(1.0, "--sampling-rate", "-q", help="Poisson rate q."),
     dataset_size: int = typer.Option(None, "--dataset-size", help="m (without replacement)."),
@@ -273,8 +392,7 @@ def calibrate(
       privrl calibrate --epsilon 5 --delta 1e-5 -q 0.001 -z 0.6      # -> largest T
     """
     _check_delta(delta)
-    if epsilon <= 0:
-        raise CliError(f"--epsilon must be > 0, got {epsilon}")
+    epsilon = check_epsilon(epsilon)
     if backend is BackendChoice.all:
         raise CliError("--backend must be rdp or pld for calibration")
     rel = parse_relation(relation)
@@ -283,8 +401,11 @@ def calibrate(
     if (steps is None) == (noise_multiplier is None):
         raise CliError("give exactly one of --steps (find z) or --noise-multiplier (find T)")
     if steps is not None:
-        if steps < 1:
-            raise CliError(f"--steps must be >= 1, got {steps}")
+        check_int(steps, "--steps", minimum=1)
+        if backend is BackendChoice.pld:
+            # The search starts at z = 1: refuse up front if that PLD alone cannot be built.
+            start = acc.sampled_gaussian_event(1.0, steps, **sampling)
+            _refuse_large_pld(_rdp_proxy(start, delta, rel), "at the search's start z = 1")
         z = acc.calibrate_noise_multiplier(epsilon, delta, steps, **common)
         achieved = acc.epsilon(
             acc.sampled_gaussian_event(z, steps, **sampling),
@@ -292,18 +413,45 @@ def calibrate(
             relation=rel,
             backend=backend.value,
         )
+        floor = SEARCH_FLOOR[backend.value]
         out = {"noise_multiplier": z, "steps": steps, "epsilon": achieved, "delta": delta}
         text = (
-            f"noise multiplier z = {z:.4f} for {steps} steps: ε = {achieved:.4f} at δ = {delta:g}"
+            f"noise multiplier z = {z:.4g} for {steps} steps: ε = {achieved:.4g} at δ = {delta:g}"
         )
+        if z <= floor:
+            out["search_floor"] = True
+            text += (
+                f" (z is the search floor {floor:g}: even that little noise meets the target, "
+                "so the budget does not constrain these steps)"
+            )
     else:
-        if noise_multiplier <= 0:
-            raise CliError(f"--noise-multiplier must be > 0, got {noise_multiplier}")
-        t = acc.max_steps(noise_multiplier, epsilon, delta, **common)
+        noise_multiplier = _check_z(noise_multiplier)
+        one = acc.sampled_gaussian_event(noise_multiplier, 1, **sampling)
+        if backend is BackendChoice.pld:
+            _refuse_large_pld(_rdp_proxy(one, delta, rel), "for a single step")
+        cap = 10**7
+        t = acc.max_steps(noise_multiplier, epsilon, delta, upper=cap, **common)
+        if t == 0:
+            e1 = acc.epsilon(one, delta, relation=rel, backend=backend.value)
+            need = acc.calibrate_noise_multiplier(epsilon, delta, 1, **common)
+            raise CliError(
+                f"no step is affordable: a single step with noise multiplier "
+                f"{noise_multiplier:g} already has ε = {e1:.4g} > {epsilon:g} at δ = {delta:g}; "
+                f"use -z >= {need:.4g} (or a larger --epsilon / smaller --sampling-rate)"
+            )
         out = {"noise_multiplier": noise_multiplier, "steps": t, "epsilon_target": epsilon}
         text = f"largest step count within ε = {epsilon:g} at δ = {delta:g}: T = {t}"
+        if t >= cap:
+            out["search_cap"] = True
+            text += f" or more (the search stops at {cap}: the budget allows at least that many)"
     out["accountant"] = acc.describe_backend(backend.value)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
     else:
         typer.echo(f"{text}  [{out['accountant']}]")
+
+
+def _refuse_large_pld(eps: float | None, where: str) -> None:
+    reason = _pld_too_large(eps)
+    if reason is not None:
+        raise CliError(f"{reason} ({where})")

@@ -13,7 +13,16 @@ from gymnasium import spaces
 from rich.console import Console
 from rich.table import Table
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import (
+    CliError,
+    check_input_file,
+    check_int,
+    check_memory,
+    check_number,
+    check_output_file,
+    format_bytes,
+    machine_memory,
+)
 
 data_app = typer.Typer(
     help=(
@@ -69,11 +78,12 @@ def _refuse_ledgered_out(out: Path) -> None:
         )
 
 
-def _load(path: Path):
+def _load(path: Path, flag: str = ""):
     from privrl.data.io import load_hdf5
 
     if not path.exists():
         raise CliError(f"dataset file not found: {path}")
+    check_input_file(path, flag, what="dataset file")
     return load_hdf5(path)
 
 
@@ -87,6 +97,8 @@ def info(
 
     The summary shows exact statistics of the data, for its owner: it is not a private release.
     """
+    if plot is not None:
+        check_output_file(plot, "--plot")
     ds = _load(path)
     summary = ds.summary()
     if plot is not None:
@@ -159,8 +171,13 @@ def import_(
     """
     from privrl.data.io import import_table, save_hdf5
 
+    check_output_file(out, "--out")
     _refuse_ledgered_out(out)
+    if discount is not None:
+        check_number(discount, "--discount", ge=0, le=1)
     kind = fmt.value if fmt is not None else _guess_format(source)
+    if kind in ("parquet", "csv") and Path(source).exists():
+        check_input_file(Path(source), what="table file")
     if kind == "minari":
         from privrl.data.minari_io import import_minari
 
@@ -209,24 +226,35 @@ def export(
     ),
 ) -> None:
     """Export a dataset to a Parquet/CSV table of transitions or a local Minari dataset."""
-    ds = _load(path)
     kind = fmt.value if fmt is not None else _guess_format(out)
+    if kind == "hdf5":
+        raise CliError("the dataset is already HDF5; export to parquet, csv or minari")
+    if kind in ("parquet", "csv"):
+        check_output_file(out, "--out")
+    ds = _load(path)
     if kind == "minari":
         from privrl.data.minari_io import export_minari
 
         where = export_minari(ds, out)
         typer.echo(f"wrote Minari dataset {out} at {where}")
         return
-    if kind == "hdf5":
-        raise CliError("the dataset is already HDF5; export to parquet, csv or minari")
     from privrl.data.io import export_table
 
     mapping = export_table(ds, out, format=kind)
     typer.echo(f'wrote {out}; re-import with --columns "{mapping.to_string()}"')
 
 
+# Collection keeps every transition in memory until the dataset is written: per transition
+# two observations (recorded and next), the action, reward, flags, episode and time indices
+# (~50 bytes), twice over while the lists are concatenated and sorted.
+_COLLECT_OVERHEAD_BYTES = 50
+_MAX_NUM_ENVS = 1024  # each sub-environment is a Python object stepped in one process
+_RECIPE_FIXED = ("--env", "--policy", "--episodes", "--num-envs", "--max-steps")
+
+
 @data_app.command("collect")
 def collect_(
+    ctx: typer.Context,
     env: str = typer.Option(
         None, "--env", help="Gymnasium environment id (e.g. CartPole-v1, privrl/RandomTabular-v0)."
     ),
@@ -235,7 +263,8 @@ def collect_(
         "--recipe",
         help=(
             "Build a named paper dataset instead (trains what it needs, resumable); "
-            "`--recipe list` shows them. Writes into --data-dir."
+            "`--recipe list` shows them. Writes into --data-dir. A recipe fixes the "
+            "environment, policy, episodes and environments: those flags are refused with it."
         ),
     ),
     data_dir: Path = typer.Option(
@@ -247,9 +276,13 @@ def collect_(
         False, "--quick", help="Recipes: build a small smoke-test version into a separate file."
     ),
     policy: str = typer.Option("uniform", "--policy", help="Behaviour policy: uniform."),
-    episodes: int = typer.Option(100, "--episodes", "-n", help="Number of episodes."),
+    episodes: int = typer.Option(
+        100, "--episodes", "-n", help="Number of episodes (must fit in memory)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed for the environments and the policy."),
-    num_envs: int = typer.Option(8, "--num-envs", help="Environments stepped together."),
+    num_envs: int = typer.Option(
+        8, "--num-envs", help=f"Environments stepped together (1 to {_MAX_NUM_ENVS})."
+    ),
     max_steps: int = typer.Option(None, "--max-steps", help="Cap on steps per episode."),
     out: Path = typer.Option(None, "--out", "-o", help="Dataset file to write (.h5)."),
 ) -> None:
@@ -261,11 +294,23 @@ def collect_(
       privrl data collect --recipe list
       privrl data collect --recipe primorl-pendulum            # resumable; rerun to continue
     """
+    given = _given_flags(ctx)
     if out is not None:
         _refuse_ledgered_out(out)
     if recipe is not None:
+        fixed = [f for f in _RECIPE_FIXED if f in given]
+        if fixed and recipe != "list":
+            raise CliError(
+                f"--recipe {recipe} fixes its environment, policy, episodes and environments; "
+                f"remove {', '.join(fixed)} (only --data-dir, --quick, --seed and --out apply)"
+            )
+        if out is not None:
+            check_output_file(out, "--out")
         _collect_recipe(recipe, data_dir, seed=seed, quick=quick, out=out)
         return
+    for flag in ("--data-dir", "--quick"):
+        if flag in given:
+            raise CliError(f"{flag} applies to --recipe only; remove it when collecting with --env")
     import gymnasium as gym
 
     from privrl.data.collect import collect
@@ -273,21 +318,45 @@ def collect_(
     from privrl.envs import register_envs
     from privrl.policies import UniformRandomPolicy
 
-    register_envs()
     if env is None:
         raise CliError("--env or --recipe is required (e.g. --env CartPole-v1)")
     if out is None:
         raise CliError("--out is required with --env (the dataset file to write, e.g. data.h5)")
-    if episodes < 1:
-        raise CliError(f"--episodes must be >= 1, got {episodes}")
+    check_int(episodes, "--episodes", minimum=1)
+    check_int(num_envs, "--num-envs", minimum=1, maximum=_MAX_NUM_ENVS)
+    if max_steps is not None:
+        check_int(max_steps, "--max-steps", minimum=1)
     if policy != "uniform":
         raise CliError(f"unknown --policy {policy!r}; available: uniform")
+    check_output_file(out, "--out")
+    register_envs()
     try:
         spec_env = gym.make(env)
     except gym.error.Error as exc:
         raise CliError(f"unknown environment {env!r} ({exc})") from None
-    action_space = spec_env.action_space
-    spec_env.close()
+    try:
+        action_space = spec_env.action_space
+        limit = spec_env.spec.max_episode_steps if spec_env.spec is not None else None
+        per_step = 2 * (
+            2 * _space_bytes(spec_env.observation_space)
+            + _space_bytes(action_space)
+            + _COLLECT_OVERHEAD_BYTES
+        )
+    finally:
+        spec_env.close()
+    # Every episode has at least one transition: refuse what cannot fit even then.
+    check_memory("--episodes", episodes, per_step, what="episode of one step")
+    caps = [h for h in (max_steps, limit) if h is not None]
+    horizon = min(caps) if caps else None
+    if horizon is not None and episodes * horizon * per_step > machine_memory():
+        import warnings
+
+        warnings.warn(
+            f"{episodes} episodes of up to {horizon} steps may need up to "
+            f"{format_bytes(episodes * horizon * per_step)} of memory, more than this "
+            f"machine's {format_bytes(machine_memory())}, if the episodes run long",
+            stacklevel=1,
+        )
     ds = collect(
         env,
         UniformRandomPolicy(action_space),
@@ -300,8 +369,30 @@ def collect_(
     typer.echo(f"wrote {out}: {ds.n_episodes} episodes, {ds.n_transitions} transitions")
 
 
+def _given_flags(ctx: typer.Context) -> set[str]:
+    """The long flags the user typed (not defaults)."""
+    given = set()
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given.add(param.opts[0])
+    return given
+
+
+def _space_bytes(space: spaces.Space) -> int:
+    """Bytes of one element of `space` as collected (flattened, at least 8 per scalar)."""
+    try:
+        size = int(spaces.flatdim(space))
+    except (NotImplementedError, TypeError, ValueError):
+        size = 1
+    itemsize = max(8, np.dtype(space.dtype).itemsize if space.dtype is not None else 8)
+    return size * itemsize
+
+
 def _collect_recipe(name: str, data_dir: Path | None, *, seed: int, quick: bool, out) -> None:
+    import os
     import shutil
+    import tempfile
     import time
 
     from privrl.experiments.recipes import RECIPES, default_data_dir
@@ -313,12 +404,40 @@ def _collect_recipe(name: str, data_dir: Path | None, *, seed: int, quick: bool,
     if name not in RECIPES:
         raise CliError(f"unknown recipe {name!r}; available: {', '.join(RECIPES)}")
     root = Path(data_dir) if data_dir is not None else default_data_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    _check_data_dir(root)
     start = time.perf_counter()
     path = RECIPES[name].load()(root, seed=seed, quick=quick, progress=True)
     elapsed = time.perf_counter() - start
-    if out is not None and Path(out) != Path(path):
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, out)
-        path = out
+    if out is not None and Path(out).resolve() != Path(path).resolve():
+        target = Path(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Copy atomically: an interrupted copy must not leave a partial dataset under --out.
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        try:
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        path = target
     typer.echo(f"wrote {path} (recipe {name}, {elapsed:.0f} s this invocation)")
+
+
+def _check_data_dir(root: Path) -> None:
+    """--data-dir must be a writable directory (created if new), checked before any work."""
+    import os
+
+    for parent in [root, *root.parents]:
+        if parent.exists() and not parent.is_dir():
+            where = "is a file" if parent == root else f"is inside the file {parent}"
+            raise CliError(f"--data-dir {root} {where}; give a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(
+            f"--data-dir {root} cannot be created ({exc.strerror or type(exc).__name__}); "
+            "choose a writable directory"
+        ) from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise CliError(f"--data-dir {root} is not writable; choose a writable directory")

@@ -21,7 +21,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import (
+    CliError,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_memory,
+    check_number,
+    check_out_dir,
+    format_bytes,
+    machine_memory,
+)
 
 if TYPE_CHECKING:
     from privrl.envs.tabular import TabularMDP
@@ -38,7 +48,9 @@ online_app = typer.Typer(
 )
 
 _ENV = typer.Option("riverswim", "--env", help="Environment: riverswim or random-tabular.")
-_EPISODES = typer.Option(100_000, "--episodes", "-K", help="Number of episodes (users) K.")
+_EPISODES = typer.Option(
+    100_000, "--episodes", "-K", help="Number of episodes (users) K (must fit in memory)."
+)
 _STATES = typer.Option(None, "--states", "-S", help="States (riverswim 4, random-tabular 3).")
 _ACTIONS = typer.Option(None, "--actions", "-A", help="Actions (random-tabular only; default 2).")
 _HORIZON = typer.Option(None, "--horizon", "-H", help="Horizon H (riverswim 5, random-tabular 4).")
@@ -47,7 +59,22 @@ _SEED = typer.Option(0, "--seed", help="Seed (environment instance, episodes and
 _BETA = typer.Option(
     0.1, "--beta", help="Utility failure probability β in ι and E (not a privacy parameter)."
 )
-_EPS = typer.Option(..., "--epsilon", help="Privacy budget ε (> 0).")
+_EPS = typer.Option(..., "--epsilon", help="Privacy budget ε (1e-6 to 100).")
+
+
+# Memory model (measured: `online pe` holds ~16 bytes per episode at K = 10^7): the per-episode
+# regret, its cumulative sum and the start states, plus the counts and models of the MDP, whose
+# size is one "model" H·S·A·(S + 2) of float64. Copies of a model held at once: the MDP, its
+# CDFs, counts, released counts and temporaries (16); the central privatizer adds two per tree
+# level; the local privatizer pre-draws its noise for 512 users at a time.
+_BYTES_PER_EPISODE = 32
+_MODEL_COPIES = 16
+_LOCAL_CHUNK = 512
+
+# SDP-PE's tight calibration is exact over Bin(N, p) with N ≈ λ = 50·ln(2/δ')/ε'² trials per
+# counter (ε' = ε/(6H), δ' = δ/(6H)); its cost grows with N (measured: λ ≈ 7e9, i.e. ε = 0.01
+# at H = 5, takes minutes and 0.2 GB; λ ≈ 7e11 does not finish and takes GBs). Refused above:
+_MAX_SHUFFLE_TRIALS = 1e10
 
 
 def _check_common(env: str, episodes: int, seed: int, beta: float) -> None:
@@ -55,22 +82,85 @@ def _check_common(env: str, episodes: int, seed: int, beta: float) -> None:
 
     if env not in ENVS:
         raise CliError(f"unknown environment {env!r}; use one of: {', '.join(ENVS)}")
-    if episodes < 1:
-        raise CliError(f"--episodes must be >= 1, got {episodes}")
-    if seed < 0:
-        raise CliError(f"--seed must be >= 0, got {seed}")
-    if not 0 < beta < 1:
-        raise CliError(f"--beta must be in (0, 1), got {beta}")
+    check_int(episodes, "--episodes", minimum=1)
+    check_int(seed, "--seed", minimum=0)
+    check_number(beta, "--beta", gt=0, lt=1)
 
 
 def _check_epsilon(epsilon: float) -> None:
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise CliError(f"--epsilon must be finite and > 0, got {epsilon}")
+    check_epsilon(epsilon)
 
 
 def _check_delta(delta: float) -> None:
-    if not (math.isfinite(delta) and 0 < delta < 1):
-        raise CliError(f"--delta must be in (0, 1), got {delta} (e.g. 1e-5)")
+    check_delta(delta)
+
+
+def _check_sizes(
+    env: str,
+    episodes: int,
+    states: int | None,
+    actions: int | None,
+    horizon: int | None,
+    privatizer: str,
+) -> None:
+    """Refuse up front what cannot fit in memory: the per-episode arrays and the model copies."""
+    from privrl.privacy.tree import tree_levels
+
+    for value, flag in ((states, "--states"), (actions, "--actions"), (horizon, "--horizon")):
+        if value is not None:
+            check_int(value, flag, minimum=1)
+    if env == "riverswim" and actions not in (None, 2):
+        raise CliError("riverswim has exactly 2 actions; remove --actions")
+    S = states if states is not None else (4 if env == "riverswim" else 3)
+    A = actions if actions is not None else 2
+    H = horizon if horizon is not None else (5 if env == "riverswim" else 4)
+    copies = _MODEL_COPIES
+    if privatizer == "central":
+        copies += 2 * tree_levels(episodes)
+    elif privatizer == "local":
+        copies += _LOCAL_CHUNK
+    per_entry = 8.0 * copies  # bytes per model entry, all copies
+    model_bytes = per_entry * H * S * A * (S + 2)
+    episode_bytes = float(episodes) * _BYTES_PER_EPISODE
+    if episode_bytes >= model_bytes:
+        check_memory(
+            "--episodes", episodes, _BYTES_PER_EPISODE, fixed_bytes=model_bytes, what="episode"
+        )
+        return
+    available = machine_memory()
+    if model_bytes + episode_bytes <= available:
+        return
+    room = max(available - episode_bytes, 0.0) / per_entry  # model entries that fit
+    h_max = int(room // (S * A * (S + 2)))
+    a_max = int(room // (H * S * (S + 2)))
+    s_max = max(0, math.isqrt(int(room // (H * A)) + 1) - 1)  # S·(S+2) <= room / (H·A)
+    limits = [f"{flag} {v}" for flag, v in (("--horizon", h_max), ("--states", s_max)) if v >= 1]
+    if env != "riverswim" and a_max >= 1:
+        limits.append(f"--actions {a_max}")
+    fix = f"use at most {' or '.join(limits)}" if limits else "reduce --episodes"
+    raise CliError(
+        f"--states {S} --actions {A} --horizon {H} need about "
+        f"{format_bytes(model_bytes + episode_bytes)} of memory (a model of H·S·A·(S+2) "
+        f"entries, {copies} copies of 8 bytes), more than this machine's "
+        f"{format_bytes(available)}; {fix} (with the others unchanged)"
+    )
+
+
+def _check_shuffle_noise(epsilon: float, delta: float, horizon: int) -> None:
+    from privrl.privacy.shuffle import theory_lambda
+
+    eps_c, delta_c = epsilon / (6 * horizon), delta / (6 * horizon)
+    lam = theory_lambda(eps_c, delta_c)
+    if lam <= _MAX_SHUFFLE_TRIALS:
+        return
+    # smallest ε with λ ≤ the cap: ε' = sqrt(50·ln(2/δ')/cap), ε = 6H·ε'
+    least = 6 * horizon * math.sqrt(50.0 * math.log(2.0 / delta_c) / _MAX_SHUFFLE_TRIALS)
+    raise CliError(
+        f"--epsilon {epsilon:g} is too small for SDP-PE at H = {horizon}: each counter's "
+        f"binomial noise would need ~{lam:.2g} trials (λ = 50·ln(2/δ')/ε'², ε' = ε/(6H)), more "
+        f"than the {_MAX_SHUFFLE_TRIALS:.0e} its calibration can handle; use --epsilon >= "
+        f"{least:.3g}"
+    )
 
 
 def _make_env(
@@ -78,9 +168,6 @@ def _make_env(
 ) -> TabularMDP:
     from privrl.online.common import make_env
 
-    for value, flag in ((states, "--states"), (actions, "--actions"), (horizon, "--horizon")):
-        if value is not None and value < 1:
-            raise CliError(f"{flag} must be >= 1, got {value}")
     if env == "riverswim" and states is not None and states < 2:
         raise CliError("riverswim needs --states >= 2")
     try:
@@ -132,6 +219,8 @@ def sdp_pe_command(
     _check_delta(delta)
     if calibration not in ("tight", "theory"):
         raise CliError(f"--calibration must be tight or theory, got {calibration!r}")
+    if horizon is None or horizon >= 1:
+        _check_shuffle_noise(epsilon, delta, horizon or (5 if env == "riverswim" else 4))
     _run_pe(
         out,
         env,
@@ -255,8 +344,9 @@ def _run_pe(
         (threshold_c1, "--threshold-c1"),
         (threshold_c2, "--threshold-c2"),
     ):
-        if not (math.isfinite(value) and value >= 0):
-            raise CliError(f"{flag} must be finite and >= 0, got {value}")
+        check_number(value, flag, ge=0)
+    _check_sizes(env, episodes, states, actions, horizon, "shuffle" if epsilon else "none")
+    check_out_dir(out)
     mdp = _make_env(env, states, actions, horizon, seed)
     cfg = SDPPEConfig(
         beta=beta, width_scale=width_scale, threshold_c1=threshold_c1, threshold_c2=threshold_c2
@@ -325,8 +415,9 @@ def _run_ucbvi(
     from privrl.online.ucbvi import UCBVIConfig, ucbvi
 
     _check_common(env, episodes, seed, beta)
-    if not (math.isfinite(bonus_scale) and bonus_scale >= 0):
-        raise CliError(f"--bonus-scale must be finite and >= 0, got {bonus_scale}")
+    check_number(bonus_scale, "--bonus-scale", ge=0)
+    _check_sizes(env, episodes, states, actions, horizon, privatizer)
+    check_out_dir(out)
     mdp = _make_env(env, states, actions, horizon, seed)
     algo = "ucbvi" if privatizer == "none" else f"dp-ucbvi-{privatizer}"
     console = Console(stderr=True)

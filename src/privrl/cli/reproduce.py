@@ -8,8 +8,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import CliError, check_int, check_out_dir
 from privrl.experiments.reproduce import REPRODUCTIONS
+
+MAX_SEEDS = 1000  # the reports use 2-50; a thousand full runs is beyond any documented scale
 
 
 def reproduce(
@@ -17,7 +19,9 @@ def reproduce(
     out: Path = typer.Option(
         None, "--out", "-o", help="Output directory (default: docs/reproductions/ID)."
     ),
-    seeds: int = typer.Option(None, "--seeds", help="Number of seeds (default: the report's)."),
+    seeds: int = typer.Option(
+        None, "--seeds", help=f"Number of seeds (default: the report's; at most {MAX_SEEDS})."
+    ),
     seed: int = typer.Option(0, "--seed", help="Base seed; seed i uses base + i."),
     quick: bool = typer.Option(
         False, "--quick", help="A small, fast version (for smoke tests; numbers are not final)."
@@ -40,9 +44,10 @@ def reproduce(
     if target not in REPRODUCTIONS:
         known = ", ".join(REPRODUCTIONS)
         raise CliError(f"unknown reproduction {target!r}; available: {known}")
-    if seeds is not None and seeds < 1:
-        raise CliError(f"--seeds must be >= 1, got {seeds}")
-    out = out or Path("docs") / "reproductions" / target
+    if seeds is not None:
+        check_int(seeds, "--seeds", minimum=1, maximum=MAX_SEEDS, why="every seed is a full run")
+    check_int(seed, "--seed", minimum=0)
+    out = check_out_dir(out or Path("docs") / "reproductions" / target)
     fn = REPRODUCTIONS[target].load()
     report = fn(out, seeds=seeds, seed=seed, quick=quick)
     typer.echo(f"wrote {report}")

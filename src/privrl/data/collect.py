@@ -76,7 +76,11 @@ def collect(
     """
     if n_episodes <= 0:
         raise ValueError(f"n_episodes must be positive, got {n_episodes}")
-    num_envs = max(1, min(int(num_envs), int(n_episodes)))
+    if int(num_envs) < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if max_steps is not None and int(max_steps) < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    num_envs = min(int(num_envs), int(n_episodes))  # more environments than episodes idle
     if unit_ids is not None and len(unit_ids) != n_episodes:
         raise DatasetError(
             f"field 'unit_ids': {len(unit_ids)} ids for {n_episodes} episodes (one per episode)"

@@ -120,8 +120,39 @@ def save_hdf5(
     return path
 
 
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _has_hdf5_signature(path: Path) -> bool:
+    """True if the file carries HDF5's signature (at byte 0, 512, 1024, 2048, ...: HDF5 allows
+    a user block before it), i.e. it was an HDF5 file even if it no longer opens."""
+    try:
+        with open(path, "rb") as fh:
+            offset = 0
+            while True:
+                fh.seek(offset)
+                head = fh.read(len(_HDF5_SIGNATURE))
+                if head == _HDF5_SIGNATURE:
+                    return True
+                if len(head) < len(_HDF5_SIGNATURE):
+                    return False
+                offset = 512 if offset == 0 else offset * 2
+    except OSError:
+        return False
+
+
+def _corrupt(path: Path, exc: BaseException) -> DatasetError:
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return DatasetError(f"{path} is corrupt or truncated: {detail}; re-create or re-import it")
+
+
 def load_hdf5(path: str | Path, validate: bool = True) -> TrajectoryDataset:
-    """Read a file written by :func:`save_hdf5` (validated unless ``validate=False``)."""
+    """Read a file written by :func:`save_hdf5` (validated unless ``validate=False``).
+
+    Every failure is a ``DatasetError`` naming the file: not found, not HDF5, not a privrl
+    dataset, another schema version, or corrupt/truncated (HDF5 structures that no longer
+    read, e.g. bytes overwritten or the file cut short).
+    """
     import h5py
 
     path = Path(path)
@@ -130,31 +161,44 @@ def load_hdf5(path: str | Path, validate: bool = True) -> TrajectoryDataset:
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
+        if _has_hdf5_signature(path):
+            raise _corrupt(path, exc) from exc
         raise DatasetError(f"{path} is not an HDF5 file ({exc})") from exc
-    with f:
-        if "privrl_schema_version" not in f.attrs:
-            raise DatasetError(
-                f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
-                "import foreign data with `privrl data import` (tables, Minari)"
-            )
-        version = int(f.attrs["privrl_schema_version"])
-        if version != SCHEMA_VERSION:
-            newer = version > SCHEMA_VERSION
-            raise DatasetError(
-                f"{path} has privrl schema version {version}, but this privrl reads version "
-                f"{SCHEMA_VERSION}"
-                + (": it was written by a newer privrl; upgrade privrl to read it" if newer else "")
-            )
-        try:
-            meta = DatasetMetadata.from_dict(json.loads(f.attrs["metadata"]))
-        except (KeyError, ValueError) as exc:
-            raise DatasetError(f"{path}: unreadable metadata ({exc})") from exc
-        missing = [name for name in _ARRAYS if name not in f]
-        if missing:
-            raise DatasetError(f"{path}: missing dataset(s) {missing}")
-        arrays = {name: f[name][()] for name in _ARRAYS}
-        for name in _OPTIONAL_ARRAYS:
-            arrays[name] = f[name][()] if name in f else None
+    try:
+        with f:
+            if "privrl_schema_version" not in f.attrs:
+                raise DatasetError(
+                    f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
+                    "import foreign data with `privrl data import` (tables, Minari)"
+                )
+            version = int(f.attrs["privrl_schema_version"])
+            if version != SCHEMA_VERSION:
+                newer = version > SCHEMA_VERSION
+                raise DatasetError(
+                    f"{path} has privrl schema version {version}, but this privrl reads version "
+                    f"{SCHEMA_VERSION}"
+                    + (
+                        ": it was written by a newer privrl; upgrade privrl to read it"
+                        if newer
+                        else ""
+                    )
+                )
+            try:
+                meta = DatasetMetadata.from_dict(json.loads(f.attrs["metadata"]))
+            except (KeyError, ValueError) as exc:
+                raise DatasetError(f"{path}: unreadable metadata ({exc})") from exc
+            missing = [name for name in _ARRAYS if name not in f]
+            if missing:
+                raise DatasetError(f"{path}: missing dataset(s) {missing}")
+            arrays = {name: f[name][()] for name in _ARRAYS}
+            for name in _OPTIONAL_ARRAYS:
+                arrays[name] = f[name][()] if name in f else None
+    except DatasetError:
+        raise
+    except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
+        # h5py reports damaged structures as OSError ("wrong B-tree signature"), KeyError
+        # ("bad object header version number") or ValueError; none is the user's input.
+        raise _corrupt(path, exc) from exc
     return TrajectoryDataset(**arrays, metadata=meta, validate=validate)
 
 

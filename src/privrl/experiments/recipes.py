@@ -9,12 +9,21 @@ A recipe function has the signature
 ``build(data_dir: Path, *, seed: int, quick: bool, progress: bool) -> Path`` and returns the
 path of the dataset file it wrote. ``quick`` builds a small version (for tests and smoke runs)
 into a separate file so it never overwrites the full one.
+
+A build holds an exclusive lock on its stage directory (`build_lock`), so two builds of the
+same recipe never interleave. Under the lock, every hidden temporary that an atomic writer of
+the recipe left behind (a build killed by SIGKILL or a power cut never reaches its cleanup) is
+stale, and `remove_stale_temps` deletes them when a build starts (resumes) and when it ends:
+a killed build once left a 105 MB ``.primorl-pendulum.h5.*.tmp`` next to the finished dataset.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,3 +96,80 @@ def default_data_dir() -> Path:
     from privrl.data.paths import data_dir
 
     return data_dir()
+
+
+class RecipeBusyError(ValueError):
+    """Another process is building the same recipe into the same directory."""
+
+
+_LOCK_NAME = ".build.lock"
+
+
+@contextmanager
+def build_lock(stage_dir: Path, name: str) -> Iterator[None]:
+    """Hold an exclusive, non-blocking lock on `stage_dir` (created if needed) for a build.
+
+    The lock is an `flock` on ``stage_dir/.build.lock``: the kernel releases it when the
+    process dies, however it dies, so a killed build never blocks the next one.
+    """
+    stage_dir = Path(stage_dir)
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock (and no temp cleanup)
+        yield
+        return
+    fh = open(stage_dir / _LOCK_NAME, "a+")  # held (and locked) for the whole build
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RecipeBusyError(
+                f"another build of {name} is running in {stage_dir}; wait for it to finish "
+                "(its dataset is then reused) or build into another --data-dir"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    finally:
+        fh.close()
+
+
+def _is_temp(path: Path) -> bool:
+    """A temporary of an atomic writer: ``.<name>.<random>.tmp`` (tempfile.mkstemp) or a
+    hidden ``.<name>.<random>`` directory (tempfile.mkdtemp, e.g. expert sets)."""
+    name = path.name
+    if not name.startswith(".") or name == _LOCK_NAME:
+        return False
+    if path.is_dir():
+        return name.count(".") >= 2
+    return name.endswith(".tmp")
+
+
+def remove_stale_temps(directory: Path, *, prefix: str = "", recursive: bool = True) -> list[Path]:
+    """Delete the temporaries atomic writers left in `directory` (and below, if `recursive`)
+    whose names start with `prefix`; returns what was removed.
+
+    Call only while holding `build_lock` for the build that owns `directory`: then no live
+    writer can own them.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed: list[Path] = []
+    candidates = directory.rglob(".*") if recursive else directory.glob(".*")
+    for path in sorted(candidates, key=lambda p: len(p.parts)):
+        if not path.name.startswith(prefix or ".") or not _is_temp(path):
+            continue
+        if any(parent in removed for parent in path.parents):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+        removed.append(path)
+    return removed

@@ -580,17 +580,43 @@ def build_recipe(
 
     Returns at once when the dataset exists. ``quick`` uses :meth:`ExpertRecipeSpec.quick`.
     """
-    from privrl.data.io import load_hdf5, save_hdf5
+    from privrl.experiments.recipes import build_lock
 
     if quick:
         spec = spec.quick()
     stem = _stem(spec, seed, quick)
     stage = Path(data_dir) / stem
     out_path = stage / f"{stem}.h5"
-    if out_path.is_file():
-        _log(progress, f"{out_path} exists; nothing to do")
-        return out_path
-    stage.mkdir(parents=True, exist_ok=True)
+    with build_lock(stage, spec.name):
+        _remove_stale(stage, progress)
+        if out_path.is_file():
+            _log(progress, f"{out_path} exists; nothing to do")
+            return out_path
+        path = _build_locked(spec, stage, out_path, seed, quick, progress, keep_shards)
+        _remove_stale(stage, progress)
+        return path
+
+
+def _remove_stale(stage: Path, progress: bool) -> None:
+    """Temporaries of an earlier, killed build (under the build lock, none is live)."""
+    from privrl.experiments.recipes import remove_stale_temps
+
+    gone = remove_stale_temps(stage)
+    if gone:
+        _log(progress, f"removed {len(gone)} stale temporary file(s) of an interrupted build")
+
+
+def _build_locked(
+    spec: ExpertRecipeSpec,
+    stage: Path,
+    out_path: Path,
+    seed: int,
+    quick: bool,
+    progress: bool,
+    keep_shards: bool,
+) -> Path:
+    from privrl.data.io import load_hdf5, save_hdf5
+
     t_start = time.perf_counter()
     walls: dict[str, float] = {}
 

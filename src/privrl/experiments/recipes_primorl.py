@@ -609,15 +609,39 @@ def build_recipe(
 def _build(
     spec: RecipeSpec, data_dir: Path, seed: int, quick: bool, progress: bool, keep_shards: bool
 ) -> Path:
+    from privrl.experiments.recipes import build_lock
+
+    stem = _stem(spec, seed, quick)
+    out_path = data_dir / f"{stem}.h5"
+    stage_dir = data_dir / stem
+    with build_lock(stage_dir, spec.name):
+        _remove_stale(stage_dir, out_path, progress)
+        if out_path.is_file():
+            _log(progress, f"{out_path} exists; nothing to do")
+            return out_path
+        path = _build_locked(spec, data_dir, seed, quick, progress, keep_shards)
+        _remove_stale(stage_dir, out_path, progress)
+        return path
+
+
+def _remove_stale(stage_dir: Path, out_path: Path, progress: bool) -> None:
+    """Temporaries of an earlier, killed build (under the build lock, none is live)."""
+    from privrl.experiments.recipes import remove_stale_temps
+
+    gone = remove_stale_temps(stage_dir)
+    gone += remove_stale_temps(out_path.parent, prefix=f".{out_path.name}.", recursive=False)
+    if gone:
+        _log(progress, f"removed {len(gone)} stale temporary file(s) of an interrupted build")
+
+
+def _build_locked(
+    spec: RecipeSpec, data_dir: Path, seed: int, quick: bool, progress: bool, keep_shards: bool
+) -> Path:
     from privrl.envs.control import CONTROL_TASKS
 
     stem = _stem(spec, seed, quick)
     out_path = data_dir / f"{stem}.h5"
-    if out_path.is_file():
-        _log(progress, f"{out_path} exists; nothing to do")
-        return out_path
     stage_dir = data_dir / stem
-    stage_dir.mkdir(parents=True, exist_ok=True)
     task = CONTROL_TASKS[spec.task]
     walls: dict[str, float] = {}
     skipped: list[str] = []

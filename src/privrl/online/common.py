@@ -54,6 +54,9 @@ def make_env(
     transitions, U[0, 1] reward means, uniform start; S = 3, A = 2, H = 4 by default (small, so
     that the full policy set A^{HS} of SDP-PE stays enumerable); ``seed`` picks the instance.
     """
+    for value, what in ((states, "states"), (actions, "actions"), (horizon, "horizon")):
+        if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+            raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
     if name == "riverswim":
         if actions not in (None, 2):
             raise ValueError("riverswim has exactly 2 actions")

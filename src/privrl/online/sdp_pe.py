@@ -100,8 +100,13 @@ class SDPPEConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {v}")
-        if not self.fw_eta > 0:
-            raise ValueError(f"fw_eta must be > 0, got {self.fw_eta}")
+        if not (math.isfinite(self.fw_eta) and self.fw_eta > 0):
+            raise ValueError(f"fw_eta must be finite and > 0, got {self.fw_eta}")
+        for name in ("fw_max_iter", "max_policies"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.base_batch is not None and int(self.base_batch) < 1:
+            raise ValueError(f"base_batch must be >= 1, got {self.base_batch}")
 
     def batch(self, H: int, S: int, A: int) -> int:
         B = H * S * A if self.base_batch is None else int(self.base_batch)

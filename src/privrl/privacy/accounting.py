@@ -94,6 +94,13 @@ _SLACK_FRACTIONS: tuple[float, ...] = (
 _MIN_NOISE = {"rdp": 1e-6, "pld": 0.2}
 _MAX_NOISE = 1e7
 
+# Input limits. e^ε of a pure/approximate event enters the PLD of (ε, δ)-DP and advanced
+# composition, so ε must keep e^ε a float64 (overflow above ~709.78); such an event guarantees
+# nothing anyway. A Gaussian's noise multiplier is squared, so z² must be a float64 too (ε is 0
+# to float precision long before).
+MAX_EVENT_EPSILON = 700.0
+MAX_NOISE_MULTIPLIER = 1e150
+
 
 class AccountingError(ValueError):
     """An event the chosen backend cannot account, or an impossible target."""
@@ -203,6 +210,11 @@ def _check_event_epsilon(eps: float, ev: dp_event.DpEvent) -> float:
     eps = float(eps)
     if not (math.isfinite(eps) and eps >= 0):
         raise AccountingError(f"{ev!r}: epsilon must be finite and >= 0")
+    if eps > MAX_EVENT_EPSILON:
+        raise AccountingError(
+            f"{ev!r}: epsilon must be <= {MAX_EVENT_EPSILON:g} (e^epsilon overflows float64 "
+            "beyond ~709, and such an event guarantees nothing)"
+        )
     return eps
 
 
@@ -464,8 +476,10 @@ def advanced_composition(
     `delta_slack = delta1 / 2`.
     """
     eps0 = float(epsilon0)
-    if not (math.isfinite(eps0) and eps0 >= 0):
-        raise AccountingError(f"epsilon0 must be finite and >= 0; got {epsilon0!r}")
+    if not (math.isfinite(eps0) and 0 <= eps0 <= MAX_EVENT_EPSILON):
+        raise AccountingError(
+            f"epsilon0 must be finite, >= 0 and <= {MAX_EVENT_EPSILON:g}; got {epsilon0!r}"
+        )
     d0 = float(delta0)
     if not (0 <= d0 <= 1):
         raise AccountingError(f"delta0 must be in [0, 1]; got {delta0!r}")
@@ -503,8 +517,11 @@ def sampled_gaussian_event(
     RDP only). `"none"`: every step sees all data. Always a `SelfComposedDpEvent` of `steps`.
     """
     z = float(noise_multiplier)
-    if not (math.isfinite(z) and z >= 0):
-        raise AccountingError(f"noise_multiplier must be finite and >= 0; got {noise_multiplier!r}")
+    if not (math.isfinite(z) and 0 <= z <= MAX_NOISE_MULTIPLIER):
+        raise AccountingError(
+            f"noise_multiplier must be finite, >= 0 and <= {MAX_NOISE_MULTIPLIER:g} (its square "
+            f"must be a float64); got {noise_multiplier!r}"
+        )
     steps = _check_count(steps, "steps")
     q = float(sampling_probability)
     gaussian = dp_event.GaussianDpEvent(z)
