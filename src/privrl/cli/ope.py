@@ -34,7 +34,7 @@ import numpy as np
 import typer
 from rich.console import Console
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import CliError, check_epsilon
 
 ope_app = typer.Typer(
     help=(
@@ -78,7 +78,7 @@ TARGET = typer.Option(
 FEATURES = typer.Option(
     None, "--features", help="Feature spec: onehot, fourier:ORDER, aggregation:BINS, hiv-log."
 )
-EPS = typer.Option(..., "--epsilon", "-e", help="Target ε (> 0).")
+EPS = typer.Option(..., "--epsilon", "-e", help="Target ε in [1e-6, 100].")
 DELTA = typer.Option(DEFAULT_DELTA, "--delta", "-d", help="Target δ in (0, 1).")
 OUT = typer.Option(..., "--out", "-o", help="Run directory to write.")
 SEED = typer.Option(0, "--seed", help="Seed (data sampling with --env, noise, tuning); >= 0.")
@@ -179,8 +179,7 @@ class _Problem:
 
 
 def _check_privacy_args(epsilon: float, delta: float) -> None:
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise CliError(f"--epsilon must be a finite number > 0, got {epsilon}")
+    check_epsilon(epsilon)
     if not 0.0 < delta < 1.0:
         raise CliError(f"--delta must be in (0, 1), got {delta}")
 
@@ -343,7 +342,8 @@ def _problem(
             raise CliError(f"unknown --env {env!r}; choose one of: {', '.join(ENVS)}")
         if not 2 <= trajectories <= MAX_TRAJECTORIES:
             raise CliError(
-                f"--trajectories must be between 2 and {MAX_TRAJECTORIES:,}, got {trajectories}"
+                f"--trajectories must be at least 2 and at most {MAX_TRAJECTORIES:,} (sampled "
+                f"from a built-in domain), got {trajectories}"
             )
         domain = get_domain(env, seed)
         horizon = getattr(domain, "horizon", None)
@@ -579,8 +579,8 @@ def gpope_cmd(
     from privrl.privacy.public import PublicParameters, Source
 
     # 1. flags (public checks only)
-    _check_privacy_args(epsilon, delta)
     _check_common_args(seed, gamma)
+    _check_privacy_args(epsilon, delta)
     if accounting not in ("rigorous", "paper"):
         raise CliError(f"--accounting must be rigorous or paper, got {accounting!r}")
     if schedule not in ("constant", "diminishing"):
@@ -588,7 +588,10 @@ def gpope_cmd(
     if not 0.5 <= clip_quantile < 1:
         raise CliError(f"--clip-quantile must be in [0.5, 1), got {clip_quantile}")
     if iterations is not None and not 1 <= iterations <= MAX_ITERATIONS:
-        raise CliError(f"--iterations must be between 1 and {MAX_ITERATIONS:,}, got {iterations}")
+        raise CliError(
+            f"--iterations must be at least 1 and at most {MAX_ITERATIONS:,} (one Python-level "
+            f"step each), got {iterations}"
+        )
     _positive("--clip", clip)
     _positive("--step-size", step_size)
     _positive("--lambda-min", lambda_min)
@@ -842,8 +845,8 @@ def _baseline(
     from privrl.privacy.public import PublicParameters, Source
 
     # 1. flags (public checks only)
-    _check_privacy_args(epsilon, delta)
     _check_common_args(seed, gamma)
+    _check_privacy_args(epsilon, delta)
     if target_policy not in ("behaviour", "behavior", "on-policy"):
         raise CliError(
             f"{which} is on-policy only (Balle et al. 2016): use --target-policy "

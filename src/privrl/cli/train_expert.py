@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import typer
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import CliError, check_int, check_out_dir
 from privrl.privacy.threshold import CALIBRATIONS
 
 ALGOS = ("cql", "bcq")
@@ -220,15 +220,26 @@ def _check_common(
     _in_range("--steps", steps, 0, MAX_STEPS)
     _in_range("--steps-cap", steps_cap, 1, MAX_STEPS)
     _in_range("--seed", seed, 0, MAX_SEED)
-    _in_range("--n-experts", n_experts, 1, MAX_EXPERTS)
+    if n_experts is not None:
+        check_int(n_experts, "--n-experts", minimum=1, maximum=MAX_EXPERTS)
     _in_range("--actions", actions, 2, MAX_ACTIONS)
 
 
 def _check_eval(episodes: int, horizon: int | None, evals: int, window: int) -> None:
-    _in_range("--eval-episodes", episodes, 1, MAX_EVAL_EPISODES)
+    check_int(episodes, "--eval-episodes", minimum=1, maximum=MAX_EVAL_EPISODES)
     _in_range("--eval-horizon", horizon, 1, MAX_EVAL_HORIZON)
     _in_range("--evals", evals, 1, MAX_EVALS)
     _in_range("--eval-window", window, 1, MAX_STEPS)
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an unusable --out before the header is read, leaving nothing behind: a
+    directory the check had to create is removed again (the ledger guard makes it for the
+    run), so a run refused later leaves no empty run directory."""
+    fresh = not out.exists()
+    check_out_dir(out)
+    if fresh:
+        out.rmdir()
 
 
 def _parse_hidden(hidden: str | None, env_id: str | None) -> tuple[int, ...]:
@@ -930,6 +941,7 @@ def expert_dp_command(
             f"got {filter_calibration!r}"
         )
     ref = _reference(reference, reference_return, random_return, algo=algo, data=data)
+    _check_out(out)
 
     # 2. the header and the public parameters (no record, no expert policy is read)
     header = _read_header(data)
@@ -1187,6 +1199,7 @@ def dp_sgd_command(
     if sampling not in ("poisson", "shuffle"):
         raise CliError(f"--sampling must be poisson or shuffle, got {sampling!r}")
     ref = _reference(reference, reference_return, random_return, algo=algo, data=data)
+    _check_out(out)
 
     # 2. the header and the public parameters (no record is read)
     header = _read_header(data)

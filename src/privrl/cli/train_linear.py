@@ -45,7 +45,7 @@ import numpy as np
 import typer
 from gymnasium import spaces
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import CliError, check_int
 
 ENV_NAMES = ("linear-mdp",)
 
@@ -218,7 +218,7 @@ def _prepare(inputs: _Inputs, params: Any) -> _Public:
         )
         K = params.resolve("number of trajectories K", flag=inputs.episodes, fix="pass --episodes")
         source = f"{K} episodes sampled from {inputs.env} instance {inputs.instance}"
-        _check_sizes(max(H, mdp.H), table, K)
+        _check_sizes(max(H, mdp.H), table, K, h_flag="--horizon", k_flag="--episodes")
     else:
         assert inputs.data_path is not None
         header = read_header(inputs.data_path)
@@ -271,7 +271,8 @@ def _prepare(inputs: _Inputs, params: Any) -> _Public:
         if K < 1:
             raise CliError(f"the dataset {inputs.data_path} has no episodes")
         source = str(inputs.data_path)
-        _check_sizes(H, table, K)
+        h_flag = "--horizon" if inputs.horizon is not None else "the metadata's horizon H"
+        _check_sizes(H, table, K, h_flag=h_flag, k_flag="the dataset's episode count K")
     params.given("feature table [S, A, d]", [table.S, table.A, table.d], *where)
     params.derive(
         "feature scale", table.scale, "the table's max norm if above 1, which it is divided by"
@@ -281,18 +282,26 @@ def _prepare(inputs: _Inputs, params: Any) -> _Public:
     return _Public(table, mdp, int(H), int(K), source)
 
 
-def _check_sizes(H: int, table: Any, K: int) -> None:
-    """Refuse, before any work, sizes whose arrays cannot fit (all public)."""
-    for what, size in (
-        (f"K·H (K={K} episodes, H={H})", K * H),
-        (f"H·S·A (H={H}, S={table.S}, A={table.A})", H * table.S * table.A),
-        (f"H·d² (H={H}, d={table.d})", H * table.d * table.d),
-    ):
-        if size > MAX_ENTRIES:
-            raise CliError(
-                f"{what} exceeds the limit of {MAX_ENTRIES:.0e} entries (memory); use fewer "
-                "episodes, a shorter horizon or a smaller feature table"
-            )
+def _check_sizes(H: int, table: Any, K: int, *, h_flag: str, k_flag: str) -> None:
+    """Refuse, before any work, sizes whose arrays cannot fit (all public), naming the flag
+    (or the source) of the size at fault and the largest value that fits."""
+    per_step = max(table.S * table.A, table.d * table.d)
+    check_int(
+        H,
+        h_flag,
+        minimum=None,
+        maximum=MAX_ENTRIES // per_step,
+        why=f"H·S·A and H·d² with S={table.S}, A={table.A}, d={table.d} must stay within "
+        f"the limit of {MAX_ENTRIES:.0e} entries (memory)",
+    )
+    check_int(
+        K,
+        k_flag,
+        minimum=None,
+        maximum=MAX_ENTRIES // max(H, 1),
+        why=f"K·H with H={H} must stay within the limit of {MAX_ENTRIES:.0e} entries (memory); "
+        "or use a shorter horizon",
+    )
 
 
 def _load(inputs: _Inputs, public: _Public, rng: np.random.Generator) -> _Loaded:
