@@ -91,6 +91,12 @@ def test_sdp_pe_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = json.loads((out / "config.json").read_text())
     assert config["calibration"] == "theory" and config["seed"] == 3
     assert "shuffle model" in stdout
+    # Everything that sets the noise is listed with its public source (flags or the env).
+    params = {p["name"]: p for p in privacy["public_parameters"]}
+    assert params["S"] == {"name": "S", "value": 3, "source": "flag"}
+    assert params["A"]["source"] == "default" and params["H"]["value"] == 4
+    assert params["episodes (users) K"]["value"] == 3000
+    assert params["epsilon"]["value"] == 1.0 and params["delta"]["value"] == 1e-5
 
 
 @pytest.mark.parametrize(
@@ -129,6 +135,8 @@ def test_other_algorithms(
         assert privacy["private"] is False and privacy["epsilon"] == "inf"
     else:
         assert privacy["epsilon"] == pytest.approx(2.0) and privacy["delta"] == 0.0
+        names = {p["name"]: p["value"] for p in privacy["public_parameters"]}
+        assert names["epsilon"] == 2.0 and names["S"] == 2 and names["H"] == 3
     assert metrics["regret"] >= 0
 
 

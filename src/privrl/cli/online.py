@@ -396,6 +396,13 @@ def _run_pe(
         **result.info,
     }
     extra = {"stages": result.log, "policies": result.info["policies"]}
+    if private:
+        given = {"S": states, "A": actions, "H": horizon}
+        result.report.with_public_parameters(
+            _public_parameters(
+                env, given, mdp, episodes, epsilon=epsilon, delta=delta, calibration=calibration
+            )
+        )
     _write(out, algo, config, result, extra, time.perf_counter() - t0, mdp)
 
 
@@ -444,7 +451,38 @@ def _run_ucbvi(
         "epsilon": epsilon,
         **result.info,
     }
+    if privatizer != "none":
+        given = {"S": states, "A": actions, "H": horizon}
+        result.report.with_public_parameters(
+            _public_parameters(env, given, mdp, episodes, epsilon=epsilon, privatizer=privatizer)
+        )
     _write(out, algo, config, result, {}, time.perf_counter() - t0, mdp)
+
+
+def _public_parameters(
+    env: str,
+    given: dict[str, int | None],
+    mdp: TabularMDP,
+    episodes: int,
+    **privacy: Any,
+) -> Any:
+    """What sets the noise of the private online runs — the environment's S, A, H, the number
+    of users K and the privacy flags — with its public source (the users are simulated from a
+    public environment; nothing here is read off their data)."""
+    from privrl.privacy.public import PublicParameters, Source
+
+    params = PublicParameters()
+    for name, value in (("S", mdp.S), ("A", mdp.A), ("H", mdp.H)):
+        flag = given.get(name)
+        if flag is not None:
+            params.given(f"{name}", int(flag), Source.FLAG)
+        else:
+            params.given(f"{name}", int(value), Source.DEFAULT, f"the {env} environment")
+    params.given("episodes (users) K", int(episodes), Source.FLAG, "--episodes")
+    for name, value in privacy.items():
+        if value is not None:
+            params.given(name, value, Source.FLAG, f"--{name.replace('_', '-')}")
+    return params
 
 
 def _write(
