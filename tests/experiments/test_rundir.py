@@ -145,3 +145,43 @@ def test_ledger_guard_refuses_an_uncertified_report_on_a_ledgered_dataset(tmp_pa
             reports.append(bad)
     assert ledger.entries == ()
     assert not (out / "privacy.json").exists()
+
+
+def test_a_private_run_s_data_errors_do_not_quote_the_data(tmp_path: Path) -> None:
+    """Inside the guard of a private run, a validation error located in the content (a value,
+    an episode index, a count of bad rows) is withheld; a schema error is not; outside the
+    guard (e.g. `privrl data info`) the full message is shown."""
+    from privrl.data.dataset import DatasetError
+
+    def nan_reward() -> None:
+        TrajectoryDataset.from_episodes(
+            [
+                {
+                    "observations": np.array([0, 1, 2]),
+                    "actions": np.array([0, 1]),
+                    "rewards": np.array([1.0, np.nan]),
+                    "terminated": np.array([False, True]),
+                    "truncated": np.array([False, False]),
+                }
+            ]
+        )
+
+    with pytest.raises(DatasetError, match="episode 0, step 1") as full:
+        nan_reward()
+    data = _tiny_dataset(tmp_path / "d.h5")
+    with pytest.raises(DatasetError) as withheld:
+        with ledger_guard(data, _report(2.0)):
+            nan_reward()
+    message = str(withheld.value)
+    assert "withheld" in message and "'rewards'" in message
+    assert "episode 0" not in message and "nan" not in message
+    assert withheld.value.detail == str(full.value)
+    with pytest.raises(DatasetError, match="expected a 1-D array"):  # schema: kept
+        with ledger_guard(data, _report(2.0)):
+            raise DatasetError("field 'rewards': expected a 1-D array, got shape (2, 2)")
+    non_private = PrivacyReport.non_private(
+        PrivacyUnit.TRAJECTORY, NeighbourRelation.ADD_REMOVE, system="t"
+    )
+    with pytest.raises(DatasetError, match="episode 0, step 1"):  # a baseline's errors: kept
+        with ledger_guard(None, non_private):
+            nan_reward()

@@ -621,7 +621,7 @@ def test_baselines_enforce_the_declared_reward_range(
     large so that the (identically seeded) noise hardly differs between the two runs."""
     pair = Pair(tmp_path)
     _ope_reward_outlier(pair)
-    argv = ["ope", command, *BASELINE_DATA, "--epsilon", "1000", "--out", "{out}", "--seed", "1"]
+    argv = ["ope", command, *BASELINE_DATA, "--epsilon", "100", "--out", "{out}", "--seed", "1"]
     thetas = []
     for side in pair.dirs():
         outcome = run_side(argv, side, capsys)

@@ -26,6 +26,8 @@ not mutate the arrays they passed in afterwards.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,16 +47,38 @@ __all__ = [
     "MDPArrays",
     "TrajectoryDataset",
     "Transitions",
+    "redacted_errors",
 ]
 
 SeedLike = int | np.random.Generator | np.random.SeedSequence
+
+
+_REDACT: contextvars.ContextVar[bool] = contextvars.ContextVar("privrl_redact", default=False)
+
+
+@contextlib.contextmanager
+def redacted_errors() -> Iterator[None]:
+    """While active, a `DatasetError` located in the content withholds what it found there.
+
+    A private run reads its dataset inside this context (the ledger guard sets it): a
+    validation error that quoted an offending value, an episode index or a count of bad rows
+    would publish a function of the private data on the console. The full text stays on the
+    exception's ``detail`` attribute for code that handles it, and `privrl data info FILE`,
+    run outside any private command, shows it.
+    """
+    token = _REDACT.set(True)
+    try:
+        yield
+    finally:
+        _REDACT.reset(token)
 
 
 class DatasetError(ValueError):
     """Invalid dataset content or file; the message names episode, step and field.
 
     When the problem is located, ``episode``, ``step`` and ``field`` are also set as
-    attributes (so importers can translate the episode index back to the source's id).
+    attributes (so importers can translate the episode index back to the source's id). Inside
+    `redacted_errors` the message names only the field (``detail`` keeps the full text).
     """
 
     def __init__(
@@ -65,6 +89,17 @@ class DatasetError(ValueError):
         step: int | str | None = None,
         field: str | None = None,
     ) -> None:
+        self.detail = message
+        # Schema errors (a dtype, a shape, a missing array) are kept: only an error located in
+        # the content (an episode, a step, a value) says something about the private data.
+        located = episode is not None or step is not None or message.startswith("episode ")
+        if _REDACT.get() and located:
+            where = f" in field '{field}'" if field else ""
+            message = (
+                f"the private dataset failed validation{where}; what was found is withheld "
+                "because it would reveal the private data (run `privrl data info` on the file, "
+                "outside any private run, to see it)"
+            )
         super().__init__(message)
         self.episode = episode
         self.step = step

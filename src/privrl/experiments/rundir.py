@@ -15,12 +15,13 @@ import json
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from dp_accounting import dp_event
 
+from privrl.data.dataset import redacted_errors
 from privrl.privacy.ledger import BudgetLedger, LedgerError
 from privrl.privacy.report import PrivacyReport, json_safe
 
@@ -149,6 +150,9 @@ def ledger_guard(
     the spend is recorded only once it is there; if the ledger then refuses (another process
     spent the budget meanwhile), the run's outputs are withdrawn.
 
+    While the body of a private run executes, a `DatasetError` withholds what it found in the
+    data (`privrl.data.dataset.redacted_errors`).
+
     A ledgered dataset accepts only certified runs: a report that turns out not private
     (ε = ∞) is refused and its outputs withdrawn.
 
@@ -162,7 +166,10 @@ def ledger_guard(
     if ledger is not None:
         ledger.check(planned)
     reports: list[PrivacyReport] = []
-    yield reports
+    private = not (isinstance(planned, PrivacyReport) and not planned.private)
+    # A private run's data errors must not quote the data (values, episode indices, counts).
+    with redacted_errors() if private else nullcontext():
+        yield reports
     if ledger is None:
         return
     try:
