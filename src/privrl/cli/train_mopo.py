@@ -31,7 +31,7 @@ import typer
 
 from privrl.cli.errors import CliError
 
-__all__ = ["register", "train_mopo"]
+__all__ = ["parse_target_entropy", "register", "train_mopo"]
 
 CHECKPOINTS = ("checkpoint.pt", "dynamics.pt")
 # Config keys a resumed run may change: extending a finished run is allowed.
@@ -52,7 +52,8 @@ def register(app: typer.Typer) -> None:
     app.command("mopo", no_args_is_help=True)(train_mopo)
 
 
-def _parse_target_entropy(value: str) -> float | None:
+def parse_target_entropy(value: str) -> float | None:
+    """`--target-entropy`: a number, or 'action-dim' for SAC's default −|A| (None)."""
     if value.strip().lower() in ("action-dim", "-|a|", "auto"):
         return None
     try:
@@ -235,7 +236,7 @@ def train_mopo(
         raise CliError(f"--threads must be in [1, {cores}] (this machine's cores), got {threads}")
     if not 0 <= seed <= MAX_SEED:
         raise CliError(f"--seed must be in [0, {MAX_SEED}], got {seed}")
-    entropy = _parse_target_entropy(target_entropy)
+    entropy = parse_target_entropy(target_entropy)
 
     # 2. the header (metadata and sizes; no episode is read) and the run's configuration
     if not data.is_file():

@@ -12,7 +12,6 @@ released model: post-processing, no data, no spend.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import numpy as np
 import typer
 
 from privrl.cli.errors import CliError
+from privrl.cli.train_mopo import parse_target_entropy
 
 __all__ = ["register", "train_primorl"]
 
@@ -32,20 +32,6 @@ CHECKPOINTS = (PENDING, "fedavg_state.pt", "checkpoint.pt")
 def register(app: typer.Typer) -> None:
     """Add ``primorl`` to `privrl train`."""
     app.command("primorl", no_args_is_help=True)(train_primorl)
-
-
-def _target_entropy(value: str) -> float | None:
-    if value.strip().lower() in ("action-dim", "-|a|", "auto"):
-        return None
-    try:
-        x = float(value)
-    except ValueError:
-        raise CliError(
-            f"--target-entropy must be a number or 'action-dim', got {value!r}"
-        ) from None
-    if not math.isfinite(x):
-        raise CliError(f"--target-entropy must be finite, got {value!r}")
-    return x
 
 
 def _header_task(data: Path) -> tuple[Any, Any]:
@@ -217,7 +203,7 @@ def train_primorl(
         raise CliError(f"--accountant must be pld or rdp, got {accountant!r}")
     if user_column is not None and unit != "user":
         raise CliError("--user-column goes with --unit user")
-    entropy = _target_entropy(target_entropy)
+    entropy = parse_target_entropy(target_entropy)
     torch.set_num_threads(threads)
     stage_kw: dict[str, Any] = {
         "starts": start_states,
