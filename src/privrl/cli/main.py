@@ -39,6 +39,7 @@ from privrl.cli.ledger import ledger_app
 from privrl.cli.online import online_app
 from privrl.cli.ope import ope_app
 from privrl.cli.reproduce import reproduce
+from privrl.cli.run import run
 from privrl.cli.train import train_app
 
 app = typer.Typer(
@@ -82,6 +83,7 @@ app.add_typer(train_app, name="train")
 app.add_typer(ope_app, name="ope")
 app.add_typer(online_app, name="online")
 app.command()(reproduce)
+app.command()(run)
 
 
 class _Interrupted(BaseException):

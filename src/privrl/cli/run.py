@@ -1,0 +1,85 @@
+"""`privrl run CONFIG.toml`: run any system from a config file.
+
+    # runs/apvi.toml
+    system = "dp-apvi"
+    data = "data/riverswim.h5"
+    out = "runs/apvi"
+    seed = 0
+    epsilon = 1.0
+
+`system`, `data`, `out` and `seed` choose the run; every other key is a setting of the system,
+with the name of its command-line flag (underscores for dashes). `privrl run --list` shows the
+systems, `privrl run --show SYSTEM` a system's settings and defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import typer
+
+from privrl.cli.errors import CliError
+
+
+def run(
+    config: Path = typer.Argument(None, help="TOML file: system, data, out, seed and settings."),
+    out: Path = typer.Option(None, "--out", "-o", help="Run directory (overrides the file's)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a resumable run."),
+    list_systems: bool = typer.Option(False, "--list", help="List the systems and exit."),
+    show: str = typer.Option(None, "--show", help="Print a system's settings as TOML and exit."),
+) -> None:
+    """Run any system from a TOML config file (the same run as its command)."""
+    from privrl.runs import catalog, registry
+    from privrl.runs.config import ConfigError
+    from privrl.runs.layer import RunSpec, execute, load_toml
+
+    catalog.load()
+    if list_systems:
+        for name in registry.names():
+            typer.echo(f"{name:12s} {registry.get(name).summary}")
+        return
+    if show is not None:
+        typer.echo(_settings_toml(show))
+        return
+    if config is None:
+        raise CliError("give a CONFIG.toml (see `privrl run --help`), or --list / --show SYSTEM")
+    try:
+        spec = RunSpec.from_mapping(load_toml(config), out=out)
+        execute(spec, resume=resume)
+    except ConfigError as exc:
+        raise CliError(f"{config}: {exc}") from None
+
+
+def _settings_toml(name: str) -> str:
+    """A system's settings with their defaults and help, as a commented TOML template."""
+    from privrl.runs import registry
+
+    try:
+        system = registry.get(name)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    lines = [f'system = "{system.name}"']
+    if system.data != "none":
+        lines.append(f'data = "DATA.h5"{"" if system.data == "required" else "  # optional"}')
+    lines += ['out = "runs/NAME"', "seed = 0"]
+    for f in dataclasses.fields(system.Config):
+        default = f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        text = f.metadata.get("help", "")
+        if default is ... or default is None:
+            lines.append(f"# {f.name} = ...  # {text}")
+        else:
+            lines.append(f"{f.name} = {_toml_value(default)}  # {text}")
+    return "\n".join(lines)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if value == value and abs(value) != float("inf") else f'"{value}"'
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return f'"{value}"'
