@@ -265,9 +265,9 @@ def check_memory(config: OnlineConfig, privatizer: str) -> None:
     if config.env != "riverswim" and a_max >= 1:
         limits.append(f"--actions {a_max}")
     fix = f"use at most {' or '.join(limits)}" if limits else "reduce --episodes"
-    raise ConfigError(
-        "states",
-        f"{S} --actions {A} --horizon {H} need about "
+    # several settings together: a plain ValueError, worded with the flags on either face
+    raise ValueError(
+        f"--states {S} --actions {A} --horizon {H} need about "
         f"{format_bytes(model_bytes + episode_bytes)} of memory (a model of H·S·A·(S+2) "
         f"entries, {copies} copies of 8 bytes), more than this machine's "
         f"{format_bytes(available)}; {fix} (with the others unchanged)",
@@ -369,7 +369,9 @@ class OnlineSystem(System):
         # config.json has these keys for every algorithm (None where they do not apply)
         public |= {key: None for key in ("epsilon", "delta", "calibration") if key not in flags}
         public |= self.planned_info(config, (S, A, H))
-        public["privatizer"] = planned.describe()
+        # the privatizer's description ("privatizer" as before, unless that names a setting)
+        key = "privatizer_info" if "privatizer" in config.field_map() else "privatizer"
+        public[key] = planned.describe()
         return Plan(report=report, public=public, facts={"algorithm": algo})
 
     def planned_info(self, config: Any, sizes: tuple[int, int, int]) -> dict[str, Any]:
