@@ -345,8 +345,13 @@ class OnlineSystem(System):
 
     data = "none"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.summary = (cls.__doc__ or "").strip()  # the command's help: one place
+
     def privatizer_kind(self, config: Any) -> str:
-        raise NotImplementedError
+        """The privatizer the run uses: none, shuffle, central or local (`make_privatizer`)."""
+        return "none"
 
     def algorithm_name(self, config: Any) -> str:
         return self.name
@@ -372,7 +377,7 @@ class OnlineSystem(System):
         # the privatizer's description ("privatizer" as before, unless that names a setting)
         key = "privatizer_info" if "privatizer" in config.field_map() else "privatizer"
         public[key] = planned.describe()
-        return Plan(report=report, public=public, facts={"algorithm": algo})
+        return Plan(report=report, public=public)
 
     def planned_info(self, config: Any, sizes: tuple[int, int, int]) -> dict[str, Any]:
         """The algorithm's constants as config.json lists them (public: from the config)."""
@@ -387,7 +392,7 @@ class OnlineSystem(System):
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
         from privrl.online.common import make_env
 
-        algo = ctx.plan.facts["algorithm"] if ctx.plan is not None else self.name
+        algo = self.algorithm_name(config)
         mdp = make_env(
             config.env,
             states=config.states,
@@ -412,10 +417,6 @@ class PeSystem(OnlineSystem):
 
     name = "pe"
     Config = PeConfig
-    summary = "PE: SDP-PE's code with no privacy (raw counts) — the NON-PRIVATE baseline."
-
-    def privatizer_kind(self, config: Any) -> str:
-        return "none"
 
     def planned_info(self, config: Any, sizes: tuple[int, int, int]) -> dict[str, Any]:
         from privrl.online.sdp_pe import stage_schedule
@@ -459,9 +460,6 @@ class SdpPeSystem(PeSystem):
 
     name = "sdp-pe"
     Config = SdpPeConfig
-    summary = (
-        "SDP-PE: policy elimination with shuffle-private counts, (ε, δ)-DP in the shuffle model."
-    )
 
     def privatizer_kind(self, config: Any) -> str:
         return "shuffle"
@@ -492,10 +490,6 @@ class UcbviSystem(OnlineSystem):
 
     name = "ucbvi"
     Config = UcbviConfig
-    summary = "UCB-VI (Azar et al. 2017): optimistic value iteration every episode — NON-PRIVATE."
-
-    def privatizer_kind(self, config: Any) -> str:
-        return "none"
 
     def simulate(
         self, config: Any, mdp: TabularMDP, seed: int, progress: Callable[[int], None]
@@ -520,7 +514,6 @@ class DpUcbviSystem(UcbviSystem):
 
     name = "dp-ucbvi"
     Config = DpUcbviConfig
-    summary = "DP-UCBVI (Qiao & Wang 2023): UCB-VI on private running counts (pure ε-DP)."
 
     def privatizer_kind(self, config: Any) -> str:
         return str(config.privatizer)
