@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from privrl.cli.errors import CliError, check_delta, check_epsilon, check_int, check_number
+from privrl.online.common import ENVS
 from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from privrl.online.privatizers import Privatizer
     from privrl.privacy.public import PublicParameters
 
-ENVS = ("riverswim", "random-tabular")  # privrl.online.common.ENVS (not imported: kept light)
 # The environments' default sizes (S, A, H) when --states/--actions/--horizon are not given
 # (privrl.online.common.make_env).
 DEFAULT_SIZES = {"riverswim": (4, 2, 5), "random-tabular": (3, 2, 4)}
