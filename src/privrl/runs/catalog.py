@@ -12,3 +12,9 @@ def load() -> None:
     """Register every shipped system (idempotent)."""
     for name, target in SHIPPED.items():
         registry.SYSTEMS.setdefault(name, target)
+
+# online episodic RL, one user per episode (privrl.systems.online)
+SHIPPED["sdp-pe"] = "privrl.systems.online:SdpPeSystem"
+SHIPPED["pe"] = "privrl.systems.online:PeSystem"
+SHIPPED["ucbvi"] = "privrl.systems.online:UcbviSystem"
+SHIPPED["dp-ucbvi"] = "privrl.systems.online:DpUcbviSystem"
