@@ -7,6 +7,10 @@ from privrl.runs import registry
 # One line per system: name -> "module:SystemClass".
 SHIPPED: dict[str, str] = {}
 
+# offline RL, tabular and linear MDPs (privrl train dp-apvi | apvi | dp-vapvi | vapvi | pevi)
+SHIPPED["dp-apvi"] = "privrl.systems.tabular:DpApviSystem"
+SHIPPED["apvi"] = "privrl.systems.tabular:ApviSystem"
+
 
 def load() -> None:
     """Register every shipped system (idempotent)."""

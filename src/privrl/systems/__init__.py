@@ -1,0 +1,1 @@
+"""Systems on the run layer: one typed config and one `System` per command (see privrl.runs)."""
