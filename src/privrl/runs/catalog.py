@@ -10,6 +10,9 @@ SHIPPED: dict[str, str] = {}
 # offline RL, tabular and linear MDPs (privrl train dp-apvi | apvi | dp-vapvi | vapvi | pevi)
 SHIPPED["dp-apvi"] = "privrl.systems.tabular:DpApviSystem"
 SHIPPED["apvi"] = "privrl.systems.tabular:ApviSystem"
+SHIPPED["dp-vapvi"] = "privrl.systems.linear:DpVapviSystem"
+SHIPPED["vapvi"] = "privrl.systems.linear:VapviSystem"
+SHIPPED["pevi"] = "privrl.systems.linear:PeviSystem"
 
 
 def load() -> None:
