@@ -157,56 +157,56 @@ BAD = [
         {"env": "random-tabular", "episodes": 5, "rho": 1e300},
         "--rho",
         "rho",
-    ),  # noqa: E501
+    ),
     (
         "dp-apvi",
         ["--env", "random-tabular", "-n", "5", "--rho", "nan"],
         {"env": "random-tabular", "episodes": 5, "rho": float("nan")},
         "--rho",
         "rho",
-    ),  # noqa: E501
+    ),
     (
         "apvi",
         ["--env", "random-tabular", "-n", "5", "--delta", "1.5"],
         {"env": "random-tabular", "episodes": 5, "delta": 1.5},
         "--delta",
         "delta",
-    ),  # noqa: E501
+    ),
     (
         "apvi",
         ["--env", "random-tabular", "-n", "5", "--bonus", "x"],
         {"env": "random-tabular", "episodes": 5, "bonus": "x"},
         "--bonus",
         "bonus",
-    ),  # noqa: E501
+    ),
     (
         "dp-vapvi",
         ["--env", "linear-mdp", "-K", "5", "--rho", "1", "--lambda", "1e-300"],
         {"env": "linear-mdp", "episodes": 5, "rho": 1.0, "lam": 1e-300},
         "--lambda",
         "lam",
-    ),  # noqa: E501
+    ),
     (
         "dp-vapvi",
         ["--env", "linear-mdp", "-K", "5", "--rho", "1", "--matrix-noise", "x"],
         {"env": "linear-mdp", "episodes": 5, "rho": 1.0, "matrix_noise": "x"},
         "--matrix-noise",
         "matrix_noise",
-    ),  # noqa: E501
+    ),
     (
         "vapvi",
         ["--env", "linear-mdp", "-K", "5", "--additive-bonus", "-1"],
         {"env": "linear-mdp", "episodes": 5, "additive_bonus": -1.0},
         "--additive-bonus",
         "additive_bonus",
-    ),  # noqa: E501
+    ),
     (
         "pevi",
         ["--env", "linear-mdp", "-K", "5", "--xi", "2"],
         {"env": "linear-mdp", "episodes": 5, "xi": 2.0},
         "--xi",
         "xi",
-    ),  # noqa: E501
+    ),
 ]
 
 

@@ -114,35 +114,31 @@ class LinearConfig(RunConfig):
         )
 
 
-def _check_additive_bonus(value: float) -> None:
-    check(
-        math.isfinite(value) and value >= 0,
-        "additive_bonus",
-        f"must be finite and >= 0, got {value}",
-    )
-
-
 @dataclass(frozen=True)
 class VapviConfig(LinearConfig):
-    """VAPVI: DP-VAPVI's code with the noise off."""
+    """VAPVI: DP-VAPVI's code with the noise off (DP-VAPVI adds the budget)."""
 
     system = "vapvi"
     additive_bonus: float = option(
         0.0,
         "--additive-bonus",
-        help="Numerator of the additive ·/K bonus (theory: 2H³√d).",
+        help="Numerator D of the additive D/K bonus (0 = off; theory: 2H³√d).",
         allow_nan=True,
     )
     split: bool = option(False, "--split", help="Split the data into halves (D', D).")
 
     def validate(self) -> None:
-        _check_additive_bonus(self.additive_bonus)
+        check(
+            math.isfinite(self.additive_bonus) and self.additive_bonus >= 0,
+            "additive_bonus",
+            f"must be finite and >= 0, got {self.additive_bonus}",
+        )
         super().validate()
 
 
 @dataclass(frozen=True)
-class DpVapviConfig(LinearConfig):
-    """DP-VAPVI: ρ-zCDP for one trajectory under replace-one."""
+class DpVapviConfig(VapviConfig):
+    """DP-VAPVI: VAPVI's settings plus the budget; ρ-zCDP for one trajectory (replace-one)."""
 
     system = "dp-vapvi"
     rho: float = option(
@@ -166,20 +162,12 @@ class DpVapviConfig(LinearConfig):
         help="Utility failure probability in the PD shift E (default 0.05).",
         allow_nan=True,
     )
-    additive_bonus: float = option(
-        0.0,
-        "--additive-bonus",
-        help="Numerator D of the additive D/K bonus (0 = off).",
-        allow_nan=True,
-    )
-    split: bool = option(False, "--split", help="Split the data into halves (D', D).")
 
     def validate(self) -> None:
         check_budget(self.rho, "rho", "vapvi")
         for key in ("delta", "failure_prob"):
             value = getattr(self, key)
             check(value is None or 0 < value < 1, key, f"must be in (0, 1), got {value}")
-        _check_additive_bonus(self.additive_bonus)
         super().validate()
 
 
