@@ -122,7 +122,7 @@ class ApviConfig(RunConfig):
         "space, unless it was inferred from the data).",
     )
     bonus: Literal["bernstein", "hoeffding"] = option(
-        "bernstein", "--bonus", help="Pessimism bonus: bernstein or hoeffding."
+        "bernstein", "--bonus", help="Pessimism bonus."
     )
     bonus_scale: float = option(
         1.0,
