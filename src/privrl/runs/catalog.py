@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from privrl.runs import registry
 
-# One line per system: name -> "module:SystemClass".
+# One line per system: name -> "module:SystemClass". One block per family.
 SHIPPED: dict[str, str] = {}
+
+# offline RL, tabular and linear MDPs (privrl train dp-apvi | apvi | dp-vapvi | vapvi | pevi)
+SHIPPED["dp-apvi"] = "privrl.systems.tabular:DpApviSystem"
+SHIPPED["apvi"] = "privrl.systems.tabular:ApviSystem"
+SHIPPED["dp-vapvi"] = "privrl.systems.linear:DpVapviSystem"
+SHIPPED["vapvi"] = "privrl.systems.linear:VapviSystem"
+SHIPPED["pevi"] = "privrl.systems.linear:PeviSystem"
+
+# online episodic RL, one user per episode (privrl online sdp-pe | pe | ucbvi | dp-ucbvi)
+SHIPPED["sdp-pe"] = "privrl.systems.online:SdpPeSystem"
+SHIPPED["pe"] = "privrl.systems.online:PeSystem"
+SHIPPED["ucbvi"] = "privrl.systems.online:UcbviSystem"
+SHIPPED["dp-ucbvi"] = "privrl.systems.online:DpUcbviSystem"
 
 
 def load() -> None:
     """Register every shipped system (idempotent)."""
     for name, target in SHIPPED.items():
         registry.SYSTEMS.setdefault(name, target)
-
-# online episodic RL, one user per episode (privrl.systems.online)
-SHIPPED["sdp-pe"] = "privrl.systems.online:SdpPeSystem"
-SHIPPED["pe"] = "privrl.systems.online:PeSystem"
-SHIPPED["ucbvi"] = "privrl.systems.online:UcbviSystem"
-SHIPPED["dp-ucbvi"] = "privrl.systems.online:DpUcbviSystem"
