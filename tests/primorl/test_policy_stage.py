@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from privrl.envs.control import CONTROL_TASKS
+from privrl.envs.control import CONTROL_TASKS, control_task
 from privrl.primorl import policy_stage as ps
 from privrl.primorl.dynamics import DynamicsModel, dynamics_config
 from privrl.primorl.pessimism import PenalizedModel
@@ -22,6 +22,7 @@ from privrl.primorl.policy_stage import (
     InitialStartStates,
     PolicyStageConfig,
     PublicSplitStartStates,
+    RolloutBounds,
     make_start_states,
     model_rollout,
     run_policy_stage,
@@ -249,6 +250,29 @@ def test_rollouts_are_never_terminal_and_truncate_at_the_horizon() -> None:
         pm, lambda o: np.zeros((len(o), 1)), start[:1], np.array([200]), 5, 200, None
     )
     assert none.rew.shape[0] == 0
+
+
+def test_bounded_rollouts_stay_inside_the_simulators_box_and_reward_range() -> None:
+    """Held rollouts: s' clipped to the public observation box, r̂ to the reward range, and r̃
+    moved by the same amount (the penalty λu is unchanged)."""
+    pm = PenalizedModel(Drift(), "ma", lam=2.0)
+    bounds = RolloutBounds(np.array([-1.0, -1.0, -8.0]), np.array([1.0, 1.0, 8.0]), (0.0, 0.5))
+    start = np.array([[0.5, 0.0, 7.5]])
+    act = lambda o: np.zeros((len(o), 1))  # noqa: E731
+    ro = model_rollout(pm, act, start, np.zeros(1), 4, 200, None, bounds=bounds)
+    assert np.all(ro.next_obs <= [1.0, 1.0, 8.0]) and np.all(ro.next_obs >= [-1.0, -1.0, -8.0])
+    np.testing.assert_allclose(ro.next_obs[-1], [1.0, 1.0, 8.0])
+    np.testing.assert_allclose(ro.model_reward, 0.5)  # r̂ = 1 clipped to the range's top
+    np.testing.assert_allclose(ro.rew, 0.5 - 2.0 * 0.5)
+    free = model_rollout(pm, act, start, np.zeros(1), 4, 200, None)
+    assert free.next_obs[-1, 2] == pytest.approx(11.5)  # unbounded: leaves the box
+
+
+def test_pendulum_bounds_come_from_the_simulator() -> None:
+    b = RolloutBounds.of_task(control_task("pendulum"))
+    np.testing.assert_allclose(b.obs_high, [1.0, 1.0, 8.0])
+    assert b.reward_range == (0.0, 1.0)
+    assert RolloutBounds.of_task(control_task("halfcheetah")).reward_range is None
 
 
 def test_diverging_rollouts_are_dropped() -> None:

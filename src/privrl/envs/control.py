@@ -59,7 +59,10 @@ CARTPOLE_TIME_LIMIT = 10.0  # seconds (dm_control's default); 1000 steps of 0.01
 
 @dataclass(frozen=True)
 class ControlTask:
-    """A continuous-control task: its Gymnasium id, dimensions, horizon and action box."""
+    """A continuous-control task: its Gymnasium id, dimensions, horizon and action box.
+
+    ``reward_range`` is the per-step reward's range where the simulator bounds it (public
+    simulator knowledge; None where it is unbounded)."""
 
     name: str
     env_id: str
@@ -68,13 +71,16 @@ class ControlTask:
     horizon: int
     action_low: float
     action_high: float
+    reward_range: tuple[float, float] | None = (0.0, 1.0)
 
 
 CONTROL_TASKS: dict[str, ControlTask] = {
     "pendulum": ControlTask("pendulum", "privrl/Pendulum-v0", 3, 1, 200, -2.0, 2.0),
     "balance": ControlTask("balance", "privrl/CartpoleBalance-v0", 5, 1, 1000, -1.0, 1.0),
     "swingup": ControlTask("swingup", "privrl/CartpoleSwingup-v0", 5, 1, 1000, -1.0, 1.0),
-    "halfcheetah": ControlTask("halfcheetah", "privrl/HalfCheetah-v0", 17, 6, 1000, -1.0, 1.0),
+    "halfcheetah": ControlTask(
+        "halfcheetah", "privrl/HalfCheetah-v0", 17, 6, 1000, -1.0, 1.0, reward_range=None
+    ),
 }
 
 

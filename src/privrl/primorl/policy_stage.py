@@ -48,7 +48,7 @@ import torch
 
 from privrl.envs.batched import make_batched
 from privrl.envs.control import ControlTask
-from privrl.primorl.pessimism import PenalizedModel
+from privrl.primorl.pessimism import ModelStep, PenalizedModel
 from privrl.rl.replay import ReplayBuffer
 from privrl.rl.sac import SAC, SACConfig
 
@@ -294,6 +294,8 @@ class PolicyStageConfig:
     eval_episodes: int = 10
     final_epochs: int = 10  # final return = mean over this many last epochs (paper protocol)
     checkpoint_every: int = 1
+    # hold model rollouts inside the simulator's public observation box and reward range
+    bounded_rollouts: bool = False
     sac: SACConfig = field(default_factory=lambda: SACConfig(target_entropy=-3.0))
 
     def __post_init__(self) -> None:
@@ -330,6 +332,8 @@ class PolicyStageConfig:
         d = self.to_dict()
         d.pop("epochs")
         d.pop("checkpoint_every")
+        if not d["bounded_rollouts"]:
+            d.pop("bounded_rollouts")  # as before the option existed: old checkpoints resume
         return d
 
 
@@ -372,6 +376,43 @@ class Rollouts:
         return np.zeros(self.rew.shape[0], dtype=np.float32)
 
 
+@dataclass(frozen=True)
+class RolloutBounds:
+    """What the simulator can produce, as public facts: its observation box and per-step reward
+    range. Model rollouts are held inside them (a state or reward outside cannot occur in the
+    real task, so the model's value there is extrapolation)."""
+
+    obs_low: np.ndarray
+    obs_high: np.ndarray
+    reward_range: tuple[float, float] | None
+
+    @classmethod
+    def of_task(cls, task: ControlTask) -> RolloutBounds:
+        import gymnasium as gym
+
+        from privrl.envs.control import register_envs
+
+        register_envs()
+        env = gym.make(task.env_id)
+        space = env.observation_space
+        env.close()
+        return cls(
+            np.asarray(space.low, dtype=np.float64),
+            np.asarray(space.high, dtype=np.float64),
+            task.reward_range,
+        )
+
+    def hold(self, step: ModelStep) -> ModelStep:
+        """The step with s' clipped to the box and r̂ to the reward range (r̃ moved with r̂)."""
+        next_obs = np.clip(step.next_obs, self.obs_low, self.obs_high)
+        if self.reward_range is None:
+            return ModelStep(next_obs, step.reward, step.model_reward, step.uncertainty)
+        r_hat = np.clip(step.model_reward, *self.reward_range)
+        return ModelStep(
+            next_obs, step.reward + (r_hat - step.model_reward), r_hat, step.uncertainty
+        )
+
+
 def model_rollout(
     pmodel: PenalizedModel,
     act: Callable[[np.ndarray], np.ndarray],
@@ -380,11 +421,14 @@ def model_rollout(
     length: int,
     horizon: int,
     generator: torch.Generator,
+    *,
+    bounds: RolloutBounds | None = None,
 ) -> Rollouts:
     """Roll all start states ``length`` steps through M̃ together with the policy ``act``.
 
     A rollout stops early when its time index reaches ``horizon`` (time-limit truncation) or
-    the model returns a non-finite value; no transition is terminal.
+    the model returns a non-finite value; no transition is terminal. With ``bounds``, every
+    model step is held inside the simulator's public observation box and reward range.
     """
     obs = np.asarray(start_obs, dtype=np.float64)
     steps = np.asarray(start_steps, dtype=np.int64)
@@ -399,6 +443,8 @@ def model_rollout(
             break
         a = act(obs)
         st = pmodel.step(obs, a, generator)
+        if bounds is not None:
+            st = bounds.hold(st)
         ok = np.isfinite(st.next_obs).all(axis=1) & np.isfinite(st.reward)
         dropped += int((~ok).sum())
         parts["obs"].append(obs[ok])
@@ -559,6 +605,7 @@ def run_policy_stage(
     model_gen = torch.Generator().manual_seed(seeds["model"])
     eval_env = make_batched(task, config.eval_episodes, seed=seeds["eval"])
     use_real = real_buffer is not None and config.real_ratio > 0
+    bounds = RolloutBounds.of_task(task) if config.bounded_rollouts else None
     fingerprint = {
         "config": config.fingerprint(),
         "seed": int(seed),
@@ -650,6 +697,7 @@ def run_policy_stage(
                     config.rollout_length,
                     task.horizon,
                     model_gen,
+                    bounds=bounds,
                 )
                 if ro.rew.shape[0]:
                     model_buffer.add_batch(ro.obs, ro.act, ro.rew, ro.next_obs, ro.done)

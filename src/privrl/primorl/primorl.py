@@ -164,6 +164,7 @@ class PrimorlConfig:
     starts: str = "initial"
     init_fraction: float = 0.2
     mpd_include_reward: bool = False
+    bounded_rollouts: bool = True
     target_entropy: float | None = -3.0
     sac_hidden: tuple[int, ...] = (256, 256)
     sac_batch_size: int = 256
@@ -243,6 +244,7 @@ class PrimorlConfig:
             eval_episodes=self.eval_episodes,
             final_epochs=self.final_epochs,
             checkpoint_every=self.checkpoint_every,
+            bounded_rollouts=self.bounded_rollouts,
             sac=SACConfig(
                 hidden=self.sac_hidden,
                 batch_size=self.sac_batch_size,
@@ -261,6 +263,7 @@ class PrimorlConfig:
             "starts",
             "init_fraction",
             "mpd_include_reward",
+            "bounded_rollouts",
             "target_entropy",
             "sac_hidden",
             "sac_batch_size",
