@@ -19,7 +19,7 @@ import numpy as np
 import typer
 
 from privrl.cli.errors import CliError
-from privrl.cli.train_mopo import parse_target_entropy
+from privrl.systems.mopo import parse_target_entropy
 
 __all__ = ["register", "train_primorl"]
 

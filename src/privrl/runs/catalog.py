@@ -7,6 +7,9 @@ from privrl.runs import registry
 # One line per system: name -> "module:SystemClass".
 SHIPPED: dict[str, str] = {}
 
+# model-based offline RL on control tasks: MOPO (non-private baseline) and PRIMORL
+SHIPPED["mopo"] = "privrl.systems.mopo:MopoSystem"
+
 
 def load() -> None:
     """Register every shipped system (idempotent)."""

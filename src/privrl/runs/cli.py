@@ -38,15 +38,19 @@ def add_command(
     help: str | None = None,
     data_help: str | None = None,
     epilog: str | None = None,
+    out_default: Path | None = None,
 ) -> None:
-    """Register the generated command of `system_name` on `app`."""
+    """Register the generated command of `system_name` on `app` (`out_default`: a default
+    run directory, for commands whose `--out` was optional before the run layer)."""
     system = registry.get(system_name)
-    command = make_command(system_name, data_help=data_help)
+    command = make_command(system_name, data_help=data_help, out_default=out_default)
     command.__doc__ = help or system.summary
     app.command(name or system.name, no_args_is_help=True, epilog=epilog)(command)
 
 
-def make_command(system_name: str, *, data_help: str | None = None) -> Any:
+def make_command(
+    system_name: str, *, data_help: str | None = None, out_default: Path | None = None
+) -> Any:
     """A typer-ready function whose options are the config's fields plus --data/--out/--seed."""
     system = registry.get(system_name)
     config_cls = system.Config
@@ -59,15 +63,26 @@ def make_command(system_name: str, *, data_help: str | None = None) -> Any:
         params.append(
             _param("data", Path | None, typer.Option(default, flag, help=data_help or text))
         )
-    params.append(
-        _param(
-            "out", Path, typer.Option(..., RUN_OPTIONS["out"][0], "-o", help=RUN_OPTIONS["out"][1])
-        )
-    )
+    out_flag, out_help = RUN_OPTIONS["out"]
+    out = typer.Option(... if out_default is None else out_default, out_flag, "-o", help=out_help)
+    params.append(_param("out", Path, out))
     params.append(
         _param("seed", int, typer.Option(0, RUN_OPTIONS["seed"][0], help=RUN_OPTIONS["seed"][1]))
     )
-    if system.resumable:
+    if system.resumable and system.auto_resume:
+        params.append(
+            _param(
+                "resume",
+                bool,
+                typer.Option(
+                    False,
+                    "--resume",
+                    help="Insist on continuing the checkpoint in --out (an error if there is "
+                    "none); a rerun with the same settings and --out resumes anyway.",
+                ),
+            )
+        )
+    elif system.resumable:
         params.append(
             _param(
                 "resume",
