@@ -9,6 +9,7 @@ SHIPPED: dict[str, str] = {}
 
 # model-based offline RL on control tasks: MOPO (non-private baseline) and PRIMORL
 SHIPPED["mopo"] = "privrl.systems.mopo:MopoSystem"
+SHIPPED["primorl"] = "privrl.systems.primorl:PrimorlSystem"
 
 
 def load() -> None:

@@ -188,14 +188,14 @@ def check_resume(
 
 
 def stage_progress(
-    ctx: RunContext, model_phase: tuple[str, str, str, int | None]
+    ctx: RunContext, model_phase: tuple[str, str, str, int | None] | None = None
 ) -> Callable[[str, dict[str, Any]], None]:
     """The library's `progress(phase, record)` as `ctx.progress` bars: `model_phase` is (phase,
     label, counter key, total) of the model's training; "policy" records are SAC epochs."""
-    phase, label, key, total = model_phase
 
     def progress(name: str, record: dict[str, Any]) -> None:
-        if name == phase:
+        if model_phase is not None and name == model_phase[0]:
+            _, label, key, total = model_phase
             ctx.progress(label, int(record[key]), int(total or record[key]))
         else:
             ctx.progress("SAC in the model", int(record["epoch"]), int(record["epochs"]))
