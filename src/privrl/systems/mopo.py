@@ -44,9 +44,9 @@ RESUMABLE_CHANGES = ("epochs", "checkpoint_every")
 RECORD = "run.json"  # the settings of the run a checkpoint belongs to (written before training)
 
 
-def parse_target_entropy(value: str) -> float | None:
+def parse_target_entropy(value: float | str) -> float | None:
     """`--target-entropy`: a number, or 'action-dim' for SAC's default −|A| (None)."""
-    if value.strip().lower() in ("action-dim", "-|a|", "auto"):
+    if isinstance(value, str) and value.strip().lower() in ("action-dim", "-|a|", "auto"):
         return None
     try:
         x = float(value)
@@ -84,8 +84,8 @@ class StageOptions(RunConfig):
         None, "--epochs", help="SAC epochs of --steps-per-epoch updates (default: per task)."
     )
     steps_per_epoch: int = option(1000, "--steps-per-epoch", help="SAC updates per epoch.")
-    target_entropy: str = option(
-        "-3", "--target-entropy", help="SAC's target entropy: a number, or 'action-dim' (−|A|)."
+    target_entropy: float | str = option(
+        -3.0, "--target-entropy", help="SAC's target entropy: a number, or 'action-dim' (−|A|)."
     )
     threads: int = option(
         1,
