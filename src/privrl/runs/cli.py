@@ -41,7 +41,7 @@ def add_command(
     out_default: Path | None = None,
 ) -> None:
     """Register the generated command of `system_name` on `app` (`out_default`: a default
-    run directory, for commands whose `--out` was optional before the run layer)."""
+    --out for commands that had one before the run layer; otherwise --out is required)."""
     system = registry.get(system_name)
     command = make_command(system_name, data_help=data_help, out_default=out_default)
     command.__doc__ = help or system.summary
@@ -63,9 +63,18 @@ def make_command(
         params.append(
             _param("data", Path | None, typer.Option(default, flag, help=data_help or text))
         )
-    out_flag, out_help = RUN_OPTIONS["out"]
-    out = typer.Option(... if out_default is None else out_default, out_flag, "-o", help=out_help)
-    params.append(_param("out", Path, out))
+    params.append(
+        _param(
+            "out",
+            Path,
+            typer.Option(
+                ... if out_default is None else out_default,
+                RUN_OPTIONS["out"][0],
+                "-o",
+                help=RUN_OPTIONS["out"][1],
+            ),
+        )
+    )
     params.append(
         _param("seed", int, typer.Option(0, RUN_OPTIONS["seed"][0], help=RUN_OPTIONS["seed"][1]))
     )
