@@ -203,33 +203,40 @@ def stage_progress(
     return progress
 
 
-def learning_curve(
-    label: str, stage: Any, reference: Any, *, title: str, steps_per_epoch: int
-) -> Callable[[Path], None]:
-    """plots/learning_curve.png: real-environment return per SAC epoch (mean ± std)."""
+def stage_result(
+    metrics: dict[str, Any],
+    report: Any,
+    stage: Any,
+    *,
+    label: str,
+    reference: Any,
+    title: str,
+    steps_per_epoch: int,
+    summary: list[str],
+) -> Result:
+    """The `Result` of a run ending in a policy stage: metrics.csv (one row per SAC epoch),
+    policy.pt and plots/learning_curve.png (real-environment return per epoch, mean ± std)."""
     from privrl.experiments.mopo import plot_learning_curve
 
-    def draw(path: Path) -> None:
-        plot_learning_curve(
-            path,
-            {label: stage.eval_returns},
-            reference=reference,
-            title=title,
-            steps_per_epoch=steps_per_epoch,
-        )
-
-    return draw
-
-
-def torch_file(state: Any) -> Callable[[Path], None]:
-    """An artefact written with `torch.save` (policy.pt)."""
-
-    def write(path: Path) -> None:
+    def write_policy(path: Path) -> None:
         import torch
 
-        torch.save(state, path)
+        torch.save(stage.agent.state_dict(), path)
 
-    return write
+    def draw(path: Path) -> None:
+        curves = {label: stage.eval_returns}
+        plot_learning_curve(
+            path, curves, reference=reference, title=title, steps_per_epoch=steps_per_epoch
+        )
+
+    return Result(
+        metrics=metrics,
+        privacy=report,
+        curve=stage.curve,
+        artifacts={"policy.pt": write_policy},
+        plots={"learning_curve": draw},
+        summary=summary,
+    )
 
 
 def return_line(metrics: Mapping[str, Any], *rest: str) -> str:
@@ -402,21 +409,14 @@ class MopoSystem(System):
         progress = stage_progress(ctx, ("dynamics", "dynamics model", "epoch", None))
         result = mopo(data, cfg, seed=ctx.seed, workdir=work, progress=progress)
         metrics = mopo_metrics(cfg, result, task)
-        stage = result.stage
-        return Result(
-            metrics=metrics,
-            privacy=result.report,
-            curve=stage.curve,
-            artifacts={"policy.pt": torch_file(stage.agent.state_dict())},
-            plots={
-                "learning_curve": learning_curve(
-                    "MOPO",
-                    stage,
-                    result.reference_returns,
-                    title=f"MOPO on {task.name}: real-environment return per epoch",
-                    steps_per_epoch=cfg.steps_per_epoch,
-                )
-            },
+        return stage_result(
+            metrics,
+            result.report,
+            result.stage,
+            label="MOPO",
+            reference=result.reference_returns,
+            title=f"MOPO on {task.name}: real-environment return per epoch",
+            steps_per_epoch=cfg.steps_per_epoch,
             summary=[
                 f"MOPO on {task.name}",
                 return_line(

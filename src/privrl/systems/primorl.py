@@ -35,10 +35,9 @@ from privrl.systems.mopo import (
     StageOptions,
     check_resume,
     header_task,
-    learning_curve,
     return_line,
     stage_progress,
-    torch_file,
+    stage_result,
 )
 
 __all__ = ["PrimorlRunConfig", "PrimorlSystem"]
@@ -411,20 +410,14 @@ def _outputs(lib: Any, result: Any, *, n_public: int | None) -> Result:
     }
     if n_public is not None:
         metrics["public_split_units"] = int(n_public)
-    out = Result(
-        metrics=metrics,
-        privacy=report,
-        curve=stage.curve,
-        artifacts={"policy.pt": torch_file(stage.agent.state_dict())},
-        plots={
-            "learning_curve": learning_curve(
-                "PRIMORL",
-                stage,
-                result.released.reference_returns,
-                title=f"PRIMORL on {task.name} (ε = {report.epsilon:.3g}): real-environment return",
-                steps_per_epoch=lib.steps_per_epoch,
-            )
-        },
+    out = stage_result(
+        metrics,
+        report,
+        stage,
+        label="PRIMORL",
+        reference=result.released.reference_returns,
+        title=f"PRIMORL on {task.name} (ε = {report.epsilon:.3g}): real-environment return",
+        steps_per_epoch=lib.steps_per_epoch,
         summary=[
             f"PRIMORL on {task.name}",
             return_line(
