@@ -196,3 +196,48 @@ def test_resume_insists_on_a_checkpoint(
     path.write_text(f'system = "mopo"\ndata = "{files["mopo"]}"\nout = "{tmp_path / "r"}"\n')
     assert main(["run", str(path), "--resume"]) == 2
     assert "--resume: no checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_primorl_crash_after_the_release_resumes_without_a_second_spend(
+    files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Property (one spend per release): a run interrupted after DP-FedAvg keeps only the
+    pending release and its record (nothing is recorded on the ledger); the rerun resumes from
+    the pending release without training again, records the spend once, and then deletes the
+    pending release (Result.discard); a third run of the same flags is refused as finished."""
+    import shutil
+
+    from privrl.primorl import primorl as P
+
+    data = tmp_path / "d.h5"
+    shutil.copyfile(files["primorl"], data)
+    BudgetLedger.init(
+        data, epsilon=50.0, delta=1e-5, unit="trajectory", relation="add_remove", overwrite=True
+    )
+    out = tmp_path / "run"
+    flags = ["-z", "5", *CASES["primorl"][0][2:]]
+    argv = ["train", "primorl", "--data", str(data), "--out", str(out), *flags]
+    policy_stage = P.policy_from_model
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(P, "policy_from_model", interrupted)
+    assert main(argv) == 130
+    assert sorted(p.name for p in out.iterdir()) == ["released.pending.pt", "run.json"]
+    assert len(BudgetLedger.for_dataset(data).entries) == 0
+    trained: list[int] = []
+    train = P.train_dp_fedavg
+    monkeypatch.setattr(P, "policy_from_model", policy_stage)
+    monkeypatch.setattr(P, "train_dp_fedavg", lambda *a, **k: trained.append(1) or train(*a, **k))
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "resuming" in capsys.readouterr().err and not trained
+    assert len(BudgetLedger.for_dataset(data).entries) == 1
+    assert not (out / "released.pending.pt").exists() and (out / "model.pt").is_file()
+    assert main(argv) == 2
+    assert "holds a finished run" in capsys.readouterr().err
