@@ -37,6 +37,7 @@ __all__ = [
     "PAPER_MOPO",
     "TABLE1_TASKS",
     "TARGETS",
+    "mopo_metrics",
     "plot_learning_curve",
     "quick_config",
     "table1",
@@ -101,13 +102,10 @@ def plot_learning_curve(
     return path
 
 
-def write_mopo_run(
-    run: RunDir, config: Any, result: Any, task: Any, *, save_policy: bool = True
-) -> dict[str, Any]:
-    """metrics.json, metrics.csv (one row per epoch), privacy.json, plots/learning_curve.png
-    and (``save_policy``) policy.pt of a finished MOPO run; returns the metrics."""
+def mopo_metrics(config: Any, result: Any, task: Any) -> dict[str, Any]:
+    """metrics.json of a finished MOPO run (``privrl train mopo`` and the reproduction)."""
     stage = result.stage
-    metrics: dict[str, Any] = {
+    return {
         "algorithm": "mopo",
         "task": task.name,
         "env_id": task.env_id,
@@ -129,6 +127,15 @@ def write_mopo_run(
         "seconds": result.seconds,
         "policy_stage_seconds": stage.seconds,
     }
+
+
+def write_mopo_run(
+    run: RunDir, config: Any, result: Any, task: Any, *, save_policy: bool = True
+) -> dict[str, Any]:
+    """metrics.json, metrics.csv (one row per epoch), privacy.json, plots/learning_curve.png
+    and (``save_policy``) policy.pt of a finished MOPO run; returns the metrics."""
+    stage = result.stage
+    metrics = mopo_metrics(config, result, task)
     run.write_metrics(metrics)
     run.write_curve(stage.curve)
     run.write_privacy(result.report)
