@@ -107,6 +107,12 @@ class PrimorlRunConfig(StageOptions):
         "--start-states",
         help="Rollout starts: initial (simulator's initial states, chained) | public-split.",
     )
+    held_rollouts: bool = option(
+        True,
+        "--held-rollouts",
+        help="Hold model rollouts inside the simulator's public observation box and reward "
+        "range (--no-held-rollouts: free rollouts, which drift from initial starts).",
+    )
     holdout_fraction: float | None = option(
         None, "--holdout-fraction", help="Share of units declared public (default: per task)."
     )
@@ -181,7 +187,11 @@ class PrimorlRunConfig(StageOptions):
         `policy_only`: the release's own training settings are kept)."""
         from privrl.primorl.primorl import PrimorlConfig
 
-        stage = {**self.stage_overrides(), "starts": self.start_states}
+        stage = {
+            **self.stage_overrides(),
+            "starts": self.start_states,
+            "bounded_rollouts": self.held_rollouts,
+        }
         if policy_only:
             return PrimorlConfig(task=task, **stage)
         extra = {} if self.holdout_fraction is None else {"holdout_fraction": self.holdout_fraction}
