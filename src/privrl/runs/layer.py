@@ -132,8 +132,12 @@ def execute(
     if spec.data is not None:
         from privrl.data.io import read_header
 
+        if spec.data.is_dir():
+            raise ConfigError(
+                "data", f"{spec.data} is a directory; give a privrl HDF5 dataset file"
+            )
         header = read_header(spec.data)
-    plan = system.plan(spec.config, header)
+    plan = plan_of(system, spec, header)
     with _progress(quiet, progress) as report_progress:
         ctx = RunContext(
             progress=report_progress,
@@ -153,6 +157,15 @@ def execute(
     if not quiet:
         print_summary(out, result)
     return result
+
+
+def plan_of(system: System, spec: RunSpec, header: Any) -> Plan:
+    """The system's plan. A system whose plan does public randomised work before the ledger
+    check (tuning on a public sample drawn from a simulator) sets `plan_uses_seed` and is given
+    the run's seed."""
+    if system.plan_uses_seed:
+        return system.plan(spec.config, header, seed=spec.seed)  # type: ignore[call-arg]
+    return system.plan(spec.config, header)
 
 
 def _check_data_use(system: System, data: Path | None) -> None:

@@ -135,6 +135,9 @@ class System:
     data: ClassVar[DataUse] = "none"
     summary: ClassVar[str] = ""
     resumable: ClassVar[bool] = False
+    # True: `plan` takes a keyword `seed` (the run's seed), for public randomised work done
+    # before the ledger check, e.g. tuning on a public sample drawn from a simulator.
+    plan_uses_seed: ClassVar[bool] = False
 
     def plan(self, config: Any, header: Any | None) -> Plan:
         """Resolve the public parameters and state the planned report; `header` is the
