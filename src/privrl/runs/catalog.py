@@ -7,6 +7,12 @@ from privrl.runs import registry
 # One line per system: name -> "module:SystemClass".
 SHIPPED: dict[str, str] = {}
 
+# off-policy evaluation (privrl ope ...)
+SHIPPED["gpope"] = "privrl.systems.ope:Gpope"
+SHIPPED["dp-lsw"] = "privrl.systems.ope:DpLsw"
+SHIPPED["dp-lsl"] = "privrl.systems.ope:DpLsl"
+SHIPPED["lstd"] = "privrl.systems.ope:Lstd"
+
 
 def load() -> None:
     """Register every shipped system (idempotent)."""
