@@ -332,6 +332,12 @@ class Problem:
         self._data = data
         return data
 
+    def stats(self, data: Any) -> Any:
+        """GPOPE's per-trajectory statistics of `data` in the run's features, γ and ρ."""
+        from privrl.ope.stats import trajectory_stats
+
+        return trajectory_stats(data, self.features, self.gamma, target_policy=self.target_policy)
+
     def system(self) -> Any:
         """The MSPBE model (exact for the chain, large public sample otherwise)."""
         if self.domain is None:
@@ -621,6 +627,12 @@ def ope_result(
     )
 
 
+def _facts(ctx: RunContext) -> tuple[Any, Problem]:
+    """The plan's facts and its public problem, as `run` sees them."""
+    assert ctx.plan is not None
+    return ctx.plan.facts, ctx.plan.facts["problem"]
+
+
 class OpeSystem(System):
     """The shared side of the four estimators: optional data, a seeded plan (the episodes are
     sampled with --env from the run's seed) and `load`."""
@@ -630,6 +642,14 @@ class OpeSystem(System):
 
     def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
         return plan.facts["problem"].load()
+
+    @staticmethod
+    def finish(problem: Problem, report: Any, algorithm: dict[str, Any], **facts: Any) -> Plan:
+        """The plan: the ledger's unit and relation checked, config.json = the problem's
+        public description + the estimator's public settings, `facts` for `run`."""
+        check_ledger_relation(problem)
+        public = {**problem.public_config(), **algorithm}
+        return Plan(report=report, public=public, facts={"problem": problem, **facts})
 
     epsilon_label: ClassVar[str] = "ε"
 
@@ -656,7 +676,6 @@ class Gpope(OpeSystem):
 
     def plan(self, config: GpopeConfig, header: Any | None, *, seed: int = 0) -> Plan:
         from privrl.ope.gpope import StepSize, calibrated_sigma, gpope_report, tune_on_public
-        from privrl.ope.stats import trajectory_stats
         from privrl.privacy.public import Source
 
         if (
@@ -714,9 +733,7 @@ class Gpope(OpeSystem):
                     problem.domain.behaviour_policy, m, seed=np.random.SeedSequence([seed, 2])
                 )
                 source = f"sampled from the {problem.env} simulator with an independent seed"
-            pub_stats = trajectory_stats(
-                pub, problem.features, problem.gamma, target_policy=problem.target_policy
-            )
+            pub_stats = problem.stats(pub)
             tuned = tune_on_public(
                 pub_stats,
                 problem.system(),
@@ -773,7 +790,6 @@ class Gpope(OpeSystem):
             public=public,
             notes=notes,
         ).with_public_parameters(params)
-        check_ledger_relation(problem)
         # config.json: the settings `gpope` itself reports (GpopeResult.config), all public:
         # functions of (ε, δ), m, N, h, the step and the feature dimension.
         algorithm = {
@@ -790,33 +806,16 @@ class Gpope(OpeSystem):
             "n_features": n,
             "normalisation": "length",
         }
-        return Plan(
-            report=planned,
-            public={**problem.public_config(), **algorithm},
-            facts=dict(
-                problem=problem,
-                params=params,
-                n_iter=n_iter,
-                h=h,
-                step=step,
-                public=public,
-                notes=notes,
-                tuned=tuned,
-            ),
-        )
+        facts = dict(params=params, n_iter=n_iter, h=h, step=step, public=public, notes=notes)
+        return self.finish(problem, planned, algorithm, tuned=tuned, **facts)
 
     def run(
         self, config: GpopeConfig, data: Any, rng: np.random.Generator, ctx: RunContext
     ) -> Result:
         from privrl.ope.gpope import gpope
-        from privrl.ope.stats import trajectory_stats
 
-        assert ctx.plan is not None
-        f = ctx.plan.facts
-        problem: Problem = f["problem"]
-        stats = trajectory_stats(
-            data, problem.features, problem.gamma, target_policy=problem.target_policy
-        )
+        f, problem = _facts(ctx)
+        stats = problem.stats(data)
         result = gpope(
             stats,
             epsilon=config.epsilon,
@@ -1007,26 +1006,12 @@ class _Baseline(OpeSystem):
         params.derive("smooth-sensitivity α", sens.alpha, "5√(2 ln(2/δ))/ε")
         params.derive("smooth-sensitivity β", sens.beta, "ε/(4(n + ln(2/δ)))")
         planned = sens.report(notes).with_public_parameters(params)
-        check_ledger_relation(problem)
         algorithm = {**sens.config(), "reward_bounds": list(bounds)}
         if note:
             algorithm["aggregation"] = config.aggregation
-        return Plan(
-            report=planned,
-            public={**problem.public_config(), **algorithm},
-            facts=dict(
-                problem=problem,
-                params=params,
-                bounds=bounds,
-                W=W,
-                state_index=state_index,
-                Phi=Phi,
-                rho=rho,
-                value_features=value_features,
-                notes=notes,
-                lam=sens.lam,
-            ),
-        )
+        view = dict(state_index=state_index, Phi=Phi, rho=rho, value_features=value_features)
+        facts = dict(params=params, bounds=bounds, W=W, notes=notes, lam=sens.lam)
+        return self.finish(problem, planned, algorithm, **view, **facts)
 
     def run(
         self, config: BaselineConfig, data: Any, rng: np.random.Generator, ctx: RunContext
@@ -1034,9 +1019,7 @@ class _Baseline(OpeSystem):
         from privrl.ope.baselines import dp_lsl, dp_lsw, first_visit_returns
         from privrl.ope.mspbe import LinearSystem, model_system
 
-        assert ctx.plan is not None
-        f = ctx.plan.facts
-        problem: Problem = f["problem"]
+        f, problem = _facts(ctx)
         Phi, rho = f["Phi"], f["rho"]
         fv = first_visit_returns(
             data, f["state_index"], Phi.shape[0], problem.gamma, reward_bounds=f["bounds"]
@@ -1105,13 +1088,7 @@ class Lstd(OpeSystem):
             UNIT, RELATION, system="lstd", notes=["non-private reference (LSTD(0))"]
         ).with_public_parameters(params)
         # A dataset with a ledger refuses a non-private run, before its episodes are read.
-        check_ledger_relation(problem)
-        algorithm = {"algorithm": "lstd", "weighting": config.weighting}
-        return Plan(
-            report=report,
-            public={**problem.public_config(), **algorithm},
-            facts={"problem": problem},
-        )
+        return self.finish(problem, report, {"algorithm": "lstd", "weighting": config.weighting})
 
     def run(
         self, config: LstdConfig, data: Any, rng: np.random.Generator, ctx: RunContext
