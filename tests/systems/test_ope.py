@@ -189,19 +189,14 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("system", "values", "key", "problem"), BAD, ids=lambda x: str(x)[:20])
+@pytest.mark.parametrize("case", BAD, ids=lambda case: f"{case[0]}-{case[2]}")
 def test_a_bad_value_in_a_file_is_the_bad_flag(
-    system: str,
-    values: dict[str, object],
-    key: str,
-    problem: str,
-    chain_file: Path,
-    tmp_path,
-    capsys,
+    case: tuple[str, dict[str, object], str, str], chain_file: Path, tmp_path: Path, capsys
 ) -> None:
     """The config validates itself, so the flag and the file get the same refusal (exit 2, one
     `error:` line): the flag's message names --flag, the file's names the key; the problem is
     the same text."""
+    system, values, key, problem = case
     values = {k: str(chain_file) if v == "{data}" else v for k, v in values.items()}
     code, err = run(["ope", system, *_flags(values), "--out", str(tmp_path / "a")], capsys)
     assert code == 2
