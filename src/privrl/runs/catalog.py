@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from privrl.runs import registry
 
-# One line per system: name -> "module:SystemClass".
+# One line per system: name -> "module:SystemClass". One block per family.
 SHIPPED: dict[str, str] = {}
 
-# off-policy evaluation (privrl ope ...)
+# off-policy evaluation with linear features (privrl ope gpope | dp-lsw | dp-lsl | lstd)
 SHIPPED["gpope"] = "privrl.systems.ope:Gpope"
 SHIPPED["dp-lsw"] = "privrl.systems.ope:DpLsw"
 SHIPPED["dp-lsl"] = "privrl.systems.ope:DpLsl"

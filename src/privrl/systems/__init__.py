@@ -1,1 +1,1 @@
-"""The systems privrl ships, as run-layer entries (config + plan/load/run); see privrl.runs."""
+"""The systems privrl ships on the run layer: one typed config and one `System` per command."""

@@ -55,6 +55,10 @@ MAX_SAMPLED_TRANSITIONS = 50_000_000  # m × the domain's horizon, sampled with 
 # ------------------------------------------------------------------------------ configs
 
 
+# Float settings take `allow_nan=True`: a NaN reaches `validate` and is refused there with the
+# setting's own range message, as the commands refused it before the run layer.
+
+
 def _positive(value: float | None, key: str) -> None:
     check(
         value is None or (math.isfinite(value) and value > 0),
@@ -85,7 +89,9 @@ class OpeConfig(RunConfig):
         None, help="Feature spec: onehot, fourier:ORDER, aggregation:BINS, hiv-log."
     )
     gamma: float | None = option(
-        None, help="Discount γ in [0, 1] (default: the dataset's metadata or the domain's)."
+        None,
+        allow_nan=True,
+        help="Discount γ in [0, 1] (default: the dataset's metadata or the domain's).",
     )
 
     def validate(self) -> None:
@@ -106,8 +112,10 @@ class OpeConfig(RunConfig):
 class PrivateOpeConfig(OpeConfig):
     """An (ε, δ)-DP estimator's target budget."""
 
-    epsilon: float = option(..., "--epsilon", "-e", help="Target ε in [1e-6, 100].")
-    delta: float = option(DEFAULT_DELTA, "--delta", "-d", help="Target δ in (0, 1).")
+    epsilon: float = option(..., "--epsilon", "-e", allow_nan=True, help="Target ε in [1e-6, 100].")
+    delta: float = option(
+        DEFAULT_DELTA, "--delta", "-d", allow_nan=True, help="Target δ in (0, 1)."
+    )
 
     def validate(self) -> None:
         from privrl.cli.errors import CliError, check_epsilon
@@ -134,14 +142,18 @@ class GpopeConfig(PrivateOpeConfig):
         "-N",
         help=f"GPOPE iterations N (default 10·m; at most {MAX_ITERATIONS:,}).",
     )
-    clip: float | None = option(None, help="Clip bound h (default: tuned on a public sample).")
-    step_size: float | None = option(None, help="Step size η (default: tuned on a public sample).")
+    clip: float | None = option(
+        None, allow_nan=True, help="Clip bound h (default: tuned on a public sample)."
+    )
+    step_size: float | None = option(
+        None, allow_nan=True, help="Step size η (default: tuned on a public sample)."
+    )
     schedule: Literal["constant", "diminishing"] = option(
         "constant", help="constant (β = η/N^k) or diminishing (β_i = η/(λ_min i))."
     )
-    k: float = option(0.0, help="Exponent k of the constant step β = η/N^k.")
+    k: float = option(0.0, allow_nan=True, help="Exponent k of the constant step β = η/N^k.")
     lambda_min: float | None = option(
-        None, help="λ_min(Q) for the diminishing step (public knowledge)."
+        None, allow_nan=True, help="λ_min(Q) for the diminishing step (public knowledge)."
     )
     accounting: Literal["rigorous", "paper"] = option(
         "rigorous",
@@ -150,7 +162,9 @@ class GpopeConfig(PrivateOpeConfig):
     public_data: Path | None = option(  # noqa: RUF009 (a field specifier, not a shared default)
         None, help="An independent PUBLIC dataset to tune h and the step on."
     )
-    clip_quantile: float = option(0.95, help="Quantile of ‖B_i‖ on the public run used as h.")
+    clip_quantile: float = option(
+        0.95, allow_nan=True, help="Quantile of ‖B_i‖ on the public run used as h."
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -189,11 +203,13 @@ class BaselineConfig(PrivateOpeConfig):
     aggregation: int = option(10, help="Bins per dimension for continuous states (>= 1).")
     reward_range: float | None = option(
         None,
+        allow_nan=True,
         help="Width R of the public interval holding one reward (default: the dataset "
         "metadata's extra reward_range, or the domain's).",
     )
     reward_min: float | None = option(
         None,
+        allow_nan=True,
         help="Lower end L of the public reward interval: every reward is clipped to lie between "
         "L and L + R (default: the dataset metadata's extra reward_min, else 0).",
     )
@@ -232,7 +248,9 @@ class DpLslConfig(BaselineConfig):
 
     system: ClassVar[str] = "dp-lsl"
 
-    c: float | None = option(None, "--c", help="Ridge λ = c·m^0.4 (c > 0; default 1).")
+    c: float | None = option(
+        None, "--c", allow_nan=True, help="Ridge λ = c·m^0.4 (c > 0; default 1)."
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -457,7 +475,7 @@ def _features(spec: str | None, env: str | None, domain: Any, space: Any) -> Any
     try:
         feats = make_features(spec, space)
     except ValueError as exc:
-        raise ConfigError("features", f"{spec!r} is not a valid feature spec: {exc}") from exc
+        raise ConfigError("features", f"is invalid: {exc}") from exc
     return _check_dim(feats, spec)
 
 
@@ -895,7 +913,7 @@ def tabular_view(problem: Problem, aggregation: int) -> tuple[Any, np.ndarray, A
     try:
         agg = make_features(f"aggregation:{aggregation}", space)
     except ValueError as exc:
-        raise ConfigError("aggregation", f"{aggregation} is not usable here: {exc}") from exc
+        raise ConfigError("aggregation", f"is invalid here: {exc}") from exc
     assert isinstance(agg, StateAggregation)
     _check_states(agg.dim, aggregation)
     note = (
