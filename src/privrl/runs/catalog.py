@@ -24,6 +24,12 @@ SHIPPED["dp-ucbvi"] = "privrl.systems.online:DpUcbviSystem"
 SHIPPED["mopo"] = "privrl.systems.mopo:MopoSystem"
 SHIPPED["primorl"] = "privrl.systems.primorl:PrimorlSystem"
 
+# off-policy evaluation with linear features (privrl ope gpope | dp-lsw | dp-lsl | lstd)
+SHIPPED["gpope"] = "privrl.systems.ope:Gpope"
+SHIPPED["dp-lsw"] = "privrl.systems.ope:DpLsw"
+SHIPPED["dp-lsl"] = "privrl.systems.ope:DpLsl"
+SHIPPED["lstd"] = "privrl.systems.ope:Lstd"
+
 
 def load() -> None:
     """Register every shipped system (idempotent)."""

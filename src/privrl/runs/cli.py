@@ -122,6 +122,8 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
     fields = config_cls.field_map()
     hints = typing.get_type_hints(config_cls)
     values: dict[str, Any] = {}
+    if kwargs.get("seed", 0) < 0:  # a run-level option: checked before the config's values
+        raise CliError(f"--seed must be >= 0, got {kwargs['seed']}")
     try:
         for key, value in kwargs.items():
             if key in fields:
@@ -129,8 +131,6 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
         config = config_cls(**values)
     except ConfigError as exc:
         raise CliError(exc.message_for(_flag(fields, exc.key))) from None
-    if kwargs.get("seed", 0) < 0:
-        raise CliError(f"--seed must be >= 0, got {kwargs['seed']}")
     spec = RunSpec(system.name, config, Path(kwargs["out"]), kwargs.get("data"), kwargs["seed"])
     try:
         execute(spec, resume=bool(kwargs.get("resume", False)))

@@ -138,7 +138,7 @@ def execute(
         from privrl.data.io import read_header
 
         header = read_header(spec.data)
-    plan = system.plan(spec.config, header)
+    plan = plan_of(system, spec, header)
     with _progress(quiet, progress) as report_progress:
         ctx = RunContext(
             progress=report_progress,
@@ -166,6 +166,15 @@ def execute(
 
 def _notice(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def plan_of(system: System, spec: RunSpec, header: Any) -> Plan:
+    """The system's plan. A system whose plan does public randomised work before the ledger
+    check (tuning on a public sample drawn from a simulator) sets `plan_uses_seed` and is given
+    the run's seed."""
+    if system.plan_uses_seed:
+        return system.plan(spec.config, header, seed=spec.seed)  # type: ignore[call-arg]
+    return system.plan(spec.config, header)
 
 
 def _check_data_use(system: System, data: Path | None) -> None:

@@ -150,6 +150,9 @@ class System:
     resumable: ClassVar[bool] = False
     checkpoint_subdir: ClassVar[str] = "checkpoint"
     auto_resume: ClassVar[bool] = False
+    # True: `plan` takes a keyword `seed` (the run's seed), for public randomised work done
+    # before the ledger check, e.g. tuning on a public sample drawn from a simulator.
+    plan_uses_seed: ClassVar[bool] = False
 
     def plan(self, config: Any, header: Any | None) -> Plan:
         """Resolve the public parameters and state the planned report; `header` is the

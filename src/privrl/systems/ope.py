@@ -1,0 +1,1125 @@
+"""Off-policy evaluation with linear features on the run layer: GPOPE (Xie et al. 2019), the
+output-perturbation baselines DP-LSW and DP-LSL (Balle et al. 2016) and non-private LSTD.
+
+    privrl ope gpope  --env chain --trajectories 1000 --epsilon 0.1 --out runs/gp
+    privrl ope dp-lsw --data data.h5 --features onehot --epsilon 1 --reward-range 1 --out runs/v1
+
+A run takes `--data FILE` or `--env chain|mountain-car|hiv` (the episodes are then sampled from
+a built-in domain, and the MSPBE of the output is reported). It writes config.json,
+metrics.json (`mspbe` when the model is known, i.e. with --env), metrics.csv (GPOPE's MSPBE
+curve with --env, else θ), privacy.json, theta.npy and plots/*.png.
+
+Order of work (the privacy rules of DESIGN.md): `plan` sees the config and, with --data, the
+file's header only (metadata and the number of trajectories m). Every quantity that sets the
+noise — ε, δ, m, N, h, the step size, the reward range, γ — is resolved from public sources
+(`privrl.privacy.public.PublicParameters`) and listed in privacy.json; GPOPE's h and step size,
+when not given, are tuned on a PUBLIC sample (an independent dataset, or the simulator with an
+independent seed). The dataset's ledger checks the planned report before `load` reads (or
+samples) the episodes.
+
+Privacy unit and relation: one trajectory under REPLACE-ONE neighbours, so the number of
+trajectories m is the same for every neighbour, hence public, and read from the header.
+
+Seeds: the episodes are sampled with SeedSequence([seed, 1]), GPOPE's public tuning sample with
+[seed, 2], GPOPE's noise with [seed, 3] and the baselines' noise with [seed, 4] (the streams of
+the command before the run layer, so the same seed gives the same numbers).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from privrl.runs.config import ConfigError, RunConfig, check, option
+from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
+
+ENVS = ("chain", "mountain-car", "hiv")
+ON_POLICY = ("behaviour", "behavior", "on-policy")
+DEFAULT_DELTA = 1e-5
+DEFAULT_TRAJECTORIES = 1000
+
+# Sizes refused up front (they cannot fit in memory or finish in reasonable time).
+MAX_TRAJECTORIES = 1_000_000  # --trajectories sampled from a built-in domain
+MAX_ITERATIONS = 100_000_000  # GPOPE iterations N (one Python-level step each)
+MAX_FEATURES = 4096  # feature dimension n (LSTD and GPOPE work with n × n matrices)
+MAX_TABULAR_STATES = 4096  # S of the baselines' tabular view (Φ is S × n, pinv of it)
+MAX_STATS_BYTES = 8 * 2**30  # GPOPE's per-trajectory statistics, m · (2n² + n) float64
+MAX_SAMPLED_TRANSITIONS = 50_000_000  # m × the domain's horizon, sampled with --env
+
+
+# ------------------------------------------------------------------------------ configs
+
+
+# Float settings take `allow_nan=True`: a NaN reaches `validate` and is refused there with the
+# setting's own range message, as the commands refused it before the run layer.
+
+
+def _positive(value: float | None, key: str) -> None:
+    check(
+        value is None or (math.isfinite(value) and value > 0),
+        key,
+        f"must be a finite number > 0, got {value}",
+    )
+
+
+@dataclass(frozen=True)
+class OpeConfig(RunConfig):
+    """What every OPE run shares: the data source (with --env), the target policy, the
+    features φ and the discount γ."""
+
+    env: Literal["chain", "mountain-car", "hiv"] | None = option(
+        None, help="Sample the data from a built-in domain (instead of --data)."
+    )
+    trajectories: int = option(
+        DEFAULT_TRAJECTORIES,
+        "--trajectories",
+        "-m",
+        help=f"Trajectories m to sample with --env (2 to {MAX_TRAJECTORIES:,}).",
+    )
+    target_policy: str = option(
+        "behaviour",
+        help="Policy to evaluate: 'behaviour' (on-policy), 'uniform', or a domain's policy spec.",
+    )
+    features: str | None = option(
+        None, help="Feature spec: onehot, fourier:ORDER, aggregation:BINS, hiv-log."
+    )
+    gamma: float | None = option(
+        None,
+        allow_nan=True,
+        help="Discount γ in [0, 1] (default: the dataset's metadata or the domain's).",
+    )
+
+    def validate(self) -> None:
+        check(
+            self.gamma is None or 0.0 <= self.gamma <= 1.0,
+            "gamma",
+            f"must be in [0, 1], got {self.gamma}",
+        )
+        check(
+            self.env is None or 2 <= self.trajectories <= MAX_TRAJECTORIES,
+            "trajectories",
+            f"must be at least 2 and at most {MAX_TRAJECTORIES:,} (sampled from a built-in "
+            f"domain), got {self.trajectories}",
+        )
+
+
+@dataclass(frozen=True)
+class PrivateOpeConfig(OpeConfig):
+    """An (ε, δ)-DP estimator's target budget."""
+
+    epsilon: float = option(..., "--epsilon", "-e", allow_nan=True, help="Target ε in [1e-6, 100].")
+    delta: float = option(
+        DEFAULT_DELTA, "--delta", "-d", allow_nan=True, help="Target δ in (0, 1)."
+    )
+
+    def validate(self) -> None:
+        from privrl.cli.errors import CliError, check_epsilon
+
+        super().validate()
+        try:  # the CLI's shared ε check, its message without the flag's name
+            check_epsilon(self.epsilon, "")
+        except CliError as exc:
+            raise ConfigError("epsilon", str(exc).strip()) from None
+        check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
+
+
+@dataclass(frozen=True)
+class GpopeConfig(PrivateOpeConfig):
+    """GPOPE (Xie et al. 2019, Algorithm 1): N steps of saddle-point GTD2, each on one
+    trajectory drawn without replacement, its gradient B_i clipped to h and noised with
+    N(0, (σh)² I); σ is calibrated for (ε, δ), m and N."""
+
+    system: ClassVar[str] = "gpope"
+
+    iterations: int | None = option(
+        None,
+        "--iterations",
+        "-N",
+        help=f"GPOPE iterations N (default 10·m; at most {MAX_ITERATIONS:,}).",
+    )
+    clip: float | None = option(
+        None, allow_nan=True, help="Clip bound h (default: tuned on a public sample)."
+    )
+    step_size: float | None = option(
+        None, allow_nan=True, help="Step size η (default: tuned on a public sample)."
+    )
+    schedule: Literal["constant", "diminishing"] = option(
+        "constant", help="constant (β = η/N^k) or diminishing (β_i = η/(λ_min i))."
+    )
+    k: float = option(0.0, allow_nan=True, help="Exponent k of the constant step β = η/N^k.")
+    lambda_min: float | None = option(
+        None, allow_nan=True, help="λ_min(Q) for the diminishing step (public knowledge)."
+    )
+    accounting: Literal["rigorous", "paper"] = option(
+        "rigorous",
+        help="rigorous (dp-accounting RDP; the valid guarantee) or paper (Lemma 1; comparison).",
+    )
+    public_data: Path | None = option(  # noqa: RUF009 (a field specifier, not a shared default)
+        None, help="An independent PUBLIC dataset to tune h and the step on."
+    )
+    clip_quantile: float = option(
+        0.95, allow_nan=True, help="Quantile of ‖B_i‖ on the public run used as h."
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        check(
+            0.5 <= self.clip_quantile < 1,
+            "clip_quantile",
+            f"must be in [0.5, 1), got {self.clip_quantile}",
+        )
+        check(
+            self.iterations is None or 1 <= self.iterations <= MAX_ITERATIONS,
+            "iterations",
+            f"must be at least 1 and at most {MAX_ITERATIONS:,} (one Python-level step each), "
+            f"got {self.iterations}",
+        )
+        _positive(self.clip, "clip")
+        _positive(self.step_size, "step_size")
+        _positive(self.lambda_min, "lambda_min")
+        check(
+            self.schedule != "constant" or 0.0 <= self.k < 1.0,
+            "k",
+            f"must be in [0, 1) for the constant step β = η/N^k, got {self.k}",
+        )
+        check(
+            self.public_data is None or self.public_data.is_file(),
+            "public_data",
+            f"{self.public_data} is not a file; give a privrl HDF5 dataset",
+        )
+
+
+@dataclass(frozen=True)
+class BaselineConfig(PrivateOpeConfig):
+    """DP-LSW / DP-LSL: on-policy first-visit Monte Carlo least squares on a tabular view of
+    the states, released with Gaussian noise at a smooth-sensitivity bound. The rewards are
+    clipped into the public interval [L, L + R]."""
+
+    aggregation: int = option(10, help="Bins per dimension for continuous states (>= 1).")
+    reward_range: float | None = option(
+        None,
+        allow_nan=True,
+        help="Width R of the public interval holding one reward (default: the dataset "
+        "metadata's extra reward_range, or the domain's).",
+    )
+    reward_min: float | None = option(
+        None,
+        allow_nan=True,
+        help="Lower end L of the public reward interval: every reward is clipped to lie between "
+        "L and L + R (default: the dataset metadata's extra reward_min, else 0).",
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        check(
+            self.target_policy in ON_POLICY,
+            "target_policy",
+            f"must be behaviour: {self.system} is on-policy only (Balle et al. 2016); use gpope "
+            "for off-policy evaluation",
+        )
+        check(
+            self.aggregation >= 1,
+            "aggregation",
+            f"must be >= 1 (bins per dimension), got {self.aggregation}",
+        )
+        _positive(self.reward_range, "reward_range")
+        check(
+            self.reward_min is None or math.isfinite(self.reward_min),
+            "reward_min",
+            f"must be a finite number, got {self.reward_min}",
+        )
+
+
+@dataclass(frozen=True)
+class DpLswConfig(BaselineConfig):
+    """DP-LSW (Balle et al. 2016, "V1"): θ_X + N(0, σ_X² I), σ_X = α·S_β(X)."""
+
+    system: ClassVar[str] = "dp-lsw"
+
+
+@dataclass(frozen=True)
+class DpLslConfig(BaselineConfig):
+    """DP-LSL (Balle et al. 2016, "V2"): the ridge version, λ = c·m^0.4."""
+
+    system: ClassVar[str] = "dp-lsl"
+
+    c: float | None = option(
+        None, "--c", allow_nan=True, help="Ridge λ = c·m^0.4 (c > 0; default 1)."
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        _positive(self.c, "c")
+
+
+@dataclass(frozen=True)
+class LstdConfig(OpeConfig):
+    """Non-private LSTD(0), off-policy with per-step importance ratios ρ."""
+
+    system: ClassVar[str] = "lstd"
+
+    weighting: Literal["pooled", "trajectory"] = option(
+        "pooled",
+        help="pooled (Bradtke & Barto) or trajectory (per-trajectory averages, GPOPE's target).",
+    )
+
+
+# ------------------------------------------------------------------------ the public side
+
+
+class Problem:
+    """Everything public about a run (features, policies, γ, m, the model with --env); the
+    episodes themselves are read by `load`, inside the ledger guard."""
+
+    model_trajectories = 100_000
+
+    def __init__(
+        self,
+        *,
+        header: Any | None,
+        features: Any,
+        gamma: float,
+        target_policy: Any | None,
+        domain: Any | None,
+        config: OpeConfig,
+        m: int,
+        seed: int,
+    ) -> None:
+        self.data_path = None if header is None else Path(header.path)
+        self.metadata = None if header is None else header.metadata
+        self.features = features
+        self.gamma = gamma
+        self.target_policy = target_policy
+        self.domain = domain
+        self.env = config.env
+        self.target_spec = config.target_policy
+        self.m = m
+        self.seed = seed
+        self._data: Any = None
+        self._system: Any = None
+
+    @property
+    def observation_space(self) -> Any:
+        if self.domain is not None:
+            return self.domain.observation_space
+        return None if self.metadata is None else self.metadata.observation_space
+
+    def public_config(self) -> dict[str, Any]:
+        """config.json's description of the data and the features (all public)."""
+        return {
+            "data": None if self.data_path is None else str(self.data_path),
+            "env": self.env,
+            "trajectories": self.m,  # public under replace-one
+            "target_policy": self.target_spec,
+            "features": getattr(self.features, "spec", str(self.features)),
+            "gamma": self.gamma,
+        }
+
+    def load(self) -> Any:
+        """The private episodes: sampled (--env) or read from --data. Call inside the guard."""
+        if self._data is not None:
+            return self._data
+        if self.domain is not None:
+            self._data = self.domain.sample(
+                self.domain.behaviour_policy, self.m, seed=np.random.SeedSequence([self.seed, 1])
+            )
+            return self._data
+        from privrl.data.dataset import DatasetError
+        from privrl.data.io import load_hdf5
+
+        assert self.data_path is not None
+        data = load_hdf5(self.data_path)
+        if data.n_episodes != self.m:  # a format error: the header disagrees with the arrays
+            raise DatasetError(
+                f"{self.data_path}: the header says {self.m} episodes but the arrays hold "
+                f"{data.n_episodes}; the file is corrupt (re-export it)"
+            )
+        if self.target_policy is not None and data.behaviour_probs is None:
+            raise DatasetError(
+                f"{self.data_path} has no 'behaviour_probs' field: off-policy evaluation of "
+                f"--target-policy {self.target_spec} needs the behaviour policy's action "
+                "probabilities (record them when collecting, or evaluate on-policy with "
+                "--target-policy behaviour)",
+                field="behaviour_probs",
+            )
+        self._data = data
+        return data
+
+    def stats(self, data: Any) -> Any:
+        """GPOPE's per-trajectory statistics of `data` in the run's features, γ and ρ."""
+        from privrl.ope.stats import trajectory_stats
+
+        return trajectory_stats(data, self.features, self.gamma, target_policy=self.target_policy)
+
+    def system(self) -> Any:
+        """The MSPBE model (exact for the chain, large public sample otherwise)."""
+        if self.domain is None:
+            return None
+        if self._system is None:
+            from privrl.ope.mspbe import model_system
+
+            self._system = model_system(
+                self.domain,
+                target_policy=self.target_policy,
+                features=self.features,
+                n_trajectories=self.model_trajectories,
+            )
+        return self._system
+
+
+def get_domain(env: str) -> Any:
+    """A built-in OPE domain by name (its policies are fixed public objects)."""
+    if env == "chain":
+        from privrl.envs.chain import ChainDomain
+
+        return ChainDomain()
+    if env in ("mountain-car", "hiv"):
+        try:
+            from privrl.ope.domains import get_domain as _get
+        except ImportError as exc:  # pragma: no cover - the domains module ships with privrl
+            raise ValueError(
+                f"domain {env!r} is not available in this installation: {exc}"
+            ) from exc
+        return _get(env, seed=0)  # the learned policies are fixed public objects (seed 0)
+    raise ConfigError("env", f"{env!r} is unknown; choose one of: {', '.join(ENVS)}")
+
+
+def _policy(domain: Any, spec: str, action_space: Any) -> Any | None:
+    """None = on-policy (ρ = 1); otherwise an object with action_probs."""
+    if spec in ON_POLICY:
+        return None
+    if domain is not None:
+        try:
+            from privrl.ope.domains import policy_from_spec
+        except ImportError:
+            policy_from_spec = None
+        if spec == "target":
+            return domain.target_policy
+        if policy_from_spec is not None and getattr(domain, "name", "") != "chain":
+            try:
+                return policy_from_spec(domain, spec)
+            except ValueError as exc:
+                raise ConfigError("target_policy", f"{spec!r}: {exc}") from exc
+    if spec == "uniform":
+        from gymnasium import spaces
+
+        from privrl.policies import UniformRandomPolicy
+
+        if not isinstance(action_space, spaces.Discrete):
+            raise ConfigError(
+                "target_policy", "uniform needs a Discrete action space in the dataset metadata"
+            )
+        return UniformRandomPolicy(action_space)
+    raise ConfigError(
+        "target_policy",
+        f"{spec!r} is unknown; use 'behaviour' (on-policy), 'uniform'"
+        + (", 'target' or a domain policy spec" if domain is not None else ""),
+    )
+
+
+def _spec_dim(spec: str, space: Any) -> int | None:
+    """The dimension a fourier/aggregation spec would build (before building it), else None."""
+    from gymnasium import spaces
+
+    name, _, arg = spec.strip().partition(":")
+    if not isinstance(space, spaces.Box) or len(space.shape) != 1:
+        return None
+    k = int(space.shape[0])
+    try:
+        values = [int(a) for a in arg.split(",")] if arg else []
+    except ValueError:
+        return None
+    if name.lower() == "fourier" and len(values) == 1 and values[0] >= 0:
+        return (values[0] + 1) ** k
+    if name.lower() == "aggregation" and values and all(v >= 1 for v in values):
+        return math.prod(values) if len(values) > 1 else values[0] ** k
+    return None
+
+
+def _check_dim(features: Any, spec: str | None) -> Any:
+    dim = int(getattr(features, "dim", 0) or 0)
+    if dim > MAX_FEATURES:
+        problem = f"has {dim:,} features, above the limit of {MAX_FEATURES:,}; choose a smaller "
+        if spec is None:
+            raise ValueError(f"the domain's features {problem}feature spec")
+        raise ConfigError("features", f"{spec} {problem}feature spec")
+    return features
+
+
+def _features(spec: str | None, env: str | None, domain: Any, space: Any) -> Any:
+    from privrl.rl.features import make_features
+
+    if spec is None:
+        if env is not None:
+            return _check_dim(domain.features, None)
+        raise ConfigError("features", "is required with --data (e.g. onehot, fourier:5)")
+    if env == "chain" and spec == "onehot":
+        return domain.features  # one-hot over the non-absorbing states (φ(absorbing) = 0)
+    if space is None:
+        raise ValueError(
+            "the dataset has no observation space in its metadata; cannot build "
+            "features from a spec"
+        )
+    dim = _spec_dim(spec, space)
+    if dim is not None and dim > MAX_FEATURES:
+        raise ConfigError(
+            "features",
+            f"{spec} would build {dim:,} features, above the limit of {MAX_FEATURES:,}; use a "
+            "lower order or fewer bins",
+        )
+    try:
+        feats = make_features(spec, space)
+    except ValueError as exc:
+        raise ConfigError("features", f"is invalid: {exc}") from exc
+    return _check_dim(feats, spec)
+
+
+def _refuse_inferred_spaces(meta: Any, data_path: Path) -> None:
+    """The features (hence the size of θ and of every release) and the target policy are built
+    from the dataset's spaces, so they must be public: a space `privrl data import` guessed
+    from the data (max index + 1, observed bounds) is not."""
+    from privrl.privacy.public import inferred_fields
+
+    inferred = [f for f in ("observation_space", "action_space") if f in inferred_fields(meta)]
+    if inferred:
+        raise ValueError(
+            f"{data_path}: the {' and '.join(inferred)} in its metadata were inferred from the "
+            "private data at import, so they cannot size the features or the releases; "
+            "re-import it with --observation-space and --action-space (public values)"
+        )
+
+
+def _source(value: Any, default: Any) -> Any:
+    """FLAG when the user's value differs from the option's default, else DEFAULT."""
+    from privrl.privacy.public import Source
+
+    return Source.DEFAULT if value == default else Source.FLAG
+
+
+def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int) -> Problem:
+    """The run's public side, from the config and (with --data) the file's header only."""
+    from privrl.privacy.public import Source
+
+    if (header is None) == (config.env is None):
+        raise ValueError("give exactly one of --data FILE or --env " + "|".join(ENVS))
+    problem = dict(header=header, config=config, seed=seed)
+    if config.env is not None:
+        env = config.env
+        domain = get_domain(env)
+        horizon = getattr(domain, "horizon", None)
+        if horizon is not None and config.trajectories * int(horizon) > MAX_SAMPLED_TRANSITIONS:
+            raise ConfigError(
+                "trajectories",
+                f"{config.trajectories} × the {env} horizon {horizon} could sample more than "
+                f"{MAX_SAMPLED_TRANSITIONS:,} transitions; use at most "
+                f"{MAX_SAMPLED_TRANSITIONS // int(horizon):,} trajectories",
+            )
+        action_space = getattr(domain, "action_space", None)
+        if action_space is None and getattr(domain, "n_actions", None):
+            from gymnasium import spaces
+
+            action_space = spaces.Discrete(int(domain.n_actions))
+        policy = _policy(domain, config.target_policy, action_space)
+        feats = _features(config.features, env, domain, domain.observation_space)
+        if config.gamma is None:
+            g = params.given("discount γ", float(domain.gamma), Source.DEFAULT, f"the {env} domain")
+        else:
+            g = params.given("discount γ", float(config.gamma), Source.FLAG, "--gamma")
+        m = params.given(
+            "trajectories m",
+            int(config.trajectories),
+            _source(config.trajectories, DEFAULT_TRAJECTORIES),
+            "--trajectories: sampled from the simulator",
+        )
+        return Problem(features=feats, gamma=g, target_policy=policy, domain=domain, m=m, **problem)
+    from privrl.data.dataset import DatasetError
+
+    meta = header.metadata
+    _refuse_inferred_spaces(meta, header.path)
+    policy = _policy(None, config.target_policy, meta.action_space)
+    feats = _features(config.features, None, None, meta.observation_space)
+    g = float(
+        params.resolve(
+            "discount γ",
+            flag=config.gamma,
+            metadata=meta,
+            key="discount",
+            fix="pass --gamma G (the discount of the evaluation)",
+        )
+    )
+    if header.n_episodes < 1:
+        raise DatasetError(f"{header.path} has no episodes")
+    m = params.given(
+        "trajectories m",
+        int(header.n_episodes),
+        Source.METADATA,
+        "the dataset header's episode count; replace-one neighbours have the same m, so it is "
+        "public",
+    )
+    return Problem(features=feats, gamma=g, target_policy=policy, domain=None, m=m, **problem)
+
+
+def check_ledger_relation(problem: Problem) -> None:
+    """A ledger kept for another unit or relation refuses these estimators (the guard would);
+    say how to make a ledger they can use. Reads the ledger only, not the episodes."""
+    from privrl.ope.baselines import RELATION, UNIT
+    from privrl.privacy.ledger import BudgetLedger
+
+    if problem.data_path is None:
+        return
+    ledger = BudgetLedger.for_dataset(problem.data_path)
+    if ledger is None or (ledger.unit is UNIT and ledger.relation is RELATION):
+        return
+    raise ValueError(
+        f"the ledger of {problem.data_path} accounts {ledger.unit.value} under "
+        f"{ledger.relation.value}, but these estimators protect one {UNIT.value} "
+        f"under {RELATION.value} only; evaluate on a dataset whose ledger was created "
+        "with --unit trajectory --relation replace_one"
+    )
+
+
+# ------------------------------------------------------------------------ shared run logic
+
+
+def _plot_theta(theta: np.ndarray) -> Callable[[Path], None]:
+    def draw(path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        ax.bar(np.arange(theta.size), theta)
+        ax.set_xlabel("feature")
+        ax.set_ylabel("θ")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+
+    return draw
+
+
+def ope_result(
+    problem: Problem,
+    theta: np.ndarray,
+    report: Any,
+    *,
+    metrics: dict[str, Any],
+    curve: list[dict[str, Any]] | None = None,
+) -> Result:
+    """The run's `Result`: metrics (the MSPBE when the model is known, ε, δ), the curve (else
+    θ), theta.npy and the plot. Only the report and post-processing of the released θ."""
+    metrics = dict(metrics)
+    system = problem.system()
+    if system is not None and "mspbe" not in metrics:
+        metrics = {"mspbe": float(system.mspbe(theta)), **metrics}
+        metrics["mspbe_source"] = system.info.get("source", "")
+    metrics["epsilon"] = report.epsilon
+    metrics["delta"] = report.delta
+    rows = curve if curve else [{"feature": i, "theta": float(t)} for i, t in enumerate(theta)]
+    plots: dict[str, Any]
+    if curve:
+        series = Series("gpope", [r["iteration"] for r in curve], [r["mspbe"] for r in curve])
+        plots = {
+            "mspbe": PlotSpec(
+                "mspbe", "GPOPE", "iteration", "MSPBE of θ_i", [series], logx=True, logy=True
+            )
+        }
+    else:
+        plots = {"theta": _plot_theta(theta)}
+    summary = []
+    if "mspbe" in metrics:
+        summary.append(f"MSPBE = {metrics['mspbe']:.4g} ({metrics.get('mspbe_source', '')})")
+    return Result(
+        metrics=metrics,
+        privacy=report,
+        curve=rows,
+        artifacts={"theta.npy": np.asarray(theta)},
+        plots=plots,
+        summary=summary,
+    )
+
+
+def _facts(ctx: RunContext) -> tuple[Any, Problem]:
+    """The plan's facts and its public problem, as `run` sees them."""
+    assert ctx.plan is not None
+    return ctx.plan.facts, ctx.plan.facts["problem"]
+
+
+class OpeSystem(System):
+    """The shared side of the four estimators: optional data, a seeded plan (the episodes are
+    sampled with --env from the run's seed) and `load`."""
+
+    data = "optional"
+    plan_uses_seed = True
+
+    def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
+        return plan.facts["problem"].load()
+
+    @staticmethod
+    def finish(problem: Problem, report: Any, algorithm: dict[str, Any], **facts: Any) -> Plan:
+        """The plan: the ledger's unit and relation checked, config.json = the problem's
+        public description + the estimator's public settings, `facts` for `run`."""
+        check_ledger_relation(problem)
+        public = {**problem.public_config(), **algorithm}
+        return Plan(report=report, public=public, facts={"problem": problem, **facts})
+
+    epsilon_label: ClassVar[str] = "ε"
+
+    def start(self, config: PrivateOpeConfig, header: Any | None, seed: int) -> tuple[Any, Problem]:
+        """PublicParameters with ε and δ, and the public problem."""
+        from privrl.privacy.public import PublicParameters, Source
+
+        params = PublicParameters()
+        params.given(self.epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
+        params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
+        return params, public_problem(config, header, params, seed)
+
+
+# ------------------------------------------------------------------------ gpope
+
+
+class Gpope(OpeSystem):
+    name = "gpope"
+    Config = GpopeConfig
+    epsilon_label = "ε (target)"
+    summary = (
+        "GPOPE (Xie et al. 2019): saddle-point GTD2 with per-trajectory clipped, noised gradients."
+    )
+
+    def plan(self, config: GpopeConfig, header: Any | None, *, seed: int = 0) -> Plan:
+        from privrl.ope.gpope import StepSize, calibrated_sigma, gpope_report, tune_on_public
+        from privrl.privacy.public import Source
+
+        if (
+            config.public_data is not None
+            and header is not None
+            and Path(config.public_data).samefile(header.path)
+        ):
+            raise ConfigError(
+                "public_data",
+                "is the --data file itself; tuning must use an independent PUBLIC dataset (or "
+                "give --clip and --step-size)",
+            )
+        params, problem = self.start(config, header, seed)
+        m = problem.m
+        if config.iterations is not None:
+            n_iter = params.given(
+                "iterations N", int(config.iterations), Source.FLAG, "--iterations"
+            )
+        else:
+            n_iter = params.derive("iterations N", 10 * m, "10·m")
+            if n_iter > MAX_ITERATIONS:
+                raise ValueError(
+                    f"the default N = 10·m = {n_iter:,} iterations exceeds the limit of "
+                    f"{MAX_ITERATIONS:,}; pass --iterations N"
+                )
+        n = int(problem.features.dim)
+        need = m * (2 * n * n + n) * 8
+        if need > MAX_STATS_BYTES:
+            raise ValueError(
+                f"GPOPE's per-trajectory statistics would need {need / 2**30:.1f} GiB "
+                f"(m·(2n²+n) numbers for m = {m:,} trajectories and n = {n} features), above the "
+                f"limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
+            )
+        needs_tuning = config.clip is None or config.step_size is None
+        if needs_tuning and config.public_data is None and problem.domain is None:
+            raise ValueError(
+                "with --data, give --clip and --step-size, or --public-data FILE to tune them "
+                "on (they must not be tuned on the private data)"
+            )
+        accounting = config.accounting
+        params.given("accounting", accounting, _source(accounting, "rigorous"), "--accounting")
+        sigma = calibrated_sigma(config.epsilon, config.delta, m, n_iter, accounting)
+        params.derive("noise σ (std / h)", sigma, f"calibrated for (ε, δ), m, N ({accounting})")
+        public: list[str] = []
+        notes: list[str] = []
+        tuned = None
+        if needs_tuning:
+            if config.public_data is not None:
+                from privrl.data.io import load_hdf5
+
+                pub = load_hdf5(config.public_data)
+                source = f"public dataset {Path(config.public_data).name}"
+            else:
+                pub = problem.domain.sample(
+                    problem.domain.behaviour_policy, m, seed=np.random.SeedSequence([seed, 2])
+                )
+                source = f"sampled from the {problem.env} simulator with an independent seed"
+            pub_stats = problem.stats(pub)
+            tuned = tune_on_public(
+                pub_stats,
+                problem.system(),
+                m=m,
+                epsilon=config.epsilon,
+                delta=config.delta,
+                iterations=n_iter,
+                accounting=accounting,
+                schedule=config.schedule,
+                k=config.k,
+                clip_quantile=config.clip_quantile,
+                seed=seed,
+                source=source,
+            )
+            public.append(tuned.report_line())
+        if config.clip is not None:
+            h = params.given("clip bound h", float(config.clip), Source.FLAG, "--clip")
+        else:
+            assert tuned is not None
+            h = params.given(
+                "clip bound h",
+                tuned.clip,
+                Source.PUBLIC_SPLIT,
+                f"{tuned.clip_quantile:.0%} quantile of ‖B_i‖ on a non-private run, {tuned.source}",
+            )
+        if config.step_size is not None:
+            lam = config.lambda_min
+            if config.schedule == "diminishing" and lam is None:
+                system = problem.system()
+                if system is None:
+                    raise ConfigError("schedule", "diminishing with --data needs --lambda-min")
+                lam = system.lambda_min_q()
+                notes.append(f"λ_min(Q) = {lam:.4g} from the public model")
+            step = StepSize(config.schedule, config.step_size, config.k, lam)
+            params.given("step size", step.describe(), Source.FLAG, "--step-size, --schedule, --k")
+        else:
+            assert tuned is not None
+            step = tuned.step
+            params.given(
+                "step size",
+                step.describe(),
+                Source.PUBLIC_SPLIT,
+                f"best mean MSPBE on {tuned.source}",
+            )
+        planned = gpope_report(
+            sigma=sigma,
+            clip=h,
+            m=m,
+            iterations=n_iter,
+            n=n,
+            delta=config.delta,
+            epsilon=config.epsilon,
+            accounting=accounting,
+            public=public,
+            notes=notes,
+        ).with_public_parameters(params)
+        # config.json: the settings `gpope` itself reports (GpopeResult.config), all public:
+        # functions of (ε, δ), m, N, h, the step and the feature dimension.
+        algorithm = {
+            "algorithm": "gpope",
+            "iterations": int(n_iter),
+            "clip": h,
+            "sigma": sigma,
+            "noise_std": h * sigma,
+            "step": step.to_dict(),
+            "accounting": accounting,
+            "epsilon_target": config.epsilon,
+            "delta": config.delta,
+            "m": m,
+            "n_features": n,
+            "normalisation": "length",
+        }
+        facts = dict(params=params, n_iter=n_iter, h=h, step=step, public=public, notes=notes)
+        return self.finish(problem, planned, algorithm, tuned=tuned, **facts)
+
+    def run(
+        self, config: GpopeConfig, data: Any, rng: np.random.Generator, ctx: RunContext
+    ) -> Result:
+        from privrl.ope.gpope import gpope
+
+        f, problem = _facts(ctx)
+        stats = problem.stats(data)
+        result = gpope(
+            stats,
+            epsilon=config.epsilon,
+            delta=config.delta,
+            iterations=f["n_iter"],
+            clip=f["h"],
+            step=f["step"],
+            accounting=config.accounting,
+            seed=np.random.default_rng([ctx.seed, 3]),
+            public=f["public"],
+            notes=f["notes"],
+        )
+        report = result.report.with_public_parameters(f["params"])
+        curve = None
+        system = problem.system()
+        if system is not None:
+            values = np.asarray(system.mspbe(result.theta_history))
+            curve = [
+                {"iteration": int(i), "mspbe": float(v)}
+                for i, v in zip(result.record_at, values, strict=True)
+            ]
+        metrics: dict[str, Any] = {
+            "sigma": result.sigma,  # public: a function of (ε, δ, m, N)
+            "noise_std": result.noise_std,
+            "clip": f["h"],
+            "iterations": f["n_iter"],
+        }
+        tuned = f["tuned"]
+        if tuned is not None:
+            metrics["public_clipped_fraction"] = tuned.clipped_fraction
+            metrics["public_clipped_fraction_note"] = (
+                "fraction of clipped steps on the PUBLIC tuning run, not on the private data"
+            )
+        return ope_result(problem, result.theta, report, metrics=metrics, curve=curve)
+
+
+# ------------------------------------------------------------------------ baselines
+
+
+def _check_states(S: int, aggregation: int | None) -> None:
+    if S > MAX_TABULAR_STATES:
+        problem = (
+            f"gives {S:,} tabular states, above the limit of {MAX_TABULAR_STATES:,} "
+            "for DP-LSW/DP-LSL; use fewer --aggregation bins"
+        )
+        if aggregation is None:
+            raise ValueError(f"the observation space {problem}")
+        raise ConfigError("aggregation", f"{aggregation} {problem}")
+
+
+def tabular_view(problem: Problem, aggregation: int) -> tuple[Any, np.ndarray, Any, str]:
+    """(state_index, Φ, value-feature map, note) for the output-perturbation baselines,
+    built from public information only (the observation space, the domain)."""
+    from gymnasium import spaces
+
+    from privrl.rl.features import StateAggregation, make_features
+
+    space = problem.observation_space
+    if problem.env == "chain":
+        S = problem.domain.mdp.n_states
+        Phi = np.eye(S)[:, : S - 1]  # one-hot over the non-absorbing states
+        return (lambda o: np.asarray(o).reshape(-1).astype(np.int64)), Phi, problem.features, ""
+    if isinstance(space, spaces.Discrete):
+        S, start = int(space.n), int(space.start)
+        _check_states(S, None)
+        return (
+            (lambda o: np.asarray(o).reshape(-1).astype(np.int64) - start),
+            np.eye(S),
+            make_features("onehot", spaces.Discrete(S)),
+            "",
+        )
+    if space is None:
+        raise ValueError("the dataset has no observation space in its metadata")
+    dim = _spec_dim(f"aggregation:{aggregation}", space)
+    if dim is not None:
+        _check_states(dim, aggregation)
+    try:
+        agg = make_features(f"aggregation:{aggregation}", space)
+    except ValueError as exc:
+        raise ConfigError("aggregation", f"is invalid here: {exc}") from exc
+    assert isinstance(agg, StateAggregation)
+    _check_states(agg.dim, aggregation)
+    note = (
+        f"APPROXIMATE: tabular first-visit MC on a {aggregation}-bin state aggregation of a "
+        "continuous state (not Markov); MSPBE scored in the run's features"
+    )
+    return agg.cell, np.eye(agg.dim), agg, note
+
+
+def _reward_bounds(config: BaselineConfig, problem: Problem, params: Any) -> tuple[float, float]:
+    """The public interval [L, L + R] every reward is clipped into, R and L resolved publicly."""
+    fix = (
+        "pass --reward-range R (the width of the public interval [--reward-min, "
+        "--reward-min + R] that holds every reward)"
+    )
+    domain_r = getattr(problem.domain, "r_max", None)
+    default_r: dict[str, Any] = {} if domain_r is None else {"default": float(domain_r)}
+    R = float(
+        params.resolve(
+            "reward range R",
+            flag=config.reward_range,
+            metadata=problem.metadata,
+            key="reward_range",
+            fix=fix,
+            **default_r,
+        )
+    )
+    if not (math.isfinite(R) and R > 0):
+        raise ValueError(f"the reward range must be a finite number > 0, got {R}; {fix}")
+    lo = float(
+        params.resolve(
+            "reward lower bound",
+            flag=config.reward_min,
+            metadata=problem.metadata,
+            key="reward_min",
+            default=0.0,
+            fix="pass --reward-min",
+            detail="rewards are clipped into [lower bound, lower bound + R]",
+        )
+    )
+    if not math.isfinite(lo):
+        raise ValueError(f"the reward lower bound must be finite, got {lo}; pass --reward-min")
+    if problem.gamma >= 1.0:
+        raise ValueError(
+            f"{config.system} bounds a first-visit return by R/(1−γ), which needs γ < 1, but "
+            f"γ = {problem.gamma:g}; pass --gamma below 1 (γ = 1 with a public horizon is not "
+            "supported yet)"
+        )
+    bounds = (lo, lo + R)
+    if not (math.isfinite(bounds[1]) and bounds[1] > lo):
+        raise ValueError(
+            f"the reward interval [{lo:g}, {lo:g} + {R:g}] is not representable; use a smaller "
+            "--reward-range or --reward-min"
+        )
+    return bounds
+
+
+class _Baseline(OpeSystem):
+    """DP-LSW and DP-LSL: the same plan and run; the estimator differs (`which`)."""
+
+    def plan(self, config: BaselineConfig, header: Any | None, *, seed: int = 0) -> Plan:
+        from privrl.ope.baselines import plan_dp_lsl, plan_dp_lsw, return_range
+        from privrl.privacy.public import Source
+
+        params, problem = self.start(config, header, seed)
+        bounds = _reward_bounds(config, problem, params)
+        try:
+            W = return_range(bounds, problem.gamma)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; use a smaller --reward-range or --reward-min") from exc
+        params.derive(
+            "return range",
+            W,
+            "width of the interval holding every return-to-go of rewards in "
+            f"[{bounds[0]:g}, {bounds[1]:g}] at γ",
+        )
+        state_index, Phi, value_features, note = tabular_view(problem, config.aggregation)
+        S = Phi.shape[0]
+        rho = np.full(S, 1.0 / S)
+        rho_source = "uniform over the states"
+        if problem.env == "chain":
+            rho = problem.domain.mdp.start_distribution
+            rho_source = "the chain's start distribution"
+        params.given("state weights ρ", rho_source, Source.DEFAULT, "data-independent (Γ = diag ρ)")
+        notes = tuple(
+            x
+            for x in (
+                note,
+                f"ρ: {rho_source}",
+                f"rewards clipped to the public interval [{bounds[0]:g}, {bounds[1]:g}] before "
+                "the first-visit returns are computed",
+            )
+            if x
+        )
+        budget = dict(epsilon=config.epsilon, delta=config.delta, return_range=W)
+        if isinstance(config, DpLslConfig):
+            c = config.c
+            c_val = params.given(
+                "c (λ = c·m^0.4)",
+                1.0 if c is None else float(c),
+                Source.DEFAULT if c is None else Source.FLAG,
+                "--c",
+            )
+            sens = plan_dp_lsl(Phi, rho, problem.m, c=c_val, **budget)
+            params.derive("ridge λ", sens.lam, "c·m^0.4")
+        else:
+            sens = plan_dp_lsw(Phi, rho, problem.m, **budget)
+        params.derive("smooth-sensitivity α", sens.alpha, "5√(2 ln(2/δ))/ε")
+        params.derive("smooth-sensitivity β", sens.beta, "ε/(4(n + ln(2/δ)))")
+        planned = sens.report(notes).with_public_parameters(params)
+        algorithm = {**sens.config(), "reward_bounds": list(bounds)}
+        if note:
+            algorithm["aggregation"] = config.aggregation
+        view = dict(state_index=state_index, Phi=Phi, rho=rho, value_features=value_features)
+        facts = dict(params=params, bounds=bounds, W=W, notes=notes, lam=sens.lam)
+        return self.finish(problem, planned, algorithm, **view, **facts)
+
+    def run(
+        self, config: BaselineConfig, data: Any, rng: np.random.Generator, ctx: RunContext
+    ) -> Result:
+        from privrl.ope.baselines import dp_lsl, dp_lsw, first_visit_returns
+        from privrl.ope.mspbe import LinearSystem, model_system
+
+        f, problem = _facts(ctx)
+        Phi, rho = f["Phi"], f["rho"]
+        fv = first_visit_returns(
+            data, f["state_index"], Phi.shape[0], problem.gamma, reward_bounds=f["bounds"]
+        )
+        common = dict(
+            epsilon=config.epsilon,
+            delta=config.delta,
+            return_range=f["W"],
+            rng=np.random.default_rng([ctx.seed, 4]),
+            notes=f["notes"],
+        )
+        if isinstance(config, DpLslConfig):
+            res = dp_lsl(fv, Phi, rho, lam=f["lam"], **common)
+        else:
+            res = dp_lsw(fv, Phi, rho, **common)
+        # res.private_sigma and res.theta_nonprivate are data-dependent: never published.
+        report = res.report.with_public_parameters(f["params"])
+        metrics: dict[str, Any] = {}
+        value_features = f["value_features"]
+        if problem.domain is not None and value_features is not problem.features:
+            cross = model_system(
+                problem.domain,
+                target_policy=None,
+                features=problem.features,
+                value_features=value_features,
+            )
+            metrics["mspbe"] = float(LinearSystem(cross.A, cross.b, cross.C).mspbe(res.theta))
+            metrics["mspbe_source"] = cross.info.get("source", "")
+            metrics["mspbe_note"] = "value function in aggregation features, MSPBE in run features"
+        return ope_result(problem, res.theta, report, metrics=metrics)
+
+
+class DpLsw(_Baseline):
+    name = "dp-lsw"
+    Config = DpLswConfig
+    summary = (
+        'DP-LSW (Balle et al. 2016, "V1"): on-policy first-visit MC least squares + smooth-'
+        "sensitivity Gaussian noise."
+    )
+
+
+class DpLsl(_Baseline):
+    name = "dp-lsl"
+    Config = DpLslConfig
+    summary = (
+        'DP-LSL (Balle et al. 2016, "V2"): ridge version of DP-LSW with data-dependent weights.'
+    )
+
+
+# ------------------------------------------------------------------------ lstd
+
+
+class Lstd(OpeSystem):
+    name = "lstd"
+    Config = LstdConfig
+    summary = "Non-private LSTD(0) (off-policy with per-step ρ) — a reference, NOT private."
+
+    def plan(self, config: LstdConfig, header: Any | None, *, seed: int = 0) -> Plan:
+        from privrl.ope.baselines import RELATION, UNIT
+        from privrl.privacy.public import PublicParameters
+        from privrl.privacy.report import PrivacyReport
+
+        params = PublicParameters()
+        problem = public_problem(config, header, params, seed)
+        report = PrivacyReport.non_private(
+            UNIT, RELATION, system="lstd", notes=["non-private reference (LSTD(0))"]
+        ).with_public_parameters(params)
+        # A dataset with a ledger refuses a non-private run, before its episodes are read.
+        return self.finish(problem, report, {"algorithm": "lstd", "weighting": config.weighting})
+
+    def run(
+        self, config: LstdConfig, data: Any, rng: np.random.Generator, ctx: RunContext
+    ) -> Result:
+        from privrl.ope.lstd import lstd
+
+        assert ctx.plan is not None
+        problem: Problem = ctx.plan.facts["problem"]
+        theta = lstd(
+            data,
+            problem.features,
+            problem.gamma,
+            target_policy=problem.target_policy,
+            weighting=config.weighting,
+        )
+        return ope_result(problem, theta, ctx.plan.report, metrics={})
