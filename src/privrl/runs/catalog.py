@@ -7,6 +7,10 @@ from privrl.runs import registry
 # One line per system: name -> "module:SystemClass".
 SHIPPED: dict[str, str] = {}
 
+# expert-level offline RL (Sharma et al.): privrl train expert-dp | dp-sgd
+SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"
+SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"
+
 
 def load() -> None:
     """Register every shipped system (idempotent)."""

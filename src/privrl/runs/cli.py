@@ -38,15 +38,19 @@ def add_command(
     help: str | None = None,
     data_help: str | None = None,
     epilog: str | None = None,
+    out_default: Path | None = None,
 ) -> None:
-    """Register the generated command of `system_name` on `app`."""
+    """Register the generated command of `system_name` on `app` (`out_default`: a default
+    run directory, for commands whose --out was optional before the run layer)."""
     system = registry.get(system_name)
-    command = make_command(system_name, data_help=data_help)
+    command = make_command(system_name, data_help=data_help, out_default=out_default)
     command.__doc__ = help or system.summary
     app.command(name or system.name, no_args_is_help=True, epilog=epilog)(command)
 
 
-def make_command(system_name: str, *, data_help: str | None = None) -> Any:
+def make_command(
+    system_name: str, *, data_help: str | None = None, out_default: Path | None = None
+) -> Any:
     """A typer-ready function whose options are the config's fields plus --data/--out/--seed."""
     system = registry.get(system_name)
     config_cls = system.Config
@@ -61,7 +65,14 @@ def make_command(system_name: str, *, data_help: str | None = None) -> Any:
         )
     params.append(
         _param(
-            "out", Path, typer.Option(..., RUN_OPTIONS["out"][0], "-o", help=RUN_OPTIONS["out"][1])
+            "out",
+            Path,
+            typer.Option(
+                ... if out_default is None else out_default,
+                RUN_OPTIONS["out"][0],
+                "-o",
+                help=RUN_OPTIONS["out"][1],
+            ),
         )
     )
     params.append(
@@ -116,7 +127,7 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
 
 def _flag(fields: dict[str, dataclasses.Field[Any]], key: str) -> str:
     if key in fields:
-        return flags_of(fields[key])[0]
+        return flags_of(fields[key])[0].split("/")[0]
     if key in RUN_OPTIONS:
         return RUN_OPTIONS[key][0]
     return key
@@ -139,7 +150,9 @@ def _parameter(f: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
         default = f.default_factory()  # type: ignore[misc]
     cli_type, shown = _cli_type(hint)
     flags = list(flags_of(f))
-    if cli_type is bool:
+    if cli_type is bool and not any("/" in flag for flag in flags):
+        # (flags spelled in click's "--on/--off" form, or "--switch/" for a switch with no
+        # negative, are kept as given)
         long = flags[0].removeprefix("--")
         flags = [f"--{long}/--no-{long}", *flags[1:]]
     text = f.metadata.get("help", "")

@@ -204,7 +204,7 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
             raise ConfigError(key, f"must be a number, not {value!r}")
         value = float(value)
         if math.isnan(value):
-            raise ConfigError(key, "must be a number, not nan")
+            raise ConfigError(key, "must be a finite number, not nan")
         return value
     if hint is str:
         if not isinstance(value, str):
