@@ -216,3 +216,13 @@ def test_a_bad_value_in_a_file_is_refused_like_the_flag(
     assert toml_err.startswith("error:") and f"{key} " in toml_err and problem in toml_err
     assert len(cli_err.splitlines()) == len(toml_err.splitlines()) == 1
     assert not cli_out.exists() and not toml_out.exists()
+
+
+@pytest.mark.parametrize("system", ["expert-dp", "dp-sgd"])
+def test_old_command_lines_keep_their_out_default(system, capsys) -> None:
+    """--out stays optional on these commands (default runs/<command>, as before the run
+    layer); switches stay single flags (--no-eval, --non-private), with no --no-no-eval."""
+    assert main(["train", system, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"[default: runs/{system}]" in text
+    assert "--no-eval" in text and "--no-no-eval" not in text

@@ -403,7 +403,7 @@ def _noise_params(config: ExpertConfig, common: _Common) -> tuple[float, float]:
     return z, c
 
 
-def _public(config: ExpertConfig, common: _Common, command: str) -> dict[str, Any]:
+def _public(common: _Common, command: str) -> dict[str, Any]:
     """config.json beyond the config: the command and the resolved public values."""
     return {
         "command": command,
@@ -647,7 +647,7 @@ class ExpertDp(System):
             else planned_spend(epsilon, delta, system)
         )
         public = {
-            **_public(config, common, "privrl train expert-dp"),
+            **_public(common, "privrl train expert-dp"),
             "experts": str(experts),
             "n_experts": m,
             "epsilon": epsilon,
@@ -817,7 +817,7 @@ class DpSgd(System):
                 else planned_spend(epsilon, delta, system)
             )
         public = {
-            **_public(config, common, "privrl train dp-sgd"),
+            **_public(common, "privrl train dp-sgd"),
             "epsilon": epsilon,
             "delta": delta,
             "n_experts": m,
