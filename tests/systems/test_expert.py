@@ -5,6 +5,7 @@ as from a flag."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +189,9 @@ BAD = [  # (system, the bad setting, the other settings, the problem)
     ("expert-dp", {"p": 1.5}, {"epsilon": 10.0}, "must be in [0, 1], got 1.5"),
     ("expert-dp", {"filter_calibration": "loose"}, {"epsilon": 10.0}, "must be one of paper"),
     ("expert-dp", {"p_min": 0.6}, {"epsilon": 10.0}, "must be in (0, 0.5], got 0.6"),
+    # a NaN reaches the setting's own check (TOML and the command line both parse "nan")
+    ("expert-dp", {"p": math.nan}, {"epsilon": 10.0}, "must be in [0, 1], got nan"),
+    ("dp-sgd", {"reference_return": math.nan}, {"epsilon": 1.0}, "must be finite, got nan"),
 ]
 
 

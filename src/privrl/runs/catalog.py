@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from privrl.runs import registry
 
-# One line per system: name -> "module:SystemClass".
+# One line per system: name -> "module:SystemClass". One block per family.
 SHIPPED: dict[str, str] = {}
 
-# expert-level offline RL (Sharma et al.): privrl train expert-dp | dp-sgd
+# offline RL, tabular and linear MDPs (privrl train dp-apvi | apvi | dp-vapvi | vapvi | pevi)
+SHIPPED["dp-apvi"] = "privrl.systems.tabular:DpApviSystem"
+SHIPPED["apvi"] = "privrl.systems.tabular:ApviSystem"
+SHIPPED["dp-vapvi"] = "privrl.systems.linear:DpVapviSystem"
+SHIPPED["vapvi"] = "privrl.systems.linear:VapviSystem"
+SHIPPED["pevi"] = "privrl.systems.linear:PeviSystem"
+
+# online episodic RL, one user per episode (privrl online sdp-pe | pe | ucbvi | dp-ucbvi)
+SHIPPED["sdp-pe"] = "privrl.systems.online:SdpPeSystem"
+SHIPPED["pe"] = "privrl.systems.online:PeSystem"
+SHIPPED["ucbvi"] = "privrl.systems.online:UcbviSystem"
+SHIPPED["dp-ucbvi"] = "privrl.systems.online:DpUcbviSystem"
+
+# expert-level offline RL, Sharma et al. (privrl train expert-dp | dp-sgd)
 SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"
 SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"
 

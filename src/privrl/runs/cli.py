@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args, get_origin
 import typer
 
 from privrl.runs import registry
-from privrl.runs.config import ConfigError, RunConfig, coerce, flags_of
+from privrl.runs.config import ConfigError, RunConfig, allows_nan, coerce, flags_of
 from privrl.runs.layer import RunSpec, execute
 
 RUN_OPTIONS = {
@@ -41,7 +41,7 @@ def add_command(
     out_default: Path | None = None,
 ) -> None:
     """Register the generated command of `system_name` on `app` (`out_default`: a default
-    run directory, for commands whose --out was optional before the run layer)."""
+    --out for commands that had one before the run layer; otherwise --out is required)."""
     system = registry.get(system_name)
     command = make_command(system_name, data_help=data_help, out_default=out_default)
     command.__doc__ = help or system.summary
@@ -112,7 +112,7 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
     try:
         for key, value in kwargs.items():
             if key in fields:
-                values[key] = _from_cli(value, hints[key], key)
+                values[key] = _from_cli(value, hints[key], key, allow_nan=allows_nan(fields[key]))
         config = config_cls(**values)
     except ConfigError as exc:
         raise CliError(exc.message_for(_flag(fields, exc.key))) from None
@@ -185,7 +185,7 @@ def _cli_type(hint: Any) -> tuple[Any, str]:
     return str, ""
 
 
-def _from_cli(value: Any, hint: Any, key: str) -> Any:
+def _from_cli(value: Any, hint: Any, key: str, *, allow_nan: bool = False) -> Any:
     """A parsed option value as the field's type (comma lists become tuples)."""
     if value is None:
         return None
@@ -204,4 +204,4 @@ def _from_cli(value: Any, hint: Any, key: str) -> Any:
                     key, f"must be a comma-separated list of {item.__name__}s, not {value!r}"
                 ) from None
         return coerce(parsed, inner, key)
-    return coerce(value, hint, key)
+    return coerce(value, hint, key, allow_nan=allow_nan)

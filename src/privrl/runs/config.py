@@ -54,13 +54,18 @@ def option(
     metavar: str | None = None,
     cli: bool = True,
     default_factory: Any = REQUIRED,
+    allow_nan: bool = False,
 ) -> Any:
     """A config field with its command-line flag(s) and help text.
 
     `flags` defaults to `--field-name`; the first flag names the field in error messages on the
     command line. `cli=False` keeps a field out of the generated command (config files only).
+    `allow_nan=True` lets a NaN reach `validate`, which refuses it with the field's own range
+    message (by default a NaN is refused on conversion as "not a number").
     """
     meta = {"flags": tuple(flags), "help": help, "metavar": metavar, "cli": cli}
+    if allow_nan:
+        meta["allow_nan"] = True
     if default_factory is not REQUIRED:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     # A required field defaults to `...` (so it may follow fields with defaults) and is
@@ -120,7 +125,9 @@ class RunConfig:
                 f"is not a setting of {cls.system or cls.__name__} (known: {', '.join(known)})",
             )
         hints = typing.get_type_hints(cls)
-        values = {k: coerce(v, hints[k], k) for k, v in data.items()}
+        values = {
+            k: coerce(v, hints[k], k, allow_nan=allows_nan(known[k])) for k, v in data.items()
+        }
         return cls(**values)
 
     def replace(self, **changes: Any) -> Self:
@@ -133,6 +140,11 @@ class RunConfig:
     @classmethod
     def field_map(cls) -> dict[str, dataclasses.Field[Any]]:
         return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def allows_nan(f: dataclasses.Field[Any]) -> bool:
+    """Whether the field lets a NaN through conversion (see `option`)."""
+    return bool(f.metadata.get("allow_nan", False))
 
 
 def fingerprint(value: Any) -> str:
@@ -155,8 +167,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def coerce(value: Any, hint: Any, key: str) -> Any:
-    """`value` as the type `hint` (bool, int, float, str, Path, Literal, Optional, tuple)."""
+def coerce(value: Any, hint: Any, key: str, *, allow_nan: bool = False) -> Any:
+    """`value` as the type `hint` (bool, int, float, str, Path, Literal, Optional, tuple);
+    `allow_nan` keeps a float NaN (for a `validate` that refuses it with its own message)."""
     origin = get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = get_args(hint)
@@ -167,7 +180,7 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return coerce(value, arg, key)
+                return coerce(value, arg, key, allow_nan=allow_nan)
             except ConfigError as exc:
                 errors.append(exc.problem)
         raise ConfigError(key, errors[0] if errors else f"cannot be {value!r}")
@@ -203,8 +216,8 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
                     pass
             raise ConfigError(key, f"must be a number, not {value!r}")
         value = float(value)
-        if math.isnan(value):
-            raise ConfigError(key, "must be a finite number, not nan")
+        if math.isnan(value) and not allow_nan:
+            raise ConfigError(key, "must be a number, not nan")
         return value
     if hint is str:
         if not isinstance(value, str):

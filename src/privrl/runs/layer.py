@@ -37,6 +37,9 @@ from privrl.runs.plots import draw
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, System
 
 RESERVED = ("system", "data", "out", "seed")
+# A value of `Plan.public` that removes the spec's key of that name from config.json (for a
+# system that publishes it elsewhere, e.g. the dataset path inside a "source" record).
+OMIT: Any = type("Omit", (), {"__repr__": lambda self: "OMIT"})()
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def config_json(spec: RunSpec, plan: Plan) -> dict[str, Any]:
-    """config.json: the spec, then the plan's public values (resolved before the data)."""
-    return {**spec.to_dict(), **dict(plan.public)}
+    """config.json: the spec, then the plan's public values (resolved before the data); a
+    public value `OMIT` drops the key."""
+    merged = {**spec.to_dict(), **dict(plan.public)}
+    return {key: value for key, value in merged.items() if value is not OMIT}
 
 
 def execute(
@@ -163,6 +168,8 @@ def _check_data_use(system: System, data: Path | None) -> None:
         raise ConfigError("data", f"is required: {system.name} learns from a dataset file")
     if system.data == "none" and data is not None:
         raise ConfigError("data", f"is not used by {system.name} (it interacts with a simulator)")
+    if data is not None and Path(data).is_dir():
+        raise ConfigError("data", f"{data} is a directory; give the dataset file (.h5)")
     if data is not None and not Path(data).is_file():
         raise ConfigError("data", f"file not found: {data}")
 

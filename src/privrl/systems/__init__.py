@@ -1,1 +1,1 @@
-"""Every system as a typed config plus plan/load/run on the run layer (`privrl.runs`)."""
+"""The systems privrl ships on the run layer: one typed config and one `System` per command."""

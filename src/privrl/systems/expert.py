@@ -97,9 +97,11 @@ class ExpertConfig(RunConfig):
     """Settings shared by `expert-dp` and `dp-sgd` (learner, DP-SGD, evaluation, score)."""
 
     algo: Literal["cql", "bcq"] = option("cql", "--algo", help="Offline RL learner: cql or bcq.")
-    epsilon: float | None = option(None, "--epsilon", help="Total privacy budget ε of the run.")
+    epsilon: float | None = option(
+        None, "--epsilon", help="Total privacy budget ε of the run.", allow_nan=True
+    )
     delta: float | None = option(
-        None, "--delta", help="δ of the run (default 1/m, m = number of experts)."
+        None, "--delta", help="δ of the run (default 1/m, m = number of experts).", allow_nan=True
     )
     n_experts: int | None = option(
         None,
@@ -128,11 +130,17 @@ class ExpertConfig(RunConfig):
         "--noise-multiplier",
         "-z",
         help=f"DP-SGD noise multiplier σ (noise std / C; default {DEFAULT_NOISE:g}).",
+        allow_nan=True,
     )
     clip_norm: float | None = option(
-        None, "--clip-norm", help=f"Per-expert gradient clipping norm C (default {DEFAULT_CLIP:g})."
+        None,
+        "--clip-norm",
+        help=f"Per-expert gradient clipping norm C (default {DEFAULT_CLIP:g}).",
+        allow_nan=True,
     )
-    lr: float | None = option(None, "--lr", help="Adam learning rate (default 3e-4).")
+    lr: float | None = option(
+        None, "--lr", help="Adam learning rate (default 3e-4).", allow_nan=True
+    )
     steps_cap: int | None = option(
         None,
         "--steps-cap",
@@ -162,12 +170,16 @@ class ExpertConfig(RunConfig):
         ),
     )
     reference_return: float | None = option(
-        None, "--reference-return", help="R_np of the normalised score, given as a number."
+        None,
+        "--reference-return",
+        help="R_np of the normalised score, given as a number.",
+        allow_nan=True,  # refused by validate as "must be finite"
     )
     random_return: float | None = option(
         None,
         "--random-return",
         help="R_rand of the normalised score (default: the dataset's recorded random return).",
+        allow_nan=True,
     )
 
     def validate(self) -> None:
@@ -212,14 +224,19 @@ class ExpertDpConfig(ExpertConfig):
     (ε2, δ2, private-step probability p)."""
 
     system = "expert-dp"
-    epsilon: float = option(..., "--epsilon", help="Total privacy budget ε of the run.")
+    epsilon: float = option(
+        ..., "--epsilon", help="Total privacy budget ε of the run.", allow_nan=True
+    )
     experts: Path | None = option(  # noqa: RUF009 - option() returns a field
         None,
         "--experts",
         help="Expert set (directory) of the data (default: the dataset's extra['experts_dir']).",
     )
     p: float | None = option(
-        None, "--p", help="Probability of a private step on D_unst (default CQL 0.8, BCQ 0.5)."
+        None,
+        "--p",
+        help="Probability of a private step on D_unst (default CQL 0.8, BCQ 0.5).",
+        allow_nan=True,
     )
     filter_rounds: int | None = option(
         None,
@@ -239,6 +256,7 @@ class ExpertDpConfig(ExpertConfig):
         None,
         "--p-min",
         help=f"Smallest action probability of experts (default {DEFAULT_P_MIN:g}).",
+        allow_nan=True,
     )
     filter_calibration: Literal["paper", "tight", "pld"] = option(
         "paper",
@@ -249,7 +267,10 @@ class ExpertDpConfig(ExpertConfig):
         ),
     )
     filter_below: float = option(
-        5.0, "--filter-below", help="Skip the filter (ε1 = 0) when ε is below this."
+        5.0,
+        "--filter-below",
+        help="Skip the filter (ε1 = 0) when ε is below this.",
+        allow_nan=True,  # refused by validate as "must be finite"
     )
     eps1_fraction: float = option(0.75, "--eps1-fraction", help="ε1 / ε (filter).")
     eps2_fraction: float | None = option(
@@ -298,7 +319,10 @@ class DpSgdConfig(ExpertConfig):
 
     system = "dp-sgd"
     epsilon: float | None = option(
-        None, "--epsilon", help="Privacy budget ε of the run (not with --non-private)."
+        None,
+        "--epsilon",
+        help="Privacy budget ε of the run (not with --non-private).",
+        allow_nan=True,
     )
     sampling: Literal["poisson", "shuffle"] = option(
         "poisson",
@@ -452,6 +476,15 @@ def _learner(config: ExpertConfig, common: _Common, obs_dim: int, seed: int) -> 
         seed=seed,
         obs_transform=_obs_transform(common.meta.env_id),
     )
+
+
+def _begin(config: ExpertConfig, data: _Loaded, ctx: RunContext) -> tuple[Any, _Common, Any, Any]:
+    """What `run` starts from: the plan's facts, their common part, the public values, and a
+    fresh learner for the data's observations."""
+    assert ctx.plan is not None
+    common: _Common = ctx.plan.facts["common"]
+    learner = _learner(config, common, data.obs_dim, ctx.seed)
+    return ctx.plan.facts, common, ctx.plan.public, learner
 
 
 def _obs_transform(env_id: str | None) -> Any:
@@ -715,11 +748,7 @@ class ExpertDp(System):
     def run(self, config: ExpertDpConfig, data: _Loaded, rng: Any, ctx: RunContext) -> Result:
         from privrl.expert.selective import train_expert_dp
 
-        assert ctx.plan is not None
-        f = ctx.plan.facts
-        common: _Common = f["common"]
-        public = ctx.plan.public
-        learner = _learner(config, common, data.obs_dim, ctx.seed)
+        f, common, public, learner = _begin(config, data, ctx)
         result = train_expert_dp(
             learner,
             data.dataset,
@@ -859,11 +888,7 @@ class DpSgd(System):
     def run(self, config: DpSgdConfig, data: _Loaded, rng: Any, ctx: RunContext) -> Result:
         from privrl.expert.dpsgd import expert_dp_sgd
 
-        assert ctx.plan is not None
-        f = ctx.plan.facts
-        common: _Common = f["common"]
-        public = ctx.plan.public
-        learner = _learner(config, common, data.obs_dim, ctx.seed)
+        f, common, public, learner = _begin(config, data, ctx)
         z, c = public["noise_multiplier"], public["clip_norm"]
         result = expert_dp_sgd(
             learner,
