@@ -20,6 +20,10 @@ SHIPPED["pe"] = "privrl.systems.online:PeSystem"
 SHIPPED["ucbvi"] = "privrl.systems.online:UcbviSystem"
 SHIPPED["dp-ucbvi"] = "privrl.systems.online:DpUcbviSystem"
 
+# model-based offline RL on control tasks (privrl train mopo | primorl; MOPO is non-private)
+SHIPPED["mopo"] = "privrl.systems.mopo:MopoSystem"
+SHIPPED["primorl"] = "privrl.systems.primorl:PrimorlSystem"
+
 # expert-level offline RL, Sharma et al. (privrl train expert-dp | dp-sgd)
 SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"
 SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"

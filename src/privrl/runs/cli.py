@@ -78,7 +78,20 @@ def make_command(
     params.append(
         _param("seed", int, typer.Option(0, RUN_OPTIONS["seed"][0], help=RUN_OPTIONS["seed"][1]))
     )
-    if system.resumable:
+    if system.resumable and system.auto_resume:
+        params.append(
+            _param(
+                "resume",
+                bool,
+                typer.Option(
+                    False,
+                    "--resume",
+                    help="Insist on continuing the checkpoint in --out (an error if there is "
+                    "none); a rerun with the same settings and --out resumes anyway.",
+                ),
+            )
+        )
+    elif system.resumable:
         params.append(
             _param(
                 "resume",

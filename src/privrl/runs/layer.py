@@ -145,10 +145,11 @@ def execute(
     with _progress(quiet, progress) as report_progress:
         ctx = RunContext(
             progress=report_progress,
-            checkpoint_dir=out / "checkpoint" if system.resumable else None,
+            checkpoint_dir=out / system.checkpoint_subdir if system.resumable else None,
             resume=resume,
             seed=spec.seed,
             plan=plan,
+            notice=(lambda text: None) if quiet else _notice,
         )
         with ledger_guard(spec.data, plan.report, label=system.name, out=out) as reports:
             rng = np.random.default_rng(spec.seed)
@@ -158,9 +159,16 @@ def execute(
                 result.privacy.public_parameters = list(plan.report.public_parameters)
             write_run(out, config_json(spec, plan), result)
             reports.append(result.privacy)
+    if ctx.checkpoint_dir is not None:
+        for name in result.discard:  # recorded: the state kept for a resume is done with
+            (ctx.checkpoint_dir / name).unlink(missing_ok=True)
     if not quiet:
         print_summary(out, result)
     return result
+
+
+def _notice(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def _check_data_use(system: System, data: Path | None) -> None:

@@ -97,6 +97,10 @@ class Result:
     artifacts: dict[str, Artifact] = field(default_factory=dict)
     plots: dict[str, Plot] = field(default_factory=dict)
     summary: list[str] = field(default_factory=list)
+    discard: list[str] = field(default_factory=list)
+    """Checkpoint files (names under `RunContext.checkpoint_dir`) the layer deletes once the
+    run directory is written and the ledger has recorded the spend (e.g. a pending release
+    kept until then so that a crash before the record can resume without a second spend)."""
 
 
 @dataclass
@@ -109,6 +113,8 @@ class RunContext:
         resume: whether to continue from the state in `checkpoint_dir`.
         seed: the run's seed (for systems that seed torch as well as numpy).
         plan: the run's `Plan` (its public parameters and facts).
+        notice: `notice(text)` tells the user something about the run itself (e.g. "resuming
+            from epoch 3"): stderr on the command line; a no-op when quiet. Never data.
     """
 
     progress: Callable[[str, int, int], None] = lambda label, done, total: None
@@ -116,6 +122,7 @@ class RunContext:
     resume: bool = False
     seed: int = 0
     plan: Plan | None = None
+    notice: Callable[[str], None] = lambda text: None
 
 
 class System:
@@ -128,6 +135,12 @@ class System:
             the system samples from a built-in domain or interacts with an environment), or
             never reads a dataset ("none").
         summary: one line of help (the CLI command's help starts with it).
+        resumable: whether a run keeps resumable state in `RunContext.checkpoint_dir`.
+        checkpoint_subdir: that directory, relative to the run directory ("" is the run
+            directory itself, for systems whose checkpoint files predate the layer).
+        auto_resume: the system resumes by itself when the checkpoint is of the same config
+            (and refuses one of another); `--resume` then only insists that there is one
+            (`RunContext.resume`), and is off by default.
     """
 
     name: ClassVar[str] = ""
@@ -135,6 +148,8 @@ class System:
     data: ClassVar[DataUse] = "none"
     summary: ClassVar[str] = ""
     resumable: ClassVar[bool] = False
+    checkpoint_subdir: ClassVar[str] = "checkpoint"
+    auto_resume: ClassVar[bool] = False
 
     def plan(self, config: Any, header: Any | None) -> Plan:
         """Resolve the public parameters and state the planned report; `header` is the
