@@ -30,6 +30,10 @@ SHIPPED["dp-lsw"] = "privrl.systems.ope:DpLsw"
 SHIPPED["dp-lsl"] = "privrl.systems.ope:DpLsl"
 SHIPPED["lstd"] = "privrl.systems.ope:Lstd"
 
+# expert-level offline RL, Sharma et al. (privrl train expert-dp | dp-sgd)
+SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"
+SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"
+
 
 def load() -> None:
     """Register every shipped system (idempotent)."""

@@ -140,7 +140,7 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
 
 def _flag(fields: dict[str, dataclasses.Field[Any]], key: str) -> str:
     if key in fields:
-        return flags_of(fields[key])[0]
+        return flags_of(fields[key])[0].split("/")[0]
     if key in RUN_OPTIONS:
         return RUN_OPTIONS[key][0]
     return key
@@ -163,7 +163,9 @@ def _parameter(f: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
         default = f.default_factory()  # type: ignore[misc]
     cli_type, shown = _cli_type(hint)
     flags = list(flags_of(f))
-    if cli_type is bool:
+    if cli_type is bool and not any("/" in flag for flag in flags):
+        # (flags spelled in click's "--on/--off" form, or "--switch/" for a switch with no
+        # negative, are kept as given)
         long = flags[0].removeprefix("--")
         flags = [f"--{long}/--no-{long}", *flags[1:]]
     text = f.metadata.get("help", "")

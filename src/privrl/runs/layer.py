@@ -132,7 +132,10 @@ def execute(
     """
     system = registry.get(spec.system)
     _check_data_use(system, spec.data)
+    fresh = not Path(spec.out).exists()
     out = check_out_dir(spec.out)
+    if fresh:  # a run refused before the guard leaves no empty directory (the guard remakes it)
+        out.rmdir()
     header = None
     if spec.data is not None:
         from privrl.data.io import read_header
@@ -184,6 +187,8 @@ def _check_data_use(system: System, data: Path | None) -> None:
         raise ConfigError("data", f"is not used by {system.name} (it interacts with a simulator)")
     if data is not None and Path(data).is_dir():
         raise ConfigError("data", f"{data} is a directory; give the dataset file (.h5)")
+    if data is not None and not Path(data).is_file():
+        raise ConfigError("data", f"file not found: {data}")
 
 
 def write_run(out: Path, config: Mapping[str, Any], result: Result) -> RunDir:
