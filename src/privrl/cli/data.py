@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import CliError, check_output_file
 from privrl.data import tools
 
 data_app = typer.Typer(
@@ -184,7 +184,6 @@ def _given_flags(ctx: typer.Context) -> set[str]:
 def _collect_recipe(
     name: str, given: set[str], data_dir: Path | None, *, seed: int, quick: bool, out
 ) -> None:
-    from privrl.data.tools import check_output_file
     from privrl.experiments.recipes import RECIPES, build_recipe
 
     fixed = [f for f in _RECIPE_FIXED if f in given]
