@@ -1,28 +1,18 @@
-"""`privrl data`: inspect, import, export and collect trajectory datasets."""
+"""`privrl data`: inspect, import, export and collect trajectory datasets; the operations are
+`privrl.data.tools` and `privrl.experiments.recipes.build_recipe`."""
 
 from __future__ import annotations
 
 import json
-import math
+import time
 from enum import StrEnum
 from pathlib import Path
 
-import numpy as np
 import typer
-from gymnasium import spaces
 from rich.console import Console
-from rich.table import Table
 
-from privrl.cli.errors import (
-    CliError,
-    check_input_file,
-    check_int,
-    check_memory,
-    check_number,
-    check_output_file,
-    format_bytes,
-    machine_memory,
-)
+from privrl.cli.errors import CliError, check_output_file
+from privrl.data import tools
 
 data_app = typer.Typer(
     help=(
@@ -33,58 +23,8 @@ data_app = typer.Typer(
     no_args_is_help=True,
 )
 
-
-class TableFormat(StrEnum):
-    parquet = "parquet"
-    csv = "csv"
-    minari = "minari"
-    hdf5 = "hdf5"
-
-
-def parse_space(text: str | None) -> spaces.Space | None:
-    """Parse `discrete:N`, `box:LOW:HIGH:DIM[xDIM...]` or a JSON space description."""
-    if text is None:
-        return None
-    from privrl.data.spaces import space_from_json
-
-    spec = text.strip()
-    if spec.startswith("{"):
-        return space_from_json(spec)
-    parts = spec.split(":")
-    try:
-        if parts[0] == "discrete" and len(parts) == 2:
-            return spaces.Discrete(int(parts[1]))
-        if parts[0] == "box" and len(parts) == 4:
-            low, high = float(parts[1]), float(parts[2])
-            shape = tuple(int(d) for d in parts[3].split("x"))
-            return spaces.Box(low, high, shape=shape, dtype=np.float64)
-    except ValueError:
-        pass
-    raise CliError(
-        f"cannot parse space {text!r}; use discrete:N, box:LOW:HIGH:DIM (e.g. box:-inf:inf:4) "
-        "or a JSON description"
-    )
-
-
-def _refuse_ledgered_out(out: Path) -> None:
-    """Refuse to overwrite a dataset whose privacy budget is bound to a ledger: replacing its
-    episodes would leave the ledger bound to data that no longer exist (or lose the mark)."""
-    from privrl.privacy.ledger import ledgered
-
-    reason = ledgered(out)
-    if reason is not None:
-        raise CliError(
-            f"refusing to overwrite {out}: {reason}; write the new dataset to another file (--out)"
-        )
-
-
-def _load(path: Path, flag: str = ""):
-    from privrl.data.io import load_hdf5
-
-    if not path.exists():
-        raise CliError(f"dataset file not found: {path}")
-    check_input_file(path, flag, what="dataset file")
-    return load_hdf5(path)
+TableFormat = StrEnum("TableFormat", {name: name for name in tools.FORMATS})
+_RECIPE_FIXED = ("--env", "--policy", "--episodes", "--num-envs", "--max-steps")
 
 
 @data_app.command("info")
@@ -97,45 +37,13 @@ def info(
 
     The summary shows exact statistics of the data, for its owner: it is not a private release.
     """
-    if plot is not None:
-        check_output_file(plot, "--plot")
-    ds = _load(path)
-    summary = ds.summary()
-    if plot is not None:
-        _plot_returns(ds.returns(1.0), plot, title=path.name)
+    summary = tools.describe(path, plot)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
-    table = Table(title=f"{path} (exact statistics — not a private release)", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for key, value in summary.items():
-        if isinstance(value, dict) and key != "extra":
-            value = ", ".join(f"{k} {v:.4g}" for k, v in value.items())
-        elif key == "extra":
-            value = json.dumps(value, default=str)[:200]
-        table.add_row(key, str(value))
-    Console().print(table)
+    Console().print(tools.summary_table(summary, str(path)))
     if plot is not None:
         typer.echo(f"wrote {plot}")
-
-
-def _plot_returns(returns: np.ndarray, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    bins = max(10, min(60, int(math.sqrt(max(len(returns), 1)))))
-    ax.hist(returns, bins=bins, color="tab:blue", alpha=0.8)
-    ax.set_xlabel("episode return (undiscounted)")
-    ax.set_ylabel("episodes")
-    ax.set_title(f"{title}: {len(returns)} episodes")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 @data_app.command("import")
@@ -169,50 +77,17 @@ def import_(
     Example: privrl data import visits.csv -c "episode=patient,obs=s1|s2,action=dose,reward=y"
     --action-space discrete:4 --out visits.h5
     """
-    from privrl.data.io import import_table, save_hdf5
-
-    check_output_file(out, "--out")
-    _refuse_ledgered_out(out)
-    if discount is not None:
-        check_number(discount, "--discount", ge=0, le=1)
-    kind = fmt.value if fmt is not None else _guess_format(source)
-    if kind in ("parquet", "csv") and Path(source).exists():
-        check_input_file(Path(source), what="table file")
-    if kind == "minari":
-        from privrl.data.minari_io import import_minari
-
-        ds = import_minari(source)
-    elif kind == "hdf5":
-        ds = _load(Path(source))
-    else:
-        if columns is None:
-            raise CliError("--columns is required to import a table (e.g. episode=id,obs=s,...)")
-        if not Path(source).is_file():
-            raise CliError(f"table file not found: {source}")
-        ds = import_table(
-            source,
-            columns,
-            format=kind,
-            observation_space=parse_space(observation_space),
-            action_space=parse_space(action_space),
-            discount=discount,
-            env_id=env_id,
-        )
-    save_hdf5(ds, out)
+    ds = tools.import_dataset(
+        source,
+        out,
+        columns=columns,
+        format=fmt.value if fmt is not None else None,
+        observation_space=observation_space,
+        action_space=action_space,
+        discount=discount,
+        env_id=env_id,
+    )
     typer.echo(f"wrote {out}: {ds.n_episodes} episodes, {ds.n_transitions} transitions")
-
-
-def _guess_format(source: str) -> str:
-    suffix = Path(source).suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        return "parquet"
-    if suffix in (".csv", ".tsv"):
-        return "csv"
-    if suffix in (".h5", ".hdf5"):
-        return "hdf5"
-    if not suffix:
-        return "minari"
-    raise CliError(f"cannot tell the format of {source!r}; pass --format parquet|csv|minari")
 
 
 @data_app.command("export")
@@ -226,30 +101,7 @@ def export(
     ),
 ) -> None:
     """Export a dataset to a Parquet/CSV table of transitions or a local Minari dataset."""
-    kind = fmt.value if fmt is not None else _guess_format(out)
-    if kind == "hdf5":
-        raise CliError("the dataset is already HDF5; export to parquet, csv or minari")
-    if kind in ("parquet", "csv"):
-        check_output_file(out, "--out")
-    ds = _load(path)
-    if kind == "minari":
-        from privrl.data.minari_io import export_minari
-
-        where = export_minari(ds, out)
-        typer.echo(f"wrote Minari dataset {out} at {where}")
-        return
-    from privrl.data.io import export_table
-
-    mapping = export_table(ds, out, format=kind)
-    typer.echo(f'wrote {out}; re-import with --columns "{mapping.to_string()}"')
-
-
-# Collection keeps every transition in memory until the dataset is written: per transition
-# two observations (recorded and next), the action, reward, flags, episode and time indices
-# (~50 bytes), twice over while the lists are concatenated and sorted.
-_COLLECT_OVERHEAD_BYTES = 50
-_MAX_NUM_ENVS = 1024  # each sub-environment is a Python object stepped in one process
-_RECIPE_FIXED = ("--env", "--policy", "--episodes", "--num-envs", "--max-steps")
+    typer.echo(tools.export_dataset(path, out, fmt.value if fmt is not None else None))
 
 
 @data_app.command("collect")
@@ -281,7 +133,7 @@ def collect_(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed for the environments and the policy."),
     num_envs: int = typer.Option(
-        8, "--num-envs", help=f"Environments stepped together (1 to {_MAX_NUM_ENVS})."
+        8, "--num-envs", help=f"Environments stepped together (1 to {tools.MAX_NUM_ENVS})."
     ),
     max_steps: int = typer.Option(None, "--max-steps", help="Cap on steps per episode."),
     out: Path = typer.Option(None, "--out", "-o", help="Dataset file to write (.h5)."),
@@ -296,76 +148,26 @@ def collect_(
     """
     given = _given_flags(ctx)
     if out is not None:
-        _refuse_ledgered_out(out)
+        tools.refuse_ledgered_out(out)
     if recipe is not None:
-        fixed = [f for f in _RECIPE_FIXED if f in given]
-        if fixed and recipe != "list":
-            raise CliError(
-                f"--recipe {recipe} fixes its environment, policy, episodes and environments; "
-                f"remove {', '.join(fixed)} (only --data-dir, --quick, --seed and --out apply)"
-            )
-        if out is not None:
-            check_output_file(out, "--out")
-        _collect_recipe(recipe, data_dir, seed=seed, quick=quick, out=out)
+        _collect_recipe(recipe, given, data_dir, seed=seed, quick=quick, out=out)
         return
     for flag in ("--data-dir", "--quick"):
         if flag in given:
             raise CliError(f"{flag} applies to --recipe only; remove it when collecting with --env")
-    import gymnasium as gym
-
-    from privrl.data.collect import collect
-    from privrl.data.io import save_hdf5
-    from privrl.envs import register_envs
-    from privrl.policies import UniformRandomPolicy
-
     if env is None:
         raise CliError("--env or --recipe is required (e.g. --env CartPole-v1)")
     if out is None:
         raise CliError("--out is required with --env (the dataset file to write, e.g. data.h5)")
-    check_int(episodes, "--episodes", minimum=1)
-    check_int(num_envs, "--num-envs", minimum=1, maximum=_MAX_NUM_ENVS)
-    if max_steps is not None:
-        check_int(max_steps, "--max-steps", minimum=1)
-    if policy != "uniform":
-        raise CliError(f"unknown --policy {policy!r}; available: uniform")
-    check_output_file(out, "--out")
-    register_envs()
-    try:
-        spec_env = gym.make(env)
-    except gym.error.Error as exc:
-        raise CliError(f"unknown environment {env!r} ({exc})") from None
-    try:
-        action_space = spec_env.action_space
-        limit = spec_env.spec.max_episode_steps if spec_env.spec is not None else None
-        per_step = 2 * (
-            2 * _space_bytes(spec_env.observation_space)
-            + _space_bytes(action_space)
-            + _COLLECT_OVERHEAD_BYTES
-        )
-    finally:
-        spec_env.close()
-    # Every episode has at least one transition: refuse what cannot fit even then.
-    check_memory("--episodes", episodes, per_step, what="episode of one step")
-    caps = [h for h in (max_steps, limit) if h is not None]
-    horizon = min(caps) if caps else None
-    if horizon is not None and episodes * horizon * per_step > machine_memory():
-        import warnings
-
-        warnings.warn(
-            f"{episodes} episodes of up to {horizon} steps may need up to "
-            f"{format_bytes(episodes * horizon * per_step)} of memory, more than this "
-            f"machine's {format_bytes(machine_memory())}, if the episodes run long",
-            stacklevel=1,
-        )
-    ds = collect(
+    ds = tools.collect_dataset(
         env,
-        UniformRandomPolicy(action_space),
-        n_episodes=episodes,
+        out,
+        policy=policy,
+        episodes=episodes,
         seed=seed,
         num_envs=num_envs,
         max_steps=max_steps,
     )
-    save_hdf5(ds, out)
     typer.echo(f"wrote {out}: {ds.n_episodes} episodes, {ds.n_transitions} transitions")
 
 
@@ -379,65 +181,24 @@ def _given_flags(ctx: typer.Context) -> set[str]:
     return given
 
 
-def _space_bytes(space: spaces.Space) -> int:
-    """Bytes of one element of `space` as collected (flattened, at least 8 per scalar)."""
-    try:
-        size = int(spaces.flatdim(space))
-    except (NotImplementedError, TypeError, ValueError):
-        size = 1
-    itemsize = max(8, np.dtype(space.dtype).itemsize if space.dtype is not None else 8)
-    return size * itemsize
+def _collect_recipe(
+    name: str, given: set[str], data_dir: Path | None, *, seed: int, quick: bool, out
+) -> None:
+    from privrl.experiments.recipes import RECIPES, build_recipe
 
-
-def _collect_recipe(name: str, data_dir: Path | None, *, seed: int, quick: bool, out) -> None:
-    import os
-    import shutil
-    import tempfile
-    import time
-
-    from privrl.experiments.recipes import RECIPES, default_data_dir
-
+    fixed = [f for f in _RECIPE_FIXED if f in given]
+    if fixed and name != "list":
+        raise CliError(
+            f"--recipe {name} fixes its environment, policy, episodes and environments; "
+            f"remove {', '.join(fixed)} (only --data-dir, --quick, --seed and --out apply)"
+        )
+    if out is not None:
+        check_output_file(out, "--out")
     if name == "list":
         for r in RECIPES.values():
             typer.echo(f"{r.name:22s} {r.what}")
         return
-    if name not in RECIPES:
-        raise CliError(f"unknown recipe {name!r}; available: {', '.join(RECIPES)}")
-    root = Path(data_dir) if data_dir is not None else default_data_dir()
-    _check_data_dir(root)
     start = time.perf_counter()
-    path = RECIPES[name].load()(root, seed=seed, quick=quick, progress=True)
+    path = build_recipe(name, data_dir, seed=seed, quick=quick, out=out)
     elapsed = time.perf_counter() - start
-    if out is not None and Path(out).resolve() != Path(path).resolve():
-        target = Path(out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Copy atomically: an interrupted copy must not leave a partial dataset under --out.
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.close(fd)
-        try:
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        path = target
     typer.echo(f"wrote {path} (recipe {name}, {elapsed:.0f} s this invocation)")
-
-
-def _check_data_dir(root: Path) -> None:
-    """--data-dir must be a writable directory (created if new), checked before any work."""
-    import os
-
-    for parent in [root, *root.parents]:
-        if parent.exists() and not parent.is_dir():
-            where = "is a file" if parent == root else f"is inside the file {parent}"
-            raise CliError(f"--data-dir {root} {where}; give a directory")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(
-            f"--data-dir {root} cannot be created ({exc.strerror or type(exc).__name__}); "
-            "choose a writable directory"
-        ) from None
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise CliError(f"--data-dir {root} is not writable; choose a writable directory")

@@ -6,12 +6,6 @@ from pathlib import Path
 
 import typer
 
-from privrl.cli.errors import check_epsilon, check_int, check_memory, check_out_dir
-
-# Sampling, the dataset and the counts hold ~40 bytes per step (measured: 200,000 episodes of
-# H = 10 add 82 MB); 100 bytes per step is a safe estimate.
-_BYTES_PER_STEP = 100
-
 
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Run directory to write."),
@@ -30,15 +24,10 @@ def demo(
     and reports the private model's error and the suboptimality of the policy planned in it.
     Writes config.json, metrics.json, metrics.csv, privacy.json and plots/demo.png to --out.
     """
-    from privrl.experiments.demo import DemoConfig, run_demo
+    from privrl.experiments import demo as lib
 
-    check_int(episodes, "--episodes", minimum=1)
-    check_int(seed, "--seed", minimum=0)
-    check_epsilon(total_epsilon, "--total-epsilon")
-    horizon = DemoConfig.horizon
-    check_memory("--episodes", episodes, _BYTES_PER_STEP * horizon, what="episode")
-    check_out_dir(out)
-    run_demo(DemoConfig(episodes=episodes, total_epsilon=total_epsilon, seed=seed), out)
+    config = lib.demo_config(out, episodes=episodes, seed=seed, total_epsilon=total_epsilon)
+    lib.run_demo(config, out)
     typer.echo(
         f"wrote {out}/ (config.json, metrics.json, metrics.csv, privacy.json, plots/demo.png)"
     )

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from privrl.cli.errors import CliError
-from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, registry_dir
+from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, open_ledger, registry_dir
 from privrl.privacy.units import parse_relation, parse_unit
 
 ledger_app = typer.Typer(
@@ -70,20 +70,6 @@ def init(
     )
 
 
-def _open(dataset: Path) -> BudgetLedger:
-    if dataset.name.endswith(LEDGER_SUFFIX):
-        return BudgetLedger.load(dataset, verify=False)
-    if not dataset.exists():
-        raise CliError(f"dataset file not found: {dataset}")
-    ledger = BudgetLedger.for_dataset(dataset)
-    if ledger is None:
-        raise CliError(
-            f"no ledger for {dataset}; create one with "
-            f"'privrl ledger init {dataset} --epsilon E --delta D'"
-        )
-    return ledger
-
-
 @ledger_app.command("show")
 def show(
     dataset: Path = typer.Argument(..., help="Dataset file (or its .ledger.json)."),
@@ -91,7 +77,7 @@ def show(
 ) -> None:
     """Show a dataset's budget, every recorded spend, what remains, and the files known to
     hold the same episodes."""
-    ledger = _open(dataset)
+    ledger = open_ledger(dataset)
     if as_json:
         typer.echo(json.dumps(ledger.to_dict(), indent=2, default=str))
         return
@@ -107,7 +93,7 @@ def verify(
     fingerprint stored in the file)."""
     if dataset.name.endswith(LEDGER_SUFFIX):
         raise CliError(f"pass the dataset file, not its ledger: {dataset}")
-    ledger = _open(dataset)
+    ledger = open_ledger(dataset)
     ledger.verify(dataset)
     typer.echo(
         f"ok: {dataset} holds the episodes of ledger {ledger.path} "

@@ -6,12 +6,9 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from privrl.cli.errors import CliError, check_int, check_out_dir
-from privrl.experiments.reproduce import REPRODUCTIONS
-
-MAX_SEEDS = 1000  # the reports use 2-50; a thousand full runs is beyond any documented scale
+from privrl.experiments import reproduce as registry
+from privrl.experiments.reproduce import MAX_SEEDS
 
 
 def reproduce(
@@ -34,20 +31,7 @@ def reproduce(
     directory files (config.json, metrics.json, metrics.csv) to --out.
     """
     if list_ or target is None:
-        table = Table(title="privrl reproduce ID")
-        for col in ("id", "paper", "what"):
-            table.add_column(col)
-        for r in REPRODUCTIONS.values():
-            table.add_row(r.id, r.paper, r.what)
-        Console().print(table)
+        Console().print(registry.reproductions_table())
         return
-    if target not in REPRODUCTIONS:
-        known = ", ".join(REPRODUCTIONS)
-        raise CliError(f"unknown reproduction {target!r}; available: {known}")
-    if seeds is not None:
-        check_int(seeds, "--seeds", minimum=1, maximum=MAX_SEEDS, why="every seed is a full run")
-    check_int(seed, "--seed", minimum=0)
-    out = check_out_dir(out or Path("docs") / "reproductions" / target)
-    fn = REPRODUCTIONS[target].load()
-    report = fn(out, seeds=seeds, seed=seed, quick=quick)
+    report = registry.reproduce(target, out, seeds=seeds, seed=seed, quick=quick)
     typer.echo(f"wrote {report}")

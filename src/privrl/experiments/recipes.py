@@ -173,3 +173,61 @@ def remove_stale_temps(directory: Path, *, prefix: str = "", recursive: bool = T
                 continue
         removed.append(path)
     return removed
+
+
+def check_data_dir(root: Path) -> None:
+    """--data-dir must be a writable directory (created if new), checked before any work."""
+    from privrl.experiments.checks import InputError
+
+    for parent in [root, *root.parents]:
+        if parent.exists() and not parent.is_dir():
+            where = "is a file" if parent == root else f"is inside the file {parent}"
+            raise InputError(f"--data-dir {root} {where}; give a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"--data-dir {root} cannot be created ({exc.strerror or type(exc).__name__}); "
+            "choose a writable directory"
+        ) from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise InputError(f"--data-dir {root} is not writable; choose a writable directory")
+
+
+def _copy_atomically(path: Path, target: Path) -> None:
+    """Copy so that an interrupted copy never leaves a partial dataset at `target`."""
+    import tempfile
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_recipe(
+    name: str,
+    data_dir: Path | None = None,
+    *,
+    seed: int = 0,
+    quick: bool = False,
+    out: Path | None = None,
+    progress: bool = True,
+) -> Path:
+    """Build (or resume) the dataset of recipe `name` in `data_dir` (default
+    `default_data_dir()`), copied to `out` if given; returns the dataset's path."""
+    from privrl.experiments.checks import InputError
+
+    if name not in RECIPES:
+        raise InputError(f"unknown recipe {name!r}; available: {', '.join(RECIPES)}")
+    root = Path(data_dir) if data_dir is not None else default_data_dir()
+    check_data_dir(root)
+    path = RECIPES[name].load()(root, seed=seed, quick=quick, progress=progress)
+    if out is not None and Path(out).resolve() != Path(path).resolve():
+        _copy_atomically(path, Path(out))
+        path = Path(out)
+    return path

@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -119,3 +122,37 @@ REPRODUCTIONS: dict[str, Reproduction] = {
         ),
     )
 }
+
+MAX_SEEDS = 1000  # the reports use 2-50; a thousand full runs is beyond any documented scale
+
+
+def reproductions_table() -> Table:
+    """The registry as a table: id, paper, what."""
+    table = Table(title="privrl reproduce ID")
+    for col in ("id", "paper", "what"):
+        table.add_column(col)
+    for r in REPRODUCTIONS.values():
+        table.add_row(r.id, r.paper, r.what)
+    return table
+
+
+def reproduce(
+    target: str,
+    out: Path | None = None,
+    *,
+    seeds: int | None = None,
+    seed: int = 0,
+    quick: bool = False,
+) -> object:
+    """Regenerate reproduction `target` into `out` (default docs/reproductions/ID) with `seeds`
+    seeds (default: the report's) from base seed `seed`; returns the report's path."""
+    from privrl.experiments.checks import InputError, check_int, check_out_dir
+
+    if target not in REPRODUCTIONS:
+        known = ", ".join(REPRODUCTIONS)
+        raise InputError(f"unknown reproduction {target!r}; available: {known}")
+    if seeds is not None:
+        check_int(seeds, "--seeds", minimum=1, maximum=MAX_SEEDS, why="every seed is a full run")
+    check_int(seed, "--seed", minimum=0)
+    out = check_out_dir(out or Path("docs") / "reproductions" / target)
+    return REPRODUCTIONS[target].load()(out, seeds=seeds, seed=seed, quick=quick)

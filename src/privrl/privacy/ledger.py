@@ -1627,3 +1627,20 @@ def _decode(path: Path, text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise LedgerError(f"ledger {path} is not a valid privrl ledger")
     return data
+
+
+def open_ledger(path: str | os.PathLike[str]) -> BudgetLedger:
+    """The ledger of a dataset file, or the ledger file itself (`*.ledger.json`, read without
+    verifying it against its dataset); a LedgerError that says how to create one if none."""
+    path = Path(path)
+    if path.name.endswith(LEDGER_SUFFIX):
+        return BudgetLedger.load(path, verify=False)
+    if not path.exists():
+        raise LedgerError(f"dataset file not found: {path}")
+    ledger = BudgetLedger.for_dataset(path)
+    if ledger is None:
+        raise LedgerError(
+            f"no ledger for {path}; create one with "
+            f"'privrl ledger init {path} --epsilon E --delta D'"
+        )
+    return ledger
