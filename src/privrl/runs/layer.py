@@ -1,0 +1,235 @@
+"""The run layer: one path from a config to a finished run directory, for every system.
+
+    spec = RunSpec.from_mapping({"system": "dp-apvi", "data": "d.h5", "epsilon": 1.0,
+                                 "out": "runs/a", "seed": 0})
+    result = execute(spec)
+
+Order of work (the privacy rules of DESIGN.md), the same for every system:
+
+1. the config is validated (it validated itself on construction) and `--out` is checked;
+2. with a dataset, only its header is read; the system's `plan` resolves the public parameters
+   and states the planned report;
+3. the dataset's ledger checks the planned report (`ledger_guard`) before any episode is read;
+4. inside the guard: the system loads the private data, runs, and the layer writes the run
+   directory (config.json from the config and the plan only, metrics.json, metrics.csv,
+   privacy.json, artefacts, plots/*.png); the ledger records the spend once it is complete;
+5. the console summary is printed last.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privrl.experiments.rundir import RunDir, check_out_dir, ledger_guard
+from privrl.privacy.report import json_safe
+from privrl.runs import registry
+from privrl.runs.config import ConfigError, RunConfig, fingerprint
+from privrl.runs.plots import draw
+from privrl.runs.system import Plan, PlotSpec, Result, RunContext, System
+
+RESERVED = ("system", "data", "out", "seed")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a system, its config, and the run-level choices (data, out, seed)."""
+
+    system: str
+    config: RunConfig
+    out: Path
+    data: Path | None = None
+    seed: int = 0
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, out: str | Path | None = None) -> RunSpec:
+        """From a flat mapping (a TOML file, a sweep cell): `system`, `data`, `out`, `seed`
+        and the system's own settings side by side."""
+        values = dict(values)
+        if "system" not in values:
+            raise ConfigError("system", f"is required (one of: {', '.join(registry.names())})")
+        try:
+            system = registry.get(str(values.pop("system")))
+        except ValueError as exc:
+            raise ConfigError("system", str(exc).removeprefix("unknown system ")) from None
+        data = values.pop("data", None)
+        target = out if out is not None else values.pop("out", None)
+        values.pop("out", None)
+        if target is None:
+            raise ConfigError("out", "is required (the run directory to write)")
+        seed = values.pop("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError("seed", f"must be an integer >= 0, not {seed!r}")
+        config = system.Config.from_dict(values)
+        return cls(system.name, config, Path(target), None if data is None else Path(data), seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "data": None if self.data is None else str(self.data),
+            "seed": self.seed,
+            **self.config.to_dict(),
+        }
+
+    def fingerprint(self) -> str:
+        """Same system, config, seed and data content → same fingerprint (the output
+        directory is not part of it)."""
+        data: Any = None
+        if self.data is not None:
+            data = str(self.data)
+            try:
+                from privrl.data.io import content_sha256
+
+                data = content_sha256(self.data)
+            except Exception:
+                pass
+        return fingerprint({**self.to_dict(), "data": data})
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file as a dict; a ConfigError names the file and the syntax problem."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(str(path), "does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), "is a directory; give a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"is not valid TOML ({exc})") from None
+
+
+def config_json(spec: RunSpec, plan: Plan) -> dict[str, Any]:
+    """config.json: the spec, then the plan's public values (resolved before the data)."""
+    return {**spec.to_dict(), **dict(plan.public)}
+
+
+def execute(
+    spec: RunSpec,
+    *,
+    quiet: bool = False,
+    resume: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Result:
+    """Run `spec` end to end under the privacy rules; return its `Result`.
+
+    Raises `ConfigError` for a config that does not fit the system, the ledger's errors when
+    the budget is short, and the system's own errors.
+    """
+    system = registry.get(spec.system)
+    _check_data_use(system, spec.data)
+    out = check_out_dir(spec.out)
+    header = None
+    if spec.data is not None:
+        from privrl.data.io import read_header
+
+        header = read_header(spec.data)
+    plan = system.plan(spec.config, header)
+    with _progress(quiet, progress) as report_progress:
+        ctx = RunContext(
+            progress=report_progress,
+            checkpoint_dir=out / "checkpoint" if system.resumable else None,
+            resume=resume,
+            seed=spec.seed,
+            plan=plan,
+        )
+        with ledger_guard(spec.data, plan.report, label=system.name, out=out) as reports:
+            rng = np.random.default_rng(spec.seed)
+            data = system.load(spec.config, spec.data, plan, rng)
+            result = system.run(spec.config, data, rng, ctx)
+            if not result.privacy.public_parameters and plan.report.public_parameters:
+                result.privacy.public_parameters = list(plan.report.public_parameters)
+            write_run(out, config_json(spec, plan), result)
+            reports.append(result.privacy)
+    if not quiet:
+        print_summary(out, result)
+    return result
+
+
+def _check_data_use(system: System, data: Path | None) -> None:
+    if system.data == "required" and data is None:
+        raise ConfigError("data", f"is required: {system.name} learns from a dataset file")
+    if system.data == "none" and data is not None:
+        raise ConfigError("data", f"is not used by {system.name} (it interacts with a simulator)")
+
+
+def write_run(out: Path, config: Mapping[str, Any], result: Result) -> RunDir:
+    """Write the run directory contract from a config dict and a `Result`."""
+    run = RunDir(out)
+    run.write_config(config)
+    run.write_metrics(result.metrics)
+    if result.curve:
+        run.write_curve(result.curve)
+    run.write_privacy(result.privacy)
+    for name, artifact in result.artifacts.items():
+        _write_artifact(run.artifact(name), artifact)
+    for name, plot in result.plots.items():
+        path = run.plot_path(name)
+        if isinstance(plot, PlotSpec):
+            draw(plot, path)
+        else:
+            plot(path)
+    return run
+
+
+def _write_artifact(path: Path, artifact: Any) -> None:
+    if isinstance(artifact, np.ndarray):
+        with open(path, "wb") as fh:
+            np.save(fh, artifact)
+    elif isinstance(artifact, bytes):
+        path.write_bytes(artifact)
+    elif isinstance(artifact, Mapping):
+        path.write_text(json.dumps(json_safe(dict(artifact)), indent=2) + "\n")
+    elif callable(artifact):
+        artifact(path)
+    else:
+        raise TypeError(f"artefact {path.name}: cannot write a {type(artifact).__name__}")
+
+
+def print_summary(out: Path, result: Result) -> None:
+    from rich.console import Console
+
+    console = Console()
+    result.privacy.print(console)
+    for line in result.summary:
+        console.print(line, highlight=False)
+    console.print(f"run directory: {out}", highlight=False)
+
+
+@contextmanager
+def _progress(
+    quiet: bool, callback: Callable[[str, int, int], None] | None
+) -> Iterator[Callable[[str, int, int], None]]:
+    """A `progress(label, done, total)` function: the caller's, a rich bar, or a no-op."""
+    if callback is not None or quiet or not sys.stderr.isatty():
+        yield callback or (lambda label, done, total: None)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    bars = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    tasks: dict[str, Any] = {}
+
+    def update(label: str, done: int, total: int) -> None:
+        if label not in tasks:
+            tasks[label] = bars.add_task(label, total=total)
+        bars.update(tasks[label], completed=done, total=total)
+
+    with bars:
+        yield update
