@@ -411,6 +411,10 @@ def limit_threads() -> None:
 
 
 def _worker_init(imports: Sequence[str]) -> None:
+    import signal
+
+    # Ctrl-C is the parent's to handle: it stops the pool (the cells left stay unfinished)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_threads()
     with contextlib.suppress(SweepError):
         import_modules(imports)
@@ -491,10 +495,43 @@ def run_local(
                     except Exception as exc:  # the worker died (killed, out of memory)
                         record = _lost(task, exc)
                     report(record)
-        except BaseException:
+        except BaseException:  # Ctrl-C or SIGTERM: stop the workers, keep what finished
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise SweepError(
+            "the Ray backend needs ray: pip install 'privrl[ray]' (or use --backend local)"
+        ) from None
+    return ray
+
+
+def ray_init(workers: int, address: str | None = None) -> None:
+    """Connect to the Ray cluster at `address`, or start a local instance with `workers` CPUs
+    (dashboard off, quiet). Workers get one BLAS/OpenMP thread each; a local instance's
+    workers also get this interpreter's import path (for the systems and `imports`)."""
+    ray = _import_ray()
+    env = {"env_vars": dict(THREAD_ENV)}
+    with _thread_env():
+        if address:
+            ray.init(address=address, runtime_env=env, log_to_driver=False, logging_level="ERROR")
+            return
+        path = [p for p in sys.path if p and os.path.isdir(p)]
+        env["env_vars"]["PYTHONPATH"] = os.pathsep.join(path)
+        ray.init(
+            num_cpus=workers,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+            runtime_env=env,
+        )
 
 
 def run_ray(
@@ -503,37 +540,17 @@ def run_ray(
     address: str | None,
     report: Report,
 ) -> None:
-    """Run the tasks as Ray tasks (one CPU each), gathered as they finish (`ray.wait`)."""
-    try:
-        import ray
-    except ImportError:
-        raise SweepError(
-            "the Ray backend needs ray: pip install 'privrl[ray]' (or use --backend local)"
-        ) from None
+    """Run the tasks as Ray tasks (one CPU each), gathered as they finish (`ray.wait`).
+
+    Uses the Ray session of this process if there is one (then leaves it running), else
+    starts one with `ray_init` and shuts it down at the end."""
+    ray = _import_ray()
     if not tasks:
         return
-    started = False
-    if not ray.is_initialized():
-        env = {"env_vars": dict(THREAD_ENV)}
-        with _thread_env():
-            if address:
-                ray.init(
-                    address=address, runtime_env=env, log_to_driver=False, logging_level="ERROR"
-                )
-            else:
-                # a local instance: its workers are processes of this machine, so they can use
-                # this interpreter's import path (the systems and the `imports` modules)
-                path = [p for p in sys.path if p and os.path.isdir(p)]
-                env["env_vars"]["PYTHONPATH"] = os.pathsep.join(path)
-                ray.init(
-                    num_cpus=workers,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level="ERROR",
-                    configure_logging=True,
-                    runtime_env=env,
-                )
-        started = True
+    started = not ray.is_initialized()
+    if started:
+        ray_init(workers, address)
+    pending: dict[Any, dict[str, Any]] = {}
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_cell)
         pending = {remote.remote(t): t for t in tasks}
@@ -547,7 +564,7 @@ def run_ray(
                     record = _lost(task, exc)
                 report(record)
     except BaseException:
-        for ref in list(locals().get("pending", {})):
+        for ref in pending:  # Ctrl-C: stop the running cells (they stay unfinished)
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
         raise
