@@ -93,6 +93,7 @@ def test_cell_identity_uses_the_data_path_not_its_content(data_file: Path, tmp_p
         ({"sweep": {"backend": "slurm"}}, "backend must be one of local, ray"),
         ({"sweep": {"workerz": 2}}, "workerz is not a sweep option"),
         ({"sweep": {"workers": 0}}, "workers must be an integer >= 1"),
+        ({"sweep": {"x": "epsilonn"}, "grid": {"epsilon": [1.0]}}, "x = 'epsilonn' is not an axis"),
         ({"data": "x.h5"}, "data is not used by toy-work"),
         ({"grid": {"out": ["a"]}}, "grid.out"),
     ],
@@ -211,12 +212,13 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
     assert [[r[k] for k in keep] for r in _rows(out)] == [[r[k] for k in keep] for r in again[:4]]
 
 
-def test_ray_backend_runs_the_same_cells(tmp_path: Path) -> None:
+def test_ray_backend_runs_the_same_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
-    out = tmp_path / "ray"
+    monkeypatch.chdir(tmp_path)  # a relative out: Ray workers need not share the driver's cwd
+    out = Path("ray")
     grid = _grid(
         tmp_path,
-        f'system = "toy-work"\nout = "{out}"\nwork = 100\n[grid]\nepsilon = [0.5, 2.0]\n{IMPORTS}',
+        f'system = "toy-work"\nout = "ray"\nwork = 100\n[grid]\nepsilon = [0.5, 2.0]\n{IMPORTS}',
     )
     assert main(["sweep", str(grid), "--backend", "ray", "--workers", "2"]) == 0
     rows = _rows(out)

@@ -28,7 +28,10 @@ def sweep(
     grid: Path = typer.Argument(..., help="TOML grid file (see docs/sweeps.md)."),
     backend: str = typer.Option(None, "--backend", help="local (process pool) | ray."),
     workers: int = typer.Option(
-        None, "--workers", "-j", help="Parallel cells (default: [sweep] workers, else CPU count)."
+        None,
+        "--workers",
+        "-j",
+        help="Parallel cells (default: the file's sweep.workers, else the CPU count).",
     ),
     address: str = typer.Option(
         None, "--address", help="Ray cluster address (default: a local Ray instance)."

@@ -112,9 +112,13 @@ class Cell:
 
     def task(self, imports: Sequence[str]) -> dict[str, Any]:
         """What a worker needs (plain values: it is pickled to a process or a Ray node)."""
+        # absolute paths: a worker (a Ray worker above all) may not share the driver's cwd
+        values = {**self.values, "out": os.path.abspath(self.run_dir)}
+        if values.get("data") is not None:
+            values["data"] = os.path.abspath(values["data"])
         return {
-            "values": {**self.values, "out": str(self.run_dir)},
-            "dir": str(self.dir),
+            "values": values,
+            "dir": os.path.abspath(self.dir),
             "key": self.key,
             "cell": {"index": self.index, "values": self.values, "axes": self.axes},
             "imports": list(imports),
@@ -251,6 +255,10 @@ def expand(doc: Mapping[str, Any], *, out: str | Path | None = None, source: str
                 cells.append(cell)
     if not cells:
         raise SweepError("the grid has no cells; give [grid] lists or [[cells]] entries")
+    if options.x is not None and options.x not in axes:
+        raise SweepError(
+            f"[sweep] x = {options.x!r} is not an axis of the grid ({', '.join(axes)})"
+        )
     return Sweep(out_path, cells, axes, options, source)
 
 
@@ -523,7 +531,7 @@ def ray_init(workers: int, address: str | None = None) -> None:
         if address:
             ray.init(address=address, runtime_env=env, log_to_driver=False, logging_level="ERROR")
             return
-        path = [p for p in sys.path if p and os.path.isdir(p)]
+        path = [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
         env["env_vars"]["PYTHONPATH"] = os.pathsep.join(path)
         ray.init(
             num_cpus=workers,
