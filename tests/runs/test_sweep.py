@@ -96,11 +96,16 @@ def test_cell_identity_uses_the_data_path_not_its_content(data_file: Path, tmp_p
         ({"sweep": {"x": "epsilonn"}, "grid": {"epsilon": [1.0]}}, "x = 'epsilonn' is not an axis"),
         ({"data": "x.h5"}, "data is not used by toy-work"),
         ({"grid": {"out": ["a"]}}, "grid.out"),
+        ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}"}, "is not a file"),
+        ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}/g.toml"}, "not an HDF5 file"),
     ],
 )
 def test_bad_grids_are_refused_naming_the_cell_and_key(
     tmp_path: Path, doc: dict, message: str
 ) -> None:
+    (tmp_path / "g.toml").write_text("not a dataset")
+    if "data" in doc:
+        doc = {**doc, "data": doc["data"].format(tmp=tmp_path)}
     with pytest.raises(SweepError, match=message):
         expand({"system": "toy-work", "out": str(tmp_path / "o"), **doc})
 
@@ -187,8 +192,13 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
 
     # a cell is the run `privrl run` makes: same system, config and seed, same metrics
     cell = sweep.cells[3]
-    direct = execute(RunSpec.from_mapping({**cell.values, "out": tmp_path / "direct"}), quiet=True)
-    assert float(rows[3]["value"]) == direct.metrics["value"]
+    run_toml = _grid(
+        tmp_path, "".join(f"{k} = {json.dumps(v)}\n" for k, v in cell.values.items()), "run.toml"
+    )
+    assert main(["run", str(run_toml), "--out", str(tmp_path / "direct")]) == 0
+    direct = json.loads((tmp_path / "direct" / "metrics.json").read_text())
+    assert json.loads((cell.run_dir / "metrics.json").read_text()) == direct
+    assert float(rows[3]["value"]) == direct["value"]
 
     # after a fix (here: none) and an interruption (a cell left "running"), a second run
     # runs only the unfinished cells and keeps the finished ones' results

@@ -31,6 +31,7 @@ see the thread limits before numpy or torch load their thread pools).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import itertools
 import json
@@ -276,11 +277,29 @@ def _cell(index: int, values: dict[str, Any], axes: list[str], out: Path) -> Cel
         _check_data_use(get(spec.system), spec.data)
     except ConfigError as exc:
         raise SweepError(f"{where}: {exc}") from None
-    if spec.data is not None and not spec.data.is_file():
-        raise SweepError(f"{where}: data {spec.data} is not a file; give an existing dataset")
+    if spec.data is not None:
+        if not spec.data.is_file():
+            raise SweepError(f"{where}: data {spec.data} is not a file; give an existing dataset")
+        problem = _header_problem(str(spec.data))
+        if problem:
+            raise SweepError(f"{where}: data {problem}")
     # Public identity: the data *path*, never a hash of its content (see the module docstring).
     key = fingerprint(spec.to_dict())
     return Cell(index, dict(values), axis_values, key, out / "cells" / f"{spec.system}-{key[:12]}")
+
+
+@functools.cache
+def _header_problem(path: str) -> str:
+    """Why the file at `path` is not a privrl dataset ("" when its header reads). Only the
+    header (public metadata and sizes) is read, as before any private run."""
+    from privrl.data.dataset import DatasetError
+    from privrl.data.io import read_header
+
+    try:
+        read_header(path)
+    except DatasetError as exc:
+        return str(exc)
+    return ""
 
 
 def _table(value: Any, what: str) -> dict[str, Any]:
