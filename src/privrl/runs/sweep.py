@@ -31,7 +31,6 @@ see the thread limits before numpy or torch load their thread pools).
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import itertools
 import json
@@ -232,6 +231,7 @@ def expand(doc: Mapping[str, Any], *, out: str | Path | None = None, source: str
     cells: list[Cell] = []
     out_path = Path(target)
     seen: dict[str, int] = {}
+    headers: dict[str, str] = {}
     for conf in configs:
         system = conf.get("system", base.get("system"))
         sys_base, sys_grid = per_system.get(str(system), ({}, {}))
@@ -246,7 +246,7 @@ def expand(doc: Mapping[str, Any], *, out: str | Path | None = None, source: str
                     "seed": seed,
                 }
                 index = len(cells) + 1
-                cell = _cell(index, values, axes, out_path)
+                cell = _cell(index, values, axes, out_path, headers)
                 if cell.key in seen:
                     raise SweepError(
                         f"cells {seen[cell.key]} and {index} are the same run ({cell.label()}); "
@@ -263,7 +263,9 @@ def expand(doc: Mapping[str, Any], *, out: str | Path | None = None, source: str
     return Sweep(out_path, cells, axes, options, source)
 
 
-def _cell(index: int, values: dict[str, Any], axes: list[str], out: Path) -> Cell:
+def _cell(
+    index: int, values: dict[str, Any], axes: list[str], out: Path, headers: dict[str, str]
+) -> Cell:
     """Build the cell's RunSpec (validating its config) and its fingerprint."""
     from privrl.runs.layer import RunSpec, _check_data_use
     from privrl.runs.registry import get
@@ -280,7 +282,10 @@ def _cell(index: int, values: dict[str, Any], axes: list[str], out: Path) -> Cel
     if spec.data is not None:
         if not spec.data.is_file():
             raise SweepError(f"{where}: data {spec.data} is not a file; give an existing dataset")
-        problem = _header_problem(str(spec.data))
+        key = str(spec.data)
+        if key not in headers:  # one header read per file and expansion
+            headers[key] = _header_problem(key)
+        problem = headers[key]
         if problem:
             raise SweepError(f"{where}: data {problem}")
     # Public identity: the data *path*, never a hash of its content (see the module docstring).
@@ -288,7 +293,6 @@ def _cell(index: int, values: dict[str, Any], axes: list[str], out: Path) -> Cel
     return Cell(index, dict(values), axis_values, key, out / "cells" / f"{spec.system}-{key[:12]}")
 
 
-@functools.cache
 def _header_problem(path: str) -> str:
     """Why the file at `path` is not a privrl dataset ("" when its header reads). Only the
     header (public metadata and sizes) is read, as before any private run."""
