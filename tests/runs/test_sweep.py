@@ -178,7 +178,8 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
     rows = _rows(out)
     assert [r["status"] for r in rows] == ["ok"] * 4 + ["failed"] * 2
     assert "crashed as asked" in rows[4]["error"]
-    assert "RuntimeError: toy-work crashed" in (sweep.cells[4].dir / "log.txt").read_text()
+    log = (sweep.cells[4].dir / "log.txt").read_text()
+    assert "error: RuntimeError: toy-work crashed" in log and "Traceback" not in log
     for cell in sweep.cells[:4]:
         record = json.loads((cell.dir / "cell.json").read_text())
         assert record["status"] == "ok" and record["key"] == cell.key

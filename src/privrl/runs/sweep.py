@@ -399,7 +399,8 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
     """Run one cell in this process (the function both backends call).
 
     Writes `cell.json` (values, fingerprint, status, seconds, error) and `log.txt` (the
-    cell's stdout and stderr, a traceback on failure) in the cell's directory; the run itself
+    cell's stdout and stderr; on failure the error line, and the traceback with
+    PRIVRL_DEBUG=1) in the cell's directory; the run itself
     goes to `run/` through `privrl.runs.layer.execute`. A failure is returned, not raised, so
     one bad cell does not stop the others.
     """
@@ -427,7 +428,11 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
             execute(RunSpec.from_mapping(task["values"]), quiet=True)
             record.update(status="ok")
         except Exception as exc:
-            traceback.print_exc()
+            # the same line `privrl run` would print; a traceback (which may quote chained
+            # errors that the command line never shows) only with PRIVRL_DEBUG=1, as there
+            if os.environ.get("PRIVRL_DEBUG"):
+                traceback.print_exc()
+            print(f"error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
             record.update(status="failed", error=_one_line(exc))
     record["seconds"] = round(time.perf_counter() - start, 3)
     _write_json(cell_dir / "cell.json", record)
