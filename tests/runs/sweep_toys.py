@@ -10,6 +10,7 @@ Importing this module registers the system (`[sweep] imports = ["tests.runs.swee
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,10 @@ class WorkSystem(System):
         report = PrivacyReport.build(
             "trajectory", "replace-one", [release], config.delta, system=self.name
         )
-        return Result(metrics={"value": float(value), "work": config.work}, privacy=report)
+        # the worker's thread limit (the sweep sets it): 0 when unset
+        threads = int(os.environ.get("OMP_NUM_THREADS", "0"))
+        metrics = {"value": float(value), "work": config.work, "omp_threads": threads}
+        return Result(metrics=metrics, privacy=report)
 
 
 registry.register("toy-work", "tests.runs.sweep_toys:WorkSystem")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -172,7 +173,9 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
         f"seeds = 2\n[[cells]]\ncrash = true\n{IMPORTS}workers = 2\n",
     )
     sweep = load_sweep(grid)
+    parent_threads = os.environ.get("OMP_NUM_THREADS")
     assert main(["sweep", str(grid)]) == 1  # two cells crash; the other four finish
+    assert os.environ.get("OMP_NUM_THREADS") == parent_threads  # set for the workers only
     err = capsys.readouterr().err
     assert "6 cells: 6 to run, 0 skipped" in err and "error: 2 of 6 cells failed" in err
     rows = _rows(out)
@@ -186,6 +189,7 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
         assert record["values"]["epsilon"] == cell.values["epsilon"]
         assert (cell.dir / "log.txt").exists() and (cell.run_dir / "privacy.json").exists()
     assert {"epsilon", "seed", "value", "privacy_epsilon", "seconds"} <= set(rows[0])
+    assert [r["omp_threads"] for r in rows[:4]] == ["1"] * 4  # one BLAS thread per worker
     assert float(rows[3]["privacy_epsilon"]) == pytest.approx(4.0, rel=1e-3)
     assert (out / "plots" / "value.png").stat().st_size > 1000
     summary = json.loads((out / "sweep.json").read_text())["summary"]
@@ -198,7 +202,10 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
     )
     assert main(["run", str(run_toml), "--out", str(tmp_path / "direct")]) == 0
     direct = json.loads((tmp_path / "direct" / "metrics.json").read_text())
-    assert json.loads((cell.run_dir / "metrics.json").read_text()) == direct
+    swept = json.loads((cell.run_dir / "metrics.json").read_text())
+    assert swept.pop("omp_threads") == 1
+    direct.pop("omp_threads")  # this process: whatever its environment says
+    assert swept == direct
     assert float(rows[3]["value"]) == direct["value"]
 
     # after a fix (here: none) and an interruption (a cell left "running"), a second run
@@ -234,6 +241,7 @@ def test_ray_backend_runs_the_same_cells(tmp_path: Path, monkeypatch: pytest.Mon
     assert main(["sweep", str(grid), "--backend", "ray", "--workers", "2"]) == 0
     rows = _rows(out)
     assert [r["status"] for r in rows] == ["ok"] * 2
+    assert [r["omp_threads"] for r in rows] == ["1"] * 2  # one BLAS thread per Ray worker
     for cell, row in zip(load_sweep(grid).cells, rows, strict=True):
         direct = execute(
             RunSpec.from_mapping({**cell.values, "out": tmp_path / cell.name}), quiet=True
