@@ -140,7 +140,7 @@ def _print_summary(spec: Any, outcome: Any) -> None:
     from rich.table import Table
 
     console = Console()
-    metrics = list(spec.options.metrics) or _metric_names(outcome.summary)
+    metrics = list(spec.options.metrics) or _shown(_metric_names(outcome.summary))
     table = Table(title=f"sweep {spec.out}: {outcome.total} cells")
     keys = [k for k in (outcome.summary[0] if outcome.summary else {}) if k not in metrics]
     for k in keys:
@@ -159,6 +159,16 @@ def _print_summary(spec: Any, outcome: Any) -> None:
         f"results: {spec.out}/results.csv, {spec.out}/results.parquet, {spec.out}/plots/",
         highlight=False,
     )
+
+
+def _shown(names: list[str], limit: int = 4) -> list[str]:
+    """The metrics the console table shows by default: the standard ones first, then ε spent,
+    then the others, at most `limit` (sweep.json and the plots have them all)."""
+    from privrl.experiments.rundir import STANDARD_METRICS
+
+    first = [m for m in STANDARD_METRICS if m in names]
+    first += [m for m in ("privacy_epsilon",) if m in names]
+    return (first + [m for m in names if m not in first])[:limit]
 
 
 def _metric_names(summary: list[dict[str, Any]]) -> list[str]:
