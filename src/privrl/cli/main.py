@@ -40,6 +40,7 @@ from privrl.cli.online import online_app
 from privrl.cli.ope import ope_app
 from privrl.cli.reproduce import reproduce
 from privrl.cli.run import run
+from privrl.cli.sweep import sweep
 from privrl.cli.train import train_app
 
 app = typer.Typer(
@@ -84,6 +85,7 @@ app.add_typer(ope_app, name="ope")
 app.add_typer(online_app, name="online")
 app.command()(reproduce)
 app.command()(run)
+app.command()(sweep)
 
 
 class _Interrupted(BaseException):
