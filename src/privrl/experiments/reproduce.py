@@ -97,6 +97,12 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "privrl.experiments.mopo:table1",
         ),
         Reproduction(
+            "primorl-table1",
+            "Differentially Private Deep Model-Based RL (PRIMORL)",
+            "Table 1, Pendulum: MOPO, NO PRIVACY, LOW and HIGH rows, a sweep over seeds",
+            "privrl.experiments.primorl_table1:table1",
+        ),
+        Reproduction(
             "expert-table2a",
             "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
             "Table 2a: mixing rate p at ε = 10 (CartPole, LunarLander; CQL, BCQ) vs DP-SGD",

@@ -32,7 +32,7 @@ import numpy as np
 from privrl.experiments.rundir import RunDir, check_out_dir, ledger_guard
 from privrl.privacy.report import json_safe
 from privrl.runs import registry
-from privrl.runs.config import ConfigError, RunConfig, fingerprint
+from privrl.runs.config import ConfigError, RunConfig
 from privrl.runs.plots import draw
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, System
 
@@ -81,20 +81,6 @@ class RunSpec:
             "seed": self.seed,
             **self.config.to_dict(),
         }
-
-    def fingerprint(self) -> str:
-        """Same system, config, seed and data content → same fingerprint (the output
-        directory is not part of it)."""
-        data: Any = None
-        if self.data is not None:
-            data = str(self.data)
-            try:
-                from privrl.data.io import content_sha256
-
-                data = content_sha256(self.data)
-            except Exception:
-                pass
-        return fingerprint({**self.to_dict(), "data": data})
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -1,0 +1,81 @@
+"""`privrl reproduce primorl-table1`: the sweep it runs, the summary and the verdicts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from privrl.experiments.primorl_table1 import (
+    MOPO_LEARNED,
+    Scale,
+    claims,
+    summarise,
+    sweep_doc,
+    write_report,
+)
+
+
+def _row(system: str, variant: str | None, ret: float, score: float, eps: float | None) -> dict:
+    return {
+        "system": system,
+        "variant": variant,
+        "status": "ok",
+        "return_mean": ret,
+        "normalised_score": score,
+        "privacy_epsilon": eps,
+        "curve": [ret - 5, ret],
+    }
+
+
+def test_the_sweep_is_mopo_and_the_three_primorl_rows_over_seeds(tmp_path: Path) -> None:
+    from privrl.runs.sweep import SweepError, expand
+
+    doc = sweep_doc(Path("d.h5"), tmp_path, Scale(seeds=2, base_seed=5), backend="local", workers=1)
+    assert doc["grid"] == {"system": ["mopo", "primorl"], "seed": [5, 6]}
+    assert doc["systems"]["primorl"]["grid"] == {"variant": ["no-privacy", "low", "high"]}
+    assert doc["epochs"] == 20 and doc["out"] == str(tmp_path / "sweep")
+    with pytest.raises(SweepError, match=r"d\.h5"):  # every cell is validated, data included
+        expand(doc)
+
+
+def test_summary_shares_and_verdicts() -> None:
+    rows = [
+        *(_row("mopo", None, r, 100.0, None) for r in (190.0, 192.0)),
+        *(_row("primorl", "no-privacy", r, 95.0, None) for r in (188.0, 190.0)),
+        *(_row("primorl", "low", r, 90.0, 30.0) for r in (185.0, 187.0)),
+        *(_row("primorl", "high", r, 40.0, 4.07) for r in (150.0, 160.0)),
+    ]
+    s = summarise(rows)
+    assert s["mopo"]["share"] == pytest.approx(100.0)
+    assert s["high"]["share"] == pytest.approx(100 * 155 / 191)
+    assert s["high"]["epsilon"] == pytest.approx(4.07) and math.isinf(s["mopo"]["epsilon"])
+    verdicts = {c["claim"].split(" is")[0]: c["verdict"] for c in claims(s)}
+    assert verdicts == {"NO PRIVACY (z = 0)": "holds", "LOW": "holds", "HIGH": "does not hold"}
+    assert all(c["verdict"] == "inconclusive" for c in claims(s, quick=True))
+
+
+def test_no_verdict_when_mopo_did_not_learn(tmp_path: Path) -> None:
+    rows = [
+        *(_row("mopo", None, r, MOPO_LEARNED - 1, None) for r in (120.0, 121.0)),
+        *(_row("primorl", "high", r, 0.0, 4.0) for r in (119.0, 120.0)),
+    ]
+    found = claims(summarise(rows))
+    assert {c["verdict"] for c in found} == {"inconclusive"}
+    report = write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=60.0)
+    text = report.read_text()
+    assert "did not learn" in text and "| HIGH |" in text
+    assert json.loads((tmp_path / "claims.json").read_text())[2]["verdict"] == "inconclusive"
+    assert (tmp_path / "plots" / "returns.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_quick_reproduction_runs_end_to_end(tmp_path: Path) -> None:
+    from privrl.experiments.primorl_table1 import table1
+
+    report = table1(tmp_path, quick=True, workers=2)
+    rows = (tmp_path / "sweep" / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 8  # mopo × 2 seeds + 3 PRIMORL rows × 2 seeds
+    assert "Quick mode" in report.read_text()
