@@ -36,7 +36,7 @@ def test_the_sweep_is_mopo_and_the_three_primorl_rows_over_seeds(tmp_path: Path)
     doc = sweep_doc(Path("d.h5"), tmp_path, Scale(seeds=2, base_seed=5), backend="local", workers=1)
     assert doc["grid"] == {"system": ["mopo", "primorl"], "seed": [5, 6]}
     assert doc["systems"]["primorl"]["grid"] == {"variant": ["no-privacy", "low", "high"]}
-    assert doc["epochs"] == 20 and doc["out"] == str(tmp_path / "sweep")
+    assert doc["epochs"] == 20 and doc["out"] == str(tmp_path)
     with pytest.raises(SweepError, match=r"d\.h5"):  # every cell is validated, data included
         expand(doc)
 
@@ -72,10 +72,14 @@ def test_no_verdict_when_mopo_did_not_learn(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_quick_reproduction_runs_end_to_end(tmp_path: Path) -> None:
+def test_quick_reproduction_runs_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from privrl.experiments.primorl_table1 import table1
 
-    report = table1(tmp_path, quick=True, workers=2)
-    rows = (tmp_path / "sweep" / "results.csv").read_text().splitlines()
+    monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path / "cache"))  # the quick dataset, the cells
+    report = table1(tmp_path / "report", quick=True, workers=2)
+    assert (tmp_path / "cache" / "reproduce" / "primorl-table1" / "quick" / "cells").is_dir()
+    rows = (tmp_path / "report" / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 8  # mopo × 2 seeds + 3 PRIMORL rows × 2 seeds
     assert "Quick mode" in report.read_text()

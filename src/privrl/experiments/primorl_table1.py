@@ -3,8 +3,10 @@
 The rows of the paper's Table 1 for one task — MOPO (non-private), NO PRIVACY (z = 0, clipping
 kept), LOW and HIGH (the paper's z and T) — each for several seeds, run by the sweep runner
 (`privrl.runs.sweep`) as ordinary `privrl train mopo` / `privrl train primorl` runs on the
-recipe dataset. The sweep's directory (``OUT/sweep``) keeps every cell's run directory, so an
-interrupted reproduction resumes with the cells left; `--backend ray` runs the cells on Ray.
+recipe dataset. The sweep's directory (in the cache: ``$PRIVRL_CACHE/reproduce/primorl-table1/``;
+its cells hold checkpoints and models, too big for docs/) keeps every cell's run directory, so
+an interrupted reproduction resumes with the cells left; `--backend ray` runs the cells on Ray.
+The results table is copied beside the report.
 
 The report (``OUT/report.md``, ``OUT/claims.json``, ``OUT/plots/``) sets each row beside the
 paper's: ε (our PLD accountant for the paper's z, q and T), the return (mean ± 95% t-interval
@@ -18,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -62,8 +65,15 @@ class Scale:
         return {"epochs": self.epochs}
 
 
+def sweep_dir(scale: Scale) -> Path:
+    """Where the cells live (the cache: their checkpoints and models do not belong in docs/)."""
+    from privrl.data.paths import cache_dir
+
+    return cache_dir() / "reproduce" / "primorl-table1" / ("quick" if scale.quick else "full")
+
+
 def sweep_doc(data: Path, out: Path, scale: Scale, *, backend: str, workers: int | None) -> dict:
-    """The grid: MOPO and PRIMORL's three rows × seeds, on one dataset."""
+    """The grid: MOPO and PRIMORL's three rows × seeds, on one dataset; cells under `out`."""
     primorl: dict[str, Any] = {"grid": {"variant": ["no-privacy", "low", "high"]}}
     mopo: dict[str, Any] = {}
     if scale.quick:  # a few DP-FedAvg rounds and dynamics epochs: a smoke test
@@ -72,7 +82,7 @@ def sweep_doc(data: Path, out: Path, scale: Scale, *, backend: str, workers: int
         mopo["model_epochs"] = 2
     primorl = {k: v for k, v in primorl.items() if v is not None}
     doc: dict[str, Any] = {
-        "out": str(out / "sweep"),
+        "out": str(out),
         "data": str(data),
         **scale.settings(),
         "grid": {
@@ -114,15 +124,18 @@ def table1(
     out = Path(out)
     data = Path(data) if data is not None else _dataset(quick)
     t0 = time.perf_counter()
-    sweep = expand(sweep_doc(data, out, scale, backend=backend, workers=workers))
+    cells = sweep_dir(scale)
+    sweep = expand(sweep_doc(data, cells, scale, backend=backend, workers=workers))
     outcome = run_sweep(sweep)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cells / "results.csv", out / "results.csv")
     if outcome.failed:
         cell, error = outcome.failed[0]
         raise RuntimeError(
             f"{len(outcome.failed)} cell(s) failed, e.g. {cell.label()}: {error} "
             f"(logs in {cell.dir}/log.txt); rerun to retry them"
         )
-    rows = [dict(r, curve=_curve(out / "sweep" / "cells" / r["cell"])) for r in outcome.rows]
+    rows = [dict(r, curve=_curve(cells / "cells" / r["cell"])) for r in outcome.rows]
     return write_report(out, rows, scale, data=data, wall=time.perf_counter() - t0)
 
 
