@@ -1,0 +1,70 @@
+"""Each reproduction's claim builder, fed the numbers its committed run recorded (metrics.json),
+gives the committed claims.json: the next `privrl reproduce ID` writes the same gallery rows
+from the same results."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from privrl.experiments import dp_apvi_tabular, qiao_wang
+
+ROOT = Path(__file__).resolve().parents[2] / "docs" / "reproductions"
+
+
+def _metrics(rid: str) -> dict:
+    return json.loads((ROOT / rid / "metrics.json").read_text(encoding="utf-8"))
+
+
+def _committed(rid: str) -> list[dict]:
+    return json.loads((ROOT / rid / "claims.json").read_text(encoding="utf-8"))
+
+
+def test_qiao_wang_fig1a():
+    claims = qiao_wang.gallery_claims_a(
+        _metrics("qiao-wang-fig1a")["claims"], "plots/fig1a_C0.1.png"
+    )
+    assert [asdict(c) for c in claims] == _committed("qiao-wang-fig1a")
+
+
+def test_qiao_wang_fig1b():
+    claims = qiao_wang.gallery_claims_b(
+        _metrics("qiao-wang-fig1b")["claims"], qiao_wang.RHOS_B, "plots/fig1b_C0.1.png"
+    )
+    assert [asdict(c) for c in claims] == _committed("qiao-wang-fig1b")
+
+
+def test_qiao_wang_verdict_follows_the_case_count():
+    case = {
+        "gaps": [1.0, 0.5],
+        "dp_worse_count": 2,
+        "gap_at_kmax": 0.5,
+        "gap_at_kmax_rel_vstar": 0.05,
+    }
+    cases = [
+        {
+            **case,
+            "dp_worse_holds": True,
+            "converges_holds": False,
+            "beat_pevi_holds": True,
+            "vapvi_beats_pevi": 2,
+            "dp_beats_pevi": 2,
+        },
+        {
+            **case,
+            "dp_worse_holds": True,
+            "converges_holds": False,
+            "beat_pevi_holds": False,
+            "vapvi_beats_pevi": 0,
+            "dp_beats_pevi": 2,
+        },
+    ]
+    verdicts = [c.verdict for c in qiao_wang.gallery_claims_a(cases, "plots/x.png")]
+    assert verdicts == ["holds", "does not hold", "partly"]
+
+
+def test_dp_apvi_tabular():
+    m = _metrics("dp-apvi-tabular")
+    claims = dp_apvi_tabular.gallery_claims(m["convergence"], m["slopes"], 100_000)
+    assert [asdict(c) for c in claims] == _committed("dp-apvi-tabular")
