@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from privrl.experiments import dp_apvi_tabular, qiao_wang
+from privrl.experiments import dp_apvi_tabular, mopo, qiao_wang, sdp_pe
 
 ROOT = Path(__file__).resolve().parents[2] / "docs" / "reproductions"
 
@@ -68,3 +68,15 @@ def test_dp_apvi_tabular():
     m = _metrics("dp-apvi-tabular")
     claims = dp_apvi_tabular.gallery_claims(m["convergence"], m["slopes"], 100_000)
     assert [asdict(c) for c in claims] == _committed("dp-apvi-tabular")
+
+
+def test_sdp_pe_fig4():
+    claims = sdp_pe.gallery_claims(_metrics("sdp-pe-fig4")["expectations"])
+    assert [asdict(c) for c in claims] == _committed("sdp-pe-fig4")
+    # a verdict between two algorithms still in burn-in is not evidence
+    assert {c.verdict for c in claims if "burn-in" in c.ours} == {"inconclusive"}
+
+
+def test_mopo_table1():
+    claims = mopo.gallery_claims(_metrics("mopo-table1")["tasks"])
+    assert [asdict(c) for c in claims] == _committed("mopo-table1")
