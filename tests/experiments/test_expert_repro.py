@@ -260,6 +260,10 @@ def test_quick_table2a_end_to_end(quick_cache, tmp_path, capsys) -> None:
     assert m["missing_datasets"] == {
         "lunarlander": "privrl data collect --recipe experts-lunarlander --quick"
     }
+    # the gallery row of the finished env, with the report's verdict (LunarLander not run)
+    claims = json.loads((out / "claims.json").read_text(encoding="utf-8"))
+    assert [c["claim"][:34] for c in claims] == ["ours ≥ DP-SGD at ε = 10, CartPole "] * 2
+    assert all(c["verdict"] in ("holds", "does not hold") for c in claims)
     assert "privrl data collect --recipe experts-lunarlander --quick" in text
     for paper in ("1.03", "0.92", "0.67", "0.99", "0.31"):  # the paper's numbers beside ours
         assert f"| {paper} |" in text

@@ -24,12 +24,27 @@ def reproduce(
         False, "--quick", help="A small, fast version (for smoke tests; numbers are not final)."
     ),
     list_: bool = typer.Option(False, "--list", help="List the available reproductions."),
+    index: bool = typer.Option(
+        False,
+        "--index",
+        help="Regenerate the gallery docs/reproductions/index.md (under --out if given) from "
+        "every reproduction's claims.json.",
+    ),
 ) -> None:
     """Regenerate one figure or table of a paper at a documented scale.
 
     Writes a markdown report (our numbers beside the paper's), its PNG plots, and the run
-    directory files (config.json, metrics.json, metrics.csv) to --out.
+    directory files (config.json, metrics.json, metrics.csv) to --out, and the report's claims
+    (claims.json) that `privrl reproduce --index` collects into the gallery.
     """
+    if index:
+        if target is not None:
+            raise ValueError(
+                f"--index takes no reproduction id (got {target!r}); run "
+                "`privrl reproduce --index` alone"
+            )
+        typer.echo(f"wrote {registry.write_index(out)}")
+        return
     if list_ or target is None:
         Console().print(registry.reproductions_table())
         return

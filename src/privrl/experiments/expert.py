@@ -47,13 +47,14 @@ import shutil
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from privrl.experiments.claims import Claim, count_verdict, holds, write_claims
 from privrl.experiments.rundir import RunDir, read_run
 
 __all__ = [
@@ -1020,6 +1021,7 @@ def _write_outputs(
     refs: dict[str, dict[str, Any]],
     report_lines: list[str],
     extra_metrics: dict[str, Any],
+    claims: list[Claim] | None = None,
 ) -> Path:
     """Top-level run-directory files of a reproduction and its report."""
     from privrl.privacy.report import PrivacyReport
@@ -1081,7 +1083,130 @@ def _write_outputs(
         run.write_privacy(privacy)
     report = run.artifact("report.md")
     report.write_text("\n".join(report_lines) + "\n")
+    if claims is not None:
+        write_claims(run.path, claims)
     return report
+
+
+# ---------------------------------------------------------------------------------------------
+# Gallery claims (claims.json): the reports' verdicts, from the cells' (mean, CI) scores
+# ---------------------------------------------------------------------------------------------
+
+Scores = Mapping[str, tuple[float, float]]
+FIGURE_ONLY = "figure only (no numbers)"
+
+
+def _scores(cells: Mapping[str, Cell]) -> dict[str, tuple[float, float]]:
+    return {k: c.score for k, c in cells.items() if c.runs}
+
+
+def _pair(scores: Scores, a: str, b: str) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    o, d = scores.get(a), scores.get(b)
+    if o is None or d is None or not (math.isfinite(o[0]) and math.isfinite(d[0])):
+        return None
+    return o, d
+
+
+def gallery_claims_table2a(scores: Scores, envs: Sequence[str], eps: float = 10.0) -> list[Claim]:
+    """Table 2a's claim check: ours (Table-1 p) ≥ DP-SGD on the means, per (env, algo)."""
+    out = []
+    for env in envs:
+        for algo in ("cql", "bcq"):
+            p = PAPER_TABLE1_P[(env, algo)][eps]
+            pair = _pair(scores, f"{env}/{algo}/p{p:g}/main", f"{env}/{algo}/p1/main")
+            if pair is None:
+                continue
+            (o, d), paper = pair, PAPER_TABLE2A[(env, algo)]
+            out.append(
+                Claim(
+                    f"ours ≥ DP-SGD at ε = {eps:g}, {ENVS[env].label} {algo.upper()} (p = {p:g})",
+                    " vs ".join("inf" if v is None else f"{v:.2f}" for v in (paper[p], paper[1.0])),
+                    f"{_fmt(*o)} vs {_fmt(*d)}",
+                    holds(o[0] - d[0] >= 0),
+                    "plots/table2a.png",
+                )
+            )
+    return out
+
+
+def gallery_claims_table2b(scores: Scores) -> list[Claim]:
+    """Table 2b: the report states the numbers but no verdict, so the gallery says
+    inconclusive (3 seeds, CIs that overlap the paper's ordering)."""
+    out = []
+    for (env, eps), (p_f, p_n) in PAPER_TABLE2B.items():
+        pair = _pair(scores, f"{env}/bcq/eps{eps:g}/filter", f"{env}/bcq/eps{eps:g}/nofilter")
+        if pair is None:
+            continue
+        f, n = pair
+        out.append(
+            Claim(
+                f"below ε = 5, ε1 = 0 beats ε1 = 3ε/4 ({ENVS[env].label}, ε = {eps:g}, BCQ)",
+                f"ε1 = 3ε/4: {p_f:.2f}; ε1 = 0: {p_n:.2f}",
+                f"ε1 = 3ε/4: {_fmt(*f)}; ε1 = 0: {_fmt(*n)}",
+                "inconclusive",
+                "plots/table2b.png",
+            )
+        )
+    return out
+
+
+def gallery_claims_fig3(
+    scores: Scores, envs: Sequence[str], algos: Sequence[str], epsilons: Sequence[float]
+) -> list[Claim]:
+    """Figure 3: ours ≥ DP-SGD on the means, per comparison with distinct runs (at Table-1
+    p = 1 ours is DP-SGD: the same runs, no comparison)."""
+    out = []
+    for env in envs:
+        for algo in algos:
+            for eps in epsilons:
+                p = PAPER_TABLE1_P[(env, algo)][_nearest(eps)]
+                key = f"{env}/{algo}/eps{eps:g}"
+                pair = _pair(scores, f"{key}/ours", f"{key}/dp-sgd")
+                if pair is None or p >= 1.0:
+                    continue
+                o, d = pair
+                out.append(
+                    Claim(
+                        f"ours ≥ DP-SGD, {ENVS[env].label} {algo.upper()}, ε = {eps:g} (p = {p:g})",
+                        FIGURE_ONLY,
+                        f"ours {_fmt(*o)} vs DP-SGD {_fmt(*d)}",
+                        holds(o[0] - d[0] >= 0),
+                        "plots/fig3.png",
+                    )
+                )
+    return out
+
+
+def gallery_claims_fig4(scores: Scores, ms: Sequence[int]) -> list[Claim]:
+    """Figure 4: the gap of ours over DP-SGD grows with m; ours ≥ DP-SGD at which m."""
+    pairs = {m: _pair(scores, f"m{m}/ours", f"m{m}/dp-sgd") for m in ms}
+    done = [m for m in ms if pairs[m] is not None]
+    if not done:
+        return []
+    gaps = {m: pairs[m][0][0] - pairs[m][1][0] for m in done}
+    grows = all(gaps[b] >= gaps[a] for a, b in itertools.pairwise(done))
+    ahead = [m for m in done if gaps[m] >= 0]
+    (o, d), last = pairs[done[-1]], done[-1]
+    what = "Acrobot, ε = 10, CQL"
+    return [
+        Claim(
+            f"the gap of ours over DP-SGD grows with m ({what})",
+            FIGURE_ONLY,
+            "gap "
+            + ", ".join(f"{gaps[m]:+.2f} (m = {m})" for m in done)
+            + f": {'grows' if grows else 'does not grow'} monotonically",
+            holds(grows) if len(done) == len(ms) else "inconclusive",
+            "plots/fig4.png",
+        ),
+        Claim(
+            f"ours ≥ DP-SGD as m grows ({what})",
+            FIGURE_ONLY,
+            (f"at m ∈ {{{', '.join(map(str, ahead))}}}" if ahead else "at no m")
+            + f"; m = {last}: {_fmt(*o)} vs {_fmt(*d)}",
+            count_verdict(len(ahead), len(done)),
+            "plots/fig4.png",
+        ),
+    ]
 
 
 def _json_ref(ref: dict[str, Any]) -> dict[str, Any]:
@@ -1461,7 +1586,8 @@ def table2a(
     n_total = sum(len(c.cfgs) for c in cells.values())
     n_done = sum(c.n for c in cells.values())
     lines += _tail(ctx, "expert-table2a", n_done, n_total, cells)
-    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {})
+    claims_2a = gallery_claims_table2a(_scores(cells), envs, eps)
+    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims_2a)
 
 
 def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
@@ -1574,7 +1700,8 @@ def table2b(
     lines += _protocol(ctx)
     n_total = sum(len(c.cfgs) for c in cells.values())
     lines += _tail(ctx, "expert-table2b", sum(c.n for c in cells.values()), n_total, cells)
-    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {})
+    claims = gallery_claims_table2b(_scores(cells))
+    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims)
 
 
 def _plot_pairs(ctx: _Context, cells: dict[str, Cell], name: str, title: str) -> list[str]:
@@ -1711,7 +1838,8 @@ def fig3(
     n_total = len({c.key() for cell in cells.values() for c in cell.cfgs})
     n_done = len({r["key"] for cell in cells.values() for r in cell.runs})
     lines += _tail(ctx, "expert-fig3", n_done, n_total, cells)
-    return _write_outputs(ctx, "expert-fig3", cells, refs, lines, {"claims_hold": claims})
+    gallery = gallery_claims_fig3(_scores(cells), envs, algos, ctx.scale.fig3_epsilons)
+    return _write_outputs(ctx, "expert-fig3", cells, refs, lines, {"claims_hold": claims}, gallery)
 
 
 def _fig3_pld_section(
@@ -1896,7 +2024,13 @@ def fig4(
     n_total = sum(len(c.cfgs) for c in cells.values())
     lines += _tail(ctx, "expert-fig4", sum(c.n for c in cells.values()), n_total, cells)
     return _write_outputs(
-        ctx, "expert-fig4", cells, refs, lines, {"gaps": gaps, "gap_grows_with_m": grows}
+        ctx,
+        "expert-fig4",
+        cells,
+        refs,
+        lines,
+        {"gaps": gaps, "gap_grows_with_m": grows},
+        gallery_claims_fig4(_scores(cells), ms),
     )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from privrl.envs.chain import ChainDomain
+from privrl.experiments.claims import Claim, write_claims
 from privrl.experiments.rundir import RunDir
 from privrl.ope.accounting import COARSE_ORDERS, paper_sigma, rigorous_epsilon, rigorous_sigma
 from privrl.ope.baselines import (
@@ -479,9 +480,30 @@ def _setup_lines(cfg: _Cfg, seconds: float, extra: Sequence[str]) -> list[str]:
     ]
 
 
-def _claim(rows: list[str], text: str, holds: bool | None, detail: str) -> None:
-    verdict = {True: "**holds**", False: "**does not hold**", None: "n/a"}[holds]
-    rows.append(f"| {text} | {verdict} | {detail} |")
+class _Claims:
+    """The report's claims table and, from the same strings, the gallery's claims.json."""
+
+    def __init__(self, plot: str) -> None:
+        self.plot = plot
+        self.rows = ["| claim (paper) | verdict | measured |", "|---|---|---|"]
+        self.items: list[Claim] = []
+
+    def add(
+        self,
+        text: str,
+        holds: bool | None,
+        detail: str,
+        *,
+        claim: str | None = None,
+        paper: str = "— (ours)",
+    ) -> None:
+        """One claim: `text` in the report (`claim` in the gallery, default `text`), checked
+        `holds` (None: our observation, no verdict), measured `detail`; `paper`: the paper's
+        number or statement."""
+        verdict = {True: "**holds**", False: "**does not hold**", None: "n/a"}[holds]
+        self.rows.append(f"| {text} | {verdict} | {detail} |")
+        gallery = {True: "holds", False: "does not hold", None: "n/a (our study)"}[holds]
+        self.items.append(Claim(claim or text, paper, detail, gallery, self.plot))
 
 
 def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
@@ -534,34 +556,34 @@ def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
     fig.savefig(run.plot_path("fig1a"), dpi=110)
     plt.close(fig)
     # claims
-    claims: list[str] = ["| claim (paper) | verdict | measured |", "|---|---|---|"]
+    claims = _Claims("plots/fig1a.png")
     ratios = [
         min(table[(m, "V1 (DP-LSW)")]["mean"], table[(m, "V2 (DP-LSL)")]["mean"])
         / table[(m, "GP (1× step)")]["mean"]
         for m in ms
     ]
-    _claim(
-        claims,
+    claims.add(
         "GP ≈ an order of magnitude better than V1/V2 (Fig. 1a)",
         all(r >= 10 for r in ratios),
         "min over m of MSPBE(best of V1, V2)/MSPBE(GP) = "
         f"{min(ratios):.3g} (max {max(ratios):.3g}): far MORE than one order of magnitude",
+        claim="GP ≈ an order of magnitude better than V1/V2",
+        paper="≈ 10× (Fig. 1a)",
     )
     robust = [
         max(table[(m, "GP (0.1× step)")]["mean"], table[(m, "GP (10× step)")]["mean"])
         < min(table[(m, "V1 (DP-LSW)")]["mean"], table[(m, "V2 (DP-LSL)")]["mean"])
         for m in ms
     ]
-    _claim(
-        claims,
+    claims.add(
         "with 0.1×/10× the tuned step GP usually still beats V1/V2",
         all(robust),
         f"{sum(robust)}/{len(ms)} values of m",
+        paper="Fig. 1a",
     )
     zero = chain.system.mspbe(np.zeros(chain.Phi.shape[1]))
     beats0 = [table[(m, "GP (1× step)")]["mean"] < zero for m in ms]
-    _claim(
-        claims,
+    claims.add(
         "(ours) GP beats the trivial θ = 0",
         all(beats0),
         f"{sum(beats0)}/{len(ms)} values of m; GP/θ=0 at the largest m: "
@@ -611,7 +633,7 @@ def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         "",
         "## Claims",
         "",
-        *claims,
+        *claims.rows,
         "",
         "## Notes",
         "",
@@ -649,6 +671,7 @@ def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         },
         facts[-1],
         orders=cfg.orders,
+        claims=claims.items,
     )
     return report
 
@@ -664,6 +687,7 @@ def _finish(
     epsilon: float = CHAIN_EPS,
     n_features: int = 39,
     orders: tuple[float, ...] | None = None,
+    claims: list[Claim] | None = None,
 ) -> Path:
     run.write_config(config)
     run.write_metrics(metrics)
@@ -705,6 +729,8 @@ def _finish(
     run.write_privacy(report)
     target = run.artifact("report.md")
     target.write_text("\n".join(md) + "\n")
+    if claims is not None:
+        write_claims(target.parent, claims)
     return target
 
 
@@ -784,22 +810,22 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
     ok = np.flatnonzero(means <= 2 * best)
     span = math.log10(etas[ok.max()] / etas[ok.min()]) if ok.size else 0.0
     beats = int(np.sum(means < v1["mean"]))
-    claims = ["| claim (paper) | verdict | measured |", "|---|---|---|"]
-    _claim(
-        claims,
+    claims = _Claims("plots/fig1b.png")
+    claims.add(
         "accuracy is stable over a very wide range of step sizes (Fig. 1b)",
         span >= 1.0,
         f"MSPBE within 2× of the best over {span:.2g} decades of η "
         f"({etas[ok.min()]:.2g}–{etas[ok.max()]:.2g})",
+        claim="accuracy is stable over a very wide range of step sizes",
+        paper="Fig. 1b",
     )
-    _claim(
-        claims,
+    claims.add(
         "GP beats V1 at every step size tried",
         beats == len(etas),
         f"{beats}/{len(etas)} step sizes (V1 mean MSPBE {v1['mean']:.3g})",
+        paper="Fig. 1b",
     )
-    _claim(
-        claims,
+    claims.add(
         "(ours) small steps degrade gracefully towards θ = 0, large ones diverge into the noise",
         None,
         f"MSPBE at the smallest η {means[0]:.3g} (θ = 0: {zero:.3g}); at the largest "
@@ -827,7 +853,7 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         "",
         "## Claims",
         "",
-        *claims,
+        *claims.rows,
         "",
         "![fig1b](plots/fig1b.png)",
     ]
@@ -849,6 +875,7 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         {"mspbe": best, "stable_decades": span},
         fact,
         orders=cfg.orders,
+        claims=claims.items,
     )
 
 
@@ -1040,7 +1067,45 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
         {"m": fact["m"], "N": fact["N"], "h": fact["h"], "sigma": fact["sigma"]},
         epsilon=fact["epsilon"],
         orders=cfg.orders,
+        claims=_accounting_claims(ref_rows, grid_rows, sig_rows, acc).items,
     )
+
+
+def _accounting_claims(
+    ref_rows: Sequence[tuple], grid_rows: Sequence[tuple], sig_rows: Sequence[dict], acc: _Acc
+) -> _Claims:
+    """The accounting study's claims, from the numbers of its three tables."""
+    claims = _Claims("plots/accounting.png")
+    nominal = min(g[2] for g in grid_rows)
+    top = max(g[2] for g in grid_rows)
+    te_low = [r[6] for r in ref_rows] + [g[5] for g in grid_rows if g[2] == nominal]
+    te_top = [g[5] for g in grid_rows if g[2] == top]
+    valid = all(g[5] <= g[2] for g in grid_rows) and all(r[6] <= nominal for r in ref_rows)
+    claims.add(
+        "Lemma 1's σ gives the nominal ε",
+        valid,
+        f"true ε of the paper's σ at nominal ε = {nominal:g}: {min(te_low):.3g}–"
+        f"{max(te_low):.3g}; at nominal ε = {top:g}: {min(te_top):.3g}–{max(te_top):.3g}"
+        + ("" if valid else " — NOT a valid guarantee"),
+        paper="Lemma 1 closed form (drops higher-order terms; sensitivity h)",
+    )
+    ratios = [g[4] / g[3] for g in grid_rows]
+    claims.add(
+        "(spec) Lemma 1 underestimates σ ≈ 20× at m = N = 100",
+        max(ratios) >= 10,  # '≈ 20×' read as at least 10×
+        f"σ ratio (rigorous/paper) {min(ratios):.2g}–{max(ratios):.2g}× over the grid",
+        paper="≈ 20× (spec remark)",
+    )
+    eps, m = max(r["epsilon"] for r in sig_rows), max(r["m"] for r in sig_rows)
+    pair = {r["mode"]: r for r in sig_rows if r["epsilon"] == eps and r["m"] == m}
+    st = {k: acc.stats(m=m, method=f"GP {k} ε={eps:g} (1× step)") for k in pair}
+    claims.add(
+        "(ours) MSPBE at equal nominal ε, paper vs rigorous accounting",
+        None,
+        f"e.g. ε = {eps:g}, m = {m}: paper {_fmt(st['paper'])} (true ε "
+        f"{pair['paper']['true_epsilon']:.3g}) vs rigorous {_fmt(st['rigorous'])}",
+    )
+    return claims
 
 
 # ------------------------------------------------------------------------ continuous domains
@@ -1098,7 +1163,7 @@ def _continuous(
     relative: bool,
     title: str,
     paper_lines: Sequence[str],
-    claims_fn: Callable[[dict, list[int], Sequence[float], float], list[str]],
+    claims_fn: Callable[[dict, list[int], Sequence[float], float], _Claims],
     notes: Sequence[str] = (),
 ) -> Path:
     t0 = time.time()
@@ -1335,7 +1400,7 @@ def _continuous(
         "",
         "## Claims",
         "",
-        *claims,
+        *claims.rows,
         "",
         *(["## Notes", "", *[f"- {x}" for x in notes], ""] if notes else []),
         f"![{figure}](plots/{figure}.png)",
@@ -1363,6 +1428,7 @@ def _continuous(
         epsilon=eps_grid[0],
         orders=cfg.orders,
         n_features=features.dim,
+        claims=claims.items,
     )
 
 
@@ -1407,48 +1473,77 @@ def _ratio_claims(
     v1: bool,
     ref: str,
     close_text: str,
-) -> list[str]:
-    rows = ["| claim (paper) | verdict | measured |", "|---|---|---|"]
+    close_paper: str,
+    plot: str,
+    close_claim: str | None = None,
+) -> _Claims:
+    rows = _Claims(plot)
     m = ms[-1]
     if v1:
         ratios = [
             table[(m, f"V1 ε={e:g} (approx.)")]["mean"] / table[(m, f"GP ε={e:g}")]["mean"]
             for e in eps_grid
         ]
-        _claim(
-            rows,
+        rows.add(
             "GP beats V1 by orders of magnitude",
             all(r >= 100 for r in ratios),
             f"MSPBE(V1)/MSPBE(GP) at m = {m}: "
             + ", ".join(f"ε={e:g}: {r:.3g}" for e, r in zip(eps_grid, ratios, strict=True)),
+            paper="orders of magnitude (Fig. 2a)",
         )
     lst = table[(m, ref)]["mean"]
     gp_best = table[(m, f"GP ε={max(eps_grid):g}")]["mean"]
-    _claim(
-        rows,
+    rows.add(
         close_text,
         gp_best <= 10 * lst,
         f"at m = {m}: GP (ε = {max(eps_grid):g}) {gp_best:.3g} vs {ref} {lst:.3g} "
         f"(ratio {gp_best / lst:.3g}; 'close' read as within 10×)",
+        claim=close_claim,
+        paper=close_paper,
     )
     mono = all(
         table[(m, f"GP ε={a:g}")]["mean"] >= table[(m, f"GP ε={b:g}")]["mean"]
         for a, b in itertools.pairwise(eps_grid)
     )
-    _claim(
-        rows,
+    rows.add(
         "(ours) MSPBE falls as ε grows",
         mono,
         ", ".join(f"ε={e:g}: {table[(m, f'GP ε={e:g}')]['mean']:.3g}" for e in eps_grid),
     )
     beats0 = table[(m, f"GP ε={min(eps_grid):g}")]["mean"] < zero
-    _claim(
-        rows,
+    rows.add(
         "(ours) GP at the smallest ε beats θ = 0",
         beats0,
         f"{table[(m, f'GP ε={min(eps_grid):g}')]['mean']:.3g} vs {zero:.3g}",
     )
     return rows
+
+
+# the keywords of `_ratio_claims` per figure (shared with the tests of the claims)
+RATIO_CLAIMS: dict[str, dict[str, Any]] = {
+    "fig2a": {
+        "v1": True,
+        "ref": "LSTD (non-private)",
+        "close_text": "GP approaches LSTD (Fig. 2a/3a)",
+        "close_claim": "GP approaches LSTD",
+        "close_paper": "close to LSTD (Fig. 2a/3a)",
+        "plot": "plots/fig2a.png",
+    },
+    "fig3b": {
+        "v1": False,
+        "ref": "off-policy LSTD (non-private)",
+        "close_text": "off-policy GP approaches off-policy LSTD (resembles on-policy)",
+        "close_paper": "'remarkably similar' to Fig. 3(a)",
+        "plot": "plots/fig3b.png",
+    },
+    "fig4": {
+        "v1": False,
+        "ref": "off-policy LSTD (non-private)",
+        "close_text": "GP works on the HIV simulator (close to off-policy LSTD)",
+        "close_paper": "Fig. 4 (relative MSPBE)",
+        "plot": "plots/fig4.png",
+    },
+}
 
 
 MC_NOTE = (
@@ -1488,9 +1583,7 @@ def fig2a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
             ms,
             eg,
             z,
-            v1=True,
-            ref="LSTD (non-private)",
-            close_text="GP approaches LSTD (Fig. 2a/3a)",
+            **RATIO_CLAIMS["fig2a"],
         ),
         notes=[MC_NOTE],
     )
@@ -1523,9 +1616,7 @@ def fig3b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
             ms,
             eg,
             z,
-            v1=False,
-            ref="off-policy LSTD (non-private)",
-            close_text="off-policy GP approaches off-policy LSTD (resembles on-policy)",
+            **RATIO_CLAIMS["fig3b"],
         ),
         notes=[MC_NOTE],
     )
@@ -1557,8 +1648,6 @@ def fig4(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = Fa
             ms,
             eg,
             z,
-            v1=False,
-            ref="off-policy LSTD (non-private)",
-            close_text="GP works on the HIV simulator (close to off-policy LSTD)",
+            **RATIO_CLAIMS["fig4"],
         ),
     )

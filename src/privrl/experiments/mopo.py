@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from privrl.experiments.claims import Claim, holds, write_claims
 from privrl.experiments.rundir import RunDir, read_run
 
 __all__ = [
@@ -433,7 +434,27 @@ def _write_table1(
     run.write_privacy(mopo_privacy_report(MOPOConfig.for_task("pendulum")))
     report = run.artifact("report.md")
     report.write_text(_report(summary, n_seeds, base_seed, quick, wall))
+    write_claims(run.path, gallery_claims(summary))
     return report
+
+
+def gallery_claims(summary: dict[str, dict[str, Any]]) -> list[Claim]:
+    """The gallery rows: one per task, the report's 'met' column as the verdict (the target is
+    ours; the paper's raw returns are on another scale for Pendulum)."""
+    out = []
+    for task, s in summary.items():
+        norm = s["normalised_mean"]
+        out.append(
+            Claim(
+                f"MOPO reaches the expert level on {task} (normalised ≥ {s['target']:.0f})",
+                f"MOPO {s['paper_mopo'][0]} ± {s['paper_mopo'][1]} (raw)",
+                f"return {_fmt(s['return_mean'], s['return_ci95'])}; normalised "
+                f"{_fmt(norm, s['normalised_ci95'])}",
+                "inconclusive" if norm is None else holds(norm >= s["target"]),
+                "plots/learning_curves.png",
+            )
+        )
+    return out
 
 
 def _fmt(mean: float | None, ci: float) -> str:

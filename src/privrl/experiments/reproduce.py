@@ -162,3 +162,15 @@ def reproduce(
     check_int(seed, "--seed", minimum=0)
     out = check_out_dir(out or Path("docs") / "reproductions" / target)
     return REPRODUCTIONS[target].load()(out, seeds=seeds, seed=seed, quick=quick)
+
+
+def write_index(root: Path | None = None) -> Path:
+    """Regenerate the gallery `root`/index.md (default docs/reproductions) from every
+    `root`/*/claims.json; refuses a root that is not an existing directory."""
+    from privrl.experiments.checks import InputError
+    from privrl.experiments.gallery import write_index as _write_index
+
+    root = root or Path("docs") / "reproductions"
+    if not root.is_dir():
+        raise InputError(f"--out {root}: not a directory of reproductions; give docs/reproductions")
+    return _write_index(root)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from privrl.experiments.claims import Claim, holds, write_claims
 from privrl.experiments.rundir import RunDir
 from privrl.online.common import checkpoints, make_env
 from privrl.online.privatizers import IdentityPrivatizer
@@ -301,6 +302,25 @@ def _expectations(merged: dict, cfg: Fig4Config) -> list[dict[str, Any]]:
     return out
 
 
+def gallery_claims(expectations: list[dict[str, Any]]) -> list[Claim]:
+    """The gallery rows: the report's 'paper's expectations' table, one row per (claim, ε).
+    A verdict between two algorithms that are both still in burn-in is not evidence either
+    way (the report says so beside it): the gallery calls it inconclusive."""
+    out = []
+    for ex in expectations:
+        burn = "; both still in burn-in: not evidence" if ex.get("burn_in") else ""
+        out.append(
+            Claim(
+                f"{ex['claim']} (ε = {ex['epsilon']:g})",
+                "figure only (numbers lost in extraction)",
+                f"{ex['numbers']} (criterion: {ex['criterion']}){burn}",
+                "inconclusive" if ex.get("burn_in") else holds(ex["holds"]),
+                "plots/fig4.png",
+            )
+        )
+    return out
+
+
 def _calibration_table(cfg: Fig4Config) -> list[dict[str, Any]]:
     """Per-counter noise of the shuffle privatizer at the run's batch sizes: tight vs theory."""
     H, S, A = cfg.horizon, cfg.states, 2
@@ -493,6 +513,7 @@ def write_fig4(
     )
     report = run.path / "report.md"
     report.write_text(_report(cfg, merged, finals, expectations, calib, wall, quick))
+    write_claims(run.path, gallery_claims(expectations))
     return report
 
 
