@@ -83,3 +83,17 @@ def test_quick_reproduction_runs_end_to_end(
     rows = (tmp_path / "report" / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 8  # mopo × 2 seeds + 3 PRIMORL rows × 2 seeds
     assert "Quick mode" in report.read_text()
+
+
+def test_reproduce_checks_backend_and_all_before_any_work(tmp_path: Path) -> None:
+    from privrl.experiments.checks import InputError
+    from privrl.experiments.reproduce import REPRODUCTIONS, reproduce
+
+    assert REPRODUCTIONS["primorl-table1"].sweep and not REPRODUCTIONS["gpope-fig1a"].sweep
+    with pytest.raises(InputError, match="--backend must be local or ray"):
+        reproduce("primorl-table1", tmp_path, backend="slurm")
+    with pytest.raises(InputError, match="drop --out"):
+        reproduce("all", tmp_path)
+    with pytest.raises(InputError, match="available: all, "):
+        reproduce("nope", tmp_path)
+    assert not any(tmp_path.iterdir())

@@ -12,7 +12,9 @@ from privrl.experiments.reproduce import MAX_SEEDS
 
 
 def reproduce(
-    target: str = typer.Argument(None, help="Reproduction id (see --list)."),
+    target: str = typer.Argument(
+        None, help="Reproduction id (see --list), or 'all' (every report, then the gallery)."
+    ),
     out: Path = typer.Option(
         None, "--out", "-o", help="Output directory (default: docs/reproductions/ID)."
     ),
@@ -22,6 +24,15 @@ def reproduce(
     seed: int = typer.Option(0, "--seed", help="Base seed; seed i uses base + i."),
     quick: bool = typer.Option(
         False, "--quick", help="A small, fast version (for smoke tests; numbers are not final)."
+    ),
+    backend: str = typer.Option(
+        "local",
+        "--backend",
+        help="local | ray: where a sweep-based reproduction runs its cells (the others run "
+        "in this process).",
+    ),
+    workers: int = typer.Option(
+        None, "--workers", "-j", help="Parallel cells of a sweep-based reproduction."
     ),
     list_: bool = typer.Option(False, "--list", help="List the available reproductions."),
     index: bool = typer.Option(
@@ -48,5 +59,7 @@ def reproduce(
     if list_ or target is None:
         Console().print(registry.reproductions_table())
         return
-    report = registry.reproduce(target, out, seeds=seeds, seed=seed, quick=quick)
+    report = registry.reproduce(
+        target, out, seeds=seeds, seed=seed, quick=quick, backend=backend, workers=workers
+    )
     typer.echo(f"wrote {report}")

@@ -21,6 +21,7 @@ class Reproduction:
     paper: str
     what: str
     target: str  # "module:function"; the function takes (out: Path, *, seeds, quick, ...)
+    sweep: bool = False  # runs on the sweep runner: also takes backend= and workers=
 
     def load(self) -> Callable[..., object]:
         module, func = self.target.split(":")
@@ -101,6 +102,7 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Differentially Private Deep Model-Based RL (PRIMORL)",
             "Table 1, Pendulum: MOPO, NO PRIVACY, LOW and HIGH rows, a sweep over seeds",
             "privrl.experiments.primorl_table1:table1",
+            sweep=True,
         ),
         Reproduction(
             "expert-table2a",
@@ -149,19 +151,37 @@ def reproduce(
     seeds: int | None = None,
     seed: int = 0,
     quick: bool = False,
+    backend: str = "local",
+    workers: int | None = None,
 ) -> object:
     """Regenerate reproduction `target` into `out` (default docs/reproductions/ID) with `seeds`
-    seeds (default: the report's) from base seed `seed`; returns the report's path."""
+    seeds (default: the report's) from base seed `seed`; returns the report's path.
+
+    `target` "all" regenerates every reproduction in turn (into docs/reproductions/ID), then
+    the gallery. `backend` ("local" | "ray") and `workers` apply to the reproductions that run
+    on the sweep runner; the others run in this process."""
     from privrl.experiments.checks import InputError, check_int, check_out_dir
 
+    if target == "all":
+        if out is not None:
+            raise InputError("reproduce all writes docs/reproductions/ID; drop --out")
+        for name in REPRODUCTIONS:
+            reproduce(name, seeds=seeds, seed=seed, quick=quick, backend=backend, workers=workers)
+        return write_index()
     if target not in REPRODUCTIONS:
         known = ", ".join(REPRODUCTIONS)
-        raise InputError(f"unknown reproduction {target!r}; available: {known}")
+        raise InputError(f"unknown reproduction {target!r}; available: all, {known}")
+    if backend not in ("local", "ray"):
+        raise InputError(f"--backend must be local or ray, got {backend!r}")
+    if workers is not None:
+        check_int(workers, "--workers", minimum=1, maximum=1024)
     if seeds is not None:
         check_int(seeds, "--seeds", minimum=1, maximum=MAX_SEEDS, why="every seed is a full run")
     check_int(seed, "--seed", minimum=0)
     out = check_out_dir(out or Path("docs") / "reproductions" / target)
-    return REPRODUCTIONS[target].load()(out, seeds=seeds, seed=seed, quick=quick)
+    entry = REPRODUCTIONS[target]
+    extra = {"backend": backend, "workers": workers} if entry.sweep else {}
+    return entry.load()(out, seeds=seeds, seed=seed, quick=quick, **extra)
 
 
 def write_index(root: Path | None = None) -> Path:
