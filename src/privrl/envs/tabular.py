@@ -1009,6 +1009,7 @@ def make_random_tabular_env(
     A: int = 5,
     H: int = 10,
     seed: int = 0,
+    *,
     dirichlet_alpha: float = 1.0,
     reward: Literal["uniform", "binary"] = "uniform",
     reward_kind: RewardKind = "deterministic",

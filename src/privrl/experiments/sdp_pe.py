@@ -492,7 +492,7 @@ def write_fig4(
         + "\n"
     )
     report = run.path / "report.md"
-    report.write_text(_report(cfg, merged, finals, expectations, calib, wall, quick))
+    report.write_text(_report(cfg, merged, finals, expectations, calib, wall, quick=quick))
     return report
 
 
@@ -507,6 +507,7 @@ def _report(
     expectations: list[dict[str, Any]],
     calib: list[dict[str, Any]],
     wall: float,
+    *,
     quick: bool,
 ) -> str:
     K = cfg.episodes

@@ -260,13 +260,13 @@ def prefix_log_counts(
             offsets[sel[pos]],
             obs_offsets[sel[pos]],
             lengths[pos],
-            out_offsets[pos],
-            values,
-            experts,
-            m,
-            log_g,
-            log_r,
-            steps_per_block,
+            dest=out_offsets[pos],
+            values=values,
+            experts=experts,
+            m=m,
+            log_g=log_g,
+            log_r=log_r,
+            steps_per_block=steps_per_block,
         )
     return PrefixLogCounts(values=values, offsets=out_offsets, episodes=sel)
 
@@ -277,6 +277,7 @@ def _chunk_log_counts(
     t_start: np.ndarray,
     o_start: np.ndarray,
     lens: np.ndarray,
+    *,
     dest: np.ndarray,
     values: np.ndarray,
     experts: ExpertSet,

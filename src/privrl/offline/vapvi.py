@@ -761,6 +761,7 @@ def build_policy(
     q: FloatArray,
     weights: FloatArray,
     lambdas: FloatArray,
+    *,
     coef: float,
     add: float,
     algorithm: str,
@@ -824,7 +825,14 @@ def vapvi(
     )
     meta = {"bonus_scale": bonus_scale, "lambda": lam, "split": split, "K": main.K}
     policy = build_policy(
-        q, weights, lambdas, diag["bonus_coef"], diag["additive_per_step"], "vapvi", table, meta
+        q,
+        weights,
+        lambdas,
+        coef=diag["bonus_coef"],
+        add=diag["additive_per_step"],
+        algorithm="vapvi",
+        features=table,
+        meta=meta,
     )
     return LinearPVIResult(policy, report, q, v, bonus, diag)
 
@@ -890,7 +898,14 @@ def dp_vapvi(
         "E": releaser.E,
     }
     policy = build_policy(
-        q, weights, lambdas, diag["bonus_coef"], diag["additive_per_step"], "dp-vapvi", table, meta
+        q,
+        weights,
+        lambdas,
+        coef=diag["bonus_coef"],
+        add=diag["additive_per_step"],
+        algorithm="dp-vapvi",
+        features=table,
+        meta=meta,
     )
     diag["E"] = releaser.E
     return LinearPVIResult(policy, report, q, v, bonus, diag)

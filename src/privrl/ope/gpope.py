@@ -338,6 +338,7 @@ def _resolve_sigma(
     m: int,
     iterations: int,
     accounting: AccountingMode,
+    *,
     orders: tuple[float, ...] | None = None,
 ) -> tuple[float, str | None]:
     if (epsilon is None) == (sigma is None):
@@ -556,7 +557,7 @@ def gpope_replicas(
     if any(s.m != m or s.n != n for s in stats):
         raise ValueError("all replicas need datasets of the same size m and feature dimension")
     steps = [step] if isinstance(step, StepSize) else list(step)
-    sig, _ = _resolve_sigma(epsilon, sigma, delta, m, iterations, accounting, orders)
+    sig, _ = _resolve_sigma(epsilon, sigma, delta, m, iterations, accounting, orders=orders)
     D, V = len(stats), len(steps)
     if D == 1:
         A, b, C = stats[0].A, stats[0].b, stats[0].C
@@ -688,7 +689,7 @@ def tune_on_public(
     if epsilon is None:
         sig = 0.0
     else:
-        sig, _ = _resolve_sigma(epsilon, None, delta, m, iterations, accounting, orders)
+        sig, _ = _resolve_sigma(epsilon, None, delta, m, iterations, accounting, orders=orders)
     grid: list[dict[str, float]] = []
     choice: tuple[float, float, float, float] | None = None
     priv_rng = np.random.default_rng(s_priv)

@@ -759,9 +759,9 @@ def _chunk_displacements(
     frozen: Mapping[str, torch.Tensor],
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     mask: torch.Tensor,
     steps: np.ndarray,
-    *,
     plan: DpFedAvgPlan,
     weight_decay: bool,
 ) -> torch.Tensor:
@@ -874,8 +874,8 @@ def local_displacements(
             frozen,
             x,
             y,
-            mask,
-            steps[idx],
+            mask=mask,
+            steps=steps[idx],
             plan=plan,
             weight_decay=weight_decay,
         )

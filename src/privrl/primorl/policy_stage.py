@@ -420,8 +420,8 @@ def model_rollout(
     start_steps: np.ndarray,
     length: int,
     horizon: int,
-    generator: torch.Generator,
     *,
+    generator: torch.Generator,
     bounds: RolloutBounds | None = None,
 ) -> Rollouts:
     """Roll all start states ``length`` steps through M̃ together with the policy ``act``.
@@ -696,7 +696,7 @@ def run_policy_stage(
                     t0_idx,
                     config.rollout_length,
                     task.horizon,
-                    model_gen,
+                    generator=model_gen,
                     bounds=bounds,
                 )
                 if ro.rew.shape[0]:
