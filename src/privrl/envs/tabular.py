@@ -31,6 +31,8 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
+from privrl.arrays import FloatArray, IntArray
+
 if TYPE_CHECKING:
     from privrl.data.dataset import TrajectoryDataset
 
@@ -56,8 +58,6 @@ __all__ = [
     "uniform_policy",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 RewardKind = Literal["deterministic", "bernoulli"]
 RngLike = np.random.Generator | int | None
 StartLike = int | npt.ArrayLike | None

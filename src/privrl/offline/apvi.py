@@ -62,6 +62,7 @@ import numpy as np
 import numpy.typing as npt
 from dp_accounting import dp_event
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.data.dataset import TrajectoryDataset
 from privrl.envs.tabular import Episodes
 from privrl.offline.common import DATA_RULES, as_indices, clip_rewards, refuse_declared_units
@@ -97,8 +98,6 @@ __all__ = [
     "private_model",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 Mechanism = Literal["gaussian", "laplace"]
 Bonus = Literal["bernstein", "hoeffding"]
 

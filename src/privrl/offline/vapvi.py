@@ -58,6 +58,7 @@ import numpy.typing as npt
 from dp_accounting import dp_event
 from scipy import linalg
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.data.dataset import DatasetError
 from privrl.offline.common import DATA_RULES, as_indices, clip_rewards, refuse_declared_units
 from privrl.policies import TabularPolicy
@@ -93,8 +94,6 @@ __all__ = [
     "weighted_statistics",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 MatrixNoise = Literal["strict", "paper_exact"]
 MATRIX_NOISE_MODES: tuple[str, ...] = ("strict", "paper_exact")
 UNIT = PrivacyUnit.TRAJECTORY

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.envs.tabular import TabularMDP, occupancy_measure, policy_evaluation
 from privrl.online.common import (
     Counts,
@@ -67,9 +68,6 @@ __all__ = [
     "sdp_pe",
     "stage_schedule",
 ]
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
