@@ -567,6 +567,17 @@ def import_table(
     row_off = np.concatenate(([0], np.cumsum(rows_per_ep))).astype(np.int64)
     n_ep = ep_ids.shape[0]
 
+    def row_error(r: int, field: str, problem: str) -> DatasetError:
+        """The error for sorted row ``r``, located by episode and step."""
+        e = int(codes[r])
+        step = r - int(row_off[e])
+        return DatasetError(
+            f"episode {_label(ep_ids[e])}, step {step}, field {field!r}: {problem}",
+            episode=e,
+            step=step,
+            field=field,
+        )
+
     def take(key: str) -> np.ndarray | None:
         if key not in raw:
             return None
@@ -592,15 +603,11 @@ def import_table(
         diff = next_rows[:-1] != obs_rows[1:]
         mismatch = np.flatnonzero(same_ep & (diff.reshape(diff.shape[0], -1).any(axis=1)))
         if mismatch.size:
-            r = int(mismatch[0])
-            e = int(codes[r])
-            raise DatasetError(
-                f"episode {_label(ep_ids[e])}, step {r - int(row_off[e])}, field 'next_obs': "
+            raise row_error(
+                int(mismatch[0]),
+                "next_obs",
                 f"differs from the observation of the next row ({mismatch.size} such rows); a "
                 "dataset stores one observation sequence per episode",
-                episode=e,
-                step=r - int(row_off[e]),
-                field="next_obs",
             )
         lengths = rows_per_ep
         t_sel = np.arange(n_rows, dtype=np.int64)
@@ -653,14 +660,11 @@ def import_table(
         bad = np.flatnonzero(u != np.repeat(first, rows_per_ep))
         if bad.size:
             r = int(bad[0])
-            e = int(codes[r])
-            raise DatasetError(
-                f"episode {_label(ep_ids[e])}, step {r - int(row_off[e])}, field 'unit': the "
-                f"unit changes inside the episode ({_label(first[e])} then {_label(u[r])}); an "
-                "episode belongs to one unit",
-                episode=e,
-                step=r - int(row_off[e]),
-                field="unit",
+            raise row_error(
+                r,
+                "unit",
+                f"the unit changes inside the episode ({_label(first[codes[r]])} then "
+                f"{_label(u[r])}); an episode belongs to one unit",
             )
         if np.issubdtype(first.dtype, np.integer):
             unit_ids = first.astype(np.int64)

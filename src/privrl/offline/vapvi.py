@@ -760,19 +760,19 @@ def build_policy(
     q: FloatArray,
     weights: FloatArray,
     lambdas: FloatArray,
+    diag: dict[str, Any],
     *,
-    coef: float,
-    add: float,
     algorithm: str,
     features: FeatureTable,
     meta: dict[str, Any],
 ) -> LinearGreedyPolicy:
+    """Greedy policy of ``q``, bonus from ``diag`` (``bonus_coef``, ``additive_per_step``)."""
     return LinearGreedyPolicy(
         q,
         weights=weights,
         lambdas=lambdas,
-        bonus_coef=coef,
-        additive=np.full(q.shape[0], add),
+        bonus_coef=diag["bonus_coef"],
+        additive=np.full(q.shape[0], diag["additive_per_step"]),
         algorithm=algorithm,
         features_source=features.source,
         feature_scale=features.scale,
@@ -823,16 +823,7 @@ def vapvi(
         notes=["VAPVI is the non-private baseline: DP-VAPVI's code with every noise switched off"],
     )
     meta = {"bonus_scale": bonus_scale, "lambda": lam, "split": split, "K": main.K}
-    policy = build_policy(
-        q,
-        weights,
-        lambdas,
-        coef=diag["bonus_coef"],
-        add=diag["additive_per_step"],
-        algorithm="vapvi",
-        features=table,
-        meta=meta,
-    )
+    policy = build_policy(q, weights, lambdas, diag, algorithm="vapvi", features=table, meta=meta)
     return LinearPVIResult(policy, report, q, v, bonus, diag)
 
 
@@ -897,14 +888,7 @@ def dp_vapvi(
         "E": releaser.E,
     }
     policy = build_policy(
-        q,
-        weights,
-        lambdas,
-        coef=diag["bonus_coef"],
-        add=diag["additive_per_step"],
-        algorithm="dp-vapvi",
-        features=table,
-        meta=meta,
+        q, weights, lambdas, diag, algorithm="dp-vapvi", features=table, meta=meta
     )
     diag["E"] = releaser.E
     return LinearPVIResult(policy, report, q, v, bonus, diag)
