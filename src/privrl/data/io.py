@@ -153,24 +153,11 @@ def load_hdf5(path: str | Path, validate: bool = True) -> TrajectoryDataset:
     dataset, another schema version, or corrupt/truncated (HDF5 structures that no longer
     read, e.g. bytes overwritten or the file cut short).
     """
-    import h5py
-
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"dataset file not found: {path}")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        if _has_hdf5_signature(path):
-            raise _corrupt(path, exc) from exc
-        raise DatasetError(f"{path} is not an HDF5 file ({exc})") from exc
+    f = _open_hdf5(path, detect_corrupt=True)
     try:
         with f:
-            if "privrl_schema_version" not in f.attrs:
-                raise DatasetError(
-                    f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
-                    "import foreign data with `privrl data import` (tables, Minari)"
-                )
+            _check_privrl(f, path)
             version = int(f.attrs["privrl_schema_version"])
             if version != SCHEMA_VERSION:
                 newer = version > SCHEMA_VERSION
@@ -202,6 +189,30 @@ def load_hdf5(path: str | Path, validate: bool = True) -> TrajectoryDataset:
     return TrajectoryDataset(**arrays, metadata=meta, validate=validate)
 
 
+def _open_hdf5(path: Path, *, detect_corrupt: bool) -> Any:
+    """The open ``h5py.File`` of ``path``; a missing file or a non-HDF5 file is a DatasetError
+    (with ``detect_corrupt``, a file with the HDF5 signature that fails to open is corrupt)."""
+    import h5py
+
+    if not path.is_file():
+        raise DatasetError(f"dataset file not found: {path}")
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        if detect_corrupt and _has_hdf5_signature(path):
+            raise _corrupt(path, exc) from exc
+        raise DatasetError(f"{path} is not an HDF5 file ({exc})") from exc
+
+
+def _check_privrl(f: Any, path: Path) -> None:
+    """Refuse an HDF5 file that privrl did not write."""
+    if "privrl_schema_version" not in f.attrs:
+        raise DatasetError(
+            f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
+            "import foreign data with `privrl data import` (tables, Minari)"
+        )
+
+
 @dataclass(frozen=True)
 class DatasetHeader:
     """What a dataset file says about itself without reading any episode: its metadata (the
@@ -227,22 +238,11 @@ class DatasetHeader:
 
 def read_header(path: str | Path) -> DatasetHeader:
     """The header of a file written by :func:`save_hdf5` (metadata and sizes, no arrays)."""
-    import h5py
-
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"dataset file not found: {path}")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise DatasetError(f"{path} is not an HDF5 file ({exc})") from exc
+    f = _open_hdf5(path, detect_corrupt=False)
     try:
         with f:
-            if "privrl_schema_version" not in f.attrs:
-                raise DatasetError(
-                    f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
-                    "import foreign data with `privrl data import` (tables, Minari)"
-                )
+            _check_privrl(f, path)
             attrs = {k: _attr(v) for k, v in f.attrs.items()}
             meta = DatasetMetadata.from_dict(json.loads(attrs["metadata"]))
             return DatasetHeader(

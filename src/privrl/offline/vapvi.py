@@ -60,7 +60,13 @@ from scipy import linalg
 
 from privrl.arrays import FloatArray, IntArray
 from privrl.data.dataset import DatasetError
-from privrl.offline.common import DATA_RULES, as_indices, clip_rewards, refuse_declared_units
+from privrl.offline.common import (
+    DATA_RULES,
+    GreedyTableActions,
+    as_indices,
+    clip_rewards,
+    refuse_declared_units,
+)
 from privrl.policies import TabularPolicy
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.mechanisms import gaussian_mechanism, gaussian_symmetric_matrix
@@ -483,7 +489,7 @@ def theory_additive_bonus(H: int, d: int) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-class LinearGreedyPolicy:
+class LinearGreedyPolicy(GreedyTableActions):
     """Greedy policy w.r.t. a pessimistic linear Q, non-stationary (``h = 0..H-1``).
 
     Holds the pessimistic ``Q̂ [H, S, A]`` over the finite state set (so ``actions [H, S]`` is
@@ -523,18 +529,9 @@ class LinearGreedyPolicy:
     def H(self) -> int:
         return int(self.q.shape[0])
 
-    def act(
-        self, obs: npt.ArrayLike, rng: np.random.Generator | None = None, *, h: int
-    ) -> IntArray:
-        """Greedy actions ``π̂_h(s)`` for a batch of integer states (deterministic: rng unused)."""
-        return self.actions[h, np.asarray(obs, dtype=np.int64)]
-
-    def action_probs(self, obs: npt.ArrayLike, *, h: int) -> FloatArray:
-        """One-hot ``π̂_h(·|s)`` ``[batch, A]``."""
-        a = self.act(obs, h=h)
-        out = np.zeros((a.shape[0], self.q.shape[2]))
-        out[np.arange(a.shape[0]), a] = 1.0
-        return out
+    @property
+    def n_actions(self) -> int:
+        return int(self.q.shape[2])
 
     def at_step(self, h: int) -> TabularPolicy:
         """The step-h policy as a stationary `privrl.policies.TabularPolicy` (Policy protocol)."""
