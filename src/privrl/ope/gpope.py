@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -125,12 +125,7 @@ class StepSize:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schedule": self.schedule,
-            "eta": self.eta,
-            "k": self.k,
-            "lambda_min": self.lambda_min,
-        }
+        return asdict(self)
 
 
 # ------------------------------------------------------------------------ the iteration
