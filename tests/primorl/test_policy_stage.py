@@ -237,7 +237,9 @@ def test_rollouts_are_never_terminal_and_truncate_at_the_horizon() -> None:
     pm = PenalizedModel(Drift(), "ma", lam=2.0)
     start = np.zeros((3, 3))
     steps = np.array([0, 197, 199])  # Pendulum horizon 200
-    ro = model_rollout(pm, lambda o: np.zeros((len(o), 1)), start, steps, 5, 200, torch.Generator())
+    ro = model_rollout(
+        pm, lambda o: np.zeros((len(o), 1)), start, steps, 5, 200, generator=torch.Generator()
+    )
     # row 0: 5 steps; row 1: 3 steps (197, 198, 199); row 2: 1 step
     assert ro.rew.shape[0] == 5 + 3 + 1
     assert np.all(ro.done == 0)
@@ -247,7 +249,7 @@ def test_rollouts_are_never_terminal_and_truncate_at_the_horizon() -> None:
     assert sorted(ro.reached_steps.tolist()) == [1, 2, 3, 4, 5, 198, 199]
     # already at the horizon: nothing happens
     none = model_rollout(
-        pm, lambda o: np.zeros((len(o), 1)), start[:1], np.array([200]), 5, 200, None
+        pm, lambda o: np.zeros((len(o), 1)), start[:1], np.array([200]), 5, 200, generator=None
     )
     assert none.rew.shape[0] == 0
 
@@ -259,12 +261,12 @@ def test_bounded_rollouts_stay_inside_the_simulators_box_and_reward_range() -> N
     bounds = RolloutBounds(np.array([-1.0, -1.0, -8.0]), np.array([1.0, 1.0, 8.0]), (0.0, 0.5))
     start = np.array([[0.5, 0.0, 7.5]])
     act = lambda o: np.zeros((len(o), 1))  # noqa: E731
-    ro = model_rollout(pm, act, start, np.zeros(1), 4, 200, None, bounds=bounds)
+    ro = model_rollout(pm, act, start, np.zeros(1), 4, 200, generator=None, bounds=bounds)
     assert np.all(ro.next_obs <= [1.0, 1.0, 8.0]) and np.all(ro.next_obs >= [-1.0, -1.0, -8.0])
     np.testing.assert_allclose(ro.next_obs[-1], [1.0, 1.0, 8.0])
     np.testing.assert_allclose(ro.model_reward, 0.5)  # r̂ = 1 clipped to the range's top
     np.testing.assert_allclose(ro.rew, 0.5 - 2.0 * 0.5)
-    free = model_rollout(pm, act, start, np.zeros(1), 4, 200, None)
+    free = model_rollout(pm, act, start, np.zeros(1), 4, 200, generator=None)
     assert free.next_obs[-1, 2] == pytest.approx(11.5)  # unbounded: leaves the box
 
 
@@ -278,7 +280,9 @@ def test_pendulum_bounds_come_from_the_simulator() -> None:
 def test_diverging_rollouts_are_dropped() -> None:
     pm = PenalizedModel(Drift(), "ma", lam=0.0)
     start = np.array([[-1.0, 0, 0], [0.0, 0, 0]])
-    ro = model_rollout(pm, lambda o: np.zeros((len(o), 1)), start, np.zeros(2), 3, 200, None)
+    ro = model_rollout(
+        pm, lambda o: np.zeros((len(o), 1)), start, np.zeros(2), 3, 200, generator=None
+    )
     assert ro.dropped == 1 and ro.rew.shape[0] == 3
     assert np.all(np.isfinite(ro.next_obs))
 

@@ -13,6 +13,7 @@ from privrl.privacy.calculator import SEARCH_FLOOR, BackendChoice, Mechanism  # 
 
 
 def account(
+    *,
     mechanism: Mechanism = typer.Option(
         Mechanism.gaussian, "--mechanism", "-m", help="Mechanism family to account."
     ),
@@ -87,6 +88,7 @@ def account(
 
 
 def calibrate(
+    *,
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Target epsilon (1e-6 to 100)."),
     delta: float = typer.Option(1e-5, "--delta", "-d", help="Target delta."),
     steps: int = typer.Option(

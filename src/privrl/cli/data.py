@@ -49,6 +49,7 @@ def info(
 @data_app.command("import")
 def import_(
     source: str = typer.Argument(..., help="Table file, or a local Minari dataset id/directory."),
+    *,
     out: Path = typer.Option(..., "--out", "-o", help="Dataset file to write (.h5)."),
     columns: str = typer.Option(
         None,
@@ -107,6 +108,7 @@ def export(
 @data_app.command("collect")
 def collect_(
     ctx: typer.Context,
+    *,
     env: str = typer.Option(
         None, "--env", help="Gymnasium environment id (e.g. CartPole-v1, privrl/RandomTabular-v0)."
     ),

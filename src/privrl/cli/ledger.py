@@ -26,6 +26,7 @@ ledger_app = typer.Typer(
 @ledger_app.command("init")
 def init(
     dataset: Path = typer.Argument(..., help="Dataset file (.h5) the budget belongs to."),
+    *,
     epsilon: float = typer.Option(..., "--epsilon", "-e", help="Total epsilon for this dataset."),
     delta: float = typer.Option(..., "--delta", "-d", help="Total delta for this dataset."),
     unit: str = typer.Option(

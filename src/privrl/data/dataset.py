@@ -481,7 +481,16 @@ class TrajectoryDataset:
             units = units.astype(np.int64, copy=False)
 
         if validate:
-            self._validate_structure(offsets, obs, act, rew, terminated, truncated, probs, units)
+            self._validate_structure(
+                offsets,
+                obs,
+                act,
+                rew,
+                terminated=terminated,
+                truncated=truncated,
+                probs=probs,
+                units=units,
+            )
         term = _as_bool(terminated, "terminated", where if validate else None)
         trunc = _as_bool(truncated, "truncated", where if validate else None)
 
@@ -503,6 +512,7 @@ class TrajectoryDataset:
         obs: np.ndarray,
         act: np.ndarray,
         rew: np.ndarray,
+        *,
         terminated: Any,
         truncated: Any,
         probs: np.ndarray | None,

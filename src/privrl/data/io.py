@@ -153,24 +153,11 @@ def load_hdf5(path: str | Path, validate: bool = True) -> TrajectoryDataset:
     dataset, another schema version, or corrupt/truncated (HDF5 structures that no longer
     read, e.g. bytes overwritten or the file cut short).
     """
-    import h5py
-
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"dataset file not found: {path}")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        if _has_hdf5_signature(path):
-            raise _corrupt(path, exc) from exc
-        raise DatasetError(f"{path} is not an HDF5 file ({exc})") from exc
+    f = _open_hdf5(path, detect_corrupt=True)
     try:
         with f:
-            if "privrl_schema_version" not in f.attrs:
-                raise DatasetError(
-                    f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
-                    "import foreign data with `privrl data import` (tables, Minari)"
-                )
+            _check_privrl(f, path)
             version = int(f.attrs["privrl_schema_version"])
             if version != SCHEMA_VERSION:
                 newer = version > SCHEMA_VERSION
@@ -202,6 +189,30 @@ def load_hdf5(path: str | Path, validate: bool = True) -> TrajectoryDataset:
     return TrajectoryDataset(**arrays, metadata=meta, validate=validate)
 
 
+def _open_hdf5(path: Path, *, detect_corrupt: bool) -> Any:
+    """The open ``h5py.File`` of ``path``; a missing file or a non-HDF5 file is a DatasetError
+    (with ``detect_corrupt``, a file with the HDF5 signature that fails to open is corrupt)."""
+    import h5py
+
+    if not path.is_file():
+        raise DatasetError(f"dataset file not found: {path}")
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        if detect_corrupt and _has_hdf5_signature(path):
+            raise _corrupt(path, exc) from exc
+        raise DatasetError(f"{path} is not an HDF5 file ({exc})") from exc
+
+
+def _check_privrl(f: Any, path: Path) -> None:
+    """Refuse an HDF5 file that privrl did not write."""
+    if "privrl_schema_version" not in f.attrs:
+        raise DatasetError(
+            f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
+            "import foreign data with `privrl data import` (tables, Minari)"
+        )
+
+
 @dataclass(frozen=True)
 class DatasetHeader:
     """What a dataset file says about itself without reading any episode: its metadata (the
@@ -227,22 +238,11 @@ class DatasetHeader:
 
 def read_header(path: str | Path) -> DatasetHeader:
     """The header of a file written by :func:`save_hdf5` (metadata and sizes, no arrays)."""
-    import h5py
-
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"dataset file not found: {path}")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise DatasetError(f"{path} is not an HDF5 file ({exc})") from exc
+    f = _open_hdf5(path, detect_corrupt=False)
     try:
         with f:
-            if "privrl_schema_version" not in f.attrs:
-                raise DatasetError(
-                    f"{path} is not a privrl dataset (no 'privrl_schema_version' attribute); "
-                    "import foreign data with `privrl data import` (tables, Minari)"
-                )
+            _check_privrl(f, path)
             attrs = {k: _attr(v) for k, v in f.attrs.items()}
             meta = DatasetMetadata.from_dict(json.loads(attrs["metadata"]))
             return DatasetHeader(
@@ -567,6 +567,17 @@ def import_table(
     row_off = np.concatenate(([0], np.cumsum(rows_per_ep))).astype(np.int64)
     n_ep = ep_ids.shape[0]
 
+    def row_error(r: int, field: str, problem: str) -> DatasetError:
+        """The error for sorted row ``r``, located by episode and step."""
+        e = int(codes[r])
+        step = r - int(row_off[e])
+        return DatasetError(
+            f"episode {_label(ep_ids[e])}, step {step}, field {field!r}: {problem}",
+            episode=e,
+            step=step,
+            field=field,
+        )
+
     def take(key: str) -> np.ndarray | None:
         if key not in raw:
             return None
@@ -592,15 +603,11 @@ def import_table(
         diff = next_rows[:-1] != obs_rows[1:]
         mismatch = np.flatnonzero(same_ep & (diff.reshape(diff.shape[0], -1).any(axis=1)))
         if mismatch.size:
-            r = int(mismatch[0])
-            e = int(codes[r])
-            raise DatasetError(
-                f"episode {_label(ep_ids[e])}, step {r - int(row_off[e])}, field 'next_obs': "
+            raise row_error(
+                int(mismatch[0]),
+                "next_obs",
                 f"differs from the observation of the next row ({mismatch.size} such rows); a "
                 "dataset stores one observation sequence per episode",
-                episode=e,
-                step=r - int(row_off[e]),
-                field="next_obs",
             )
         lengths = rows_per_ep
         t_sel = np.arange(n_rows, dtype=np.int64)
@@ -653,14 +660,11 @@ def import_table(
         bad = np.flatnonzero(u != np.repeat(first, rows_per_ep))
         if bad.size:
             r = int(bad[0])
-            e = int(codes[r])
-            raise DatasetError(
-                f"episode {_label(ep_ids[e])}, step {r - int(row_off[e])}, field 'unit': the "
-                f"unit changes inside the episode ({_label(first[e])} then {_label(u[r])}); an "
-                "episode belongs to one unit",
-                episode=e,
-                step=r - int(row_off[e]),
-                field="unit",
+            raise row_error(
+                r,
+                "unit",
+                f"the unit changes inside the episode ({_label(first[codes[r]])} then "
+                f"{_label(u[r])}); an episode belongs to one unit",
             )
         if np.issubdtype(first.dtype, np.integer):
             unit_ids = first.astype(np.int64)

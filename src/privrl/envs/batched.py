@@ -31,8 +31,8 @@ from typing import Any
 
 import mujoco
 import numpy as np
-import numpy.typing as npt
 
+from privrl.arrays import BoolArray, FloatArray
 from privrl.envs.control import (
     ControlTask,
     control_task,
@@ -47,9 +47,6 @@ __all__ = [
     "BatchedPendulum",
     "make_batched",
 ]
-
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 class BatchedControlEnv(ABC):

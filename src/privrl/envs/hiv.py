@@ -48,6 +48,8 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from privrl.arrays import FloatArray
+
 __all__ = [
     "ACTIONS",
     "ENV_ID",
@@ -65,7 +67,6 @@ __all__ = [
 ]
 
 ENV_ID = "privrl/HIV-v0"
-FloatArray = npt.NDArray[np.float64]
 
 # (ε1, ε2) per action index (Ernst et al. 2006, §4: ε1 ∈ {0, 0.7}, ε2 ∈ {0, 0.3}).
 ACTIONS = np.array([[0.0, 0.0], [0.7, 0.0], [0.0, 0.3], [0.7, 0.3]])

@@ -32,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
+from privrl.arrays import FloatArray
 from privrl.envs.tabular import TabularMDP, TabularMDPEnv
 
 if TYPE_CHECKING:
@@ -56,8 +57,6 @@ CODE_BITS = 8
 HORIZON = 20
 BEHAVIOUR_ACTION0 = 0.6  # μ(0|s); the other actions share the rest uniformly
 _NORM_ATOL = 1e-12
-
-FloatArray = npt.NDArray[np.float64]
 
 
 def action_codes(n_actions: int = N_ACTIONS, bits: int = CODE_BITS) -> FloatArray:

@@ -20,6 +20,8 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from privrl.arrays import FloatArray
+
 __all__ = [
     "ENV_ID",
     "GOAL_POSITION",
@@ -41,8 +43,6 @@ FORCE = 0.001
 GRAVITY = 0.0025
 START_LOW, START_HIGH = -0.6, -0.4
 DEFAULT_HORIZON = 1000
-
-FloatArray = npt.NDArray[np.float64]
 
 
 def observation_space() -> spaces.Box:

@@ -34,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
+from privrl.arrays import FloatArray
 from privrl.envs.hiv import ACTIONS as HIV_ACTIONS
 from privrl.envs.hiv import HIVBatch, RewardWeights, rk4_interval
 
@@ -54,7 +55,6 @@ __all__ = [
     "set_lunar_lander_physics",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 ParamLike = float | FloatArray
 
 # ============================================================================ perturbation grids

@@ -25,11 +25,14 @@ terminal states), and the horizon is recorded in the dataset metadata.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
+
+from privrl.arrays import FloatArray, IntArray
 
 if TYPE_CHECKING:
     from privrl.data.dataset import TrajectoryDataset
@@ -56,8 +59,6 @@ __all__ = [
     "uniform_policy",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 RewardKind = Literal["deterministic", "bernoulli"]
 RngLike = np.random.Generator | int | None
 StartLike = int | npt.ArrayLike | None
@@ -228,6 +229,29 @@ def _as_policy_stack(policies: npt.ArrayLike, H: int, S: int, A: int) -> _Policy
     )
 
 
+def _policy_chunks(
+    stack: _PolicyStack, S: int, A: int, per_policy: int, chunk_bytes: int | None
+) -> Iterator[tuple[int, int, np.ndarray, IntArray | None]]:
+    """``(c0, c1, policies, row_base)`` for chunks of ``stack.flat`` that fit ``chunk_bytes``
+    given ``per_policy`` bytes of temporaries; each chunk validated, a stochastic one as
+    float64 (its copy counted here), and for deterministic policies ``row_base[b, s]`` the flat
+    index of ``(b, s, a=0)`` in a ``[b, S, A]`` array."""
+    B = stack.flat.shape[0]
+    if not stack.deterministic and stack.flat.dtype != np.float64:
+        per_policy += 8 * int(np.prod(stack.flat.shape[1:]))
+    chunk = _chunk_size(per_policy, chunk_bytes)
+    for c0 in range(0, B, chunk):
+        c1 = min(B, c0 + chunk)
+        pol = stack.flat[c0:c1]
+        _check_policy_chunk(pol, stack, A, c0)
+        row_base = None
+        if stack.deterministic:
+            row_base = (np.arange(c1 - c0)[:, None] * (S * A) + np.arange(S) * A).astype(np.int64)
+        else:
+            pol = pol.astype(np.float64, copy=False)
+        yield c0, c1, pol, row_base
+
+
 def _check_policy_chunk(chunk: np.ndarray, stack: _PolicyStack, A: int, offset: int) -> None:
     """Validate the values of one chunk ``stack.flat[offset:offset+len(chunk)]``."""
     if stack.deterministic:
@@ -321,29 +345,18 @@ def policy_evaluation(
     if start_d.shape != (S,):
         raise ValueError(f"start must have shape ({S},), got {start_d.shape}")
     B = stack.flat.shape[0]
-    # Per-policy temporaries: Q_h and a product of the same size, V_h, plus a float64 copy of
-    # a stochastic policy when the input is not float64.
-    per_policy = 8 * (2 * S * A + 3 * S)
-    if not stack.deterministic and stack.flat.dtype != np.float64:
-        per_policy += 8 * H * S * A
-    chunk = _chunk_size(per_policy, chunk_bytes)
+    # Per-policy temporaries: Q_h and a product of the same size, V_h (plus the policy's
+    # float64 copy, counted by _policy_chunks).
+    chunks = _policy_chunks(stack, S, A, 8 * (2 * S * A + 3 * S), chunk_bytes)
     # Contiguous P_h^T [S, S*A]: numpy's matmul is far slower on a transposed view for thin
     # shapes (measured 12 ms vs 0.03 ms for [16384, 4] @ [4, 8]).
     P_sa_T = np.ascontiguousarray(P.reshape(H, S * A, S).transpose(0, 2, 1))
-    sa_base = np.arange(S) * A  # flat offset of (s, a=0) within one policy's Q_h
 
     V_out = np.zeros((B, H + 1 if return_v else 0, S))
     Q_out = np.empty((B, H, S, A)) if return_q else None
     value = np.empty(B)
-    for c0 in range(0, B, chunk):
-        c1 = min(B, c0 + chunk)
-        pol = stack.flat[c0:c1]
-        _check_policy_chunk(pol, stack, A, c0)
-        if not stack.deterministic:
-            pol = pol.astype(np.float64, copy=False)
+    for c0, c1, pol, row_base in chunks:
         b = c1 - c0
-        if stack.deterministic:
-            row_base = (np.arange(b)[:, None] * (S * A) + sa_base).astype(np.int64)
         v = np.zeros((b, S))  # V_H = 0
         for h in range(H - 1, -1, -1):
             q = (v @ P_sa_T[h]).reshape(b, S, A)  # Σ_s' P_h(s'|s,a) V_{h+1}(s')
@@ -387,21 +400,10 @@ def occupancy_measure(
         raise ValueError(f"start must have shape ({S},), got {start_d.shape}")
     stack = _as_policy_stack(policies, H, S, A)
     B = stack.flat.shape[0]
-    per_policy = 8 * (2 * S * A + 2 * S)
-    if not stack.deterministic and stack.flat.dtype != np.float64:
-        per_policy += 8 * H * S * A
-    chunk = _chunk_size(per_policy, chunk_bytes)
     P_sa = P.reshape(H, S * A, S)
     out = np.empty((B, H, S, A))
-    for c0 in range(0, B, chunk):
-        c1 = min(B, c0 + chunk)
-        pol = stack.flat[c0:c1]
-        _check_policy_chunk(pol, stack, A, c0)
-        if not stack.deterministic:
-            pol = pol.astype(np.float64, copy=False)
+    for c0, c1, pol, row_base in _policy_chunks(stack, S, A, 8 * (2 * S * A + 2 * S), chunk_bytes):
         b = c1 - c0
-        if stack.deterministic:
-            row_base = (np.arange(b)[:, None] * (S * A) + np.arange(S) * A).astype(np.int64)
         rho = np.broadcast_to(start_d, (b, S))  # state distribution at step h
         for h in range(H):
             if stack.deterministic:
@@ -1009,6 +1011,7 @@ def make_random_tabular_env(
     A: int = 5,
     H: int = 10,
     seed: int = 0,
+    *,
     dirichlet_alpha: float = 1.0,
     reward: Literal["uniform", "binary"] = "uniform",
     reward_kind: RewardKind = "deterministic",

@@ -420,7 +420,18 @@ def run_study(cfg: StudyConfig, out: Path, *, quick: bool = False) -> Path:
     _plot_tuning(rundir, cfg, tuning_table, tuned)
     report = rundir.path / "report.md"
     report.write_text(
-        _render(cfg, agg, slopes, variants, tuned, tuning_table, summary, ablation, elapsed, quick),
+        _render(
+            cfg,
+            agg,
+            slopes,
+            variants,
+            tuned,
+            tuning_table,
+            summary=summary,
+            ablation=ablation,
+            elapsed=elapsed,
+            quick=quick,
+        ),
         encoding="utf-8",
     )
     write_claims(rundir.path, gallery_claims(summary["convergence"], slopes, summary["n_max"]))
@@ -876,6 +887,7 @@ def _render(
     variants: list[Variant],
     tuned: dict[str, float],
     tuning_table: list[dict[str, Any]],
+    *,
     summary: dict[str, Any],
     ablation: list[dict[str, Any]],
     elapsed: float,

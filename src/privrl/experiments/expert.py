@@ -559,7 +559,7 @@ def _rounds(env: str, epsilon: float) -> int:
 
 
 def _base(
-    env: str, algo: str, method: str, seed: int, lr: float, data: _Data, scale: Scale, m: int
+    env: str, algo: str, method: str, seed: int, lr: float, data: _Data, *, scale: Scale, m: int
 ) -> RunConfig:
     setup = ENVS[env]
     horizon = setup.eval_horizon
@@ -870,7 +870,7 @@ def _search_lr(ctx: _Context, env: str, algo: str, method: str, base_seed: int) 
         return float(cached["chosen"])
     cfgs = {}
     for lr in grid:
-        base = _base(env, algo, "nonprivate", 1000 + base_seed, lr, data, scale, data.m)
+        base = _base(env, algo, "nonprivate", 1000 + base_seed, lr, data, scale=scale, m=data.m)
         base = replace(base, role="search")
         if method != "nonprivate":
             p = 1.0 if method == "dp-sgd" else PAPER_TABLE1_P[(env, algo)][SEARCH_EPSILON]
@@ -912,7 +912,9 @@ def _reference(ctx: _Context, env: str, algo: str, seeds: Sequence[int]) -> dict
     need = [s for s in seeds if s not in per_seed]
     if need:
         cfgs = [
-            replace(_base(env, algo, "nonprivate", s, lr, data, scale, data.m), role="reference")
+            replace(
+                _base(env, algo, "nonprivate", s, lr, data, scale=scale, m=data.m), role="reference"
+            )
             for s in need
         ]
         done = _run_all(ctx, cfgs, "reference")
@@ -1488,7 +1490,7 @@ def table2a(
             _kw=kw,
             _mth=method,
         ) -> RunConfig:
-            base = _base(_e, _a, "ours", s, lr_of(_mth), ctx.data[_e], ctx.scale, m)
+            base = _base(_e, _a, "ours", s, lr_of(_mth), ctx.data[_e], scale=ctx.scale, m=m)
             return _private(base, epsilon=eps, p=_p, **_kw)
 
         cfgs = _cells_for(ctx, env, algo, seed_list, make)
@@ -1652,7 +1654,9 @@ def table2b(
                 s: int, m: int, lr_of: Callable[[str], float], *, _e=env, _eps=eps, _f=frac
             ) -> RunConfig:
                 method = "ours" if _f > 0 else "dp-sgd"
-                base = _base(_e, "bcq", "ours", s, lr_of(method), ctx.data[_e], ctx.scale, m)
+                base = _base(
+                    _e, "bcq", "ours", s, lr_of(method), ctx.data[_e], scale=ctx.scale, m=m
+                )
                 if _f == 0.0:
                     return _private(base, epsilon=_eps, p=1.0)
                 return _private(base, epsilon=_eps, p=TABLE2B_P, eps1_fraction=_f)
@@ -1776,7 +1780,7 @@ def fig3(
                     ) -> RunConfig:
                         lr_method = "dp-sgd" if _p == 1.0 else ("ours-p0" if _p == 0 else "ours")
                         base = _base(
-                            _e, _a, "ours", s, lr_of(lr_method), ctx.data[_e], ctx.scale, m
+                            _e, _a, "ours", s, lr_of(lr_method), ctx.data[_e], scale=ctx.scale, m=m
                         )
                         return _private(base, epsilon=_eps, p=_p, **_kw)
 
@@ -1969,7 +1973,9 @@ def fig4(
                     s: int, m_all: int, lr_of: Callable[[str], float], *, _m=m, _p=p
                 ) -> RunConfig:
                     lr_method = "dp-sgd" if _p == 1.0 else ("ours-p0" if _p == 0 else "ours")
-                    base = _base(env, algo, "ours", s, lr_of(lr_method), data, ctx.scale, _m)
+                    base = _base(
+                        env, algo, "ours", s, lr_of(lr_method), data, scale=ctx.scale, m=_m
+                    )
                     if _m < m_all:
                         base = replace(base, subset_seed=0)
                     return _private(base, epsilon=eps, p=_p)

@@ -683,6 +683,7 @@ def _finish(
     config: dict[str, Any],
     metrics: dict[str, Any],
     fact: dict[str, Any],
+    *,
     accounting: str = "rigorous",
     epsilon: float = CHAIN_EPS,
     n_features: int = 39,

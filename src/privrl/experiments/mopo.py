@@ -323,7 +323,7 @@ def table1(
     else:
         done.extend(_job(j) for j in jobs)
     wall = time.perf_counter() - t0
-    return _write_table1(out, done, datasets, tasks, n_seeds, seed, quick, wall)
+    return _write_table1(out, done, datasets, tasks, n_seeds, seed, quick=quick, wall=wall)
 
 
 def _digest(config: dict[str, Any]) -> str:
@@ -359,6 +359,7 @@ def _write_table1(
     tasks: tuple[str, ...],
     n_seeds: int,
     base_seed: int,
+    *,
     quick: bool,
     wall: float,
 ) -> Path:

@@ -671,7 +671,9 @@ def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
     _plot(diag_plot, agg, setup, main_c, diag_lines, f"Diagnostics, C = {main_c:g}")
     plots.append(diag_plot)
 
-    md = _report_a(setup, agg, extras, claims, vstar, seconds, plots, run.path, report_priv)
+    md = _report_a(
+        setup, agg, extras, claims, vstar, seconds, plots=plots, root=run.path, priv=report_priv
+    )
     target = run.artifact("report.md")
     target.write_text(md)
     write_claims(run.path, gallery_claims_a(claims, f"plots/fig1a_C{setup.scales[0]:g}.png"))
@@ -685,6 +687,7 @@ def _report_a(
     claims: list[dict[str, Any]],
     vstar: dict[int, float],
     seconds: float,
+    *,
     plots: list[Path],
     root: Path,
     priv: Any,

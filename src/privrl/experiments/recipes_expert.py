@@ -592,7 +592,9 @@ def build_recipe(
         if out_path.is_file():
             _log(progress, f"{out_path} exists; nothing to do")
             return out_path
-        path = _build_locked(spec, stage, out_path, seed, quick, progress, keep_shards)
+        path = _build_locked(
+            spec, stage, out_path, seed, quick=quick, progress=progress, keep_shards=keep_shards
+        )
         _remove_stale(stage, progress)
         return path
 
@@ -611,6 +613,7 @@ def _build_locked(
     stage: Path,
     out_path: Path,
     seed: int,
+    *,
     quick: bool,
     progress: bool,
     keep_shards: bool,

@@ -512,7 +512,7 @@ def write_fig4(
         + "\n"
     )
     report = run.path / "report.md"
-    report.write_text(_report(cfg, merged, finals, expectations, calib, wall, quick))
+    report.write_text(_report(cfg, merged, finals, expectations, calib, wall, quick=quick))
     write_claims(run.path, gallery_claims(expectations))
     return report
 
@@ -528,6 +528,7 @@ def _report(
     expectations: list[dict[str, Any]],
     calib: list[dict[str, Any]],
     wall: float,
+    *,
     quick: bool,
 ) -> str:
     K = cfg.episodes

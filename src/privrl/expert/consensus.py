@@ -39,7 +39,7 @@ import numpy as np
 from dp_accounting import dp_event
 from gymnasium import spaces
 
-from privrl.data.dataset import TrajectoryDataset
+from privrl.data.dataset import TrajectoryDataset, _gather_index
 from privrl.expert.base import ExpertSet
 from privrl.privacy.release import Release
 from privrl.privacy.threshold import (
@@ -254,20 +254,18 @@ def prefix_log_counts(
     steps_per_block = max(1, budget // (_BYTES_PER_PAIR * m * width))
     for c0 in range(0, sel.shape[0], width):  # chunks of `width` trajectories
         pos = order[c0 : c0 + width]
-        _chunk_log_counts(
+        kk, bb, chunk_values = _chunk_log_counts(
             obs,
             actions,
             offsets[sel[pos]],
             obs_offsets[sel[pos]],
             lengths[pos],
-            out_offsets[pos],
-            values,
             experts,
-            m,
-            log_g,
-            log_r,
-            steps_per_block,
+            log_g=log_g,
+            log_r=log_r,
+            steps_per_block=steps_per_block,
         )
+        values[out_offsets[pos][bb] + kk] = chunk_values
     return PrefixLogCounts(values=values, offsets=out_offsets, episodes=sel)
 
 
@@ -277,15 +275,15 @@ def _chunk_log_counts(
     t_start: np.ndarray,
     o_start: np.ndarray,
     lens: np.ndarray,
-    dest: np.ndarray,
-    values: np.ndarray,
     experts: ExpertSet,
-    m: int,
+    *,
     log_g: float,
     log_r: float,
     steps_per_block: int,
-) -> None:
-    """Log counts of one chunk of B trajectories, written to ``values[dest[b] + k]``."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Log counts of one chunk of B trajectories: ``(k, b, value)`` for every prefix length
+    k + 1 of trajectory b (padding steps dropped)."""
+    m = int(experts.n_experts)
     b = lens.shape[0]
     l_max = int(lens.max())
     ks = np.arange(l_max, dtype=np.int64)[:, None]
@@ -334,7 +332,7 @@ def _chunk_log_counts(
             np.exp(w, out=w)
             out[k] = (k + 1) * log_g + ref * log_r + np.log(w.sum(axis=0))
     kk, bb = np.nonzero(ks < lens[None, :])
-    values[dest[bb] + kk] = out[kk, bb]
+    return kk, bb, out[kk, bb]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,15 +398,6 @@ class DataReleaseResult:
     calibration: DataReleaseCalibration
     selected: np.ndarray = field(repr=False)
     stable_lengths: np.ndarray = field(repr=False)
-
-
-def _gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(s, s + l) for each (s, l), without a Python loop."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    new_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    return np.arange(total, dtype=np.int64) + np.repeat(starts - new_starts, lengths)
 
 
 def _segments(

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.expert.base import modified_probs
 from privrl.rl.features import HIV_LOG_MEAN, HIV_LOG_STD
 
@@ -59,8 +59,6 @@ __all__ = [
     "top_k_per_setting",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 _CHUNK_ELEMENTS = 1 << 23  # bound on m × n × |A| temporaries in greedy_actions
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -117,16 +117,7 @@ class BudgetSplit:
         return self.epsilon2 > 0 and self.p > 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "p": self.p,
-            "epsilon1": self.epsilon1,
-            "delta1": self.delta1,
-            "epsilon2": self.epsilon2,
-            "delta2": self.delta2,
-            "rule": self.rule,
-        }
+        return asdict(self)
 
 
 def _fraction(x: float, what: str) -> float:

@@ -62,9 +62,16 @@ import numpy as np
 import numpy.typing as npt
 from dp_accounting import dp_event
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.data.dataset import TrajectoryDataset
 from privrl.envs.tabular import Episodes
-from privrl.offline.common import DATA_RULES, as_indices, clip_rewards, refuse_declared_units
+from privrl.offline.common import (
+    DATA_RULES,
+    GreedyTableActions,
+    as_indices,
+    clip_rewards,
+    refuse_declared_units,
+)
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.events import PureDpEvent
 from privrl.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
@@ -97,8 +104,6 @@ __all__ = [
     "private_model",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 Mechanism = Literal["gaussian", "laplace"]
 Bonus = Literal["bernstein", "hoeffding"]
 
@@ -580,7 +585,7 @@ def pessimistic_value_iteration(
 # ---------------------------------------------------------------------------------------------
 
 
-class FiniteHorizonPolicy:
+class FiniteHorizonPolicy(GreedyTableActions):
     """A deterministic time-dependent tabular policy π_h(s) ``[H, S]`` over A actions.
 
     Saved as ``.npz`` with a ``kind`` field, so a run's policy can be reloaded and checked:
@@ -612,17 +617,6 @@ class FiniteHorizonPolicy:
     @property
     def S(self) -> int:
         return int(self.actions.shape[1])
-
-    def act(
-        self, obs: npt.ArrayLike, rng: np.random.Generator | None = None, *, h: int
-    ) -> IntArray:
-        """Actions for a batch of states at step h (deterministic; rng is ignored)."""
-        return self.actions[h, np.asarray(obs, dtype=np.int64)]
-
-    def action_probs(self, obs: npt.ArrayLike, *, h: int) -> FloatArray:
-        """One-hot probabilities ``[batch, A]`` at step h."""
-        a = self.act(obs, h=h)
-        return (a[:, None] == np.arange(self.n_actions)).astype(np.float64)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

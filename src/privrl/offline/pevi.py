@@ -88,6 +88,8 @@ def pevi(
         notes=["PEVI (Jin et al. 2021) is a non-private baseline"],
     )
     meta = {"bonus_scale": bonus_scale, "lambda": lam, "xi": xi, "beta": beta, "K": K}
-    policy = build_policy(q, weights, lambdas, beta, 0.0, "pevi", table, meta)
     diagnostics = {"bonus_coef": beta, "additive_per_step": 0.0}
+    policy = build_policy(
+        q, weights, lambdas, diagnostics, algorithm="pevi", features=table, meta=meta
+    )
     return LinearPVIResult(policy, report, q, v, bonus, diagnostics)

@@ -58,8 +58,15 @@ import numpy.typing as npt
 from dp_accounting import dp_event
 from scipy import linalg
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.data.dataset import DatasetError
-from privrl.offline.common import DATA_RULES, as_indices, clip_rewards, refuse_declared_units
+from privrl.offline.common import (
+    DATA_RULES,
+    GreedyTableActions,
+    as_indices,
+    clip_rewards,
+    refuse_declared_units,
+)
 from privrl.policies import TabularPolicy
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.mechanisms import gaussian_mechanism, gaussian_symmetric_matrix
@@ -93,8 +100,6 @@ __all__ = [
     "weighted_statistics",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 MatrixNoise = Literal["strict", "paper_exact"]
 MATRIX_NOISE_MODES: tuple[str, ...] = ("strict", "paper_exact")
 UNIT = PrivacyUnit.TRAJECTORY
@@ -484,7 +489,7 @@ def theory_additive_bonus(H: int, d: int) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-class LinearGreedyPolicy:
+class LinearGreedyPolicy(GreedyTableActions):
     """Greedy policy w.r.t. a pessimistic linear Q, non-stationary (``h = 0..H-1``).
 
     Holds the pessimistic ``Q̂ [H, S, A]`` over the finite state set (so ``actions [H, S]`` is
@@ -524,18 +529,9 @@ class LinearGreedyPolicy:
     def H(self) -> int:
         return int(self.q.shape[0])
 
-    def act(
-        self, obs: npt.ArrayLike, rng: np.random.Generator | None = None, *, h: int
-    ) -> IntArray:
-        """Greedy actions ``π̂_h(s)`` for a batch of integer states (deterministic: rng unused)."""
-        return self.actions[h, np.asarray(obs, dtype=np.int64)]
-
-    def action_probs(self, obs: npt.ArrayLike, *, h: int) -> FloatArray:
-        """One-hot ``π̂_h(·|s)`` ``[batch, A]``."""
-        a = self.act(obs, h=h)
-        out = np.zeros((a.shape[0], self.q.shape[2]))
-        out[np.arange(a.shape[0]), a] = 1.0
-        return out
+    @property
+    def n_actions(self) -> int:
+        return int(self.q.shape[2])
 
     def at_step(self, h: int) -> TabularPolicy:
         """The step-h policy as a stationary `privrl.policies.TabularPolicy` (Policy protocol)."""
@@ -761,18 +757,19 @@ def build_policy(
     q: FloatArray,
     weights: FloatArray,
     lambdas: FloatArray,
-    coef: float,
-    add: float,
+    diag: dict[str, Any],
+    *,
     algorithm: str,
     features: FeatureTable,
     meta: dict[str, Any],
 ) -> LinearGreedyPolicy:
+    """Greedy policy of ``q``, bonus from ``diag`` (``bonus_coef``, ``additive_per_step``)."""
     return LinearGreedyPolicy(
         q,
         weights=weights,
         lambdas=lambdas,
-        bonus_coef=coef,
-        additive=np.full(q.shape[0], add),
+        bonus_coef=diag["bonus_coef"],
+        additive=np.full(q.shape[0], diag["additive_per_step"]),
         algorithm=algorithm,
         features_source=features.source,
         feature_scale=features.scale,
@@ -823,9 +820,7 @@ def vapvi(
         notes=["VAPVI is the non-private baseline: DP-VAPVI's code with every noise switched off"],
     )
     meta = {"bonus_scale": bonus_scale, "lambda": lam, "split": split, "K": main.K}
-    policy = build_policy(
-        q, weights, lambdas, diag["bonus_coef"], diag["additive_per_step"], "vapvi", table, meta
-    )
+    policy = build_policy(q, weights, lambdas, diag, algorithm="vapvi", features=table, meta=meta)
     return LinearPVIResult(policy, report, q, v, bonus, diag)
 
 
@@ -890,7 +885,7 @@ def dp_vapvi(
         "E": releaser.E,
     }
     policy = build_policy(
-        q, weights, lambdas, diag["bonus_coef"], diag["additive_per_step"], "dp-vapvi", table, meta
+        q, weights, lambdas, diag, algorithm="dp-vapvi", features=table, meta=meta
     )
     diag["E"] = releaser.E
     return LinearPVIResult(policy, report, q, v, bonus, diag)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.envs.riverswim import riverswim
 from privrl.envs.tabular import TabularMDP, counts
 from privrl.privacy.report import PrivacyReport
@@ -33,8 +34,6 @@ __all__ = [
     "rollout_counts",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 Progress = Callable[[int], None]  # called with the number of episodes just completed
 
 ENVS = ("riverswim", "random-tabular")

@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 from dp_accounting import dp_event
 
+from privrl.arrays import FloatArray
 from privrl.online.common import Counts
 from privrl.privacy.events import ApproxDpEvent
 from privrl.privacy.release import Release
@@ -79,7 +80,6 @@ __all__ = [
     "consistent_counts",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 UNIT = "user"  # one user = one episode in online RL
 RELATION = "replace_one"
 PRIVATIZERS = ("shuffle", "central", "local", "none")

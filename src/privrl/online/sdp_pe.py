@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.envs.tabular import TabularMDP, occupancy_measure, policy_evaluation
 from privrl.online.common import (
     Counts,
@@ -67,9 +68,6 @@ __all__ = [
     "sdp_pe",
     "stage_schedule",
 ]
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -272,6 +270,7 @@ def crude_exploration(
     T: int,
     privatizer: Privatizer,
     start: FloatArray,
+    *,
     iota: float,
     cfg: SDPPEConfig,
 ) -> tuple[FloatArray, npt.NDArray[np.bool_], IntArray, dict[str, Any]] | None:
@@ -309,6 +308,7 @@ def fine_exploration(
     privatizer: Privatizer,
     P_crude: FloatArray,
     F: npt.NDArray[np.bool_],
+    *,
     mix: IntArray,
     start: FloatArray,
     cfg: SDPPEConfig,
@@ -354,6 +354,7 @@ def eliminate(
     r: FloatArray,
     n_sa: FloatArray,
     E: float,
+    *,
     start: FloatArray,
     iota: float,
     cfg: SDPPEConfig,
@@ -428,17 +429,21 @@ def sdp_pe(
     for k, T in enumerate(schedule, start=1):
         entry: dict[str, Any] = {"stage": k, "T": T, "active_before": int(active.size)}
         log.append(entry)
-        crude = crude_exploration(run, active, T, privatizer, start, iota, cfg)
+        crude = crude_exploration(run, active, T, privatizer, start, iota=iota, cfg=cfg)
         if crude is None:
             break
         P_crude, F, mix, crude_log = crude
         entry.update(crude_log)
-        fine = fine_exploration(run, active, T, privatizer, P_crude, F, mix, start, cfg)
+        fine = fine_exploration(
+            run, active, T, privatizer, P_crude, F, mix=mix, start=start, cfg=cfg
+        )
         if fine is None:
             break
         P_hat, r_hat, n_sa, E, fine_log = fine
         entry.update(fine_log)
-        active, elim_log = eliminate(policies, active, P_hat, r_hat, n_sa, E, start, iota, cfg)
+        active, elim_log = eliminate(
+            policies, active, P_hat, r_hat, n_sa, E, start=start, iota=iota, cfg=cfg
+        )
         entry.update(elim_log)
         entry["active_after"] = int(active.size)
         entry["optimal_active"] = bool(expected_gap[active].min() <= 1e-9)

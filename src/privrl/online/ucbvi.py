@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import numpy.typing as npt
 
+from privrl.arrays import FloatArray, IntArray
 from privrl.envs.tabular import TabularMDP, policy_evaluation
 from privrl.online.common import Counts, OnlineResult, Progress
 from privrl.online.privatizers import (
@@ -41,8 +42,6 @@ from privrl.online.privatizers import (
 
 __all__ = ["UCBVIConfig", "dp_ucbvi", "optimistic_plan", "ucbvi", "unusable_rows"]
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 _BLOCK = 1024  # episodes per block of pre-drawn uniforms and of regret evaluation
 
 

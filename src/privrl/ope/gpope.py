@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -125,12 +125,7 @@ class StepSize:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schedule": self.schedule,
-            "eta": self.eta,
-            "k": self.k,
-            "lambda_min": self.lambda_min,
-        }
+        return asdict(self)
 
 
 # ------------------------------------------------------------------------ the iteration
@@ -338,6 +333,7 @@ def _resolve_sigma(
     m: int,
     iterations: int,
     accounting: AccountingMode,
+    *,
     orders: tuple[float, ...] | None = None,
 ) -> tuple[float, str | None]:
     if (epsilon is None) == (sigma is None):
@@ -556,7 +552,7 @@ def gpope_replicas(
     if any(s.m != m or s.n != n for s in stats):
         raise ValueError("all replicas need datasets of the same size m and feature dimension")
     steps = [step] if isinstance(step, StepSize) else list(step)
-    sig, _ = _resolve_sigma(epsilon, sigma, delta, m, iterations, accounting, orders)
+    sig, _ = _resolve_sigma(epsilon, sigma, delta, m, iterations, accounting, orders=orders)
     D, V = len(stats), len(steps)
     if D == 1:
         A, b, C = stats[0].A, stats[0].b, stats[0].C
@@ -688,7 +684,7 @@ def tune_on_public(
     if epsilon is None:
         sig = 0.0
     else:
-        sig, _ = _resolve_sigma(epsilon, None, delta, m, iterations, accounting, orders)
+        sig, _ = _resolve_sigma(epsilon, None, delta, m, iterations, accounting, orders=orders)
     grid: list[dict[str, float]] = []
     choice: tuple[float, float, float, float] | None = None
     priv_rng = np.random.default_rng(s_priv)

@@ -170,6 +170,7 @@ def _chunks(
     target_policy: Any | None,
     normalisation: Normalisation,
     value_features: FeatureFn | None,
+    *,
     rows: int,
 ) -> Iterator[_Chunk]:
     """Episode chunks of about `rows` transitions, features evaluated per chunk."""
@@ -220,7 +221,7 @@ def trajectory_stats(
     lengths = _check(data, gamma, normalisation)
     m = data.n_episodes
     A = C = b = None
-    for ch in _chunks(data, features, gamma, target_policy, normalisation, None, _CHUNK_ROWS):
+    for ch in _chunks(data, features, gamma, target_policy, normalisation, None, rows=_CHUNK_ROWS):
         if A is None:
             n = ch.phi.shape[1]
             A, C, b = np.zeros((m, n, n)), np.zeros((m, n, n)), np.zeros((m, n))
@@ -285,7 +286,7 @@ def mean_system(
     m = data.n_episodes
     A = b = C = None
     for ch in _chunks(
-        data, features, gamma, target_policy, normalisation, value_features, _MEAN_CHUNK_ROWS
+        data, features, gamma, target_policy, normalisation, value_features, rows=_MEAN_CHUNK_ROWS
     ):
         x = ch.phi * (ch.rho * ch.weight / m)[:, None]
         parts = (x.T @ ch.dpsi, x.T @ ch.reward, (ch.phi * (ch.weight / m)[:, None]).T @ ch.phi)

@@ -475,27 +475,16 @@ def plan_dp_fedavg(
         ),
         "K",
     )
-    B = p.resolve(
-        "B (local batch size)",
-        flag=config.local_batch,
-        default=_d("local_batch"),
-        detail=_det("local_batch"),
-        fix="pass --local-batch B",
-    )
-    E = p.resolve(
-        "E (local epochs)",
-        flag=config.local_epochs,
-        default=_d("local_epochs"),
-        detail=_det("local_epochs"),
-        fix="pass --local-epochs E",
-    )
-    lr = p.resolve(
-        "η (local learning rate)",
-        flag=config.local_lr,
-        default=_d("local_lr"),
-        detail=_det("local_lr"),
-        fix="pass --local-lr η",
-    )
+
+    def local(label: str, key: str, flag: str) -> Any:
+        """A local-training setting: its flag, else the config's default."""
+        return p.resolve(
+            label, flag=getattr(config, key), default=_d(key), detail=_det(key), fix=f"pass {flag}"
+        )
+
+    B = local("B (local batch size)", "local_batch", "--local-batch B")
+    E = local("E (local epochs)", "local_epochs", "--local-epochs E")
+    lr = local("η (local learning rate)", "local_lr", "--local-lr η")
     if config.noise_multiplier is not None:
         z = float(p.resolve("z (noise multiplier)", flag=config.noise_multiplier, fix=""))
         target = None
@@ -759,9 +748,9 @@ def _chunk_displacements(
     frozen: Mapping[str, torch.Tensor],
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     mask: torch.Tensor,
     steps: np.ndarray,
-    *,
     plan: DpFedAvgPlan,
     weight_decay: bool,
 ) -> torch.Tensor:
@@ -874,8 +863,8 @@ def local_displacements(
             frozen,
             x,
             y,
-            mask,
-            steps[idx],
+            mask=mask,
+            steps=steps[idx],
             plan=plan,
             weight_decay=weight_decay,
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +44,9 @@ from privrl.primorl.policy_stage import (
     PolicyStageConfig,
     PolicyStageResult,
     make_start_states,
+    named_seeds,
     run_policy_stage,
+    save_atomic,
 )
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
@@ -310,16 +311,7 @@ def _dataset_digest(dataset: TrajectoryDataset) -> str:
 
 
 def _seeds(seed: int) -> dict[str, int]:
-    names = ("split", "dynamics_init", "dynamics_train", "real_buffer", "stage")
-    children = np.random.SeedSequence(int(seed)).spawn(len(names))
-    return {n: int(c.generate_state(1, np.uint32)[0]) for n, c in zip(names, children, strict=True)}
-
-
-def _save_atomic(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    return named_seeds(seed, ("split", "dynamics_init", "dynamics_train", "real_buffer", "stage"))
 
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
@@ -402,7 +394,7 @@ def mopo(
         }
         trained_seconds = res.seconds
         if dyn_path is not None:
-            _save_atomic(
+            save_atomic(
                 {"fingerprint": dyn_fp, "model": model.state_dict(), "summary": dyn_summary},
                 dyn_path,
             )

@@ -65,7 +65,9 @@ __all__ = [
     "load_checkpoint",
     "make_start_states",
     "model_rollout",
+    "named_seeds",
     "run_policy_stage",
+    "save_atomic",
 ]
 
 START_MODES: tuple[str, ...] = ("initial", "public-split", "dataset")
@@ -420,8 +422,8 @@ def model_rollout(
     start_steps: np.ndarray,
     length: int,
     horizon: int,
-    generator: torch.Generator,
     *,
+    generator: torch.Generator,
     bounds: RolloutBounds | None = None,
 ) -> Rollouts:
     """Roll all start states ``length`` steps through M̃ together with the policy ``act``.
@@ -523,17 +525,22 @@ def _model_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def _seeds(seed: int) -> dict[str, int]:
-    names = ("sac", "starts", "model", "eval", "model_buffer")
+def named_seeds(seed: int, names: tuple[str, ...]) -> dict[str, int]:
+    """One integer seed per name, from independent children of ``SeedSequence(seed)``."""
     children = np.random.SeedSequence(int(seed)).spawn(len(names))
     return {n: int(c.generate_state(1, np.uint32)[0]) for n, c in zip(names, children, strict=True)}
 
 
-def _save_atomic(obj: Any, path: Path) -> None:
+def save_atomic(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file, then rename: a crash never leaves half a checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+def _seeds(seed: int) -> dict[str, int]:
+    return named_seeds(seed, ("sac", "starts", "model", "eval", "model_buffer"))
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -650,7 +657,7 @@ def run_policy_stage(
     def save(epoch: int) -> None:
         if ckpt_path is None:
             return
-        _save_atomic(
+        save_atomic(
             {
                 "format": CHECKPOINT_FORMAT,
                 "fingerprint": fingerprint,
@@ -696,7 +703,7 @@ def run_policy_stage(
                     t0_idx,
                     config.rollout_length,
                     task.horizon,
-                    model_gen,
+                    generator=model_gen,
                     bounds=bounds,
                 )
                 if ro.rew.shape[0]:

@@ -592,6 +592,7 @@ def _check_prior(
     target: float,
     delta: float,
     rel: NeighbourRelation,
+    *,
     backend: Backend,
     grid: tuple[float, ...],
     disc: float,
@@ -663,7 +664,7 @@ def calibrate_noise_multiplier(
     )
     # Validate the sampling arguments and backend support once, before searching.
     check_supported(_after(prior, make_event(1.0, steps)), relation=rel, backend=backend)
-    _check_prior(prior, target, delta, rel, backend, grid, disc)
+    _check_prior(prior, target, delta, rel, backend=backend, grid=grid, disc=disc)
 
     def eps_at(z: float) -> float:
         return epsilon(

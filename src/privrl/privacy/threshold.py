@@ -64,6 +64,7 @@ from dp_accounting import dp_event
 from privrl.privacy.accounting import advanced_composition
 from privrl.privacy.accounting import epsilon as accountant_epsilon
 from privrl.privacy.events import ApproxDpEvent
+from privrl.privacy.mechanisms import _check_rng
 from privrl.privacy.release import Release
 
 __all__ = [
@@ -78,15 +79,6 @@ __all__ = [
     "sample_release_trajectories",
     "tight_round_epsilon",
 ]
-
-
-def _check_rng(rng: Any) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(
-            f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(seed)), "
-            f"got {type(rng).__name__}"
-        )
-    return rng
 
 
 def _positive(x: Any, what: str) -> float:

@@ -15,6 +15,8 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from privrl.arrays import FloatArray
+
 __all__ = [
     "HIV_LOG_MEAN",
     "HIV_LOG_STD",
@@ -26,7 +28,6 @@ __all__ = [
     "make_features",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 
 # Standardisation statistics of log10 of the HIV state (T1, T2, T1*, T2*, V, E), computed on
 # PUBLIC simulator rollouts, never on private data: 200 episodes of uniformly random treatment,

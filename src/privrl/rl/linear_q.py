@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from privrl.arrays import FloatArray
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.policies import EpsilonGreedy, Policy, UniformRandomPolicy, sample_from_probs
 from privrl.rl.features import FeatureMap
@@ -49,7 +50,6 @@ __all__ = [
     "simulate_dataset",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 SeedLike = int | np.random.Generator | np.random.SeedSequence
 
 

@@ -45,9 +45,10 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from privrl.arrays import FloatArray
+
 __all__ = ["Projection", "project_counts", "project_counts_lp"]
 
-FloatArray = npt.NDArray[np.float64]
 
 _CHUNK_ELEMENTS = 1 << 17  # rows × S per chunk: ~1 MB float64 temporaries (measured fastest)
 
