@@ -15,6 +15,7 @@ def reproduce(
     target: str = typer.Argument(
         None, help="Reproduction id (see --list), or 'all' (every report, then the gallery)."
     ),
+    *,
     out: Path = typer.Option(
         None, "--out", "-o", help="Output directory (default: docs/reproductions/ID)."
     ),

@@ -1023,6 +1023,7 @@ def _write_outputs(
     refs: dict[str, dict[str, Any]],
     report_lines: list[str],
     extra_metrics: dict[str, Any],
+    *,
     claims: list[Claim] | None = None,
 ) -> Path:
     """Top-level run-directory files of a reproduction and its report."""
@@ -1589,7 +1590,7 @@ def table2a(
     n_done = sum(c.n for c in cells.values())
     lines += _tail(ctx, "expert-table2a", n_done, n_total, cells)
     claims_2a = gallery_claims_table2a(_scores(cells), envs, eps)
-    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims_2a)
+    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a)
 
 
 def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
@@ -1705,7 +1706,7 @@ def table2b(
     n_total = sum(len(c.cfgs) for c in cells.values())
     lines += _tail(ctx, "expert-table2b", sum(c.n for c in cells.values()), n_total, cells)
     claims = gallery_claims_table2b(_scores(cells))
-    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims)
+    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims)
 
 
 def _plot_pairs(ctx: _Context, cells: dict[str, Cell], name: str, title: str) -> list[str]:
@@ -1843,7 +1844,9 @@ def fig3(
     n_done = len({r["key"] for cell in cells.values() for r in cell.runs})
     lines += _tail(ctx, "expert-fig3", n_done, n_total, cells)
     gallery = gallery_claims_fig3(_scores(cells), envs, algos, ctx.scale.fig3_epsilons)
-    return _write_outputs(ctx, "expert-fig3", cells, refs, lines, {"claims_hold": claims}, gallery)
+    return _write_outputs(
+        ctx, "expert-fig3", cells, refs, lines, {"claims_hold": claims}, claims=gallery
+    )
 
 
 def _fig3_pld_section(
@@ -2036,7 +2039,7 @@ def fig4(
         refs,
         lines,
         {"gaps": gaps, "gap_grows_with_m": grows},
-        gallery_claims_fig4(_scores(cells), ms),
+        claims=gallery_claims_fig4(_scores(cells), ms),
     )
 
 

@@ -118,12 +118,12 @@ class PrivateOpeConfig(OpeConfig):
     )
 
     def validate(self) -> None:
-        from privrl.cli.errors import CliError, check_epsilon
+        from privrl.experiments.checks import InputError, check_epsilon
 
         super().validate()
         try:  # the CLI's shared ε check, its message without the flag's name
             check_epsilon(self.epsilon, "")
-        except CliError as exc:
+        except InputError as exc:
             raise ConfigError("epsilon", str(exc).strip()) from None
         check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
 
