@@ -81,11 +81,11 @@ class ImportanceConfig(RunConfig):
     )
 
     def validate(self) -> None:
-        from privrl.cli.errors import CliError, check_epsilon
+        from privrl.experiments.checks import check_epsilon
 
-        try:
+        try:  # the shared ε check (an InputError, a ValueError), its message without a flag
             check_epsilon(self.epsilon, "")
-        except CliError as exc:
+        except ValueError as exc:
             raise ConfigError("epsilon", str(exc).strip()) from None
         check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
         check(
