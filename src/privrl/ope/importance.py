@@ -179,7 +179,14 @@ class TargetPolicy:
         negative entries → 0, rows renormalised, an all-zero row → uniform) rather than
         refused: its values depend on the private observations, so an error would leak."""
         n = int(np.asarray(obs).shape[0])
-        p = np.asarray(self.fn(np.asarray(obs)), dtype=np.float64)
+        try:
+            p = np.asarray(self.fn(np.asarray(obs)), dtype=np.float64)
+        except Exception as exc:  # the user's code: one error line, not a traceback
+            raise ValueError(
+                f"--target-policy {self.spec} raised {type(exc).__name__} on a batch of "
+                "observations; it must return probabilities for every observation of the "
+                "declared space"
+            ) from None
         if p.shape != (n, self.A):  # a format error of the user's code, not of the data
             raise ValueError(
                 f"--target-policy {self.spec} returned shape {p.shape} for {n} observations; "
