@@ -403,3 +403,45 @@ def test_a_callable_target_policy(log_file: Path, tmp_path: Path, capsys, monkey
     assert code == 0, err
     assert "mypolicy" in sys.modules
     assert "value of mypolicy:probs" in stdout
+
+
+def test_laplace_mechanism(log_file: Path, tmp_path: Path, capsys) -> None:
+    """--mechanism laplace: every release is a Laplace release and the report meets ε."""
+    out = tmp_path / "run"
+    argv = ["ope", "snips", "--data", str(log_file), *COMMON, "--mechanism", "laplace"]
+    code, _, err = run([*argv, "--out", str(out)], capsys)
+    assert code == 0, err
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert [r["mechanism"] for r in privacy["releases"]] == ["laplace", "laplace"]
+    assert privacy["epsilon"] <= 1.0 + 1e-9
+
+
+def _with_metadata(tmp_path: Path, **extra: object) -> Path:
+    meta = DatasetMetadata(
+        observation_space=spaces.Discrete(2),
+        action_space=spaces.Discrete(2),
+        horizon=1,
+        extra=dict(extra),
+    )
+    eps = [episode([0, 0], [1], [1.0], behaviour_probs=[0.5]) for _ in range(5)]
+    return save_hdf5(dataset(eps, meta), tmp_path / "meta.h5")
+
+
+def test_reward_range_from_public_metadata_and_not_from_inferred(tmp_path: Path, capsys) -> None:
+    """The reward range comes from the metadata when declared there (source "public
+    metadata"); a metadata value marked as inferred from the data is skipped, so the run is
+    refused with the flag that supplies it."""
+    args = ["--target-policy", "uniform", "--weight-clip", "2", "--epsilon", "1"]
+    path = _with_metadata(tmp_path, reward_range=[-1.0, 1.0])
+    out = tmp_path / "a"
+    code, _, err = run(["ope", "ips", "--data", str(path), *args, "--out", str(out)], capsys)
+    assert code == 0, err
+    params = json.loads((out / "privacy.json").read_text())["public_parameters"]
+    rr = next(p for p in params if p["name"] == "reward range")
+    assert rr["source"] == "public metadata" and rr["value"] == [-1.0, 1.0]
+    (tmp_path / "meta.h5").unlink()
+    path = _with_metadata(tmp_path, reward_range=[-1.0, 1.0], inferred_from_data=["reward_range"])
+    out = tmp_path / "b"
+    code, _, err = run(["ope", "ips", "--data", str(path), *args, "--out", str(out)], capsys)
+    assert code == 2
+    assert "--reward-range" in error_line(err) and "inferred" in err
