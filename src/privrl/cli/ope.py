@@ -5,6 +5,8 @@
                       --epsilon 1 --clip 0.5 --step-size 0.01 --out runs/gp
     privrl ope dp-lsw --env chain --trajectories 1000 --epsilon 0.1 --out runs/v1
     privrl ope lstd   --env mountain-car --trajectories 200 --out runs/lstd
+    privrl ope ips    --data logs.h5 --target-policy uniform --reward-range 0,1 \\
+                      --weight-clip 20 --max-horizon 1 --epsilon 1 --out runs/ips
 
 The commands are generated from the systems' configs (`privrl.systems.ope`, which documents
 the run directory, the order of work and the privacy unit); `privrl run CONFIG.toml` runs the
@@ -23,7 +25,8 @@ ope_app = typer.Typer(
         "privacy for one whole trajectory (GPOPE; the output-perturbation baselines DP-LSW and "
         "DP-LSL; non-private LSTD for reference). Use --data FILE for your own dataset or "
         "--env chain|mountain-car|hiv to sample one from a built-in domain (then the MSPBE is "
-        "reported)."
+        "reported). For logs with propensities (bandit logs, short episodes): private IPS, "
+        "SNIPS and DR, which report the policy's value with a confidence interval."
     ),
     no_args_is_help=True,
 )
@@ -32,3 +35,6 @@ DATA_HELP = "Dataset file (privrl HDF5) to evaluate on (or --env to sample one).
 
 for _name in ("gpope", "dp-lsw", "dp-lsl", "lstd"):
     add_command(ope_app, _name, data_help=DATA_HELP)
+add_command(ope_app, "ips", data_help="Dataset file (privrl HDF5) with logged propensities.")
+add_command(ope_app, "snips", data_help="Dataset file (privrl HDF5) with logged propensities.")
+add_command(ope_app, "dr", data_help="Dataset file (privrl HDF5) with logged propensities.")

@@ -30,6 +30,11 @@ SHIPPED["dp-lsw"] = "privrl.systems.ope:DpLsw"
 SHIPPED["dp-lsl"] = "privrl.systems.ope:DpLsl"
 SHIPPED["lstd"] = "privrl.systems.ope:Lstd"
 
+# importance-sampling off-policy evaluation on logs with propensities (privrl ope ips | snips | dr)
+SHIPPED["ips"] = "privrl.systems.ips:Ips"
+SHIPPED["snips"] = "privrl.systems.ips:Snips"
+SHIPPED["dr"] = "privrl.systems.ips:Dr"
+
 # expert-level offline RL, Sharma et al. (privrl train expert-dp | dp-sgd)
 SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"
 SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"

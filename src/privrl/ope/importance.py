@@ -1,0 +1,641 @@
+"""Private importance-sampling off-policy evaluation: IPS, self-normalised IPS and doubly
+robust, for short horizons and contextual-bandit logs with propensities.
+
+Estimators (h = 0..H-1 in code; a logged episode longer than the declared horizon H is
+truncated to its first H steps, a shorter one contributes the steps it has):
+
+* per-trajectory clipped weight   ρ̄_i = min(Π_{t<H} π(a_it|s_it)/μ_it, W)            (1)
+  with μ_it the logged propensity (``behaviour_probs``) and W the PUBLIC weight clip;
+* per-trajectory return           R_i = Σ_{t<H} γ^t r̄_it,  r̄ = clip(r, r_min, r_max)   (2)
+* IPS (Precup et al. 2000, trajectory-wise):   V_IPS = (1/m) Σ_i ρ̄_i R_i                (3)
+* SNIPS (Swaminathan & Joachims 2015):         V_SN = Σ_i ρ̄_i R_i / Σ_i ρ̄_i              (4)
+* DR (Dudík et al. 2011, eq. (2); one control variate on the first step):
+      V_DR = (1/m) Σ_i [ Σ_a π(a|s_i0) q̂(s_i0, a) + ρ̄_i (R_i − q̂(s_i0, a_i0)) ]          (5)
+  q̂ is a PUBLIC model of the (truncated, discounted) return after taking a in the first
+  state s: for a bandit log (H = 1) it is the usual reward model; for H > 1 it is a
+  control variate on the whole return, and (5) stays unbiased for any q̂ when no weight is
+  clipped (E_μ[ρ q̂(s_0, a_0)] = E_s Σ_a π(a|s) q̂(s, a)). q̂ is a constant (``constant:C``,
+  default the midpoint of the return range) or a table [S, A] / [A] given as a .npy file;
+  it is clipped into the return range (public post-processing of a public model).
+
+Privacy unit and relation: one trajectory (one row of a bandit log) under REPLACE-ONE
+neighbours, so the number of trajectories m is public (read from the file's header).
+
+Sensitivities (replace-one changes one summand; each summand lies in an interval fixed by
+public parameters only, so the sum moves by at most that interval's width). With
+B_H = Σ_{t<H} γ^t (H when γ = 1; a one-step log has B_1 = 1, never 1/(1−γ)) the return (2)
+lies in [R_lo, R_hi] = [min(r_min, 0)·B_H, max(r_max, 0)·B_H] (episodes may end before H,
+so 0 is inside), and ρ̄ ∈ [0, W]:
+
+* IPS, SNIPS numerator: ρ̄_i R_i ∈ [W·R_lo, W·R_hi], so Δ = W (R_hi − R_lo);
+* SNIPS denominator: ρ̄_i ∈ [0, W], so Δ = W;
+* DR: summand ∈ [q_lo + W (R_lo − q_hi), q_hi + W (R_hi − q_lo)], so
+  Δ = (q_hi − q_lo) + W (R_hi − R_lo + q_hi − q_lo);
+
+where [q_lo, q_hi] is the range of the (clipped, public) q̂. Each sum is released once by
+`privrl.privacy.mechanisms.gaussian_mechanism` (noise multiplier calibrated for all the
+run's releases together, dp-accounting RDP) or `laplace_mechanism` (ε split equally).
+
+Confidence interval: the estimate is (S + Z)/m with Z the privacy noise (variance known,
+public) and S a sum of m i.i.d. summands, each in an interval of width Δ, so Var(summand) ≤
+Δ²/4 (Popoviciu). The interval is value ± z_{1−α/2} √(Δ²/(4m) + Var(Z)/m²): the sampling
+variance is BOUNDED PUBLICLY rather than estimated, so no budget is spent on it and nothing
+data-dependent other than the released sums enters the interval; it is conservative (wide
+when W is large). SNIPS combines a Bonferroni pair of such intervals for the two sums
+(each at level 1 − α/2) into an interval for their ratio. Every interval is intersected
+with the return range [R_lo, R_hi], which holds every policy's value; the IPS and DR point
+estimates are left unclipped (unbiased), so at very small m or ε they may fall outside
+their interval. The intervals cover the clipped
+estimand E[ρ̄R] (IPS, DR) or E[ρ̄R]/E[ρ̄] (SNIPS), which is the target policy's value when no
+weight exceeds W; the clipping bias is not in the interval.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats
+
+from privrl.privacy.release import Release
+from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+
+__all__ = [
+    "RELATION",
+    "UNIT",
+    "Bounds",
+    "Estimate",
+    "NoiseSpec",
+    "RewardModel",
+    "TargetPolicy",
+    "Terms",
+    "dr",
+    "dr_sensitivity",
+    "ips",
+    "ips_sensitivity",
+    "load_reward_model",
+    "load_target_policy",
+    "noise_spec",
+    "planned_releases",
+    "snips",
+    "snips_sensitivities",
+    "terms",
+]
+
+UNIT = PrivacyUnit.TRAJECTORY
+RELATION = NeighbourRelation.REPLACE_ONE
+
+Estimator = Literal["ips", "snips", "dr"]
+Mechanism = Literal["gaussian", "laplace"]
+
+
+# ------------------------------------------------------------------------ public bounds
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The public quantities every sensitivity is derived from.
+
+    Attributes:
+        weight_clip: W, the bound the trajectory weight ρ is clipped at (1).
+        reward_range: (r_min, r_max); every reward is clipped into it (2).
+        horizon: H, the number of steps of an episode that count (longer ones are truncated).
+        gamma: γ in [0, 1] (γ = 1 is fine: H is finite).
+    """
+
+    weight_clip: float
+    reward_range: tuple[float, float]
+    horizon: int
+    gamma: float
+
+    def __post_init__(self) -> None:
+        W, (lo, hi) = float(self.weight_clip), self.reward_range
+        if not (math.isfinite(W) and W > 0):
+            raise ValueError(f"the weight clip W must be a finite number > 0, got {W}")
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"the reward range must be finite with r_min < r_max, got {lo, hi}")
+        if int(self.horizon) < 1:
+            raise ValueError(f"the horizon H must be >= 1, got {self.horizon}")
+        if not 0.0 <= float(self.gamma) <= 1.0:
+            raise ValueError(f"γ must be in [0, 1], got {self.gamma}")
+
+    @property
+    def discount_mass(self) -> float:
+        """B_H = Σ_{t<H} γ^t (H when γ = 1)."""
+        g, H = float(self.gamma), int(self.horizon)
+        return float(H) if g == 1.0 else (1.0 - g**H) / (1.0 - g)
+
+    @property
+    def return_range(self) -> tuple[float, float]:
+        """[R_lo, R_hi] holding every truncated return (2); 0 is inside (short episodes)."""
+        lo, hi = self.reward_range
+        B = self.discount_mass
+        return min(lo, 0.0) * B, max(hi, 0.0) * B
+
+
+def ips_sensitivity(bounds: Bounds) -> float:
+    """Replace-one sensitivity of Σ ρ̄_i R_i: W (R_hi − R_lo)."""
+    lo, hi = bounds.return_range
+    return float(bounds.weight_clip) * (hi - lo)
+
+
+def snips_sensitivities(bounds: Bounds) -> tuple[float, float]:
+    """Replace-one sensitivities of (Σ ρ̄_i R_i, Σ ρ̄_i): (W (R_hi − R_lo), W)."""
+    return ips_sensitivity(bounds), float(bounds.weight_clip)
+
+
+def dr_sensitivity(bounds: Bounds, q_range: tuple[float, float]) -> float:
+    """Replace-one sensitivity of the DR sum (5): the width of the summand's interval,
+    (q_hi − q_lo) + W (R_hi − R_lo + q_hi − q_lo), for q̂ in [q_lo, q_hi] ⊆ [R_lo, R_hi]."""
+    lo, hi = bounds.return_range
+    q_lo, q_hi = q_range
+    if not (lo <= q_lo <= q_hi <= hi):
+        raise ValueError(f"q̂'s range {q_range} must lie in the return range {(lo, hi)}")
+    W = float(bounds.weight_clip)
+    return (q_hi - q_lo) + W * (hi - lo + q_hi - q_lo)
+
+
+# ------------------------------------------------------------------------ target policies
+
+
+@dataclass(frozen=True)
+class TargetPolicy:
+    """π(a|s) for a batch of observations: `probs(obs) -> [n, A]`.
+
+    `spec` is what the user gave (published in config.json); `A` the number of actions.
+    """
+
+    spec: str
+    A: int
+    fn: Callable[[np.ndarray], Any]
+
+    def probs(self, obs: np.ndarray) -> np.ndarray:
+        """[n, A] probabilities. A callable's output is made a distribution (NaN and
+        negative entries → 0, rows renormalised, an all-zero row → uniform) rather than
+        refused: its values depend on the private observations, so an error would leak."""
+        n = int(np.asarray(obs).shape[0])
+        try:
+            p = np.asarray(self.fn(np.asarray(obs)), dtype=np.float64)
+        except Exception as exc:  # the user's code: one error line, not a traceback
+            raise ValueError(
+                f"--target-policy {self.spec} raised {type(exc).__name__} on a batch of "
+                "observations; it must return probabilities for every observation of the "
+                "declared space"
+            ) from None
+        if p.shape != (n, self.A):  # a format error of the user's code, not of the data
+            raise ValueError(
+                f"--target-policy {self.spec} returned shape {p.shape} for {n} observations; "
+                f"it must return action probabilities of shape (n, {self.A})"
+            )
+        p = np.where(np.isfinite(p) & (p > 0), p, 0.0)
+        total = p.sum(axis=1, keepdims=True)
+        return np.where(total > 0, p / np.where(total > 0, total, 1.0), 1.0 / self.A)
+
+
+def _state_index(obs: np.ndarray, start: int) -> np.ndarray:
+    return np.asarray(obs).reshape(len(obs), -1)[:, 0].astype(np.int64) - int(start)
+
+
+def _table(path: Path, what: str, A: int, n_states: int | None) -> np.ndarray:
+    try:
+        table = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{what} {path}: cannot read a .npy array ({exc})") from None
+    table = np.asarray(table, dtype=np.float64)
+    if table.ndim == 1:
+        if table.shape != (A,):
+            raise ValueError(f"{what} {path}: a context-free table must have shape ({A},)")
+    elif table.ndim == 2:
+        if n_states is None:
+            raise ValueError(
+                f"{what} {path} is a per-state table [S, A], but the dataset's observation "
+                "space is not a public Discrete space; re-import with --observation-space "
+                "discrete:S, or give a context-free table [A]"
+            )
+        if table.shape != (n_states, A):
+            raise ValueError(
+                f"{what} {path}: shape {table.shape} does not match the dataset's spaces "
+                f"(S, A) = ({n_states}, {A})"
+            )
+    else:
+        raise ValueError(f"{what} {path}: shape {table.shape}; give [S, A] or [A]")
+    if not np.all(np.isfinite(table)):
+        raise ValueError(f"{what} {path} holds NaN or infinite values")
+    return table
+
+
+def _discrete(space: Any) -> tuple[int, int] | None:
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return int(space.n), int(space.start)
+    return None
+
+
+def load_target_policy(spec: str, action_space: Any, observation_space: Any) -> TargetPolicy:
+    """The target policy from its public spec: ``uniform``, a ``FILE.npy`` ([S, A], or [A]
+    for a context-free policy) or ``module:function`` (called with a batch of observations
+    [n, ...], returning [n, A] probabilities). Checked against the PUBLIC spaces only."""
+    act = _discrete(action_space)
+    if act is None:
+        raise ValueError(
+            "importance-sampling OPE needs a Discrete action space in the dataset's metadata; "
+            "re-import with --action-space discrete:A"
+        )
+    A = act[0]
+    if spec == "uniform":
+        return TargetPolicy(spec, A, lambda obs: np.full((len(obs), A), 1.0 / A))
+    if spec.endswith(".npy"):
+        obs_d = _discrete(observation_space)
+        table = _table(Path(spec), "--target-policy", A, None if obs_d is None else obs_d[0])
+        if np.any(table < 0) or not np.allclose(table.sum(axis=-1), 1.0, atol=1e-6):
+            raise ValueError(
+                f"--target-policy {spec}: every row must be a probability distribution "
+                "(non-negative, summing to 1)"
+            )
+        if table.ndim == 1:
+            return TargetPolicy(spec, A, lambda obs: np.broadcast_to(table, (len(obs), A)))
+        assert obs_d is not None
+        start = obs_d[1]
+        return TargetPolicy(spec, A, lambda obs: table[_state_index(obs, start)])
+    module, sep, name = spec.partition(":")
+    if sep and module and name:
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"--target-policy {spec}: cannot import it ({exc})") from None
+        if not callable(fn):
+            raise ValueError(f"--target-policy {spec} is not callable")
+        return TargetPolicy(spec, A, fn)
+    raise ValueError(
+        f"--target-policy {spec!r} is not understood; give uniform, FILE.npy ([S, A] or [A]) "
+        "or module:function"
+    )
+
+
+@dataclass(frozen=True)
+class RewardModel:
+    """DR's public model q̂(s, a), clipped into the return range: `values(obs) -> [n, A]`."""
+
+    spec: str
+    q_range: tuple[float, float]
+    fn: Callable[[np.ndarray], np.ndarray]
+
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        return self.fn(obs)
+
+
+def load_reward_model(
+    spec: str, bounds: Bounds, action_space: Any, observation_space: Any
+) -> RewardModel:
+    """q̂ from its public spec: ``midpoint`` (the constant (R_lo + R_hi)/2), ``constant:C``
+    or a ``FILE.npy`` table [S, A] / [A]; clipped into the return range."""
+    lo, hi = bounds.return_range
+    act = _discrete(action_space)
+    if act is None:
+        raise ValueError("DR needs a Discrete action space in the dataset's metadata")
+    A = act[0]
+    if spec == "midpoint" or spec.startswith("constant:"):
+        if spec == "midpoint":
+            c = 0.5 * (lo + hi)
+        else:
+            try:
+                c = float(spec.partition(":")[2])
+            except ValueError:
+                raise ValueError(f"--reward-model {spec!r}: C must be a number") from None
+            if not math.isfinite(c):
+                raise ValueError(f"--reward-model {spec!r}: C must be finite")
+        c = min(max(c, lo), hi)
+        return RewardModel(spec, (c, c), lambda obs: np.full((len(obs), A), c))
+    if spec.endswith(".npy"):
+        obs_d = _discrete(observation_space)
+        table = _table(Path(spec), "--reward-model", A, None if obs_d is None else obs_d[0])
+        table = np.clip(table, lo, hi)
+        q_range = (float(table.min()), float(table.max()))
+        if table.ndim == 1:
+            return RewardModel(spec, q_range, lambda obs: np.broadcast_to(table, (len(obs), A)))
+        assert obs_d is not None
+        start = obs_d[1]
+        return RewardModel(spec, q_range, lambda obs: table[_state_index(obs, start)])
+    raise ValueError(
+        f"--reward-model {spec!r} is not understood; give midpoint, constant:C or FILE.npy "
+        "([S, A] or [A])"
+    )
+
+
+# ------------------------------------------------------------------------ per-trajectory terms
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Per-trajectory quantities (private; never published): ρ̄_i (1), R_i (2), and for DR
+    the first step's Σ_a π q̂ and q̂(s_0, a_0)."""
+
+    weights: np.ndarray
+    returns: np.ndarray
+    baseline: np.ndarray | None = None
+    q_taken: np.ndarray | None = None
+
+    @property
+    def m(self) -> int:
+        return int(self.weights.shape[0])
+
+
+def terms(
+    data: Any,
+    policy: TargetPolicy,
+    bounds: Bounds,
+    reward_model: RewardModel | None = None,
+) -> Terms:
+    """ρ̄_i and R_i of every trajectory (vectorised over transitions), steps t ≥ H dropped,
+    rewards clipped to the declared range, weights clipped at W."""
+    if data.behaviour_probs is None:  # a schema error (the field is absent from the file)
+        raise ValueError(
+            "the dataset has no 'behaviour_probs' field: importance sampling needs the logged "
+            "propensities μ(a|s) (import them with --columns ...,behaviour_prob=COLUMN)"
+        )
+    m = int(data.n_episodes)
+    t = np.asarray(data.transition_steps)
+    ep = np.asarray(data.transition_episode_index)
+    keep = t < int(bounds.horizon)  # truncation at the declared horizon, never the data's
+    offsets = np.asarray(data.episode_offsets)
+    obs_rows = np.arange(data.n_transitions) + ep  # observation row of each transition
+    obs = np.asarray(data.observations)[obs_rows[keep]]
+    actions = np.asarray(data.actions)[keep].reshape(-1).astype(np.int64)
+    ep_k, t_k = ep[keep], t[keep]
+    action_space = getattr(data.metadata, "action_space", None)
+    start = int(getattr(action_space, "start", 0))
+    a_idx = actions - start
+    pi = policy.probs(obs)
+    pi_taken = pi[np.arange(len(a_idx)), a_idx]
+    mu = np.asarray(data.behaviour_probs, dtype=np.float64)[keep]
+    # (1) in log space: Π w may under/overflow; clip at log W before exponentiating.
+    with np.errstate(divide="ignore"):
+        log_w = np.log(pi_taken) - np.log(mu)
+    log_rho = np.bincount(ep_k, weights=log_w, minlength=m)
+    weights = np.exp(np.minimum(log_rho, math.log(float(bounds.weight_clip))))
+    # (2): clipped rewards, discounted from t = 0 (γ^0 = 1 also when γ = 0)
+    r = np.clip(np.asarray(data.rewards, dtype=np.float64)[keep], *bounds.reward_range)
+    disc = np.power(float(bounds.gamma), t_k.astype(np.float64))
+    returns = np.bincount(ep_k, weights=disc * r, minlength=m)
+    baseline = q_taken = None
+    if reward_model is not None:
+        first = offsets[:-1][offsets[:-1] < offsets[1:]]  # first transition of each episode
+        ep_first = ep[first]
+        q = reward_model.values(np.asarray(data.observations)[first + ep_first])
+        pi0 = policy.probs(np.asarray(data.observations)[first + ep_first])
+        baseline = np.zeros(m)
+        q_taken = np.zeros(m)
+        baseline[ep_first] = np.sum(pi0 * q, axis=1)
+        a0 = np.asarray(data.actions)[first].reshape(-1).astype(np.int64) - start
+        q_taken[ep_first] = q[np.arange(len(first)), a0]
+    return Terms(weights=weights, returns=returns, baseline=baseline, q_taken=q_taken)
+
+
+# ------------------------------------------------------------------------ noise and releases
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    """How each sum is privatised: Gaussian with noise multiplier z (σ = z·Δ) or Laplace with
+    ε per release (b = Δ/ε); `releases` is the number of sums the estimator releases."""
+
+    mechanism: Mechanism
+    releases: int
+    noise_multiplier: float | None = None
+    epsilon_each: float | None = None
+
+    def variance(self, sensitivity: float) -> float:
+        """Variance of the noise added to a sum of this sensitivity (public)."""
+        if self.mechanism == "gaussian":
+            assert self.noise_multiplier is not None
+            return (self.noise_multiplier * sensitivity) ** 2
+        assert self.epsilon_each is not None
+        return 2.0 * (sensitivity / self.epsilon_each) ** 2
+
+
+N_RELEASES: dict[str, int] = {"ips": 1, "snips": 2, "dr": 1}
+
+
+def noise_spec(
+    estimator: Estimator, mechanism: Mechanism, epsilon: float, delta: float
+) -> NoiseSpec:
+    """Calibrate the noise for (ε, δ) over all of the estimator's releases: Gaussian — the
+    smallest z whose k-fold Gaussian composition is (ε, δ)-DP under replace-one
+    (dp-accounting RDP); Laplace — about ε/k each (basic composition), lowered until the
+    report's accountant certifies ε."""
+    k = N_RELEASES[estimator]
+    if mechanism == "gaussian":
+        from privrl.privacy.accounting import calibrate_noise_multiplier
+
+        z = calibrate_noise_multiplier(epsilon, delta, k, sampling="none", relation=RELATION)
+        return NoiseSpec("gaussian", k, noise_multiplier=float(z))
+    return NoiseSpec("laplace", k, epsilon_each=_laplace_epsilon_each(epsilon, delta, k))
+
+
+def _laplace_epsilon_each(epsilon: float, delta: float, k: int) -> float:
+    """The largest ε_each ≤ ε/k whose k Laplace releases the report's accountant (RDP at δ,
+    replace-one) certifies at ≤ ε. Basic composition gives ε/k, but the RDP conversion the
+    report uses is slightly looser for a single Laplace release (ε = 1 reads as 1.003 at
+    δ = 1e-5), and the report — what the ledger records — must not exceed the target."""
+    from dp_accounting import dp_event
+
+    from privrl.privacy.accounting import epsilon as account
+
+    def eps_at(e_each: float) -> float:
+        event = dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(1.0 / e_each), k)
+        return float(account(event, delta, relation=RELATION))
+
+    hi = float(epsilon) / k
+    if eps_at(hi) <= epsilon:
+        return hi
+    lo = hi / 2.0
+    while eps_at(lo) > epsilon:
+        lo /= 2.0
+    for _ in range(40):  # bisection: eps_at(lo) <= target < eps_at(hi)
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if eps_at(mid) <= epsilon else (lo, mid)
+    return lo
+
+
+def _release(
+    value: float, sensitivity: float, noise: NoiseSpec, rng: np.random.Generator, name: str
+) -> tuple[float, Release]:
+    from privrl.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
+
+    if noise.mechanism == "gaussian":
+        out, release = gaussian_mechanism(
+            value,
+            sensitivity=sensitivity,
+            noise_multiplier=noise.noise_multiplier,
+            rng=rng,
+            name=name,
+        )
+    else:
+        out, release = laplace_mechanism(
+            value, sensitivity=sensitivity, epsilon=noise.epsilon_each, rng=rng, name=name
+        )
+    return float(out), release
+
+
+def _sums(
+    estimator: Estimator, bounds: Bounds, q_range: tuple[float, float] | None
+) -> list[tuple[str, float]]:
+    """(name, sensitivity) of each sum the estimator releases, in order."""
+    if estimator == "ips":
+        return [("IPS sum Σ ρ̄_i R_i", ips_sensitivity(bounds))]
+    if estimator == "snips":
+        d_num, d_den = snips_sensitivities(bounds)
+        return [("SNIPS numerator Σ ρ̄_i R_i", d_num), ("SNIPS denominator Σ ρ̄_i", d_den)]
+    assert q_range is not None
+    return [("DR sum Σ [Σ_a π q̂ + ρ̄_i (R_i − q̂_i)]", dr_sensitivity(bounds, q_range))]
+
+
+def planned_releases(
+    estimator: Estimator,
+    bounds: Bounds,
+    noise: NoiseSpec,
+    q_range: tuple[float, float] | None = None,
+) -> list[Release]:
+    """The releases a run will make, from public facts only (for the plan the ledger
+    checks). Made by the same mechanism calls as the run, on the value 0 with a throwaway
+    generator, so the records are identical to the run's; the noisy zeros are discarded."""
+    rng = np.random.default_rng(0)
+    return [_release(0.0, s, noise, rng, name)[1] for name, s in _sums(estimator, bounds, q_range)]
+
+
+# ------------------------------------------------------------------------ estimators
+
+
+@dataclass
+class Estimate:
+    """A value estimate with its confidence interval (see the module docstring) and the
+    releases made. `noise_std` is public (a function of ε, δ and the sensitivities)."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+    level: float
+    releases: list[Release] = field(default_factory=list)
+    sensitivities: list[float] = field(default_factory=list)
+    noise_std: list[float] = field(default_factory=list)
+
+
+def _z(level: float) -> float:
+    return float(stats.norm.ppf(0.5 + level / 2.0))
+
+
+def _mean_interval(
+    total: float, sensitivity: float, m: int, noise_var: float, level: float
+) -> tuple[float, float, float]:
+    """(mean, low, high) of (S + Z)/m: sampling variance bounded by Δ²/(4m) (Popoviciu)."""
+    mean = total / m
+    sd = math.sqrt(sensitivity**2 / (4.0 * m) + noise_var / m**2)
+    half = _z(level) * sd
+    return mean, mean - half, mean + half
+
+
+def _within(low: float, high: float, bounds: Bounds) -> tuple[float, float]:
+    """The interval intersected with the return range, which holds every policy's value."""
+    lo_r, hi_r = bounds.return_range
+    return max(low, lo_r), min(high, hi_r)
+
+
+def _private_sums(
+    estimator: Estimator,
+    values: list[float],
+    bounds: Bounds,
+    noise: NoiseSpec | None,
+    rng: np.random.Generator | None,
+    q_range: tuple[float, float] | None,
+) -> tuple[list[float], list[Release], list[float], list[float]]:
+    sums = _sums(estimator, bounds, q_range)
+    if noise is None:  # the non-private estimator: the same code with privacy off
+        return values, [], [s for _, s in sums], [0.0] * len(sums)
+    if rng is None:
+        raise ValueError("a private estimate needs rng (a numpy.random.Generator)")
+    out, releases, variances = [], [], []
+    for value, (name, s) in zip(values, sums, strict=True):
+        noisy, release = _release(value, s, noise, rng, name)
+        out.append(noisy)
+        releases.append(release)
+        variances.append(noise.variance(s))
+    return out, releases, [s for _, s in sums], variances
+
+
+def ips(
+    t: Terms,
+    bounds: Bounds,
+    *,
+    noise: NoiseSpec | None = None,
+    rng: np.random.Generator | None = None,
+    level: float = 0.95,
+) -> Estimate:
+    """(Private) IPS (3): one release of Σ ρ̄_i R_i, divided by the public m."""
+    (total,), releases, (sens,), (var,) = _private_sums(
+        "ips", [float(np.sum(t.weights * t.returns))], bounds, noise, rng, None
+    )
+    value, lo, hi = _mean_interval(total, sens, t.m, var, level)
+    return Estimate(value, *_within(lo, hi, bounds), level, releases, [sens], [math.sqrt(var)])
+
+
+def dr(
+    t: Terms,
+    bounds: Bounds,
+    q_range: tuple[float, float],
+    *,
+    noise: NoiseSpec | None = None,
+    rng: np.random.Generator | None = None,
+    level: float = 0.95,
+) -> Estimate:
+    """(Private) DR (5): one release of Σ [b_i + ρ̄_i (R_i − q̂_i)], divided by m."""
+    if t.baseline is None or t.q_taken is None:
+        raise ValueError("DR needs terms computed with a reward model")
+    summand = t.baseline + t.weights * (t.returns - t.q_taken)
+    (total,), releases, (sens,), (var,) = _private_sums(
+        "dr", [float(np.sum(summand))], bounds, noise, rng, q_range
+    )
+    value, lo, hi = _mean_interval(total, sens, t.m, var, level)
+    return Estimate(value, *_within(lo, hi, bounds), level, releases, [sens], [math.sqrt(var)])
+
+
+def snips(
+    t: Terms,
+    bounds: Bounds,
+    *,
+    noise: NoiseSpec | None = None,
+    rng: np.random.Generator | None = None,
+    level: float = 0.95,
+) -> Estimate:
+    """(Private) SNIPS (4): the ratio of two released sums, each with its own sensitivity.
+
+    Post-processing of the two noisy sums only: the ratio is clipped into the public return
+    range; a noisy denominator ≤ 0 gives the range's midpoint. Interval: each sum's mean gets
+    a Popoviciu-bounded interval at level 1 − α/2 (Bonferroni); the ratio's interval is the
+    range of N/D over that box (the whole return range when D's interval reaches 0).
+    """
+    lo_r, hi_r = bounds.return_range
+    (num, den), releases, sens, variances = _private_sums(
+        "snips",
+        [float(np.sum(t.weights * t.returns)), float(np.sum(t.weights))],
+        bounds,
+        noise,
+        rng,
+        None,
+    )
+    value = num / den if den > 0 else 0.5 * (lo_r + hi_r)
+    value = min(max(value, lo_r), hi_r)
+    inner = 1.0 - (1.0 - level) / 2.0
+    _, n_lo, n_hi = _mean_interval(num, sens[0], t.m, variances[0], inner)
+    _, d_lo, d_hi = _mean_interval(den, sens[1], t.m, variances[1], inner)
+    if d_lo <= 0:
+        low, high = lo_r, hi_r
+    else:
+        corners = [n_lo / d_lo, n_lo / d_hi, n_hi / d_lo, n_hi / d_hi]
+        low, high = max(min(corners), lo_r), min(max(corners), hi_r)
+    return Estimate(value, low, high, level, releases, sens, [math.sqrt(v) for v in variances])
