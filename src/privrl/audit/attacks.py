@@ -79,8 +79,12 @@ def _check_trials(trials: int, canary: str) -> int:
     return int(trials)
 
 
-def _batches(trials: int, per_trial: int) -> list[int]:
-    size = max(1, _BATCH_FLOATS // max(per_trial, 1))
+def _batches(trials: int, per_trial: int, batch: int | None = None) -> list[int]:
+    """Trials per mechanism call: `batch` if given (1 = one call per trial, the per-trial
+    baseline of benchmarks/bench_audit.py), else as many as fit in `_BATCH_FLOATS`."""
+    if batch is not None and int(batch) < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    size = int(batch) if batch is not None else max(1, _BATCH_FLOATS // max(per_trial, 1))
     return [min(size, trials - i) for i in range(0, trials, size)]
 
 
@@ -158,6 +162,7 @@ def audit_dp_apvi(
     n_background: int = 20,
     rng: np.random.Generator,
     progress: Callable[[int, int], None] | None = None,
+    batch: int | None = None,
 ) -> AuditTrials:
     """Score `trials` releases of DP-APVI's noisy counts on D or D' (b ~ Ber(½) each).
 
@@ -192,7 +197,7 @@ def audit_dp_apvi(
     labels = rng.integers(0, 2, size=trials)
     scores = np.empty(trials)
     done = 0
-    for size in _batches(trials, c0.size):
+    for size in _batches(trials, c0.size, batch):
         b = labels[done : done + size]
         stacked = np.where(b[:, None] == 1, c1, c0)
         base = Counts(
@@ -263,6 +268,7 @@ def audit_gpope(
     canary: Canary = "worst",
     rng: np.random.Generator,
     progress: Callable[[int, int], None] | None = None,
+    batch: int | None = None,
 ) -> AuditTrials:
     """Score `trials` runs of GPOPE (Algorithm 1, `gpope_replicas`) on D or D'.
 
@@ -316,7 +322,7 @@ def audit_gpope(
     labels = rng.integers(0, 2, size=trials)
     scores = np.empty(trials)
     done = 0
-    for size in _batches(trials, m * (2 * n * n + n) + 2 * n * iterations):
+    for size in _batches(trials, m * (2 * n * n + n) + 2 * n * iterations, batch):
         b = labels[done : done + size]
         stats = [TrajectoryStats(A0, b1 if bit else b0, C0, np.ones(m), 0.9) for bit in b.tolist()]
         _, _, _, _, trace = gpope_replicas(
