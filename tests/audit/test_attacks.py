@@ -73,6 +73,22 @@ def test_dp_apvi_bound_stays_below_claimed_epsilon(eps: float) -> None:
     assert b > 0.2 * eps  # the attack is not vacuous
 
 
+@pytest.mark.parametrize("eps", [1.0, 4.0])
+def test_dp_apvi_laplace_bound_stays_below_claimed_epsilon(eps: float) -> None:
+    """Privacy property: the pure-DP (Laplace) counts' lower bound at δ = 0 is ≤ ε, and the
+    likelihood-ratio attack reaches more than half of it."""
+    r = audit_dp_apvi(
+        H=H,
+        S=S,
+        A=A,
+        privacy=PrivacyConfig.laplace(eps),
+        trials=200_000,
+        rng=np.random.default_rng(0),
+    )
+    assert r.delta == 0.0 and r.epsilon_claimed == pytest.approx(eps)
+    assert 0.5 * eps < _bound(r) <= eps
+
+
 def test_dp_apvi_random_canary_stays_below_claimed_epsilon() -> None:
     r = _apvi(2.0, 50_000, canary="random")
     assert _bound(r) <= r.epsilon_claimed

@@ -59,28 +59,39 @@ def _roc_plot(path: Path, result: AuditTrials, metrics: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     fpr, tpr, _ = roc_curve(result.scores, result.labels)
-    if fpr.size > 4000:  # thin the curve for drawing (it is monotone; keep the ends)
-        keep = np.unique(np.r_[0, np.linspace(0, fpr.size - 1, 4000).astype(int), fpr.size - 1])
+    if fpr.size > 4000:  # thin the curve for drawing (it is monotone; dense near both ends)
+        idx = np.r_[np.linspace(0, fpr.size - 1, 2000), np.geomspace(1, fpr.size - 1, 2000)]
+        keep = np.unique(np.r_[0, idx.astype(int), fpr.size - 1])
         fpr, tpr = fpr[keep], tpr[keep]
-    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.8))
     try:
-        ax.plot(fpr, tpr, lw=1.6, label=f"attack (AUC {metrics['auc']:.3f})")
         eps, delta = result.epsilon_claimed, result.delta
-        x = np.linspace(0.0, 1.0, 400)
-        if math.isfinite(eps):
-            # The (ε, δ)-DP region (Kairouz et al. 2015): TPR ≤ min(e^ε FPR + δ,
-            # 1 − e^{−ε}(1 − δ − FPR)); no test of a DP mechanism lies above it.
-            top = np.minimum(np.exp(eps) * x + delta, 1.0 - np.exp(-eps) * (1.0 - delta - x))
-            ax.plot(x, np.clip(top, 0, 1), "--", lw=1.0, color="0.3", label=f"ε = {eps:.3g} limit")
-        ax.plot(x, x, ":", lw=1.0, color="0.6", label="chance")
-        ax.set_xlabel("false-positive rate")
-        ax.set_ylabel("true-positive rate")
-        ax.set_title(
+        for ax, log in zip(axes, (False, True), strict=True):
+            # Log axes show the low-FPR tail, where the ε bound is decided (Carlini et al. 2022).
+            x = np.geomspace(1e-7, 1.0, 400) if log else np.linspace(0.0, 1.0, 400)
+            keep = (fpr > 0) & (tpr > 0) if log else slice(None)
+            ax.plot(fpr[keep], tpr[keep], lw=1.6, label=f"attack (AUC {metrics['auc']:.3f})")
+            if math.isfinite(eps):
+                # The (ε, δ)-DP region (Kairouz et al. 2015): TPR ≤ min(e^ε FPR + δ,
+                # 1 − e^{−ε}(1 − δ − FPR)); no test of a DP mechanism lies above it.
+                top = np.minimum(np.exp(eps) * x + delta, 1.0 - np.exp(-eps) * (1.0 - delta - x))
+                ax.plot(
+                    x, np.clip(top, 0, 1), "--", lw=1.0, color="0.3", label=f"ε = {eps:.3g} limit"
+                )
+            ax.plot(x, x, ":", lw=1.0, color="0.6", label="chance")
+            if log:
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                ax.set_xlim(max(1.0 / result.trials, 1e-7), 1.0)
+                ax.set_ylim(max(1.0 / result.trials, 1e-7), 1.0)
+            ax.set_xlabel("false-positive rate")
+            ax.set_ylabel("true-positive rate")
+            ax.grid(alpha=0.3)
+            ax.legend(loc="lower right", fontsize=8)
+        fig.suptitle(
             f"{result.system}: ε lower bound {metrics['epsilon_lower_bound']:.3g} "
-            f"(claimed {eps:.3g})"
+            f"(claimed {eps:.3g}, {result.trials} trials)"
         )
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)

@@ -23,6 +23,7 @@ CANARY = typer.Option(
     "worst", "--canary", help="worst (the sensitivity-maximising pair) | random (typical)."
 )
 OUT = typer.Option(..., "--out", "-o", help="Run directory to write.")
+MAX_TRIALS = 20_000_000  # scores and bits of every trial stay in memory (~16 bytes each)
 SEED = typer.Option(0, "--seed", help="Seed of the audit's data, bits and noise.")
 CONFIDENCE = typer.Option(0.95, "--confidence", help="Confidence of the ε lower bound.")
 
@@ -55,6 +56,11 @@ def _check_common(trials: int, canary: str, confidence: float, out: Path) -> Non
 
     if trials < 2:
         raise CliError(f"--trials must be >= 2, got {trials}; pass e.g. --trials 100000")
+    if trials > MAX_TRIALS:
+        raise CliError(
+            f"--trials {trials} is more than one audit holds in memory (at most {MAX_TRIALS}); "
+            "run several audits with different --seed instead"
+        )
     if canary not in ("worst", "random"):
         raise CliError(f"--canary must be 'worst' or 'random', got {canary!r}")
     if not 0.0 < confidence < 1.0:
@@ -65,7 +71,13 @@ def _check_common(trials: int, canary: str, confidence: float, out: Path) -> Non
 @audit_app.command("dp-apvi")
 def dp_apvi_cmd(
     epsilon: float = typer.Option(
-        None, "--epsilon", help="Target ε: ρ is the largest whose report states ε ≤ this."
+        None,
+        "--epsilon",
+        help="Claimed ε: Gaussian: the largest ρ whose report states ε ≤ this at --delta; "
+        "Laplace: the pure-DP ε (as `train dp-apvi --epsilon`).",
+    ),
+    mechanism: str = typer.Option(
+        "gaussian", "--mechanism", help="gaussian (zCDP counts, eq. 2) | laplace (pure DP)."
     ),
     rho: float = typer.Option(None, "--rho", help="zCDP budget ρ (instead of --epsilon)."),
     non_private: bool = typer.Option(
@@ -82,7 +94,7 @@ def dp_apvi_cmd(
     seed: int = SEED,
     confidence: float = CONFIDENCE,
 ) -> None:
-    """DP-APVI's Gaussian counts (Qiao & Wang 2023, eq. 2), replace-one on trajectories."""
+    """DP-APVI's noisy counts (Qiao & Wang 2023, eq. 2), replace-one on trajectories."""
     from privrl.audit.attacks import audit_dp_apvi, calibrate_apvi_rho
     from privrl.offline.apvi import PrivacyConfig
     from privrl.privacy.public import PublicParameters
@@ -90,6 +102,10 @@ def dp_apvi_cmd(
     given = sum(x is not None for x in (epsilon, rho)) + int(non_private)
     if given != 1:
         raise CliError("give exactly one of --epsilon E, --rho R or --non-private")
+    if mechanism not in ("gaussian", "laplace"):
+        raise CliError(f"--mechanism must be 'gaussian' or 'laplace', got {mechanism!r}")
+    if mechanism == "laplace" and epsilon is None:
+        raise CliError("--mechanism laplace takes --epsilon E (pure DP), not --rho/--non-private")
     _check_common(trials, canary, confidence, out)
     if not 0.0 < delta < 1.0:
         raise CliError(f"--delta must be in (0, 1), got {delta}")
@@ -109,7 +125,11 @@ def dp_apvi_cmd(
     privacy = None
     if not non_private:
         d = params.resolve("δ", flag=delta, fix="pass --delta")
-        if rho is None:
+        if mechanism == "laplace":
+            if not (math.isfinite(epsilon) and epsilon > 0):
+                raise CliError(f"--epsilon must be finite and > 0, got {epsilon}")
+            params.resolve("pure-DP budget ε", flag=epsilon, fix="pass --epsilon")
+        elif rho is None:
             if not (math.isfinite(epsilon) and epsilon > 0):
                 raise CliError(f"--epsilon must be finite and > 0, got {epsilon}")
             params.resolve("target ε", flag=epsilon, fix="pass --epsilon")
@@ -122,7 +142,11 @@ def dp_apvi_cmd(
             if not (math.isfinite(rho) and rho > 0):
                 raise CliError(f"--rho must be finite and > 0, got {rho}")
             params.resolve("zCDP budget ρ", flag=rho, fix="pass --rho")
-        privacy = PrivacyConfig.gaussian(rho, report_delta=d)
+        privacy = (
+            PrivacyConfig.laplace(epsilon)
+            if mechanism == "laplace"
+            else PrivacyConfig.gaussian(rho, report_delta=d)
+        )
     result = audit_dp_apvi(
         H=H,
         S=S,
@@ -138,6 +162,7 @@ def dp_apvi_cmd(
     result.report.with_public_parameters(params)
     config = {
         "command": "audit dp-apvi",
+        "mechanism": mechanism,
         "epsilon": epsilon,
         "rho": rho,
         "non_private": non_private,
