@@ -8,13 +8,10 @@ import math
 import numpy as np
 import pytest
 
-import privrl.offline.apvi as apvi_module
-import privrl.ope.gpope as gpope_module
 from privrl.audit.attacks import audit_dp_apvi, audit_gpope, calibrate_apvi_rho
 from privrl.audit.bounds import epsilon_lower_bound
 from privrl.audit.run import summarise
 from privrl.offline.apvi import PrivacyConfig
-from privrl.privacy import mechanisms
 
 H, S, A, DELTA = 3, 3, 2, 1e-6
 
@@ -38,23 +35,6 @@ def _apvi(eps: float | None, trials: int, seed: int = 0, canary: str = "worst"):
 def _bound(result, delta: float | None = None) -> float:
     d = result.delta if delta is None else delta
     return epsilon_lower_bound(result.scores, result.labels, d).epsilon
-
-
-@pytest.fixture
-def broken_gaussian(monkeypatch: pytest.MonkeyPatch):
-    """A test-only fault: the Gaussian mechanism draws noise 10× smaller than its record (and
-    the system's report) says. Patched where the systems look it up."""
-
-    def weak(value, *, sensitivity, sigma=None, noise_multiplier=None, rng, name):
-        if sigma is None:
-            sigma = noise_multiplier * sensitivity
-        noisy, release = mechanisms.gaussian_mechanism(
-            value, sensitivity=sensitivity, sigma=sigma / 10.0, rng=rng, name=name
-        )
-        return noisy, release
-
-    monkeypatch.setattr(apvi_module, "gaussian_mechanism", weak)
-    monkeypatch.setattr(gpope_module, "gaussian_mechanism", weak)
 
 
 def test_calibrated_rho_meets_the_target_epsilon() -> None:

@@ -9,8 +9,6 @@ import pytest
 
 from privrl.cli.main import main
 
-from .test_attacks import broken_gaussian  # noqa: F401  (fixture)
-
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(argv)
@@ -47,7 +45,7 @@ def test_audit_writes_the_run_directory(
 
 
 def test_a_broken_mechanism_fails_the_audit(
-    broken_gaussian,  # noqa: F811
+    broken_gaussian: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
