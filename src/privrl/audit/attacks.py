@@ -127,7 +127,14 @@ def calibrate_apvi_rho(epsilon: float, delta: float, H: int, S: int, A: int) -> 
 
 
 def _apvi_trajectories(
-    H: int, S: int, A: int, n_background: int, canary: Canary, copies: int, rng: np.random.Generator
+    H: int,
+    S: int,
+    A: int,
+    *,
+    n_background: int,
+    canary: Canary,
+    copies: int,
+    rng: np.random.Generator,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """States [n, H+1] and actions [n, H] of D = D₀ ∪ {x₀} and D' = D₀ ∪ {x₁}."""
     bg_s = rng.integers(0, S, size=(n_background, H + 1))
@@ -183,7 +190,9 @@ def audit_dp_apvi(
     if plan.families != ("n_sa", "n_sas"):
         raise ValueError("the audit covers the count families only (no --privatize-rewards)")
     copies = math.ceil(6.0 * plan.scale) + 1 if canary == "worst" else 0
-    d_s, d_a, d1_s, d1_a = _apvi_trajectories(H, S, A, n_background, canary, copies, rng)
+    d_s, d_a, d1_s, d1_a = _apvi_trajectories(
+        H, S, A, n_background=n_background, canary=canary, copies=copies, rng=rng
+    )
 
     def counts(st: np.ndarray, ac: np.ndarray) -> np.ndarray:
         ep = Episodes(st, ac, np.zeros(ac.shape), None)

@@ -70,6 +70,7 @@ def _check_common(trials: int, canary: str, confidence: float, out: Path) -> Non
 
 @audit_app.command("dp-apvi")
 def dp_apvi_cmd(
+    *,
     epsilon: float = typer.Option(
         None,
         "--epsilon",
@@ -181,6 +182,7 @@ def dp_apvi_cmd(
 
 @audit_app.command("gpope")
 def gpope_cmd(
+    *,
     epsilon: float = typer.Option(
         None, "--epsilon", help="Target ε (σ calibrated by GPOPE's rigorous accountant)."
     ),
