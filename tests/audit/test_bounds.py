@@ -162,3 +162,20 @@ def test_one_run_bound_is_zero_at_chance() -> None:
     assert one_run_epsilon(1000, 200, 100, 1e-5) == 0.0
     with pytest.raises(ValueError, match="v <= r <= m"):
         one_run_p_value(10, 20, 5, 1.0, 0.0)
+
+
+def test_one_run_audit_of_a_gaussian_mechanism_is_valid() -> None:
+    """One run, m canaries each included with probability ½, released through N(μ·b_i, 1)
+    (a Gaussian mechanism per canary, μ = 2: ε(1e-5) ≈ 10 by dp-accounting). Guessing on the
+    r most confident scores gives a positive one-run bound that stays below the true ε."""
+    rng = np.random.default_rng(11)
+    m, r, delta = 10_000, 400, 1e-5
+    included = rng.integers(0, 2, m)
+    scores = rng.normal(0.0, 1.0, m) + 2.0 * included
+    order = np.argsort(scores)
+    pos, neg = order[-r // 2 :], order[: r // 2]  # guess "in" on the top, "out" on the bottom
+    v = int(included[pos].sum() + (1 - included[neg]).sum())
+    eps = one_run_epsilon(m, r, v, delta)
+    acc = pld.PLDAccountant()
+    acc.compose(dp_event.GaussianDpEvent(noise_multiplier=0.5))
+    assert 0.5 < eps < acc.get_epsilon(delta)
