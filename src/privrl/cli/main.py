@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover
 
 from privrl import __version__
 from privrl.cli.account import account, calibrate
+from privrl.cli.audit import audit_app
 from privrl.cli.data import data_app
 from privrl.cli.demo import demo
 from privrl.cli.errors import CliError, known_errors
@@ -83,6 +84,7 @@ app.add_typer(ledger_app, name="ledger")
 app.add_typer(train_app, name="train")
 app.add_typer(ope_app, name="ope")
 app.add_typer(online_app, name="online")
+app.add_typer(audit_app, name="audit")
 app.command()(reproduce)
 app.command()(run)
 app.command()(sweep)

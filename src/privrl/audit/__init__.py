@@ -1,0 +1,23 @@
+"""`privrl audit`: measure, by attack, how much a private system really leaks (issue 17).
+
+`privrl.audit.bounds` turns an attack's scores into an empirical ε lower bound (Clopper–Pearson
+95%, Jagielski et al. 2020; Nasr et al. 2021) or a one-run bound (Steinke, Nasr & Jagielski
+2023); `privrl.audit.attacks` runs vectorised trials of each audited system's own mechanism;
+`privrl.audit.run` summarises and writes the run directory. See docs/audit.md.
+"""
+
+from privrl.audit.attacks import AuditTrials, audit_dp_apvi, audit_gpope
+from privrl.audit.bounds import EpsilonBound, auc, epsilon_lower_bound, roc_curve
+from privrl.audit.run import summarise, write_audit
+
+__all__ = [
+    "AuditTrials",
+    "EpsilonBound",
+    "auc",
+    "audit_dp_apvi",
+    "audit_gpope",
+    "epsilon_lower_bound",
+    "roc_curve",
+    "summarise",
+    "write_audit",
+]
