@@ -3,12 +3,13 @@
 `privrl.audit.bounds` turns an attack's scores into an empirical ε lower bound (Clopper–Pearson
 95%, Jagielski et al. 2020; Nasr et al. 2021) or a one-run bound (Steinke, Nasr & Jagielski
 2023); `privrl.audit.attacks` runs vectorised trials of each audited system's own mechanism;
-`privrl.audit.run` summarises and writes the run directory. See docs/audit.md.
+`privrl.audit.run` summarises and plots; `privrl.systems.audit` puts both audits on the run
+layer. See docs/audit.md.
 """
 
 from privrl.audit.attacks import AuditTrials, audit_dp_apvi, audit_gpope
 from privrl.audit.bounds import EpsilonBound, auc, epsilon_lower_bound, roc_curve
-from privrl.audit.run import summarise, write_audit
+from privrl.audit.run import roc_plot, summarise
 
 __all__ = [
     "AuditTrials",
@@ -18,6 +19,6 @@ __all__ = [
     "audit_gpope",
     "epsilon_lower_bound",
     "roc_curve",
+    "roc_plot",
     "summarise",
-    "write_audit",
 ]

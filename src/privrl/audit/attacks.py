@@ -44,6 +44,7 @@ __all__ = [
     "audit_gpope",
     "calibrate_apvi_rho",
     "gpope_claimed",
+    "gpope_report",
 ]
 
 Canary = Literal["worst", "random"]
@@ -264,6 +265,22 @@ def gpope_claimed(sigma: float, m: int, iterations: int, delta: float) -> float:
     return float(rigorous_epsilon(sigma, m, iterations, delta))
 
 
+def gpope_report(
+    *, sigma: float, clip: float, m: int, iterations: int, features: int, delta: float
+) -> PrivacyReport:
+    """GPOPE's claimed report (its release of N noisy steps on [θ; w] of dimension 2n), from
+    the public set-up only; non-private when σ = 0."""
+    if sigma == 0:
+        return PrivacyReport.non_private("trajectory", "replace-one", system="gpope")
+    from privrl.ope.accounting import RELATION
+    from privrl.ope.gpope import gpope_release
+
+    rel = gpope_release(
+        sigma=sigma, clip=clip, m=m, iterations=iterations, dim=2 * features, extra={}
+    )
+    return PrivacyReport.build("trajectory", RELATION, [rel], delta, system="gpope")
+
+
 def audit_gpope(
     *,
     epsilon: float | None = None,
@@ -347,13 +364,7 @@ def audit_gpope(
         done += size
         if progress is not None:
             progress(done, trials)
-    report = PrivacyReport.non_private("trajectory", "replace-one", system="gpope")
-    if sig > 0:
-        from privrl.ope.accounting import RELATION
-        from privrl.ope.gpope import gpope_release
-
-        rel = gpope_release(sigma=sig, clip=clip, m=m, iterations=iterations, dim=2 * n, extra={})
-        report = PrivacyReport.build("trajectory", RELATION, [rel], delta, system="gpope")
+    report = gpope_report(sigma=sig, clip=clip, m=m, iterations=iterations, features=n, delta=delta)
     return AuditTrials(
         system="gpope" if sig > 0 else "gtd2",
         scores=scores,

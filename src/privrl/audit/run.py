@@ -1,6 +1,7 @@
-"""Summarise an audit and write its run directory: config.json, metrics.json (epsilon_claimed,
-epsilon_lower_bound, epsilon_lower_bound_ci, trials, auc), privacy.json (the audited system's
-claimed report) and plots/roc.png.
+"""Summarise an audit: metrics.json (epsilon_claimed, epsilon_lower_bound,
+epsilon_lower_bound_ci, trials, auc) and plots/roc.png. The run layer writes them with
+config.json and privacy.json (the audited system's claimed report); see
+`privrl.systems.audit`.
 
 An audit reads no private data: D and the canary are synthetic and public, so it spends no
 budget and needs no ledger.
@@ -17,7 +18,7 @@ import numpy as np
 from privrl.audit.attacks import AuditTrials
 from privrl.audit.bounds import auc, epsilon_lower_bound, roc_curve
 
-__all__ = ["summarise", "write_audit"]
+__all__ = ["roc_plot", "summarise"]
 
 
 def summarise(result: AuditTrials, *, confidence: float = 0.95) -> dict[str, Any]:
@@ -52,7 +53,8 @@ def summarise(result: AuditTrials, *, confidence: float = 0.95) -> dict[str, Any
     }
 
 
-def _roc_plot(path: Path, result: AuditTrials, metrics: dict[str, Any]) -> None:
+def roc_plot(path: Path, result: AuditTrials, metrics: dict[str, Any]) -> None:
+    """plots/roc.png: the attack's ROC curve (linear and log-log) against the (ε, δ) limit."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,18 +99,3 @@ def _roc_plot(path: Path, result: AuditTrials, metrics: dict[str, Any]) -> None:
         fig.savefig(path, dpi=110)
     finally:
         plt.close(fig)
-
-
-def write_audit(
-    out: str | Path, result: AuditTrials, config: dict[str, Any], metrics: dict[str, Any]
-) -> Path:
-    """Write the audit's run directory (config.json, metrics.json, privacy.json,
-    plots/roc.png); metrics.json last, so its presence marks a complete directory."""
-    from privrl.experiments.rundir import RunDir
-
-    run_dir = RunDir(out)
-    run_dir.write_config({**config, "audit": result.params})
-    run_dir.write_privacy(result.report)
-    _roc_plot(run_dir.plot_path("roc"), result, metrics)
-    run_dir.write_metrics(metrics)
-    return run_dir.path

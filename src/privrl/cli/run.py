@@ -30,9 +30,9 @@ def run(
     show: str = typer.Option(None, "--show", help="Print a system's settings as TOML and exit."),
 ) -> None:
     """Run any system from a TOML config file (the same run as its command)."""
-    from privrl.runs import catalog, registry
+    from privrl.runs import catalog, cli, registry
     from privrl.runs.config import ConfigError
-    from privrl.runs.layer import RunSpec, execute, load_toml
+    from privrl.runs.layer import RunSpec, load_toml
 
     catalog.load()
     if list_systems:
@@ -46,7 +46,7 @@ def run(
         raise CliError("give a CONFIG.toml (see `privrl run --help`), or --list / --show SYSTEM")
     try:
         spec = RunSpec.from_mapping(load_toml(config), out=out)
-        execute(spec, resume=resume)
+        cli.execute_cli(spec, resume=resume)  # a failed run (an audit): exit code 1
     except ConfigError as exc:
         raise CliError(f"{config}: {exc}") from None
 

@@ -39,6 +39,10 @@ SHIPPED["dr"] = "privrl.systems.ips:Dr"
 SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"
 SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"
 
+# privacy audits: attack a system's own release, bound ε from below (privrl audit dp-apvi | gpope)
+SHIPPED["audit-dp-apvi"] = "privrl.systems.audit:AuditDpApvi"
+SHIPPED["audit-gpope"] = "privrl.systems.audit:AuditGpope"
+
 
 def load() -> None:
     """Register every shipped system (idempotent)."""

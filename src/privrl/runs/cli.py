@@ -5,7 +5,8 @@
 Each config field becomes an option with the field's flags, default and help; the run-level
 options `--data` (when the system reads data), `--out` and `--seed` are added. The command
 builds the config (whose validation is the only validation), then calls `layer.execute`. A
-`ConfigError` is shown naming the flag, as one `error:` line with exit code 2.
+`ConfigError` is shown naming the flag, as one `error:` line with exit code 2; a finished run
+that the system judges failed (`System.failure`) is one `error:` line with exit code 1.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import typer
 from privrl.runs import registry
 from privrl.runs.config import ConfigError, RunConfig, allows_nan, coerce, flags_of
 from privrl.runs.layer import RunSpec, execute
+from privrl.runs.system import Result
 
 RUN_OPTIONS = {
     "data": ("--data", "Dataset file (privrl HDF5) to learn from."),
@@ -133,9 +135,21 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
         raise CliError(exc.message_for(_flag(fields, exc.key))) from None
     spec = RunSpec(system.name, config, Path(kwargs["out"]), kwargs.get("data"), kwargs["seed"])
     try:
-        execute(spec, resume=bool(kwargs.get("resume", False)))
+        execute_cli(spec, resume=bool(kwargs.get("resume", False)))
     except ConfigError as exc:
         raise CliError(exc.message_for(_flag(fields, exc.key))) from None
+
+
+def execute_cli(spec: RunSpec, *, resume: bool = False) -> Result:
+    """`layer.execute` for a command (generated or `privrl run`), then the system's verdict: a
+    run that failed (`System.failure`) is one `error:` line and exit code 1, after its run
+    directory is written."""
+    result = execute(spec, resume=resume)
+    failure = registry.get(spec.system).failure(spec.config, result)
+    if failure is not None:
+        typer.echo(f"error: {failure}", err=True)
+        raise typer.Exit(1)
+    return result
 
 
 def _flag(fields: dict[str, dataclasses.Field[Any]], key: str) -> str:

@@ -170,3 +170,9 @@ class System:
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
         raise NotImplementedError
+
+    def failure(self, config: Any, result: Result) -> str | None:
+        """Why a finished run failed (e.g. an audit whose bound exceeds the claimed ε), or None.
+        The generated command reports it as one `error:` line with exit code 1, after the run
+        directory is written and the ledger has recorded the spend. Default: never."""
+        return None

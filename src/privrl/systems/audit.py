@@ -1,0 +1,389 @@
+"""Privacy audits on the run layer: `audit-dp-apvi` and `audit-gpope` (issue 17; docs/audit.md).
+
+An audit runs a private system's own release many times on two neighbouring datasets D and D'
+(replace-one on trajectories), attacks each output and turns the attack's scores into an
+empirical ε lower bound (Clopper–Pearson, `privrl.audit.bounds`), to compare with the ε the
+system claims. The attacks live in `privrl.audit.attacks`; this module only adapts them:
+
+- `plan` resolves the public parameters (the MDP's sizes or GPOPE's clip, m, N; δ; the target ε
+  or the noise), calibrates the noise from them (ρ for DP-APVI, σ for GPOPE) and states the
+  audited system's claimed report, which is the planned report;
+- `run` plays the trials and returns metrics.json (`privrl.audit.run.summarise`: the claimed ε,
+  the lower bound and its interval, the attack's AUC), privacy.json (the claimed report with
+  its public parameters) and plots/roc.png.
+
+The audit reads no private data: D₀ and the canary are synthetic, drawn from the run's seed, so
+these systems take no `--data` and no ledger is involved. A bound above the claimed ε fails the
+audit (`failure`: exit code 1 on the command line, after the run directory is written).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from privrl.runs.config import RunConfig, check, option
+from privrl.runs.system import Plan, Result, RunContext, System
+
+MAX_TRIALS = 20_000_000  # scores and bits of every trial stay in memory (~16 bytes each)
+MAX_GPOPE_STEPS = 50_000_000  # iterations × trials of one GPOPE audit (time, not memory)
+SYNTHETIC_NOTE = (
+    "audit: D₀ and the canary are synthetic (drawn from the run's seed); no private data is "
+    "read and no budget is spent. ε here is the audited system's claim."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# configs
+# ---------------------------------------------------------------------------------------------
+
+
+def _trials() -> Any:
+    return option(100_000, "--trials", help="Number of trials (each draws b ~ Ber(½)).")
+
+
+def _canary() -> Any:
+    return option(
+        "worst", "--canary", help="worst (the sensitivity-maximising pair) | random (typical)."
+    )
+
+
+def _confidence() -> Any:
+    return option(0.95, "--confidence", help="Confidence of the ε lower bound.", allow_nan=True)
+
+
+@dataclass(frozen=True)
+class AuditConfig(RunConfig):
+    """The checks every audit shares: trials, canary, confidence (each config declares them
+    after its own settings, the order of the command's help)."""
+
+    def check_common(self: Any) -> None:
+        check(
+            self.trials >= 2,
+            "trials",
+            f"must be >= 2, got {self.trials}; pass e.g. --trials 100000",
+        )
+        check(
+            self.trials <= MAX_TRIALS,
+            "trials",
+            f"{self.trials} is more than one audit holds in memory (at most {MAX_TRIALS}); "
+            "run several audits with different --seed instead",
+        )
+        check(
+            self.canary in ("worst", "random"),
+            "canary",
+            f"must be 'worst' or 'random', got {self.canary!r}",
+        )
+        check(
+            0.0 < self.confidence < 1.0,
+            "confidence",
+            f"must be in (0, 1), got {self.confidence}; e.g. 0.95",
+        )
+
+    def check_delta(self, delta: float) -> None:
+        check(0.0 < delta < 1.0, "delta", f"must be in (0, 1), got {delta}")
+
+
+def _positive(value: float | None, key: str) -> None:
+    if value is not None:
+        check(math.isfinite(value) and value > 0, key, f"must be finite and > 0, got {value}")
+
+
+@dataclass(frozen=True)
+class AuditDpApviConfig(AuditConfig):
+    """Audit of DP-APVI's noisy counts (eq. 2) on a random tabular MDP of H, S, A."""
+
+    system: ClassVar[str] = "audit-dp-apvi"
+    epsilon: float | None = option(
+        None,
+        "--epsilon",
+        help="Claimed ε: Gaussian: the largest ρ whose report states ε ≤ this at --delta; "
+        "Laplace: the pure-DP ε (as `train dp-apvi --epsilon`).",
+        allow_nan=True,
+    )
+    mechanism: str = option(
+        "gaussian", "--mechanism", help="gaussian (zCDP counts, eq. 2) | laplace (pure DP)."
+    )
+    rho: float | None = option(
+        None, "--rho", help="zCDP budget ρ (instead of --epsilon).", allow_nan=True
+    )
+    non_private: bool = option(
+        False,
+        "--non-private/",
+        help="Audit the non-private twin (APVI's counts, no noise).",
+    )
+    delta: float = option(1e-6, "--delta", help="δ at which ε is stated.", allow_nan=True)
+    horizon: int = option(3, "--horizon", help="H of the audit's tabular MDP.")
+    states: int = option(3, "--states", help="S (>= 2).")
+    actions: int = option(2, "--actions", help="A.")
+    background: int = option(20, "--background", help="Random trajectories in D₀.")
+    trials: int = _trials()
+    canary: str = _canary()
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        given = (self.epsilon is not None) + (self.rho is not None) + int(self.non_private)
+        if given != 1:  # several settings together: a plain ValueError, worded with the flags
+            raise ValueError("give exactly one of --epsilon E, --rho R or --non-private")
+        check(
+            self.mechanism in ("gaussian", "laplace"),
+            "mechanism",
+            f"must be 'gaussian' or 'laplace', got {self.mechanism!r}",
+        )
+        if self.mechanism == "laplace" and self.epsilon is None:
+            raise ValueError(
+                "--mechanism laplace takes --epsilon E (pure DP), not --rho/--non-private"
+            )
+        self.check_common()
+        self.check_delta(self.delta)
+        for key, low in (("horizon", 1), ("states", 2), ("actions", 1), ("background", 0)):
+            value = getattr(self, key)
+            check(value >= low, key, f"must be >= {low}, got {value}")
+        _positive(self.epsilon, "epsilon")
+        _positive(self.rho, "rho")
+
+
+@dataclass(frozen=True)
+class AuditGpopeConfig(AuditConfig):
+    """Audit of GPOPE's per-step Gaussian (Algorithm 1) with n features."""
+
+    system: ClassVar[str] = "audit-gpope"
+    epsilon: float | None = option(
+        None,
+        "--epsilon",
+        help="Target ε (σ calibrated by GPOPE's rigorous accountant).",
+        allow_nan=True,
+    )
+    sigma: float | None = option(
+        None,
+        "--sigma",
+        help="Noise σ (std / h) instead of --epsilon; 0 = non-private twin.",
+        allow_nan=True,
+    )
+    delta: float = option(1e-5, "--delta", help="δ of the guarantee.", allow_nan=True)
+    clip: float = option(1.0, "--clip", help="Clip bound h of the gradients.", allow_nan=True)
+    m: int = option(1, "--m", help="Trajectories in the dataset (1 of m per step).")
+    iterations: int = option(1, "--iterations", help="Iterations N of Algorithm 1.")
+    features: int = option(2, "--features", help="Feature dimension n.")
+    trials: int = _trials()
+    canary: str = _canary()
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        if (self.epsilon is None) == (self.sigma is None):
+            raise ValueError(
+                "give exactly one of --epsilon E or --sigma S (--sigma 0: non-private)"
+            )
+        self.check_common()
+        self.check_delta(self.delta)
+        _positive(self.epsilon, "epsilon")
+        if self.sigma is not None:
+            check(
+                math.isfinite(self.sigma) and self.sigma >= 0,
+                "sigma",
+                f"must be finite and >= 0, got {self.sigma}",
+            )
+        _positive(self.clip, "clip")
+        for key in ("m", "iterations", "features"):
+            value = getattr(self, key)
+            check(value >= 1, key, f"must be >= 1, got {value}")
+        if self.iterations * self.trials > MAX_GPOPE_STEPS:
+            raise ValueError(
+                f"--iterations × --trials = {self.iterations * self.trials} is too many steps "
+                "for one audit; lower --trials or --iterations"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# systems
+# ---------------------------------------------------------------------------------------------
+
+
+class AuditSystem(System):
+    """Shared result and verdict of the audits; subclasses plan and play their trials."""
+
+    data = "none"
+
+    def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
+        """The scored trials (`privrl.audit.attacks.AuditTrials`)."""
+        raise NotImplementedError
+
+    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+        from privrl.audit.run import roc_plot, summarise
+
+        assert ctx.plan is not None
+        trials = self.trials(config, ctx.plan, rng, ctx)
+        metrics = summarise(trials, confidence=config.confidence)
+        ci = metrics["epsilon_lower_bound_ci"]
+        line = (
+            f"{trials.system}: claimed ε = {metrics['epsilon_claimed']:.4g} at δ = "
+            f"{trials.delta:.3g}; empirical lower bound ε ≥ {metrics['epsilon_lower_bound']:.4g} "
+            f"({ci['confidence']:.0%} Clopper–Pearson, point {ci['point']:.4g}); "
+            f"AUC {metrics['auc']:.4f}; {metrics['trials']} trials"
+        )
+        return Result(
+            metrics=metrics,
+            privacy=ctx.plan.report,  # the claimed report, with its public parameters
+            plots={"roc": lambda path: roc_plot(path, trials, metrics)},
+            summary=[line],
+        )
+
+    def progress(self, ctx: RunContext) -> Any:
+        return lambda done, total: ctx.progress(self.name, done, total)
+
+    def failure(self, config: Any, result: Result) -> str | None:
+        metrics = result.metrics
+        if not metrics["violated"]:
+            return None
+        return (
+            f"audit failed: the empirical lower bound ε ≥ {metrics['epsilon_lower_bound']:.4g} "
+            f"exceeds the claimed ε = {metrics['epsilon_claimed']:.4g}; the mechanism leaks "
+            "more than its privacy report states — check its noise scale and sensitivity"
+        )
+
+
+class AuditDpApvi(AuditSystem):
+    """DP-APVI's noisy counts (Qiao & Wang 2023, eq. 2), replace-one on trajectories."""
+
+    name = "audit-dp-apvi"
+    Config = AuditDpApviConfig
+    summary = "DP-APVI's noisy counts (Qiao & Wang 2023, eq. 2), replace-one on trajectories."
+
+    def plan(self, config: AuditDpApviConfig, header: Any | None) -> Plan:
+        from privrl.audit.attacks import apvi_claimed, calibrate_apvi_rho
+        from privrl.offline.apvi import PrivacyConfig, noise_plan
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        H = params.resolve("horizon H", flag=config.horizon, fix="pass --horizon")
+        S = params.resolve("states S", flag=config.states, fix="pass --states")
+        A = params.resolve("actions A", flag=config.actions, fix="pass --actions")
+        privacy, rho = None, config.rho
+        if not config.non_private:
+            d = params.resolve("δ", flag=config.delta, fix="pass --delta")
+            if config.mechanism == "laplace":
+                params.resolve("pure-DP budget ε", flag=config.epsilon, fix="pass --epsilon")
+            elif rho is None:
+                params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
+                rho = params.derive(
+                    "zCDP budget ρ",
+                    calibrate_apvi_rho(config.epsilon, d, H, S, A),  # type: ignore[arg-type]
+                    "largest ρ with ε ≤ target",
+                )
+            else:
+                params.resolve("zCDP budget ρ", flag=rho, fix="pass --rho")
+            privacy = (
+                PrivacyConfig.laplace(config.epsilon)
+                if config.mechanism == "laplace"
+                else PrivacyConfig.gaussian(rho, report_delta=d)
+            )
+        report = apvi_claimed(H, S, A, privacy).with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        noise = noise_plan(H, S, A, privacy, 0.1)
+        public = {
+            "command": "audit dp-apvi",
+            "audit": {
+                "H": H,
+                "S": S,
+                "A": A,
+                "mechanism": noise.mechanism,
+                "noise_scale_per_count": noise.scale,
+                "rho": rho,
+                "audited_release": "the noisy counts n_h(s,a), n_h(s,a,s') of eq. (2)",
+            },
+        }
+        return Plan(report=report, public=public, facts={"privacy": privacy})
+
+    def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
+        from privrl.audit.attacks import audit_dp_apvi
+
+        result = audit_dp_apvi(
+            H=config.horizon,
+            S=config.states,
+            A=config.actions,
+            privacy=plan.facts["privacy"],
+            trials=config.trials,
+            canary=config.canary,
+            n_background=config.background,
+            rng=rng,
+            progress=self.progress(ctx),
+        )
+        if config.non_private:
+            result.delta = config.delta  # the twin's bound is stated at the flag's δ
+        return result
+
+
+class AuditGpope(AuditSystem):
+    """GPOPE's per-step Gaussian (Xie et al. 2019, Algorithm 1), replace-one on trajectories."""
+
+    name = "audit-gpope"
+    Config = AuditGpopeConfig
+    summary = (
+        "GPOPE's per-step Gaussian (Xie et al. 2019, Algorithm 1), replace-one on trajectories."
+    )
+
+    def plan(self, config: AuditGpopeConfig, header: Any | None) -> Plan:
+        from privrl.audit.attacks import gpope_report
+        from privrl.ope.gpope import calibrated_sigma
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        for name, flag in (
+            ("δ", config.delta),
+            ("clip h", config.clip),
+            ("trajectories m", config.m),
+            ("iterations N", config.iterations),
+        ):
+            params.resolve(name, flag=flag, fix="pass the flag")
+        if config.sigma is None:
+            params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
+            sigma = params.derive(
+                "σ",
+                calibrated_sigma(
+                    config.epsilon,  # type: ignore[arg-type]
+                    config.delta,
+                    config.m,
+                    config.iterations,
+                    "rigorous",
+                ),
+                "GPOPE's rigorous calibration for (ε, δ, m, N)",
+            )
+        else:
+            sigma = params.resolve("σ", flag=config.sigma, fix="pass --sigma")
+        report = gpope_report(
+            sigma=sigma,
+            clip=config.clip,
+            m=config.m,
+            iterations=config.iterations,
+            features=config.features,
+            delta=config.delta,
+        ).with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        public = {
+            "command": "audit gpope",
+            "audit": {
+                "sigma": sigma,
+                "audited_release": "GPOPE's final iterates [θ; w] (Algorithm 1, all N noisy steps)",
+            },
+        }
+        return Plan(report=report, public=public)
+
+    def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
+        from privrl.audit.attacks import audit_gpope
+
+        return audit_gpope(
+            epsilon=config.epsilon,
+            sigma=config.sigma,
+            delta=config.delta,
+            clip=config.clip,
+            m=config.m,
+            iterations=config.iterations,
+            features=config.features,
+            trials=config.trials,
+            canary=config.canary,
+            rng=rng,
+            progress=self.progress(ctx),
+        )
