@@ -97,7 +97,8 @@ def test_cell_identity_uses_the_data_path_not_its_content(data_file: Path, tmp_p
         ({"sweep": {"x": "epsilonn"}, "grid": {"epsilon": [1.0]}}, "x = 'epsilonn' is not an axis"),
         ({"data": "x.h5"}, "data is not used by toy-work"),
         ({"grid": {"out": ["a"]}}, "grid.out"),
-        ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}"}, "is not a file"),
+        ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}"}, "is a directory"),
+        ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}/none.h5"}, "is not a file"),
         ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}/g.toml"}, "not an HDF5 file"),
     ],
 )
