@@ -98,7 +98,7 @@ def test_cell_identity_uses_the_data_path_not_its_content(data_file: Path, tmp_p
         ({"data": "x.h5"}, "data is not used by toy-work"),
         ({"grid": {"out": ["a"]}}, "grid.out"),
         ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}"}, "is a directory"),
-        ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}/none.h5"}, "is not a file"),
+        ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}/none.h5"}, "file not found"),
         ({"system": "toy-mean", "epsilon": 1.0, "data": "{tmp}/g.toml"}, "not an HDF5 file"),
     ],
 )
