@@ -133,3 +133,17 @@ def test_generated_command_and_privrl_run(data_file: Path, tmp_path: Path) -> No
     a = json.loads((out / "metrics.json").read_text())
     b = json.loads((tmp_path / "file" / "metrics.json").read_text())
     assert a == b
+
+
+def test_settings_template_is_valid_toml_with_every_setting() -> None:
+    """`privrl run --show SYSTEM`: a TOML template whose uncommented values are the defaults."""
+    import tomllib
+
+    from privrl.runs import registry
+    from privrl.runs.layer import settings_template
+
+    text = settings_template(registry.get("toy-mean"))
+    values = tomllib.loads(text)
+    assert values["system"] == "toy-mean" and values["hidden"] == [4, 4]
+    assert values["mode"] == "plain" and "# epsilon = ..." in text  # required: commented
+    assert set(ToyConfig.field_map()) - {"epsilon"} <= set(values)

@@ -14,7 +14,6 @@ systems, `privrl run --show SYSTEM` a system's settings and defaults.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import typer
@@ -32,7 +31,7 @@ def run(
     """Run any system from a TOML config file (the same run as its command)."""
     from privrl.runs import catalog, cli, registry
     from privrl.runs.config import ConfigError
-    from privrl.runs.layer import RunSpec, load_toml
+    from privrl.runs.layer import RunSpec, load_toml, settings_template
 
     catalog.load()
     if list_systems:
@@ -40,7 +39,10 @@ def run(
             typer.echo(f"{name:12s} {registry.get(name).summary}")
         return
     if show is not None:
-        typer.echo(_settings_toml(show))
+        try:
+            typer.echo(settings_template(registry.get(show)))
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
         return
     if config is None:
         raise CliError("give a CONFIG.toml (see `privrl run --help`), or --list / --show SYSTEM")
@@ -49,37 +51,3 @@ def run(
         cli.execute_cli(spec, resume=resume)  # a failed run (an audit): exit code 1
     except ConfigError as exc:
         raise CliError(f"{config}: {exc}") from None
-
-
-def _settings_toml(name: str) -> str:
-    """A system's settings with their defaults and help, as a commented TOML template."""
-    from privrl.runs import registry
-
-    try:
-        system = registry.get(name)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    lines = [f'system = "{system.name}"']
-    if system.data != "none":
-        lines.append(f'data = "DATA.h5"{"" if system.data == "required" else "  # optional"}')
-    lines += ['out = "runs/NAME"', "seed = 0"]
-    for f in dataclasses.fields(system.Config):
-        default = f.default
-        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        text = f.metadata.get("help", "")
-        if default is ... or default is None:
-            lines.append(f"# {f.name} = ...  # {text}")
-        else:
-            lines.append(f"{f.name} = {_toml_value(default)}  # {text}")
-    return "\n".join(lines)
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value) if value == value and abs(value) != float("inf") else f'"{value}"'
-    if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return f'"{value}"'

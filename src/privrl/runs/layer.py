@@ -97,6 +97,37 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(str(path), f"is not valid TOML ({exc})") from None
 
 
+def settings_template(system: System) -> str:
+    """A system's settings with their defaults and help, as a commented TOML template (what
+    `privrl run --show SYSTEM` prints)."""
+    import dataclasses
+
+    lines = [f'system = "{system.name}"']
+    if system.data != "none":
+        lines.append(f'data = "DATA.h5"{"" if system.data == "required" else "  # optional"}')
+    lines += ['out = "runs/NAME"', "seed = 0"]
+    for f in dataclasses.fields(system.Config):
+        default = f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        text = f.metadata.get("help", "")
+        if default is ... or default is None:
+            lines.append(f"# {f.name} = ...  # {text}")
+        else:
+            lines.append(f"{f.name} = {_toml_value(default)}  # {text}")
+    return "\n".join(lines)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if value == value and abs(value) != float("inf") else f'"{value}"'
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return f'"{value}"'
+
+
 def config_json(spec: RunSpec, plan: Plan) -> dict[str, Any]:
     """config.json: the spec, then the plan's public values (resolved before the data); a
     public value `OMIT` drops the key."""

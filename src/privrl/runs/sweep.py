@@ -899,3 +899,52 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+# ============================================================================ console
+
+
+def summary_table(spec: Sweep, outcome: SweepOutcome) -> Any:
+    """A rich table of the summary: one row per combination of the non-seed axes, each metric
+    as mean [95% interval] (the standard metrics first, at most four unless `[sweep] metrics`
+    names them)."""
+    from rich.table import Table
+
+    metrics = list(spec.options.metrics) or _shown(_metric_names(outcome.summary))
+    table = Table(title=f"sweep {spec.out}: {outcome.total} cells")
+    keys = [k for k in (outcome.summary[0] if outcome.summary else {}) if k not in metrics]
+    for k in keys:
+        table.add_column(k)
+    for m in metrics:
+        table.add_column(f"{m} (mean [95% CI])", justify="right")
+    for entry in outcome.summary:
+        cells = [str(entry.get(k)) for k in keys]
+        for m in metrics:
+            s = entry.get(m)
+            cells.append(f"{s['mean']:.4g} [{s['low']:.4g}, {s['high']:.4g}]" if s else "-")
+        table.add_row(*cells)
+    return table
+
+
+def summary_line(spec: Sweep, outcome: SweepOutcome) -> str:
+    return (
+        f"ran {outcome.ran}, skipped {outcome.skipped}, failed {len(outcome.failed)}; "
+        f"results: {spec.out}/results.csv, {spec.out}/results.parquet, {spec.out}/plots/"
+    )
+
+
+def _shown(names: list[str], limit: int = 4) -> list[str]:
+    """The metrics the console table shows by default: the standard ones first, then ε spent,
+    then the others, at most `limit` (sweep.json and the plots have them all)."""
+    from privrl.experiments.rundir import STANDARD_METRICS
+
+    first = [m for m in STANDARD_METRICS if m in names]
+    first += [m for m in ("privacy_epsilon",) if m in names]
+    return (first + [m for m in names if m not in first])[:limit]
+
+
+def _metric_names(summary: list[dict[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for entry in summary:
+        names += [k for k, v in entry.items() if isinstance(v, dict) and k not in names]
+    return names
