@@ -69,6 +69,9 @@ def test_no_verdict_when_mopo_did_not_learn(tmp_path: Path) -> None:
     assert "did not learn" in text and "| HIGH |" in text
     assert json.loads((tmp_path / "claims.json").read_text())[2]["verdict"] == "inconclusive"
     assert (tmp_path / "plots" / "returns.png").stat().st_size > 1000
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["high"]["seeds"] == 2 and metrics["mopo"]["share"] == 100.0
+    assert json.loads((tmp_path / "config.json").read_text())["seeds"] == 2
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ our reward is r' = 1 + r/16.27 ∈ [0, 1]).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import shutil
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from privrl.experiments.rundir import RunDir
 from privrl.runs.plots import draw
 from privrl.runs.system import PlotSpec, Series
 
@@ -268,6 +270,13 @@ def write_report(
     _plot(summary, out / "plots" / "returns.png")
     found = claims(summary, quick=scale.quick)
     (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
+    run = RunDir(out)
+    run.write_config(
+        {"reproduction": "primorl-table1", "data": data.name, **dataclasses.asdict(scale)}
+    )
+    run.write_metrics(
+        {name: {k: v for k, v in s.items() if k != "curves"} for name, s in summary.items()}
+    )
     path = out / "report.md"
     path.write_text(_markdown(summary, found, scale, data=data, wall=wall))
     return path
