@@ -100,3 +100,16 @@ def test_reproduce_checks_backend_and_all_before_any_work(tmp_path: Path) -> Non
     with pytest.raises(InputError, match="available: all, "):
         reproduce("nope", tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_rows_at_the_ceiling_are_called_out(tmp_path: Path) -> None:
+    """When every row reaches the task's ceiling, the report says the task cannot show a cost."""
+    rows = [
+        *(_row("mopo", None, r, 99.0, None) for r in (190.0, 191.0)),
+        *(_row("primorl", "high", r, 99.5, 4.07) for r in (190.5, 191.0)),
+    ]
+    text = write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=1.0).read_text()
+    assert "ceiling" in text and "no cost of privacy" in text
+    rows[-1] = _row("primorl", "high", 150.0, 40.0, 4.07)
+    text = write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=1.0).read_text()
+    assert "ceiling" not in text

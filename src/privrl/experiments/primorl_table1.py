@@ -44,6 +44,7 @@ LABELS = {"mopo": "MOPO", "no-privacy": "NO PRIVACY (z = 0)", "low": "LOW", "hig
 # A row reproduces the paper's when its share of our MOPO is at least this (the paper's
 # claim: little loss under privacy; HIGH keeps 97.9%).
 SHARE_TARGET = 90.0
+CEILING = 95.0  # normalised score at which a row is at the task's ceiling
 MOPO_LEARNED = 50.0  # MOPO's normalised score below which shares of it are not evidence
 
 
@@ -368,6 +369,16 @@ def _markdown(
     for c in found:
         verdict = f"**{c['verdict']}**" if c["verdict"] == "does not hold" else c["verdict"]
         lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | {verdict} |")
+    scores = [s.get("normalised") for s in summary.values()]
+    if scores and None not in scores and min(scores) >= CEILING:
+        lines += [
+            "",
+            f"Every row's normalised score is ≥ {CEILING:g}: all reach the task's "
+            "ceiling (the dataset's expert reference return), so at these budgets this "
+            "task shows no cost of privacy at all — it cannot resolve a loss as small as "
+            "the paper's (2.1% for HIGH). Harder tasks (Balance, Swingup) or smaller ε "
+            "are where the rows can differ.",
+        ]
     if not (summary.get("mopo", {}).get("normalised") or -math.inf) >= MOPO_LEARNED:
         lines += [
             "",
