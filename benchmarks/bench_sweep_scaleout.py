@@ -192,7 +192,7 @@ def main() -> None:
         "machine": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
-            "shared": "yes: other engineers' jobs run on the same 2 cores; compare the ratios",
+            "shared": "yes: other jobs may run on the same 2 cores; compare the ratios",
             "load_average_at_start": [round(x, 2) for x in load_start],
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         },
