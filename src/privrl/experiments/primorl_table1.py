@@ -178,15 +178,11 @@ def row_of(cell: Mapping[str, Any]) -> str:
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (0 for one value)."""
-    from scipy import stats
+    """Mean and the half-width of its 95% t-interval (0 for one value); the sweep's statistic."""
+    from privrl.runs.sweep import mean_ci as sweep_mean_ci
 
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, 0.0
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n))
+    mean, _, high = sweep_mean_ci(values)
+    return mean, high - mean
 
 
 def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
