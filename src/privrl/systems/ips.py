@@ -79,6 +79,12 @@ class ImportanceConfig(RunConfig):
     confidence: float = option(
         0.95, allow_nan=True, help="Level of the confidence interval, in (0, 1)."
     )
+    interval: Literal["popoviciu", "bhatia-davis"] = option(
+        "popoviciu",
+        help="How the interval bounds the sampling variance, from public bounds only: "
+        "popoviciu (Δ²/4, the widest) or bhatia-davis ((b − μ)(μ − a), a score interval; "
+        "much narrower for rare rewards such as clicks).",
+    )
 
     def validate(self) -> None:
         from privrl.experiments.checks import check_epsilon
@@ -288,8 +294,9 @@ class ImportanceSystem(System):
         notes = [
             f"rewards clipped to [{r_lo:g}, {r_hi:g}]; episodes truncated to H = {H} steps; "
             f"trajectory weights clipped at W = {W:g}",
-            "confidence interval: sampling variance bounded publicly (Popoviciu) plus the known "
-            "noise variance",
+            "confidence interval: sampling variance bounded publicly ("
+            + ("Popoviciu" if config.interval == "popoviciu" else "Bhatia–Davis, score interval")
+            + ") plus the known noise variance",
         ]
         report = PrivacyReport.build(
             imp.UNIT,
@@ -337,7 +344,9 @@ class ImportanceSystem(System):
         bounds = f["bounds"]
         t = imp.terms(data, f["policy"], bounds, f["reward_model"])
         noise_rng = np.random.default_rng([ctx.seed, NOISE_STREAM])
-        common = dict(noise=f["noise"], rng=noise_rng, level=config.confidence)
+        common = dict(
+            noise=f["noise"], rng=noise_rng, level=config.confidence, interval=config.interval
+        )
         if self.name == "ips":
             est = imp.ips(t, bounds, **common)
         elif self.name == "snips":
@@ -357,6 +366,7 @@ class ImportanceSystem(System):
             "value_ci_low": est.ci_low,
             "value_ci_high": est.ci_high,
             "confidence": est.level,
+            "interval": config.interval,
             "noise_std": est.noise_std,  # public: functions of (ε, δ) and the sensitivities
             "sensitivity": est.sensitivities,
             "epsilon": report.epsilon,
