@@ -339,6 +339,7 @@ def run_spec(
         "gamma": 1.0,
         "epsilon": epsilon,
         "delta": DELTA,
+        "interval": "bhatia-davis",
     }
     if estimator == "dr":
         settings["reward_model"] = str(files["q"])
@@ -352,6 +353,9 @@ def _resample(t: Any, idx: np.ndarray) -> Any:
     return Terms(t.weights[idx], t.returns[idx], pick(t.baseline), pick(t.q_taken))
 
 
+INTERVALS = ("popoviciu", "bhatia-davis")
+
+
 def _estimate(estimator: str, t: Any, facts: Any, **kw: Any) -> Any:
     from privrl.ope import importance as imp
 
@@ -360,6 +364,26 @@ def _estimate(estimator: str, t: Any, facts: Any, **kw: Any) -> Any:
     if estimator == "snips":
         return imp.snips(t, facts["bounds"], **kw)
     return imp.dr(t, facts["bounds"], facts["reward_model"].q_range, **kw)
+
+
+def _both(estimator: str, t: Any, facts: Any, noise: Any, seed: Any) -> dict[str, Any]:
+    """One estimate with each interval, on the same noise draw (the interval is
+    post-processing of the same release)."""
+    out = {}
+    for interval in INTERVALS:
+        kw = {"noise": noise, "rng": np.random.default_rng(seed)} if noise is not None else {}
+        out[interval] = _estimate(estimator, t, facts, interval=interval, **kw)
+    return out
+
+
+def _coverage(estimates: list[dict[str, Any]], truth: float, tag: str) -> dict[str, float]:
+    row = {}
+    for interval, short in zip(INTERVALS, ("pop", "bd"), strict=True):
+        lo = np.array([e[interval].ci_low for e in estimates])
+        hi = np.array([e[interval].ci_high for e in estimates])
+        row[f"coverage_{tag}_{short}"] = float(np.mean((lo <= truth) & (truth <= hi)))
+        row[f"width_{tag}_{short}"] = float(np.mean(hi - lo))
+    return row
 
 
 def evaluate_question(
@@ -376,13 +400,22 @@ def evaluate_question(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Rows of the results table for one question: per estimator, the non-private estimate
-    and, per ε, the private run (its value and interval, from the run directory) and the
-    interval's coverage of `truth` over `n_noise` fresh noise draws on the log as it is and
-    over `n_resample` bootstrap resamples of the impressions, each with fresh noise."""
+    and, per ε, the private run (its value and score interval, from the run directory); for
+    both intervals (score = Bhatia–Davis, and Popoviciu) their coverage and mean width:
+
+    * `_noise_`: over `n_noise` fresh noise draws on the log as it is, coverage of `truth`
+      (conditional on this log: its sampling error is fixed);
+    * `_resample_`: over `n_resample` bootstrap resamples of the impressions, each with fresh
+      noise, coverage of the bootstrap world's true value — the full log's non-private
+      estimate with the same W (`value_np`), the estimand when the log is the population. It
+      checks that the interval accounts for sampling and noise together; it says nothing of
+      the clipping bias or of a target that differs from the logging policy of `truth`.
+    """
     from privrl.data.io import read_header
     from privrl.ope import importance as imp
     from privrl.runs import registry
     from privrl.runs.layer import execute, plan_of
+    from privrl.systems.ips import NOISE_STREAM
 
     rows = []
     header = read_header(h5)
@@ -395,6 +428,7 @@ def evaluate_question(
             facts = plan.facts
             data = system.load(spec.config, h5, plan, np.random.default_rng(seed))
             t = imp.terms(data, facts["policy"], facts["bounds"], facts["reward_model"])
+            noise = None if epsilon is None else facts["noise"]
             row: dict[str, Any] = {
                 "question": question.name,
                 "estimator": estimator,
@@ -402,49 +436,46 @@ def evaluate_question(
                 "weight_clip": question.weight_clip,
                 "truth": truth,
             }
-            streams = np.random.SeedSequence([seed, 16, k, len(rows)]).spawn(3)
-            boot_rng, noise_rng, rs_rng = (np.random.default_rng(s) for s in streams)
-            if epsilon is None:
-                est = _estimate(estimator, t, facts)
-                row |= {"value": est.value, "ci_low": est.ci_low, "ci_high": est.ci_high}
-                noise_kw: dict[str, Any] = {}
-            else:
+            # the run's own estimate, recomputed with both intervals (same noise stream)
+            both = _both(estimator, t, facts, noise, [seed, NOISE_STREAM])
+            bd, pop = both["bhatia-davis"], both["popoviciu"]
+            value_np = _estimate(estimator, t, facts).value  # the bootstrap world's truth
+            row |= {
+                "value_np": value_np,
+                "value": bd.value,
+                "ci_low": bd.ci_low,
+                "ci_high": bd.ci_high,
+                "ci_low_pop": pop.ci_low,
+                "ci_high_pop": pop.ci_high,
+            }
+            if epsilon is not None:
                 result = execute(spec, quiet=True)  # the run directory of this cell
                 m = result.metrics
+                assert (m["value"], m["value_ci_low"], m["value_ci_high"]) == (
+                    bd.value,
+                    bd.ci_low,
+                    bd.ci_high,
+                ), "the library entry points must reproduce the run"
                 row |= {
-                    "value": m["value"],
-                    "ci_low": m["value_ci_low"],
-                    "ci_high": m["value_ci_high"],
                     # the (first) released sum's noise sd, on the scale of a mean
                     "noise_std_of_mean": float(m["noise_std"][0]) / t.m,
                     "epsilon_reported": m["epsilon"],
                     "run_dir": cell,
                 }
-                noise_kw = {"noise": facts["noise"]}
-                draws = [
-                    _estimate(estimator, t, facts, rng=noise_rng, **noise_kw)
-                    for _ in range(n_noise)
-                ]
-                values = np.array([d.value for d in draws])
-                row |= {
-                    "coverage_noise": float(
-                        np.mean([d.ci_low <= truth <= d.ci_high for d in draws])
-                    ),
-                    "width_noise": float(np.mean([d.ci_high - d.ci_low for d in draws])),
+                seeds = np.random.SeedSequence([seed, 16, k, len(rows), 0]).spawn(n_noise)
+                draws = [_both(estimator, t, facts, noise, s) for s in seeds]
+                values = np.array([d["bhatia-davis"].value for d in draws])
+                row |= _coverage(draws, truth, "noise") | {
                     "sd_noise": float(values.std()),
                     "rmse_noise": float(np.sqrt(np.mean((values - truth) ** 2))),
                 }
-            boots = []
-            for _ in range(n_resample):
-                idx = boot_rng.integers(0, t.m, size=t.m)
-                kw = dict(noise_kw, rng=rs_rng) if noise_kw else {}
-                boots.append(_estimate(estimator, _resample(t, idx), facts, **kw))
-            row |= {
-                "coverage_resample": float(
-                    np.mean([b.ci_low <= truth <= b.ci_high for b in boots])
-                ),
-                "width_resample": float(np.mean([b.ci_high - b.ci_low for b in boots])),
-            }
+            boot_rng = np.random.default_rng([seed, 16, k, len(rows), 1])
+            seeds = np.random.SeedSequence([seed, 16, k, len(rows), 2]).spawn(n_resample)
+            boots = [
+                _both(estimator, _resample(t, boot_rng.integers(0, t.m, size=t.m)), facts, noise, s)
+                for s in seeds
+            ]
+            row |= _coverage(boots, value_np, "resample")
             rows.append(row)
     return rows
 
@@ -566,25 +597,28 @@ def markdown_tables(results: dict[str, Any]) -> str:
             f"standard error {q['truth_se']:.4f}); weight clip W = {q['weight_clip']:g}; "
             f"{q['m']} impressions.",
             "",
-            "| estimator | ε | estimate | 95% CI | noise sd of the mean | RMSE over noise draws "
-            "| coverage (noise) | coverage (noise + resampling) | mean CI width |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| estimator | ε | estimate | 95% CI (score) | coverage: noise | coverage: noise + "
+            "resampling | mean width | 95% CI (Popoviciu) | its coverage: noise / noise + "
+            "resampling | noise sd of the mean | RMSE over noise draws |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in (r for r in results["rows"] if r["question"] == name):
             eps = "∞ (non-private)" if r["epsilon"] is None else f"{r['epsilon']:g}"
             lines.append(
                 f"| {r['estimator']} | {eps} | {_fmt(r['value'])} | "
                 f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
-                f"{_fmt(r.get('noise_std_of_mean'))} | {_fmt(r.get('rmse_noise'))} | "
-                f"{_pct(r.get('coverage_noise'))} | "
-                f"{_pct(r['coverage_resample'])} | {_fmt(r['width_resample'], 3)} |"
+                f"{_pct(r.get('coverage_noise_bd'))} | {_pct(r['coverage_resample_bd'])} | "
+                f"{_fmt(r['width_resample_bd'])} | "
+                f"[{_fmt(r['ci_low_pop'])}, {_fmt(r['ci_high_pop'])}] | "
+                f"{_pct(r.get('coverage_noise_pop'))} / {_pct(r['coverage_resample_pop'])} | "
+                f"{_fmt(r.get('noise_std_of_mean'))} | {_fmt(r.get('rmse_noise'))} |"
             )
         if peer.get("run"):
             for est, v in peer["questions"][name].items():
                 lines.append(
                     f"| obp {est} (peer) | ∞ (non-private) | {_fmt(v['value'])} | "
-                    f"[{_fmt(v['ci_low'])}, {_fmt(v['ci_high'])}] (bootstrap) | — | — | — | — | "
-                    f"{_fmt(v['ci_high'] - v['ci_low'], 3)} |"
+                    f"[{_fmt(v['ci_low'])}, {_fmt(v['ci_high'])}] (bootstrap) | — | — | "
+                    f"{_fmt(v['ci_high'] - v['ci_low'])} | — | — | — | — |"
                 )
         lines.append("")
     if not peer.get("run"):

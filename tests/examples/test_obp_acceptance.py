@@ -111,16 +111,17 @@ def test_estimates_cover_the_known_value(ex, tmp_path):
             epsilons=(5.0,),
             estimators=estimators,
             n_noise=20,
-            n_resample=10,
+            n_resample=40,
             seed=0,
         )
         assert len(rows) == 2 * len(estimators)  # non-private and ε = 5
         for r in rows:
-            assert r["ci_low"] <= r["truth"] <= r["ci_high"], r
+            assert r["ci_low"] <= r["truth"] <= r["ci_high"], r  # the score interval
+            assert r["ci_low_pop"] <= r["ci_low"] <= r["ci_high"] <= r["ci_high_pop"], r
             assert abs(r["value"] - r["truth"]) < 0.06, r
-            assert r["coverage_resample"] >= 0.9, r
+            assert r["coverage_resample_bd"] >= 0.8, r  # 40 resamples of a 95% interval
             if r["epsilon"] is not None:
-                assert r["coverage_noise"] >= 0.9, r
+                assert r["coverage_noise_bd"] >= 0.9, r
                 assert r["epsilon_reported"] <= 5.0 + 1e-9
                 privacy = json.loads((out / q.target / r["run_dir"] / "privacy.json").read_text())
                 assert privacy["epsilon"] <= 5.0 + 1e-9
