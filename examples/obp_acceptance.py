@@ -320,6 +320,7 @@ def run_spec(
     question: Question,
     h5: Path,
     files: dict[str, Path],
+    *,
     epsilon: float,
     out: Path,
     seed: int,
@@ -422,7 +423,10 @@ def evaluate_question(
     for k, estimator in enumerate(estimators):
         for epsilon in (None, *epsilons):
             cell = f"{estimator}-eps{epsilon:g}" if epsilon is not None else f"{estimator}-np"
-            spec = run_spec(estimator, question, h5, files, epsilon or 1.0, out / cell, seed)
+            # the non-private cell plans with ε = 1 only to get the same bounds; it draws no noise
+            spec = run_spec(
+                estimator, question, h5, files, epsilon=epsilon or 1.0, out=out / cell, seed=seed
+            )
             system = registry.get(estimator)
             plan = plan_of(system, spec, header)  # the system's own bounds and noise
             facts = plan.facts
@@ -525,11 +529,12 @@ for name, log, target in args["questions"]:
     ope = OffPolicyEvaluation(bandit_feedback=fb, ope_estimators=[
         InverseProbabilityWeighting(), SelfNormalizedInverseProbabilityWeighting(),
         DoublyRobust()])
+    point = ope.estimate_policy_values(action_dist=dist, estimated_rewards_by_reg_model=q)
     ci = ope.estimate_intervals(action_dist=dist, estimated_rewards_by_reg_model=q,
                                 n_bootstrap_samples=args["n_boot"], alpha=0.05,
                                 random_state=args["seed"])
     out["questions"][name] = {
-        est: {"value": float(v["mean"]), "ci_low": float(v["95.0% CI (lower)"]),
+        est: {"value": float(point[est]), "ci_low": float(v["95.0% CI (lower)"]),
               "ci_high": float(v["95.0% CI (upper)"])}
         for est, v in ci.items()
     }
