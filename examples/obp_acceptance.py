@@ -17,7 +17,7 @@ Two questions, as in the OBD paper (Saito et al. 2021):
 * the BTS policy's value estimated from the random log; the target's action probabilities
   π(a | position) come from the BTS policy with obp's ZOZOTOWN prior, computed here by the
   same Monte-Carlo simulation as obp's ``BernoulliTS.compute_batch_action_dist`` from the
-  prior's α, β read from the wheel (obp itself does not import beside privrl's pandas);
+  prior's α, β read from the wheel (obp itself is not installed beside privrl);
   ground truth: the BTS log's mean click rate.
 
 Each log goes through ``privrl data import`` (one impression = one one-step episode: the
@@ -552,10 +552,10 @@ def run_peer(
     if python is None:
         return {
             "run": False,
-            "why": f"obp {OBP_VERSION} does not import beside privrl's dependencies (it calls "
-            "DataFrame.drop(col, 1), removed in pandas 2; privrl requires pandas 2 or later "
-            "through its other dependencies); pass --obp-python with an interpreter that has "
-            "obp installed (pandas<2, numpy<2)",
+            "why": f"obp {OBP_VERSION} is not installed beside privrl: its dataset loader "
+            "calls DataFrame.drop(col, 1), removed in pandas 2, so it needs pandas<2 and "
+            "hence numpy<2, and privrl's environment is built on numpy 2; pass --obp-python "
+            "with an interpreter that has obp installed (pandas<2, numpy<2)",
         }
     args = {
         "obd_dir": str(obd.obd_dir),
