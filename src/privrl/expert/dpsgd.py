@@ -343,15 +343,12 @@ def build_report(
     ]
     notes = [n for n in notes if n not in reasons]
     paper = paper_accounting_epsilon(releases, delta)
-    return PrivacyReport(
-        unit=UNIT,
-        relation=RELATION,
-        releases=releases,
+    return PrivacyReport.non_private(
+        UNIT,
+        RELATION,
+        releases,
         delta=float(delta),
-        epsilon=math.inf,
-        rho=None,
         accountant="none: the run is NOT certified (its sampling has no matching accountant)",
-        backend="none",
         system=system,
         notes=[
             *notes,
@@ -360,7 +357,6 @@ def build_report(
             f"at δ = {fmt_number(float(delta))}; that number is NOT a guarantee for this run "
             "(metrics.json: epsilon_paper_accounting)",
         ],
-        private=False,
     )
 
 

@@ -249,40 +249,29 @@ def normalised_score(ret: float, reference: dict[str, float] | None) -> float | 
     return 100.0 * (ret - lo) / (hi - lo)
 
 
+def _unprotected(name: str) -> Release:
+    """A use of the private data without any mechanism (infinite sensitivity, no noise)."""
+    return Release(
+        name=name,
+        mechanism="none",
+        sensitivity=math.inf,
+        norm="l2",
+        noise={},
+        extra={"non_private": True},
+    )
+
+
 def mopo_privacy_report(config: MOPOConfig) -> PrivacyReport:
     """MOPO is not private: ε = ∞; the report lists where it reads the data unprotected."""
     releases = [
-        Release(
-            name="dynamics ensemble trained on the training episodes (no clipping, no noise)",
-            mechanism="none",
-            sensitivity=math.inf,
-            norm="l2",
-            noise={},
-            extra={"non_private": True},
-        )
+        _unprotected("dynamics ensemble trained on the training episodes (no clipping, no noise)")
     ]
     if config.real_ratio > 0:
         releases.append(
-            Release(
-                name=f"real transitions in {config.real_ratio:g} of every SAC batch",
-                mechanism="none",
-                sensitivity=math.inf,
-                norm="l2",
-                noise={},
-                extra={"non_private": True},
-            )
+            _unprotected(f"real transitions in {config.real_ratio:g} of every SAC batch")
         )
     if config.starts == "dataset":
-        releases.append(
-            Release(
-                name="model rollouts start from training-data states",
-                mechanism="none",
-                sensitivity=math.inf,
-                norm="l2",
-                noise={},
-                extra={"non_private": True},
-            )
-        )
+        releases.append(_unprotected("model rollouts start from training-data states"))
     hold = f"holdout split ({config.holdout_fraction:.0%} of the episodes): early stopping, "
     hold += "elite selection" + (", rollout starts" if config.starts == "public-split" else "")
     sim = "task simulator: evaluation episodes"
