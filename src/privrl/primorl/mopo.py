@@ -161,24 +161,13 @@ class MOPOConfig:
         return cls(**base)
 
     def stage_config(self) -> PolicyStageConfig:
-        return PolicyStageConfig(
-            epochs=self.epochs,
-            steps_per_epoch=self.steps_per_epoch,
-            rollout_length=self.rollout_length,
-            rollout_batch_size=self.rollout_batch_size,
-            rollout_every=self.rollout_every,
-            retain_epochs=self.retain_epochs,
-            real_ratio=self.real_ratio,
-            eval_episodes=self.eval_episodes,
-            final_epochs=self.final_epochs,
-            checkpoint_every=self.checkpoint_every,
-            sac=SACConfig(
-                hidden=tuple(self.sac_hidden),
-                batch_size=self.sac_batch_size,
-                init_alpha=self.sac_init_alpha,
-                target_entropy=self.target_entropy,
-            ),
+        sac = SACConfig(
+            hidden=tuple(self.sac_hidden),
+            batch_size=self.sac_batch_size,
+            init_alpha=self.sac_init_alpha,
+            target_entropy=self.target_entropy,
         )
+        return PolicyStageConfig.of(self, sac=sac)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
