@@ -389,30 +389,15 @@ class HIVEnv(gym.Env[np.ndarray, np.int64]):
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
 
     def __init__(
-        self,
-        params: HIVParams | None = None,
-        *,
-        interval: float = DEFAULT_INTERVAL,
-        horizon: int = DEFAULT_HORIZON,
-        max_step: float = DEFAULT_MAX_STEP,
-        stiffness_factor: float = DEFAULT_STIFFNESS_FACTOR,
-        reward: RewardWeights | None = None,
-        init_log_std: float = 0.0,
-        render_mode: str | None = None,
+        self, params: HIVParams | None = None, *, render_mode: str | None = None, **simulator: Any
     ) -> None:
+        """``simulator``: the keywords of :class:`HIVBatch` (``interval``, ``horizon``,
+        ``max_step``, ``stiffness_factor``, ``reward``, ``initial_state``, ``init_log_std``)."""
         if render_mode is not None:
             raise ValueError("HIVEnv does not render")
         if params is not None and params.batch_size() is not None:
             raise ValueError("HIVEnv takes scalar parameters (use HIVBatch for per-episode ones)")
-        self.sim = HIVBatch(
-            params,
-            interval=interval,
-            horizon=horizon,
-            max_step=max_step,
-            stiffness_factor=stiffness_factor,
-            reward=reward,
-            init_log_std=init_log_std,
-        )
+        self.sim = HIVBatch(params, **simulator)
         self.observation_space = observation_space()
         self.action_space = spaces.Discrete(4)
         self._state = self.sim.initial_state.copy()
