@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
@@ -99,7 +99,7 @@ class BoxAgent:
         self.n_updates = int(d["n_updates"])
 
     @classmethod
-    def from_state_dict(cls, d: dict[str, Any]) -> Any:
+    def from_state_dict(cls, d: dict[str, Any]) -> Self:
         """Rebuild an agent (same shape and config) from :meth:`state_dict`."""
         config = cls.config_class(**{**d["config"], "hidden": tuple(d["config"]["hidden"])})
         agent = cls(d["obs_dim"], d["act_dim"], d["action_low"], d["action_high"], config)
