@@ -59,7 +59,9 @@ __all__ = [
     "HIVBatch",
     "HIVEnv",
     "HIVParams",
+    "PerEpisodeParams",
     "RewardWeights",
+    "efficacies",
     "hiv_rhs",
     "log_state_statistics",
     "register_envs",
@@ -87,8 +89,21 @@ _STATE_FLOOR = 1e-10  # guards log features and rates against round-off below ze
 ParamLike = float | FloatArray
 
 
+class PerEpisodeParams:
+    """Physical constants (a dataclass) whose fields are floats or per-episode [n] arrays."""
+
+    def batch_size(self) -> int | None:
+        """The n of per-episode fields ([n] arrays), or None when all fields are scalars."""
+        sizes = {np.shape(getattr(self, f.name)) for f in fields(self)} - {()}  # type: ignore[arg-type]
+        if not sizes:
+            return None
+        if len(sizes) > 1 or any(len(s) != 1 for s in sizes):
+            raise ValueError(f"per-episode parameters must all have one shape [n], got {sizes}")
+        return int(next(iter(sizes))[0])
+
+
 @dataclass(frozen=True)
-class HIVParams:
+class HIVParams(PerEpisodeParams):
     """Model parameters (Adams et al. 2004, Table 1; the values used by Ernst et al. 2006).
 
     Each field is a float or an array of shape [n] that broadcasts over a batch of n episodes
@@ -119,15 +134,6 @@ class HIVParams:
     def as_arrays(self) -> dict[str, FloatArray]:
         """Every field as a float64 array (scalars become 0-d arrays)."""
         return {f.name: np.asarray(getattr(self, f.name), dtype=np.float64) for f in fields(self)}
-
-    def batch_size(self) -> int | None:
-        """The n of per-episode fields ([n] arrays), or None when all fields are scalars."""
-        sizes = {np.shape(getattr(self, f.name)) for f in fields(self)} - {()}
-        if not sizes:
-            return None
-        if len(sizes) > 1 or any(len(s) != 1 for s in sizes):
-            raise ValueError(f"per-episode parameters must all have one shape [n], got {sizes}")
-        return int(next(iter(sizes))[0])
 
     def replace(self, **changes: Any) -> HIVParams:
         return dataclasses.replace(self, **changes)
@@ -300,6 +306,14 @@ def observation_space() -> spaces.Box:
     return spaces.Box(low=0.0, high=np.inf, shape=(6,), dtype=np.float64)
 
 
+def efficacies(actions: np.ndarray) -> FloatArray:
+    """The drug efficacies (ε1, ε2) ``[n, 2]`` of actions in {0, 1, 2, 3}."""
+    a = np.asarray(actions, dtype=np.int64)
+    if a.size and (a.min() < 0 or a.max() > 3):
+        raise ValueError("HIV actions must be in {0, 1, 2, 3}")
+    return ACTIONS[a]
+
+
 class HIVBatch:
     """Vectorised simulator: n episodes stepped together, state [n, 6].
 
@@ -351,19 +365,22 @@ class HIVBatch:
         self, obs: np.ndarray, actions: np.ndarray
     ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
         """(next state, reward, terminated) for a batch; HIV episodes never terminate."""
-        a = np.asarray(actions, dtype=np.int64)
-        if a.size and (a.min() < 0 or a.max() > 3):
-            raise ValueError("HIV actions must be in {0, 1, 2, 3}")
-        eps = ACTIONS[a]
+        eps = efficacies(actions)
+        return self._advance(obs, eps, eps)
+
+    def _advance(
+        self, obs: np.ndarray, acting: FloatArray, prescribed: FloatArray
+    ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """One interval with drug efficacies ``acting``; the reward penalises ``prescribed``."""
         nxt = rk4_interval(
             obs,
-            eps,
+            acting,
             self.params,
             self.interval,
             max_step=self.max_step,
             stiffness_factor=self.stiffness_factor,
         )
-        return nxt, self.reward_weights.reward(nxt, eps), np.zeros(nxt.shape[0], dtype=bool)
+        return nxt, self.reward_weights.reward(nxt, prescribed), np.zeros(nxt.shape[0], dtype=bool)
 
 
 class HIVEnv(gym.Env[np.ndarray, np.int64]):
@@ -372,30 +389,15 @@ class HIVEnv(gym.Env[np.ndarray, np.int64]):
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
 
     def __init__(
-        self,
-        params: HIVParams | None = None,
-        *,
-        interval: float = DEFAULT_INTERVAL,
-        horizon: int = DEFAULT_HORIZON,
-        max_step: float = DEFAULT_MAX_STEP,
-        stiffness_factor: float = DEFAULT_STIFFNESS_FACTOR,
-        reward: RewardWeights | None = None,
-        init_log_std: float = 0.0,
-        render_mode: str | None = None,
+        self, params: HIVParams | None = None, *, render_mode: str | None = None, **simulator: Any
     ) -> None:
+        """``simulator``: the keywords of :class:`HIVBatch` (``interval``, ``horizon``,
+        ``max_step``, ``stiffness_factor``, ``reward``, ``initial_state``, ``init_log_std``)."""
         if render_mode is not None:
             raise ValueError("HIVEnv does not render")
         if params is not None and params.batch_size() is not None:
             raise ValueError("HIVEnv takes scalar parameters (use HIVBatch for per-episode ones)")
-        self.sim = HIVBatch(
-            params,
-            interval=interval,
-            horizon=horizon,
-            max_step=max_step,
-            stiffness_factor=stiffness_factor,
-            reward=reward,
-            init_log_std=init_log_std,
-        )
+        self.sim = HIVBatch(params, **simulator)
         self.observation_space = observation_space()
         self.action_space = spaces.Discrete(4)
         self._state = self.sim.initial_state.copy()

@@ -28,15 +28,14 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Self
 
 import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
 from privrl.arrays import FloatArray
-from privrl.envs.hiv import ACTIONS as HIV_ACTIONS
-from privrl.envs.hiv import HIVBatch, RewardWeights, rk4_interval
+from privrl.envs.hiv import HIVBatch, PerEpisodeParams, RewardWeights, efficacies
 
 __all__ = [
     "HIV_DEFAULT",
@@ -229,20 +228,31 @@ def _subset_params(params: Any, keep: np.ndarray) -> Any:
     return dataclasses.replace(params, **changes) if changes else params
 
 
-def _batch_size(params: Any) -> int | None:
-    sizes = {np.shape(getattr(params, f.name)) for f in fields(params)} - {()}
-    if not sizes:
-        return None
-    if len(sizes) > 1 or any(len(s) != 1 for s in sizes):
-        raise ValueError(f"per-episode parameters must all have one shape [n], got {sizes}")
-    return int(next(iter(sizes))[0])
+class _ParamsBatch:
+    """A batch simulator whose physical constants ``params`` (a frozen dataclass of
+    ``params_class``) are floats or per-episode [n] arrays."""
+
+    params_class: ClassVar[type]
+
+    def __init__(self, params: Any = None) -> None:
+        self.params = params if params is not None else self.params_class()
+        self.params.batch_size()  # validates the shapes
+
+    def subset(self, keep: np.ndarray) -> Self:
+        """The same simulator for the episodes ``keep`` only."""
+        return type(self)(_subset_params(self.params, keep))
+
+    def _check_episodes(self, n: int) -> None:
+        nb = self.params.batch_size()
+        if nb is not None and nb != n:
+            raise ValueError(f"params are per-episode for {nb} episodes, cannot reset {n}")
 
 
 # ============================================================================ CartPole
 
 
 @dataclass(frozen=True)
-class CartPoleParams:
+class CartPoleParams(PerEpisodeParams):
     """gymnasium ``CartPoleEnv``'s physical constants; fields are floats or [n] arrays."""
 
     gravity: ParamLike = 9.8
@@ -260,11 +270,8 @@ class CartPoleParams:
     def polemass_length(self) -> ParamLike:
         return self.masspole * self.length
 
-    def batch_size(self) -> int | None:
-        return _batch_size(self)
 
-
-class CartPoleBatch:
+class CartPoleBatch(_ParamsBatch):
     """``CartPole-v1`` dynamics for a batch of episodes, state [n, 4] = (x, ẋ, θ, θ̇) float64."""
 
     n_actions = 2
@@ -273,17 +280,11 @@ class CartPoleBatch:
     theta_threshold_radians = 12 * 2 * math.pi / 360
     env_id = "CartPole-v1"
 
-    def __init__(self, params: CartPoleParams | None = None) -> None:
-        self.params = params if params is not None else CartPoleParams()
-        self.params.batch_size()
-
-    def subset(self, keep: np.ndarray) -> CartPoleBatch:
-        return CartPoleBatch(_subset_params(self.params, keep))
+    params_class = CartPoleParams
+    params: CartPoleParams
 
     def reset(self, n: int, rng: np.random.Generator) -> FloatArray:
-        nb = self.params.batch_size()
-        if nb is not None and nb != n:
-            raise ValueError(f"params are per-episode for {nb} episodes, cannot reset {n}")
+        self._check_episodes(n)
         return rng.uniform(-0.05, 0.05, size=(n, 4))
 
     @staticmethod
@@ -348,7 +349,7 @@ class CartPoleBatch:
 
 
 @dataclass(frozen=True)
-class AcrobotParams:
+class AcrobotParams(PerEpisodeParams):
     """gymnasium ``AcrobotEnv``'s class constants; fields are floats or [n] arrays."""
 
     link_length_1: ParamLike = 1.0
@@ -359,11 +360,8 @@ class AcrobotParams:
     link_com_pos_2: ParamLike = 0.5
     link_moi: ParamLike = 1.0
 
-    def batch_size(self) -> int | None:
-        return _batch_size(self)
 
-
-class AcrobotBatch:
+class AcrobotBatch(_ParamsBatch):
     """``Acrobot-v1`` ("book" dynamics) for a batch, state [n, 4] = (θ1, θ2, θ̇1, θ̇2)."""
 
     n_actions = 3
@@ -374,17 +372,11 @@ class AcrobotBatch:
     avail_torque = np.array([-1.0, 0.0, 1.0])
     env_id = "Acrobot-v1"
 
-    def __init__(self, params: AcrobotParams | None = None) -> None:
-        self.params = params if params is not None else AcrobotParams()
-        self.params.batch_size()
-
-    def subset(self, keep: np.ndarray) -> AcrobotBatch:
-        return AcrobotBatch(_subset_params(self.params, keep))
+    params_class = AcrobotParams
+    params: AcrobotParams
 
     def reset(self, n: int, rng: np.random.Generator) -> FloatArray:
-        nb = self.params.batch_size()
-        if nb is not None and nb != n:
-            raise ValueError(f"params are per-episode for {nb} episodes, cannot reset {n}")
+        self._check_episodes(n)
         # gymnasium draws the start state in float64 and stores it as float32
         return rng.uniform(-0.1, 0.1, size=(n, 4)).astype(np.float32).astype(np.float64)
 
@@ -504,10 +496,7 @@ class PerturbedHIVBatch(HIVBatch):
     def step(  # type: ignore[override]
         self, obs: np.ndarray, actions: np.ndarray, rng: np.random.Generator | None = None
     ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
-        a = np.asarray(actions, dtype=np.int64)
-        if a.size and (a.min() < 0 or a.max() > 3):
-            raise ValueError("HIV actions must be in {0, 1, 2, 3}")
-        eps = HIV_ACTIONS[a]
+        eps = efficacies(actions)
         std = np.asarray(self.efficacy_std, dtype=np.float64)
         acting = eps
         if np.any(std > 0):
@@ -515,15 +504,7 @@ class PerturbedHIVBatch(HIVBatch):
                 raise ValueError("noisy drug efficacy needs an rng")
             noise = rng.standard_normal(eps.shape) * np.reshape(std, (-1, 1))
             acting = np.clip(eps + noise * (eps > 0), 0.0, 1.0)
-        nxt = rk4_interval(
-            obs,
-            acting,
-            self.params,
-            self.interval,
-            max_step=self.max_step,
-            stiffness_factor=self.stiffness_factor,
-        )
-        return nxt, self.reward_weights.reward(nxt, eps), np.zeros(nxt.shape[0], dtype=bool)
+        return self._advance(obs, acting, eps)
 
 
 # ============================================================================ LunarLander

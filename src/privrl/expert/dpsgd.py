@@ -343,15 +343,12 @@ def build_report(
     ]
     notes = [n for n in notes if n not in reasons]
     paper = paper_accounting_epsilon(releases, delta)
-    return PrivacyReport(
-        unit=UNIT,
-        relation=RELATION,
-        releases=releases,
+    return PrivacyReport.non_private(
+        UNIT,
+        RELATION,
+        releases,
         delta=float(delta),
-        epsilon=math.inf,
-        rho=None,
         accountant="none: the run is NOT certified (its sampling has no matching accountant)",
-        backend="none",
         system=system,
         notes=[
             *notes,
@@ -360,7 +357,6 @@ def build_report(
             f"at δ = {fmt_number(float(delta))}; that number is NOT a guarantee for this run "
             "(metrics.json: epsilon_paper_accounting)",
         ],
-        private=False,
     )
 
 
@@ -548,22 +544,41 @@ def expert_dp_sgd(
     ids = expert_index(dataset)
     b = int(batch_size)
     table = TransitionTable(dataset, learner.obs_transform)
-    if not private:
+    if private:
+        m = public_units(n_units)
+        if b > m:
+            raise ValueError(f"batch_size b = {b} exceeds the number of experts m = {m}")
+        q = b / m
+        z = _check_positive(noise_multiplier, "noise_multiplier")
+        c = _check_positive(clip_norm, "clip_norm")
+        n, capped = plan_steps(
+            noise_multiplier=z,
+            sampling_probability=q,
+            epsilon=epsilon,
+            delta=delta,
+            steps=steps,
+            steps_cap=steps_cap,
+        )
+        cfg = _Private(ExpertTransitions(dataset, ids, m, table), q, b, z, c, sampling, clip_method)
+    else:
         n = steps if steps is not None else steps_cap
         if n is None:
             raise ValueError("the non-private twin needs steps or steps_cap")
-        curve, returns = run_steps(
-            learner,
-            np.zeros(int(n), dtype=bool),
-            private=None,
-            stable=table,
-            batch_size=b,
-            rng=rng,
-            evaluate=evaluate,
-            n_evals=n_evals,
-            eval_window=eval_window,
-            progress=progress,
-        )
+        n, cfg = int(n), None
+    # The twin is the same loop with privacy off: ordinary minibatches from the whole table.
+    curve, returns = run_steps(
+        learner,
+        np.full(n, private, dtype=bool),
+        private=cfg,
+        stable=None if private else table,
+        batch_size=b,
+        rng=rng,
+        evaluate=evaluate,
+        n_evals=n_evals,
+        eval_window=eval_window,
+        progress=progress,
+    )
+    if not private:
         report = PrivacyReport.non_private(
             UNIT,
             RELATION,
@@ -574,42 +589,14 @@ def expert_dp_sgd(
                     sensitivity=0.0,
                     norm="l2",
                     noise={},
-                    count=max(int(n), 1),
+                    count=max(n, 1),
                     extra={"non_private": True},
                 )
             ],
             system="expert-dp-sgd (non-private twin)",
             delta=float(delta),
         )
-        return DpSgdResult(learner, int(n), 0, report, curve, returns)
-    m = public_units(n_units)
-    if b > m:
-        raise ValueError(f"batch_size b = {b} exceeds the number of experts m = {m}")
-    q = b / m
-    z = _check_positive(noise_multiplier, "noise_multiplier")
-    c = _check_positive(clip_norm, "clip_norm")
-    n, capped = plan_steps(
-        noise_multiplier=z,
-        sampling_probability=q,
-        epsilon=epsilon,
-        delta=delta,
-        steps=steps,
-        steps_cap=steps_cap,
-    )
-    source = ExpertTransitions(dataset, ids, m, table)
-    cfg = _Private(source, q, b, z, c, sampling, clip_method)
-    curve, returns = run_steps(
-        learner,
-        np.ones(n, dtype=bool),  # every step is a private step
-        private=cfg,
-        stable=None,
-        batch_size=b,
-        rng=rng,
-        evaluate=evaluate,
-        n_evals=n_evals,
-        eval_window=eval_window,
-        progress=progress,
-    )
+        return DpSgdResult(learner, n, 0, report, curve, returns)
     notes = []
     if capped:
         notes.append(f"the step count was capped at {n}: the budget ε = {epsilon} is not spent")

@@ -430,21 +430,18 @@ def plan_dp_fedavg(
         given = getattr(config, key, None) is not None
         return defaults_detail if defaults and key in defaults and not given else ""
 
-    delta = p.resolve(
-        "δ", flag=config.delta, default=_d("delta"), fix="pass --delta", detail=_det("delta")
-    )
-    q = p.resolve(
-        "q (sampling rate)",
-        flag=config.sampling_rate,
-        default=_d("sampling_rate"),
-        fix="pass --sampling-rate q",
-        detail=_det("sampling_rate"),
-    )
-    C = p.resolve(
+    def setting(label: str, key: str, fix: str) -> Any:
+        """Its flag, else the preset's or `DEFAULTS`' value if there is one, else refused."""
+        return p.resolve(
+            label, flag=getattr(config, key), fix=fix, **_default_kw(_d(key), _det(key))
+        )
+
+    delta = setting("δ", "delta", "pass --delta")
+    q = setting("q (sampling rate)", "sampling_rate", "pass --sampling-rate q")
+    C = setting(
         "C (clip norm, joint over the ensemble)",
-        flag=config.clip_norm,
-        fix="pass --clip C (the L2 bound on one unit's update of the whole ensemble)",
-        **_default_kw(_d("clip_norm"), _det("clip_norm")),
+        "clip_norm",
+        "pass --clip C (the L2 bound on one unit's update of the whole ensemble)",
     )
     mode = _clip_mode(
         p.resolve(
@@ -455,11 +452,10 @@ def plan_dp_fedavg(
             detail=_det("clip_mode"),
         )
     )
-    T_max = p.resolve(
+    T_max = setting(
         "T_max (rounds, fixed in advance)",
-        flag=config.max_rounds,
-        fix="pass --steps T_max (the number of rounds, fixed before training)",
-        **_default_kw(_d("max_rounds"), _det("max_rounds")),
+        "max_rounds",
+        "pass --steps T_max (the number of rounds, fixed before training)",
     )
     K = _positive_int(
         p.resolve(
@@ -475,16 +471,9 @@ def plan_dp_fedavg(
         ),
         "K",
     )
-
-    def local(label: str, key: str, flag: str) -> Any:
-        """A local-training setting: its flag, else the config's default."""
-        return p.resolve(
-            label, flag=getattr(config, key), default=_d(key), detail=_det(key), fix=f"pass {flag}"
-        )
-
-    B = local("B (local batch size)", "local_batch", "--local-batch B")
-    E = local("E (local epochs)", "local_epochs", "--local-epochs E")
-    lr = local("η (local learning rate)", "local_lr", "--local-lr η")
+    B = setting("B (local batch size)", "local_batch", "pass --local-batch B")
+    E = setting("E (local epochs)", "local_epochs", "pass --local-epochs E")
+    lr = setting("η (local learning rate)", "local_lr", "pass --local-lr η")
     if config.noise_multiplier is not None:
         z = float(p.resolve("z (noise multiplier)", flag=config.noise_multiplier, fix=""))
         target = None

@@ -161,24 +161,13 @@ class MOPOConfig:
         return cls(**base)
 
     def stage_config(self) -> PolicyStageConfig:
-        return PolicyStageConfig(
-            epochs=self.epochs,
-            steps_per_epoch=self.steps_per_epoch,
-            rollout_length=self.rollout_length,
-            rollout_batch_size=self.rollout_batch_size,
-            rollout_every=self.rollout_every,
-            retain_epochs=self.retain_epochs,
-            real_ratio=self.real_ratio,
-            eval_episodes=self.eval_episodes,
-            final_epochs=self.final_epochs,
-            checkpoint_every=self.checkpoint_every,
-            sac=SACConfig(
-                hidden=tuple(self.sac_hidden),
-                batch_size=self.sac_batch_size,
-                init_alpha=self.sac_init_alpha,
-                target_entropy=self.target_entropy,
-            ),
+        sac = SACConfig(
+            hidden=tuple(self.sac_hidden),
+            batch_size=self.sac_batch_size,
+            init_alpha=self.sac_init_alpha,
+            target_entropy=self.target_entropy,
         )
+        return PolicyStageConfig.of(self, sac=sac)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -249,40 +238,29 @@ def normalised_score(ret: float, reference: dict[str, float] | None) -> float | 
     return 100.0 * (ret - lo) / (hi - lo)
 
 
+def _unprotected(name: str) -> Release:
+    """A use of the private data without any mechanism (infinite sensitivity, no noise)."""
+    return Release(
+        name=name,
+        mechanism="none",
+        sensitivity=math.inf,
+        norm="l2",
+        noise={},
+        extra={"non_private": True},
+    )
+
+
 def mopo_privacy_report(config: MOPOConfig) -> PrivacyReport:
     """MOPO is not private: ε = ∞; the report lists where it reads the data unprotected."""
     releases = [
-        Release(
-            name="dynamics ensemble trained on the training episodes (no clipping, no noise)",
-            mechanism="none",
-            sensitivity=math.inf,
-            norm="l2",
-            noise={},
-            extra={"non_private": True},
-        )
+        _unprotected("dynamics ensemble trained on the training episodes (no clipping, no noise)")
     ]
     if config.real_ratio > 0:
         releases.append(
-            Release(
-                name=f"real transitions in {config.real_ratio:g} of every SAC batch",
-                mechanism="none",
-                sensitivity=math.inf,
-                norm="l2",
-                noise={},
-                extra={"non_private": True},
-            )
+            _unprotected(f"real transitions in {config.real_ratio:g} of every SAC batch")
         )
     if config.starts == "dataset":
-        releases.append(
-            Release(
-                name="model rollouts start from training-data states",
-                mechanism="none",
-                sensitivity=math.inf,
-                norm="l2",
-                noise={},
-                extra={"non_private": True},
-            )
-        )
+        releases.append(_unprotected("model rollouts start from training-data states"))
     hold = f"holdout split ({config.holdout_fraction:.0%} of the episodes): early stopping, "
     hold += "elite selection" + (", rollout starts" if config.starts == "public-split" else "")
     sim = "task simulator: evaluation episodes"

@@ -317,6 +317,14 @@ class PolicyStageConfig:
         if not (math.isfinite(self.real_ratio) and 0.0 <= self.real_ratio <= 1.0):
             raise ValueError(f"real_ratio must be in [0, 1], got {self.real_ratio}")
 
+    @classmethod
+    def of(cls, run: Any, *, sac: SACConfig, **fixed: Any) -> PolicyStageConfig:
+        """The stage settings of a MOPO or PRIMORL run config: every field ``run`` names alike
+        (``epochs``, ``rollout_length``, ...), then ``sac`` and the ``fixed`` values."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "sac"]
+        given = {name: getattr(run, name) for name in names if hasattr(run, name)}
+        return cls(**{**given, **fixed}, sac=sac)
+
     @property
     def model_buffer_capacity(self) -> int:
         """Transitions of ``retain_epochs`` epochs of rollouts."""

@@ -233,24 +233,13 @@ class PrimorlConfig:
         return PRESETS[self.task]
 
     def stage_config(self) -> PolicyStageConfig:
-        return PolicyStageConfig(
-            epochs=self.epochs,
-            steps_per_epoch=self.steps_per_epoch,
-            rollout_length=self.rollout_length,
-            rollout_batch_size=self.rollout_batch_size,
-            rollout_every=self.rollout_every,
-            retain_epochs=self.retain_epochs,
-            real_ratio=0.0,
-            eval_episodes=self.eval_episodes,
-            final_epochs=self.final_epochs,
-            checkpoint_every=self.checkpoint_every,
-            bounded_rollouts=self.bounded_rollouts,
-            sac=SACConfig(
-                hidden=self.sac_hidden,
-                batch_size=self.sac_batch_size,
-                target_entropy=self.target_entropy,
-            ),
+        sac = SACConfig(
+            hidden=self.sac_hidden,
+            batch_size=self.sac_batch_size,
+            target_entropy=self.target_entropy,
         )
+        # PRIMORL's SAC batches hold model rollouts only, never real (private) transitions.
+        return PolicyStageConfig.of(self, sac=sac, real_ratio=0.0)
 
     def stage_dict(self) -> dict[str, Any]:
         """The policy-stage settings (what ``--model`` runs may change)."""

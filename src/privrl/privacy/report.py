@@ -281,11 +281,14 @@ class PrivacyReport:
         model: str = "central",
         public: Sequence[str] = (),
         notes: Sequence[str] = (),
+        accountant: str = "none (non-private)",
     ) -> PrivacyReport:
         """A report for a non-private baseline: ε = ∞, no accountant, labelled as such.
 
         The unit and relation say what a private version of the run would protect, so that
-        baselines and private runs stay comparable side by side.
+        baselines and private runs stay comparable side by side. ``accountant`` says why no
+        accountant certifies the run (a private run whose sampling none matches is reported
+        this way too).
         """
         return cls(
             unit=parse_unit(unit),
@@ -294,7 +297,7 @@ class PrivacyReport:
             delta=float(delta),
             epsilon=math.inf,
             rho=None,
-            accountant="none (non-private)",
+            accountant=accountant,
             backend="none",
             model=model,
             public=list(public),

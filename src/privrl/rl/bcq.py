@@ -20,15 +20,14 @@ every step; Adam, lr 3e-4; γ = 0.99; MLPs 256-256 (HIV: ``hidden=(512,)``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from privrl.rl.discrete_common import (
     DiscreteLearner,
-    ObsTransform,
     TransitionBatch,
     huber,
     init_mlp,
@@ -51,17 +50,14 @@ class DiscreteBCQ(DiscreteLearner):
         obs_dim: int,
         n_actions: int,
         *,
-        hidden: Sequence[int] = (256, 256),
         threshold: float = 0.3,
-        gamma: float = 0.99,
-        lr: float = 3e-4,
         tau: float | None = 0.005,
-        target_update_interval: int = 1,
         logit_penalty: float = 1e-2,
-        seed: int = 0,
-        obs_transform: ObsTransform | None = None,
         imitation_logits: ImitationLogits = "linear",
+        **common: Any,
     ) -> None:
+        """``common``: the other keywords of :class:`DiscreteLearner` (``hidden``, ``gamma``,
+        ``lr``, ``target_update_interval``, ``seed``, ``obs_transform``)."""
         if not 0.0 <= threshold < 1.0:
             raise ValueError(f"threshold must be in [0, 1), got {threshold}")
         if imitation_logits not in ("linear", "relu"):
@@ -71,18 +67,7 @@ class DiscreteBCQ(DiscreteLearner):
         self.imitation_logits = imitation_logits
         self.threshold = float(threshold)
         self.logit_penalty = float(logit_penalty)
-        self._n_layers = len(tuple(hidden)) + 1
-        super().__init__(
-            obs_dim,
-            n_actions,
-            hidden=hidden,
-            gamma=gamma,
-            lr=lr,
-            tau=tau,
-            target_update_interval=target_update_interval,
-            seed=seed,
-            obs_transform=obs_transform,
-        )
+        super().__init__(obs_dim, n_actions, tau=tau, **common)
 
     def _init_params(self, gen: torch.Generator) -> dict[str, torch.Tensor]:
         sizes = [self.obs_dim, *self.hidden, self.n_actions]
@@ -98,9 +83,6 @@ class DiscreteBCQ(DiscreteLearner):
             "logit_penalty": self.logit_penalty,
             "imitation_logits": self.imitation_logits,
         }
-
-    def _q(self, params: Mapping[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
-        return mlp(params, "q", self._n_layers, obs)
 
     def _imitation_logits(
         self, params: Mapping[str, torch.Tensor], obs: torch.Tensor

@@ -18,17 +18,16 @@ hidden layer of 512, ``hidden=(512,)``), γ = 0.99, Adam.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from privrl.rl.discrete_common import (
     DiscreteLearner,
-    ObsTransform,
     TransitionBatch,
     huber,
     init_mlp,
-    mlp,
 )
 
 __all__ = ["DiscreteCQL"]
@@ -44,29 +43,17 @@ class DiscreteCQL(DiscreteLearner):
         obs_dim: int,
         n_actions: int,
         *,
-        hidden: Sequence[int] = (256, 256),
         alpha: float = 1.0,
-        gamma: float = 0.99,
-        lr: float = 3e-4,
         target_update_interval: int = 1000,
-        tau: float | None = None,
-        seed: int = 0,
-        obs_transform: ObsTransform | None = None,
+        **common: Any,
     ) -> None:
+        """``common``: the other keywords of :class:`DiscreteLearner` (``hidden``, ``gamma``,
+        ``lr``, ``tau``, ``seed``, ``obs_transform``)."""
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         self.alpha = float(alpha)
-        self._n_layers = len(tuple(hidden)) + 1
         super().__init__(
-            obs_dim,
-            n_actions,
-            hidden=hidden,
-            gamma=gamma,
-            lr=lr,
-            tau=tau,
-            target_update_interval=target_update_interval,
-            seed=seed,
-            obs_transform=obs_transform,
+            obs_dim, n_actions, target_update_interval=target_update_interval, **common
         )
 
     def _init_params(self, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -77,9 +64,6 @@ class DiscreteCQL(DiscreteLearner):
 
     def config(self) -> dict:
         return {**super().config(), "alpha": self.alpha, "td_loss": "huber", "target": "dqn_max"}
-
-    def _q(self, params: Mapping[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
-        return mlp(params, "q", self._n_layers, obs)
 
     def per_example_loss(
         self, params: Mapping[str, torch.Tensor], batch: TransitionBatch

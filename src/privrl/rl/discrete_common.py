@@ -221,6 +221,7 @@ class DiscreteLearner(ABC):
         self.tau, self.target_update_interval = tau, int(target_update_interval)
         self.seed = int(seed)
         self.obs_transform = obs_transform or ObsTransform()
+        self._n_layers = len(self.hidden) + 1
         gen = torch.Generator().manual_seed(self.seed)
         self.params: dict[str, torch.Tensor] = {
             k: v.requires_grad_(True) for k, v in self._init_params(gen).items()
@@ -243,8 +244,9 @@ class DiscreteLearner(ABC):
     ) -> torch.Tensor:
         """One loss per transition ``[B]`` (no reduction); targets are constants."""
 
-    @abstractmethod
-    def _q(self, params: Mapping[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor: ...
+    def _q(self, params: Mapping[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        """The Q head (parameters ``q{i}.*``): ``Q(s, ·)`` ``[B, n_actions]``."""
+        return mlp(params, "q", self._n_layers, obs)
 
     @abstractmethod
     def _greedy(self, obs: torch.Tensor) -> torch.Tensor: ...

@@ -26,6 +26,7 @@ __all__ = [
     "OneHot",
     "StateAggregation",
     "make_features",
+    "one_hot",
 ]
 
 
@@ -36,6 +37,13 @@ __all__ = [
 # ``privrl.envs.hiv.log_state_statistics(n_episodes=200, seed=0)`` (a test checks it).
 HIV_LOG_MEAN = np.array([5.4305, 1.6284, 2.9465, 1.3901, 3.6368, 1.9712])
 HIV_LOG_STD = np.array([0.2085, 0.8864, 1.3596, 0.7140, 1.3282, 0.6911])
+
+
+def one_hot(index: npt.NDArray[np.int64], n: int) -> FloatArray:
+    """Rows ``e_index[i]`` of the identity ``[len(index), n]``."""
+    out = np.zeros((index.shape[0], n))
+    out[np.arange(index.shape[0]), index] = 1.0
+    return out
 
 
 @runtime_checkable
@@ -99,9 +107,7 @@ class OneHot:
         s = s.astype(np.int64)
         if s.size and (s.min() < 0 or s.max() >= self.n):
             raise ValueError(f"state out of range [0, {self.n}): min {s.min()}, max {s.max()}")
-        out = np.zeros((s.shape[0], self.n))
-        out[np.arange(s.shape[0]), s] = 1.0
-        return out
+        return one_hot(s, self.n)
 
 
 class FourierBasis:
@@ -172,10 +178,7 @@ class StateAggregation:
         return np.ravel_multi_index(tuple(idx.T), tuple(int(v) for v in self.bins))
 
     def __call__(self, obs: np.ndarray) -> FloatArray:
-        c = self.cell(obs)
-        out = np.zeros((c.shape[0], self.dim))
-        out[np.arange(c.shape[0]), c] = 1.0
-        return out
+        return one_hot(self.cell(obs), self.dim)
 
 
 class LogStandardised:

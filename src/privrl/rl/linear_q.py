@@ -30,7 +30,7 @@ from gymnasium import spaces
 from privrl.arrays import FloatArray
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.policies import EpsilonGreedy, Policy, UniformRandomPolicy, sample_from_probs
-from privrl.rl.features import FeatureMap
+from privrl.rl.features import FeatureMap, one_hot
 
 __all__ = [
     "MLPQ",
@@ -370,10 +370,7 @@ class GreedyQPolicy:
         return np.argmax(self.q.values(obs), axis=1).astype(np.int64)
 
     def action_probs(self, obs: np.ndarray) -> FloatArray:
-        a = self.act(obs)
-        p = np.zeros((a.shape[0], self.n_actions))
-        p[np.arange(a.shape[0]), a] = 1.0
-        return p
+        return one_hot(self.act(obs), self.n_actions)
 
 
 class SoftmaxQPolicy:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from privrl.rl.agent import BoxAgent, obs_batch
 from privrl.rl.mlp import (
     ActionScaler,
     SquashedGaussianActor,
@@ -73,10 +74,7 @@ class SACPolicy:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        o = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
-        single = o.ndim == 1
-        if single:
-            o = o.unsqueeze(0)
+        o, single = obs_batch(obs)
         noise = None
         if not self.deterministic:
             if rng is None:
@@ -89,28 +87,19 @@ class SACPolicy:
         return out[0] if single else out
 
 
-class SAC:
+class SAC(BoxAgent):
     """Soft Actor-Critic agent: ``act``, ``update`` on a batch, ``state_dict`` round-trip."""
 
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        action_low: np.ndarray | Sequence[float],
-        action_high: np.ndarray | Sequence[float],
-        config: SACConfig | None = None,
-        seed: int = 0,
-    ) -> None:
-        self.config = config = config if config is not None else SACConfig()
-        self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)
-        self.scaler = ActionScaler(
-            np.broadcast_to(np.asarray(action_low, dtype=np.float64), (self.act_dim,)),
-            np.broadcast_to(np.asarray(action_high, dtype=np.float64), (self.act_dim,)),
-        )
+    kind = "sac"
+    config_class = SACConfig
+    config: SACConfig
+    _parts = ("actor", "q", "q_targ", "pi_opt", "q_opt")
+
+    def _build(self, init_gen: torch.Generator) -> None:
+        config = self.config
         self.target_entropy = (
             float(-self.act_dim) if config.target_entropy is None else float(config.target_entropy)
         )
-        init_gen = torch.Generator().manual_seed(int(seed))
         self.actor = init_linear_(
             SquashedGaussianActor(self.obs_dim, self.act_dim, config.hidden), init_gen
         )
@@ -121,29 +110,17 @@ class SAC:
         self.q_opt = torch.optim.Adam(self.q.parameters(), lr=config.lr, fused=True)
         # Adam on the scalar log α, by hand (a torch optimiser step costs more than the maths).
         self.alpha_adam = {"m": 0.0, "v": 0.0, "t": 0}
-        # Separate streams: evaluating or acting never shifts the updates' randomness.
-        self.update_gen = torch.Generator().manual_seed(int(seed) + 1)
-        self.act_gen = torch.Generator().manual_seed(int(seed) + 2)
         self._q_params = list(self.q.parameters())
         self._q_targ_params = list(self.q_targ.parameters())
-        self.n_updates = 0
 
     # ------------------------------------------------------------------ acting
     @property
     def alpha(self) -> float:
         return float(self.log_alpha.exp())
 
-    @torch.no_grad()
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        """Environment-scale actions ``[n, |A|]`` for observations ``[n, obs_dim]`` (a single
-        observation gives a single action). Stochastic draws use the agent's own generator."""
-        o = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
-        single = o.ndim == 1
-        if single:
-            o = o.unsqueeze(0)
+    def _act_unit(self, o: torch.Tensor, deterministic: bool) -> torch.Tensor:
         a, _ = self.actor(o, deterministic, with_logprob=False, generator=self.act_gen)
-        out = self.scaler.to_env_np(a.numpy().astype(np.float64))
-        return out[0] if single else out
+        return a
 
     def policy(self, deterministic: bool = True) -> SACPolicy:
         """A frozen snapshot of the current actor as a privrl ``Policy``."""
@@ -213,29 +190,11 @@ class SAC:
         self.log_alpha.sub_(self.config.lr * m_hat / (v_hat**0.5 + eps))
 
     # ------------------------------------------------------------------ persistence
-    def state_dict(self) -> dict[str, Any]:
-        """A deep copy (optimiser states included), safe to load into another agent."""
-        return copy.deepcopy(self._state_refs())
-
     def _state_refs(self) -> dict[str, Any]:
-        # Everything needed to resume exactly: networks, optimisers, α, generators.
         return {
-            "kind": "sac",
-            "obs_dim": self.obs_dim,
-            "act_dim": self.act_dim,
-            "action_low": self.scaler.low.tolist(),
-            "action_high": self.scaler.high.tolist(),
-            "config": self.config.to_dict(),
-            "actor": self.actor.state_dict(),
-            "q": self.q.state_dict(),
-            "q_targ": self.q_targ.state_dict(),
+            **super()._state_refs(),
             "log_alpha": self.log_alpha.clone(),
-            "pi_opt": self.pi_opt.state_dict(),
-            "q_opt": self.q_opt.state_dict(),
             "alpha_adam": dict(self.alpha_adam),
-            "update_gen": self.update_gen.get_state(),
-            "act_gen": self.act_gen.get_state(),
-            "n_updates": self.n_updates,
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -244,26 +203,6 @@ class SAC:
             self.act_dim,
         ):
             raise ValueError("state dict is not from a SAC agent of the same shape")
-        self.actor.load_state_dict(d["actor"])
-        self.q.load_state_dict(d["q"])
-        self.q_targ.load_state_dict(d["q_targ"])
+        super().load_state_dict(d)
         self.log_alpha.copy_(d["log_alpha"])
-        self.pi_opt.load_state_dict(d["pi_opt"])
-        self.q_opt.load_state_dict(d["q_opt"])
         self.alpha_adam = dict(d["alpha_adam"])
-        self.update_gen.set_state(d["update_gen"])
-        self.act_gen.set_state(d["act_gen"])
-        self.n_updates = int(d["n_updates"])
-
-    @classmethod
-    def from_state_dict(cls, d: dict[str, Any]) -> SAC:
-        """Rebuild an agent (same shape and config) from :meth:`state_dict`."""
-        agent = cls(
-            d["obs_dim"],
-            d["act_dim"],
-            d["action_low"],
-            d["action_high"],
-            SACConfig(**{**d["config"], "hidden": tuple(d["config"]["hidden"])}),
-        )
-        agent.load_state_dict(d)
-        return agent

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from privrl.rl.agent import BoxAgent, obs_batch
 from privrl.rl.mlp import ActionScaler, DeterministicActor, VectorizedQ, init_linear_, polyak_update
 
 __all__ = ["TD3", "DeterministicPolicy", "TD3Config"]
@@ -72,10 +73,7 @@ class DeterministicPolicy:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        o = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
-        single = o.ndim == 1
-        if single:
-            o = o.unsqueeze(0)
+        o, single = obs_batch(obs)
         a = self.actor(o).numpy().astype(np.float64)
         if self.noise > 0.0:
             if rng is None:
@@ -85,25 +83,16 @@ class DeterministicPolicy:
         return out[0] if single else out
 
 
-class TD3:
+class TD3(BoxAgent):
     """TD3 / DDPG agent with the same ``act`` / ``update`` / ``state_dict`` API as SAC."""
 
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        action_low: np.ndarray | Sequence[float],
-        action_high: np.ndarray | Sequence[float],
-        config: TD3Config | None = None,
-        seed: int = 0,
-    ) -> None:
-        self.config = config = config if config is not None else TD3Config()
-        self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)
-        self.scaler = ActionScaler(
-            np.broadcast_to(np.asarray(action_low, dtype=np.float64), (self.act_dim,)),
-            np.broadcast_to(np.asarray(action_high, dtype=np.float64), (self.act_dim,)),
-        )
-        init_gen = torch.Generator().manual_seed(int(seed))
+    kind = "td3"
+    config_class = TD3Config
+    config: TD3Config
+    _parts = ("actor", "actor_targ", "q", "q_targ", "pi_opt", "q_opt")
+
+    def _build(self, init_gen: torch.Generator) -> None:
+        config = self.config
         self.actor = init_linear_(
             DeterministicActor(self.obs_dim, self.act_dim, config.hidden), init_gen
         )
@@ -113,30 +102,20 @@ class TD3:
         self.q_targ = copy.deepcopy(self.q).requires_grad_(False)
         self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr, fused=True)
         self.q_opt = torch.optim.Adam(self.q.parameters(), lr=config.critic_lr, fused=True)
-        self.update_gen = torch.Generator().manual_seed(int(seed) + 1)
-        self.act_gen = torch.Generator().manual_seed(int(seed) + 2)
         self._src = list(self.q.parameters()) + list(self.actor.parameters())
         self._targ = list(self.q_targ.parameters()) + list(self.actor_targ.parameters())
-        self.n_updates = 0
         self._last_loss_pi = float("nan")
 
     @property
     def algorithm(self) -> str:
         return self.config.algorithm
 
-    @torch.no_grad()
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        """Environment-scale actions ``[n, |A|]``; exploratory unless ``deterministic``."""
-        o = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
-        single = o.ndim == 1
-        if single:
-            o = o.unsqueeze(0)
+    def _act_unit(self, o: torch.Tensor, deterministic: bool) -> torch.Tensor:
         a = self.actor(o)
         if not deterministic and self.config.expl_noise > 0:
             noise = torch.randn(a.shape, generator=self.act_gen) * self.config.expl_noise
             a = (a + noise).clamp(-1.0, 1.0)
-        out = self.scaler.to_env_np(a.numpy().astype(np.float64))
-        return out[0] if single else out
+        return a
 
     def policy(self, deterministic: bool = True, noise: float = 0.0) -> DeterministicPolicy:
         """A frozen snapshot of the actor (``noise`` > 0 adds Gaussian action noise)."""
@@ -176,29 +155,8 @@ class TD3:
         loss_q_f, q_mean = torch.stack([loss_q.detach(), q.detach().mean()]).tolist()
         return {"loss_q": loss_q_f, "loss_pi": self._last_loss_pi, "q_mean": q_mean}
 
-    def state_dict(self) -> dict[str, Any]:
-        """A deep copy (optimiser states included), safe to load into another agent."""
-        return copy.deepcopy(self._state_refs())
-
     def _state_refs(self) -> dict[str, Any]:
-        return {
-            "kind": "td3",
-            "obs_dim": self.obs_dim,
-            "act_dim": self.act_dim,
-            "action_low": self.scaler.low.tolist(),
-            "action_high": self.scaler.high.tolist(),
-            "config": self.config.to_dict(),
-            "actor": self.actor.state_dict(),
-            "actor_targ": self.actor_targ.state_dict(),
-            "q": self.q.state_dict(),
-            "q_targ": self.q_targ.state_dict(),
-            "pi_opt": self.pi_opt.state_dict(),
-            "q_opt": self.q_opt.state_dict(),
-            "update_gen": self.update_gen.get_state(),
-            "act_gen": self.act_gen.get_state(),
-            "n_updates": self.n_updates,
-            "last_loss_pi": self._last_loss_pi,
-        }
+        return {**super()._state_refs(), "last_loss_pi": self._last_loss_pi}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         shape = (d.get("obs_dim"), d.get("act_dim"), d.get("config", {}).get("twin"))
@@ -206,25 +164,5 @@ class TD3:
             raise ValueError(
                 "state dict is not from a TD3/DDPG agent of the same shape (dims, twin critics)"
             )
-        self.actor.load_state_dict(d["actor"])
-        self.actor_targ.load_state_dict(d["actor_targ"])
-        self.q.load_state_dict(d["q"])
-        self.q_targ.load_state_dict(d["q_targ"])
-        self.pi_opt.load_state_dict(d["pi_opt"])
-        self.q_opt.load_state_dict(d["q_opt"])
-        self.update_gen.set_state(d["update_gen"])
-        self.act_gen.set_state(d["act_gen"])
-        self.n_updates = int(d["n_updates"])
+        super().load_state_dict(d)
         self._last_loss_pi = float(d["last_loss_pi"])
-
-    @classmethod
-    def from_state_dict(cls, d: dict[str, Any]) -> TD3:
-        agent = cls(
-            d["obs_dim"],
-            d["act_dim"],
-            d["action_low"],
-            d["action_high"],
-            TD3Config(**{**d["config"], "hidden": tuple(d["config"]["hidden"])}),
-        )
-        agent.load_state_dict(d)
-        return agent

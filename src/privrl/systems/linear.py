@@ -37,7 +37,6 @@ privacy.json, plots/values.png) and ``policy.npz`` (reload with
 from __future__ import annotations
 
 import importlib
-import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -47,7 +46,7 @@ import numpy as np
 
 from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
-from privrl.systems.tabular import check_budget, seed_streams
+from privrl.systems.tabular import check_budget, check_nonnegative, seed_streams
 
 ENV_NAMES = ("linear-mdp",)
 # Largest array a run builds (the [K, H] episode arrays, Q̂ [H, S, A], Λ̃ [H, d, d]).
@@ -95,11 +94,7 @@ class LinearConfig(RunConfig):
     )
 
     def validate(self) -> None:
-        check(
-            math.isfinite(self.bonus_scale) and self.bonus_scale >= 0,
-            "bonus_scale",
-            f"must be finite and >= 0, got {self.bonus_scale}",
-        )
+        check_nonnegative(self, "bonus_scale")
         lo, hi = LAMBDA_RANGE
         check(
             lo <= self.lam <= hi,
@@ -128,11 +123,7 @@ class VapviConfig(LinearConfig):
     split: bool = option(False, "--split", help="Split the data into halves (D', D).")
 
     def validate(self) -> None:
-        check(
-            math.isfinite(self.additive_bonus) and self.additive_bonus >= 0,
-            "additive_bonus",
-            f"must be finite and >= 0, got {self.additive_bonus}",
-        )
+        check_nonnegative(self, "additive_bonus")
         super().validate()
 
 

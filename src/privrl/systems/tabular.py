@@ -72,6 +72,13 @@ def check_budget(value: float, key: str, twin: str) -> None:
         )
 
 
+def check_nonnegative(config: RunConfig, *keys: str) -> None:
+    """Each of `keys` is finite and >= 0."""
+    for key in keys:
+        value = getattr(config, key)
+        check(math.isfinite(value) and value >= 0, key, f"must be finite and >= 0, got {value}")
+
+
 def check_positive(config: RunConfig, *keys: str) -> None:
     """Each of `keys` is unset or >= 1."""
     for key in keys:
@@ -143,11 +150,7 @@ class ApviConfig(RunConfig):
     )
 
     def validate(self) -> None:
-        check(
-            math.isfinite(self.bonus_scale) and self.bonus_scale >= 0,
-            "bonus_scale",
-            f"must be finite and >= 0, got {self.bonus_scale}",
-        )
+        check_nonnegative(self, "bonus_scale")
         check(
             self.delta is None or 0 < self.delta < 1,
             "delta",
