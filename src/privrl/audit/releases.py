@@ -297,13 +297,15 @@ def audit_sdp_pe(
     rng: np.random.Generator,
     progress: Progress = None,
     batch: int | None = None,
+    episode: Any = None,
 ) -> AuditTrials:
     """Score `trials` releases of one SDP-PE batch of `users` users on D or D' (ε None: the
-    non-private counts of PE)."""
+    non-private counts of PE). `episode` (a `privrl.audit.canary.TabularCanary`, with
+    ``canary="file"``) is the canary user x₁, replacing a random user x₀."""
     from privrl.online import privatizers
     from privrl.online.privatizers import IdentityPrivatizer, ShufflePrivatizer
 
-    trials = _check_trials(trials, canary)
+    trials = _check_trials(trials, canary, file=episode is not None)
     H, S, A, n = int(H), int(S), int(A), int(users)
     if H < 1 or S < 2 or A < 1 or n < 1:
         raise ValueError(f"need H >= 1, S >= 2, A >= 1, users >= 1 (H={H}, S={S}, A={A})")
@@ -314,6 +316,10 @@ def audit_sdp_pe(
         s0, a0 = np.zeros(H + 1, np.int64), np.zeros(H, np.int64)
         s1, a1 = np.ones(H + 1, np.int64), np.full(H, min(1, A - 1), np.int64)
         r0 = r1 = np.ones(H)
+    elif canary == "file":
+        s0, a0 = rng.integers(0, S, size=H + 1), rng.integers(0, A, size=H)
+        r0 = rng.integers(0, 2, size=H).astype(np.float64)
+        s1, a1, r1 = episode.states, episode.actions, episode.rewards
     else:
         s0, s1 = rng.integers(0, S, size=(2, H + 1))
         a0, a1 = rng.integers(0, A, size=(2, H))

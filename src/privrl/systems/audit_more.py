@@ -25,6 +25,7 @@ from privrl.systems.audit import (
     AuditConfig,
     AuditSystem,
     _canary,
+    _canary_episode,
     _confidence,
     _positive,
     _trials,
@@ -233,6 +234,7 @@ class AuditSdpPeConfig(AuditConfig):
     """Audit of SDP-PE's shuffle-model counters (one batch of users)."""
 
     system: ClassVar[str] = "audit-sdp-pe"
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = _epsilon()
     non_private: bool = _non_private("PE: the raw counts")
     delta: float = _delta()
@@ -297,7 +299,10 @@ class AuditSdpPe(AuditSystem):
             report = sdp_pe_claimed(priv, Counts.zeros(H, S, A), config.users)
         report = report.with_public_parameters(params)
         report.notes.append(SYNTHETIC_NOTE)
-        return Plan(report=report, public={"command": "audit sdp-pe"})
+        episode = _canary_episode(
+            config, config.horizon, config.states, config.actions, binary=True
+        )
+        return Plan(report=report, public={"command": "audit sdp-pe"}, facts={"episode": episode})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.releases import audit_sdp_pe
@@ -311,7 +316,8 @@ class AuditSdpPe(AuditSystem):
             users=config.users,
             calibration=config.calibration,
             trials=config.trials,
-            canary=config.canary,
+            canary="file" if plan.facts["episode"] is not None else config.canary,
+            episode=plan.facts["episode"],
             rng=rng,
             progress=self.progress(ctx),
         )
