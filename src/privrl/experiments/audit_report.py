@@ -238,7 +238,10 @@ def write_report(
     run_dir.write_config({"reproduction": "audit", **dataclasses.asdict(scale)})
     run_dir.write_metrics({"rows": [_jsonable(s) for s in summary]})
     path = out / "report.md"
-    path.write_text(_markdown(summary, found, scale, wall=wall), encoding="utf-8")
+    cell_seconds = sum(_float(r.get("seconds")) for r in rows if r.get("status") == "ok")
+    path.write_text(
+        _markdown(summary, found, scale, wall=wall, cell_seconds=cell_seconds), encoding="utf-8"
+    )
     return path
 
 
@@ -286,7 +289,12 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 
 
 def _markdown(
-    summary: Sequence[Mapping[str, Any]], found: Sequence[Claim], scale: Scale, *, wall: float
+    summary: Sequence[Mapping[str, Any]],
+    found: Sequence[Claim],
+    scale: Scale,
+    *,
+    wall: float,
+    cell_seconds: float = math.nan,
 ) -> str:
     lines = [
         "# privrl audit: empirical ε lower bounds of every private system",
@@ -295,7 +303,8 @@ def _markdown(
         f"(seed {scale.seed}), each attacking the system's own release under its worst-case "
         f"canary; {scale.tight:,} trials for the closed-form worst cases (DP-APVI, GPOPE, "
         f"DP-SGD), {scale.trials:,} for the others, {TWIN_TRIALS:,} for the non-private "
-        f"twins. This invocation took {wall / 60:.1f} min (finished cells are skipped). "
+        f"twins. The cells ran for {cell_seconds / 60:.1f} min in all (one thread each); this "
+        f"invocation took {wall / 60:.1f} min (finished cells are skipped). "
         "Method and settings: [docs/audit.md](../../audit.md).",
         "",
     ]
