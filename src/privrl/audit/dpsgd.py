@@ -48,21 +48,29 @@ Progress = Callable[[int, int], None] | None
 
 
 def dp_sgd_claimed(
-    *, noise_multiplier: float | None, rate: float, steps: int, delta: float, params: int
+    *,
+    noise_multiplier: float | None,
+    rate: float,
+    steps: int,
+    delta: float,
+    params: int,
+    units: int = 1,
+    clip: float = 1.0,
 ) -> PrivacyReport:
-    """DP-SGD's report (`dpsgd.dp_sgd_release` through PLD, add/remove one unit); non-private
-    when the noise multiplier is None."""
+    """DP-SGD's report (`dpsgd.dp_sgd_release` through PLD, add/remove one unit) for `units`
+    units of which each step samples rate·units on average; non-private when the noise
+    multiplier is None."""
     from privrl.expert.dpsgd import BACKEND, RELATION, UNIT, dp_sgd_release
 
     if noise_multiplier is None:
         return PrivacyReport.non_private(UNIT, RELATION, system="sgd")
     release = dp_sgd_release(
         noise_multiplier=noise_multiplier,
-        clip_norm=1.0,
+        clip_norm=clip,
         sampling_probability=rate,
         steps=steps,
-        batch_size=1,
-        n_units=1,
+        batch_size=max(round(rate * units), 1),
+        n_units=units,
         n_params=params,
     )
     return PrivacyReport.build(UNIT, RELATION, [release], delta, backend=BACKEND, system="dp-sgd")
@@ -133,7 +141,7 @@ def _displacements(
             name="DP-SGD steps (audit)",
         )
         sums = noisy.numpy()  # type: ignore[union-attr]
-    b = max(rate * n, 1.0)  # expected batch size (Algorithm 4, line 8)
+    b = max(round(rate * n), 1)  # expected batch size (Algorithm 4, line 8)
     return -(lr / b) * sums.sum(axis=1)
 
 
@@ -204,6 +212,8 @@ def audit_dp_sgd(
         steps=steps,
         delta=delta,
         params=units.shape[1],
+        units=units.shape[0],
+        clip=clip,
     )
     return AuditTrials(
         system="dp-sgd" if noise_multiplier is not None else "sgd",
@@ -330,6 +340,8 @@ def audit_dp_sgd_one_run(
         steps=steps,
         delta=delta,
         params=units.shape[1],
+        units=units.shape[0],
+        clip=clip,
     )
     return OneRunAudit(
         scores=scores,

@@ -417,9 +417,15 @@ class AuditDpSgd(AuditSystem):
             )
         elif z is not None:
             params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
-        dim = 2 + (config.canaries if config.mode == "one-run" else 1)
+        canaries = config.canaries if config.mode == "one-run" else 1
         report = dp_sgd_claimed(
-            noise_multiplier=z, rate=config.rate, steps=config.steps, delta=config.delta, params=dim
+            noise_multiplier=z,
+            rate=config.rate,
+            steps=config.steps,
+            delta=config.delta,
+            params=2 + canaries,  # the canaries' directions and the background's 2
+            units=config.background + canaries,
+            clip=config.clip,
         ).with_public_parameters(params)
         report.notes.append(SYNTHETIC_NOTE)
         public = {"command": "audit dp-sgd", "audit": {"noise_multiplier": z, "mode": config.mode}}
