@@ -130,6 +130,7 @@ def test_one_run_mode_reports_the_one_run_bound(
     assert metrics["mode"] == "one-run" and metrics["canaries"] == 1000
     assert metrics["guesses"] == 100 and 50 <= metrics["correct"] <= 100
     assert 0 < metrics["epsilon_lower_bound"] <= metrics["epsilon_claimed"]
+    assert 0.5 < metrics["auc"] < 1.0 and (out / "plots" / "roc.png").stat().st_size > 1000
     assert "one-run lower bound" in capsys.readouterr().out
 
 

@@ -258,8 +258,23 @@ class OneRunAudit:
     report: PrivacyReport
     params: dict[str, Any]
 
+    def as_trials(self) -> AuditTrials:
+        """The canaries as scored trials (score, inclusion bit), for the ROC plot."""
+        return AuditTrials(
+            system=self.params["system"],
+            scores=self.scores,
+            labels=self.included.astype(np.int64),
+            epsilon_claimed=self.epsilon_claimed,
+            delta=self.delta,
+            report=self.report,
+            params=self.params,
+        )
+
     def metrics(self) -> dict[str, Any]:
+        from privrl.audit.bounds import auc
+
         claimed = self.epsilon_claimed
+        both = 0 < int(self.included.sum()) < self.included.size
         return {
             "system": self.params["system"],
             "mode": "one-run",
@@ -276,6 +291,8 @@ class OneRunAudit:
             "canaries_included": int(self.included.sum()),
             "guesses": self.guesses,
             "correct": self.correct,
+            # the canaries' scores against their inclusion bits (all m, not only the guesses)
+            "auc": auc(self.scores, self.included.astype(int)) if both else None,
             "trials": 1,
             "violated": bool(self.epsilon_lower_bound > claimed),
             "tightness": (self.epsilon_lower_bound / claimed)

@@ -451,6 +451,7 @@ class AuditDpSgd(AuditSystem):
         if config.mode == "two-run":
             return super().run(config, data, rng, ctx)
         from privrl.audit.dpsgd import audit_dp_sgd_one_run
+        from privrl.audit.run import roc_plot
 
         assert ctx.plan is not None
         audit = audit_dp_sgd_one_run(
@@ -473,4 +474,6 @@ class AuditDpSgd(AuditSystem):
             f"{metrics['guesses']} guesses correct; one-run lower bound ε ≥ "
             f"{metrics['epsilon_lower_bound']:.4g} ({config.confidence:.0%})"
         )
-        return Result(metrics=metrics, privacy=ctx.plan.report, summary=[line])
+        trials = audit.as_trials()
+        plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}
+        return Result(metrics=metrics, privacy=ctx.plan.report, plots=plots, summary=[line])
