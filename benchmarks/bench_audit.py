@@ -1,8 +1,9 @@
 """Audit trial throughput: vectorised trials vs a per-trial loop, side by side (issue 17).
 
-New: `privrl.audit.attacks.audit_dp_apvi` / `audit_gpope` with their default batching — one
-call of the system's own mechanism (`apvi.private_counts`, `gpope.gpope_replicas`) for a
-whole batch of trials, noise drawn for all of them at once.
+New: the audits (`privrl.audit.attacks.audit_dp_apvi` / `audit_gpope`,
+`privrl.audit.releases.audit_dp_vapvi` / `audit_dp_lsw` / `audit_sdp_pe`,
+`privrl.audit.dpsgd.audit_dp_sgd`) with their default batching — one call of the system's own
+release code for a whole batch of trials, noise drawn for all of them at once.
 Baseline: the same functions with ``batch=1`` — one mechanism call per trial, i.e. what
 running the release once per trial costs (same code path, same scores).
 
@@ -24,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from privrl.audit.attacks import audit_dp_apvi, audit_gpope, calibrate_apvi_rho
+from privrl.audit.dpsgd import audit_dp_sgd
+from privrl.audit.releases import audit_dp_lsw, audit_dp_vapvi, audit_sdp_pe
 from privrl.offline.apvi import PrivacyConfig
 
 
@@ -51,8 +54,27 @@ def main() -> None:
     def gpope(trials: int, batch: int | None) -> None:
         audit_gpope(sigma=3.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
 
+    def vapvi(trials: int, batch: int | None) -> None:
+        audit_dp_vapvi(rho=1.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
+
+    def lsw(trials: int, batch: int | None) -> None:
+        audit_dp_lsw(epsilon=2.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
+
+    def sdp_pe(trials: int, batch: int | None) -> None:
+        audit_sdp_pe(epsilon=2.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
+
+    def dp_sgd(trials: int, batch: int | None) -> None:
+        audit_dp_sgd(noise_multiplier=2.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
+
     results = {}
-    for name, fn in (("dp-apvi counts (H=3, S=3, A=2)", apvi), ("gpope (m=1, N=1, n=2)", gpope)):
+    for name, fn in (
+        ("dp-apvi counts (H=3, S=3, A=2)", apvi),
+        ("gpope (m=1, N=1, n=2)", gpope),
+        ("dp-vapvi vectors (H=3, d=3)", vapvi),
+        ("dp-lsw θ (S=1, m=1)", lsw),
+        ("sdp-pe counters (H=1, S=2, A=2, 100 users)", sdp_pe),
+        ("dp-sgd (q=1, N=1, 10 background units)", dp_sgd),
+    ):
         fn(100, None)  # warm-up (imports, caches)
         vec = _rate(fn, vec_trials, None)
         loop = _rate(fn, loop_trials, 1)

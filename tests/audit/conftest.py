@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 import privrl.offline.apvi as apvi_module
+import privrl.offline.vapvi as vapvi_module
+import privrl.online.privatizers as privatizers_module
+import privrl.ope.baselines as baselines_module
 import privrl.ope.gpope as gpope_module
 from privrl.privacy import mechanisms
 
@@ -12,7 +18,8 @@ from privrl.privacy import mechanisms
 @pytest.fixture
 def broken_gaussian(monkeypatch: pytest.MonkeyPatch):
     """A test-only fault: the Gaussian mechanism draws noise 10× smaller than its record (and
-    the system's report) says. Patched where the systems look it up."""
+    the system's report) says. Patched where the systems look it up (DP-APVI, GPOPE, DP-VAPVI,
+    DP-LSW; `gaussian_noise_like`, the draw of DP-SGD's `privatize_sum_torch`)."""
 
     def weak(value, *, sensitivity, sigma=None, noise_multiplier=None, rng, name):
         if sigma is None:
@@ -22,5 +29,26 @@ def broken_gaussian(monkeypatch: pytest.MonkeyPatch):
         )
         return noisy, release
 
-    monkeypatch.setattr(apvi_module, "gaussian_mechanism", weak)
-    monkeypatch.setattr(gpope_module, "gaussian_mechanism", weak)
+    real_like = mechanisms.gaussian_noise_like
+
+    def weak_like(tensor, *, sigma, generator):
+        return real_like(tensor, sigma=sigma / 10.0, generator=generator)
+
+    for module in (apvi_module, gpope_module, vapvi_module, baselines_module):
+        monkeypatch.setattr(module, "gaussian_mechanism", weak)
+    monkeypatch.setattr(mechanisms, "gaussian_noise_like", weak_like)
+
+
+@pytest.fixture
+def broken_shuffle(monkeypatch: pytest.MonkeyPatch):
+    """A test-only fault: SDP-PE's shuffle binary sums draw their noise bits with a p whose
+    binomial variance is 100× smaller than the calibration's (and the report's): noise with a
+    10× smaller standard deviation."""
+    real = privatizers_module.aggregate_binary_sum
+
+    def weak(sums, calibration, rng, *, name, coordinates_changed):
+        v = calibration.p * (1.0 - calibration.p) / 100.0
+        fewer = dataclasses.replace(calibration, p=(1.0 - math.sqrt(1.0 - 4.0 * v)) / 2.0)
+        return real(sums, fewer, rng, name=name, coordinates_changed=coordinates_changed)
+
+    monkeypatch.setattr(privatizers_module, "aggregate_binary_sum", weak)

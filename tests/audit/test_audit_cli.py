@@ -90,3 +90,27 @@ def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
     f.write_text("x")
     code, _, err = _run(["audit", "gpope", "--epsilon", "1", "--out", str(f)], capsys)
     assert code == 2 and err.startswith("error: --out") and "existing file" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["audit", "dp-sgd", "--noise-multiplier", "3.73", "--trials", "20000"],
+        ["audit", "dp-sgd", "--noise-multiplier", "3.73", "--mode", "one-run"],
+        ["audit", "dp-vapvi", "--epsilon", "1", "--trials", "20000"],
+    ],
+)
+def test_a_broken_mechanism_fails_the_new_audits(
+    argv: list[str],
+    broken_gaussian: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """10× less noise than the report states: exit 1 and one `error: audit failed` line, from
+    DP-SGD's many-run and one-run audits and DP-VAPVI's."""
+    out = tmp_path / "run"
+    code, _, err = _run([*argv, "--out", str(out)], capsys)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: audit failed")
+    assert json.loads((out / "metrics.json").read_text())["violated"] is True

@@ -47,7 +47,7 @@ __all__ = [
     "gpope_report",
 ]
 
-Canary = Literal["worst", "random"]
+Canary = Literal["worst", "random", "file"]
 _BATCH_FLOATS = 2_000_000  # noise drawn per mechanism call (memory bound of one batch)
 
 
@@ -72,10 +72,10 @@ class AuditTrials:
         return int(self.labels.size)
 
 
-def _check_trials(trials: int, canary: str) -> int:
+def _check_trials(trials: int, canary: str, *, file: bool = False) -> int:
     if int(trials) < 2:
         raise ValueError(f"--trials must be >= 2, got {trials}")
-    if canary not in ("worst", "random"):
+    if canary not in ("worst", "random") and not (file and canary == "file"):
         raise ValueError(f"--canary must be 'worst' or 'random', got {canary!r}")
     return int(trials)
 
@@ -136,11 +136,19 @@ def _apvi_trajectories(
     canary: Canary,
     copies: int,
     rng: np.random.Generator,
+    episode: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """States [n, H+1] and actions [n, H] of D = D₀ ∪ {x₀} and D' = D₀ ∪ {x₁}."""
     bg_s = rng.integers(0, S, size=(n_background, H + 1))
     bg_a = rng.integers(0, A, size=(n_background, H))
-    if canary == "worst":
+    if canary == "file":
+        # x₁ is the given canary; x₀ a random trajectory it replaces. Copies of both in D₀
+        # keep their cells away from eq. (2)'s {·}⁺, as for ``worst``.
+        x0_s, x0_a = rng.integers(0, S, size=H + 1), rng.integers(0, A, size=H)
+        x1_s, x1_a = episode.states, episode.actions
+        bg_s = np.concatenate([bg_s, np.tile(x0_s, (copies, 1)), np.tile(x1_s, (copies, 1))])
+        bg_a = np.concatenate([bg_a, np.tile(x0_a, (copies, 1)), np.tile(x1_a, (copies, 1))])
+    elif canary == "worst":
         # x₀ stays in state 0 taking action 0, x₁ in state 1 taking action min(1, A−1): no
         # (h, s, a) or (h, s, a, s') cell is shared, so each family changes in 2H cells by 1.
         x0_s, x0_a = np.zeros(H + 1, np.int64), np.zeros(H, np.int64)
@@ -171,16 +179,18 @@ def audit_dp_apvi(
     rng: np.random.Generator,
     progress: Callable[[int, int], None] | None = None,
     batch: int | None = None,
+    episode: Any = None,
 ) -> AuditTrials:
     """Score `trials` releases of DP-APVI's noisy counts on D or D' (b ~ Ber(½) each).
 
     `privacy` is an `apvi.PrivacyConfig` (None, or ρ = ∞, for non-private APVI: its counts are
     released as they are). Every noise draw is `apvi.private_counts` on the stacked counts.
+    `episode` (a `privrl.audit.canary.TabularCanary`, with ``canary="file"``) is the canary x₁.
     """
     from privrl.envs.tabular import Episodes
     from privrl.offline.apvi import Counts, empirical_counts, noise_plan, private_counts
 
-    trials = _check_trials(trials, canary)
+    trials = _check_trials(trials, canary, file=episode is not None)
     H, S, A = int(H), int(S), int(A)
     if min(H, S, A) < 1 or S < 2:
         raise ValueError(f"need H >= 1, S >= 2, A >= 1, got H={H}, S={S}, A={A}")
@@ -190,9 +200,9 @@ def audit_dp_apvi(
     plan = noise_plan(H, S, A, privacy, 0.1)
     if plan.families != ("n_sa", "n_sas"):
         raise ValueError("the audit covers the count families only (no --privatize-rewards)")
-    copies = math.ceil(6.0 * plan.scale) + 1 if canary == "worst" else 0
+    copies = math.ceil(6.0 * plan.scale) + 1 if canary in ("worst", "file") else 0
     d_s, d_a, d1_s, d1_a = _apvi_trajectories(
-        H, S, A, n_background=n_background, canary=canary, copies=copies, rng=rng
+        H, S, A, n_background=n_background, canary=canary, copies=copies, rng=rng, episode=episode
     )
 
     def counts(st: np.ndarray, ac: np.ndarray) -> np.ndarray:

@@ -128,6 +128,13 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Figure 4: Acrobot ε = 10 CQL, ours vs DP-SGD as the number of experts m grows",
             "privrl.experiments.expert:fig4",
         ),
+        Reproduction(
+            "audit",
+            "privrl audit (Jagielski et al. 2020; Nasr et al. 2021; Steinke et al. 2023)",
+            "empirical ε lower bounds of every private system at two budgets, and their twins",
+            "privrl.experiments.audit_report:run",
+            sweep=True,
+        ),
     )
 }
 

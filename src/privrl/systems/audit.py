@@ -47,7 +47,10 @@ def _trials() -> Any:
 
 def _canary() -> Any:
     return option(
-        "worst", "--canary", help="worst (the sensitivity-maximising pair) | random (typical)."
+        "worst",
+        "--canary",
+        help="worst (the sensitivity-maximising pair) | random (typical) | FILE.h5 (dp-apvi, "
+        "sdp-pe: one episode in privrl's format, the canary unit).",
     )
 
 
@@ -58,7 +61,10 @@ def _confidence() -> Any:
 @dataclass(frozen=True)
 class AuditConfig(RunConfig):
     """The checks every audit shares: trials, canary, confidence (each config declares them
-    after its own settings, the order of the command's help)."""
+    after its own settings, the order of the command's help). `file_canary`: the audit takes
+    ``--canary FILE.h5`` (a tabular canary episode)."""
+
+    file_canary: ClassVar[bool] = False
 
     def check_common(self: Any) -> None:
         check(
@@ -72,10 +78,14 @@ class AuditConfig(RunConfig):
             f"{self.trials} is more than one audit holds in memory (at most {MAX_TRIALS}); "
             "run several audits with different --seed instead",
         )
+        from privrl.audit.canary import is_canary_file
+
+        file_ok = self.file_canary and is_canary_file(self.canary)
         check(
-            self.canary in ("worst", "random"),
+            self.canary in ("worst", "random") or file_ok,
             "canary",
-            f"must be 'worst' or 'random', got {self.canary!r}",
+            f"must be 'worst' or 'random'{' or a canary FILE.h5' if self.file_canary else ''}, "
+            f"got {self.canary!r}",
         )
         check(
             0.0 < self.confidence < 1.0,
@@ -85,6 +95,16 @@ class AuditConfig(RunConfig):
 
     def check_delta(self, delta: float) -> None:
         check(0.0 < delta < 1.0, "delta", f"must be in (0, 1), got {delta}")
+
+
+def _canary_episode(config: Any, H: int, S: int, A: int, *, binary: bool = False) -> Any:
+    """The `--canary FILE` episode (public: the auditor's own input), checked against H, S, A;
+    None for 'worst' / 'random'."""
+    from privrl.audit.canary import is_canary_file, load_tabular_canary
+
+    if not is_canary_file(config.canary):
+        return None
+    return load_tabular_canary(config.canary, H=H, S=S, A=A, binary_rewards=binary)
 
 
 def _positive(value: float | None, key: str) -> None:
@@ -97,6 +117,7 @@ class AuditDpApviConfig(AuditConfig):
     """Audit of DP-APVI's noisy counts (eq. 2) on a random tabular MDP of H, S, A."""
 
     system: ClassVar[str] = "audit-dp-apvi"
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = option(
         None,
         "--epsilon",
@@ -282,6 +303,7 @@ class AuditDpApvi(AuditSystem):
             )
         report = apvi_claimed(H, S, A, privacy).with_public_parameters(params)
         report.notes.append(SYNTHETIC_NOTE)
+        episode = _canary_episode(config, H, S, A)
         noise = noise_plan(H, S, A, privacy, 0.1)
         public = {
             "command": "audit dp-apvi",
@@ -295,7 +317,7 @@ class AuditDpApvi(AuditSystem):
                 "audited_release": "the noisy counts n_h(s,a), n_h(s,a,s') of eq. (2)",
             },
         }
-        return Plan(report=report, public=public, facts={"privacy": privacy})
+        return Plan(report=report, public=public, facts={"privacy": privacy, "episode": episode})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.attacks import audit_dp_apvi
@@ -306,7 +328,8 @@ class AuditDpApvi(AuditSystem):
             A=config.actions,
             privacy=plan.facts["privacy"],
             trials=config.trials,
-            canary=config.canary,
+            canary="file" if plan.facts["episode"] is not None else config.canary,
+            episode=plan.facts["episode"],
             n_background=config.background,
             rng=rng,
             progress=self.progress(ctx),

@@ -1,0 +1,386 @@
+"""Membership attacks on DP-VAPVI, DP-LSW and SDP-PE, with vectorised trials (issue 17).
+
+Same game as `privrl.audit.attacks`: replace-one (trajectory for DP-VAPVI and DP-LSW, user for
+SDP-PE), D = D₀ ∪ {x₀} and D' = D₀ ∪ {x₁}, b ~ Ber(½) per trial, one call of the system's own
+release code for a whole batch of trials (the noise is drawn by `privrl.privacy` through the
+system's module, never re-implemented here), a membership score per trial.
+
+* DP-VAPVI (`audit_dp_vapvi`): the 3H released vectors of Algorithm 2 (lines 5, 6, 10) through
+  `vapvi.GaussianReleaser.vector`, on statistics computed by `vapvi.variance_statistics` and
+  `vapvi.weighted_statistics`. Canary ``worst``: x₀ and x₁ have features −e₀ and +e₀, next
+  value H and σ̃² = 1, so every released vector moves by exactly its sensitivity (2H², 2H,
+  2H) along e₀, while the Gram matrices (lines 4, 9) do not move (φφᵀ is the same for ±e₀): the
+  audit can reach the 3H vector releases' share of ρ (3/5 of it), not the whole claim. Score:
+  the Gaussian likelihood ratio Σ_releases (Δ/σ²)·ỹ.
+* DP-LSW (`audit_dp_lsw`): `baselines.dp_lsw` itself (θ_X + N(0, σ_X² I), smooth
+  sensitivity) on first-visit summaries stacked over trials; tabular Φ = I. Canary ``worst``:
+  x₀ and x₁ visit every state, with returns 0 and the declared return range, so F̄ moves by
+  range/m at every state (the derivation's worst case; with S = 1 its Frobenius-norm bound is
+  exact). Score: the projection of the released θ on θ(D') − θ(D), the canary's own statistic.
+* SDP-PE (`audit_sdp_pe`): one batch's private counters, each a shuffle binary sum
+  (`privatizers.aggregate_binary_sum` with the `ShufflePrivatizer`'s own calibration, 2H
+  counters changed per family, exactly as `ShufflePrivatizer.release` calls it; the
+  projection that follows is post-processing). Canary ``worst``: x₀ stays in state 0 with
+  action 0, x₁ in state 1 with action 1, both with reward 1: 2H counters of each family move by
+  1. Score: Σ d·ñ on the changed counters.
+
+``random`` canaries draw x₀, x₁ like D₀ (a typical member: a much weaker attack).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from privrl.audit.attacks import AuditTrials, Canary, _batches, _check_trials
+from privrl.privacy.report import PrivacyReport
+
+__all__ = [
+    "audit_dp_lsw",
+    "audit_dp_vapvi",
+    "audit_sdp_pe",
+    "calibrate",
+    "lsw_claimed",
+    "sdp_pe_claimed",
+    "vapvi_claimed",
+]
+
+Progress = Callable[[int, int], None] | None
+
+
+def calibrate(eps_of: Callable[[float], float], epsilon: float) -> float:
+    """The largest budget b (to 0.1%) with eps_of(b) ≤ `epsilon` (eps_of increasing in b)."""
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"--epsilon must be finite and > 0, got {epsilon}")
+    lo, hi = 1e-8, max(epsilon, 1e-6)
+    while eps_of(hi) <= epsilon:
+        lo, hi = hi, hi * 4.0
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if eps_of(mid) <= epsilon else (lo, mid)
+    return lo
+
+
+def _labels(trials: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.integers(0, 2, size=trials)
+
+
+# ---------------------------------------------------------------------------------------------
+# DP-VAPVI: the Gaussian vector releases of Algorithm 2
+# ---------------------------------------------------------------------------------------------
+
+
+def vapvi_claimed(rho: float | None, delta: float) -> PrivacyReport:
+    """DP-VAPVI's planned report (all 5H releases composed, strict matrix noise); non-private
+    (VAPVI) when ρ is None."""
+    from privrl.offline.vapvi import RELATION, UNIT, dp_vapvi_planned_report
+
+    if rho is None:
+        return PrivacyReport.non_private(UNIT, RELATION, system="vapvi")
+    return dp_vapvi_planned_report(rho, "strict", delta)
+
+
+def audit_dp_vapvi(
+    *,
+    rho: float | None,
+    H: int = 3,
+    d: int = 3,
+    delta: float = 1e-5,
+    background: int = 20,
+    trials: int,
+    canary: Canary = "worst",
+    rng: np.random.Generator,
+    progress: Progress = None,
+    batch: int | None = None,
+) -> AuditTrials:
+    """Score `trials` runs of DP-VAPVI's 3H vector releases on D or D' (ρ None: VAPVI)."""
+    from privrl.offline.vapvi import (
+        GaussianReleaser,
+        NonPrivateReleaser,
+        variance_statistics,
+        weighted_statistics,
+    )
+
+    trials = _check_trials(trials, canary)
+    H, d = int(H), int(d)
+    if H < 1 or d < 1 or background < 0:
+        raise ValueError(f"need H >= 1, d >= 1, background >= 0 (H={H}, d={d})")
+    phi = rng.normal(size=(background, d))
+    phi /= np.maximum(np.linalg.norm(phi, axis=1, keepdims=True), 1.0)  # ‖φ‖ ≤ 1
+    v_next = rng.uniform(0.0, H, size=background)
+    if canary == "worst":
+        e0 = np.zeros(d)
+        e0[0] = 1.0
+        x0, x1, v0, v1 = -e0, e0, float(H), float(H)
+    else:
+        x = rng.normal(size=(2, d))
+        x0, x1 = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1.0)
+        v0, v1 = rng.uniform(0.0, H, size=2)
+
+    def stats(x: np.ndarray, v: float) -> dict[str, np.ndarray]:
+        P = np.vstack([phi, x[None]])
+        V = np.r_[v_next, v]
+        mask = np.ones(P.shape[0], bool)
+        _, v2, v1_ = variance_statistics(P, V, mask)
+        # σ̃² ≥ 1 and r + Ṽ ≤ H: the weights of line 9–10 at their worst (σ̃² = 1, r = 0)
+        _, target = weighted_statistics(P, np.ones(P.shape[0]), np.zeros(P.shape[0]), V, mask)
+        return {"v2": v2, "v1": v1_, "target": target}
+
+    s0, s1 = stats(x0, v0), stats(x1, v1)
+    releaser: Any = (
+        NonPrivateReleaser() if rho is None else GaussianReleaser(rho=rho, H=H, d=d, rng=rng)
+    )
+    labels = _labels(trials, rng)
+    scores = np.zeros(trials)
+    done = 0
+    for size in _batches(trials, 3 * H * d, batch):
+        b = labels[done : done + size, None] == 1
+        for h in range(H):
+            for kind in ("v2", "v1", "target"):
+                diff = s1[kind] - s0[kind]
+                noisy = releaser.vector(np.where(b, s1[kind], s0[kind]), kind=kind, h=h)
+                weight = 1.0 if rho is None else releaser.sigma(kind) ** 2
+                scores[done : done + size] += (noisy - s0[kind]) @ diff / weight
+        done += size
+        if progress is not None:
+            progress(done, trials)
+    report = vapvi_claimed(rho, delta)
+    return AuditTrials(
+        system="dp-vapvi" if rho is not None else "vapvi",
+        scores=scores,
+        labels=labels,
+        epsilon_claimed=float(report.epsilon),
+        delta=float(delta),
+        report=report,
+        params={
+            "H": H,
+            "d": d,
+            "rho": rho,
+            "canary": canary,
+            "background_trajectories": int(background),
+            "audited_release": "the 3H Gaussian vectors of Algorithm 2 (lines 5, 6, 10); the "
+            "2H Gram matrices are released but unchanged by the canary",
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# DP-LSW: output perturbation at a smooth sensitivity
+# ---------------------------------------------------------------------------------------------
+
+
+def lsw_claimed(
+    *, epsilon: float | None, delta: float, states: int, trajectories: int, return_range: float
+) -> PrivacyReport:
+    """DP-LSW's report (ε, δ) from its public plan; non-private (LSW) when ε is None."""
+    from privrl.ope.baselines import RELATION, UNIT, plan_dp_lsw
+
+    if epsilon is None:
+        return PrivacyReport.non_private(UNIT, RELATION, system="lsw")
+    Phi, w = np.eye(states), np.full(states, 1.0 / states)
+    plan = plan_dp_lsw(
+        Phi, w, trajectories, epsilon=epsilon, delta=delta, return_range=return_range
+    )
+    return plan.report()
+
+
+def audit_dp_lsw(
+    *,
+    epsilon: float | None,
+    delta: float = 1e-5,
+    states: int = 1,
+    trajectories: int = 1,
+    return_range: float = 1.0,
+    trials: int,
+    canary: Canary = "worst",
+    rng: np.random.Generator,
+    progress: Progress = None,
+    batch: int | None = None,
+) -> AuditTrials:
+    """Score `trials` releases of DP-LSW (`baselines.dp_lsw`) on D or D' (ε None: LSW, the
+    same estimate without noise). D has `trajectories` = m trajectories, all visiting every
+    state (tabular Φ = I, uniform weights ρ)."""
+    from privrl.ope.baselines import FirstVisit, dp_lsw, lsw_estimate
+
+    trials = _check_trials(trials, canary)
+    S, m, R = int(states), int(trajectories), float(return_range)
+    if S < 1 or m < 1 or not (math.isfinite(R) and R > 0):
+        raise ValueError(f"need states >= 1, trajectories >= 1, return range > 0 (S={S}, m={m})")
+    Phi, w = np.eye(S), np.full(S, 1.0 / S)
+    bg = rng.uniform(0.0, R, size=(m - 1, S))  # first-visit returns of D₀
+    if canary == "worst":
+        f0, f1 = np.zeros(S), np.full(S, R)
+    else:
+        f0, f1 = rng.uniform(0.0, R, size=(2, S))
+    counts = np.full(S, float(m))
+    mean0 = (bg.sum(axis=0) + f0) / m
+    mean1 = (bg.sum(axis=0) + f1) / m
+    theta0 = lsw_estimate(Phi, w, FirstVisit(counts, mean0, m))
+    theta1 = lsw_estimate(Phi, w, FirstVisit(counts, mean1, m))
+    direction = theta1 - theta0
+    labels = _labels(trials, rng)
+    scores = np.empty(trials)
+    done = 0
+    for size in _batches(trials, S, batch):
+        b = labels[done : done + size] == 1
+        stacked = np.where(b[None, :], mean1[:, None], mean0[:, None])  # F̄ [S, trials]
+        fv = FirstVisit(counts, stacked, m)
+        if epsilon is None:
+            theta = lsw_estimate(Phi, w, fv)
+        else:
+            theta = dp_lsw(
+                fv, Phi, w, epsilon=epsilon, delta=delta, return_range=R, rng=rng
+            ).theta  # the system's own release: θ_X + N(0, σ_X² I)
+        scores[done : done + size] = direction @ theta
+        done += size
+        if progress is not None:
+            progress(done, trials)
+    report = lsw_claimed(epsilon=epsilon, delta=delta, states=S, trajectories=m, return_range=R)
+    return AuditTrials(
+        system="dp-lsw" if epsilon is not None else "lsw",
+        scores=scores,
+        labels=labels,
+        epsilon_claimed=float(report.epsilon),
+        delta=float(delta),
+        report=report,
+        params={
+            "states": S,
+            "trajectories": m,
+            "return_range": R,
+            "canary": canary,
+            "audited_release": "DP-LSW's released θ (output perturbation, smooth sensitivity)",
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# SDP-PE: one batch's shuffle binary-sum counters
+# ---------------------------------------------------------------------------------------------
+
+
+def sdp_pe_claimed(privatizer: Any, counts: Any, users: int) -> PrivacyReport:
+    """SDP-PE's report for one batch of `users` users: the privatizer's own report after its
+    own release of `counts` (the report needs the batch's calibration)."""
+    privatizer.release(counts, n_users=users)
+    return privatizer.report(system="sdp-pe")
+
+
+def _user_counts(
+    states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, H: int, S: int, A: int
+) -> Any:
+    """Counts (`online.common.Counts`) of users' episodes: states [n, H+1], actions and
+    rewards [n, H]."""
+    from privrl.online.common import Counts
+
+    c = Counts.zeros(H, S, A)
+    h = np.broadcast_to(np.arange(H), actions.shape)
+    np.add.at(c.n_sa, (h, states[:, :-1], actions), 1.0)
+    np.add.at(c.n_sas, (h, states[:, :-1], actions, states[:, 1:]), 1.0)
+    np.add.at(c.r_sum, (h, states[:, :-1], actions), rewards)
+    return c
+
+
+def audit_sdp_pe(
+    *,
+    epsilon: float | None,
+    delta: float = 1e-5,
+    H: int = 1,
+    S: int = 2,
+    A: int = 2,
+    users: int = 100,
+    calibration: str = "tight",
+    trials: int,
+    canary: Canary = "worst",
+    rng: np.random.Generator,
+    progress: Progress = None,
+    batch: int | None = None,
+    episode: Any = None,
+) -> AuditTrials:
+    """Score `trials` releases of one SDP-PE batch of `users` users on D or D' (ε None: the
+    non-private counts of PE). `episode` (a `privrl.audit.canary.TabularCanary`, with
+    ``canary="file"``) is the canary user x₁, replacing a random user x₀."""
+    from privrl.online import privatizers
+    from privrl.online.privatizers import IdentityPrivatizer, ShufflePrivatizer
+
+    trials = _check_trials(trials, canary, file=episode is not None)
+    H, S, A, n = int(H), int(S), int(A), int(users)
+    if H < 1 or S < 2 or A < 1 or n < 1:
+        raise ValueError(f"need H >= 1, S >= 2, A >= 1, users >= 1 (H={H}, S={S}, A={A})")
+    st = rng.integers(0, S, size=(n - 1, H + 1))
+    ac = rng.integers(0, A, size=(n - 1, H))
+    rw = rng.integers(0, 2, size=(n - 1, H)).astype(np.float64)
+    if canary == "worst":
+        s0, a0 = np.zeros(H + 1, np.int64), np.zeros(H, np.int64)
+        s1, a1 = np.ones(H + 1, np.int64), np.full(H, min(1, A - 1), np.int64)
+        r0 = r1 = np.ones(H)
+    elif canary == "file":
+        s0, a0 = rng.integers(0, S, size=H + 1), rng.integers(0, A, size=H)
+        r0 = rng.integers(0, 2, size=H).astype(np.float64)
+        s1, a1, r1 = episode.states, episode.actions, episode.rewards
+    else:
+        s0, s1 = rng.integers(0, S, size=(2, H + 1))
+        a0, a1 = rng.integers(0, A, size=(2, H))
+        r0, r1 = rng.integers(0, 2, size=(2, H)).astype(np.float64)
+    c0 = _user_counts(np.vstack([st, s0]), np.vstack([ac, a0]), np.vstack([rw, r0]), H, S, A)
+    c1 = _user_counts(np.vstack([st, s1]), np.vstack([ac, a1]), np.vstack([rw, r1]), H, S, A)
+    fams = ("n_sa", "n_sas", "r_sum")
+    if epsilon is None:
+        report = IdentityPrivatizer().report(system="pe")
+        cal = None
+    else:
+        priv = ShufflePrivatizer(
+            H,
+            S,
+            A,
+            epsilon=epsilon,
+            delta=delta,
+            rng=rng,
+            calibration=calibration,  # type: ignore[arg-type]
+        )
+        report = sdp_pe_claimed(priv, c0, n)
+        cal = priv.calibration(n)
+    labels = _labels(trials, rng)
+    scores = np.zeros(trials)
+    done = 0
+    per_trial = sum(getattr(c0, f).size for f in fams)
+    for size in _batches(trials, per_trial, batch):
+        b = labels[done : done + size] == 1
+        for fam in fams:
+            lo, hi = getattr(c0, fam), getattr(c1, fam)
+            diff = (hi - lo).ravel()
+            where = np.flatnonzero(diff)
+            if where.size == 0:
+                continue
+            stacked = np.where(b.reshape(-1, *([1] * lo.ndim)), hi, lo)
+            if cal is None:
+                noisy = stacked
+            else:  # the privatizer's own draw: Σx + Bin(N, p) − Np per counter
+                noisy, _ = privatizers.aggregate_binary_sum(
+                    stacked, cal, rng, name=fam, coordinates_changed=2 * H
+                )
+            y = np.asarray(noisy).reshape(size, -1)[:, where]
+            scores[done : done + size] += (y - lo.ravel()[where]) @ diff[where]
+        done += size
+        if progress is not None:
+            progress(done, trials)
+    return AuditTrials(
+        system="sdp-pe" if epsilon is not None else "pe",
+        scores=scores,
+        labels=labels,
+        epsilon_claimed=float(report.epsilon),
+        delta=float(delta),
+        report=report,
+        params={
+            "H": H,
+            "S": S,
+            "A": A,
+            "users": n,
+            "calibration": calibration,
+            "canary": canary,
+            "audited_release": "one batch's shuffle binary-sum counters n_h(s,a), "
+            "n_h(s,a,s'), r_h(s,a) (before the projection)",
+        },
+    )

@@ -1,0 +1,479 @@
+"""Privacy audits of DP-VAPVI, DP-LSW, SDP-PE and DP-SGD on the run layer (issue 17;
+docs/audit.md). Same shape as `privrl.systems.audit`: `plan` resolves the public parameters
+and states the audited system's claimed report; `run` plays the vectorised trials
+(`privrl.audit.releases`, `privrl.audit.dpsgd`) and returns metrics.json, privacy.json and
+plots/roc.png. `audit-dp-sgd --mode one-run` audits ONE training run with many canaries
+(Steinke, Nasr & Jagielski 2023) instead of many runs.
+
+D₀ and the canaries are synthetic and public (drawn from the run's seed): no dataset, no
+ledger, no budget. Each audit has its non-private twin (`--non-private`), the same release
+code with the noise switched off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from privrl.runs.config import check, option
+from privrl.runs.system import Plan, Result, RunContext
+from privrl.systems.audit import (
+    SYNTHETIC_NOTE,
+    AuditConfig,
+    AuditSystem,
+    _canary,
+    _canary_episode,
+    _confidence,
+    _positive,
+    _trials,
+)
+
+__all__ = [
+    "AuditDpLsw",
+    "AuditDpLswConfig",
+    "AuditDpSgd",
+    "AuditDpSgdConfig",
+    "AuditDpVapvi",
+    "AuditDpVapviConfig",
+    "AuditSdpPe",
+    "AuditSdpPeConfig",
+]
+
+
+def _epsilon(help: str = "Claimed ε (the system's budget at --delta).") -> Any:
+    return option(None, "--epsilon", help=help, allow_nan=True)
+
+
+def _non_private(what: str) -> Any:
+    return option(False, "--non-private/", help=f"Audit the non-private twin ({what}).")
+
+
+def _delta() -> Any:
+    return option(1e-5, "--delta", help="δ at which ε is stated.", allow_nan=True)
+
+
+def _one_of(config: Any, names: tuple[str, ...], flags: str) -> None:
+    given = sum(
+        bool(getattr(config, n)) if n == "non_private" else getattr(config, n) is not None
+        for n in names
+    )
+    if given != 1:
+        raise ValueError(f"give exactly one of {flags}")
+
+
+def _at_least(config: Any, lows: dict[str, int]) -> None:
+    for key, low in lows.items():
+        value = getattr(config, key)
+        check(value >= low, key, f"must be >= {low}, got {value}")
+
+
+# ---------------------------------------------------------------------------------------------
+# DP-VAPVI
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditDpVapviConfig(AuditConfig):
+    """Audit of DP-VAPVI's Gaussian vector releases (Algorithm 2) with d features."""
+
+    system: ClassVar[str] = "audit-dp-vapvi"
+    epsilon: float | None = _epsilon("Target ε: the largest ρ whose report states ε ≤ this.")
+    rho: float | None = option(None, "--rho", help="zCDP budget ρ.", allow_nan=True)
+    non_private: bool = _non_private("VAPVI: the same statistics, no noise")
+    delta: float = _delta()
+    horizon: int = option(3, "--horizon", help="H.")
+    features: int = option(3, "--features", help="Feature dimension d.")
+    background: int = option(20, "--background", help="Random trajectories in D₀.")
+    trials: int = _trials()
+    canary: str = _canary()
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        _one_of(self, ("epsilon", "rho", "non_private"), "--epsilon E, --rho R or --non-private")
+        self.check_common()
+        self.check_delta(self.delta)
+        _at_least(self, {"horizon": 1, "features": 1, "background": 0})
+        _positive(self.epsilon, "epsilon")
+        _positive(self.rho, "rho")
+
+
+class AuditDpVapvi(AuditSystem):
+    """DP-VAPVI's Gaussian releases (Qiao & Wang 2023, Algorithm 2), replace-one trajectory."""
+
+    name = "audit-dp-vapvi"
+    Config = AuditDpVapviConfig
+    summary = "DP-VAPVI's Gaussian vector releases (Algorithm 2), replace-one on trajectories."
+
+    def plan(self, config: AuditDpVapviConfig, header: Any | None) -> Plan:
+        from privrl.audit.releases import calibrate, vapvi_claimed
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        H = params.resolve("horizon H", flag=config.horizon, fix="pass --horizon")
+        params.resolve("features d", flag=config.features, fix="pass --features")
+        d = params.resolve("δ", flag=config.delta, fix="pass --delta")
+        rho = config.rho
+        if config.epsilon is not None:
+            params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
+            rho = params.derive(
+                "zCDP budget ρ",
+                calibrate(lambda r: float(vapvi_claimed(r, d).epsilon), config.epsilon),
+                "largest ρ with ε ≤ target",
+            )
+        elif rho is not None:
+            params.resolve("zCDP budget ρ", flag=rho, fix="pass --rho")
+        report = vapvi_claimed(rho, d).with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        public = {"command": "audit dp-vapvi", "audit": {"H": H, "rho": rho}}
+        return Plan(report=report, public=public, facts={"rho": rho})
+
+    def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
+        from privrl.audit.releases import audit_dp_vapvi
+
+        return audit_dp_vapvi(
+            rho=plan.facts["rho"],
+            H=config.horizon,
+            d=config.features,
+            delta=config.delta,
+            background=config.background,
+            trials=config.trials,
+            canary=config.canary,
+            rng=rng,
+            progress=self.progress(ctx),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# DP-LSW
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditDpLswConfig(AuditConfig):
+    """Audit of DP-LSW's released θ (Balle et al. 2016, output perturbation)."""
+
+    system: ClassVar[str] = "audit-dp-lsw"
+    epsilon: float | None = _epsilon()
+    non_private: bool = _non_private("LSW: the same θ, no noise")
+    delta: float = _delta()
+    states: int = option(1, "--states", help="States S (tabular features Φ = I).")
+    trajectories: int = option(1, "--trajectories", help="Trajectories m in D.")
+    return_range: float = option(
+        1.0, "--return-range", help="Declared range of a return.", allow_nan=True
+    )
+    trials: int = _trials()
+    canary: str = _canary()
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        _one_of(self, ("epsilon", "non_private"), "--epsilon E or --non-private")
+        self.check_common()
+        self.check_delta(self.delta)
+        _at_least(self, {"states": 1, "trajectories": 1})
+        _positive(self.epsilon, "epsilon")
+        _positive(self.return_range, "return_range")
+
+
+class AuditDpLsw(AuditSystem):
+    """DP-LSW's θ (Balle et al. 2016, V1), replace-one trajectory."""
+
+    name = "audit-dp-lsw"
+    Config = AuditDpLswConfig
+    summary = "DP-LSW's released θ (Balle et al. 2016, smooth sensitivity), replace-one."
+
+    def plan(self, config: AuditDpLswConfig, header: Any | None) -> Plan:
+        from privrl.audit.releases import lsw_claimed
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        for name, flag in (
+            ("δ", config.delta),
+            ("states S", config.states),
+            ("trajectories m", config.trajectories),
+            ("return range", config.return_range),
+        ):
+            params.resolve(name, flag=flag, fix="pass the flag")
+        if config.epsilon is not None:
+            params.resolve("ε", flag=config.epsilon, fix="pass --epsilon")
+        report = lsw_claimed(
+            epsilon=config.epsilon,
+            delta=config.delta,
+            states=config.states,
+            trajectories=config.trajectories,
+            return_range=config.return_range,
+        ).with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        return Plan(report=report, public={"command": "audit dp-lsw"})
+
+    def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
+        from privrl.audit.releases import audit_dp_lsw
+
+        return audit_dp_lsw(
+            epsilon=config.epsilon,
+            delta=config.delta,
+            states=config.states,
+            trajectories=config.trajectories,
+            return_range=config.return_range,
+            trials=config.trials,
+            canary=config.canary,
+            rng=rng,
+            progress=self.progress(ctx),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# SDP-PE
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditSdpPeConfig(AuditConfig):
+    """Audit of SDP-PE's shuffle-model counters (one batch of users)."""
+
+    system: ClassVar[str] = "audit-sdp-pe"
+    file_canary: ClassVar[bool] = True
+    epsilon: float | None = _epsilon()
+    non_private: bool = _non_private("PE: the raw counts")
+    delta: float = _delta()
+    horizon: int = option(1, "--horizon", help="H.")
+    states: int = option(2, "--states", help="S (>= 2).")
+    actions: int = option(2, "--actions", help="A.")
+    users: int = option(100, "--users", help="Users in the batch.")
+    calibration: str = option("tight", "--calibration", help="tight | theory.")
+    trials: int = _trials()
+    canary: str = _canary()
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        _one_of(self, ("epsilon", "non_private"), "--epsilon E or --non-private")
+        self.check_common()
+        self.check_delta(self.delta)
+        _at_least(self, {"horizon": 1, "states": 2, "actions": 1, "users": 1})
+        check(
+            self.calibration in ("tight", "theory"),
+            "calibration",
+            f"must be 'tight' or 'theory', got {self.calibration!r}",
+        )
+        _positive(self.epsilon, "epsilon")
+
+
+class AuditSdpPe(AuditSystem):
+    """SDP-PE's private counters (shuffle binary sums), replace-one user."""
+
+    name = "audit-sdp-pe"
+    Config = AuditSdpPeConfig
+    summary = "SDP-PE's shuffle-model counters of one batch, replace-one on users."
+
+    def plan(self, config: AuditSdpPeConfig, header: Any | None) -> Plan:
+        from privrl.audit.releases import sdp_pe_claimed
+        from privrl.online.common import Counts
+        from privrl.online.privatizers import IdentityPrivatizer, ShufflePrivatizer
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        for name, flag in (
+            ("δ", config.delta),
+            ("horizon H", config.horizon),
+            ("states S", config.states),
+            ("actions A", config.actions),
+            ("batch size (users)", config.users),
+        ):
+            params.resolve(name, flag=flag, fix="pass the flag")
+        if config.epsilon is None:
+            report = IdentityPrivatizer().report(system="pe")
+        else:
+            params.resolve("ε", flag=config.epsilon, fix="pass --epsilon")
+            H, S, A = config.horizon, config.states, config.actions
+            priv = ShufflePrivatizer(
+                H,
+                S,
+                A,
+                epsilon=config.epsilon,
+                delta=config.delta,
+                rng=np.random.default_rng(0),  # noise on zero counts: the report needs the
+                calibration=config.calibration,  # type: ignore[arg-type]  # batch's calibration
+            )
+            report = sdp_pe_claimed(priv, Counts.zeros(H, S, A), config.users)
+        report = report.with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        episode = _canary_episode(
+            config, config.horizon, config.states, config.actions, binary=True
+        )
+        return Plan(report=report, public={"command": "audit sdp-pe"}, facts={"episode": episode})
+
+    def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
+        from privrl.audit.releases import audit_sdp_pe
+
+        return audit_sdp_pe(
+            epsilon=config.epsilon,
+            delta=config.delta,
+            H=config.horizon,
+            S=config.states,
+            A=config.actions,
+            users=config.users,
+            calibration=config.calibration,
+            trials=config.trials,
+            canary="file" if plan.facts["episode"] is not None else config.canary,
+            episode=plan.facts["episode"],
+            rng=rng,
+            progress=self.progress(ctx),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# DP-SGD
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditDpSgdConfig(AuditConfig):
+    """Audit of DP-SGD (Algorithm 4 of Sharma et al.; Abadi et al. 2016) with a gradient
+    canary, in many runs (two-run game) or in one run (Steinke et al. 2023)."""
+
+    system: ClassVar[str] = "audit-dp-sgd"
+    epsilon: float | None = _epsilon("Target ε: z calibrated by PLD (as `train dp-sgd`).")
+    noise_multiplier: float | None = option(
+        None,
+        "--noise-multiplier",
+        help="Noise multiplier z (instead of --epsilon).",
+        allow_nan=True,
+    )
+    non_private: bool = _non_private("the same SGD steps, no noise")
+    delta: float = _delta()
+    rate: float = option(1.0, "--rate", help="Poisson sampling rate q.", allow_nan=True)
+    steps: int = option(1, "--steps", help="Steps N.")
+    clip: float = option(1.0, "--clip", help="Clip norm C.", allow_nan=True)
+    background: int = option(10, "--background", help="Units in D₀ besides the canaries.")
+    mode: str = option("two-run", "--mode", help="two-run (many runs) | one-run (one run).")
+    canaries: int = option(1000, "--canaries", help="one-run: canaries m (each in w.p. ½).")
+    guesses: int = option(100, "--guesses", help="one-run: guesses r (half top, half bottom).")
+    trials: int = _trials()
+    canary: str = _canary()
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        _one_of(
+            self,
+            ("epsilon", "noise_multiplier", "non_private"),
+            "--epsilon E, --noise-multiplier Z or --non-private",
+        )
+        self.check_common()
+        self.check_delta(self.delta)
+        _positive(self.epsilon, "epsilon")
+        _positive(self.noise_multiplier, "noise_multiplier")
+        _positive(self.clip, "clip")
+        check(
+            math.isfinite(self.rate) and 0.0 < self.rate <= 1.0,
+            "rate",
+            f"must be in (0, 1], got {self.rate}",
+        )
+        _at_least(self, {"steps": 1, "background": 0, "canaries": 2, "guesses": 2})
+        check(
+            self.mode in ("two-run", "one-run"),
+            "mode",
+            f"must be 'two-run' or 'one-run', got {self.mode!r}",
+        )
+        check(
+            self.guesses <= self.canaries and self.guesses % 2 == 0,
+            "guesses",
+            f"must be even and <= --canaries ({self.canaries}), got {self.guesses}",
+        )
+        check(
+            self.steps * self.trials <= 50_000_000,
+            "steps",
+            f"--steps × --trials = {self.steps * self.trials} is too many; lower one of them",
+        )
+
+
+class AuditDpSgd(AuditSystem):
+    """DP-SGD with a worst-case gradient canary (Nasr et al. 2021), add/remove one unit."""
+
+    name = "audit-dp-sgd"
+    Config = AuditDpSgdConfig
+    summary = "DP-SGD's final parameters with a gradient canary (many runs or one run)."
+
+    def plan(self, config: AuditDpSgdConfig, header: Any | None) -> Plan:
+        from privrl.audit.dpsgd import dp_sgd_claimed, dp_sgd_noise_multiplier
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        for name, flag in (
+            ("δ", config.delta),
+            ("sampling rate q", config.rate),
+            ("steps N", config.steps),
+            ("clip C", config.clip),
+        ):
+            params.resolve(name, flag=flag, fix="pass the flag")
+        z = config.noise_multiplier
+        if config.epsilon is not None:
+            params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
+            z = params.derive(
+                "noise multiplier z",
+                dp_sgd_noise_multiplier(config.epsilon, config.delta, config.rate, config.steps),
+                "smallest z meeting (ε, δ) under PLD",
+            )
+        elif z is not None:
+            params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
+        canaries = config.canaries if config.mode == "one-run" else 1
+        report = dp_sgd_claimed(
+            noise_multiplier=z,
+            rate=config.rate,
+            steps=config.steps,
+            delta=config.delta,
+            params=2 + canaries,  # the canaries' directions and the background's 2
+            units=config.background + canaries,
+            clip=config.clip,
+        ).with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        public = {"command": "audit dp-sgd", "audit": {"noise_multiplier": z, "mode": config.mode}}
+        return Plan(report=report, public=public, facts={"z": z})
+
+    def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
+        from privrl.audit.dpsgd import audit_dp_sgd
+
+        return audit_dp_sgd(
+            noise_multiplier=plan.facts["z"],
+            rate=config.rate,
+            steps=config.steps,
+            delta=config.delta,
+            clip=config.clip,
+            background=config.background,
+            trials=config.trials,
+            canary=config.canary,
+            rng=rng,
+            progress=self.progress(ctx),
+        )
+
+    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+        if config.mode == "two-run":
+            return super().run(config, data, rng, ctx)
+        from privrl.audit.dpsgd import audit_dp_sgd_one_run
+        from privrl.audit.run import roc_plot
+
+        assert ctx.plan is not None
+        audit = audit_dp_sgd_one_run(
+            noise_multiplier=ctx.plan.facts["z"],
+            canaries=config.canaries,
+            guesses=config.guesses,
+            rate=config.rate,
+            steps=config.steps,
+            delta=config.delta,
+            clip=config.clip,
+            background=config.background,
+            confidence=config.confidence,
+            canary=config.canary,
+            rng=rng,
+        )
+        metrics = audit.metrics()
+        line = (
+            f"{metrics['system']} (one run, {metrics['canaries']} canaries): claimed ε = "
+            f"{metrics['epsilon_claimed']:.4g} at δ = {audit.delta:.3g}; {metrics['correct']} of "
+            f"{metrics['guesses']} guesses correct; one-run lower bound ε ≥ "
+            f"{metrics['epsilon_lower_bound']:.4g} ({config.confidence:.0%})"
+        )
+        trials = audit.as_trials()
+        plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}
+        return Result(metrics=metrics, privacy=ctx.plan.report, plots=plots, summary=[line])

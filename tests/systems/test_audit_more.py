@@ -1,0 +1,157 @@
+"""The audits of DP-VAPVI, DP-LSW, SDP-PE and DP-SGD on the run layer
+(`privrl.systems.audit_more`): configs round-trip, the command writes its run directory, what is
+published besides metrics.json does not depend on the trials, a TOML run equals the command,
+bad input is one `error:` line, and `--mode one-run` reports the one-run bound."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from privrl.cli.main import main
+from privrl.runs import registry
+from privrl.systems.audit_more import (
+    AuditDpLswConfig,
+    AuditDpSgdConfig,
+    AuditDpVapviConfig,
+    AuditSdpPeConfig,
+)
+
+CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "audit-dp-vapvi": ({"rho": 0.5, "trials": 3000}, "--rho 0.5 --trials 3000".split()),
+    "audit-dp-lsw": (
+        {"epsilon": 4.0, "states": 2, "trials": 3000},
+        "--epsilon 4 --states 2 --trials 3000".split(),
+    ),
+    "audit-sdp-pe": ({"epsilon": 2.0, "trials": 3000}, "--epsilon 2 --trials 3000".split()),
+    "audit-dp-sgd": (
+        {"noise_multiplier": 2.0, "trials": 3000},
+        "--noise-multiplier 2 --trials 3000".split(),
+    ),
+}
+
+
+def _toml(values: dict[str, Any]) -> str:
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return f'"{v}"' if isinstance(v, str) else repr(v)
+
+    return "\n".join(f"{k} = {value(v)}" for k, v in values.items()) + "\n"
+
+
+def _json(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    data.pop("created", None)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("cls", "values"),
+    [
+        (AuditDpVapviConfig, {"epsilon": 2.0, "canary": "random", "features": 4}),
+        (AuditDpLswConfig, {"non_private": True, "trajectories": 3}),
+        (AuditSdpPeConfig, {"epsilon": 1.0, "users": 50, "calibration": "theory"}),
+        (AuditDpSgdConfig, {"epsilon": 1.0, "mode": "one-run", "canaries": 500, "guesses": 50}),
+    ],
+)
+def test_config_round_trips(cls: type, values: dict[str, Any]) -> None:
+    config = cls.from_dict(values)
+    again = cls.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again == config and again.fingerprint() == config.fingerprint()
+    assert registry.get(cls.system).Config is cls
+    assert registry.get(cls.system).data == "none"
+
+
+@pytest.mark.parametrize("system", list(CASES))
+def test_audit_run_directory_and_toml_face(
+    system: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same seed: `privrl run` writes what `privrl audit` writes; the private audit stays
+    below its claim; privacy.json lists the public parameters with their sources."""
+    settings, flags = CASES[system]
+    cli_out, toml_out = tmp_path / "cli", tmp_path / "toml"
+    argv = ["audit", system.removeprefix("audit-"), *flags, "--seed", "3", "--out", str(cli_out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    toml = tmp_path / "run.toml"
+    toml.write_text(_toml({"system": system, "out": str(toml_out), "seed": 3, **settings}))
+    assert main(["run", str(toml)]) == 0, capsys.readouterr().err
+    for name in ("metrics.json", "privacy.json", "config.json"):
+        assert _json(toml_out / name) == _json(cli_out / name), name
+    metrics = _json(cli_out / "metrics.json")
+    assert metrics["trials"] == 3000 and not metrics["violated"]
+    assert 0 <= metrics["epsilon_lower_bound"] <= metrics["epsilon_claimed"]
+    privacy = _json(cli_out / "privacy.json")
+    assert privacy["epsilon"] == pytest.approx(metrics["epsilon_claimed"])
+    assert {p["source"] for p in privacy["public_parameters"]} <= {"flag", "derived"}
+    assert (cli_out / "plots" / "roc.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("system", list(CASES))
+def test_published_files_besides_metrics_do_not_depend_on_the_trials(
+    system: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Structural rule: config.json and privacy.json are fixed by `plan` from public values;
+    two seeds give the same privacy.json and config.json up to `seed`."""
+    settings, _ = CASES[system]
+    outs = []
+    for seed in (1, 2):
+        out = tmp_path / f"s{seed}"
+        toml = tmp_path / f"s{seed}.toml"
+        toml.write_text(_toml({"system": system, "out": str(out), "seed": seed, **settings}))
+        assert main(["run", str(toml)]) == 0, capsys.readouterr().err
+        outs.append(out)
+    assert _json(outs[0] / "privacy.json") == _json(outs[1] / "privacy.json")
+    configs = [_json(out / "config.json") for out in outs]
+    assert {k for k in configs[0] if configs[0][k] != configs[1][k]} == {"seed"}
+
+
+def test_non_private_twin_leaks_from_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "twin"
+    argv = ["audit", "sdp-pe", "--non-private", "--trials", "2000", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    metrics = _json(out / "metrics.json")
+    assert float(metrics["epsilon_claimed"]) == float("inf")
+    assert metrics["epsilon_lower_bound"] > 4.0 and metrics["auc"] == 1.0
+
+
+def test_one_run_mode_reports_the_one_run_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "one"
+    argv = ["audit", "dp-sgd", "--noise-multiplier", "1", "--mode", "one-run", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    metrics = _json(out / "metrics.json")
+    assert metrics["mode"] == "one-run" and metrics["canaries"] == 1000
+    assert metrics["guesses"] == 100 and 50 <= metrics["correct"] <= 100
+    assert 0 < metrics["epsilon_lower_bound"] <= metrics["epsilon_claimed"]
+    assert 0.5 < metrics["auc"] < 1.0 and (out / "plots" / "roc.png").stat().st_size > 1000
+    assert "one-run lower bound" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["audit", "dp-vapvi", "--trials", "10"], "exactly one of --epsilon"),
+        (["audit", "dp-lsw", "--epsilon", "1", "--non-private"], "exactly one of --epsilon"),
+        (["audit", "dp-lsw", "--epsilon", "1", "--return-range", "0"], "--return-range must"),
+        (["audit", "sdp-pe", "--epsilon", "1", "--states", "1"], "--states must be >= 2"),
+        (["audit", "sdp-pe", "--epsilon", "1", "--calibration", "x"], "--calibration must"),
+        (["audit", "dp-sgd", "--noise-multiplier", "1", "--rate", "2"], "--rate must be in"),
+        (["audit", "dp-sgd", "--noise-multiplier", "1", "--mode", "x"], "--mode must be"),
+        (["audit", "dp-sgd", "--noise-multiplier", "1", "--guesses", "3"], "--guesses must"),
+    ],
+)
+def test_bad_input_is_one_error_line(
+    argv: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "o"
+    assert main([*argv, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], lines
+    assert not out.exists()
