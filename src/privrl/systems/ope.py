@@ -83,7 +83,9 @@ class OpeConfig(RunConfig):
     )
     target_policy: str = option(
         "behaviour",
-        help="Policy to evaluate: 'behaviour' (on-policy), 'uniform', or a domain's policy spec.",
+        help="Policy to evaluate: 'behaviour' (on-policy), 'uniform', FILE.npy (π(a|s) as "
+        "[S, A], [H, S, A] or [A]), a saved privrl policy.npz, module:function, or a domain's "
+        "policy spec.",
     )
     features: str | None = option(
         None, help="Feature spec: onehot, fourier:ORDER, aggregation:BINS, hiv-log."
@@ -93,12 +95,23 @@ class OpeConfig(RunConfig):
         allow_nan=True,
         help="Discount γ in [0, 1] (default: the dataset's metadata or the domain's).",
     )
+    max_horizon: int | None = option(
+        None,
+        help="Public horizon H: steps after the first H of an episode are dropped, and returns "
+        "are bounded over H steps (default: the dataset metadata's horizon). Needed for γ = 1 "
+        "with dp-lsw and dp-lsl.",
+    )
 
     def validate(self) -> None:
         check(
             self.gamma is None or 0.0 <= self.gamma <= 1.0,
             "gamma",
             f"must be in [0, 1], got {self.gamma}",
+        )
+        check(
+            self.max_horizon is None or self.max_horizon >= 1,
+            "max_horizon",
+            f"must be >= 1 (steps of an episode that count), got {self.max_horizon}",
         )
         check(
             self.env is None or 2 <= self.trajectories <= MAX_TRAJECTORIES,
@@ -289,11 +302,13 @@ class Problem:
         config: OpeConfig,
         m: int,
         seed: int,
+        horizon: int | None = None,
     ) -> None:
         self.data_path = None if header is None else Path(header.path)
         self.metadata = None if header is None else header.metadata
         self.features = features
         self.gamma = gamma
+        self.horizon = horizon  # public (flag or metadata); None = no truncation
         self.target_policy = target_policy
         self.domain = domain
         self.env = config.env
@@ -318,6 +333,7 @@ class Problem:
             "target_policy": self.target_spec,
             "features": getattr(self.features, "spec", str(self.features)),
             "gamma": self.gamma,
+            "max_horizon": self.horizon,
         }
 
     def load(self) -> Any:
@@ -325,8 +341,12 @@ class Problem:
         if self._data is not None:
             return self._data
         if self.domain is not None:
-            self._data = self.domain.sample(
-                self.domain.behaviour_policy, self.m, seed=np.random.SeedSequence([self.seed, 1])
+            self._data = self.truncate(
+                self.domain.sample(
+                    self.domain.behaviour_policy,
+                    self.m,
+                    seed=np.random.SeedSequence([self.seed, 1]),
+                )
             )
             return self._data
         from privrl.data.dataset import DatasetError
@@ -347,14 +367,24 @@ class Problem:
                 "--target-policy behaviour)",
                 field="behaviour_probs",
             )
-        self._data = data
-        return data
+        self._data = self.truncate(data)
+        return self._data
+
+    def truncate(self, data: Any) -> Any:
+        """`data` cut to the declared horizon (a fixed rule, never a check of the data)."""
+        if self.horizon is None:
+            return data
+        from privrl.ope.horizon import truncate
+
+        return truncate(data, self.horizon)
 
     def stats(self, data: Any) -> Any:
         """GPOPE's per-trajectory statistics of `data` in the run's features, γ and ρ."""
         from privrl.ope.stats import trajectory_stats
 
-        return trajectory_stats(data, self.features, self.gamma, target_policy=self.target_policy)
+        return trajectory_stats(
+            self.truncate(data), self.features, self.gamma, target_policy=self.target_policy
+        )
 
     def system(self) -> Any:
         """The MSPBE model (exact for the chain, large public sample otherwise)."""
@@ -389,10 +419,25 @@ def get_domain(env: str) -> Any:
     raise ConfigError("env", f"{env!r} is unknown; choose one of: {', '.join(ENVS)}")
 
 
-def _policy(domain: Any, spec: str, action_space: Any) -> Any | None:
-    """None = on-policy (ρ = 1); otherwise an object with action_probs."""
+def _policy(
+    domain: Any, spec: str, action_space: Any, observation_space: Any, horizon: int | None
+) -> Any | None:
+    """None = on-policy (ρ = 1); otherwise an object with action_probs. A user's policy (a
+    .npy/.npz file, module:function) goes through the shared resolver of `privrl.ope.targets`
+    (the same one as ips, snips and dr), checked against the public spaces and horizon."""
+    from privrl.ope.targets import is_user_spec, load_target_policy
+
     if spec in ON_POLICY:
         return None
+    if is_user_spec(spec):
+        policy = load_target_policy(spec, action_space, observation_space, horizon=horizon)
+        if domain is not None and policy.time_indexed:
+            raise ConfigError(
+                "target_policy",
+                f"{spec} is time-indexed [H, S, A]; the built-in domains' MSPBE models are "
+                "stationary, so evaluate it on a dataset (--data) instead",
+            )
+        return policy
     if domain is not None:
         try:
             from privrl.ope.domains import policy_from_spec
@@ -417,7 +462,8 @@ def _policy(domain: Any, spec: str, action_space: Any) -> Any | None:
         return UniformRandomPolicy(action_space)
     raise ConfigError(
         "target_policy",
-        f"{spec!r} is unknown; use 'behaviour' (on-policy), 'uniform'"
+        f"{spec!r} is unknown; use 'behaviour' (on-policy), 'uniform', FILE.npy, a saved "
+        "policy.npz or module:function"
         + (", 'target' or a domain policy spec" if domain is not None else ""),
     )
 
@@ -501,6 +547,25 @@ def _source(value: Any, default: Any) -> Any:
     return Source.DEFAULT if value == default else Source.FLAG
 
 
+def _horizon(config: OpeConfig, meta: Any | None, params: Any) -> int | None:
+    """The public horizon H (flag > metadata), or None when none is declared (a horizon the
+    metadata marks as inferred from the data is not declared)."""
+    from privrl.privacy.public import PublicParameterError
+
+    try:
+        value = params.resolve(
+            "horizon H",
+            flag=config.max_horizon,
+            metadata=meta,
+            key="horizon",
+            fix="pass --max-horizon H",
+            detail="steps after the first H of an episode are dropped",
+        )
+    except PublicParameterError:
+        return None
+    return int(value)
+
+
 def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int) -> Problem:
     """The run's public side, from the config and (with --data) the file's header only."""
     from privrl.privacy.public import Source
@@ -524,7 +589,9 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
             from gymnasium import spaces
 
             action_space = spaces.Discrete(int(domain.n_actions))
-        policy = _policy(domain, config.target_policy, action_space)
+        # Only a flag: the domains' γ < 1 bounds stay as published (their reproductions).
+        H = _horizon(config, None, params)
+        policy = _policy(domain, config.target_policy, action_space, domain.observation_space, H)
         feats = _features(config.features, env, domain, domain.observation_space)
         if config.gamma is None:
             g = params.given("discount γ", float(domain.gamma), Source.DEFAULT, f"the {env} domain")
@@ -536,12 +603,15 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
             _source(config.trajectories, DEFAULT_TRAJECTORIES),
             "--trajectories: sampled from the simulator",
         )
-        return Problem(features=feats, gamma=g, target_policy=policy, domain=domain, m=m, **problem)
+        return Problem(
+            features=feats, gamma=g, target_policy=policy, domain=domain, m=m, horizon=H, **problem
+        )
     from privrl.data.dataset import DatasetError
 
     meta = header.metadata
     _refuse_inferred_spaces(meta, header.path)
-    policy = _policy(None, config.target_policy, meta.action_space)
+    H = _horizon(config, meta, params)
+    policy = _policy(None, config.target_policy, meta.action_space, meta.observation_space, H)
     feats = _features(config.features, None, None, meta.observation_space)
     g = float(
         params.resolve(
@@ -561,7 +631,9 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
         "the dataset header's episode count; replace-one neighbours have the same m, so it is "
         "public",
     )
-    return Problem(features=feats, gamma=g, target_policy=policy, domain=None, m=m, **problem)
+    return Problem(
+        features=feats, gamma=g, target_policy=policy, domain=None, m=m, horizon=H, **problem
+    )
 
 
 def check_ledger_relation(problem: Problem) -> None:
@@ -956,11 +1028,11 @@ def _reward_bounds(config: BaselineConfig, problem: Problem, params: Any) -> tup
     )
     if not math.isfinite(lo):
         raise ValueError(f"the reward lower bound must be finite, got {lo}; pass --reward-min")
-    if problem.gamma >= 1.0:
+    if problem.gamma >= 1.0 and problem.horizon is None:
         raise ValueError(
             f"{config.system} bounds a first-visit return by R/(1−γ), which needs γ < 1, but "
-            f"γ = {problem.gamma:g}; pass --gamma below 1 (γ = 1 with a public horizon is not "
-            "supported yet)"
+            f"γ = {problem.gamma:g} and no horizon is declared; pass --max-horizon H (the "
+            "steps of an episode that count: returns are then bounded by R·H) or --gamma below 1"
         )
     bounds = (lo, lo + R)
     if not (math.isfinite(bounds[1]) and bounds[1] > lo):
@@ -981,14 +1053,15 @@ class _Baseline(OpeSystem):
         params, problem = self.start(config, header, seed)
         bounds = _reward_bounds(config, problem, params)
         try:
-            W = return_range(bounds, problem.gamma)
+            W = return_range(bounds, problem.gamma, problem.horizon)
         except ValueError as exc:
             raise ValueError(f"{exc}; use a smaller --reward-range or --reward-min") from exc
+        over = "at γ" if problem.horizon is None else "over at most H steps at γ"
         params.derive(
             "return range",
             W,
             "width of the interval holding every return-to-go of rewards in "
-            f"[{bounds[0]:g}, {bounds[1]:g}] at γ",
+            f"[{bounds[0]:g}, {bounds[1]:g}] {over}",
         )
         state_index, Phi, value_features, note = tabular_view(problem, config.aggregation)
         S = Phi.shape[0]
