@@ -245,3 +245,136 @@ def test_bad_target_policies_are_one_error_line(cmd, make, extra, needle, bandit
     assert code == 2
     assert needle in error_line(err)
     assert not (tmp_path / "bad" / "metrics.json").exists()
+
+
+# ------------------------------------------------------------------------ the value
+
+
+VALUE_KEYS = {"value", "value_unprojected", "value_ci_low", "value_ci_high"}
+
+
+def test_dp_lsw_reports_the_value_over_public_start_states(bandit, tmp_path, capsys) -> None:
+    out = tmp_path / "v"
+    argv = [*LSW, "--data", str(bandit), "--gamma", "1", "--max-horizon", "1"]
+    code, _ = run(
+        [*argv, "--start-states", "uniform", "--confidence", "0.9", "--out", str(out)], capsys
+    )
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    theta = np.load(out / "theta.npy")
+    assert metrics["value_unprojected"] == pytest.approx(theta.mean())  # w = uniform d₀ᵀI
+    assert metrics["value"] == min(max(theta.mean(), 0.0), 1.0)
+    assert 0.0 <= metrics["value_ci_low"] <= metrics["value_ci_high"] <= 1.0
+    assert metrics["confidence"] == 0.9
+    assert metrics["value_ci_covers"].startswith("privacy noise only")
+    assert "not sampling error" in metrics["value_ci_covers"]
+    assert "uniform (flag)" == metrics["value_start_states"]
+
+
+def test_lstd_and_gpope_report_the_value(bandit, tmp_path, capsys) -> None:
+    start = tmp_path / "d0.npy"
+    np.save(start, np.array([1.0, 0.0, 0.0, 0.0]))
+    out = tmp_path / "l"
+    argv = [*LSTD, "--data", str(bandit), "--gamma", "0.5", "--start-states", str(start)]
+    assert run([*argv, "--out", str(out)], capsys)[0] == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["value"] == pytest.approx(np.load(out / "theta.npy")[0])
+    assert metrics["value_ci_low"] is None and "non-private" in metrics["value_ci_covers"]
+    # GPOPE with --data and no public data: a value, no interval, and how to get one
+    out = tmp_path / "g"
+    argv = [*GPOPE, "--data", str(bandit), "--gamma", "0.5", "--start-states", str(start)]
+    assert run([*argv, "--out", str(out)], capsys)[0] == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["value"] == pytest.approx(np.load(out / "theta.npy")[0])
+    assert metrics["value_ci_low"] is None and "--public-data" in metrics["value_ci_covers"]
+
+
+def test_gpope_interval_comes_from_public_replicas(tmp_path, capsys) -> None:
+    out = tmp_path / "g"
+    argv = ["ope", "gpope", "--env", "chain", "--trajectories", str(M), "--iterations", str(N)]
+    argv += ["--clip", "1", "--step-size", "0.5", "--epsilon", "1", "--out", str(out)]
+    code, _ = run(argv, capsys)
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["value_ci_low"] < metrics["value"] < metrics["value_ci_high"]
+    assert metrics["value_replicas"] == 32 and "public data" in metrics["value_ci_covers"]
+    assert metrics["value_start_states"] == "chain (default)"
+
+
+def test_without_public_start_states_there_is_no_value(bandit, tmp_path, capsys) -> None:
+    out = tmp_path / "n"
+    assert run([*LSTD, "--data", str(bandit), "--gamma", "0.5", "--out", str(out)], capsys)[0] == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["value"] is None and "--start-states" in metrics["value_note"]
+
+
+@pytest.mark.parametrize("cmd", [LSW, GPOPE, LSTD], ids=["dp-lsw", "gpope", "lstd"])
+def test_bad_start_states_are_one_error_line(cmd, bandit, tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.full(S, 0.5))
+    argv = [*cmd, "--data", str(bandit), "--gamma", "0.5", "--start-states", str(bad)]
+    code, err = run([*argv, "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "sum to 1" in error_line(err)
+    argv = [*cmd, "--data", str(bandit), "--gamma", "0.5", "--start-states", str(bandit)]
+    code, err = run([*argv, "--out", str(tmp_path / "o2")], capsys)
+    assert code == 2 and "--data file itself" in error_line(err)
+
+
+def neighbour(path: Path, out: Path) -> Path:
+    """`path` with its last trajectory replaced by another of the same length (other states,
+    actions and rewards): a replace-one neighbour."""
+    from privrl.data.io import load_hdf5
+
+    a = load_hdf5(path)
+    t0, o0 = int(a.episode_offsets[-2]), int(a.observation_offsets[-2])
+    obs, act, rew = (np.array(x) for x in (a.observations, a.actions, a.rewards))
+    obs[o0:] = (obs[o0:] + 1) % S
+    act[t0:] = (act[t0:] + 1) % A
+    rew[t0:] = 1.0 - rew[t0:]
+    save_hdf5(
+        TrajectoryDataset(
+            observations=obs,
+            actions=act,
+            rewards=rew,
+            terminated=a.terminated,
+            truncated=a.truncated,
+            episode_offsets=a.episode_offsets,
+            behaviour_probs=a.behaviour_probs,
+            metadata=a.metadata,
+        ),
+        out,
+    )
+    return out
+
+
+def published(out: Path, data: Path) -> tuple[dict, dict, dict]:
+    """metrics.json, config.json and privacy.json with the data path and the time removed."""
+    metrics = json.loads((out / "metrics.json").read_text())
+    config = json.loads((out / "config.json").read_text().replace(str(data), "DATA"))
+    privacy = json.loads((out / "privacy.json").read_text().replace(str(data), "DATA"))
+    privacy.pop("created", None)
+    return metrics, config, privacy
+
+
+def test_neighbours_publish_the_same_except_the_released_value(tmp_path, capsys) -> None:
+    """Property (DESIGN.md, "Public parameters"): on D and a replace-one neighbour D′,
+    everything published besides θ and its post-processing (the value and its interval) is
+    identical: the interval's noise bound, the start states, GPOPE's spread measured on
+    public data, config.json and privacy.json."""
+    d = log(tmp_path / "d.h5", lengths=[2] * M, horizon=2)
+    d2 = neighbour(d, tmp_path / "d2.h5")
+    public = log(tmp_path / "public.h5", lengths=[2] * M, horizon=2)
+    common = ["--gamma", "1", "--start-states", "uniform", "--seed", "3"]
+    for cmd in (LSW, [*GPOPE, "--public-data", str(public)]):
+        results = []
+        for data in (d, d2):
+            out = tmp_path / f"{cmd[1]}-{data.stem}"
+            code, err = run([*cmd, "--data", str(data), *common, "--out", str(out)], capsys)
+            assert code == 0, err
+            results.append(published(out, data))
+        (m1, c1, p1), (m2, c2, p2) = results
+        same = set(m1) - VALUE_KEYS
+        assert {k: m1[k] for k in same} == {k: m2[k] for k in same}
+        key = "value_unprojected" if "value_unprojected" in m1 else "value"
+        assert m1[key] != m2[key]  # the released value did change
+        assert c1 == c2 and p1 == p2

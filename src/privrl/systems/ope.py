@@ -39,6 +39,8 @@ from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
 
 ENVS = ("chain", "mountain-car", "hiv")
+_UNSET: Any = object()
+GPOPE_VALUE_REPLICAS = 32  # public GPOPE runs that measure the spread of its noise on v
 ON_POLICY = ("behaviour", "behavior", "on-policy")
 DEFAULT_DELTA = 1e-5
 DEFAULT_TRAJECTORIES = 1000
@@ -101,12 +103,27 @@ class OpeConfig(RunConfig):
         "are bounded over H steps (default: the dataset metadata's horizon). Needed for γ = 1 "
         "with dp-lsw and dp-lsl.",
     )
+    start_states: str | None = option(
+        None,
+        help="PUBLIC start distribution of the value v = E[φ(s₀)]ᵀθ: uniform, FILE.npy (a "
+        "distribution over the S states, or start observations [k, ...]) or FILE.h5 (a public "
+        "dataset's first observations). Default: the metadata's start_distribution, or the "
+        "domain's with --env.",
+    )
+    confidence: float = option(
+        0.95, allow_nan=True, help="Level of the value's interval for the privacy noise, in (0, 1)."
+    )
 
     def validate(self) -> None:
         check(
             self.gamma is None or 0.0 <= self.gamma <= 1.0,
             "gamma",
             f"must be in [0, 1], got {self.gamma}",
+        )
+        check(
+            0.0 < self.confidence < 1.0,
+            "confidence",
+            f"must be in (0, 1), got {self.confidence}",
         )
         check(
             self.max_horizon is None or self.max_horizon >= 1,
@@ -309,6 +326,8 @@ class Problem:
         self.features = features
         self.gamma = gamma
         self.horizon = horizon  # public (flag or metadata); None = no truncation
+        self.start_spec = config.start_states
+        self._start: Any = _UNSET
         self.target_policy = target_policy
         self.domain = domain
         self.env = config.env
@@ -334,6 +353,7 @@ class Problem:
             "features": getattr(self.features, "spec", str(self.features)),
             "gamma": self.gamma,
             "max_horizon": self.horizon,
+            "start_states": self.start_spec,
         }
 
     def load(self) -> Any:
@@ -369,6 +389,23 @@ class Problem:
             )
         self._data = self.truncate(data)
         return self._data
+
+    def start_states(self) -> Any | None:
+        """The public start distribution d₀ (`privrl.ope.value`), or None: never the logged
+        starts. A flag or metadata value is resolved in the plan (its errors come before the
+        data are read); a domain's simulator draws lazily, from an independent seed."""
+        if self._start is _UNSET:
+            from privrl.ope.value import resolve_start_states
+
+            self._start = resolve_start_states(
+                self.start_spec,
+                observation_space=self.observation_space,
+                metadata=self.metadata,
+                domain=self.domain,
+                data_path=self.data_path,
+                seed=self.seed,
+            )
+        return self._start
 
     def truncate(self, data: Any) -> Any:
         """`data` cut to the declared horizon (a fixed rule, never a check of the data)."""
@@ -603,9 +640,12 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
             _source(config.trajectories, DEFAULT_TRAJECTORIES),
             "--trajectories: sampled from the simulator",
         )
-        return Problem(
+        out = Problem(
             features=feats, gamma=g, target_policy=policy, domain=domain, m=m, horizon=H, **problem
         )
+        if config.start_states is not None:  # a bad flag is refused before the data
+            out.start_states()
+        return out
     from privrl.data.dataset import DatasetError
 
     meta = header.metadata
@@ -631,9 +671,11 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
         "the dataset header's episode count; replace-one neighbours have the same m, so it is "
         "public",
     )
-    return Problem(
+    out = Problem(
         features=feats, gamma=g, target_policy=policy, domain=None, m=m, horizon=H, **problem
     )
+    out.start_states()  # flag or metadata: public; a bad one is refused before the data
+    return out
 
 
 def check_ledger_relation(problem: Problem) -> None:
@@ -676,6 +718,62 @@ def _plot_theta(theta: np.ndarray) -> Callable[[Path], None]:
     return draw
 
 
+def value_metrics(
+    problem: Problem,
+    theta: np.ndarray,
+    value_features: Callable[[np.ndarray], np.ndarray],
+    level: float,
+    *,
+    noise_sd: Callable[[np.ndarray], float] | None = None,
+    replicas: Callable[[np.ndarray], np.ndarray | None] | None = None,
+    value_range: tuple[float, float] | None = None,
+    covers: str,
+) -> dict[str, Any]:
+    """v = wᵀθ over the public start distribution (`privrl.ope.value`) with its interval for
+    the privacy noise: `noise_sd(w)` (a public bound on v's Gaussian noise) or `replicas(w)`
+    (v on public replica runs of the same mechanism); neither = non-private. Post-processing
+    of the released θ and public quantities only. `value_range`: a public interval that holds
+    the noise-free value; the value is projected onto it (which can only bring it closer) and
+    the interval intersected with it (coverage is kept)."""
+    from privrl.ope.value import gaussian_interval, t_interval
+
+    start = problem.start_states()
+    if start is None:
+        return {
+            "value": None,
+            "value_note": "no public start distribution: pass --start-states (uniform, FILE.npy "
+            "or a public FILE.h5) to get the value v = E[φ(s₀)]ᵀθ",
+        }
+    w = start.mean_features(value_features)
+    v = float(w @ np.asarray(theta, dtype=np.float64))
+    out: dict[str, Any] = {"value": v}
+    low = high = None
+    if noise_sd is not None:
+        sd = float(noise_sd(w))
+        low, high = gaussian_interval(v, sd, level)
+        out["value_noise_sd_bound"] = sd
+    elif replicas is not None:
+        values = replicas(w)
+        if values is not None:
+            sd = float(np.std(values, ddof=1))
+            low, high = t_interval(v, sd, len(values), level)
+            out["value_noise_sd_public_estimate"] = sd
+            out["value_replicas"] = len(values)
+    if value_range is not None:
+        out["value"] = min(max(v, value_range[0]), value_range[1])
+        out["value_unprojected"] = v
+        if low is not None:
+            low, high = max(low, value_range[0]), min(high, value_range[1])
+    out.update(
+        value_ci_low=low,
+        value_ci_high=high,
+        confidence=level,
+        value_ci_covers=covers,
+        value_start_states=f"{start.spec} ({start.source})",
+    )
+    return out
+
+
 def ope_result(
     problem: Problem,
     theta: np.ndarray,
@@ -684,8 +782,9 @@ def ope_result(
     metrics: dict[str, Any],
     curve: list[dict[str, Any]] | None = None,
 ) -> Result:
-    """The run's `Result`: metrics (the MSPBE when the model is known, ε, δ), the curve (else
-    θ), theta.npy and the plot. Only the report and post-processing of the released θ."""
+    """The run's `Result`: metrics (the MSPBE when the model is known, ε, δ; the value and its
+    interval), the curve (else θ), theta.npy and the plot. Only the report and post-processing
+    of the released θ."""
     metrics = dict(metrics)
     system = problem.system()
     if system is not None and "mspbe" not in metrics:
@@ -707,6 +806,18 @@ def ope_result(
     summary = []
     if "mspbe" in metrics:
         summary.append(f"MSPBE = {metrics['mspbe']:.4g} ({metrics.get('mspbe_source', '')})")
+    if metrics.get("value") is not None:
+        line = f"value of {problem.target_spec}: {metrics['value']:.4g}"
+        if metrics.get("value_ci_low") is not None:
+            line += (
+                f" ({metrics['confidence']:.0%} interval [{metrics['value_ci_low']:.4g}, "
+                f"{metrics['value_ci_high']:.4g}]: {metrics['value_ci_covers']})"
+            )
+        else:
+            line += f" (no interval: {metrics['value_ci_covers']})"
+        summary.append(line + f"; start states: {metrics['value_start_states']}")
+    elif "value_note" in metrics:
+        summary.append(metrics["value_note"])
     return Result(
         metrics=metrics,
         privacy=report,
@@ -812,6 +923,8 @@ class Gpope(OpeSystem):
         public: list[str] = []
         notes: list[str] = []
         tuned = None
+        pub_stats = None
+        pub_source = ""
         if needs_tuning:
             if config.public_data is not None:
                 from privrl.data.io import load_hdf5
@@ -824,6 +937,7 @@ class Gpope(OpeSystem):
                 )
                 source = f"sampled from the {problem.env} simulator with an independent seed"
             pub_stats = problem.stats(pub)
+            pub_source = source
             tuned = tune_on_public(
                 pub_stats,
                 problem.system(),
@@ -897,6 +1011,7 @@ class Gpope(OpeSystem):
             "normalisation": "length",
         }
         facts = dict(params=params, n_iter=n_iter, h=h, step=step, public=public, notes=notes)
+        facts.update(pub_stats=pub_stats, pub_source=pub_source)
         return self.finish(problem, planned, algorithm, tuned=tuned, **facts)
 
     def run(
@@ -939,7 +1054,64 @@ class Gpope(OpeSystem):
             metrics["public_clipped_fraction_note"] = (
                 "fraction of clipped steps on the PUBLIC tuning run, not on the private data"
             )
+        pub_stats, pub_source = self.public_stats(config, problem, f, ctx.seed)
+
+        def replicas(w: np.ndarray) -> np.ndarray | None:
+            """v on R runs of the same mechanism (h, σ, N, step) on PUBLIC data."""
+            from privrl.ope.gpope import gpope_replicas
+
+            if pub_stats is None:
+                return None
+            theta_r, *_ = gpope_replicas(
+                [pub_stats],
+                iterations=f["n_iter"],
+                clip=f["h"],
+                step=[f["step"]] * GPOPE_VALUE_REPLICAS,
+                sigma=result.sigma,
+                delta=config.delta,
+                seed=np.random.default_rng([ctx.seed, 7]),
+            )
+            return np.asarray(theta_r) @ w
+
+        covers = (
+            f"privacy noise only, approximately: its spread measured on "
+            f"{GPOPE_VALUE_REPLICAS} runs of the same mechanism on public data ({pub_source}); "
+            "not sampling error"
+            if pub_stats is not None
+            else "nothing: GPOPE's noise passes through data-dependent dynamics, so its spread "
+            "is measured on public data; give --public-data FILE for an interval"
+        )
+        metrics.update(
+            value_metrics(
+                problem,
+                result.theta,
+                problem.features,
+                config.confidence,
+                replicas=replicas,
+                covers=covers,
+            )
+        )
         return ope_result(problem, result.theta, report, metrics=metrics, curve=curve)
+
+    @staticmethod
+    def public_stats(
+        config: GpopeConfig, problem: Problem, facts: dict[str, Any], seed: int
+    ) -> tuple[Any | None, str]:
+        """GPOPE statistics of PUBLIC data (the tuning sample, --public-data, or a simulator
+        sample from the tuning stream), for the value's interval; None without public data."""
+        if facts.get("pub_stats") is not None:
+            return facts["pub_stats"], facts["pub_source"]
+        if config.public_data is not None:
+            from privrl.data.io import load_hdf5
+
+            pub = load_hdf5(config.public_data)
+            return problem.stats(pub), f"public dataset {Path(config.public_data).name}"
+        if problem.domain is not None:
+            pub = problem.domain.sample(
+                problem.domain.behaviour_policy, problem.m, seed=np.random.SeedSequence([seed, 2])
+            )
+            return problem.stats(pub), f"sampled from the {problem.env} simulator"
+        return None, ""
 
 
 # ------------------------------------------------------------------------ baselines
@@ -1102,6 +1274,7 @@ class _Baseline(OpeSystem):
             algorithm["aggregation"] = config.aggregation
         view = dict(state_index=state_index, Phi=Phi, rho=rho, value_features=value_features)
         facts = dict(params=params, bounds=bounds, W=W, notes=notes, lam=sens.lam)
+        facts["sigma_hi"] = sens.sigma_bounds[1]  # public: the clamp's upper end
         return self.finish(problem, planned, algorithm, **view, **facts)
 
     def run(
@@ -1140,6 +1313,25 @@ class _Baseline(OpeSystem):
             metrics["mspbe"] = float(LinearSystem(cross.A, cross.b, cross.C).mspbe(res.theta))
             metrics["mspbe_source"] = cross.info.get("source", "")
             metrics["mspbe_note"] = "value function in aggregation features, MSPBE in run features"
+        from privrl.ope.horizon import return_bounds
+
+        index, sigma_hi = f["state_index"], f["sigma_hi"]
+        # every component of θ_X is a weighted mean of first-visit returns (DP-LSL: shrunk
+        # towards 0) and w = d₀ᵀΦ a sub-distribution, so wᵀθ_X lies in this public range
+        lo, hi = return_bounds(f["bounds"], problem.gamma, problem.horizon)
+        metrics.update(
+            value_metrics(
+                problem,
+                res.theta,
+                lambda obs: Phi[index(obs)],
+                config.confidence,
+                noise_sd=lambda w: sigma_hi * float(np.linalg.norm(w)),
+                value_range=(min(lo, 0.0), max(hi, 0.0)),
+                covers="privacy noise only, conservatively: at σ_hi, the public upper bound on "
+                "the withheld noise scale σ_X, and within the public return range; not "
+                "sampling error",
+            )
+        )
         return ope_result(problem, res.theta, report, metrics=metrics)
 
 
@@ -1195,4 +1387,11 @@ class Lstd(OpeSystem):
             target_policy=problem.target_policy,
             weighting=config.weighting,
         )
-        return ope_result(problem, theta, ctx.plan.report, metrics={})
+        metrics = value_metrics(
+            problem,
+            theta,
+            problem.features,
+            config.confidence,
+            covers="nothing: lstd is non-private (no privacy noise); not sampling error",
+        )
+        return ope_result(problem, theta, ctx.plan.report, metrics=metrics)
