@@ -378,3 +378,32 @@ def test_neighbours_publish_the_same_except_the_released_value(tmp_path, capsys)
         key = "value_unprojected" if "value_unprojected" in m1 else "value"
         assert m1[key] != m2[key]  # the released value did change
         assert c1 == c2 and p1 == p2
+
+
+IPS = ["--reward-range", "0,1", "--weight-clip", "5", "--epsilon", "1", "--gamma", "1"]
+
+
+@pytest.mark.parametrize("estimator", ["ips", "snips", "dr"])
+@pytest.mark.parametrize("make, extra", [g[1:] for g in GOOD[1:4]], ids=[g[0] for g in GOOD[1:4]])
+def test_the_importance_estimators_share_the_resolver(
+    estimator, make, extra, bandit, tmp_path, capsys
+) -> None:
+    """ips, snips and dr take the same target policies as the θ-estimators (time-indexed
+    tables and saved policies included), checked against the same declared horizon."""
+    spec = make(tmp_path)
+    out = tmp_path / estimator
+    argv = ["ope", estimator, "--data", str(bandit), "--target-policy", spec, *IPS]
+    argv += extra or ["--max-horizon", "1"]
+    code, err = run([*argv, "--out", str(out)], capsys)
+    assert code == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["value_ci_low"] <= metrics["value_ci_high"]
+    bad = ["ope", estimator, "--data", str(bandit), "--target-policy", _table(tmp_path, (2, S, A))]
+    code, err = run([*bad, *IPS, "--max-horizon", "1", "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and "H = 2" in error_line(err)
+
+
+def test_max_horizon_is_for_data_only(tmp_path, capsys) -> None:
+    argv = ["ope", "lstd", "--env", "chain", "--max-horizon", "5", "--out", str(tmp_path)]
+    code, err = run(argv, capsys)
+    assert code == 2 and "--data only" in error_line(err)

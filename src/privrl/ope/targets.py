@@ -256,6 +256,12 @@ def load_target_policy(
 
         return TargetPolicy(spec, A, timed, time_indexed=True, horizon=H)
     module, sep, name = spec.partition(":")
+    if module == "column":
+        raise ValueError(
+            f"--target-policy {spec}: per-row target probabilities from a dataset column are "
+            "not supported yet (the dataset format keeps no extra columns); give π as FILE.npy "
+            "or module:function"
+        )
     if sep and module and name:
         try:
             fn = getattr(importlib.import_module(module), name)

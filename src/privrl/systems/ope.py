@@ -99,9 +99,9 @@ class OpeConfig(RunConfig):
     )
     max_horizon: int | None = option(
         None,
-        help="Public horizon H: steps after the first H of an episode are dropped, and returns "
-        "are bounded over H steps (default: the dataset metadata's horizon). Needed for γ = 1 "
-        "with dp-lsw and dp-lsl.",
+        help="Public horizon H (with --data): steps after the first H of an episode are "
+        "dropped, and returns are bounded over H steps (default: the dataset metadata's "
+        "horizon). Needed for γ = 1 with dp-lsw and dp-lsl.",
     )
     start_states: str | None = option(
         None,
@@ -626,8 +626,13 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
             from gymnasium import spaces
 
             action_space = spaces.Discrete(int(domain.n_actions))
-        # Only a flag: the domains' γ < 1 bounds stay as published (their reproductions).
-        H = _horizon(config, None, params)
+        if config.max_horizon is not None:
+            # the MSPBE models and the domains' γ < 1 bounds are for whole episodes
+            raise ConfigError(
+                "max_horizon",
+                f"applies to --data only; the {env} domain's episodes and model are its own",
+            )
+        H = None
         policy = _policy(domain, config.target_policy, action_space, domain.observation_space, H)
         feats = _features(config.features, env, domain, domain.observation_space)
         if config.gamma is None:
