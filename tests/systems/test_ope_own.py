@@ -407,3 +407,13 @@ def test_max_horizon_is_for_data_only(tmp_path, capsys) -> None:
     argv = ["ope", "lstd", "--env", "chain", "--max-horizon", "5", "--out", str(tmp_path)]
     code, err = run(argv, capsys)
     assert code == 2 and "--data only" in error_line(err)
+
+
+def test_the_replica_count_follows_public_sizes_only() -> None:
+    """GPOPE's interval uses 32 public replicas, fewer when N·n² is large, none below 8."""
+    from privrl.systems.ope import value_replicas
+
+    assert value_replicas(2000, 16) == 32
+    assert 8 <= value_replicas(10**6, 40) < 32
+    assert value_replicas(10**8, 40) == 0
+    assert value_replicas(100, 4096) == 0

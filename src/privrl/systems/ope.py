@@ -41,6 +41,23 @@ from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, Syste
 ENVS = ("chain", "mountain-car", "hiv")
 _UNSET: Any = object()
 GPOPE_VALUE_REPLICAS = 32  # public GPOPE runs that measure the spread of its noise on v
+# Their cost, from public sizes only: R·n² numbers gathered per iteration (memory) and
+# N·R·n² in all (time, about a minute at this bound); fewer than 8 replicas: no interval.
+MAX_REPLICA_GATHER = 2**21
+MAX_REPLICA_WORK = 2 * 10**10
+MIN_VALUE_REPLICAS = 8
+
+
+def value_replicas(iterations: int, n: int) -> int:
+    """How many public GPOPE replicas the value's interval uses (0: too costly)."""
+    r = min(
+        GPOPE_VALUE_REPLICAS,
+        MAX_REPLICA_GATHER // (n * n),
+        MAX_REPLICA_WORK // (int(iterations) * n * n),
+    )
+    return r if r >= MIN_VALUE_REPLICAS else 0
+
+
 ON_POLICY = ("behaviour", "behavior", "on-policy")
 DEFAULT_DELTA = 1e-5
 DEFAULT_TRAJECTORIES = 1000
@@ -1059,7 +1076,10 @@ class Gpope(OpeSystem):
             metrics["public_clipped_fraction_note"] = (
                 "fraction of clipped steps on the PUBLIC tuning run, not on the private data"
             )
-        pub_stats, pub_source = self.public_stats(config, problem, f, ctx.seed)
+        n_rep = value_replicas(f["n_iter"], int(problem.features.dim))
+        pub_stats, pub_source = (
+            self.public_stats(config, problem, f, ctx.seed) if n_rep else (None, "")
+        )
 
         def replicas(w: np.ndarray) -> np.ndarray | None:
             """v on R runs of the same mechanism (h, σ, N, step) on PUBLIC data."""
@@ -1071,21 +1091,29 @@ class Gpope(OpeSystem):
                 [pub_stats],
                 iterations=f["n_iter"],
                 clip=f["h"],
-                step=[f["step"]] * GPOPE_VALUE_REPLICAS,
+                step=[f["step"]] * n_rep,
                 sigma=result.sigma,
                 delta=config.delta,
                 seed=np.random.default_rng([ctx.seed, 7]),
             )
             return np.asarray(theta_r) @ w
 
-        covers = (
-            f"privacy noise only, approximately: its spread measured on "
-            f"{GPOPE_VALUE_REPLICAS} runs of the same mechanism on public data ({pub_source}); "
-            "not sampling error"
-            if pub_stats is not None
-            else "nothing: GPOPE's noise passes through data-dependent dynamics, so its spread "
-            "is measured on public data; give --public-data FILE for an interval"
-        )
+        if pub_stats is not None:
+            covers = (
+                f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
+                f"same mechanism on public data ({pub_source}); not sampling error"
+            )
+        elif not n_rep:
+            covers = (
+                "nothing: measuring GPOPE's noise on public replica runs would cost more than "
+                f"{MAX_REPLICA_WORK:.0e} operations for N = {f['n_iter']:,} iterations and "
+                f"n = {problem.features.dim} features; use fewer iterations or features"
+            )
+        else:
+            covers = (
+                "nothing: GPOPE's noise passes through data-dependent dynamics, so its spread "
+                "is measured on public data; give --public-data FILE for an interval"
+            )
         metrics.update(
             value_metrics(
                 problem,
