@@ -6,8 +6,14 @@ output-perturbation baselines DP-LSW and DP-LSL (Balle et al. 2016) and non-priv
 
 A run takes `--data FILE` or `--env chain|mountain-car|hiv` (the episodes are then sampled from
 a built-in domain, and the MSPBE of the output is reported). It writes config.json,
-metrics.json (`mspbe` when the model is known, i.e. with --env), metrics.csv (GPOPE's MSPBE
-curve with --env, else θ), privacy.json, theta.npy and plots/*.png.
+metrics.json (`mspbe` when the model is known, i.e. with --env; the value v = E_{d₀}[φ(s₀)]ᵀθ
+over a public start distribution with its interval for the privacy noise, `privrl.ope.value`),
+metrics.csv (GPOPE's MSPBE curve with --env, else θ), privacy.json, theta.npy and plots/*.png.
+
+With --data, a declared horizon (`--max-horizon`, else the metadata's) truncates every episode
+to its first H steps and bounds DP-LSW/DP-LSL's returns over H steps (`privrl.ope.horizon`),
+which is what makes γ = 1 possible. Target policies the user supplies (.npy, a saved
+policy.npz, module:function) go through `privrl.ope.targets`, shared with ips, snips and dr.
 
 Order of work (the privacy rules of DESIGN.md): `plan` sees the config and, with --data, the
 file's header only (metadata and the number of trajectories m). Every quantity that sets the
