@@ -64,7 +64,9 @@ enforced, not assumed: `first_visit_returns(..., reward_bounds=(a, b))` clips ev
 into the declared public interval [a, b] first, and `return_range(reward_bounds, γ)` gives
 the width of the interval that then holds every return-to-go ((b − a)/(1 − γ) when a ≤ 0 ≤ b,
 the R/(1−γ) of the paper; wider when the interval excludes 0, since episode lengths vary).
-γ < 1 is required (with γ = 1 the returns are unbounded without a public horizon).
+γ < 1 is required unless a public horizon H is declared: the data are then truncated to their
+first H steps and the return range is (b − a)·B_H with B_H = Σ_{t<H} γ^t (H at γ = 1), so a
+one-step log pays b − a, not (b − a)/(1 − γ) (`privrl.ope.horizon`).
 
 On continuous domains (Mountain Car) the baselines run on a state aggregation; first-visit MC
 over aggregated cells is not a Markov estimate, so those numbers are marked approximate.
@@ -122,26 +124,31 @@ class FirstVisit:
     m: int
 
 
-def return_range(reward_bounds: tuple[float, float], gamma: float) -> float:
+def return_range(
+    reward_bounds: tuple[float, float], gamma: float, horizon: int | None = None
+) -> float:
     """Width of an interval holding every discounted return-to-go Σ_{k≥t} γ^{k−t} R_k of an
-    episode (any length ≥ 1) whose rewards lie in [a, b]:
+    episode (any length ≥ 1; at most `horizon` steps when one is declared) whose rewards lie
+    in [a, b] (`privrl.ope.horizon.return_bounds`):
 
-        lowest = a/(1−γ) if a < 0 else a,    highest = b/(1−γ) if b > 0 else b.
+        lowest = a·B if a < 0 else a,    highest = b·B if b > 0 else b,
 
-    With a ≤ 0 ≤ b this is (b − a)/(1 − γ), the paper's R/(1−γ). Needs γ < 1 (γ = 1 leaves the
-    returns unbounded without a public horizon) and finite a < b. Public inputs only.
+    with B = 1/(1−γ) without a horizon (the paper's R/(1−γ) when a ≤ 0 ≤ b; needs γ < 1) and
+    B = B_H = Σ_{t<H} γ^t with one (H at γ = 1; 1 for a one-step log, whatever γ). The data
+    must then be truncated to H steps (`privrl.ope.horizon.truncate`). Public inputs only.
     """
+    from privrl.ope.horizon import return_bounds
+
     a, b = float(reward_bounds[0]), float(reward_bounds[1])
     if not (math.isfinite(a) and math.isfinite(b) and a < b):
         raise ValueError(f"reward bounds must be finite with low < high, got [{a}, {b}]")
     gamma = float(gamma)
-    if not 0.0 <= gamma < 1.0:
+    if horizon is None and not 0.0 <= gamma < 1.0:
         raise ValueError(
             f"the first-visit returns are bounded by R/(1−γ), which needs a discount γ in "
-            f"[0, 1), got γ = {gamma}"
+            f"[0, 1), got γ = {gamma}, or a declared horizon H (then R·B_H)"
         )
-    lowest = a / (1.0 - gamma) if a < 0 else a
-    highest = b / (1.0 - gamma) if b > 0 else b
+    lowest, highest = return_bounds((a, b), gamma, horizon)
     width = highest - lowest
     if not math.isfinite(width):
         raise ValueError(f"the return range for rewards in [{a}, {b}] and γ = {gamma} overflows")

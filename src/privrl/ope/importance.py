@@ -61,7 +61,6 @@ Popoviciu interval, and, like it, relies on the normal approximation of the sum.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +70,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from privrl.ope.targets import TargetPolicy, load_target_policy
 from privrl.privacy.release import Release
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 
@@ -172,41 +172,7 @@ def dr_sensitivity(bounds: Bounds, q_range: tuple[float, float]) -> float:
     return (q_hi - q_lo) + W * (hi - lo + q_hi - q_lo)
 
 
-# ------------------------------------------------------------------------ target policies
-
-
-@dataclass(frozen=True)
-class TargetPolicy:
-    """π(a|s) for a batch of observations: `probs(obs) -> [n, A]`.
-
-    `spec` is what the user gave (published in config.json); `A` the number of actions.
-    """
-
-    spec: str
-    A: int
-    fn: Callable[[np.ndarray], Any]
-
-    def probs(self, obs: np.ndarray) -> np.ndarray:
-        """[n, A] probabilities. A callable's output is made a distribution (NaN and
-        negative entries → 0, rows renormalised, an all-zero row → uniform) rather than
-        refused: its values depend on the private observations, so an error would leak."""
-        n = int(np.asarray(obs).shape[0])
-        try:
-            p = np.asarray(self.fn(np.asarray(obs)), dtype=np.float64)
-        except Exception as exc:  # the user's code: one error line, not a traceback
-            raise ValueError(
-                f"--target-policy {self.spec} raised {type(exc).__name__} on a batch of "
-                "observations; it must return probabilities for every observation of the "
-                "declared space"
-            ) from None
-        if p.shape != (n, self.A):  # a format error of the user's code, not of the data
-            raise ValueError(
-                f"--target-policy {self.spec} returned shape {p.shape} for {n} observations; "
-                f"it must return action probabilities of shape (n, {self.A})"
-            )
-        p = np.where(np.isfinite(p) & (p > 0), p, 0.0)
-        total = p.sum(axis=1, keepdims=True)
-        return np.where(total > 0, p / np.where(total > 0, total, 1.0), 1.0 / self.A)
+# ---------------------------------------------------- tables (target policies: privrl.ope.targets)
 
 
 def _state_index(obs: np.ndarray, start: int) -> np.ndarray:
@@ -247,47 +213,6 @@ def _discrete(space: Any) -> tuple[int, int] | None:
     if isinstance(space, spaces.Discrete):
         return int(space.n), int(space.start)
     return None
-
-
-def load_target_policy(spec: str, action_space: Any, observation_space: Any) -> TargetPolicy:
-    """The target policy from its public spec: ``uniform``, a ``FILE.npy`` ([S, A], or [A]
-    for a context-free policy) or ``module:function`` (called with a batch of observations
-    [n, ...], returning [n, A] probabilities). Checked against the PUBLIC spaces only."""
-    act = _discrete(action_space)
-    if act is None:
-        raise ValueError(
-            "importance-sampling OPE needs a Discrete action space in the dataset's metadata; "
-            "re-import with --action-space discrete:A"
-        )
-    A = act[0]
-    if spec == "uniform":
-        return TargetPolicy(spec, A, lambda obs: np.full((len(obs), A), 1.0 / A))
-    if spec.endswith(".npy"):
-        obs_d = _discrete(observation_space)
-        table = _table(Path(spec), "--target-policy", A, None if obs_d is None else obs_d[0])
-        if np.any(table < 0) or not np.allclose(table.sum(axis=-1), 1.0, atol=1e-6):
-            raise ValueError(
-                f"--target-policy {spec}: every row must be a probability distribution "
-                "(non-negative, summing to 1)"
-            )
-        if table.ndim == 1:
-            return TargetPolicy(spec, A, lambda obs: np.broadcast_to(table, (len(obs), A)))
-        assert obs_d is not None
-        start = obs_d[1]
-        return TargetPolicy(spec, A, lambda obs: table[_state_index(obs, start)])
-    module, sep, name = spec.partition(":")
-    if sep and module and name:
-        try:
-            fn = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"--target-policy {spec}: cannot import it ({exc})") from None
-        if not callable(fn):
-            raise ValueError(f"--target-policy {spec} is not callable")
-        return TargetPolicy(spec, A, fn)
-    raise ValueError(
-        f"--target-policy {spec!r} is not understood; give uniform, FILE.npy ([S, A] or [A]) "
-        "or module:function"
-    )
 
 
 @dataclass(frozen=True)
@@ -383,7 +308,7 @@ def terms(
     action_space = getattr(data.metadata, "action_space", None)
     start = int(getattr(action_space, "start", 0))
     a_idx = actions - start
-    pi = policy.probs(obs)
+    pi = policy.probs(obs, t_k)  # t_k: the step h, for a time-indexed π [H, S, A]
     pi_taken = pi[np.arange(len(a_idx)), a_idx]
     mu = np.asarray(data.behaviour_probs, dtype=np.float64)[keep]
     # (1) in log space: Π w may under/overflow; clip at log W before exponentiating.
@@ -400,7 +325,7 @@ def terms(
         first = offsets[:-1][offsets[:-1] < offsets[1:]]  # first transition of each episode
         ep_first = ep[first]
         q = reward_model.values(np.asarray(data.observations)[first + ep_first])
-        pi0 = policy.probs(np.asarray(data.observations)[first + ep_first])
+        pi0 = policy.probs(np.asarray(data.observations)[first + ep_first], np.zeros_like(first))
         baseline = np.zeros(m)
         q_taken = np.zeros(m)
         baseline[ep_first] = np.sum(pi0 * q, axis=1)

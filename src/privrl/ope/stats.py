@@ -114,7 +114,11 @@ def importance_ratios(data: TrajectoryDataset, target_policy: Any | None) -> np.
             "off-policy evaluation with action probabilities needs discrete (integer) actions",
             field="actions",
         )
-    probs_pi = np.asarray(target_policy.action_probs(obs), dtype=np.float64)
+    if getattr(target_policy, "time_indexed", False):  # π_h(a|s) [H, S, A]: step h too
+        steps = np.asarray(data.transition_steps)
+        probs_pi = np.asarray(target_policy.action_probs(obs, steps), dtype=np.float64)
+    else:
+        probs_pi = np.asarray(target_policy.action_probs(obs), dtype=np.float64)
     if probs_pi.ndim != 2 or probs_pi.shape[0] != n:
         raise ValueError(
             f"target_policy.action_probs returned shape {probs_pi.shape}, expected ({n}, A)"

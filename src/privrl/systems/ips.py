@@ -44,8 +44,9 @@ class ImportanceConfig(RunConfig):
 
     target_policy: str = option(
         ...,
-        help="Policy to evaluate: uniform, FILE.npy (π(a|s) as [S, A], or [A] context-free) "
-        "or module:function (returns n × A action probabilities for a batch of n observations).",
+        help="Policy to evaluate: uniform, FILE.npy (π(a|s) as [S, A], [H, S, A] or [A] "
+        "context-free), a saved privrl policy.npz, or module:function (returns n × A action "
+        "probabilities for a batch of n observations).",
     )
     weight_clip: float = option(
         ...,
@@ -265,7 +266,7 @@ class ImportanceSystem(System):
         bounds = imp.Bounds(W, (r_lo, r_hi), H, gamma)
         params.derive("return range", list(bounds.return_range), "[min(r_min,0), max(r_max,0)]·B_H")
         policy = imp.load_target_policy(
-            config.target_policy, meta.action_space, meta.observation_space
+            config.target_policy, meta.action_space, meta.observation_space, horizon=H
         )
         params.given("target policy π", config.target_policy, Source.FLAG, "--target-policy")
         reward_model = None

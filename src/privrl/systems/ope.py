@@ -6,8 +6,14 @@ output-perturbation baselines DP-LSW and DP-LSL (Balle et al. 2016) and non-priv
 
 A run takes `--data FILE` or `--env chain|mountain-car|hiv` (the episodes are then sampled from
 a built-in domain, and the MSPBE of the output is reported). It writes config.json,
-metrics.json (`mspbe` when the model is known, i.e. with --env), metrics.csv (GPOPE's MSPBE
-curve with --env, else θ), privacy.json, theta.npy and plots/*.png.
+metrics.json (`mspbe` when the model is known, i.e. with --env; the value v = E_{d₀}[φ(s₀)]ᵀθ
+over a public start distribution with its interval for the privacy noise, `privrl.ope.value`),
+metrics.csv (GPOPE's MSPBE curve with --env, else θ), privacy.json, theta.npy and plots/*.png.
+
+With --data, a declared horizon (`--max-horizon`, else the metadata's) truncates every episode
+to its first H steps and bounds DP-LSW/DP-LSL's returns over H steps (`privrl.ope.horizon`),
+which is what makes γ = 1 possible. Target policies the user supplies (.npy, a saved
+policy.npz, module:function) go through `privrl.ope.targets`, shared with ips, snips and dr.
 
 Order of work (the privacy rules of DESIGN.md): `plan` sees the config and, with --data, the
 file's header only (metadata and the number of trajectories m). Every quantity that sets the
@@ -39,6 +45,25 @@ from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
 
 ENVS = ("chain", "mountain-car", "hiv")
+_UNSET: Any = object()
+GPOPE_VALUE_REPLICAS = 32  # public GPOPE runs that measure the spread of its noise on v
+# Their cost, from public sizes only: R·n² numbers gathered per iteration (memory) and
+# N·R·n² in all (time, about a minute at this bound); fewer than 8 replicas: no interval.
+MAX_REPLICA_GATHER = 2**21
+MAX_REPLICA_WORK = 2 * 10**10
+MIN_VALUE_REPLICAS = 8
+
+
+def value_replicas(iterations: int, n: int) -> int:
+    """How many public GPOPE replicas the value's interval uses (0: too costly)."""
+    r = min(
+        GPOPE_VALUE_REPLICAS,
+        MAX_REPLICA_GATHER // (n * n),
+        MAX_REPLICA_WORK // (int(iterations) * n * n),
+    )
+    return r if r >= MIN_VALUE_REPLICAS else 0
+
+
 ON_POLICY = ("behaviour", "behavior", "on-policy")
 DEFAULT_DELTA = 1e-5
 DEFAULT_TRAJECTORIES = 1000
@@ -83,7 +108,9 @@ class OpeConfig(RunConfig):
     )
     target_policy: str = option(
         "behaviour",
-        help="Policy to evaluate: 'behaviour' (on-policy), 'uniform', or a domain's policy spec.",
+        help="Policy to evaluate: 'behaviour' (on-policy), 'uniform', FILE.npy (π(a|s) as "
+        "[S, A], [H, S, A] or [A]), a saved privrl policy.npz, module:function, or a domain's "
+        "policy spec.",
     )
     features: str | None = option(
         None, help="Feature spec: onehot, fourier:ORDER, aggregation:BINS, hiv-log."
@@ -93,12 +120,38 @@ class OpeConfig(RunConfig):
         allow_nan=True,
         help="Discount γ in [0, 1] (default: the dataset's metadata or the domain's).",
     )
+    max_horizon: int | None = option(
+        None,
+        help="Public horizon H (with --data): steps after the first H of an episode are "
+        "dropped, and returns are bounded over H steps (default: the dataset metadata's "
+        "horizon). Needed for γ = 1 with dp-lsw and dp-lsl.",
+    )
+    start_states: str | None = option(
+        None,
+        help="PUBLIC start distribution of the value v = E[φ(s₀)]ᵀθ: uniform, FILE.npy (a "
+        "distribution over the S states, or start observations [k, ...]) or FILE.h5 (a public "
+        "dataset's first observations). Default: the metadata's start_distribution, or the "
+        "domain's with --env.",
+    )
+    confidence: float = option(
+        0.95, allow_nan=True, help="Level of the value's interval for the privacy noise, in (0, 1)."
+    )
 
     def validate(self) -> None:
         check(
             self.gamma is None or 0.0 <= self.gamma <= 1.0,
             "gamma",
             f"must be in [0, 1], got {self.gamma}",
+        )
+        check(
+            0.0 < self.confidence < 1.0,
+            "confidence",
+            f"must be in (0, 1), got {self.confidence}",
+        )
+        check(
+            self.max_horizon is None or self.max_horizon >= 1,
+            "max_horizon",
+            f"must be >= 1 (steps of an episode that count), got {self.max_horizon}",
         )
         check(
             self.env is None or 2 <= self.trajectories <= MAX_TRAJECTORIES,
@@ -289,11 +342,15 @@ class Problem:
         config: OpeConfig,
         m: int,
         seed: int,
+        horizon: int | None = None,
     ) -> None:
         self.data_path = None if header is None else Path(header.path)
         self.metadata = None if header is None else header.metadata
         self.features = features
         self.gamma = gamma
+        self.horizon = horizon  # public (flag or metadata); None = no truncation
+        self.start_spec = config.start_states
+        self._start: Any = _UNSET
         self.target_policy = target_policy
         self.domain = domain
         self.env = config.env
@@ -318,6 +375,8 @@ class Problem:
             "target_policy": self.target_spec,
             "features": getattr(self.features, "spec", str(self.features)),
             "gamma": self.gamma,
+            "max_horizon": self.horizon,
+            "start_states": self.start_spec,
         }
 
     def load(self) -> Any:
@@ -325,8 +384,12 @@ class Problem:
         if self._data is not None:
             return self._data
         if self.domain is not None:
-            self._data = self.domain.sample(
-                self.domain.behaviour_policy, self.m, seed=np.random.SeedSequence([self.seed, 1])
+            self._data = self.truncate(
+                self.domain.sample(
+                    self.domain.behaviour_policy,
+                    self.m,
+                    seed=np.random.SeedSequence([self.seed, 1]),
+                )
             )
             return self._data
         from privrl.data.dataset import DatasetError
@@ -347,14 +410,41 @@ class Problem:
                 "--target-policy behaviour)",
                 field="behaviour_probs",
             )
-        self._data = data
-        return data
+        self._data = self.truncate(data)
+        return self._data
+
+    def start_states(self) -> Any | None:
+        """The public start distribution d₀ (`privrl.ope.value`), or None: never the logged
+        starts. A flag or metadata value is resolved in the plan (its errors come before the
+        data are read); a domain's simulator draws lazily, from an independent seed."""
+        if self._start is _UNSET:
+            from privrl.ope.value import resolve_start_states
+
+            self._start = resolve_start_states(
+                self.start_spec,
+                observation_space=self.observation_space,
+                metadata=self.metadata,
+                domain=self.domain,
+                data_path=self.data_path,
+                seed=self.seed,
+            )
+        return self._start
+
+    def truncate(self, data: Any) -> Any:
+        """`data` cut to the declared horizon (a fixed rule, never a check of the data)."""
+        if self.horizon is None:
+            return data
+        from privrl.ope.horizon import truncate
+
+        return truncate(data, self.horizon)
 
     def stats(self, data: Any) -> Any:
         """GPOPE's per-trajectory statistics of `data` in the run's features, γ and ρ."""
         from privrl.ope.stats import trajectory_stats
 
-        return trajectory_stats(data, self.features, self.gamma, target_policy=self.target_policy)
+        return trajectory_stats(
+            self.truncate(data), self.features, self.gamma, target_policy=self.target_policy
+        )
 
     def system(self) -> Any:
         """The MSPBE model (exact for the chain, large public sample otherwise)."""
@@ -389,10 +479,25 @@ def get_domain(env: str) -> Any:
     raise ConfigError("env", f"{env!r} is unknown; choose one of: {', '.join(ENVS)}")
 
 
-def _policy(domain: Any, spec: str, action_space: Any) -> Any | None:
-    """None = on-policy (ρ = 1); otherwise an object with action_probs."""
+def _policy(
+    domain: Any, spec: str, action_space: Any, observation_space: Any, horizon: int | None
+) -> Any | None:
+    """None = on-policy (ρ = 1); otherwise an object with action_probs. A user's policy (a
+    .npy/.npz file, module:function) goes through the shared resolver of `privrl.ope.targets`
+    (the same one as ips, snips and dr), checked against the public spaces and horizon."""
+    from privrl.ope.targets import is_user_spec, load_target_policy
+
     if spec in ON_POLICY:
         return None
+    if is_user_spec(spec):
+        policy = load_target_policy(spec, action_space, observation_space, horizon=horizon)
+        if domain is not None and policy.time_indexed:
+            raise ConfigError(
+                "target_policy",
+                f"{spec} is time-indexed [H, S, A]; the built-in domains' MSPBE models are "
+                "stationary, so evaluate it on a dataset (--data) instead",
+            )
+        return policy
     if domain is not None:
         try:
             from privrl.ope.domains import policy_from_spec
@@ -417,7 +522,8 @@ def _policy(domain: Any, spec: str, action_space: Any) -> Any | None:
         return UniformRandomPolicy(action_space)
     raise ConfigError(
         "target_policy",
-        f"{spec!r} is unknown; use 'behaviour' (on-policy), 'uniform'"
+        f"{spec!r} is unknown; use 'behaviour' (on-policy), 'uniform', FILE.npy, a saved "
+        "policy.npz or module:function"
         + (", 'target' or a domain policy spec" if domain is not None else ""),
     )
 
@@ -501,6 +607,25 @@ def _source(value: Any, default: Any) -> Any:
     return Source.DEFAULT if value == default else Source.FLAG
 
 
+def _horizon(config: OpeConfig, meta: Any | None, params: Any) -> int | None:
+    """The public horizon H (flag > metadata), or None when none is declared (a horizon the
+    metadata marks as inferred from the data is not declared)."""
+    from privrl.privacy.public import PublicParameterError
+
+    try:
+        value = params.resolve(
+            "horizon H",
+            flag=config.max_horizon,
+            metadata=meta,
+            key="horizon",
+            fix="pass --max-horizon H",
+            detail="steps after the first H of an episode are dropped",
+        )
+    except PublicParameterError:
+        return None
+    return int(value)
+
+
 def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int) -> Problem:
     """The run's public side, from the config and (with --data) the file's header only."""
     from privrl.privacy.public import Source
@@ -524,7 +649,14 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
             from gymnasium import spaces
 
             action_space = spaces.Discrete(int(domain.n_actions))
-        policy = _policy(domain, config.target_policy, action_space)
+        if config.max_horizon is not None:
+            # the MSPBE models and the domains' γ < 1 bounds are for whole episodes
+            raise ConfigError(
+                "max_horizon",
+                f"applies to --data only; the {env} domain's episodes and model are its own",
+            )
+        H = None
+        policy = _policy(domain, config.target_policy, action_space, domain.observation_space, H)
         feats = _features(config.features, env, domain, domain.observation_space)
         if config.gamma is None:
             g = params.given("discount γ", float(domain.gamma), Source.DEFAULT, f"the {env} domain")
@@ -536,12 +668,18 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
             _source(config.trajectories, DEFAULT_TRAJECTORIES),
             "--trajectories: sampled from the simulator",
         )
-        return Problem(features=feats, gamma=g, target_policy=policy, domain=domain, m=m, **problem)
+        out = Problem(
+            features=feats, gamma=g, target_policy=policy, domain=domain, m=m, horizon=H, **problem
+        )
+        if config.start_states is not None:  # a bad flag is refused before the data
+            out.start_states()
+        return out
     from privrl.data.dataset import DatasetError
 
     meta = header.metadata
     _refuse_inferred_spaces(meta, header.path)
-    policy = _policy(None, config.target_policy, meta.action_space)
+    H = _horizon(config, meta, params)
+    policy = _policy(None, config.target_policy, meta.action_space, meta.observation_space, H)
     feats = _features(config.features, None, None, meta.observation_space)
     g = float(
         params.resolve(
@@ -561,7 +699,11 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
         "the dataset header's episode count; replace-one neighbours have the same m, so it is "
         "public",
     )
-    return Problem(features=feats, gamma=g, target_policy=policy, domain=None, m=m, **problem)
+    out = Problem(
+        features=feats, gamma=g, target_policy=policy, domain=None, m=m, horizon=H, **problem
+    )
+    out.start_states()  # flag or metadata: public; a bad one is refused before the data
+    return out
 
 
 def check_ledger_relation(problem: Problem) -> None:
@@ -604,6 +746,62 @@ def _plot_theta(theta: np.ndarray) -> Callable[[Path], None]:
     return draw
 
 
+def value_metrics(
+    problem: Problem,
+    theta: np.ndarray,
+    value_features: Callable[[np.ndarray], np.ndarray],
+    level: float,
+    *,
+    noise_sd: Callable[[np.ndarray], float] | None = None,
+    replicas: Callable[[np.ndarray], np.ndarray | None] | None = None,
+    value_range: tuple[float, float] | None = None,
+    covers: str,
+) -> dict[str, Any]:
+    """v = wᵀθ over the public start distribution (`privrl.ope.value`) with its interval for
+    the privacy noise: `noise_sd(w)` (a public bound on v's Gaussian noise) or `replicas(w)`
+    (v on public replica runs of the same mechanism); neither = non-private. Post-processing
+    of the released θ and public quantities only. `value_range`: a public interval that holds
+    the noise-free value; the value is projected onto it (which can only bring it closer) and
+    the interval intersected with it (coverage is kept)."""
+    from privrl.ope.value import gaussian_interval, t_interval
+
+    start = problem.start_states()
+    if start is None:
+        return {
+            "value": None,
+            "value_note": "no public start distribution: pass --start-states (uniform, FILE.npy "
+            "or a public FILE.h5) to get the value v = E[φ(s₀)]ᵀθ",
+        }
+    w = start.mean_features(value_features)
+    v = float(w @ np.asarray(theta, dtype=np.float64))
+    out: dict[str, Any] = {"value": v}
+    low = high = None
+    if noise_sd is not None:
+        sd = float(noise_sd(w))
+        low, high = gaussian_interval(v, sd, level)
+        out["value_noise_sd_bound"] = sd
+    elif replicas is not None:
+        values = replicas(w)
+        if values is not None:
+            sd = float(np.std(values, ddof=1))
+            low, high = t_interval(v, sd, len(values), level)
+            out["value_noise_sd_public_estimate"] = sd
+            out["value_replicas"] = len(values)
+    if value_range is not None:
+        out["value"] = min(max(v, value_range[0]), value_range[1])
+        out["value_unprojected"] = v
+        if low is not None:
+            low, high = max(low, value_range[0]), min(high, value_range[1])
+    out.update(
+        value_ci_low=low,
+        value_ci_high=high,
+        confidence=level,
+        value_ci_covers=covers,
+        value_start_states=f"{start.spec} ({start.source})",
+    )
+    return out
+
+
 def ope_result(
     problem: Problem,
     theta: np.ndarray,
@@ -612,8 +810,9 @@ def ope_result(
     metrics: dict[str, Any],
     curve: list[dict[str, Any]] | None = None,
 ) -> Result:
-    """The run's `Result`: metrics (the MSPBE when the model is known, ε, δ), the curve (else
-    θ), theta.npy and the plot. Only the report and post-processing of the released θ."""
+    """The run's `Result`: metrics (the MSPBE when the model is known, ε, δ; the value and its
+    interval), the curve (else θ), theta.npy and the plot. Only the report and post-processing
+    of the released θ."""
     metrics = dict(metrics)
     system = problem.system()
     if system is not None and "mspbe" not in metrics:
@@ -635,6 +834,18 @@ def ope_result(
     summary = []
     if "mspbe" in metrics:
         summary.append(f"MSPBE = {metrics['mspbe']:.4g} ({metrics.get('mspbe_source', '')})")
+    if metrics.get("value") is not None:
+        line = f"value of {problem.target_spec}: {metrics['value']:.4g}"
+        if metrics.get("value_ci_low") is not None:
+            line += (
+                f" ({metrics['confidence']:.0%} interval [{metrics['value_ci_low']:.4g}, "
+                f"{metrics['value_ci_high']:.4g}]: {metrics['value_ci_covers']})"
+            )
+        else:
+            line += f" (no interval: {metrics['value_ci_covers']})"
+        summary.append(line + f"; start states: {metrics['value_start_states']}")
+    elif "value_note" in metrics:
+        summary.append(metrics["value_note"])
     return Result(
         metrics=metrics,
         privacy=report,
@@ -740,6 +951,8 @@ class Gpope(OpeSystem):
         public: list[str] = []
         notes: list[str] = []
         tuned = None
+        pub_stats = None
+        pub_source = ""
         if needs_tuning:
             if config.public_data is not None:
                 from privrl.data.io import load_hdf5
@@ -752,6 +965,7 @@ class Gpope(OpeSystem):
                 )
                 source = f"sampled from the {problem.env} simulator with an independent seed"
             pub_stats = problem.stats(pub)
+            pub_source = source
             tuned = tune_on_public(
                 pub_stats,
                 problem.system(),
@@ -825,6 +1039,7 @@ class Gpope(OpeSystem):
             "normalisation": "length",
         }
         facts = dict(params=params, n_iter=n_iter, h=h, step=step, public=public, notes=notes)
+        facts.update(pub_stats=pub_stats, pub_source=pub_source)
         return self.finish(problem, planned, algorithm, tuned=tuned, **facts)
 
     def run(
@@ -867,7 +1082,75 @@ class Gpope(OpeSystem):
             metrics["public_clipped_fraction_note"] = (
                 "fraction of clipped steps on the PUBLIC tuning run, not on the private data"
             )
+        n_rep = value_replicas(f["n_iter"], int(problem.features.dim))
+        pub_stats, pub_source = (
+            self.public_stats(config, problem, f, ctx.seed) if n_rep else (None, "")
+        )
+
+        def replicas(w: np.ndarray) -> np.ndarray | None:
+            """v on R runs of the same mechanism (h, σ, N, step) on PUBLIC data."""
+            from privrl.ope.gpope import gpope_replicas
+
+            if pub_stats is None:
+                return None
+            theta_r, *_ = gpope_replicas(
+                [pub_stats],
+                iterations=f["n_iter"],
+                clip=f["h"],
+                step=[f["step"]] * n_rep,
+                sigma=result.sigma,
+                delta=config.delta,
+                seed=np.random.default_rng([ctx.seed, 7]),
+            )
+            return np.asarray(theta_r) @ w
+
+        if pub_stats is not None:
+            covers = (
+                f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
+                f"same mechanism on public data ({pub_source}); not sampling error"
+            )
+        elif not n_rep:
+            covers = (
+                "nothing: measuring GPOPE's noise on public replica runs would cost more than "
+                f"{MAX_REPLICA_WORK:.0e} operations for N = {f['n_iter']:,} iterations and "
+                f"n = {problem.features.dim} features; use fewer iterations or features"
+            )
+        else:
+            covers = (
+                "nothing: GPOPE's noise passes through data-dependent dynamics, so its spread "
+                "is measured on public data; give --public-data FILE for an interval"
+            )
+        metrics.update(
+            value_metrics(
+                problem,
+                result.theta,
+                problem.features,
+                config.confidence,
+                replicas=replicas,
+                covers=covers,
+            )
+        )
         return ope_result(problem, result.theta, report, metrics=metrics, curve=curve)
+
+    @staticmethod
+    def public_stats(
+        config: GpopeConfig, problem: Problem, facts: dict[str, Any], seed: int
+    ) -> tuple[Any | None, str]:
+        """GPOPE statistics of PUBLIC data (the tuning sample, --public-data, or a simulator
+        sample from the tuning stream), for the value's interval; None without public data."""
+        if facts.get("pub_stats") is not None:
+            return facts["pub_stats"], facts["pub_source"]
+        if config.public_data is not None:
+            from privrl.data.io import load_hdf5
+
+            pub = load_hdf5(config.public_data)
+            return problem.stats(pub), f"public dataset {Path(config.public_data).name}"
+        if problem.domain is not None:
+            pub = problem.domain.sample(
+                problem.domain.behaviour_policy, problem.m, seed=np.random.SeedSequence([seed, 2])
+            )
+            return problem.stats(pub), f"sampled from the {problem.env} simulator"
+        return None, ""
 
 
 # ------------------------------------------------------------------------ baselines
@@ -956,11 +1239,11 @@ def _reward_bounds(config: BaselineConfig, problem: Problem, params: Any) -> tup
     )
     if not math.isfinite(lo):
         raise ValueError(f"the reward lower bound must be finite, got {lo}; pass --reward-min")
-    if problem.gamma >= 1.0:
+    if problem.gamma >= 1.0 and problem.horizon is None:
         raise ValueError(
             f"{config.system} bounds a first-visit return by R/(1−γ), which needs γ < 1, but "
-            f"γ = {problem.gamma:g}; pass --gamma below 1 (γ = 1 with a public horizon is not "
-            "supported yet)"
+            f"γ = {problem.gamma:g} and no horizon is declared; pass --max-horizon H (the "
+            "steps of an episode that count: returns are then bounded by R·H) or --gamma below 1"
         )
     bounds = (lo, lo + R)
     if not (math.isfinite(bounds[1]) and bounds[1] > lo):
@@ -981,14 +1264,15 @@ class _Baseline(OpeSystem):
         params, problem = self.start(config, header, seed)
         bounds = _reward_bounds(config, problem, params)
         try:
-            W = return_range(bounds, problem.gamma)
+            W = return_range(bounds, problem.gamma, problem.horizon)
         except ValueError as exc:
             raise ValueError(f"{exc}; use a smaller --reward-range or --reward-min") from exc
+        over = "at γ" if problem.horizon is None else "over at most H steps at γ"
         params.derive(
             "return range",
             W,
             "width of the interval holding every return-to-go of rewards in "
-            f"[{bounds[0]:g}, {bounds[1]:g}] at γ",
+            f"[{bounds[0]:g}, {bounds[1]:g}] {over}",
         )
         state_index, Phi, value_features, note = tabular_view(problem, config.aggregation)
         S = Phi.shape[0]
@@ -1029,6 +1313,7 @@ class _Baseline(OpeSystem):
             algorithm["aggregation"] = config.aggregation
         view = dict(state_index=state_index, Phi=Phi, rho=rho, value_features=value_features)
         facts = dict(params=params, bounds=bounds, W=W, notes=notes, lam=sens.lam)
+        facts["sigma_hi"] = sens.sigma_bounds[1]  # public: the clamp's upper end
         return self.finish(problem, planned, algorithm, **view, **facts)
 
     def run(
@@ -1067,6 +1352,25 @@ class _Baseline(OpeSystem):
             metrics["mspbe"] = float(LinearSystem(cross.A, cross.b, cross.C).mspbe(res.theta))
             metrics["mspbe_source"] = cross.info.get("source", "")
             metrics["mspbe_note"] = "value function in aggregation features, MSPBE in run features"
+        from privrl.ope.horizon import return_bounds
+
+        index, sigma_hi = f["state_index"], f["sigma_hi"]
+        # every component of θ_X is a weighted mean of first-visit returns (DP-LSL: shrunk
+        # towards 0) and w = d₀ᵀΦ a sub-distribution, so wᵀθ_X lies in this public range
+        lo, hi = return_bounds(f["bounds"], problem.gamma, problem.horizon)
+        metrics.update(
+            value_metrics(
+                problem,
+                res.theta,
+                lambda obs: Phi[index(obs)],
+                config.confidence,
+                noise_sd=lambda w: sigma_hi * float(np.linalg.norm(w)),
+                value_range=(min(lo, 0.0), max(hi, 0.0)),
+                covers="privacy noise only, conservatively: at σ_hi, the public upper bound on "
+                "the withheld noise scale σ_X, and within the public return range; not "
+                "sampling error",
+            )
+        )
         return ope_result(problem, res.theta, report, metrics=metrics)
 
 
@@ -1122,4 +1426,11 @@ class Lstd(OpeSystem):
             target_policy=problem.target_policy,
             weighting=config.weighting,
         )
-        return ope_result(problem, theta, ctx.plan.report, metrics={})
+        metrics = value_metrics(
+            problem,
+            theta,
+            problem.features,
+            config.confidence,
+            covers="nothing: lstd is non-private (no privacy noise); not sampling error",
+        )
+        return ope_result(problem, theta, ctx.plan.report, metrics=metrics)

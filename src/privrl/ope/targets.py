@@ -1,0 +1,273 @@
+"""Target policies the user supplies, for every OPE command (`privrl ope gpope | dp-lsw |
+dp-lsl | lstd | ips | snips | dr`): one resolver, checked against the PUBLIC spaces and
+horizon only.
+
+``--target-policy`` accepts:
+
+* ``uniform`` — π(a|s) = 1/A;
+* ``FILE.npy`` — a table π(a|s): ``[S, A]`` (stationary), ``[H, S, A]`` (time-indexed,
+  h = 0..H-1 in code; needs a declared horizon equal to H) or ``[A]`` (context-free). S and A
+  must match the dataset's declared Discrete spaces; every row must be a distribution
+  (non-negative, summing to 1 within 1e-6);
+* ``FILE.npz`` — a saved privrl tabular policy (``policy.npz`` of ``privrl train dp-apvi |
+  apvi | ...``, kind ``privrl.finite_horizon_tabular_policy``): its greedy actions ``[H, S]``
+  as the deterministic time-indexed table;
+* ``module:function`` — called with a batch of observations ``[n, ...]``, returning ``[n, A]``
+  probabilities. Its values depend on the private observations, so invalid entries (NaN,
+  negative, rows not summing to 1) are repaired (→ 0, renormalised, an all-zero row →
+  uniform) rather than refused: an error whose occurrence depends on the data would leak.
+  Only a wrong output shape (a format error of the user's code) is an error.
+
+Everything about a table is checked when it is loaded, before any private data are read, so
+a bad file is refused with one ``error:`` line naming the problem and the fix. A table is
+indexed by the observation's Discrete index (minus the space's ``start``); out-of-range
+indices cannot occur in a dataset that validated against its declared space.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "TABULAR_POLICY_KIND",
+    "TargetPolicy",
+    "is_user_spec",
+    "load_target_policy",
+]
+
+TABULAR_POLICY_KIND = "privrl.finite_horizon_tabular_policy"
+_ATOL = 1e-6
+_HELP = (
+    "give uniform, FILE.npy (π(a|s) as [S, A], [H, S, A] or [A]), a saved privrl policy.npz, "
+    "or module:function"
+)
+
+
+@dataclass(frozen=True)
+class TargetPolicy:
+    """π(a|s) for a batch of observations: `probs(obs, steps) -> [n, A]`.
+
+    `spec` is what the user gave (published in config.json: it is public); `A` the number of
+    actions; `fn(obs)` (or `fn(obs, steps)` when `time_indexed`) the probabilities. `horizon`
+    is the table's H for a time-indexed policy. `action_probs` is the `Policy` protocol's name
+    for the same thing.
+    """
+
+    spec: str
+    A: int
+    fn: Callable[..., Any]
+    time_indexed: bool = False
+    horizon: int | None = None
+
+    def probs(self, obs: np.ndarray, steps: np.ndarray | None = None) -> np.ndarray:
+        """[n, A] probabilities. A callable's output is made a distribution (NaN and
+        negative entries → 0, rows renormalised, an all-zero row → uniform) rather than
+        refused: its values depend on the private observations, so an error would leak."""
+        obs = np.asarray(obs)
+        n = int(obs.shape[0])
+        if self.time_indexed:
+            if steps is None:
+                raise ValueError(
+                    f"--target-policy {self.spec} is time-indexed [H, S, A]: it needs each "
+                    "observation's step h"
+                )
+            steps = np.asarray(steps, dtype=np.int64).reshape(-1)
+            args: tuple[Any, ...] = (obs, steps)
+        else:
+            args = (obs,)
+        try:
+            p = np.asarray(self.fn(*args), dtype=np.float64)
+        except Exception as exc:  # the user's code: one error line, not a traceback
+            raise ValueError(
+                f"--target-policy {self.spec} raised {type(exc).__name__} on a batch of "
+                "observations; it must return probabilities for every observation of the "
+                "declared space"
+            ) from None
+        if p.shape != (n, self.A):  # a format error of the user's code, not of the data
+            raise ValueError(
+                f"--target-policy {self.spec} returned shape {p.shape} for {n} observations; "
+                f"it must return action probabilities of shape (n, {self.A})"
+            )
+        p = np.where(np.isfinite(p) & (p > 0), p, 0.0)
+        total = p.sum(axis=1, keepdims=True)
+        return np.where(total > 0, p / np.where(total > 0, total, 1.0), 1.0 / self.A)
+
+    def action_probs(self, obs: np.ndarray, steps: np.ndarray | None = None) -> np.ndarray:
+        return self.probs(obs, steps)
+
+
+def is_user_spec(spec: str) -> bool:
+    """True for the specs this module resolves (a file, a module:function), as opposed to a
+    built-in domain's named policies (``target``, ``greedy``, ``softmax:T``, ...)."""
+    s = str(spec).strip()
+    if s.endswith((".npy", ".npz")):
+        return True
+    head, sep, tail = s.partition(":")
+    return bool(sep and head and tail) and head.lower() not in ("softmax", "epsilon-greedy")
+
+
+def _discrete(space: Any) -> tuple[int, int] | None:
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return int(space.n), int(space.start)
+    return None
+
+
+def _state_index(obs: np.ndarray, start: int) -> np.ndarray:
+    return np.asarray(obs).reshape(len(obs), -1)[:, 0].astype(np.int64) - int(start)
+
+
+def _read_npy(path: Path, spec: str) -> np.ndarray:
+    if not path.is_file():
+        raise ValueError(f"--target-policy {spec}: no such file; {_HELP}")
+    try:
+        table = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--target-policy {spec}: cannot read a .npy array ({exc})") from None
+    if not isinstance(table, np.ndarray) or not (
+        np.issubdtype(table.dtype, np.floating) or np.issubdtype(table.dtype, np.integer)
+    ):
+        raise ValueError(f"--target-policy {spec}: not a numeric array; {_HELP}")
+    return np.asarray(table, dtype=np.float64)
+
+
+def _read_npz(path: Path, spec: str, A: int) -> np.ndarray:
+    """A saved privrl tabular policy as a one-hot table [H, S, A]."""
+    if not path.is_file():
+        raise ValueError(f"--target-policy {spec}: no such file; {_HELP}")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            kind = str(f["kind"]) if "kind" in f else None
+            if kind != TABULAR_POLICY_KIND:
+                raise ValueError(
+                    f"--target-policy {spec} is not a saved privrl tabular policy (kind "
+                    f"{kind!r}, expected {TABULAR_POLICY_KIND!r}: the policy.npz of privrl "
+                    "train dp-apvi | apvi); for another policy give its π(a|s) as a .npy "
+                    "table or a module:function"
+                )
+            actions = np.asarray(f["actions"])
+            n_actions = int(f["n_actions"])
+    except ValueError:
+        raise
+    except (OSError, KeyError, TypeError) as exc:
+        raise ValueError(f"--target-policy {spec}: cannot read a policy.npz ({exc})") from None
+    if actions.ndim != 2 or not np.issubdtype(actions.dtype, np.integer):
+        raise ValueError(f"--target-policy {spec}: its actions must be an integer table [H, S]")
+    if n_actions != A:
+        raise ValueError(
+            f"--target-policy {spec} has {n_actions} actions but the dataset's action space has {A}"
+        )
+    if actions.size and (actions.min() < 0 or actions.max() >= A):
+        raise ValueError(f"--target-policy {spec}: its actions must lie in [0, {A})")
+    return np.eye(A)[actions]
+
+
+def _check_table(
+    table: np.ndarray, spec: str, A: int, n_states: int | None, horizon: int | None
+) -> None:
+    """The table's shape against the public spaces and horizon; rows are distributions."""
+    shape = table.shape
+    if table.ndim == 1:
+        if shape != (A,):
+            raise ValueError(
+                f"--target-policy {spec}: a context-free table must have shape ({A},) for the "
+                f"dataset's {A} actions, got {shape}"
+            )
+    elif table.ndim in (2, 3):
+        if n_states is None:
+            raise ValueError(
+                f"--target-policy {spec} is a per-state table, but the observation space is "
+                "not a public Discrete space; re-import with --observation-space discrete:S, or "
+                "give a context-free table [A] or a module:function"
+            )
+        if shape[-2:] != (n_states, A):
+            want = "(S, A)" if table.ndim == 2 else "(H, S, A)"
+            raise ValueError(
+                f"--target-policy {spec}: shape {shape} does not match the declared spaces "
+                f"{want} with (S, A) = ({n_states}, {A})"
+            )
+        if table.ndim == 3:
+            if horizon is None:
+                raise ValueError(
+                    f"--target-policy {spec} is time-indexed (H = {shape[0]} steps) but no "
+                    f"horizon is declared; pass --max-horizon {shape[0]}"
+                )
+            if shape[0] != int(horizon):
+                raise ValueError(
+                    f"--target-policy {spec} has H = {shape[0]} steps but the declared horizon "
+                    f"is {horizon}; give a table [{horizon}, {n_states}, {A}] or --max-horizon "
+                    f"{shape[0]}"
+                )
+    else:
+        raise ValueError(f"--target-policy {spec}: shape {shape}; {_HELP}")
+    if not np.all(np.isfinite(table)):
+        raise ValueError(f"--target-policy {spec} holds NaN or infinite values")
+    if np.any(table < 0) or not np.allclose(table.sum(axis=-1), 1.0, atol=_ATOL):
+        raise ValueError(
+            f"--target-policy {spec}: every row must be a probability distribution "
+            "(non-negative, summing to 1)"
+        )
+
+
+def load_target_policy(
+    spec: str,
+    action_space: Any,
+    observation_space: Any,
+    *,
+    horizon: int | None = None,
+) -> TargetPolicy:
+    """The target policy from its public spec (see the module docstring), checked against
+    the PUBLIC action and observation spaces and the declared horizon only."""
+    act = _discrete(action_space)
+    if act is None:
+        raise ValueError(
+            "a target policy needs a Discrete action space in the dataset's metadata; "
+            "re-import with --action-space discrete:A"
+        )
+    A = act[0]
+    spec = str(spec).strip()
+    if spec == "uniform":
+        return TargetPolicy(spec, A, lambda obs: np.full((len(obs), A), 1.0 / A))
+    obs_d = _discrete(observation_space)
+    n_states = None if obs_d is None else obs_d[0]
+    start = 0 if obs_d is None else obs_d[1]
+    if spec.endswith((".npy", ".npz")):
+        path = Path(spec)
+        table = _read_npy(path, spec) if spec.endswith(".npy") else _read_npz(path, spec, A)
+        _check_table(table, spec, A, n_states, horizon)
+        table = np.array(table, dtype=np.float64)
+        table.flags.writeable = False
+        if table.ndim == 1:
+            return TargetPolicy(spec, A, lambda obs: np.broadcast_to(table, (len(obs), A)))
+        if table.ndim == 2:
+            return TargetPolicy(spec, A, lambda obs: table[_state_index(obs, start)])
+        H = int(table.shape[0])
+
+        def timed(obs: np.ndarray, steps: np.ndarray) -> np.ndarray:
+            # steps ≥ H are dropped before (truncation at the declared horizon = H)
+            return table[np.minimum(steps, H - 1), _state_index(obs, start)]
+
+        return TargetPolicy(spec, A, timed, time_indexed=True, horizon=H)
+    module, sep, name = spec.partition(":")
+    if module == "column":
+        raise ValueError(
+            f"--target-policy {spec}: per-row target probabilities from a dataset column are "
+            "not supported yet (the dataset format keeps no extra columns); give π as FILE.npy "
+            "or module:function"
+        )
+    if sep and module and name:
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"--target-policy {spec}: cannot import it ({exc})") from None
+        if not callable(fn):
+            raise ValueError(f"--target-policy {spec} is not callable")
+        return TargetPolicy(spec, A, fn)
+    raise ValueError(f"--target-policy {spec!r} is not understood; {_HELP}")
