@@ -144,3 +144,14 @@ def test_policy_helpers() -> None:
     greedy = TabularPolicy(np.array([2, 0, 1]))
     eps = EpsilonGreedy(greedy, n_actions=3, epsilon=0.3)
     np.testing.assert_allclose(eps.action_probs(np.array([0]))[0], [0.1, 0.1, 0.8])
+
+
+def test_terminal_at_the_time_limit_is_terminal() -> None:
+    # FrozenLake with a 2-step limit: an episode that falls in a hole at step 2 gets both
+    # flags from Gymnasium; the dataset records it as terminated only (else it is refused).
+    policy = UniformRandomPolicy(gym.spaces.Discrete(4))
+    ds = collect("FrozenLake-v1", policy, n_episodes=200, seed=0, max_steps=2, progress=False)
+    last = ds.episode_offsets[1:] - 1
+    assert np.all(ds.terminated[last] ^ ds.truncated[last])
+    assert not np.any(ds.terminated & ds.truncated)
+    assert ds.terminated[last][ds.episode_lengths == 2].any()

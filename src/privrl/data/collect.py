@@ -152,7 +152,8 @@ def collect(
                     t_act.append(actions[active].copy())
                     t_rew.append(np.asarray(rew)[active].copy())
                     t_term.append(np.asarray(term)[active].copy())
-                    t_trunc.append(np.asarray(trunc)[active].copy())
+                    # A terminal reached at the time limit is terminal (Gymnasium sets both).
+                    t_trunc.append((np.asarray(trunc) & ~np.asarray(term))[active])
                     if probs is not None:
                         t_prob.append(probs[active].astype(np.float64))
                     o_ep.append(episode[active])
