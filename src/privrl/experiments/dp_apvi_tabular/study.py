@@ -20,11 +20,7 @@ from privrl.offline.apvi import (
 from privrl.privacy.report import PrivacyReport
 
 REPORT_DELTA = 1e-6
-
-
 TARGET_SUBOPTIMALITY = 0.05
-
-
 TUNING_SEED_OFFSET = 10_000
 
 
