@@ -58,7 +58,7 @@ from privrl.experiments.qiao_wang.report import (
     _representative_report,
     _rho_name,
     _setup_lines,
-    _table,
+    _tables,
     _vstar,
     gallery_claims_a,
     gallery_claims_b,
@@ -232,11 +232,7 @@ def _report_a(
             + (f" ({', '.join(held)})." if held and len(held) < total else ".")
         )
     md += ["", "## Suboptimality (mean ± s.e.)", ""]
-    for c in setup.scales:
-        for inst in INSTANCES:
-            md += [f"### C = {c:g}, instance {inst}", ""]
-            md += _table(agg, setup, c, inst, main)
-            md.append("")
+    md += _tables(agg, setup, main, setup.scales, titled=True)
     md += [f"![Figure 1(a), C = {c:g}]({p.relative_to(root).as_posix()})" for c, p in
            zip(setup.scales, plots, strict=False)]  # fmt: skip
     md.append("")
@@ -350,11 +346,7 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
     md += ["", f"The claim holds in {held} of {len(claims)} (C, instance) cases."]
     md += ["", "## Suboptimality (mean ± s.e.)", ""]
     algs = ("VAPVI", *(_rho_name(r) for r in rhos))
-    for c in setup.scales:
-        for inst in INSTANCES:
-            md += [f"### C = {c:g}, instance {inst}", ""]
-            md += _table(agg, setup, c, inst, algs)
-            md.append("")
+    md += _tables(agg, setup, algs, setup.scales, titled=True)
     md += [f"![Figure 1(b), C = {c:g}]({p.relative_to(run.path).as_posix()})" for c, p in
            zip(setup.scales, plots, strict=True)]  # fmt: skip
     md.append("")

@@ -18,7 +18,7 @@ from privrl.experiments.qiao_wang.grid import (
     _nested_episodes,
     _Setup,
 )
-from privrl.experiments.qiao_wang.report import _table
+from privrl.experiments.qiao_wang.report import _tables
 from privrl.offline.pevi import pevi_beta
 from privrl.offline.vapvi import (
     FeatureTable,
@@ -199,10 +199,7 @@ def _investigation_a(
         "the variance weighting from the bonus size:",
         "",
     ]
-    for inst in INSTANCES:
-        md += [f"Instance {inst}, C = {c:g}:", ""]
-        md += _table(agg, setup, c, inst, ("VAPVI", "DP-VAPVI", "diag: PEVI β=C√d"))
-        md.append("")
+    md += _tables(agg, setup, ("VAPVI", "DP-VAPVI", "diag: PEVI β=C√d"), (c,))
     same = sum(
         abs(m("diag: PEVI β=C√d", i, k, cc) - m("VAPVI", i, k, cc)) < 1e-9
         for i in INSTANCES
@@ -253,13 +250,12 @@ def _investigation_a(
         "(same stream) without the shift (then eigenvalues are clipped at λ):",
         "",
     ]
-    for inst in INSTANCES:
-        md += [f"Instance {inst}, C = {c:g}:", ""]
-        md += _table(
-            agg, setup, c, inst,
-            ("VAPVI", "DP-VAPVI", "diag: DP-VAPVI shift only", "diag: DP-VAPVI noise only"),
-        )  # fmt: skip
-        md.append("")
+    md += _tables(
+        agg,
+        setup,
+        ("VAPVI", "DP-VAPVI", "diag: DP-VAPVI shift only", "diag: DP-VAPVI noise only"),
+        (c,),
+    )
     md += [
         f"At K = {kmax}, C = {c:g}: VAPVI "
         + ", ".join(f"{m('VAPVI', i, kmax):.3f}" for i in INSTANCES)
@@ -296,13 +292,12 @@ def _investigation_a(
         "explanation:",
         "",
     ]
-    for inst in INSTANCES:
-        md += [f"Instance {inst}, C = {c:g}:", ""]
-        md += _table(
-            agg, setup, c, inst,
-            ("VAPVI", "DP-VAPVI", "diag: VAPVI unscaled φ", "diag: DP-VAPVI unscaled φ"),
-        )  # fmt: skip
-        md.append("")
+    md += _tables(
+        agg,
+        setup,
+        ("VAPVI", "DP-VAPVI", "diag: VAPVI unscaled φ", "diag: DP-VAPVI unscaled φ"),
+        (c,),
+    )
     better = sum(
         m("diag: DP-VAPVI unscaled φ", i, k) < m("DP-VAPVI", i, k) for i in INSTANCES for k in ks
     )
@@ -317,10 +312,7 @@ def _investigation_a(
             f"protocol, K up to {setup.k_extended[-1]}:",
             "",
         ]
-        for inst in INSTANCES:
-            md += [f"Instance {inst}, C = {c:g}:", ""]
-            md += _table(agg, setup, c, inst, ("PEVI", "VAPVI", "DP-VAPVI"))
-            md.append("")
+        md += _tables(agg, setup, ("PEVI", "VAPVI", "DP-VAPVI"), (c,))
         md += [
             "Gap DP-VAPVI − VAPVI at C = "
             f"{c:g}: "

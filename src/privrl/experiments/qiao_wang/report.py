@@ -214,6 +214,23 @@ def _table(agg: dict, setup: _Setup, c: float, inst: int, algs: Sequence[str]) -
     return lines
 
 
+def _tables(
+    agg: dict, setup: _Setup, algs: Sequence[str], scales: Sequence[float], *, titled: bool = False
+) -> list[str]:
+    """One `_table` per (C, instance), each under its heading ("### C = c, instance i" when
+    `titled`, else "Instance i, C = c:")."""
+    md: list[str] = []
+    for c in scales:
+        for inst in INSTANCES:
+            md += [
+                f"### C = {c:g}, instance {inst}" if titled else f"Instance {inst}, C = {c:g}:",
+                "",
+            ]
+            md += _table(agg, setup, c, inst, algs)
+            md.append("")
+    return md
+
+
 def _curve_rows(agg: dict, extra: dict[tuple, dict] | None = None) -> list[dict[str, Any]]:
     rows = []
     for (alg, inst, c, k), cell in sorted(agg.items(), key=lambda kv: (kv[0][0], *kv[0][1:])):
