@@ -17,11 +17,11 @@ results: DP-VAPVI with only its PD shift E/2 (no noise) and with only its noise 
 PEVI with VAPVI's coefficient C√d (separates the variance weighting from the bonus size);
 and K beyond the paper's range, to see whether DP-VAPVI converges to VAPVI.
 
-Why the grid is not a sweep of the `pevi`/`vapvi`/`dp-vapvi` systems: the figure is ~15,000
-evaluations (30 seeds × 2 instances × 8 K × 3 C × the algorithms and diagnostics), each
-milliseconds of regression on a prefix of one dataset shared by every algorithm (common random
-numbers, with DP-VAPVI's noise shared across ρ and C), and several diagnostics are not systems
-at all (they run DP-VAPVI with only its shift or only its noise). The quick figure runs its 96
+Why the grid is not a sweep of the `pevi`/`vapvi`/`dp-vapvi` systems: (a) is 14,400
+evaluations (30 seeds × 480 (algorithm, instance, C, K) cells, diagnostics included) and (b)
+8,640, each milliseconds of regression on a prefix of one dataset shared by every algorithm
+(common random numbers, with DP-VAPVI's noise shared across ρ and C), and several diagnostics
+are not systems at all (they run DP-VAPVI with only its shift or only its noise). The quick figure runs its 96
 evaluations in about 1.3 s (~14 ms each); a sweep cell of the tabular `dp-apvi` system, which
 has the same run-directory overhead, measured 6.8 s, so as cells the figure would take a day.
 """
