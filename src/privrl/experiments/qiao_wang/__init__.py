@@ -21,9 +21,10 @@ Why the grid is not a sweep of the `pevi`/`vapvi`/`dp-vapvi` systems: (a) is 14,
 evaluations (30 seeds × 480 (algorithm, instance, C, K) cells, diagnostics included) and (b)
 8,640, each milliseconds of regression on a prefix of one dataset shared by every algorithm
 (common random numbers, with DP-VAPVI's noise shared across ρ and C), and several diagnostics
-are not systems at all (they run DP-VAPVI with only its shift or only its noise). The quick figure runs its 96
-evaluations in about 1.3 s (~14 ms each); a sweep cell of the tabular `dp-apvi` system, which
-has the same run-directory overhead, measured 6.8 s, so as cells the figure would take a day.
+are not systems at all (they run DP-VAPVI with only its shift or only its noise). The quick
+figure runs its 96 evaluations in about 1.3 s (~14 ms each); a sweep cell of the tabular
+`dp-apvi` system, which has the same run-directory overhead, measured 6.8 s, so as cells the
+figure would take a day.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from privrl.experiments.qiao_wang.report import (
     _privacy_facts,
     _representative_report,
     _rho_name,
+    _run_config,
     _setup_lines,
     _tables,
     _vstar,
@@ -108,24 +110,9 @@ def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
     claims = _claims_a(agg, setup, vstar)
     report_priv = _representative_report(RHO_A)
 
-    config = {
-        "reproduction": "qiao-wang-fig1a",
-        "K": list(setup.ks),
-        "K_extended": list(setup.k_extended),
-        "instances": list(INSTANCES),
-        "seeds": setup.seeds,
-        "base_seed": setup.base_seed,
-        "bonus_scales": list(setup.scales),
-        "rho": RHO_A,
-        "matrix_noise": "strict",
-        "delta": DELTA,
-        "failure_prob": FAILURE_PROB,
-        "lambda": 1.0,
-        "additive_bonus": 0.0,
-        "split": False,
-        "pevi_xi": PEVI_XI,
-        "quick": setup.quick,
-    }
+    config = _run_config(
+        setup, "qiao-wang-fig1a", budget={"rho": RHO_A}, extra={"pevi_xi": PEVI_XI}
+    )
     run.write_config(config)
     main_c = setup.scales[-1]
     kmax = setup.ks[-1]
@@ -265,22 +252,7 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
     claims = _claims_b(agg, setup, rhos)
     priv = _representative_report(rhos[0])
     run.write_config(
-        {
-            "reproduction": "qiao-wang-fig1b",
-            "K": list(setup.ks),
-            "instances": list(INSTANCES),
-            "seeds": setup.seeds,
-            "base_seed": setup.base_seed,
-            "bonus_scales": list(setup.scales),
-            "rhos": list(rhos),
-            "matrix_noise": "strict",
-            "delta": DELTA,
-            "failure_prob": FAILURE_PROB,
-            "lambda": 1.0,
-            "additive_bonus": 0.0,
-            "split": False,
-            "quick": setup.quick,
-        }
+        _run_config(setup, "qiao-wang-fig1b", budget={"rhos": list(rhos)}, extended=False)
     )
     main_c = setup.scales[-1]
     kmax = setup.ks[-1]

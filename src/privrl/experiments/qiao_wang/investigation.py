@@ -44,6 +44,10 @@ class _Recorder(NonPrivateReleaser):
         return value
 
 
+# the diagnostics shown beside VAPVI and DP-VAPVI: one ingredient of DP-VAPVI at a time, and
+# both algorithms on the raw (unscaled) features
+_SHIFT_NOISE = ("diag: DP-VAPVI shift only", "diag: DP-VAPVI noise only")
+_UNSCALED = ("diag: VAPVI unscaled φ", "diag: DP-VAPVI unscaled φ")
 _KIND_LABELS = {
     "gram": "Σφ̄φ̄ᵀ",
     "v2": "Σφ̄Ṽ²",
@@ -250,12 +254,7 @@ def _investigation_a(
         "(same stream) without the shift (then eigenvalues are clipped at λ):",
         "",
     ]
-    md += _tables(
-        agg,
-        setup,
-        ("VAPVI", "DP-VAPVI", "diag: DP-VAPVI shift only", "diag: DP-VAPVI noise only"),
-        (c,),
-    )
+    md += _tables(agg, setup, ("VAPVI", "DP-VAPVI", *_SHIFT_NOISE), (c,))
     md += [
         f"At K = {kmax}, C = {c:g}: VAPVI "
         + ", ".join(f"{m('VAPVI', i, kmax):.3f}" for i in INSTANCES)
@@ -292,12 +291,7 @@ def _investigation_a(
         "explanation:",
         "",
     ]
-    md += _tables(
-        agg,
-        setup,
-        ("VAPVI", "DP-VAPVI", "diag: VAPVI unscaled φ", "diag: DP-VAPVI unscaled φ"),
-        (c,),
-    )
+    md += _tables(agg, setup, ("VAPVI", "DP-VAPVI", *_UNSCALED), (c,))
     better = sum(
         m("diag: DP-VAPVI unscaled φ", i, k) < m("DP-VAPVI", i, k) for i in INSTANCES for k in ks
     )

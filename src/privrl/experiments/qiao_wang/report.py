@@ -276,6 +276,36 @@ def _vstar() -> dict[int, float]:
     return {i: LinearMDP.qiao_wang(i).optimal_value() for i in INSTANCES}
 
 
+def _run_config(
+    setup: _Setup,
+    reproduction: str,
+    *,
+    budget: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+    extended: bool = True,
+) -> dict[str, Any]:
+    """config.json of a Figure 1 reproduction: the grid, the budget(s) and the fixed choices."""
+    config: dict[str, Any] = {"reproduction": reproduction, "K": list(setup.ks)}
+    if extended:
+        config["K_extended"] = list(setup.k_extended)
+    return {
+        **config,
+        "instances": list(INSTANCES),
+        "seeds": setup.seeds,
+        "base_seed": setup.base_seed,
+        "bonus_scales": list(setup.scales),
+        **budget,
+        "matrix_noise": "strict",
+        "delta": DELTA,
+        "failure_prob": FAILURE_PROB,
+        "lambda": 1.0,
+        "additive_bonus": 0.0,
+        "split": False,
+        **(extra or {}),
+        "quick": setup.quick,
+    }
+
+
 def _setup_lines(setup: _Setup, seconds: float, vstar: dict[int, float]) -> list[str]:
     return [
         "## Setup",
