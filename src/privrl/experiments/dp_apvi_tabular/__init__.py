@@ -49,6 +49,7 @@ from privrl.experiments.claims import write_claims
 from privrl.experiments.dp_apvi_tabular.plots import _plot_curves, _plot_gaps, _plot_tuning
 from privrl.experiments.dp_apvi_tabular.report import _render
 from privrl.experiments.dp_apvi_tabular.study import (
+    Findings,
     StudyConfig,
     _aggregate,
     _aggregate_ablation,
@@ -120,7 +121,8 @@ def run_study(cfg: StudyConfig, out: Path, *, quick: bool = False) -> Path:
         json.dumps({v.name: r.to_dict() for v, r in privacy_reports}, indent=2, ensure_ascii=False)
         + "\n"
     )
-    summary = _summary(cfg, agg, slopes, variants, tuned)
+    found = Findings(cfg, variants, agg, slopes, tuned, tuning_table, ablation, elapsed)
+    summary = _summary(found)
     rundir.write_metrics(
         {
             "suboptimality": summary["headline"]["suboptimality_mean"],
@@ -142,21 +144,7 @@ def run_study(cfg: StudyConfig, out: Path, *, quick: bool = False) -> Path:
     _plot_gaps(rundir, cfg, agg, variants, slopes)
     _plot_tuning(rundir, cfg, tuning_table, tuned)
     report = rundir.path / "report.md"
-    report.write_text(
-        _render(
-            cfg,
-            agg,
-            slopes,
-            variants,
-            tuned,
-            tuning_table,
-            summary=summary,
-            ablation=ablation,
-            elapsed=elapsed,
-            quick=quick,
-        ),
-        encoding="utf-8",
-    )
+    report.write_text(_render(found, summary, quick=quick), encoding="utf-8")
     write_claims(rundir.path, gallery_claims(summary["convergence"], slopes, summary["n_max"]))
     console.print(f"[bold]dp-apvi-tabular[/]: {len(rows)} runs in {elapsed:.1f} s → {report}")
     return report

@@ -11,7 +11,7 @@ import numpy as np
 from privrl.experiments.dp_apvi_tabular.study import (
     TARGET_SUBOPTIMALITY,
     TUNING_SEED_OFFSET,
-    StudyConfig,
+    Findings,
     Variant,
     _get,
 )
@@ -32,19 +32,15 @@ def _table(
     return lines
 
 
-def _render(
-    cfg: StudyConfig,
-    agg: list[dict[str, Any]],
-    slopes: list[dict[str, Any]],
-    variants: list[Variant],
-    tuned: dict[str, float],
-    tuning_table: list[dict[str, Any]],
-    *,
-    summary: dict[str, Any],
-    ablation: list[dict[str, Any]],
-    elapsed: float,
-    quick: bool,
-) -> str:
+def _render(found: Findings, summary: dict[str, Any], *, quick: bool) -> str:
+    """report.md of the study (`summary` is `_summary(found)`)."""
+    cfg, agg, slopes, variants = found.cfg, found.agg, found.slopes, found.variants
+    tuned, tuning_table, ablation, elapsed = (
+        found.tuned,
+        found.tuning_table,
+        found.ablation,
+        found.elapsed,
+    )
     n_max = summary["n_max"]
     ns = _nearest(cfg.n_grid, [100, 1000, 10_000, 100_000])
     private = [v for v in variants if v.mechanism != "none"]

@@ -75,6 +75,20 @@ class Variant:
         return None
 
 
+@dataclass(frozen=True)
+class Findings:
+    """What the study computed: the summaries and the report are built from it alone."""
+
+    cfg: StudyConfig
+    variants: list[Variant]
+    agg: list[dict[str, Any]]  # mean ± SE per (variant, bonus, scale, n), see `_aggregate`
+    slopes: list[dict[str, Any]]  # `_fit_slope` per private variant, bonus and scale kind
+    tuned: dict[str, float]  # the chosen bonus scale per bonus type
+    tuning_table: list[dict[str, Any]]
+    ablation: list[dict[str, Any]]  # `_aggregate_ablation`
+    elapsed: float
+
+
 def matched_epsilon(rho: float, H: int, delta: float = REPORT_DELTA) -> float:
     """ε that the accountant states for DP-APVI Gaussian at ρ, at δ (the Laplace run's ε)."""
     plan = noise_plan(H, 1, 1, PrivacyConfig.gaussian(rho), 0.1)

@@ -10,6 +10,7 @@ import numpy as np
 from privrl.experiments.claims import Claim, count_verdict
 from privrl.experiments.dp_apvi_tabular.study import (
     TARGET_SUBOPTIMALITY,
+    Findings,
     StudyConfig,
     Variant,
     _get,
@@ -61,13 +62,10 @@ def _privacy_reports(
     return out
 
 
-def _summary(
-    cfg: StudyConfig,
-    agg: list[dict[str, Any]],
-    slopes: list[dict[str, Any]],
-    variants: list[Variant],
-    tuned: dict[str, float],
-) -> dict[str, Any]:
+def _summary(found: Findings) -> dict[str, Any]:
+    """Convergence, theory-scale thresholds, the headline, APVI's slopes and n to reach the
+    target, from the study's findings."""
+    cfg, agg, variants = found.cfg, found.agg, found.variants
     n_max, n_min = max(cfg.n_grid), min(cfg.n_grid)
     conv = []
     for v in variants:
