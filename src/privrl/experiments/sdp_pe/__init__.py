@@ -64,15 +64,17 @@ def fig4(
     seed: int = 0,
     quick: bool = False,
     workers: int | None = None,
+    backend: str = "local",
 ) -> Path:
-    """`privrl reproduce sdp-pe-fig4`: run, write the run directory and ``report.md``."""
+    """`privrl reproduce sdp-pe-fig4`: run, write the run directory and ``report.md``
+    (``backend``: where the PE/SDP-PE sweep runs its cells, local or ray)."""
     cfg = Fig4Config.quick(seed) if quick else Fig4Config(base_seed=seed)
     if seeds is not None:
         cfg.seeds = int(seeds)
     if workers is None:
         workers = int(os.environ.get("PRIVRL_WORKERS", "1"))
     cfg.workers = max(1, int(workers))
-    return run_fig4(cfg, Path(out), quick=quick)
+    return run_fig4(cfg, Path(out), quick=quick, backend=backend)
 
 
 def run_fig4(
