@@ -33,7 +33,13 @@ def check_outputs(out: Path) -> dict:
     return metrics
 
 
-def test_quick_fig4(tmp_path: Path) -> None:
+def test_quick_fig4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Quick mode end to end; PE and SDP-PE run as a sweep of the online systems (one cell
+    per seed, in the cache), and a rerun skips every finished cell."""
+    from privrl.experiments import sdp_pe
+    from privrl.runs import sweep
+
+    monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path / "cache"))
     metrics = check_outputs(Path(fig4(tmp_path / "q", seeds=None, seed=0, quick=True)).parent)
     finals = metrics["final_regret"]
     assert {
@@ -45,6 +51,21 @@ def test_quick_fig4(tmp_path: Path) -> None:
     } <= set(finals)
     assert all(len(f["per_seed"]) == 2 for k, f in finals.items() if k.startswith("main"))
     assert all(r["variance_ratio"] > 1 for r in metrics["calibration"])
+    # main: 2 seeds × (PE + SDP-PE tight/theory at ε = 1, 10); long: 1 seed × 3
+    cells = sorted((sdp_pe.sweep_dir(quick=True) / "cells").glob("*/run/metrics.json"))
+    assert len(cells) == 2 * 5 + 3
+    assert (tmp_path / "q" / "results.csv").is_file()
+
+    def no_rerun(tasks: list, *args: object) -> None:
+        assert not tasks, f"finished cells were rerun: {[t['cell'] for t in tasks]}"
+
+    monkeypatch.setattr(sweep, "run_local", no_rerun)
+    again = json.loads(
+        (
+            Path(fig4(tmp_path / "q2", seeds=None, seed=0, quick=True)).parent / "metrics.json"
+        ).read_text()
+    )
+    assert again["final_regret"]["main|SDP-PE|1"] == finals["main|SDP-PE|1"]
 
 
 @pytest.mark.slow

@@ -305,32 +305,63 @@ def test_table1_names_the_command_for_missing_datasets(
     assert not (tmp_path / "out" / "report.md").exists()
 
 
+def test_table1_cells_are_train_mopo_runs_with_the_task_defaults() -> None:
+    """The full reproduction's cells are `privrl train mopo` with no option: their library
+    config is exactly `MOPOConfig.for_task` (the configuration the published report ran), and
+    the grid is every task's dataset × the seeds."""
+    from privrl.experiments import mopo as exp
+    from privrl.primorl.mopo import MOPOConfig
+
+    for task in exp.TABLE1_TASKS:
+        assert exp.task_config(task, False).to_dict() == MOPOConfig.for_task(task).to_dict()
+        quick = exp.task_config(task, True)
+        assert (quick.epochs, quick.steps_per_epoch) == (2, 50)
+    paths = {t: Path(f"{t}.h5") for t in exp.TABLE1_TASKS}
+    doc = exp.sweep_doc(paths, Path("cells"), [0, 1, 2], quick=False)
+    assert doc["system"] == "mopo" and doc["grid"]["seed"] == [0, 1, 2]
+    assert doc["grid"]["data"] == ["pendulum.h5", "balance.h5", "swingup.h5"]
+    assert not set(doc) & set(exp.QUICK_OPTIONS)
+    assert exp.QUICK_OPTIONS.items() <= exp.sweep_doc(paths, Path("c"), [0], quick=True).items()
+
+
+@pytest.mark.slow
 def test_table1_quick_runs_resumes_and_skips_finished_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Quick mode builds the tiny recipe datasets, runs 3 tasks × 2 seeds and writes the
-    report; a rerun skips every finished run."""
+    """Quick mode builds the tiny recipe datasets, runs 3 tasks × 2 seeds as a sweep of the
+    `mopo` system and writes the report; a rerun skips every finished cell."""
     import json
     import time
 
     from privrl.experiments import mopo as exp
+    from privrl.runs import sweep
 
     monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
     t0 = time.perf_counter()
     report = exp.table1(out, quick=True)
-    assert time.perf_counter() - t0 < 240  # < 2 min on an idle machine; headroom when shared
+    assert time.perf_counter() - t0 < 900  # 6 runs of the system at its quick options
     text = report.read_text()
     assert "Quick mode" in text and "795.9 ± 6.5" in text and "976.3 ± 26.8" in text
-    for task in ("pendulum", "balance", "swingup"):
-        for s in (0, 1):
-            assert (out / "runs" / f"{task}-seed{s}" / "metrics.json").is_file()
+    cells = exp.sweep_dir(quick=True) / "cells"
+    finished = sorted(cells.glob("mopo-*/run/metrics.json"))
+    assert len(finished) == 6
+    seen = {
+        (
+            json.loads(p.read_text())["task"],
+            json.loads(p.parent.joinpath("config.json").read_text()).get("seed"),
+        )
+        for p in finished
+    }
+    assert {t for t, _ in seen} == {"pendulum", "balance", "swingup"}
     assert (out / "plots" / "learning_curves.png").is_file()
+    assert (out / "results.csv").is_file()
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["tasks"]) == {"pendulum", "balance", "swingup"}
+    assert all(len(t["seeds"]) == 2 for t in metrics["tasks"].values())
 
-    def no_rerun(args: dict[str, Any]) -> dict[str, Any]:
-        raise AssertionError(f"finished run {args['task']} seed {args['seed']} was rerun")
+    def no_rerun(tasks: list[Any], *args: Any) -> None:
+        assert not tasks, f"finished cells were rerun: {[t['cell'] for t in tasks]}"
 
-    monkeypatch.setattr(exp, "_job", no_rerun)
+    monkeypatch.setattr(sweep, "run_local", no_rerun)
     exp.table1(out, quick=True)

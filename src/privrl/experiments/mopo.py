@@ -1,38 +1,36 @@
 """Reproduction ``mopo-table1``: the MOPO row of PRIMORL's Table 1 (Pendulum, cartpole Balance
 and Swingup) on our recipe datasets, ≥ 3 seeds, beside the paper's numbers.
 
-Every (task, seed) is one MOPO run — exactly ``privrl train mopo --data <recipe dataset>
---seed <base + i>`` with the per-task defaults — with its run directory under
-``OUT/runs/<task>-seed<s>/`` (config.json, metrics.json, metrics.csv, privacy.json,
-plots/learning_curve.png). Checkpoints (``dynamics.pt``, ``checkpoint.pt``) live in the cache
-(``$PRIVRL_CACHE/work/mopo-table1/…``), so an interrupted reproduction resumes where it stopped
-and a finished run is skipped. ``PRIVRL_WORKERS=2`` runs two jobs at a time (one torch thread
-each).
+A sweep (`privrl.runs.sweep`) of the registered `mopo` system: every (task, seed) cell is
+exactly ``privrl train mopo --data <recipe dataset> --seed <base + i>`` with the per-task
+defaults (quick mode: a few epochs and steps, `QUICK_OPTIONS`). The cells live in the cache
+(``$PRIVRL_CACHE/reproduce/mopo-table1/{full,quick}/cells/``, each a run directory with its
+checkpoints), so an interrupted reproduction resumes where it stopped and a finished cell is
+skipped; ``PRIVRL_WORKERS=2`` (or `--workers`) runs two cells at a time (one torch thread
+each). The results table is copied beside the report.
 
 Datasets: ``privrl data collect --recipe primorl-{pendulum,balance,swingup}`` (the quick
 variants with ``--quick``; quick mode builds them itself, they are tiny). Scores are normalised
 with each dataset's reference returns: 100·(R − R_rand)/(R_exp − R_rand).
 
-This module also holds the run-directory writer and the learning-curve plot that
-``privrl train mopo`` uses.
+This module also holds the metrics and the learning-curve plot of a MOPO run, which
+``privrl train mopo`` (`privrl.systems.mopo`) uses.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import sys
+import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from privrl.experiments.claims import Claim, holds, write_claims
-from privrl.experiments.rundir import RunDir, read_run
+from privrl.experiments.rundir import RunDir
 
 __all__ = [
     "PAPER_MOPO",
@@ -40,9 +38,9 @@ __all__ = [
     "TARGETS",
     "mopo_metrics",
     "plot_learning_curve",
-    "quick_config",
+    "run_options",
+    "sweep_doc",
     "table1",
-    "write_mopo_run",
 ]
 
 TABLE1_TASKS = ("pendulum", "balance", "swingup")
@@ -130,52 +128,59 @@ def mopo_metrics(config: Any, result: Any, task: Any) -> dict[str, Any]:
     }
 
 
-def write_mopo_run(
-    run: RunDir, config: Any, result: Any, task: Any, *, save_policy: bool = True
+# --------------------------------------------------------------------------------------------
+# the reproduction: a sweep of `privrl train mopo` runs
+# --------------------------------------------------------------------------------------------
+
+# Smoke-test scale (`--quick`): 2 epochs × 50 SAC steps, short rollouts, 1 model epoch.
+QUICK_OPTIONS = {
+    "epochs": 2,
+    "steps_per_epoch": 50,
+    "rollout_batch_size": 100,
+    "rollout_length": 5,
+    "model_epochs": 1,
+}
+
+
+def run_options(quick: bool) -> dict[str, Any]:
+    """The `privrl train mopo` options every cell shares (none: the per-task defaults)."""
+    return dict(QUICK_OPTIONS) if quick else {}
+
+
+def task_config(task: str, quick: bool) -> Any:
+    """The library `MOPOConfig` a cell of `task` runs (what the report's settings list)."""
+    from privrl.systems.mopo import MopoRunConfig
+
+    return MopoRunConfig(**run_options(quick)).mopo_config(task)
+
+
+def sweep_dir(quick: bool) -> Path:
+    """Where the cells live (the cache: their checkpoints and policies do not belong in docs/)."""
+    from privrl.data.paths import cache_dir
+
+    return cache_dir() / "reproduce" / "mopo-table1" / ("quick" if quick else "full")
+
+
+def sweep_doc(
+    paths: Mapping[str, Path],
+    out: Path,
+    seeds: Sequence[int],
+    *,
+    quick: bool,
+    backend: str = "local",
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """metrics.json, metrics.csv (one row per epoch), privacy.json, plots/learning_curve.png
-    and (``save_policy``) policy.pt of a finished MOPO run; returns the metrics."""
-    stage = result.stage
-    metrics = mopo_metrics(config, result, task)
-    run.write_metrics(metrics)
-    run.write_curve(stage.curve)
-    run.write_privacy(result.report)
-    if save_policy:
-        import torch
-
-        torch.save(stage.agent.state_dict(), run.artifact("policy.pt"))
-    plot_learning_curve(
-        run.plot_path("learning_curve"),
-        {"MOPO": stage.eval_returns},
-        reference=result.reference_returns,
-        title=f"MOPO on {task.name}: real-environment return per epoch",
-        steps_per_epoch=config.steps_per_epoch,
-    )
-    return metrics
-
-
-# --------------------------------------------------------------------------------------------
-# the reproduction
-# --------------------------------------------------------------------------------------------
-
-
-def quick_config(task: str) -> Any:
-    """Smoke-test scale: 2 epochs × 50 SAC steps, small networks, 2 evaluation episodes."""
-    from privrl.primorl.mopo import MOPOConfig
-
-    return MOPOConfig.for_task(
-        task,
-        epochs=2,
-        steps_per_epoch=50,
-        rollout_batch_size=100,
-        rollout_length=5,
-        sac_hidden=(32, 32),
-        eval_episodes=2,
-        final_epochs=2,
-        checkpoint_every=1,
-        holdout_fraction=0.1,
-        dynamics_overrides={"hidden": (32, 32), "steps_per_epoch": 50, "max_epochs": 3},
-    )
+    """The grid: the `mopo` system on every task's dataset × seeds; cells under `out`."""
+    doc: dict[str, Any] = {
+        "out": str(out),
+        "system": "mopo",
+        **run_options(quick),
+        "grid": {"data": [str(paths[t]) for t in paths], "seed": list(seeds)},
+        "sweep": {"backend": backend, "metrics": ["return_mean", "normalised_score"]},
+    }
+    if workers is not None:
+        doc["sweep"]["workers"] = workers
+    return doc
 
 
 def _dataset_path(task: str, quick: bool) -> Path:
@@ -204,51 +209,20 @@ def _datasets(tasks: tuple[str, ...], quick: bool) -> dict[str, Path]:
     return paths
 
 
-def _job(args: dict[str, Any]) -> dict[str, Any]:
-    """One (task, seed) MOPO run in a worker; returns its summary (see `_summary_of`)."""
-    import torch
+def _dataset_facts(task: str, path: Path) -> dict[str, Any]:
+    """What the report says of a dataset: its header's public metadata and sizes."""
+    from privrl.data.io import read_header
+    from privrl.data.paths import portable_path
 
-    from privrl.data.io import load_hdf5
-    from privrl.primorl.mopo import MOPOConfig, check_dataset, mopo
-
-    torch.set_num_threads(1)
-    run = RunDir(args["run_dir"])
-    dataset = load_hdf5(args["data"])
-    task = check_dataset(dataset)
-    config = quick_config(task.name) if args["quick"] else MOPOConfig.for_task(task.name)
-    run.write_config(args["config"])
-    label = f"{task.name} seed {args['seed']}"
-
-    def log(phase: str, record: dict[str, Any]) -> None:
-        if phase == "policy" and (record["epoch"] % 10 == 0 or record["epoch"] == 1):
-            print(
-                f"[mopo-table1] {label}: epoch {record['epoch']}/{record['epochs']}, "
-                f"return {record['return_mean']:.1f}",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    result = mopo(dataset, config, seed=args["seed"], workdir=args["work_dir"], progress=log)
-    write_mopo_run(run, config, result, task, save_policy=False)
-    score = result.normalised_score
-    print(
-        f"[mopo-table1] {label}: done, return {result.return_mean:.1f}"
-        + ("" if score is None else f" (normalised {score:.1f})")
-        + f", {result.seconds / 60:.1f} min",
-        file=sys.stderr,
-        flush=True,
-    )
-    return _summary_of(Path(args["run_dir"]))
-
-
-def _summary_of(run_dir: Path) -> dict[str, Any]:
-    import csv
-
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    seed = json.loads((run_dir / "config.json").read_text())["seed"]
-    with open(run_dir / "metrics.csv", newline="") as fh:
-        curve = [float(r["return_mean"]) for r in csv.DictReader(fh)]
-    return {**metrics, "seed": seed, "curve": curve}
+    header = read_header(path)
+    extra = header.metadata.extra
+    return {
+        "path": portable_path(path),
+        "episodes": header.n_episodes,
+        "transitions": header.n_transitions,
+        "reference_returns": extra.get("reference_returns"),
+        "recipe": (extra.get("recipe") or {}).get("name", f"primorl-{task}"),
+    }
 
 
 def table1(
@@ -258,14 +232,12 @@ def table1(
     seed: int = 0,
     quick: bool = False,
     workers: int | None = None,
+    backend: str = "local",
     tasks: tuple[str, ...] = TABLE1_TASKS,
 ) -> Path:
-    """`privrl reproduce mopo-table1`: run (or resume) every (task, seed), write report.md.
-
-    ``tasks`` restricts the run to some of the three tasks (the report then lists those)."""
-    from privrl.data.io import load_hdf5
-    from privrl.data.paths import cache_dir, portable_path
-    from privrl.primorl.mopo import MOPOConfig
+    """`privrl reproduce mopo-table1`: run (or resume) the sweep of every (task, seed), write
+    report.md. Finished cells are skipped; ``tasks`` restricts the report to some tasks."""
+    from privrl.runs.sweep import expand, run_sweep
 
     out = Path(out)
     n_seeds = int(seeds) if seeds is not None else (QUICK_SEEDS if quick else DEFAULT_SEEDS)
@@ -278,78 +250,44 @@ def table1(
         raise ValueError(f"tasks must be among {', '.join(TABLE1_TASKS)}, got {tasks}")
     tasks = tuple(t for t in TABLE1_TASKS if t in tasks)
     paths = _datasets(tasks, quick)
-    key = hashlib.sha256(f"{out.resolve()}|{quick}".encode()).hexdigest()[:12]
-    work_root = cache_dir() / "work" / "mopo-table1" / key
-    jobs, done = [], []
-    datasets: dict[str, dict[str, Any]] = {}
-    for task in tasks:
-        ds = load_hdf5(paths[task], validate=False)
-        datasets[task] = {
-            "path": portable_path(paths[task]),
-            "episodes": int(ds.n_episodes),
-            "transitions": int(ds.n_transitions),
-            "reference_returns": ds.metadata.extra.get("reference_returns"),
-            "recipe": (ds.metadata.extra.get("recipe") or {}).get("name", f"primorl-{task}"),
-        }
-        del ds
-        cfg = quick_config(task) if quick else MOPOConfig.for_task(task)
-        for i in range(n_seeds):
-            s = seed + i
-            run_dir = out / "runs" / f"{task}-seed{s}"
-            config = {
-                "command": f"privrl train mopo --data {paths[task].name} --seed {s}",
-                "task": task,
-                "seed": s,
-                "quick": quick,
-                **cfg.to_dict(),
-            }
-            if _finished(run_dir, config):
-                done.append(_summary_of(run_dir))
-                continue
-            jobs.append(
-                {
-                    "task": task,
-                    "seed": s,
-                    "quick": quick,
-                    "data": str(paths[task]),
-                    "run_dir": str(run_dir),
-                    "work_dir": str(work_root / f"{task}-seed{s}-{_digest(config)}"),
-                    "config": config,
-                }
-            )
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            done.extend(pool.map(_job, jobs))
-    else:
-        done.extend(_job(j) for j in jobs)
+    cells = sweep_dir(quick)
+    seed_list = list(range(seed, seed + n_seeds))
+    doc = sweep_doc(paths, cells, seed_list, quick=quick, backend=backend, workers=workers)
+    outcome = run_sweep(expand(doc))
+    if outcome.failed:
+        cell, error = outcome.failed[0]
+        raise RuntimeError(
+            f"{len(outcome.failed)} run(s) failed, e.g. {cell.label()}: {error} "
+            f"(logs in {cell.dir}/log.txt); rerun to retry them"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cells / "results.csv", out / "results.csv")
+    runs = [_run_of(row, cells / "cells" / row["cell"]) for row in outcome.rows]
+    datasets = {t: _dataset_facts(t, paths[t]) for t in tasks}
     wall = time.perf_counter() - t0
-    return _write_table1(out, done, datasets, tasks, n_seeds, seed, quick=quick, wall=wall)
+    return _write_table1(out, runs, datasets, tasks, n_seeds, seed, quick=quick, wall=wall)
 
 
-def _digest(config: dict[str, Any]) -> str:
-    """Short hash of a run's config: its checkpoints' directory (a changed config starts
-    afresh instead of colliding with an old checkpoint)."""
-    from privrl.privacy.report import json_safe
+def _run_of(row: Mapping[str, Any], cell_dir: Path) -> dict[str, Any]:
+    """One finished cell: its results-table row (metrics.json's scalars) and its curve (the
+    real-environment return per SAC epoch, from its metrics.csv)."""
+    import csv
 
-    text = json.dumps(json_safe(config), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
-def _finished(run_dir: Path, config: dict[str, Any]) -> bool:
-    """A run directory whose metrics exist and whose config equals ``config``."""
-    from privrl.privacy.report import json_safe
-
-    run = read_run(run_dir)
-    return run is not None and run[0] == json.loads(json.dumps(json_safe(config)))
+    with open(cell_dir / "run" / "metrics.csv", newline="") as fh:
+        curve = [float(r["return_mean"]) for r in csv.DictReader(fh)]
+    # metrics.json's `seconds` (the run's compute) shows as `metric.seconds` beside the cell's
+    seconds = row.get("metric.seconds", row.get("seconds"))
+    return {**row, "seconds": float(seconds or 0.0), "curve": curve}
 
 
 def _ci95(x: np.ndarray) -> float:
-    """Half-width of the 95% confidence interval of the mean (Student t)."""
-    from scipy import stats
+    """Half-width of the 95% confidence interval of the mean (Student t; NaN for one value)."""
+    from privrl.runs.sweep import mean_ci
 
     if x.size < 2:
         return math.nan
-    return float(stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    mean, _, high = mean_ci([float(v) for v in x])
+    return high - mean
 
 
 def _write_table1(
@@ -465,7 +403,6 @@ def _fmt(mean: float | None, ci: float) -> str:
 
 
 def _report(summary: dict[str, Any], n_seeds: int, base_seed: int, quick: bool, wall: float) -> str:
-    from privrl.primorl.mopo import MOPOConfig
 
     lines = [
         "# MOPO — PRIMORL Table 1, non-private baseline: reproduction",
@@ -473,7 +410,8 @@ def _report(summary: dict[str, Any], n_seeds: int, base_seed: int, quick: bool, 
         "Paper: *Differentially Private Deep Model-Based Reinforcement Learning* (PRIMORL), "
         "Table 1, row MOPO. MOPO (Yu et al. 2020) is run exactly as `privrl train mopo` with "
         "the per-task defaults of `docs/primorl.md`; regenerate with "
-        "`privrl reproduce mopo-table1` (`PRIVRL_WORKERS=2` for two parallel runs; "
+        "`privrl reproduce mopo-table1` (a sweep of those runs; `PRIVRL_WORKERS=2` for two "
+        "in parallel; "
         "`--quick` for a smoke test).",
         "",
     ]
@@ -549,7 +487,7 @@ def _report(summary: dict[str, Any], n_seeds: int, base_seed: int, quick: bool, 
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for task in summary:
-        c = quick_config(task) if quick else MOPOConfig.for_task(task)
+        c = task_config(task, quick)
         hidden = "×".join(str(h) for h in c.dynamics.hidden)
         lines.append(
             f"| {task} | {c.penalty} | {c.lam:g} | {c.rollout_length} | {c.epochs} | "
