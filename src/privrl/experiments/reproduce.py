@@ -90,12 +90,14 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Secure RL via Shuffle Privacy Model",
             "Figure 4: RiverSwim regret of SDP-PE, PE, UCB-VI, DP-UCBVI (JDP, LDP)",
             "privrl.experiments.sdp_pe:fig4",
+            sweep=True,
         ),
         Reproduction(
             "mopo-table1",
             "Differentially Private Deep Model-Based RL (PRIMORL); baseline MOPO (Yu et al.)",
             "Table 1, MOPO row: Pendulum, cartpole Balance and Swingup, ≥ 3 seeds",
             "privrl.experiments.mopo:table1",
+            sweep=True,
         ),
         Reproduction(
             "primorl-table1",
