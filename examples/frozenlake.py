@@ -27,10 +27,16 @@ What it does, for each n in ``--ns``:
    by dynamic programming on the simulator's table, beside the behaviour policy's and the
    optimal one's.
 
-Rewards are mapped to [0, 1] by the public affine map of ``--reward-range LOW HIGH`` (FrozenLake's
-rewards already are in [0, 1]).
+Rewards are mapped to [0, 1] by the public affine map of ``--reward-range LOW HIGH``
+(FrozenLake's rewards already are in [0, 1]).
 
-Run: ``python examples/frozenlake.py --out runs/frozenlake --doc docs/own-data-learning.md``.
+Run::
+
+    python examples/frozenlake.py --out runs/frozenlake \
+        --plot docs/own-data-learning/frozenlake.png
+
+It prints the markdown table of docs/own-data-learning.md; the run directories and
+results.json are under ``--out``.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ import numpy as np
 
 DEFAULT_NS = (2000, 10_000, 50_000)
 DEFAULT_RHOS = (0.1, 1.0, 10.0)
-DEFAULT_GRID = (0.0, 0.001, 0.01, 0.1, 1.0)
+DEFAULT_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0)
 
 
 # ------------------------------------------------------------------------ the simulator
@@ -240,6 +246,11 @@ def train(
     return FiniteHorizonPolicy.load(out / "policy.npz").actions
 
 
+def run_metrics(out: Path) -> dict[str, Any]:
+    """metrics.json of a finished run (E and the known fraction are released quantities)."""
+    return json.loads((out / "metrics.json").read_text())
+
+
 def choose_scale(
     env: ToyText,
     public_h5: Path,
@@ -320,6 +331,7 @@ def run(
                 rho=rho,
                 seed=seed + 1,
             )
+            metrics = run_metrics(out / f"n{n}" / tag)
             results["rows"].append(
                 {
                     "n": n,
@@ -328,6 +340,8 @@ def run(
                     "bonus_scale": scale,
                     "public_scores": scores,
                     "value": value(env, H, actions),
+                    "E": metrics["E"],
+                    "known_fraction": metrics["known_fraction"],
                 }
             )
             print(
