@@ -979,6 +979,12 @@ def dp_apvi(
     result = dp_apvi_from_counts(c, privacy=privacy, config=config, reward=reward, rng=rng)
     result.diagnostics["timings"] = {"counting": counting, **result.diagnostics["timings"]}
     if absorbing:  # the policy on the original states; model and values keep S + 1
+        result.report.notes.append(
+            "absorbing-state padding: a terminated episode shorter than H continues in an "
+            f"absorbing state (index {int(n_states)}, reward 0) to H steps, one count per step "
+            "as a real step (the sensitivity is unchanged); episodes cut without termination "
+            "are not padded"
+        )
         policy = result.policy
         info = {**policy.info, "padding": "absorbing (state S, dropped from the policy)"}
         result.policy = FiniteHorizonPolicy(
