@@ -122,21 +122,36 @@ def test_sac_checkpoint_loads_and_acts(tmp_path: Path, capsys: pytest.CaptureFix
     assert metrics["return_mean"] <= 0  # Pendulum's rewards are ≤ 0
 
 
-def test_discrete_cql_checkpoint_loads_and_acts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("algorithm", ["cql", "bcq"])
+def test_discrete_learner_checkpoint_loads_and_acts(
+    algorithm: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import torch
 
+    from privrl.rl.bcq import DiscreteBCQ
     from privrl.rl.cql import DiscreteCQL
 
-    learner = DiscreteCQL(4, 2, hidden=(8,))
+    cls = DiscreteCQL if algorithm == "cql" else DiscreteBCQ
+    learner = cls(4, 2, hidden=(8,))
     torch.save(learner.state_dict(), tmp_path / "learner.pt")
     out = tmp_path / "ev"
     argv = ["eval", str(tmp_path / "learner.pt"), "--env", "CartPole-v1", "-n", "3"]
     code, _, err = run([*argv, "--out", str(out)], capsys)
     assert code == 0, err
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["policy_kind"] == "cql" and metrics["return_mean"] >= 1
+    assert metrics["policy_kind"] == algorithm and metrics["return_mean"] >= 1
+
+
+def test_checkpoint_for_other_spaces_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    from privrl.rl.cql import DiscreteCQL
+
+    torch.save(DiscreteCQL(4, 2, hidden=(8,)).state_dict(), tmp_path / "learner.pt")
+    code, _, err = run(["eval", str(tmp_path / "learner.pt"), "--env", "Acrobot-v1"], capsys)
+    assert_bad_input(code, err, "4-dim observations", "6")
 
 
 # ---------------------------------------------------------------------------------------------

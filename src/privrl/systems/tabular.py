@@ -111,8 +111,9 @@ class ApviConfig(RunConfig):
         None,
         "--horizon",
         "-H",
-        help="Horizon H (with --data: this flag or the dataset's metadata; longer episodes are "
-        "truncated to H. Default 10 with --env).",
+        help="Horizon H (with --data: this flag or the dataset's metadata, never the longest "
+        "episode; longer episodes are truncated to H, terminated shorter ones padded (see "
+        "--padding). Default 10 with --env).",
     )
     states: int | None = option(
         None,
