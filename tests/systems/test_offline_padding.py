@@ -145,3 +145,27 @@ def test_bad_padding_is_one_error_line(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1
     assert "padding" in err
+
+
+@pytest.mark.parametrize("stationary", [False, True])
+def test_planned_releases_are_the_released_ones(stationary: bool, tmp_path: Path, capsys) -> None:
+    """The report the ledger checks before the data are read (the plan) has the same releases
+    (sizes, sensitivities, noise) as the run's final privacy.json, with padding and pooling."""
+    from privrl.data.io import read_header
+    from privrl.systems.tabular import DpApviConfig, DpApviSystem
+
+    pair = Pair(tmp_path)
+    _variable_length(pair, 2)
+    data = pair.a / "data.h5"
+    config = DpApviConfig(rho=1.0, privatize_rewards=True, stationary=stationary)
+    planned = DpApviSystem().plan(config, read_header(data)).report.to_dict()["releases"]
+    out = tmp_path / "run"
+    argv = ["train", "dp-apvi", "--data", str(data), "--out", str(out), "--rho", "1"]
+    flags = ["--privatize-rewards"] + (["--stationary"] if stationary else [])
+    assert main([*argv, *flags]) == 0, capsys.readouterr().err
+    final = json.loads((out / "privacy.json").read_text())["releases"]
+
+    def key(r):
+        return (r["name"], r["size"], r["sensitivity"], json.dumps(r["noise"], sort_keys=True))
+
+    assert [key(r) for r in planned] == [key(r) for r in final]
