@@ -292,6 +292,7 @@ class ApviSystem(System):
             params.derive(
                 "states in the model S + 1", S_model, "S declared states + 1 absorbing state"
             )
+            _check_sizes(H, S_model, A, n)  # the padded model's arrays (public sizes)
         report = _planned_report(
             self.name,
             (H, S_model, A),
