@@ -35,6 +35,7 @@ from privrl.cli.audit import audit_app
 from privrl.cli.data import data_app
 from privrl.cli.demo import demo
 from privrl.cli.errors import CliError, known_errors
+from privrl.cli.evaluate import eval_cmd
 from privrl.cli.helptext import reflow_tree
 from privrl.cli.ledger import ledger_app
 from privrl.cli.online import online_app
@@ -85,6 +86,7 @@ app.add_typer(train_app, name="train")
 app.add_typer(ope_app, name="ope")
 app.add_typer(online_app, name="online")
 app.add_typer(audit_app, name="audit")
+app.command("eval", no_args_is_help=True)(eval_cmd)
 app.command()(reproduce)
 app.command()(run)
 app.command()(sweep)

@@ -64,6 +64,7 @@ from dp_accounting import dp_event
 
 from privrl.arrays import FloatArray, IntArray
 from privrl.data.dataset import TrajectoryDataset
+from privrl.data.padding import PADDINGS, pad_absorbing
 from privrl.envs.tabular import Episodes
 from privrl.offline.common import (
     DATA_RULES,
@@ -219,22 +220,37 @@ class Counts(NamedTuple):
     n_sas: npt.NDArray[np.int64] | FloatArray
     r_sum: FloatArray | None
     n_episodes: int
+    horizon: int | None = None  # H when the tables are pooled over h (leading axis 1)
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        H, S, A = self.n_sa.shape
-        return int(H), int(S), int(A)
+        """(H, S, A): the planning horizon, the states counted and the actions."""
+        T, S, A = self.n_sa.shape
+        return int(self.horizon if self.horizon is not None else T), int(S), int(A)
+
+    @property
+    def stationary(self) -> bool:
+        """True when the tables are pooled over h (one table for every step)."""
+        return self.horizon is not None and int(self.n_sa.shape[0]) == 1 and self.horizon > 1
 
 
 def _episodes(
-    data: TrajectoryDataset | Episodes, horizon: int, n_states: int, n_actions: int
+    data: TrajectoryDataset | Episodes,
+    horizon: int,
+    n_states: int,
+    n_actions: int,
+    padding: str = "none",
 ) -> tuple[Episodes, npt.NDArray[np.bool_]]:
     """``[n, H]`` arrays (states ``[n, H+1]``) and the mask ``valid [n, H]`` of the steps that
     are counted, under the public rules of `privrl.offline.common` (episodes truncated to H,
-    short ones padded and masked, steps with an index outside the spaces masked). Only the
-    schema is refused, never a value of the data."""
+    short ones padded and masked, steps with an index outside the spaces masked). With
+    ``padding="absorbing"`` terminated episodes shorter than H are padded with the absorbing
+    state S (`privrl.data.padding`). Only the schema is refused, never a value of the data."""
     H, S, A = int(horizon), int(n_states), int(n_actions)
+    if padding not in PADDINGS:
+        raise ValueError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
     if isinstance(data, Episodes):
+        # Sampled arrays: every episode has exactly H steps, so there is nothing to pad.
         st, acts = np.asarray(data.states), np.asarray(data.actions)
         n = acts.shape[0] if acts.ndim == 2 else -1
         if acts.ndim != 2 or acts.shape[1] != H or st.shape != (n, H + 1):
@@ -263,13 +279,29 @@ def _episodes(
     states = np.zeros((n, H + 1), dtype=np.int64)
     actions = np.zeros((n, H), dtype=np.int64)
     rewards = np.zeros((n, H))
-    valid = np.zeros((n, H), dtype=bool)
+    step_ok = np.zeros((n, H), dtype=bool)
+    next_ok = np.zeros((n, H), dtype=bool)
     states[k, h] = s_idx[o]
     states[k, h + 1] = s_idx[o + 1]
     actions[k, h] = a_idx[keep]
     rewards[k, h] = clip_rewards(data.rewards)[keep]
-    valid[k, h] = s_ok[o] & s_ok[o + 1] & a_ok[keep]
-    return Episodes(states, actions, rewards, None), valid
+    step_ok[k, h] = s_ok[o] & a_ok[keep]
+    next_ok[k, h] = s_ok[o + 1]
+    if padding == "absorbing":
+        lengths = np.asarray(data.episode_lengths, dtype=np.int64)
+        last = np.asarray(data.episode_offsets, dtype=np.int64)[1:] - 1
+        padded = pad_absorbing(
+            states,
+            actions,
+            rewards,
+            step_ok,
+            next_ok,
+            lengths=lengths,
+            terminated=np.asarray(data.terminated, dtype=bool)[last],
+            absorbing=S,
+        )
+        return Episodes(padded.states, padded.actions, padded.rewards, None), padded.valid
+    return Episodes(states, actions, rewards, None), step_ok & next_ok
 
 
 def empirical_counts(
@@ -279,30 +311,40 @@ def empirical_counts(
     n_states: int,
     n_actions: int,
     reward_sums: bool = False,
+    padding: str = "none",
+    stationary: bool = False,
 ) -> Counts:
     """The sufficient statistics of DP-APVI, one ``np.bincount`` per family.
 
     Each trajectory adds at most one entry per step h to each family, whatever the data: the
     public rules of `privrl.offline.common` truncate it to H steps, drop steps with an index
     outside the spaces and clip rewards to [0, 1] (what bounds their sensitivity).
+
+    ``padding="absorbing"``: terminated episodes shorter than H are padded with the absorbing
+    state S (`privrl.data.padding`), so the counts are over S + 1 states. ``stationary``: the
+    counts are pooled over h into one table (leading axis of size 1), for a stationary model;
+    a trajectory then adds up to H entries to that one table.
     """
-    ep, valid = _episodes(data, horizon, n_states, n_actions)
-    H, S, A = int(horizon), int(n_states), int(n_actions)
-    h = np.broadcast_to(np.arange(H, dtype=np.int64), ep.actions.shape)
+    ep, valid = _episodes(data, horizon, n_states, n_actions, padding)
+    H, A = int(horizon), int(n_actions)
+    S = int(n_states) + (1 if padding == "absorbing" else 0)
+    T = 1 if stationary else H  # the count tables' leading axis
+    h = np.broadcast_to(np.arange(H, dtype=np.int64) * (0 if stationary else 1), ep.actions.shape)
     sa = (h * S + ep.states[:, :-1]) * A + ep.actions  # flat (h, s, a) index
     sas = sa * S + ep.states[:, 1:]  # flat (h, s, a, s') index
     sa_v = sa[valid]
-    n_sa = np.bincount(sa_v, minlength=H * S * A).reshape(H, S, A)
-    n_sas = np.bincount(sas[valid], minlength=H * S * A * S).reshape(H, S, A, S)
+    n_sa = np.bincount(sa_v, minlength=T * S * A).reshape(T, S, A)
+    n_sas = np.bincount(sas[valid], minlength=T * S * A * S).reshape(T, S, A, S)
     r_sum = None
     if reward_sums:
-        r_sum = np.bincount(sa_v, weights=ep.rewards[valid], minlength=H * S * A)
-        r_sum = r_sum.reshape(H, S, A)
+        r_sum = np.bincount(sa_v, weights=ep.rewards[valid], minlength=T * S * A)
+        r_sum = r_sum.reshape(T, S, A)
     return Counts(
         n_sa=n_sa,  # int64; the mechanisms convert to float64 once, when adding noise
         n_sas=n_sas,
         r_sum=r_sum,
         n_episodes=int(ep.actions.shape[0]),
+        horizon=H if stationary else None,
     )
 
 
@@ -319,6 +361,7 @@ class NoisePlan:
     scale: σ (Gaussian) or b (Laplace) per count; 0 for "none".
     sensitivity: Δ₂ = √(2H) (Gaussian) or Δ₁ = 2H (Laplace) per family.
     tail: w.p. ≥ 1 − δ every noise draw is within ±tail; E = 2·tail (the paper's E_ρ / E_ε).
+    stationary: the counts are pooled over h (one table; Δ₂ = √2·H, Δ₁ = 2H).
     """
 
     mechanism: str
@@ -329,6 +372,7 @@ class NoisePlan:
     tail: float
     E: float
     iota: float
+    stationary: bool = False
 
     def releases_planned(self, H: int, S: int | None = None, A: int | None = None) -> list[Release]:
         """The releases a run will make (same events), before any data are read; ``size`` is
@@ -337,7 +381,8 @@ class NoisePlan:
         for fam in self.families:
             size = 0
             if S is not None and A is not None:
-                size = H * S * A * (S if fam == "n_sas" else 1)
+                T = 1 if self.stationary else H
+                size = T * S * A * (S if fam == "n_sas" else 1)
             out.append(_release_record(self, fam, size))
         return out
 
@@ -350,11 +395,19 @@ def noise_plan(
     delta: float,
     *,
     reward_sums: bool | None = None,
+    stationary: bool = False,
 ) -> NoisePlan:
     """σ or b per family from the budget, and E, ι (see the module docstring).
 
     The reward sums are a released family when ``privacy.privatize_rewards`` (private runs) or
     when ``reward_sums`` is true for APVI (rewards learned from data, recorded as non-private).
+
+    ``stationary``: the counts are pooled over h into one table. A trajectory's contribution
+    c to that table is a non-negative vector with ‖c‖₁ ≤ H (one entry, or one reward in
+    [0, 1], per step), so ‖c‖₂ ≤ H, and replacing it by c' changes the table by c' − c with
+    ‖c' − c‖₂² = ‖c'‖² + ‖c‖² − 2⟨c', c⟩ ≤ 2H² (⟨c', c⟩ ≥ 0) and ‖c' − c‖₁ ≤ 2H: Δ₂ = √2·H
+    (attained when each trajectory stays in one cell, vs √(2H) per step) and Δ₁ = 2H (as per
+    step). The union bound of E runs over m·S²A counters instead of m·H·S²A.
     """
     if privacy is not None:
         with_rewards = privacy.privatize_rewards
@@ -363,20 +416,23 @@ def noise_plan(
     families = ("n_sa", "n_sas", "r_sum") if with_rewards else ("n_sa", "n_sas")
     m = len(families)
     iota = math.log(H * S * A / delta)  # ι = log(HSA/δ)
-    n_bound = m * H * S * S * A  # ≥ number of released counters
+    n_bound = m * (1 if stationary else H) * S * S * A  # ≥ number of released counters
     if privacy is None or privacy.noise_off:
-        return NoisePlan("none", families, 0.0, 0.0, math.inf, 0.0, 0.0, iota)
+        return NoisePlan("none", families, 0.0, 0.0, math.inf, 0.0, 0.0, iota, stationary)
     if privacy.mechanism == "gaussian":
         rho_f = float(privacy.rho) / m  # type: ignore[arg-type]
-        sens = math.sqrt(2.0 * H)  # Δ₂ per family
+        # Δ₂ per family: √(2H) per step; √2·H pooled over h (see above)
+        sens = math.sqrt(2.0) * H if stationary else math.sqrt(2.0 * H)
         sigma = sens / math.sqrt(2.0 * rho_f)  # σ² = Δ₂²/(2ρ_f) = mH/ρ (eq. 2: 2H/ρ)
         tail = sigma * math.sqrt(2.0 * math.log(2.0 * n_bound / delta))
-        return NoisePlan("gaussian", families, sigma, sens, rho_f, tail, 2.0 * tail, iota)
+        return NoisePlan(
+            "gaussian", families, sigma, sens, rho_f, tail, 2.0 * tail, iota, stationary
+        )
     eps_f = float(privacy.epsilon) / m  # type: ignore[arg-type]
-    sens = 2.0 * H  # Δ₁ per family
+    sens = 2.0 * H  # Δ₁ per family (per step and pooled alike)
     b = sens / eps_f  # Lap(mΔ₁/ε) = Lap(4H/ε) for m = 2
     tail = b * math.log(n_bound / delta)
-    return NoisePlan("laplace", families, b, sens, eps_f, tail, 2.0 * tail, iota)
+    return NoisePlan("laplace", families, b, sens, eps_f, tail, 2.0 * tail, iota, stationary)
 
 
 def _release_record(plan: NoisePlan, family: str, size: int) -> Release:
@@ -393,7 +449,7 @@ def _release_record(plan: NoisePlan, family: str, size: int) -> Release:
             noise={"sigma": plan.scale, "noise_multiplier": z},
             size=size,
             event=dp_event.GaussianDpEvent(noise_multiplier=z),
-            extra=_release_extra(family),
+            extra=_release_extra(family, plan.stationary),
         )
     if plan.mechanism == "laplace":
         eps = plan.sensitivity / plan.scale
@@ -405,7 +461,7 @@ def _release_record(plan: NoisePlan, family: str, size: int) -> Release:
             noise={"scale": plan.scale, "epsilon": eps},
             size=size,
             event=PureDpEvent(epsilon=eps),
-            extra=_release_extra(family),
+            extra=_release_extra(family, plan.stationary),
         )
     return Release(
         name=name,
@@ -419,13 +475,21 @@ def _release_record(plan: NoisePlan, family: str, size: int) -> Release:
     )
 
 
-def _release_extra(family: str) -> dict[str, Any]:
+def _release_extra(family: str, stationary: bool = False) -> dict[str, Any]:
     what = "a reward in [0, 1]" if family == "r_sum" else "1"
-    return {
-        "sensitivity_derivation": (
+    if stationary:
+        derivation = (
+            f"replace-one, counts pooled over h: a trajectory adds {what} per step h to one "
+            "table, a non-negative vector c with ‖c‖₁ ≤ H; replacing c by c' changes the "
+            "table by ‖c' − c‖₂² ≤ ‖c'‖² + ‖c‖² ≤ 2H² and ‖c' − c‖₁ ≤ 2H"
+        )
+    else:
+        derivation = (
             f"replace-one: a trajectory adds {what} to one entry per step h, and replacing it "
             "removes that and adds another, so ≤ 2H entries change, each by ≤ 1"
-        ),
+        )
+    return {
+        "sensitivity_derivation": derivation,
         "post_processing": "clipped at 0"
         + (", then projected (eq. 3–4)" if family != "r_sum" else ""),
     }
@@ -470,13 +534,15 @@ def private_counts(
             )
         np.maximum(noisy, 0.0, out=noisy)  # {·}⁺ of eq. (2): post-processing
         out[fam] = noisy
-        releases.append(replace(release, extra={**release.extra, **_release_extra(fam)}))
+        extra = {**release.extra, **_release_extra(fam, plan.stationary)}
+        releases.append(replace(release, extra=extra))
     return (
         Counts(
             n_sa=out["n_sa"],  # type: ignore[arg-type]
             n_sas=out["n_sas"],  # type: ignore[arg-type]
             r_sum=out["r_sum"],
             n_episodes=counts_.n_episodes,
+            horizon=counts_.horizon,
         ),
         releases,
     )
@@ -541,6 +607,7 @@ def pessimistic_value_iteration(
     config: APVIConfig,
     *,
     reward_bonus: bool = False,
+    horizon: int | None = None,
 ) -> ValueIteration:
     """Backward induction with the (private) pessimism of Algorithm 1.
 
@@ -548,8 +615,12 @@ def pessimistic_value_iteration(
     Γ = C1·H·√(ι/(ñ − E)) + C2·S·H·E·ι/ñ  (Hoeffding), times `bonus_scale`, where ñ > E;
     C·H elsewhere. With `reward_bonus` (reward estimated from data) Γ also gets
     √(ι/(2(ñ − E))) + (tail + E)/ñ. Q̃ = min(r + P̃Ṽ − Γ, H − h + 1)⁺; π̂ = argmax; Ṽ = max.
+
+    A stationary model (tables with a leading axis of size 1, `horizon` = H) uses its one
+    table at every step h; the policy and values are still per step.
     """
-    H, S, A = model.n_sa.shape
+    T, S, A = model.n_sa.shape
+    H = int(horizon) if horizon is not None else T
     E, iota, scale = plan.E, plan.iota, config.bonus_scale
     known = model.known
     n = np.where(known, model.n_sa, 1.0)
@@ -563,17 +634,19 @@ def pessimistic_value_iteration(
     bonus = np.empty((H, S, A))
     policy = np.empty((H, S), dtype=np.int64)
     for h in range(H - 1, -1, -1):
+        t = h if T > 1 else 0  # the model's table for step h
         v_next = V[h + 1]
-        pv = model.P[h] @ v_next  # (P̃_h · Ṽ_{h+1})(s,a)
+        pv = model.P[t] @ v_next  # (P̃_h · Ṽ_{h+1})(s,a)
         if config.bonus == "bernstein":
-            var = np.maximum(model.P[h] @ (v_next * v_next) - pv * pv, 0.0)
-            stat = C1 * np.sqrt(var * iota / n_minus_e[h])
+            var = np.maximum(model.P[t] @ (v_next * v_next) - pv * pv, 0.0)
+            stat = C1 * np.sqrt(var * iota / n_minus_e[t])
         else:
-            stat = C1 * H * np.sqrt(iota / n_minus_e[h])
+            stat = C1 * H * np.sqrt(iota / n_minus_e[t])
         gamma = np.where(
-            known[h], scale * (stat + lower_order[h] + extra[h]), config.unknown_penalty * H
+            known[t], scale * (stat + lower_order[t] + extra[t]), config.unknown_penalty * H
         )
-        q = np.clip(reward[h] + pv - gamma, 0.0, H - h)  # min{Q^p, H − h + 1}⁺ (1-indexed h)
+        r_h = reward[h] if reward.shape[0] > 1 else reward[0]
+        q = np.clip(r_h + pv - gamma, 0.0, H - h)  # min{Q^p, H − h + 1}⁺ (1-indexed h)
         Q[h], bonus[h] = q, gamma
         policy[h] = np.argmax(q, axis=1)
         V[h] = q.max(axis=1)
@@ -698,6 +771,11 @@ def _report(
     system = "apvi" if privacy is None else "dp-apvi"
     common = [
         f"utility failure probability δ = {config.delta:g} (in E and ι; not a privacy parameter)",
+        *(
+            ["stationary model: counts pooled over h in one table (Δ₂ = √2·H, Δ₁ = 2H)"]
+            if plan.stationary
+            else []
+        ),
         f"E = {plan.E:.6g}, ι = {plan.iota:.6g}; projection slack E/2",
         DATA_RULES,
     ]
@@ -723,8 +801,8 @@ def _report(
         delta = privacy.report_delta
         notes.insert(
             0,
-            f"ρ = {rho:g}-zCDP split equally over {m} families (ρ/{m} each, σ² = {m}H/ρ = "
-            f"{plan.scale**2:.6g}); Bun–Steinke closed form ε = ρ + 2√(ρ log(1/δ)) = "
+            f"ρ = {rho:g}-zCDP split equally over {m} families (ρ/{m} each, σ² = "
+            f"{m}Δ₂²/(2ρ) = {plan.scale**2:.6g}); Bun–Steinke closed form ε = ρ + 2√(ρ log(1/δ)) = "
             f"{zcdp_to_dp(rho, delta):.6g} at δ = {delta:g} (the accountant's ε is tighter)",
         )
     else:
@@ -775,7 +853,15 @@ def dp_apvi_from_counts(
     r_pub = _check_reward(reward, H, S, A) if reward is not None else None
     if not reward_given and counts_.r_sum is None:
         raise ValueError("reward sums were not counted (empirical_counts(..., reward_sums=True))")
-    plan = noise_plan(H, S, A, privacy, config.delta, reward_sums=not reward_given)
+    plan = noise_plan(
+        H,
+        S,
+        A,
+        privacy,
+        config.delta,
+        reward_sums=not reward_given,
+        stationary=counts_.stationary,
+    )
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
     t0 = time.perf_counter()
@@ -791,7 +877,9 @@ def dp_apvi_from_counts(
     t0 = time.perf_counter()
     r = r_pub if r_pub is not None else model.reward
     assert r is not None
-    values = pessimistic_value_iteration(model, r, plan, config, reward_bonus=not reward_given)
+    values = pessimistic_value_iteration(
+        model, r, plan, config, reward_bonus=not reward_given, horizon=H
+    )
     timings["planning"] = time.perf_counter() - t0
 
     report = _report(plan, releases, privacy, config, reward_given, H)
@@ -823,16 +911,17 @@ def _per_step(model: PrivateModel, values: ValueIteration) -> list[dict[str, flo
     """Per-step summaries of released quantities only (safe to publish)."""
     known = model.known
     n_known = known.sum(axis=(1, 2))
-    bonus_known = np.where(known, values.bonus, 0.0).sum(axis=(1, 2)) / np.maximum(n_known, 1)
     rows = []
-    for h in range(known.shape[0]):
+    for h in range(values.V.shape[0] - 1):
+        t = h if known.shape[0] > 1 else 0  # a stationary model has one table
+        per_step_known = values.bonus[h][known[t]]
         rows.append(
             {
                 "h": h + 1,
-                "known_fraction": float(known[h].mean()),
-                "mean_bonus_known": float(bonus_known[h]) if n_known[h] else float("nan"),
-                "mean_n_tilde": float(model.n_sa[h].mean()),
-                "mean_projection_t": float(model.t[h].mean()),
+                "known_fraction": float(known[t].mean()),
+                "mean_bonus_known": float(per_step_known.mean()) if n_known[t] else float("nan"),
+                "mean_n_tilde": float(model.n_sa[t].mean()),
+                "mean_projection_t": float(model.t[t].mean()),
                 "V_mean": float(values.V[h].mean()),
                 "V_max": float(values.V[h].max()),
             }
@@ -850,6 +939,8 @@ def dp_apvi(
     config: APVIConfig | None = None,
     reward: npt.ArrayLike | None = None,
     rng: np.random.Generator | int | None = None,
+    padding: str = "none",
+    stationary: bool = False,
 ) -> APVIResult:
     """DP-APVI on a dataset of tabular episodes (Algorithm 1).
 
@@ -858,10 +949,22 @@ def dp_apvi(
     off the data) and the data are fitted to them by public rules (`privrl.offline.common`:
     longer episodes truncated to H, steps outside the spaces not counted). A private run
     refuses a dataset that declares privacy units (``unit_ids``): it protects one trajectory.
+
+    ``padding="absorbing"``: terminated episodes shorter than H are padded with an absorbing
+    state (index S, reward 0; `privrl.data.padding`); the model and values have S + 1 states,
+    the policy is reported on the S original ones. A public ``reward`` is given on the S
+    original states (``[H, S, A]``); the absorbing state's reward is 0. ``stationary``: the
+    counts are pooled over h (one transition model for every step; see `noise_plan` for the
+    sensitivity).
     """
     if privacy is not None:
         refuse_declared_units(data, "DP-APVI")
     privatize = privacy is not None and privacy.privatize_rewards
+    absorbing = padding == "absorbing"
+    if reward is not None and absorbing:
+        r = np.asarray(reward, dtype=np.float64)
+        if r.ndim == 3:  # the absorbing state's reward is 0 (a shape error is reported below)
+            reward = np.concatenate([r, np.zeros((r.shape[0], 1, r.shape[2]))], axis=1)
     t0 = time.perf_counter()
     c = empirical_counts(
         data,
@@ -869,10 +972,26 @@ def dp_apvi(
         n_states=n_states,
         n_actions=n_actions,
         reward_sums=privatize or reward is None,
+        padding=padding,
+        stationary=stationary,
     )
     counting = time.perf_counter() - t0
     result = dp_apvi_from_counts(c, privacy=privacy, config=config, reward=reward, rng=rng)
     result.diagnostics["timings"] = {"counting": counting, **result.diagnostics["timings"]}
+    if absorbing:  # the policy on the original states; model and values keep S + 1
+        result.report.notes.append(
+            "absorbing-state padding: a terminated episode shorter than H continues in an "
+            f"absorbing state (index {int(n_states)}, reward 0) to H steps, one count per step "
+            "as a real step (the sensitivity is unchanged); episodes cut without termination "
+            "are not padded"
+        )
+        policy = result.policy
+        info = {**policy.info, "padding": "absorbing (state S, dropped from the policy)"}
+        result.policy = FiniteHorizonPolicy(
+            policy.actions[:, : int(n_states)], policy.n_actions, info
+        )
+    if stationary:
+        result.policy.info["stationary"] = True
     return result
 
 
@@ -884,6 +1003,8 @@ def apvi(
     n_actions: int,
     config: APVIConfig | None = None,
     reward: npt.ArrayLike | None = None,
+    padding: str = "none",
+    stationary: bool = False,
 ) -> APVIResult:
     """Non-private APVI (Yin & Wang 2021): `dp_apvi` with no noise and E = 0."""
     return dp_apvi(
@@ -894,6 +1015,8 @@ def apvi(
         privacy=None,
         config=config,
         reward=reward,
+        padding=padding,
+        stationary=stationary,
     )
 
 

@@ -39,6 +39,9 @@ SHIPPED["dr"] = "privrl.systems.ips:Dr"
 SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"
 SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"
 
+# evaluation of a saved policy in a Gymnasium environment (privrl eval; post-processing)
+SHIPPED["eval"] = "privrl.systems.evaluate:EvalSystem"
+
 # privacy audits: attack a system's own release, bound ε from below
 # (privrl audit dp-apvi | gpope | dp-vapvi | dp-lsw | sdp-pe | dp-sgd)
 SHIPPED["audit-dp-apvi"] = "privrl.systems.audit:AuditDpApvi"

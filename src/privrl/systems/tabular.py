@@ -111,8 +111,9 @@ class ApviConfig(RunConfig):
         None,
         "--horizon",
         "-H",
-        help="Horizon H (with --data: this flag or the dataset's metadata; longer episodes are "
-        "truncated to H. Default 10 with --env).",
+        help="Horizon H (with --data: this flag or the dataset's metadata, never the longest "
+        "episode; longer episodes are truncated to H, terminated shorter ones padded (see "
+        "--padding). Default 10 with --env).",
     )
     states: int | None = option(
         None,
@@ -147,6 +148,19 @@ class ApviConfig(RunConfig):
         None,
         "--reward-table",
         help="Public mean reward r_h(s,a): a .npy array [H, S, A] in [0, 1].",
+    )
+    padding: Literal["absorbing", "none"] = option(
+        "absorbing",
+        "--padding",
+        help="With --data: 'absorbing' pads a terminated episode shorter than H with an "
+        "absorbing state (reward 0) to H steps; 'none' counts only the steps it has. Episodes "
+        "cut without termination are never padded.",
+    )
+    stationary: bool = option(
+        False,
+        "--stationary",
+        help="One transition model for every step h (counts pooled over h; the noise is "
+        "calibrated to a trajectory's H entries in one table).",
     )
 
     def validate(self) -> None:
@@ -272,7 +286,22 @@ class ApviSystem(System):
                 ),
             }
             reward_given = reward is not None
-        report = _planned_report(self.name, (H, S, A), privacy, apvi_config, reward_given, params)
+        padding = "none" if header is None else config.padding
+        S_model = S + 1 if padding == "absorbing" else S
+        if padding == "absorbing":
+            params.derive(
+                "states in the model S + 1", S_model, "S declared states + 1 absorbing state"
+            )
+            _check_sizes(H, S_model, A, n)  # the padded model's arrays (public sizes)
+        report = _planned_report(
+            self.name,
+            (H, S_model, A),
+            privacy,
+            apvi_config,
+            reward_given,
+            params,
+            stationary=config.stationary,
+        )
         public = {
             "data": OMIT,  # published as source.data
             "command": f"privrl train {self.name}",
@@ -281,6 +310,8 @@ class ApviSystem(System):
             "horizon": H,
             "states": S,
             "actions": A,
+            "padding": padding,
+            "stationary": config.stationary,
             **config_dict(apvi_config, privacy),
         }
         facts = {
@@ -290,6 +321,8 @@ class ApviSystem(System):
             "privacy": privacy,
             "apvi": apvi_config,
             "reward": reward,
+            "padding": padding,
+            "stationary": config.stationary,
         }
         return Plan(report=report, public=public, facts=facts)
 
@@ -334,6 +367,8 @@ class ApviSystem(System):
             config=facts["apvi"],
             reward=reward,
             rng=noise_rng,
+            padding=facts["padding"],
+            stationary=facts["stationary"],
         )
         result.report.with_public_parameters(facts["params"])
         extra: dict[str, float] = {}
@@ -566,6 +601,8 @@ def _planned_report(
     config: Any,
     reward_given: bool,
     params: Any,
+    *,
+    stationary: bool = False,
 ) -> Any:
     """The run's releases (same events, sizes) from public parameters only, for the ledger;
     the noise they imply is recorded as derived public parameters."""
@@ -573,12 +610,18 @@ def _planned_report(
     from privrl.privacy.report import PrivacyReport
 
     H, S, A = sizes
-    plan = noise_plan(H, S, A, privacy, config.delta, reward_sums=not reward_given)
+    plan = noise_plan(
+        H, S, A, privacy, config.delta, reward_sums=not reward_given, stationary=stationary
+    )
     m = len(plan.families)
     params.derive("released count families m", m, " + ".join(plan.families))
     if plan.mechanism == "gaussian":
-        params.derive("ℓ2 sensitivity per family Δ₂", plan.sensitivity, "√(2H)")
-        params.derive("Gaussian σ per count", plan.scale, f"√({m}H/ρ)")
+        if stationary:
+            params.derive("ℓ2 sensitivity per family Δ₂", plan.sensitivity, "√2·H (pooled)")
+            params.derive("Gaussian σ per count", plan.scale, f"H·√({m}/ρ)")
+        else:
+            params.derive("ℓ2 sensitivity per family Δ₂", plan.sensitivity, "√(2H)")
+            params.derive("Gaussian σ per count", plan.scale, f"√({m}H/ρ)")
     elif plan.mechanism == "laplace":
         params.derive("ℓ1 sensitivity per family Δ₁", plan.sensitivity, "2H")
         params.derive("Laplace scale b per count", plan.scale, f"{m}·2H/ε")

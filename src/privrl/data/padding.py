@@ -1,0 +1,84 @@
+"""Episodes of different lengths on a fixed, declared horizon H: absorbing-state padding.
+
+A finite-horizon tabular learner (APVI, DP-APVI) wants every trajectory to have H steps
+h = 0..H-1. Real logs do not: a FrozenLake episode ends when the agent reaches the goal or
+falls in a hole, after 1 to 100 steps. The rules below fit any episode to H without reading a
+length off the data (H is public: a flag or the dataset's metadata):
+
+* **longer than H** — the first H steps are kept, the rest is dropped (truncation, never an
+  error: an error would fire on one dataset and not on its neighbour);
+* **terminated after L ≤ H steps** (``terminated`` on its last step, Gymnasium semantics: the
+  MDP entered a terminal state) — the terminal observation is replaced by an *absorbing state*
+  z = S (one state added to the S declared ones), and steps L..H-1 are padded with the
+  transition (z, a = 0) → z and reward 0. The absorbing state's value is 0 at every step,
+  which is what a terminal state means;
+* **cut after L < H steps** (``truncated``, or neither flag: a time limit or the end of the
+  log, not the MDP's doing) — steps L..H-1 are unobserved and not counted; padding them would
+  claim the trajectory stopped, which it did not.
+
+Padding adds at most one entry per step h to each count family, as a real step does, so the
+per-trajectory sensitivity of the counts is unchanged (≤ 1 entry per step; ≤ H entries in a
+count table pooled over h). The learner plans on S + 1 states and reports its policy on the
+S original ones.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["PADDINGS", "Padded", "pad_absorbing"]
+
+PADDINGS = ("absorbing", "none")
+
+
+class Padded(NamedTuple):
+    """Per-step arrays ``[n, H]`` (states ``[n, H+1]``) after padding; ``padded`` marks the
+    steps that padding added (at the absorbing state or into it)."""
+
+    states: npt.NDArray[np.int64]
+    actions: npt.NDArray[np.int64]
+    rewards: npt.NDArray[np.float64]
+    valid: npt.NDArray[np.bool_]
+    padded: npt.NDArray[np.bool_]
+
+
+def pad_absorbing(
+    states: npt.NDArray[np.int64],
+    actions: npt.NDArray[np.int64],
+    rewards: npt.NDArray[np.float64],
+    step_ok: npt.NDArray[np.bool_],
+    next_ok: npt.NDArray[np.bool_],
+    *,
+    lengths: npt.ArrayLike,
+    terminated: npt.ArrayLike,
+    absorbing: int,
+) -> Padded:
+    """Pad the terminated episodes of length L ≤ H with the absorbing state `absorbing`.
+
+    ``states [n, H+1]``, ``actions``/``rewards [n, H]`` hold each episode's first min(L, H)
+    steps (zeros beyond); ``step_ok [n, H]`` says a step's state and action are indices of the
+    declared spaces and ``next_ok [n, H]`` that its next state is. ``lengths [n]`` are the
+    episodes' lengths L and ``terminated [n]`` their last step's flag. Returns new arrays
+    (the inputs are not modified) with ``valid = step_ok & next_ok`` after padding: the
+    terminal observation is replaced by `absorbing` (so its own index no longer matters), and
+    steps L..H-1 become (absorbing, 0) → absorbing with reward 0.
+    """
+    states, actions, rewards = states.copy(), actions.copy(), rewards.copy()
+    step_ok, next_ok = step_ok.copy(), next_ok.copy()
+    H = actions.shape[1]
+    L = np.asarray(lengths, dtype=np.int64)
+    ends = np.asarray(terminated, dtype=bool) & (L <= H)
+    h = np.arange(H + 1)
+    after = ends[:, None] & (h[None, :] >= L[:, None])  # [n, H+1]: at or after the terminal
+    states[after] = absorbing
+    pad = after[:, :H]
+    actions[pad] = 0
+    rewards[pad] = 0.0
+    step_ok[pad] = True
+    next_ok[pad] = True
+    k = np.flatnonzero(ends & (L >= 1))
+    next_ok[k, L[k] - 1] = True  # the step into the terminal state now goes to z
+    return Padded(states, actions, rewards, step_ok & next_ok, pad)

@@ -1,0 +1,378 @@
+"""`privrl eval POLICY --env ID`: roll a saved privrl policy out in a Gymnasium environment.
+
+Pure post-processing: the policy is the output of a finished run (a private run's policy is a
+function of its noisy releases), and the environment is a public simulator, so evaluation
+reads no dataset, checks no ledger and spends no budget. Its privacy.json says so (no
+releases, ε = 0).
+
+Formats read (what the training commands write; see docs/data.md):
+
+* ``policy.npz`` with ``kind = "privrl.finite_horizon_tabular_policy"`` — a deterministic
+  time-dependent tabular policy π_h(s) ``[H, S]`` (`privrl train apvi | dp-apvi`). The
+  environment needs ``Discrete(S)`` observations and ``Discrete(A)`` actions of the policy's
+  sizes. Episodes last at most H steps by default (the horizon the policy was learned for);
+  with a longer ``--max-steps`` step h ≥ H uses π_{H-1}.
+* ``policy.pt`` — a SAC or TD3 agent's state (`privrl train mopo | primorl`; the file records
+  its kind, sizes, action bounds and config). Acts with its deterministic (mean) action.
+* ``learner.pt`` — a discrete-action learner's state (`privrl train expert-dp | dp-sgd`:
+  discrete CQL or BCQ; the file records its config). Acts greedily.
+
+Not policies, refused with a message that says so: PRIMORL's ``model.pt`` (a released dynamics
+model), the linear systems' ``policy.npz`` (``kind = "privrl.linear_greedy_q"``: it needs the
+feature map it was trained with; evaluate it with `privrl train vapvi ... --env`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privrl.runs.config import RunConfig, check, option
+from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
+
+__all__ = ["EvalConfig", "EvalSystem", "LoadedPolicy", "evaluate_policy", "load_policy"]
+
+MAX_EPISODES = 1_000_000
+MAX_STEPS = 1_000_000
+
+
+@dataclass(frozen=True)
+class EvalConfig(RunConfig):
+    """What to evaluate and where: a saved policy, a Gymnasium id, the number of episodes."""
+
+    system = "eval"
+    policy: Path = option(  # noqa: RUF009 - option() builds a field
+        ..., "--policy", help="Saved privrl policy: policy.npz, policy.pt or learner.pt."
+    )
+    env: str = option(..., "--env", help="Gymnasium environment id, e.g. FrozenLake-v1.")
+    episodes: int = option(100, "--episodes", "-n", help="Episodes to roll out.")
+    max_steps: int | None = option(
+        None,
+        "--max-steps",
+        help="Step limit per episode (default: a tabular policy's horizon H, else the "
+        "environment's time limit).",
+    )
+
+    def validate(self) -> None:
+        check(
+            1 <= self.episodes <= MAX_EPISODES,
+            "episodes",
+            f"must be in [1, {MAX_EPISODES}], got {self.episodes}",
+        )
+        check(
+            self.max_steps is None or 1 <= self.max_steps <= MAX_STEPS,
+            "max_steps",
+            f"must be in [1, {MAX_STEPS}], got {self.max_steps}",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedPolicy:
+    """A policy read from a file: ``act(obs [1, ...], h, rng) -> action``, what it is, and
+    the horizon it was learned for (tabular) or None."""
+
+    kind: str
+    act: Any
+    horizon: int | None
+    n_states: int | None = None
+    n_actions: int | None = None
+    obs_dim: int | None = None
+    act_dim: int | None = None
+    action_bounds: tuple[list[float], list[float]] | None = None
+
+
+FORMATS = (
+    "policy.npz (tabular, from train apvi | dp-apvi), policy.pt (SAC/TD3, from train mopo | "
+    "primorl) or learner.pt (discrete CQL/BCQ, from train expert-dp | dp-sgd)"
+)
+
+
+def load_policy(path: Path) -> LoadedPolicy:
+    """Read a saved privrl policy (see the module docstring); ValueError naming the problem
+    and the formats accepted otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"policy file not found: {path} (give {FORMATS})")
+    if path.suffix == ".npz":
+        return _load_npz(path)
+    if path.suffix in (".pt", ".pth"):
+        return _load_torch(path)
+    raise ValueError(f"unknown policy file {path.name}: give {FORMATS}")
+
+
+def _load_npz(path: Path) -> LoadedPolicy:
+    from privrl.offline.apvi import FiniteHorizonPolicy
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            kind = str(f["kind"]) if "kind" in f else None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path} as an .npz file ({exc})") from None
+    if kind == "privrl.linear_greedy_q":
+        raise ValueError(
+            f"{path} is a linear-MDP policy: it needs the feature map it was trained with, "
+            "which an environment id does not give; evaluate it with the training command's "
+            "--env instead"
+        )
+    if kind != FiniteHorizonPolicy.KIND:
+        raise ValueError(f"{path} is not a privrl policy (kind={kind!r}); give {FORMATS}")
+    pol = FiniteHorizonPolicy.load(path)
+    H = pol.H
+
+    def act(obs: Any, h: int, rng: np.random.Generator) -> Any:
+        return int(pol.actions[min(h, H - 1), int(obs)])
+
+    return LoadedPolicy("tabular", act, H, n_states=pol.S, n_actions=pol.n_actions)
+
+
+def _load_torch(path: Path) -> LoadedPolicy:
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a pickle error, a truncated file, a non-torch file
+        raise ValueError(f"cannot read {path} as a privrl checkpoint ({exc})") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not a privrl policy checkpoint; give {FORMATS}")
+    if state.get("kind") in ("sac", "td3"):
+        return _box_agent(path, state)
+    config = state.get("config")
+    if isinstance(config, dict) and config.get("algorithm") in ("cql", "bcq") and "params" in state:
+        return _discrete_learner(path, state)
+    if "dynamics" in state or "ensemble" in state or "model" in state:
+        raise ValueError(
+            f"{path} is a dynamics model, not a policy (PRIMORL's model.pt); evaluate the "
+            "policy.pt of the same run"
+        )
+    raise ValueError(f"{path} is not a privrl policy checkpoint; give {FORMATS}")
+
+
+def _box_agent(path: Path, state: dict[str, Any]) -> LoadedPolicy:
+    from privrl.rl.sac import SAC, SACConfig
+    from privrl.rl.td3 import TD3, TD3Config
+
+    cls, config_cls = (SAC, SACConfig) if state["kind"] == "sac" else (TD3, TD3Config)
+    try:
+        config = config_cls(**state["config"])
+        agent = cls(
+            state["obs_dim"], state["act_dim"], state["action_low"], state["action_high"], config
+        )
+        agent.load_state_dict(state)
+    except (KeyError, TypeError, RuntimeError) as exc:
+        raise ValueError(f"{path}: not a complete {state['kind']} checkpoint ({exc})") from None
+
+    def act(obs: Any, h: int, rng: np.random.Generator) -> Any:
+        return agent.act(np.asarray(obs, dtype=np.float32).reshape(1, -1), deterministic=True)[0]
+
+    return LoadedPolicy(
+        state["kind"],
+        act,
+        None,
+        obs_dim=int(state["obs_dim"]),
+        act_dim=int(state["act_dim"]),
+        action_bounds=(list(state["action_low"]), list(state["action_high"])),
+    )
+
+
+def _discrete_learner(path: Path, state: dict[str, Any]) -> LoadedPolicy:
+    from privrl.rl.bcq import DiscreteBCQ
+    from privrl.rl.cql import DiscreteCQL
+    from privrl.rl.discrete_common import DiscreteLearner, ObsTransform
+
+    config = dict(state["config"])
+    cls = DiscreteCQL if config["algorithm"] == "cql" else DiscreteBCQ
+    accepted = set(inspect.signature(cls.__init__).parameters) | set(
+        inspect.signature(DiscreteLearner.__init__).parameters
+    )
+    kwargs = {k: v for k, v in config.items() if k in accepted and k not in ("self", "common")}
+    kwargs["obs_transform"] = ObsTransform.from_dict(config.get("obs_transform"))
+    try:
+        obs_dim, n_actions = int(kwargs.pop("obs_dim")), int(kwargs.pop("n_actions"))
+        learner = cls(obs_dim, n_actions, **kwargs)
+        learner.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(
+            f"{path}: not a complete {config['algorithm']} checkpoint ({exc})"
+        ) from None
+
+    def act(obs: Any, h: int, rng: np.random.Generator) -> Any:
+        return int(learner.act(np.asarray(obs, dtype=np.float32).reshape(1, -1))[0])
+
+    return LoadedPolicy(config["algorithm"], act, None, obs_dim=obs_dim, n_actions=n_actions)
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation
+# ---------------------------------------------------------------------------------------------
+
+
+def make_env(env_id: str) -> Any:
+    """``gymnasium.make(env_id)``; ValueError naming the id when Gymnasium does not know it."""
+    import gymnasium as gym
+
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as exc:
+        raise ValueError(f"unknown --env {env_id!r}: {exc}") from None
+    except ModuleNotFoundError as exc:
+        raise ValueError(
+            f"--env {env_id!r} needs a package that is not installed ({exc})"
+        ) from None
+
+
+def check_fits(policy: LoadedPolicy, env: Any, env_id: str) -> None:
+    """Refuse a policy whose spaces do not match the environment's."""
+    from gymnasium import spaces
+
+    obs_sp, act_sp = env.observation_space, env.action_space
+    if policy.kind == "tabular":
+        if not (isinstance(obs_sp, spaces.Discrete) and isinstance(act_sp, spaces.Discrete)):
+            raise ValueError(
+                f"a tabular policy needs Discrete observations and actions; {env_id} has "
+                f"{obs_sp} and {act_sp}"
+            )
+        if int(obs_sp.n) != policy.n_states or int(act_sp.n) != policy.n_actions:
+            raise ValueError(
+                f"the policy is for S = {policy.n_states} states and A = {policy.n_actions} "
+                f"actions; {env_id} has {int(obs_sp.n)} and {int(act_sp.n)}"
+            )
+        return
+    obs_dim = int(np.prod(obs_sp.shape)) if obs_sp.shape else 1
+    if policy.obs_dim is not None and obs_dim != policy.obs_dim:
+        raise ValueError(
+            f"the policy takes {policy.obs_dim}-dim observations; {env_id} gives {obs_dim}"
+        )
+    if policy.act_dim is not None:
+        if not isinstance(act_sp, spaces.Box) or int(np.prod(act_sp.shape)) != policy.act_dim:
+            raise ValueError(
+                f"the policy acts in a {policy.act_dim}-dim box; {env_id}'s actions are {act_sp}"
+            )
+    elif policy.n_actions is not None:
+        if not isinstance(act_sp, spaces.Discrete) or int(act_sp.n) != policy.n_actions:
+            raise ValueError(
+                f"the policy has {policy.n_actions} discrete actions; {env_id}'s are {act_sp}"
+            )
+
+
+def evaluate_policy(
+    policy: LoadedPolicy, env: Any, *, episodes: int, max_steps: int, seed: int
+) -> dict[str, np.ndarray]:
+    """Undiscounted returns and lengths of `episodes` rollouts of at most `max_steps` steps
+    (the environment's own time limit may end them earlier). The environment is seeded once
+    with `seed`; the policy's randomness (if any) comes from its own stream."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    returns = np.zeros(episodes)
+    lengths = np.zeros(episodes, dtype=np.int64)
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed if i == 0 else None)
+        for t in range(max_steps):
+            obs, r, terminated, truncated, _ = env.step(policy.act(obs, t, rng))
+            returns[i] += float(r)
+            lengths[i] = t + 1
+            if terminated or truncated:
+                break
+    return {"returns": returns, "lengths": lengths}
+
+
+class EvalSystem(System):
+    name = "eval"
+    Config = EvalConfig
+    data = "none"
+    summary = "Evaluate a saved privrl policy in a Gymnasium environment (post-processing)."
+
+    def plan(self, config: Any, header: Any) -> Plan:
+        from privrl.privacy.report import PrivacyReport
+        from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+
+        policy = load_policy(config.policy)
+        env = make_env(config.env)
+        check_fits(policy, env, config.env)
+        limit = env.spec.max_episode_steps if env.spec is not None else None
+        env.close()
+        if config.max_steps is not None:
+            max_steps = int(config.max_steps)
+        elif policy.horizon is not None:
+            max_steps = policy.horizon
+        else:
+            max_steps = int(limit) if limit else 1000
+        report = PrivacyReport.build(
+            PrivacyUnit.TRAJECTORY,
+            NeighbourRelation.REPLACE_ONE,
+            [],
+            0.0,
+            system=self.name,
+            public=[f"the environment {config.env} (a public simulator)"],
+            notes=[
+                "post-processing of a saved policy: no dataset is read, no release is made and "
+                "no budget is spent (the policy's own guarantee is in its run's privacy.json)"
+            ],
+        )
+        public = {
+            "policy": str(config.policy),
+            "policy_kind": policy.kind,
+            "env": config.env,
+            "episodes": config.episodes,
+            "max_steps": max_steps,
+        }
+        return Plan(report=report, public=public, facts={"policy": policy, "max_steps": max_steps})
+
+    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+        assert ctx.plan is not None
+        policy, max_steps = ctx.plan.facts["policy"], ctx.plan.facts["max_steps"]
+        env = make_env(config.env)
+        try:
+            out = evaluate_policy(
+                policy, env, episodes=config.episodes, max_steps=max_steps, seed=ctx.seed
+            )
+        finally:
+            env.close()
+        returns, lengths = out["returns"], out["lengths"]
+        n = len(returns)
+        std = float(returns.std(ddof=1)) if n > 1 else 0.0
+        metrics = {
+            "return_mean": float(returns.mean()),
+            "return_std": std,
+            "return_stderr": std / math.sqrt(n),
+            "episodes": n,
+            "length_mean": float(lengths.mean()),
+            "max_steps": max_steps,
+            "policy_kind": policy.kind,
+        }
+        curve = [
+            {"episode": i + 1, "return": float(r), "length": int(k)}
+            for i, (r, k) in enumerate(zip(returns, lengths, strict=True))
+        ]
+        running = np.cumsum(returns) / np.arange(1, n + 1)
+        plot = PlotSpec(
+            name="returns",
+            title=f"{config.env}: {policy.kind} policy",
+            xlabel="episode",
+            ylabel="return",
+            series=[
+                Series("return", list(range(1, n + 1)), returns.tolist(), style="."),
+                Series("running mean", list(range(1, n + 1)), running.tolist()),
+            ],
+        )
+        summary = [
+            f"{config.env}: {policy.kind} policy {config.policy}",
+            f"return: {metrics['return_mean']:.4f} ± {std:.4f} (std) over {n} episodes "
+            f"(± {metrics['return_stderr']:.4f} standard error); mean length "
+            f"{metrics['length_mean']:.1f} of at most {max_steps} steps",
+        ]
+        return Result(
+            metrics=metrics,
+            privacy=ctx.plan.report,
+            curve=curve,
+            plots={"returns": plot},
+            summary=summary,
+        )
