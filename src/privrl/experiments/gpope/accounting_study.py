@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from privrl.experiments.gpope.chain import _Chain, _chain_point
 from privrl.experiments.gpope.common import (
@@ -18,14 +21,16 @@ from privrl.experiments.gpope.common import (
     _Acc,
     _cfg,
     _Claims,
-    _errorbar,
     _finish,
     _fmt,
     _plt,
     _setup_lines,
+    mspbe_figure,
 )
 from privrl.experiments.rundir import RunDir
 from privrl.ope.accounting import paper_sigma, rigorous_epsilon, rigorous_sigma
+from privrl.privacy.accounting import epsilon, sampled_gaussian_event
+from privrl.privacy.units import NeighbourRelation
 
 # ------------------------------------------------------------------------ accounting
 
@@ -36,6 +41,64 @@ SPEC_TABLE = (
     (10_000, 100_000, 3.12, 4.68),
     (100, 1000, 30.4, 43.6),
 )
+
+
+def relation_epsilons(
+    sigma: float, m: int, n_iter: int, claimed: float, *, orders: tuple[float, ...] | None
+) -> dict[str, float]:
+    """ε of N GPOPE steps with noise h·σ under each neighbouring relation (δ = DELTA):
+
+    * replace-one, sensitivity 2h, 1 of m without replacement (RDP; our default for the
+      paper's algorithm): noise multiplier σ/2;
+    * add/remove, sensitivity h, Poisson sampling at rate 1/m (PLD): noise multiplier σ —
+      the guarantee of a Poisson-sampled variant, not of the fixed one-trajectory step;
+    * the paper's d′ = d ∪ {x} with sensitivity h: the same without-replacement event with
+      noise multiplier σ (RDP, REPLACE_ONE), i.e. Lemma 1's setting without its truncation.
+    """
+    wor = functools.partial(
+        sampled_gaussian_event, sampling="without_replacement", dataset_size=m, sample_size=1
+    )
+    poisson = sampled_gaussian_event(
+        sigma, n_iter, sampling="poisson", sampling_probability=1.0 / m
+    )
+    return {
+        "m": m,
+        "N": n_iter,
+        "claimed": claimed,
+        "sigma": sigma,
+        "replace_one_2h": rigorous_epsilon(sigma, m, n_iter, DELTA, orders=orders),
+        "add_remove_h_poisson": float(
+            epsilon(poisson, DELTA, relation=NeighbourRelation.ADD_REMOVE, backend="pld")
+        ),
+        "paper_union_h": float(
+            epsilon(
+                wor(sigma, n_iter), DELTA, relation=NeighbourRelation.REPLACE_ONE, orders=orders
+            )
+        ),
+    }
+
+
+RELATION_NAMES = {
+    "replace_one_2h": "replace-one, 2h (ours, default)",
+    "add_remove_h_poisson": "add/remove, h, Poisson q = 1/m",
+    "paper_union_h": "paper's d ∪ {x}, h",
+}
+
+
+def relation_table(rows: Sequence[dict[str, float]]) -> list[str]:
+    lines = [
+        "| m | N | claimed ε (Lemma 1) | σ | "
+        + " | ".join(f"ε: {v}" for v in RELATION_NAMES.values())
+        + " |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['m']} | {r['N']} | {r['claimed']:g} | {r['sigma']:.3g} | "
+            + " | ".join(f"{r[k]:.3g}" for k in RELATION_NAMES)
+            + " |"
+        )
+    return lines
 
 
 def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
@@ -61,6 +124,7 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
         )
     # 1b. how much the paper's σ under-delivers across the ε grid
     grid_rows = []
+    relation_rows: list[dict[str, float]] = []
     for m, n_iter in ((100, 100),) if quick else ((100, 100), (100, 1000), (1000, 10_000)):
         for eps in (0.1,) if quick else EPS_GRID:
             p = paper_sigma(eps, DELTA, m, n_iter)
@@ -68,6 +132,7 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
             grid_rows.append(
                 (m, n_iter, eps, p, r, rigorous_epsilon(p, m, n_iter, DELTA, orders=cfg.orders))
             )
+            relation_rows.append(relation_epsilons(p, m, n_iter, eps, orders=cfg.orders))
     # 2. MSPBE at equal nominal ε
     ms = (100,) if quick else (100, 1000, 5000)
     eps_list = (CHAIN_EPS,) if quick else (0.1, 1.0)
@@ -108,24 +173,36 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
                     }
                 )
     run = RunDir(out)
+    series = {
+        f"GP {mode}, ε = {eps:g}": [
+            acc.stats(m=m, method=f"GP {mode} ε={eps:g} (1× step)") for m in ms
+        ]
+        for eps in eps_list
+        for mode in ("paper", "rigorous")
+    }
+    series["LSTD (non-private)"] = [acc.stats(m=m, method="LSTD (non-private)") for m in ms]
+    mspbe_figure(
+        run.plot_path("accounting"),
+        ms,
+        series,
+        zero=float(chain.system.mspbe(np.zeros(chain.Phi.shape[1]))),
+        title="GPOPE on the chain at equal nominal ε: Lemma 1's σ vs rigorous σ",
+        xlabel="m (N = 10·m)",
+        ylabel="MSPBE (chain)",
+        reference="LSTD (non-private)",
+    )
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(6.4, 4))
     for eps in eps_list:
         for mode, ls in (("paper", "--"), ("rigorous", "-")):
-            st = [acc.stats(m=m, method=f"GP {mode} ε={eps:g} (1× step)") for m in ms]
-            _errorbar(axes[0], ms, st, ls=ls, label=f"{mode}, ε = {eps:g}")
             sg = [r["sigma"] for r in sig_rows if r["mode"] == mode and r["epsilon"] == eps]
-            axes[1].plot(ms, sg, ls=ls, marker="o", label=f"σ {mode}, ε = {eps:g}")
-    for ax in axes:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("m (N = 10·m)")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("MSPBE (chain)")
-    axes[1].set_ylabel("σ (noise std / h)")
-    fig.suptitle("GPOPE at equal nominal ε: the paper's Lemma 1 vs rigorous RDP accounting")
-    fig.tight_layout()
-    fig.savefig(run.plot_path("accounting"), dpi=110)
+            ax.plot(ms, sg, ls=ls, marker="o", label=f"σ {mode}, ε = {eps:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("m (N = 10·m)")
+    ax.set_ylabel("σ (noise std / h)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.savefig(run.plot_path("accounting_sigma"), dpi=110, bbox_inches="tight")
     plt.close(fig)
     ref = [
         "| m | N | σ paper (ours) | σ paper (spec) | σ rigorous 2h (ours) | σ rigorous 2h "
@@ -160,6 +237,7 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
         for r in sig_rows
         if r["mode"] == "paper"
     ]
+    claims = _accounting_claims(ref_rows, grid_rows, sig_rows, acc, relation_rows)
     md = [
         "# GPOPE accounting: the paper's Lemma 1 vs rigorous RDP accounting",
         "",
@@ -189,6 +267,28 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
         "delivered by the paper's σ, which exceeds the nominal ε by a factor that increases "
         "with ε (see the last column).",
         "",
+        "## The verdict by neighbouring relation",
+        "",
+        "ε (δ = 1e-5) actually delivered by Lemma 1's σ under each relation. The paper's "
+        "proof uses d′ = d ∪ {x} with sensitivity h; replace-one neighbours (its Definition 1: "
+        "datasets differ in one trajectory) move the clipped gradient by up to 2h; add/remove "
+        "with Poisson sampling at rate 1/m is the relation DP-SGD analyses use (it describes a "
+        "Poisson-sampled variant of the step, not the fixed one-trajectory step).",
+        "",
+        *relation_table(relation_rows),
+        "",
+        "**Our default is replace-one with sensitivity 2h** for the paper's algorithm: it is "
+        "the paper's own definition of neighbouring datasets (one trajectory changed, m fixed "
+        "and public), the one-trajectory step samples exactly 1 of m without replacement — a "
+        "sampling scheme dp-accounting accounts under replace-one only — and a changed "
+        "trajectory can move the clipped gradient from one side of the h-ball to the other "
+        "(2h). Under the paper's own d ∪ {x} relation Lemma 1 is close to right up to a "
+        "claimed ε = 1 (1.06 for a claimed 1 at m = N = 100) and understates ε where σ is "
+        "small (claimed 5: about 11); under replace-one it understates ε in every cell (6.0 "
+        "for a claimed 1, 681 for a claimed 5). The minibatch mode (`privrl.ope.minibatch`) "
+        "uses add/remove with Poisson sampling — the relation its sampling is analysed under "
+        "— and lists the replace-one ε of the same σ beside it (gpope-fig1a/minibatch).",
+        "",
         "## MSPBE at equal nominal ε (chain, h and η tuned on public data per mode)",
         "",
         *tab,
@@ -197,7 +297,13 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
         "MSPBE advantage of the paper-mode rows is bought with a weaker guarantee than the one "
         "claimed (the 'true ε' column).",
         "",
+        "## Claims",
+        "",
+        *claims.rows,
+        "",
         "![accounting](plots/accounting.png)",
+        "",
+        "![σ per mode](plots/accounting_sigma.png)",
     ]
     fact = next(r for r in reversed(sig_rows) if r["mode"] == "rigorous")
     return _finish(
@@ -215,28 +321,43 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
         {"m": fact["m"], "N": fact["N"], "h": fact["h"], "sigma": fact["sigma"]},
         epsilon=fact["epsilon"],
         orders=cfg.orders,
-        claims=_accounting_claims(ref_rows, grid_rows, sig_rows, acc).items,
+        claims=claims.items,
     )
 
 
 def _accounting_claims(
-    ref_rows: Sequence[tuple], grid_rows: Sequence[tuple], sig_rows: Sequence[dict], acc: _Acc
+    ref_rows: Sequence[tuple],
+    grid_rows: Sequence[tuple],
+    sig_rows: Sequence[dict],
+    acc: _Acc,
+    relation_rows: Sequence[dict[str, float]],
 ) -> _Claims:
-    """The accounting study's claims, from the numbers of its three tables."""
+    """The accounting study's claims, from the numbers of its tables: Lemma 1's σ checked
+    under each neighbouring relation (the paper's own first), then the spec's remark."""
     claims = _Claims("plots/accounting.png")
-    nominal = min(g[2] for g in grid_rows)
-    top = max(g[2] for g in grid_rows)
-    te_low = [r[6] for r in ref_rows] + [g[5] for g in grid_rows if g[2] == nominal]
-    te_top = [g[5] for g in grid_rows if g[2] == top]
-    valid = all(g[5] <= g[2] for g in grid_rows) and all(r[6] <= nominal for r in ref_rows)
-    claims.add(
-        "Lemma 1's σ gives the nominal ε",
-        valid,
-        f"true ε of the paper's σ at nominal ε = {nominal:g}: {min(te_low):.3g}–"
-        f"{max(te_low):.3g}; at nominal ε = {top:g}: {min(te_top):.3g}–{max(te_top):.3g}"
-        + ("" if valid else " — NOT a valid guarantee"),
-        paper="Lemma 1 closed form (drops higher-order terms; sensitivity h)",
-    )
+    for key, label in (
+        ("paper_union_h", "the paper's relation d ∪ {x}, sensitivity h"),
+        ("replace_one_2h", "replace-one, sensitivity 2h (our default)"),
+        ("add_remove_h_poisson", "add/remove, sensitivity h, Poisson q = 1/m"),
+    ):
+        over = [r for r in relation_rows if r[key] > r["claimed"]]
+        worst = max(relation_rows, key=lambda r: r[key] / r["claimed"])
+        claims.add(
+            f"Lemma 1's σ gives the claimed ε under {label}",
+            not over,
+            f"{len(relation_rows) - len(over)}/{len(relation_rows)} (m, N, ε) cells within the "
+            f"claim; worst: claimed {worst['claimed']:g} → {worst[key]:.3g} at m = "
+            f"{worst['m']}, N = {worst['N']}"
+            + (
+                "; exceeded at claimed ε ∈ {"
+                + ", ".join(f"{e:g}" for e in sorted({r["claimed"] for r in over}))
+                + "}"
+                if over
+                else ""
+            ),
+            claim=f"Lemma 1's σ gives the claimed ε ({label})",
+            paper="Lemma 1 (ε as claimed)",
+        )
     ratios = [g[4] / g[3] for g in grid_rows]
     claims.add(
         "(spec) Lemma 1 underestimates σ ≈ 20× at m = N = 100",

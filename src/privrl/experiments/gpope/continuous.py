@@ -20,16 +20,15 @@ from privrl.experiments.gpope.common import (
     _Cfg,
     _cfg,
     _Claims,
-    _errorbar,
     _finish,
     _fmt,
     _gp_trials,
     _log,
     _lsw_noisy,
-    _plt,
     _rng,
     _setup_lines,
     _ss,
+    mspbe_figure,
 )
 from privrl.experiments.rundir import RunDir
 from privrl.ope.baselines import (
@@ -254,22 +253,17 @@ def _continuous(
         methods += [f"V1 ε={e:g} (approx.)" for e in eps_grid]
     table = {(m, k): acc.stats(m=m, method=k) for m in ms for k in methods}
     run = RunDir(out)
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.6, 4.4))
-    for k in methods:
-        _errorbar(
-            ax, ms, [table[(m, k)] for m in ms], label=k, ls="--" if k.startswith("V1") else "-"
-        )
-    ax.axhline(zero, ls=":", c="k", label="θ = 0")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("m (trajectories)")
-    ax.set_ylabel("relative MSPBE (MSPBE / r̄²)" if relative else "MSPBE")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(run.plot_path(figure), dpi=110)
-    plt.close(fig)
+    mspbe_figure(
+        run.plot_path(figure),
+        ms,
+        {k: [table[(m, k)] for m in ms] for k in methods},
+        zero=zero,
+        title=title,
+        xlabel="m (trajectories)",
+        ylabel="relative MSPBE (MSPBE / r̄²)" if relative else "MSPBE",
+        reference=lstd_name,
+        off_scale=[k for k in methods if k.startswith("V1")],
+    )
     lines = ["| m | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for m in ms:
         lines.append(f"| {m} | " + " | ".join(_fmt(table[(m, k)]) for k in methods) + " |")
@@ -414,6 +408,17 @@ def _ratio_claims(
 ) -> _Claims:
     rows = _Claims(plot)
     m = ms[-1]
+    # GP against θ = 0 first: comparisons with V1 or LSTD mean little where GP is no better
+    # than the trivial estimator ('better' read as at least 10% below it)
+    gp0 = {e: table[(m, f"GP ε={e:g}")]["mean"] / zero for e in eps_grid}
+    vacuous = any(r > 0.9 for r in gp0.values())
+    rows.add(
+        "(ours) GP beats θ = 0 at every ε",
+        not vacuous,
+        f"MSPBE(GP)/MSPBE(θ = 0) at m = {m}: "
+        + ", ".join(f"ε={e:g}: {r:.3g}" for e, r in gp0.items())
+        + "; 'beats' read as at least 10% below",
+    )
     if v1:
         ratios = [
             table[(m, f"V1 ε={e:g} (approx.)")]["mean"] / table[(m, f"GP ε={e:g}")]["mean"]
@@ -425,6 +430,7 @@ def _ratio_claims(
             f"MSPBE(V1)/MSPBE(GP) at m = {m}: "
             + ", ".join(f"ε={e:g}: {r:.3g}" for e, r in zip(eps_grid, ratios, strict=True)),
             paper="orders of magnitude (Fig. 2a)",
+            vacuous=vacuous,
         )
     lst = table[(m, ref)]["mean"]
     gp_best = table[(m, f"GP ε={max(eps_grid):g}")]["mean"]
@@ -444,12 +450,6 @@ def _ratio_claims(
         "(ours) MSPBE falls as ε grows",
         mono,
         ", ".join(f"ε={e:g}: {table[(m, f'GP ε={e:g}')]['mean']:.3g}" for e in eps_grid),
-    )
-    beats0 = table[(m, f"GP ε={min(eps_grid):g}")]["mean"] < zero
-    rows.add(
-        "(ours) GP at the smallest ε beats θ = 0",
-        beats0,
-        f"{table[(m, f'GP ε={min(eps_grid):g}')]['mean']:.3g} vs {zero:.3g}",
     )
     return rows
 
