@@ -79,5 +79,21 @@ def test_accounting_claims_reproduce_the_committed_claims():
         {"epsilon": 1.0, "m": 5000, "mode": "paper", "true_epsilon": 57.1},
         {"epsilon": 1.0, "m": 5000, "mode": "rigorous", "true_epsilon": 1.0},
     ]
-    claims = gpope._accounting_claims(ref_rows, grid_rows, sig_rows, _acc("gpope-accounting"))
+    claims = gpope._accounting_claims(
+        ref_rows, grid_rows, sig_rows, _acc("gpope-accounting"), _relation_rows()
+    )
     assert [asdict(c) for c in claims.items] == _committed("gpope-accounting")
+
+
+def _relation_rows() -> list[dict]:
+    """The committed report's table of ε by neighbouring relation (3 significant digits, as
+    the claims print them)."""
+    text = (ROOT / "gpope-accounting" / "report.md").read_text(encoding="utf-8")
+    table = text.split("## The verdict by neighbouring relation", 1)[1].split("\n\n")[2]
+    keys = ("m", "N", "claimed", "sigma", "replace_one_2h", "add_remove_h_poisson")
+    rows = []
+    for line in table.splitlines()[2:]:
+        cells = [float(c) for c in line.strip("|").split("|")]
+        rows.append({**dict(zip(keys, cells, strict=False)), "paper_union_h": cells[6]})
+        rows[-1]["m"], rows[-1]["N"] = int(cells[0]), int(cells[1])
+    return rows

@@ -26,6 +26,11 @@ Tuning. h and the step size must not be chosen on the private data (that would l
 information the accounting does not cover): `tune_on_public` chooses them on an independent
 public sample from the same simulator and returns a report line saying so. The fraction of
 clipped steps is computed on that public run only; the private run never reports it.
+
+This is the paper's mode, kept for comparison. Its per-step noise is as large as the clipped
+gradient and it returns the last iterate, so at small ε it stays near θ = 0;
+`privrl.ope.minibatch` is the mode that learns (Poisson-sampled minibatches, PLD accounting,
+a step schedule and Polyak averaging).
 """
 
 from __future__ import annotations
