@@ -19,6 +19,8 @@ import torch
 from scipy import stats
 
 from privrl.experiments import expert as E
+from privrl.experiments.expert import configs as C
+from privrl.experiments.expert import runs as R
 
 torch.set_num_threads(1)
 
@@ -96,15 +98,15 @@ def _write_finished(run_dir: Path, cfg: E.RunConfig, ret: float) -> None:
 def test_finished_runs_of_sibling_reproductions_are_reused(tmp_path: Path) -> None:
     """A run with exactly this configuration in another reproduction directory is copied
     and reused (no training); a run whose configuration differs is not."""
-    cfg = E._private(_base(), epsilon=10.0, p=1.0)
+    cfg = C._private(_base(), epsilon=10.0, p=1.0)
     _write_finished(tmp_path / "expert-table2a" / "runs" / cfg.key(), cfg, 123.0)
     other = replace(cfg, seed=1)
     # a directory named like ``other`` but holding another configuration: not adopted
     _write_finished(
         tmp_path / "expert-table2a" / "runs" / other.key(), replace(other, steps=1), 9.0
     )
-    ctx = E._Context(tmp_path / "expert-fig3", E.Scale.full(), deadline=0.0)  # no new runs
-    done = E._run_all(ctx, [cfg, other], "runs")
+    ctx = C._Context(tmp_path / "expert-fig3", E.Scale.full(), deadline=0.0)  # no new runs
+    done = R._run_all(ctx, [cfg, other], "runs")
     assert done == {cfg.key(): {"key": cfg.key(), "return_mean": 123.0}}
     assert (tmp_path / "expert-fig3" / "runs" / cfg.key() / "metrics.json").is_file()
     assert not (tmp_path / "expert-fig3" / "runs" / other.key()).exists()
@@ -113,35 +115,35 @@ def test_finished_runs_of_sibling_reproductions_are_reused(tmp_path: Path) -> No
 def test_budget_splits_follow_the_paper() -> None:
     base = _base()
     d = 1 / 3000
-    dp = E._private(base, epsilon=10.0, p=1.0)  # p = 1: plain DP-SGD with all of (ε, δ)
+    dp = C._private(base, epsilon=10.0, p=1.0)  # p = 1: plain DP-SGD with all of (ε, δ)
     assert dp.method == "dp-sgd" and dp.epsilon == 10.0 and dp.delta == pytest.approx(d)
     assert dp.epsilon1 == 0.0
-    ours = E._private(base, epsilon=10.0, p=0.8)  # ε1 = 3ε/4, δ1 = 9δ/10, T = 25
+    ours = C._private(base, epsilon=10.0, p=0.8)  # ε1 = 3ε/4, δ1 = 9δ/10, T = 25
     assert ours.method == "ours" and ours.rounds == 25
     assert (ours.epsilon1, ours.epsilon2) == pytest.approx((7.5, 2.5))
     assert (ours.delta1, ours.delta2) == pytest.approx((0.9 * d, 0.1 * d))
-    stable = E._private(base, epsilon=10.0, p=0.0)  # p = 0: everything to the filter
+    stable = C._private(base, epsilon=10.0, p=0.0)  # p = 0: everything to the filter
     assert stable.method == "ours" and stable.epsilon1 == 10.0 and stable.epsilon2 == 0.0
-    low = E._private(base, epsilon=2.5, p=0.5)  # ε < 5: no filter (paper B.3)
+    low = C._private(base, epsilon=2.5, p=0.5)  # ε < 5: no filter (paper B.3)
     assert low.method == "dp-sgd"
-    forced = E._private(base, epsilon=2.5, p=0.5, eps1_fraction=0.75)  # Table 2b column
+    forced = C._private(base, epsilon=2.5, p=0.5, eps1_fraction=0.75)  # Table 2b column
     assert forced.method == "ours" and forced.epsilon1 == pytest.approx(1.875)
     assert forced.rounds == 20  # T of the nearest listed ε (5)
-    tight = E._private(base, epsilon=10.0, p=0.8, calibration="tight", accounting="paper")
+    tight = C._private(base, epsilon=10.0, p=0.8, calibration="tight", accounting="paper")
     assert tight.calibration == "tight" and tight.accounting == "paper"
     # LunarLander at ε = 7.5 uses T = 62; HIV T = 50
-    assert E._private(_base(env="lunarlander"), epsilon=7.5, p=0.8).rounds == 62
-    assert E._private(_base(env="hiv"), epsilon=10.0, p=0.9).rounds == 50
+    assert C._private(_base(env="lunarlander"), epsilon=7.5, p=0.8).rounds == 62
+    assert C._private(_base(env="hiv"), epsilon=10.0, p=0.9).rounds == 50
 
 
 def test_run_config_key_identifies_the_configuration() -> None:
-    a = E._private(_base(), epsilon=10.0, p=0.8)
-    assert a.key() == E._private(_base(), epsilon=10.0, p=0.8).key()
+    a = C._private(_base(), epsilon=10.0, p=0.8)
+    assert a.key() == C._private(_base(), epsilon=10.0, p=0.8).key()
     keys = {
         a.key(),
-        E._private(_base(), epsilon=10.0, p=0.5).key(),
-        E._private(_base(), epsilon=10.0, p=0.8, calibration="tight").key(),
-        E._private(_base(), epsilon=10.0, p=0.8, accounting="paper").key(),
+        C._private(_base(), epsilon=10.0, p=0.5).key(),
+        C._private(_base(), epsilon=10.0, p=0.8, calibration="tight").key(),
+        C._private(_base(), epsilon=10.0, p=0.8, accounting="paper").key(),
         a.__class__(**{**a.__dict__, "lr": 5e-3}).key(),
         a.__class__(**{**a.__dict__, "seed": 1}).key(),
         a.__class__(**{**a.__dict__, "noise_multiplier": 3.0}).key(),
@@ -188,7 +190,7 @@ def test_bcq_has_linear_imitation_logits_by_default() -> None:
     from privrl.rl.bcq import DiscreteBCQ
 
     obs = np.random.default_rng(0).normal(size=(256, 4))
-    fixed = E._learner_class("bcq")(4, 2, seed=0)
+    fixed = R._learner_class("bcq")(4, 2, seed=0)
     logits = fixed._imitation_logits(fixed.params, fixed._obs_tensor(obs)).detach().numpy()
     assert (logits < 0).any() and (logits > 0).any()
     assert fixed.config()["imitation_logits"] == "linear"
@@ -206,7 +208,7 @@ def test_bcq_has_linear_imitation_logits_by_default() -> None:
 def quick_cache(tmp_path_factory: pytest.TempPathFactory):
     """A temporary PRIVRL_CACHE; ``quick_cache(env)`` builds that ``--quick`` recipe dataset
     there once (CartPole ~4 s, Acrobot ~8 s)."""
-    from privrl.experiments import recipes_expert
+    from privrl.experiments.recipes import expert as recipes_expert
 
     root = tmp_path_factory.mktemp("privrl_cache")
     built: set[str] = set()
@@ -395,16 +397,16 @@ def test_joint_budget_run_config_calibrates_less_noise_within_the_total() -> Non
         hidden=(16,), eval_episodes=1, eval_horizon=10, n_evals=1, eval_window=10,
         dataset="d.h5", m=640,
     )  # fmt: skip
-    split = E._private(base, epsilon=10.0, p=0.5, calibration="pld")
-    joint = E._private(base, epsilon=10.0, p=0.5, calibration="pld", dpsgd_budget="joint")
+    split = C._private(base, epsilon=10.0, p=0.5, calibration="pld")
+    joint = C._private(base, epsilon=10.0, p=0.5, calibration="pld", dpsgd_budget="joint")
     assert split.to_dict() == {k: v for k, v in joint.to_dict().items() if k != "dpsgd_budget"}
     assert "dpsgd_budget" not in split.to_dict()  # earlier runs keep their digests
     assert "joint-budget" in joint.key() and "budget" not in split.key()
     scale, data = E.Scale.full(), _StubData()  # full scale: z calibrated to the budget
-    z_split = E._with_noise(split, data, scale).noise_multiplier
-    z_joint = E._with_noise(joint, data, scale).noise_multiplier
+    z_split = C._with_noise(split, data, scale).noise_multiplier
+    z_joint = C._with_noise(joint, data, scale).noise_multiplier
     assert z_joint < z_split
     k = round(0.5 * 400)
     steps = sampled_gaussian_event(z_joint, k, sampling_probability=64 / 640)
-    total = de.ComposedDpEvent([E._filter_event(joint), steps])
+    total = de.ComposedDpEvent([C._filter_event(joint), steps])
     assert acc_epsilon(total, joint.delta, backend="pld") <= 10.0 + 1e-9

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from privrl.data.io import load_hdf5
-from privrl.experiments import recipes_expert as rx
+from privrl.experiments.recipes import expert as rx
 from privrl.expert.experts import load_experts
 
 G = 1.0 - 0.02  # greedy probability of a 2-action expert with p_min = 0.02
