@@ -89,27 +89,56 @@ def _base(m: int = 3000, env: str = "cartpole", algo: str = "cql") -> E.RunConfi
     )
 
 
-def _write_finished(run_dir: Path, cfg: E.RunConfig, ret: float) -> None:
-    run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps({"run": cfg.to_dict()}))
-    (run_dir / "metrics.json").write_text(json.dumps({"key": cfg.key(), "return_mean": ret}))
+def _write_finished(cell_dir: Path, key: str, ret: float) -> None:
+    """A finished sweep cell (cell.json, then the run directory) with fingerprint ``key``."""
+    (cell_dir / "run").mkdir(parents=True)
+    for name, data in (("config.json", {}), ("privacy.json", {}), ("metrics.json", {})):
+        (cell_dir / "run" / name).write_text(json.dumps(data))
+    metrics = {"return_mean": ret, "steps": 5, "private_steps": 5, "private": True}
+    (cell_dir / "run" / "metrics.json").write_text(json.dumps(metrics))
+    (cell_dir / "cell.json").write_text(json.dumps({"status": "ok", "key": key, "seconds": 1}))
 
 
-def test_finished_runs_of_sibling_reproductions_are_reused(tmp_path: Path) -> None:
-    """A run with exactly this configuration in another reproduction directory is copied
-    and reused (no training); a run whose configuration differs is not."""
-    cfg = C._private(_base(), epsilon=10.0, p=1.0)
-    _write_finished(tmp_path / "expert-table2a" / "runs" / cfg.key(), cfg, 123.0)
+def test_finished_runs_of_sibling_reproductions_are_reused(quick_cache, tmp_path: Path) -> None:
+    """A finished cell of exactly this run in another reproduction directory is copied and
+    reused (no training); a cell directory of the same name holding another run is not."""
+    from privrl.runs.sweep import expand
+
+    quick_cache("cartpole")
+    ctx = C._Context(tmp_path / "expert-fig3", E.Scale.quick(), deadline=0.0)  # no new runs
+    data = ctx.load("cartpole")
+    base = C._base("cartpole", "cql", "ours", 0, 1e-3, data, scale=ctx.scale, m=data.m)
+    cfg = C._with_noise(C._private(base, epsilon=10.0, p=1.0), data, ctx.scale)
     other = replace(cfg, seed=1)
-    # a directory named like ``other`` but holding another configuration: not adopted
-    _write_finished(
-        tmp_path / "expert-table2a" / "runs" / other.key(), replace(other, steps=1), 9.0
-    )
-    ctx = C._Context(tmp_path / "expert-fig3", E.Scale.full(), deadline=0.0)  # no new runs
+    doc = {"out": str(tmp_path / "x"), "cells": [R.cell_values(c, data.path) for c in (cfg, other)]}
+    cell, cell_other = expand(doc).cells
+    sibling = tmp_path / "expert-table2a" / "runs" / "cells"
+    _write_finished(sibling / cell.name, cell.key, 123.0)
+    _write_finished(sibling / cell_other.name, "another-run", 9.0)
     done = R._run_all(ctx, [cfg, other], "runs")
-    assert done == {cfg.key(): {"key": cfg.key(), "return_mean": 123.0}}
-    assert (tmp_path / "expert-fig3" / "runs" / cfg.key() / "metrics.json").is_file()
-    assert not (tmp_path / "expert-fig3" / "runs" / other.key()).exists()
+    assert list(done) == [cfg.key()] and done[cfg.key()]["return_mean"] == 123.0
+    assert (ctx.out / "runs" / "cells" / cell.name / "run" / "metrics.json").is_file()
+    assert not (ctx.out / "runs" / "cells" / cell_other.name).exists()
+
+
+def test_a_run_is_a_cell_of_a_registered_system() -> None:
+    """Each method maps to a system with the configuration's learner, steps, noise, budget
+    split and evaluation seeds (evaluation k of seed s: s·100003 + k)."""
+    base = _base()
+    nonprivate = R.cell_values(replace(base, method="nonprivate"), Path("d.h5"))
+    assert nonprivate["system"] == "dp-sgd" and nonprivate["non_private"] is True
+    assert nonprivate["steps"] == base.steps and nonprivate["eval_seed"] == base.seed * 100_003
+    assert nonprivate["eval_seed_step"] == 1 and nonprivate["hidden"] == list(base.hidden)
+    dpsgd = R.cell_values(replace(C._private(base, epsilon=10.0, p=1.0), noise_multiplier=3.0),
+                          Path("d.h5"))  # fmt: skip
+    assert dpsgd["system"] == "dp-sgd" and dpsgd["noise_multiplier"] == 3.0
+    assert dpsgd["n_experts"] == base.m and "steps" not in dpsgd  # N from the budget
+    ours = R.cell_values(C._private(base, epsilon=10.0, p=0.5), Path("d.h5"))
+    assert ours["system"] == "expert-dp" and ours["p"] == 0.5 and ours["filter_rounds"] == 25
+    forced = C._private(base, epsilon=2.5, p=0.5, eps1_fraction=0.75)  # Table 2b's filter
+    assert R.cell_values(forced, Path("d.h5"))["filter_below"] == 0.0
+    with pytest.raises(ValueError, match="budget split"):
+        R.cell_values(replace(forced, epsilon1=1.0), Path("d.h5"))
 
 
 def test_budget_splits_follow_the_paper() -> None:
@@ -190,7 +219,7 @@ def test_bcq_has_linear_imitation_logits_by_default() -> None:
     from privrl.rl.bcq import DiscreteBCQ
 
     obs = np.random.default_rng(0).normal(size=(256, 4))
-    fixed = R._learner_class("bcq")(4, 2, seed=0)
+    fixed = DiscreteBCQ(4, 2, seed=0)  # the `expert-dp` / `dp-sgd` systems' BCQ
     logits = fixed._imitation_logits(fixed.params, fixed._obs_tensor(obs)).detach().numpy()
     assert (logits < 0).any() and (logits > 0).any()
     assert fixed.config()["imitation_logits"] == "linear"
@@ -232,8 +261,8 @@ def _metrics(out: Path) -> dict:
 
 
 def _check_run_dirs(out: Path) -> None:
-    runs = list((out / "runs").iterdir())
-    assert runs
+    runs = [cell / "run" for cell in (out / "runs" / "cells").iterdir()]
+    assert runs and (out / "runs" / "results.csv").is_file()  # the sweep's results table
     for run in runs:
         for name in ("config.json", "metrics.json", "metrics.csv", "privacy.json"):
             assert (run / name).is_file(), (run, name)
@@ -241,6 +270,7 @@ def _check_run_dirs(out: Path) -> None:
         assert (out / name).is_file(), name
 
 
+@pytest.mark.slow  # ~3 min on a busy 2-core machine (sweeps of process pools)
 def test_quick_table2a_end_to_end(quick_cache, tmp_path, capsys) -> None:
     assert os.environ["PRIVRL_CACHE"] == str(quick_cache("cartpole"))
     out = tmp_path / "expert-table2a"
@@ -331,6 +361,7 @@ def test_quick_fig4_end_to_end(quick_cache, tmp_path, capsys) -> None:
     assert "To finish: `nice -n 10 privrl reproduce expert-fig4 --quick" in text
 
 
+@pytest.mark.slow  # ~3 min on a busy 2-core machine (sweeps of process pools)
 def test_quick_table2b_and_fig3_end_to_end(quick_cache, tmp_path) -> None:
     quick_cache("cartpole", "acrobot")
     out = tmp_path / "expert-table2b"
@@ -410,3 +441,22 @@ def test_joint_budget_run_config_calibrates_less_noise_within_the_total() -> Non
     steps = sampled_gaussian_event(z_joint, k, sampling_probability=64 / 640)
     total = de.ComposedDpEvent([C._filter_event(joint), steps])
     assert acc_epsilon(total, joint.delta, backend="pld") <= 10.0 + 1e-9
+
+
+def test_a_ledgered_dataset_gets_no_expert_subsets(quick_cache, tmp_path) -> None:
+    """Structural rule: Figure 4's subsets are other files, hence other ledgers, so their runs
+    would escape the dataset's budget; on a dataset with a ledger they are refused before
+    anything is read or written."""
+    import shutil
+
+    from privrl.cli.main import main
+
+    quick_cache("acrobot")
+    path = tmp_path / "copy.h5"
+    shutil.copyfile(E.dataset_path("acrobot", True), path)
+    assert main(["ledger", "init", str(path), "--epsilon", "10", "--delta", "1e-5"]) == 0
+    data = C._Data("acrobot", path)
+    assert data.path_for(data.m, 0) == path  # all experts: the dataset itself
+    with pytest.raises(ValueError, match="ledger"):
+        data.path_for(20, 0)
+    assert not (tmp_path / "subsets").exists()

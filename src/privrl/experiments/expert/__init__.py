@@ -25,9 +25,16 @@ the paper's Table 1 (Tables 2a/2b vary it as the paper does), η searched over {
 5e-3} (a subset of the paper's grid) per (environment, algorithm, method) at ε = 10 on a search
 seed (1000 + base seed) that is not a reporting seed; the search is not privacy-accounted, as in
 the paper. Results are cached next to the dataset (``<stem>.expert-repro.json``: references,
-search, noise calibrations), runs are run directories under ``OUT/{runs,reference,search}/``
-(config.json, metrics.json, metrics.csv, privacy.json) and a finished run is skipped, so an
-interrupted reproduction resumes where it stopped.
+search, noise calibrations).
+
+Every run is a cell of a registered system — `dp-sgd` (its ``non_private`` twin for the
+references and the non-private search), `expert-dp` for ours — run by the sweep runner
+(`privrl.runs.sweep`): one sweep per phase under ``OUT/{search,reference,runs}/`` (each cell's
+run directory, the results table), on a local process pool or on Ray (``backend="ray"``). The
+run layer checks the dataset's ledger before a cell reads data, a finished cell is skipped and
+a finished cell of a sibling reproduction (Figure 3's ε = 10 runs are Table 2a's) is copied,
+so an interrupted reproduction resumes where it stopped. The driver reads only the datasets'
+headers, and Figure 4's public subsets of experts are written once beside the dataset.
 
 BCQ: linear imitation logits (the `privrl.rl.bcq` default): Fujimoto's final ReLU on the
 imitation logits (`imitation_logits="relu"`) can kill an output unit at initialisation when
@@ -35,9 +42,9 @@ imitation logits (`imitation_logits="relu"`) can kill an output unit at initiali
 prefer that action and BCQ acts constantly (CartPole return 9). See docs/expert.md.
 
 Modules: `paper` (the paper's settings and numbers, scale, statistics), `configs` (one run's
-configuration, data cache, noise calibration), `runs` (running and resuming runs, reference and
-search), `report` (cells, shared report sections, gallery claims), `tables` (Tables 2a/2b) and
-`figures` (Figures 3/4).
+configuration, data cache, noise calibration), `runs` (a configuration as a sweep cell, the
+sweeps, reference and search), `report` (cells, shared report sections, gallery claims, the
+entry points' options), `tables` (Tables 2a/2b) and `figures` (Figures 3/4).
 """
 
 from privrl.experiments.expert.configs import RunConfig, dataset_path
@@ -55,6 +62,12 @@ from privrl.experiments.expert.paper import (
 )
 from privrl.experiments.expert.runs import eval_env_factory
 from privrl.experiments.expert.tables import table2a, table2b
+from privrl.experiments.expert.verdicts import (
+    gallery_claims_fig3,
+    gallery_claims_fig4,
+    gallery_claims_table2a,
+    gallery_claims_table2b,
+)
 
 __all__ = [
     "ENVS",
@@ -68,6 +81,10 @@ __all__ = [
     "eval_env_factory",
     "fig3",
     "fig4",
+    "gallery_claims_fig3",
+    "gallery_claims_fig4",
+    "gallery_claims_table2a",
+    "gallery_claims_table2b",
     "mean_ci",
     "normalised",
     "pick_best",

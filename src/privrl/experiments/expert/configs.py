@@ -105,45 +105,59 @@ def build_command(env: str, quick: bool) -> str:
 
 
 class _Data:
-    """A loaded dataset, its experts, and its small JSON cache (``<stem>.expert-repro.json``)."""
+    """A recipe dataset's header (its public metadata: m, R_random, sizes) and the
+    reproduction's small JSON cache beside it (``<stem>.expert-repro.json``). The episodes are
+    read by the runs (inside the run layer's ledger guard), here only to write Figure 4's
+    public subsets of experts."""
 
     def __init__(self, env: str, path: Path) -> None:
-        from privrl.data.io import load_hdf5
-        from privrl.expert.experts import load_experts
+        from privrl.data.io import read_header
 
         self.env, self.path = env, path
-        self.dataset = load_hdf5(path)
-        extra = self.dataset.metadata.extra
-        rel = extra.get("experts_dir", "experts")
-        self.experts = load_experts(path.parent / rel)
+        header = read_header(path)
+        extra = header.metadata.extra
+        self.experts_dir = path.parent / extra.get("experts_dir", "experts")
+        self.m = int(extra["recipe"]["n_experts"])  # declared by the recipe (public)
         self.random_return = float(extra["reference_returns"]["random"])
         ident = json.dumps(
             {
                 "recipe": extra.get("recipe"),
-                "episodes": self.dataset.n_episodes,
-                "transitions": self.dataset.n_transitions,
+                "episodes": header.n_episodes,
+                "transitions": header.n_transitions,
             },
             sort_keys=True,
             default=str,
         )
         self.id = hashlib.sha256(ident.encode()).hexdigest()[:12]
         self.cache_path = path.with_name(path.stem + ".expert-repro.json")
-        self._subsets: dict[tuple[int, int], tuple[Any, Any]] = {}
 
-    @property
-    def m(self) -> int:
-        return int(self.experts.n_experts)
-
-    def subset(self, m: int, subset_seed: int | None) -> tuple[Any, Any]:
-        """(dataset, experts) restricted to m experts drawn with a public seed (all if None)."""
+    def path_for(self, m: int, subset_seed: int | None) -> Path:
+        """The dataset file of m experts drawn with the public seed ``subset_seed`` and their
+        trajectories (all experts: the recipe's file), written once under ``subsets/``."""
         if subset_seed is None or m >= self.m:
-            return self.dataset, self.experts
-        key = (m, subset_seed)
-        if key not in self._subsets:
+            return self.path
+        from privrl.privacy.ledger import BudgetLedger
+
+        if BudgetLedger.for_dataset(self.path) is not None:
+            # a subset is another file, hence another ledger: its runs would not be charged
+            raise ValueError(
+                f"{self.path.name} has a privacy ledger, and runs on a subset of its experts "
+                "would not be charged to it; reproduce Figure 4 on a copy without a ledger"
+            )
+        stem = f"{self.path.stem}-m{m}-subset{subset_seed}"
+        target = self.path.parent / "subsets" / stem / f"{stem}.h5"
+        if not target.is_file():
+            from privrl.data.io import load_hdf5, save_hdf5
+            from privrl.expert.experts import load_experts, save_experts
+
+            dataset, experts = load_hdf5(self.path), load_experts(self.experts_dir)
             ids = np.sort(np.random.default_rng(subset_seed).permutation(self.m)[:m])
-            episodes = np.flatnonzero(np.isin(self.dataset.unit_ids, ids))
-            self._subsets[key] = (self.dataset.subset(episodes), self.experts.subset(ids))
-        return self._subsets[key]
+            episodes = np.flatnonzero(np.isin(dataset.unit_ids, ids))
+            save_experts(experts.subset(ids), target.parent / "experts")
+            tmp = target.with_name(f".{target.name}.tmp")
+            save_hdf5(dataset.subset(episodes), tmp)
+            tmp.replace(target)  # last: its presence marks the subset complete
+        return target
 
     # -- cache --------------------------------------------------------------------------------
 
@@ -168,8 +182,17 @@ class _Data:
 class _Context:
     """State of one reproduction invocation: scale, output, loaded data, time budget, log."""
 
-    def __init__(self, out: Path, scale: Scale, deadline: float | None) -> None:
+    def __init__(
+        self,
+        out: Path,
+        scale: Scale,
+        deadline: float | None,
+        *,
+        backend: str = "local",
+        workers: int | None = None,
+    ) -> None:
         self.out = Path(out)
+        self.backend, self.workers = backend, workers
         self.scale = scale
         self.deadline = deadline
         self.data: dict[str, _Data] = {}
@@ -189,7 +212,7 @@ class _Context:
             self.missing[env] = build_command(env, self.scale.is_quick)
             _log(f"{env}: dataset missing ({path.name}); build it with `{self.missing[env]}`")
             return None
-        _log(f"{env}: loading {path.name}")
+        _log(f"{env}: {path.name}")
         self.data[env] = _Data(env, path)
         return self.data[env]
 

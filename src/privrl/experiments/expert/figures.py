@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from privrl.experiments.expert.configs import RunConfig, _base, _Context, _private
+from privrl.experiments.expert.configs import _Context
 from privrl.experiments.expert.paper import (
     ENVS,
     METHOD_LABEL,
@@ -20,53 +19,56 @@ from privrl.experiments.expert.paper import (
 )
 from privrl.experiments.expert.report import (
     Cell,
-    _cells_for,
-    _fill,
     _header,
     _plt,
-    _protocol,
-    _refs_section,
+    _save_plot,
     _scores,
-    _search_section,
-    _setup,
     _stable_text,
-    _tail,
     _write_outputs,
     _z_text,
-    gallery_claims_fig3,
-    gallery_claims_fig4,
+    closing,
+    private_cells,
+    reproduction,
+    run_cells,
 )
-from privrl.experiments.expert.runs import _reference, _run_all
-from privrl.experiments.rundir import RunDir
+from privrl.experiments.expert.runs import lr_method_of, prefetch
+from privrl.experiments.expert.verdicts import gallery_claims_fig3, gallery_claims_fig4
 
 # ---------------------------------------------------------------------------------------------
 # Figure 3: ours vs DP-SGD over ε
 # ---------------------------------------------------------------------------------------------
 
 
+@reproduction
 def fig3(
-    out: Path,
+    ctx: _Context,
+    seed_list: list[int],
     *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
     envs: Sequence[str] = ("cartpole", "acrobot", "hiv", "lunarlander"),
     algos: Sequence[str] = ("cql", "bcq"),
-    time_budget_s: float | None = None,
 ) -> Path:
     """Figure 3: normalised score vs ε ∈ {5, 7.5, 10} of ours (paper Table 1 p and splits)
     and expert-level DP-SGD, per environment and algorithm. ``envs`` and ``algos`` restrict
     the runs (and the report) to a part of the figure, e.g. to split the work between
     processes; a final full invocation then skips the finished runs and writes the whole
     report."""
-    ctx, seed_list = _setup(out, seeds, seed, quick, time_budget_s)
     cells: dict[str, Cell] = {}
-    refs: dict[str, dict[str, Any]] = {}
-    for env in envs:
-        if ctx.load(env) is None:
-            continue
+    eps_list = ctx.scale.fig3_epsilons
+    loaded = [env for env in envs if ctx.load(env) is not None]
+    refs = prefetch(
+        ctx,
+        {
+            (env, algo): [
+                "dp-sgd",
+                *(lr_method_of(PAPER_TABLE1_P[(env, algo)][_nearest(e)]) for e in eps_list),
+            ]
+            for env in loaded
+            for algo in algos
+        },
+        seed_list,
+    )
+    for env in loaded:
         for algo in algos:
-            refs[f"{env}/{algo}"] = _reference(ctx, env, algo, seed_list)
             for eps in ctx.scale.fig3_epsilons:
                 p_ours = PAPER_TABLE1_P[(env, algo)][_nearest(eps)]
                 series: list[tuple[str, float, dict[str, Any]]] = [
@@ -76,31 +78,10 @@ def fig3(
                 if p_ours < 1.0:  # at p = 1 the filter is skipped: the same runs as DP-SGD
                     series.append(("ours-pld", p_ours, OURS_PLD))
                 for method, p, kw in series:
-
-                    def make(
-                        s: int,
-                        m: int,
-                        lr_of: Callable[[str], float],
-                        *,
-                        _e=env,
-                        _a=algo,
-                        _eps=eps,
-                        _p=p,
-                        _kw=kw,
-                    ) -> RunConfig:
-                        lr_method = "dp-sgd" if _p == 1.0 else ("ours-p0" if _p == 0 else "ours")
-                        base = _base(
-                            _e, _a, "ours", s, lr_of(lr_method), ctx.data[_e], scale=ctx.scale, m=m
-                        )
-                        return _private(base, epsilon=_eps, p=_p, **_kw)
-
-                    cfgs = _cells_for(ctx, env, algo, seed_list, make)
+                    cfgs = private_cells(ctx, env, algo, seed_list, epsilon=eps, p=p, **kw)
                     label = f"{ENVS[env].label} {algo.upper()} ε = {eps:g} {METHOD_LABEL[method]}"
                     cells[f"{env}/{algo}/eps{eps:g}/{method}"] = Cell(label, cfgs)
-    done = _run_all(ctx, [c for cell in cells.values() for c in cell.cfgs], "runs")
-    for key, cell in cells.items():
-        env, algo = key.split("/")[:2]
-        _fill(cell, done, refs.get(f"{env}/{algo}"))
+    run_cells(ctx, cells, refs)
 
     lines = _header("Figure 3 — ours vs expert-level DP-SGD over ε", "expert-fig3", ctx, seed_list)
     lines += [
@@ -146,12 +127,7 @@ def fig3(
     ]
     lines += _fig3_pld_section(ctx, cells, envs, algos)
     lines += _plot_fig3(ctx, cells, envs)
-    lines += _refs_section(ctx, refs, cells)
-    lines += _search_section(ctx, envs)
-    lines += _protocol(ctx)
-    n_total = len({c.key() for cell in cells.values() for c in cell.cfgs})
-    n_done = len({r["key"] for cell in cells.values() for r in cell.runs})
-    lines += _tail(ctx, "expert-fig3", n_done, n_total, cells)
+    lines += closing(ctx, "expert-fig3", cells, refs, envs)
     gallery = gallery_claims_fig3(_scores(cells), envs, algos, ctx.scale.fig3_epsilons)
     return _write_outputs(
         ctx, "expert-fig3", cells, refs, lines, {"claims_hold": claims}, claims=gallery
@@ -202,6 +178,15 @@ def _fig3_pld_section(
     ]
 
 
+def _score_line(ax: Any, at: Mapping[float, Cell | None], color: str, label: str) -> None:
+    """The normalised score (mean ± 95% CI) of the cells ``at`` each x that have one."""
+    points = [(x, c.score) for x, c in at.items() if c is not None and math.isfinite(c.score[0])]
+    if points:
+        xs, ys = [x for x, _ in points], [s[0] for _, s in points]
+        es = [s[1] if math.isfinite(s[1]) else 0.0 for _, s in points]
+        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=color, label=label)
+
+
 def _plot_fig3(ctx: _Context, cells: dict[str, Cell], envs: Sequence[str]) -> list[str]:
     present = [e for e in envs if any(k.startswith(f"{e}/") for k in cells)]
     if not present:
@@ -218,23 +203,10 @@ def _plot_fig3(ctx: _Context, cells: dict[str, Cell], envs: Sequence[str]) -> li
                 ("dp-sgd", "tab:orange"),
                 ("ours-pld", "tab:green"),
             ):
-                xs, ys, es = [], [], []
-                for eps in ctx.scale.fig3_epsilons:
-                    c = cells.get(f"{env}/{algo}/eps{eps:g}/{method}")
-                    if c is not None and math.isfinite(c.score[0]):
-                        xs.append(eps)
-                        ys.append(c.score[0])
-                        es.append(0.0 if not math.isfinite(c.score[1]) else c.score[1])
-                if xs:
-                    ax.errorbar(
-                        xs,
-                        ys,
-                        yerr=es,
-                        marker="o",
-                        capsize=3,
-                        color=color,
-                        label=METHOD_LABEL[method],
-                    )
+                at = {
+                    e: cells.get(f"{env}/{algo}/eps{e:g}/{method}") for e in ctx.scale.fig3_epsilons
+                }
+                _score_line(ax, at, color, METHOD_LABEL[method])
             ax.axhline(1.0, color="gray", lw=0.8)
             ax.set_title(f"{ENVS[env].label} {algo.upper()}", fontsize=9)
             if j == 0:
@@ -244,10 +216,7 @@ def _plot_fig3(ctx: _Context, cells: dict[str, Cell], envs: Sequence[str]) -> li
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
     fig.suptitle("Figure 3: ours vs expert-level DP-SGD (mean ± 95% CI over seeds)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(RunDir(ctx.out).plot_path("fig3"), dpi=110)
-    plt.close(fig)
-    return ["![Figure 3](plots/fig3.png)", ""]
+    return _save_plot(ctx, fig, "fig3", "Figure 3")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,44 +224,23 @@ def _plot_fig3(ctx: _Context, cells: dict[str, Cell], envs: Sequence[str]) -> li
 # ---------------------------------------------------------------------------------------------
 
 
-def fig4(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    time_budget_s: float | None = None,
-) -> Path:
+@reproduction
+def fig4(ctx: _Context, seed_list: list[int]) -> Path:
     """Figure 4: Acrobot, ε = 10, CQL; ours (p = 0, T = 25) vs DP-SGD with m of the experts
     (a public, seeded subset; the data restricted to their trajectories; δ = 1/m)."""
-    ctx, seed_list = _setup(out, seeds, seed, quick, time_budget_s)
     env, algo, eps = "acrobot", "cql", 10.0
     cells: dict[str, Cell] = {}
     refs: dict[str, dict[str, Any]] = {}
     ms = ctx.scale.fig4_ms
     data = ctx.load(env)
     if data is not None:
-        refs[f"{env}/{algo}"] = _reference(ctx, env, algo, seed_list)
         p_ours = PAPER_TABLE1_P[(env, algo)][eps]
+        refs = prefetch(ctx, {(env, algo): [lr_method_of(p_ours), "dp-sgd"]}, seed_list)
         for m in ms:
             for method, p in (("ours", p_ours), ("dp-sgd", 1.0)):
-
-                def make(
-                    s: int, m_all: int, lr_of: Callable[[str], float], *, _m=m, _p=p
-                ) -> RunConfig:
-                    lr_method = "dp-sgd" if _p == 1.0 else ("ours-p0" if _p == 0 else "ours")
-                    base = _base(
-                        env, algo, "ours", s, lr_of(lr_method), data, scale=ctx.scale, m=_m
-                    )
-                    if _m < m_all:
-                        base = replace(base, subset_seed=0)
-                    return _private(base, epsilon=eps, p=_p)
-
-                cfgs = _cells_for(ctx, env, algo, seed_list, make)
+                cfgs = private_cells(ctx, env, algo, seed_list, epsilon=eps, p=p, m=m)
                 cells[f"m{m}/{method}"] = Cell(f"m = {m} {METHOD_LABEL[method]}", cfgs)
-    done = _run_all(ctx, [c for cell in cells.values() for c in cell.cfgs], "runs")
-    for cell in cells.values():
-        _fill(cell, done, refs.get(f"{env}/{algo}"))
+    run_cells(ctx, cells, refs)
 
     lines = _header(
         "Figure 4 — number of experts (Acrobot, ε = 10, CQL)", "expert-fig4", ctx, seed_list
@@ -332,11 +280,7 @@ def fig4(
         "",
     ]
     lines += _plot_fig4(ctx, cells, ms)
-    lines += _refs_section(ctx, refs)
-    lines += _search_section(ctx, [env], algos=("cql",))
-    lines += _protocol(ctx)
-    n_total = sum(len(c.cfgs) for c in cells.values())
-    lines += _tail(ctx, "expert-fig4", sum(c.n for c in cells.values()), n_total, cells)
+    lines += closing(ctx, "expert-fig4", cells, refs, [env], ("cql",), above_notes=False)
     return _write_outputs(
         ctx,
         "expert-fig4",
@@ -354,24 +298,11 @@ def _plot_fig4(ctx: _Context, cells: dict[str, Cell], ms: Sequence[int]) -> list
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.2, 3.8))
     for method, color in (("ours", "tab:blue"), ("dp-sgd", "tab:orange")):
-        xs, ys, es = [], [], []
-        for m in ms:
-            c = cells.get(f"m{m}/{method}")
-            if c is not None and math.isfinite(c.score[0]):
-                xs.append(m)
-                ys.append(c.score[0])
-                es.append(0.0 if not math.isfinite(c.score[1]) else c.score[1])
-        if xs:
-            ax.errorbar(
-                xs, ys, yerr=es, marker="o", capsize=3, color=color, label=METHOD_LABEL[method]
-            )
+        _score_line(ax, {m: cells.get(f"m{m}/{method}") for m in ms}, color, METHOD_LABEL[method])
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("number of experts m")
     ax.set_ylabel("normalised score")
     ax.set_title("Figure 4: Acrobot, ε = 10, CQL (mean ± 95% CI)", fontsize=9)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RunDir(ctx.out).plot_path("fig4"), dpi=110)
-    plt.close(fig)
-    return ["![Figure 4](plots/fig4.png)", ""]
+    return _save_plot(ctx, fig, "fig4", "Figure 4")

@@ -3,32 +3,28 @@ top-level run-directory files."""
 
 from __future__ import annotations
 
-import itertools
+import functools
 import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from privrl.experiments.claims import Claim, count_verdict, holds, write_claims
-from privrl.experiments.expert.configs import RunConfig, _Context, _with_noise
+from privrl.experiments.claims import Claim, write_claims
+from privrl.experiments.expert.configs import RunConfig, _base, _Context, _private, _with_noise
 from privrl.experiments.expert.paper import (
     ENVS,
     METHOD_LABEL,
-    PAPER_TABLE1_P,
-    PAPER_TABLE2A,
-    PAPER_TABLE2B,
     Scale,
     _fmt,
-    _nearest,
     mean_ci,
     normalised,
 )
-from privrl.experiments.expert.runs import _lr, _scale_tag
+from privrl.experiments.expert.runs import _lr, _run_all, _scale_tag, lr_method_of
 from privrl.experiments.rundir import RunDir
 
 # ---------------------------------------------------------------------------------------------
@@ -165,7 +161,7 @@ def _write_outputs(
     privacy = None
     for cell in cells.values():
         for r in cell.runs:
-            path = ctx.out / "runs" / r["key"] / "privacy.json"
+            path = Path(r["privacy_json"])
             if r["method"] != "nonprivate" and path.is_file():
                 privacy = PrivacyReport.from_json(path)
                 break
@@ -180,125 +176,8 @@ def _write_outputs(
     return report
 
 
-# ---------------------------------------------------------------------------------------------
-# Gallery claims (claims.json): the reports' verdicts, from the cells' (mean, CI) scores
-# ---------------------------------------------------------------------------------------------
-
-Scores = Mapping[str, tuple[float, float]]
-FIGURE_ONLY = "figure only (no numbers)"
-
-
 def _scores(cells: Mapping[str, Cell]) -> dict[str, tuple[float, float]]:
     return {k: c.score for k, c in cells.items() if c.runs}
-
-
-def _pair(scores: Scores, a: str, b: str) -> tuple[tuple[float, float], tuple[float, float]] | None:
-    o, d = scores.get(a), scores.get(b)
-    if o is None or d is None or not (math.isfinite(o[0]) and math.isfinite(d[0])):
-        return None
-    return o, d
-
-
-def gallery_claims_table2a(scores: Scores, envs: Sequence[str], eps: float = 10.0) -> list[Claim]:
-    """Table 2a's claim check: ours (Table-1 p) ≥ DP-SGD on the means, per (env, algo)."""
-    out = []
-    for env in envs:
-        for algo in ("cql", "bcq"):
-            p = PAPER_TABLE1_P[(env, algo)][eps]
-            pair = _pair(scores, f"{env}/{algo}/p{p:g}/main", f"{env}/{algo}/p1/main")
-            if pair is None:
-                continue
-            (o, d), paper = pair, PAPER_TABLE2A[(env, algo)]
-            out.append(
-                Claim(
-                    f"ours ≥ DP-SGD at ε = {eps:g}, {ENVS[env].label} {algo.upper()} (p = {p:g})",
-                    " vs ".join("inf" if v is None else f"{v:.2f}" for v in (paper[p], paper[1.0])),
-                    f"{_fmt(*o)} vs {_fmt(*d)}",
-                    holds(o[0] - d[0] >= 0),
-                    "plots/table2a.png",
-                )
-            )
-    return out
-
-
-def gallery_claims_table2b(scores: Scores) -> list[Claim]:
-    """Table 2b: the report states the numbers but no verdict, so the gallery says
-    inconclusive (3 seeds, CIs that overlap the paper's ordering)."""
-    out = []
-    for (env, eps), (p_f, p_n) in PAPER_TABLE2B.items():
-        pair = _pair(scores, f"{env}/bcq/eps{eps:g}/filter", f"{env}/bcq/eps{eps:g}/nofilter")
-        if pair is None:
-            continue
-        f, n = pair
-        out.append(
-            Claim(
-                f"below ε = 5, ε1 = 0 beats ε1 = 3ε/4 ({ENVS[env].label}, ε = {eps:g}, BCQ)",
-                f"ε1 = 3ε/4: {p_f:.2f}; ε1 = 0: {p_n:.2f}",
-                f"ε1 = 3ε/4: {_fmt(*f)}; ε1 = 0: {_fmt(*n)}",
-                "inconclusive",
-                "plots/table2b.png",
-            )
-        )
-    return out
-
-
-def gallery_claims_fig3(
-    scores: Scores, envs: Sequence[str], algos: Sequence[str], epsilons: Sequence[float]
-) -> list[Claim]:
-    """Figure 3: ours ≥ DP-SGD on the means, per comparison with distinct runs (at Table-1
-    p = 1 ours is DP-SGD: the same runs, no comparison)."""
-    out = []
-    for env in envs:
-        for algo in algos:
-            for eps in epsilons:
-                p = PAPER_TABLE1_P[(env, algo)][_nearest(eps)]
-                key = f"{env}/{algo}/eps{eps:g}"
-                pair = _pair(scores, f"{key}/ours", f"{key}/dp-sgd")
-                if pair is None or p >= 1.0:
-                    continue
-                o, d = pair
-                out.append(
-                    Claim(
-                        f"ours ≥ DP-SGD, {ENVS[env].label} {algo.upper()}, ε = {eps:g} (p = {p:g})",
-                        FIGURE_ONLY,
-                        f"ours {_fmt(*o)} vs DP-SGD {_fmt(*d)}",
-                        holds(o[0] - d[0] >= 0),
-                        "plots/fig3.png",
-                    )
-                )
-    return out
-
-
-def gallery_claims_fig4(scores: Scores, ms: Sequence[int]) -> list[Claim]:
-    """Figure 4: the gap of ours over DP-SGD grows with m; ours ≥ DP-SGD at which m."""
-    pairs = {m: _pair(scores, f"m{m}/ours", f"m{m}/dp-sgd") for m in ms}
-    done = [m for m in ms if pairs[m] is not None]
-    if not done:
-        return []
-    gaps = {m: pairs[m][0][0] - pairs[m][1][0] for m in done}
-    grows = all(gaps[b] >= gaps[a] for a, b in itertools.pairwise(done))
-    ahead = [m for m in done if gaps[m] >= 0]
-    (o, d), last = pairs[done[-1]], done[-1]
-    what = "Acrobot, ε = 10, CQL"
-    return [
-        Claim(
-            f"the gap of ours over DP-SGD grows with m ({what})",
-            FIGURE_ONLY,
-            "gap "
-            + ", ".join(f"{gaps[m]:+.2f} (m = {m})" for m in done)
-            + f": {'grows' if grows else 'does not grow'} monotonically",
-            holds(grows) if len(done) == len(ms) else "inconclusive",
-            "plots/fig4.png",
-        ),
-        Claim(
-            f"ours ≥ DP-SGD as m grows ({what})",
-            FIGURE_ONLY,
-            (f"at m ∈ {{{', '.join(map(str, ahead))}}}" if ahead else "at no m")
-            + f"; m = {last}: {_fmt(*o)} vs {_fmt(*d)}",
-            count_verdict(len(ahead), len(done)),
-            "plots/fig4.png",
-        ),
-    ]
 
 
 def _json_ref(ref: dict[str, Any]) -> dict[str, Any]:
@@ -481,6 +360,43 @@ def _tail(
     return lines
 
 
+def run_cells(ctx: _Context, cells: dict[str, Cell], refs: dict[str, dict[str, Any]]) -> None:
+    """Run (or reuse) every cell's configurations as one sweep, then fill in their scores: a
+    cell keyed ``env/algo/…`` against that reference, otherwise against the only one."""
+    done = _run_all(ctx, [c for cell in cells.values() for c in cell.cfgs], "runs")
+    only = next(iter(refs.values())) if len(refs) == 1 else None
+    for key, cell in cells.items():
+        _fill(cell, done, refs.get("/".join(key.split("/")[:2]), only))
+
+
+def closing(
+    ctx: _Context,
+    name: str,
+    cells: dict[str, Cell],
+    refs: dict[str, dict[str, Any]],
+    envs: Iterable[str],
+    algos: Sequence[str] = ("cql", "bcq"),
+    *,
+    above_notes: bool = True,
+) -> list[str]:
+    """The sections every report ends with: references (with a note where a private cell
+    beats its reference, ``above_notes``), the η search, the protocol and the status."""
+    lines = _refs_section(ctx, refs, cells if above_notes else None)
+    lines += _search_section(ctx, envs, algos)
+    lines += _protocol(ctx)
+    n_total = len({c.key() for cell in cells.values() for c in cell.cfgs})
+    n_done = len({r["key"] for cell in cells.values() for r in cell.runs})
+    return lines + _tail(ctx, name, n_done, n_total, cells)
+
+
+def _save_plot(ctx: _Context, fig: Any, name: str, caption: str) -> list[str]:
+    """Save ``fig`` as ``plots/<name>.png`` of the reproduction; the report's image line."""
+    fig.tight_layout()
+    fig.savefig(RunDir(ctx.out).plot_path(name), dpi=110)
+    _plt().close(fig)
+    return [f"![{caption}](plots/{name}.png)", ""]
+
+
 def _plt() -> Any:
     import matplotlib
 
@@ -496,8 +412,15 @@ def _plt() -> Any:
 
 
 def _setup(
-    out: Path, seeds: int | None, seed: int, quick: bool, time_budget_s: float | None
+    out: Path,
+    seeds: int | None,
+    seed: int,
+    quick: bool,
+    time_budget_s: float | None,
+    **sweep: Any,
 ) -> tuple[_Context, list[int]]:
+    """The invocation's context and seeds; ``sweep``: the sweep runner's ``backend`` and
+    ``workers``."""
     scale = Scale.quick() if quick else Scale.full()
     if time_budget_s is None and os.environ.get("PRIVRL_REPRO_BUDGET_S"):
         time_budget_s = float(os.environ["PRIVRL_REPRO_BUDGET_S"])
@@ -505,22 +428,56 @@ def _setup(
     n = scale.seeds if seeds is None else int(seeds)
     if n < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
-    ctx = _Context(Path(out), scale, deadline)
+    ctx = _Context(Path(out), scale, deadline, **sweep)
     ctx.out.mkdir(parents=True, exist_ok=True)
     return ctx, [int(seed) + i for i in range(n)]
 
 
-def _cells_for(
+def reproduction(build: Callable[..., Path]) -> Callable[..., Path]:
+    """A reproduction's entry point made from ``build(ctx, seeds, **options)``: every
+    reproduction takes ``out``, ``seeds`` (default: the scale's), the base ``seed``, ``quick``,
+    ``time_budget_s`` (no new runs after it; also ``$PRIVRL_REPRO_BUDGET_S``) and the sweep
+    runner's ``backend`` ("local" | "ray") and ``workers``."""
+
+    @functools.wraps(build)
+    def entry(
+        out: Path,
+        *,
+        seeds: int | None = None,
+        seed: int = 0,
+        quick: bool = False,
+        time_budget_s: float | None = None,
+        backend: str = "local",
+        workers: int | None = None,
+        **options: Any,
+    ) -> Path:
+        sweep = {"backend": backend, "workers": workers}
+        ctx, seed_list = _setup(out, seeds, seed, quick, time_budget_s, **sweep)
+        return build(ctx, seed_list, **options)
+
+    return entry
+
+
+def private_cells(
     ctx: _Context,
     env: str,
     algo: str,
     seeds: Sequence[int],
-    make: Callable[[int, float, Callable[[str], float]], RunConfig | None],
+    *,
+    epsilon: float,
+    p: float,
+    m: int | None = None,
+    **private: Any,
 ) -> list[RunConfig]:
-    """One configuration per seed from ``make(seed, m, lr_of)`` (None: no run)."""
+    """One private run per seed at (ε, δ = 1/m) and mixing rate p (`_private`; ``private``:
+    its split and calibration options) with the searched η of its method and its noise
+    multiplier; ``m`` below the dataset's experts: a public subset drawn with seed 0."""
+    data = ctx.data[env]
+    lr = _lr(ctx, env, algo, lr_method_of(p), seeds[0])
     out = []
     for s in seeds:
-        cfg = make(s, ctx.data[env].m, lambda method: _lr(ctx, env, algo, method, seeds[0]))
-        if cfg is not None:
-            out.append(_with_noise(cfg, ctx.data[env], ctx.scale))
+        base = _base(env, algo, "ours", s, lr, data, scale=ctx.scale, m=m or data.m)
+        if base.m < data.m:
+            base = replace(base, subset_seed=0)
+        out.append(_with_noise(_private(base, epsilon=epsilon, p=p, **private), data, ctx.scale))
     return out

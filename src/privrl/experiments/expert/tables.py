@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from privrl.experiments.expert.configs import RunConfig, _base, _Context, _private
+from privrl.experiments.expert.configs import _Context
 from privrl.experiments.expert.paper import (
     ENVS,
     METHOD_LABEL,
@@ -21,49 +21,41 @@ from privrl.experiments.expert.paper import (
 )
 from privrl.experiments.expert.report import (
     Cell,
-    _cells_for,
-    _fill,
     _header,
     _plt,
     _private_steps_text,
-    _protocol,
-    _refs_section,
+    _save_plot,
     _scores,
-    _search_section,
-    _setup,
     _stable_text,
-    _tail,
     _write_outputs,
     _z_text,
-    gallery_claims_table2a,
-    gallery_claims_table2b,
+    closing,
+    private_cells,
+    reproduction,
+    run_cells,
 )
-from privrl.experiments.expert.runs import _reference, _run_all
-from privrl.experiments.rundir import RunDir
+from privrl.experiments.expert.runs import lr_method_of, prefetch
+from privrl.experiments.expert.verdicts import gallery_claims_table2a, gallery_claims_table2b
 
 # ---------------------------------------------------------------------------------------------
 # Table 2a: p ablation at ε = 10
 # ---------------------------------------------------------------------------------------------
 
 
+@reproduction
 def table2a(
-    out: Path,
+    ctx: _Context,
+    seed_list: list[int],
     *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
     envs: Sequence[str] = ("cartpole", "lunarlander"),
-    time_budget_s: float | None = None,
 ) -> Path:
     """Table 2 (top): normalised score at ε = 10 for p ∈ {0, Table-1 p, 1} (CQL: 0.8, BCQ:
     0.5), CartPole then LunarLander; plus, on CartPole CQL p = 0.8, the tight filter
     calibration and the paper's (not certified) accounting, and the PLD filter calibration at
     the Table-1 p (CartPole CQL and BCQ, LunarLander CQL), alone and with the joint DP-SGD
     budget."""
-    ctx, seed_list = _setup(out, seeds, seed, quick, time_budget_s)
     eps = 10.0
     cells: dict[str, Cell] = {}
-    refs: dict[str, dict[str, Any]] = {}
     plan: list[tuple[str, str, float, str, dict[str, Any]]] = []
     for env in envs:
         for algo in ("cql", "bcq"):
@@ -77,36 +69,20 @@ def table2a(
         plan.append(
             (env, algo, p_ours, "pld-joint", {"calibration": "pld", "dpsgd_budget": "joint"})
         )
+    needs: dict[tuple[str, str], list[str]] = {}
+    for env, algo, p, _, _ in plan:
+        if env in envs and ctx.load(env) is not None:
+            needs.setdefault((env, algo), []).append(lr_method_of(p))
+    refs = prefetch(ctx, needs, seed_list)
     for env, algo, p, variant, kw in plan:
         if env not in envs or ctx.load(env) is None:
             continue
-        if f"{env}/{algo}" not in refs:
-            refs[f"{env}/{algo}"] = _reference(ctx, env, algo, seed_list)
-        method = "dp-sgd" if p == 1.0 else ("ours-p0" if p == 0.0 else "ours")
-
-        def make(
-            s: int,
-            m: int,
-            lr_of: Callable[[str], float],
-            *,
-            _e=env,
-            _a=algo,
-            _p=p,
-            _kw=kw,
-            _mth=method,
-        ) -> RunConfig:
-            base = _base(_e, _a, "ours", s, lr_of(_mth), ctx.data[_e], scale=ctx.scale, m=m)
-            return _private(base, epsilon=eps, p=_p, **_kw)
-
-        cfgs = _cells_for(ctx, env, algo, seed_list, make)
+        cfgs = private_cells(ctx, env, algo, seed_list, epsilon=eps, p=p, **kw)
         label = f"{ENVS[env].label} {algo.upper()} p = {p:g}" + (
             "" if variant == "main" else f" ({variant})"
         )
         cells[f"{env}/{algo}/p{p:g}/{variant}"] = Cell(label, cfgs)
-    done = _run_all(ctx, [c for cell in cells.values() for c in cell.cfgs], "runs")
-    for key, cell in cells.items():
-        env, algo = key.split("/")[:2]
-        _fill(cell, done, refs.get(f"{env}/{algo}"))
+    run_cells(ctx, cells, refs)
 
     lines = _header(
         "Table 2a — p ablation at ε = 10 (expert-level DP)", "expert-table2a", ctx, seed_list
@@ -187,12 +163,7 @@ def table2a(
         "",
     ]
     lines += _plot_table2a(ctx, cells)
-    lines += _refs_section(ctx, refs, cells)
-    lines += _search_section(ctx, envs)
-    lines += _protocol(ctx)
-    n_total = sum(len(c.cfgs) for c in cells.values())
-    n_done = sum(c.n for c in cells.values())
-    lines += _tail(ctx, "expert-table2a", n_done, n_total, cells)
+    lines += closing(ctx, "expert-table2a", cells, refs, envs)
     claims_2a = gallery_claims_table2a(_scores(cells), envs, eps)
     return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a)
 
@@ -224,10 +195,7 @@ def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
         ax.set_title(f"{ENVS[env].label} {algo.upper()}, ε = 10", fontsize=9)
         ax.set_ylabel("normalised score")
     fig.suptitle("Table 2a: ours (bars, 95% CI) vs paper (red dashes)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(RunDir(ctx.out).plot_path("table2a"), dpi=110)
-    plt.close(fig)
-    return ["![Table 2a](plots/table2a.png)", ""]
+    return _save_plot(ctx, fig, "table2a", "Table 2a")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,44 +203,25 @@ def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def table2b(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    time_budget_s: float | None = None,
-) -> Path:
+@reproduction
+def table2b(ctx: _Context, seed_list: list[int]) -> Path:
     """Table 2 (bottom), BCQ: the filter with ε1 = 3ε/4 (p = 0.5) vs no filter (ε1 = 0, plain
     DP-SGD) at Acrobot ε = 2.5 and CartPole ε ∈ {2.5, 5}."""
-    ctx, seed_list = _setup(out, seeds, seed, quick, time_budget_s)
     cells: dict[str, Cell] = {}
-    refs: dict[str, dict[str, Any]] = {}
+    loaded = [env for env, _ in PAPER_TABLE2B if ctx.load(env) is not None]
+    refs = prefetch(ctx, {(env, "bcq"): ["ours", "dp-sgd"] for env in loaded}, seed_list)
     for (env, eps), _paper in PAPER_TABLE2B.items():
         if ctx.load(env) is None:
             continue
-        if f"{env}/bcq" not in refs:
-            refs[f"{env}/bcq"] = _reference(ctx, env, "bcq", seed_list)
         for col, frac in (("filter", 0.75), ("nofilter", 0.0)):
-
-            def make(
-                s: int, m: int, lr_of: Callable[[str], float], *, _e=env, _eps=eps, _f=frac
-            ) -> RunConfig:
-                method = "ours" if _f > 0 else "dp-sgd"
-                base = _base(
-                    _e, "bcq", "ours", s, lr_of(method), ctx.data[_e], scale=ctx.scale, m=m
-                )
-                if _f == 0.0:
-                    return _private(base, epsilon=_eps, p=1.0)
-                return _private(base, epsilon=_eps, p=TABLE2B_P, eps1_fraction=_f)
-
-            cfgs = _cells_for(ctx, env, "bcq", seed_list, make)
+            if frac == 0.0:  # plain DP-SGD
+                cfgs = private_cells(ctx, env, "bcq", seed_list, epsilon=eps, p=1.0)
+            else:
+                forced = {"eps1_fraction": frac}  # the filter runs below ε = 5
+                cfgs = private_cells(ctx, env, "bcq", seed_list, epsilon=eps, p=TABLE2B_P, **forced)
             label = f"{ENVS[env].label} BCQ ε = {eps:g}, " + ("ε1 = 3ε/4" if frac else "ε1 = 0")
             cells[f"{env}/bcq/eps{eps:g}/{col}"] = Cell(label, cfgs)
-    done = _run_all(ctx, [c for cell in cells.values() for c in cell.cfgs], "runs")
-    for key, cell in cells.items():
-        env, algo = key.split("/")[:2]
-        _fill(cell, done, refs.get(f"{env}/{algo}"))
+    run_cells(ctx, cells, refs)
 
     lines = _header("Table 2b — splitting ε at low ε (BCQ)", "expert-table2b", ctx, seed_list)
     lines += [
@@ -304,11 +253,7 @@ def table2b(
         "",
     ]
     lines += _plot_pairs(ctx, cells, "table2b", "Table 2b: ε1 = 3ε/4 vs ε1 = 0 (BCQ)")
-    lines += _refs_section(ctx, refs, cells)
-    lines += _search_section(ctx, [e for e, _ in PAPER_TABLE2B], algos=("bcq",))
-    lines += _protocol(ctx)
-    n_total = sum(len(c.cfgs) for c in cells.values())
-    lines += _tail(ctx, "expert-table2b", sum(c.n for c in cells.values()), n_total, cells)
+    lines += closing(ctx, "expert-table2b", cells, refs, [e for e, _ in PAPER_TABLE2B], ("bcq",))
     claims = gallery_claims_table2b(_scores(cells))
     return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims)
 
@@ -328,7 +273,4 @@ def _plot_pairs(ctx: _Context, cells: dict[str, Cell], name: str, title: str) ->
     ax.set_ylabel("normalised score")
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(RunDir(ctx.out).plot_path(name), dpi=110)
-    plt.close(fig)
-    return [f"![{title}](plots/{name}.png)", ""]
+    return _save_plot(ctx, fig, name, title)

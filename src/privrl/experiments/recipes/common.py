@@ -127,6 +127,21 @@ def remove_stale(stage_dir: Path, out_path: Path, progress: bool) -> None:
         log(progress, f"removed {len(gone)} stale temporary file(s) of an interrupted build")
 
 
+def locked_build(
+    name: str, stage_dir: Path, out_path: Path, progress: bool, build: Callable[[], Path]
+) -> Path:
+    """``build()`` under the build lock of ``stage_dir``, with an interrupted build's
+    temporaries removed before and after; ``out_path`` at once when it exists."""
+    with build_lock(stage_dir, name):
+        remove_stale(stage_dir, out_path, progress)
+        if out_path.is_file():
+            log(progress, f"{out_path} exists; nothing to do")
+            return out_path
+        path = build()
+        remove_stale(stage_dir, out_path, progress)
+        return path
+
+
 def build_stem(name: str, seed: int, quick: bool) -> str:
     """A build's file and stage-directory stem: ``<recipe>[-quick][-seed<S>]``."""
     return name + ("-quick" if quick else "") + (f"-seed{seed}" if seed != 0 else "")

@@ -49,12 +49,11 @@ from privrl.envs.perturbed import (
 )
 from privrl.experiments.recipes.common import (
     Bar,
-    build_lock,
     build_stem,
+    locked_build,
     log,
     progress_bar,
     read_json,
-    remove_stale,
     stage_fingerprint,
     stage_rng,
     write_json,
@@ -400,16 +399,29 @@ def build_recipe(
     stem = build_stem(spec.name, seed, quick)
     stage = Path(data_dir) / stem
     out_path = stage / f"{stem}.h5"
-    with build_lock(stage, spec.name):
-        remove_stale(stage, out_path, progress)
-        if out_path.is_file():
-            log(progress, f"{out_path} exists; nothing to do")
-            return out_path
-        path = _build_locked(
+    return locked_build(
+        spec.name,
+        stage,
+        out_path,
+        progress,
+        lambda: _build_locked(
             spec, stage, out_path, seed, quick=quick, progress=progress, keep_shards=keep_shards
-        )
-        remove_stale(stage, out_path, progress)
-        return path
+        ),
+    )
+
+
+def _metadata(spec: ExpertRecipeSpec, extra: dict[str, Any]) -> DatasetMetadata:
+    """A shard's or the dataset's metadata: the recipe's spaces, environment, discount and
+    data horizon, with ``extra``."""
+    obs_space, act_space = _spaces(spec)
+    return DatasetMetadata(
+        observation_space=obs_space,
+        action_space=act_space,
+        env_id=spec.env_id,
+        discount=DISCOUNT,
+        horizon=spec.data_horizon,
+        extra=extra,
+    )
 
 
 def _build_locked(
@@ -451,7 +463,6 @@ def _build_locked(
     log(progress, f"reference: random policy {ref['random']:.3f} over {ref['episodes']} episodes")
 
     # 3. shards
-    obs_space, act_space = _spaces(spec)
     m = experts.n_experts
     bounds = list(range(0, m, spec.experts_per_shard))
     shard_paths = [stage / f"shard-{s:04d}.h5" for s in range(len(bounds))]
@@ -468,14 +479,7 @@ def _build_locked(
             if shard is None:
                 t0 = time.perf_counter()
                 ro = _collect(spec, experts, ids, stage_rng(seed, 5, s), bar)
-                md = DatasetMetadata(
-                    observation_space=obs_space,
-                    action_space=act_space,
-                    env_id=spec.env_id,
-                    discount=DISCOUNT,
-                    horizon=spec.data_horizon,
-                    extra={"fingerprint": sfp, "wall_time": time.perf_counter() - t0},
-                )
+                md = _metadata(spec, {"fingerprint": sfp, "wall_time": time.perf_counter() - t0})
                 shard = rollout_to_dataset(ro, np.repeat(ids, spec.trajectories), md)
                 save_hdf5(shard, shard_paths[s])
             else:
@@ -521,15 +525,7 @@ def _build_locked(
     }
     if spec.env_kwargs:
         extra["env_kwargs"] = spec.env_kwargs
-    meta = DatasetMetadata(
-        observation_space=obs_space,
-        action_space=act_space,
-        env_id=spec.env_id,
-        discount=DISCOUNT,
-        horizon=spec.data_horizon,
-        extra=extra,
-    )
-    ds = ds.with_metadata(meta)
+    ds = ds.with_metadata(_metadata(spec, extra))
     t0 = time.perf_counter()
     save_hdf5(ds, out_path)
     walls["write"] = time.perf_counter() - t0

@@ -47,11 +47,10 @@ import torch
 
 from privrl.experiments.recipes.common import (
     atomic_write,
-    build_lock,
     build_stem,
+    locked_build,
     log,
     progress_bar,
-    remove_stale,
     seed_seq,
     stage_fingerprint,
     write_json,
@@ -283,14 +282,13 @@ def _build(
     stem = build_stem(spec.name, seed, quick)
     out_path = data_dir / f"{stem}.h5"
     stage_dir = data_dir / stem
-    with build_lock(stage_dir, spec.name):
-        remove_stale(stage_dir, out_path, progress)
-        if out_path.is_file():
-            log(progress, f"{out_path} exists; nothing to do")
-            return out_path
-        path = _build_locked(spec, data_dir, seed, quick, progress, keep_shards)
-        remove_stale(stage_dir, out_path, progress)
-        return path
+    return locked_build(
+        spec.name,
+        stage_dir,
+        out_path,
+        progress,
+        lambda: _build_locked(spec, data_dir, seed, quick, progress, keep_shards),
+    )
 
 
 def _build_locked(
