@@ -272,7 +272,7 @@ WORK = {
         "privrl.data.collect.collect",
         "privrl.data.io.import_table",
         "privrl.data.io.export_table",
-        "privrl.experiments.recipes_primorl.pendulum",
+        "privrl.experiments.recipes.primorl.pendulum",
     ],
     "online": ["privrl.online.sdp_pe.sdp_pe", "privrl.online.ucbvi.ucbvi"],
 }

@@ -19,6 +19,8 @@ import torch
 from scipy import stats
 
 from privrl.experiments import expert as E
+from privrl.experiments.expert import configs as C
+from privrl.experiments.expert import runs as R
 
 torch.set_num_threads(1)
 
@@ -87,61 +89,90 @@ def _base(m: int = 3000, env: str = "cartpole", algo: str = "cql") -> E.RunConfi
     )
 
 
-def _write_finished(run_dir: Path, cfg: E.RunConfig, ret: float) -> None:
-    run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps({"run": cfg.to_dict()}))
-    (run_dir / "metrics.json").write_text(json.dumps({"key": cfg.key(), "return_mean": ret}))
+def _write_finished(cell_dir: Path, key: str, ret: float) -> None:
+    """A finished sweep cell (cell.json, then the run directory) with fingerprint ``key``."""
+    (cell_dir / "run").mkdir(parents=True)
+    for name, data in (("config.json", {}), ("privacy.json", {}), ("metrics.json", {})):
+        (cell_dir / "run" / name).write_text(json.dumps(data))
+    metrics = {"return_mean": ret, "steps": 5, "private_steps": 5, "private": True}
+    (cell_dir / "run" / "metrics.json").write_text(json.dumps(metrics))
+    (cell_dir / "cell.json").write_text(json.dumps({"status": "ok", "key": key, "seconds": 1}))
 
 
-def test_finished_runs_of_sibling_reproductions_are_reused(tmp_path: Path) -> None:
-    """A run with exactly this configuration in another reproduction directory is copied
-    and reused (no training); a run whose configuration differs is not."""
-    cfg = E._private(_base(), epsilon=10.0, p=1.0)
-    _write_finished(tmp_path / "expert-table2a" / "runs" / cfg.key(), cfg, 123.0)
+def test_finished_runs_of_sibling_reproductions_are_reused(quick_cache, tmp_path: Path) -> None:
+    """A finished cell of exactly this run in another reproduction directory is copied and
+    reused (no training); a cell directory of the same name holding another run is not."""
+    from privrl.runs.sweep import expand
+
+    quick_cache("cartpole")
+    ctx = C._Context(tmp_path / "expert-fig3", E.Scale.quick(), deadline=0.0)  # no new runs
+    data = ctx.load("cartpole")
+    base = C._base("cartpole", "cql", "ours", 0, 1e-3, data, scale=ctx.scale, m=data.m)
+    cfg = C._with_noise(C._private(base, epsilon=10.0, p=1.0), data, ctx.scale)
     other = replace(cfg, seed=1)
-    # a directory named like ``other`` but holding another configuration: not adopted
-    _write_finished(
-        tmp_path / "expert-table2a" / "runs" / other.key(), replace(other, steps=1), 9.0
-    )
-    ctx = E._Context(tmp_path / "expert-fig3", E.Scale.full(), deadline=0.0)  # no new runs
-    done = E._run_all(ctx, [cfg, other], "runs")
-    assert done == {cfg.key(): {"key": cfg.key(), "return_mean": 123.0}}
-    assert (tmp_path / "expert-fig3" / "runs" / cfg.key() / "metrics.json").is_file()
-    assert not (tmp_path / "expert-fig3" / "runs" / other.key()).exists()
+    doc = {"out": str(tmp_path / "x"), "cells": [R.cell_values(c, data.path) for c in (cfg, other)]}
+    cell, cell_other = expand(doc).cells
+    sibling = tmp_path / "expert-table2a" / "runs" / "cells"
+    _write_finished(sibling / cell.name, cell.key, 123.0)
+    _write_finished(sibling / cell_other.name, "another-run", 9.0)
+    done = R._run_all(ctx, [cfg, other], "runs")
+    assert list(done) == [cfg.key()] and done[cfg.key()]["return_mean"] == 123.0
+    assert (ctx.out / "runs" / "cells" / cell.name / "run" / "metrics.json").is_file()
+    assert not (ctx.out / "runs" / "cells" / cell_other.name).exists()
+
+
+def test_a_run_is_a_cell_of_a_registered_system() -> None:
+    """Each method maps to a system with the configuration's learner, steps, noise, budget
+    split and evaluation seeds (evaluation k of seed s: s·100003 + k)."""
+    base = _base()
+    nonprivate = R.cell_values(replace(base, method="nonprivate"), Path("d.h5"))
+    assert nonprivate["system"] == "dp-sgd" and nonprivate["non_private"] is True
+    assert nonprivate["steps"] == base.steps and nonprivate["eval_seed"] == base.seed * 100_003
+    assert nonprivate["eval_seed_step"] == 1 and nonprivate["hidden"] == list(base.hidden)
+    dpsgd = R.cell_values(replace(C._private(base, epsilon=10.0, p=1.0), noise_multiplier=3.0),
+                          Path("d.h5"))  # fmt: skip
+    assert dpsgd["system"] == "dp-sgd" and dpsgd["noise_multiplier"] == 3.0
+    assert dpsgd["n_experts"] == base.m and "steps" not in dpsgd  # N from the budget
+    ours = R.cell_values(C._private(base, epsilon=10.0, p=0.5), Path("d.h5"))
+    assert ours["system"] == "expert-dp" and ours["p"] == 0.5 and ours["filter_rounds"] == 25
+    forced = C._private(base, epsilon=2.5, p=0.5, eps1_fraction=0.75)  # Table 2b's filter
+    assert R.cell_values(forced, Path("d.h5"))["filter_below"] == 0.0
+    with pytest.raises(ValueError, match="budget split"):
+        R.cell_values(replace(forced, epsilon1=1.0), Path("d.h5"))
 
 
 def test_budget_splits_follow_the_paper() -> None:
     base = _base()
     d = 1 / 3000
-    dp = E._private(base, epsilon=10.0, p=1.0)  # p = 1: plain DP-SGD with all of (ε, δ)
+    dp = C._private(base, epsilon=10.0, p=1.0)  # p = 1: plain DP-SGD with all of (ε, δ)
     assert dp.method == "dp-sgd" and dp.epsilon == 10.0 and dp.delta == pytest.approx(d)
     assert dp.epsilon1 == 0.0
-    ours = E._private(base, epsilon=10.0, p=0.8)  # ε1 = 3ε/4, δ1 = 9δ/10, T = 25
+    ours = C._private(base, epsilon=10.0, p=0.8)  # ε1 = 3ε/4, δ1 = 9δ/10, T = 25
     assert ours.method == "ours" and ours.rounds == 25
     assert (ours.epsilon1, ours.epsilon2) == pytest.approx((7.5, 2.5))
     assert (ours.delta1, ours.delta2) == pytest.approx((0.9 * d, 0.1 * d))
-    stable = E._private(base, epsilon=10.0, p=0.0)  # p = 0: everything to the filter
+    stable = C._private(base, epsilon=10.0, p=0.0)  # p = 0: everything to the filter
     assert stable.method == "ours" and stable.epsilon1 == 10.0 and stable.epsilon2 == 0.0
-    low = E._private(base, epsilon=2.5, p=0.5)  # ε < 5: no filter (paper B.3)
+    low = C._private(base, epsilon=2.5, p=0.5)  # ε < 5: no filter (paper B.3)
     assert low.method == "dp-sgd"
-    forced = E._private(base, epsilon=2.5, p=0.5, eps1_fraction=0.75)  # Table 2b column
+    forced = C._private(base, epsilon=2.5, p=0.5, eps1_fraction=0.75)  # Table 2b column
     assert forced.method == "ours" and forced.epsilon1 == pytest.approx(1.875)
     assert forced.rounds == 20  # T of the nearest listed ε (5)
-    tight = E._private(base, epsilon=10.0, p=0.8, calibration="tight", accounting="paper")
+    tight = C._private(base, epsilon=10.0, p=0.8, calibration="tight", accounting="paper")
     assert tight.calibration == "tight" and tight.accounting == "paper"
     # LunarLander at ε = 7.5 uses T = 62; HIV T = 50
-    assert E._private(_base(env="lunarlander"), epsilon=7.5, p=0.8).rounds == 62
-    assert E._private(_base(env="hiv"), epsilon=10.0, p=0.9).rounds == 50
+    assert C._private(_base(env="lunarlander"), epsilon=7.5, p=0.8).rounds == 62
+    assert C._private(_base(env="hiv"), epsilon=10.0, p=0.9).rounds == 50
 
 
 def test_run_config_key_identifies_the_configuration() -> None:
-    a = E._private(_base(), epsilon=10.0, p=0.8)
-    assert a.key() == E._private(_base(), epsilon=10.0, p=0.8).key()
+    a = C._private(_base(), epsilon=10.0, p=0.8)
+    assert a.key() == C._private(_base(), epsilon=10.0, p=0.8).key()
     keys = {
         a.key(),
-        E._private(_base(), epsilon=10.0, p=0.5).key(),
-        E._private(_base(), epsilon=10.0, p=0.8, calibration="tight").key(),
-        E._private(_base(), epsilon=10.0, p=0.8, accounting="paper").key(),
+        C._private(_base(), epsilon=10.0, p=0.5).key(),
+        C._private(_base(), epsilon=10.0, p=0.8, calibration="tight").key(),
+        C._private(_base(), epsilon=10.0, p=0.8, accounting="paper").key(),
         a.__class__(**{**a.__dict__, "lr": 5e-3}).key(),
         a.__class__(**{**a.__dict__, "seed": 1}).key(),
         a.__class__(**{**a.__dict__, "noise_multiplier": 3.0}).key(),
@@ -188,7 +219,7 @@ def test_bcq_has_linear_imitation_logits_by_default() -> None:
     from privrl.rl.bcq import DiscreteBCQ
 
     obs = np.random.default_rng(0).normal(size=(256, 4))
-    fixed = E._learner_class("bcq")(4, 2, seed=0)
+    fixed = DiscreteBCQ(4, 2, seed=0)  # the `expert-dp` / `dp-sgd` systems' BCQ
     logits = fixed._imitation_logits(fixed.params, fixed._obs_tensor(obs)).detach().numpy()
     assert (logits < 0).any() and (logits > 0).any()
     assert fixed.config()["imitation_logits"] == "linear"
@@ -206,7 +237,7 @@ def test_bcq_has_linear_imitation_logits_by_default() -> None:
 def quick_cache(tmp_path_factory: pytest.TempPathFactory):
     """A temporary PRIVRL_CACHE; ``quick_cache(env)`` builds that ``--quick`` recipe dataset
     there once (CartPole ~4 s, Acrobot ~8 s)."""
-    from privrl.experiments import recipes_expert
+    from privrl.experiments.recipes import expert as recipes_expert
 
     root = tmp_path_factory.mktemp("privrl_cache")
     built: set[str] = set()
@@ -230,8 +261,8 @@ def _metrics(out: Path) -> dict:
 
 
 def _check_run_dirs(out: Path) -> None:
-    runs = list((out / "runs").iterdir())
-    assert runs
+    runs = [cell / "run" for cell in (out / "runs" / "cells").iterdir()]
+    assert runs and (out / "runs" / "results.csv").is_file()  # the sweep's results table
     for run in runs:
         for name in ("config.json", "metrics.json", "metrics.csv", "privacy.json"):
             assert (run / name).is_file(), (run, name)
@@ -239,6 +270,7 @@ def _check_run_dirs(out: Path) -> None:
         assert (out / name).is_file(), name
 
 
+@pytest.mark.slow  # ~3 min on a busy 2-core machine (sweeps of process pools)
 def test_quick_table2a_end_to_end(quick_cache, tmp_path, capsys) -> None:
     assert os.environ["PRIVRL_CACHE"] == str(quick_cache("cartpole"))
     out = tmp_path / "expert-table2a"
@@ -329,6 +361,7 @@ def test_quick_fig4_end_to_end(quick_cache, tmp_path, capsys) -> None:
     assert "To finish: `nice -n 10 privrl reproduce expert-fig4 --quick" in text
 
 
+@pytest.mark.slow  # ~3 min on a busy 2-core machine (sweeps of process pools)
 def test_quick_table2b_and_fig3_end_to_end(quick_cache, tmp_path) -> None:
     quick_cache("cartpole", "acrobot")
     out = tmp_path / "expert-table2b"
@@ -395,16 +428,35 @@ def test_joint_budget_run_config_calibrates_less_noise_within_the_total() -> Non
         hidden=(16,), eval_episodes=1, eval_horizon=10, n_evals=1, eval_window=10,
         dataset="d.h5", m=640,
     )  # fmt: skip
-    split = E._private(base, epsilon=10.0, p=0.5, calibration="pld")
-    joint = E._private(base, epsilon=10.0, p=0.5, calibration="pld", dpsgd_budget="joint")
+    split = C._private(base, epsilon=10.0, p=0.5, calibration="pld")
+    joint = C._private(base, epsilon=10.0, p=0.5, calibration="pld", dpsgd_budget="joint")
     assert split.to_dict() == {k: v for k, v in joint.to_dict().items() if k != "dpsgd_budget"}
     assert "dpsgd_budget" not in split.to_dict()  # earlier runs keep their digests
     assert "joint-budget" in joint.key() and "budget" not in split.key()
     scale, data = E.Scale.full(), _StubData()  # full scale: z calibrated to the budget
-    z_split = E._with_noise(split, data, scale).noise_multiplier
-    z_joint = E._with_noise(joint, data, scale).noise_multiplier
+    z_split = C._with_noise(split, data, scale).noise_multiplier
+    z_joint = C._with_noise(joint, data, scale).noise_multiplier
     assert z_joint < z_split
     k = round(0.5 * 400)
     steps = sampled_gaussian_event(z_joint, k, sampling_probability=64 / 640)
-    total = de.ComposedDpEvent([E._filter_event(joint), steps])
+    total = de.ComposedDpEvent([C._filter_event(joint), steps])
     assert acc_epsilon(total, joint.delta, backend="pld") <= 10.0 + 1e-9
+
+
+def test_a_ledgered_dataset_gets_no_expert_subsets(quick_cache, tmp_path) -> None:
+    """Structural rule: Figure 4's subsets are other files, hence other ledgers, so their runs
+    would escape the dataset's budget; on a dataset with a ledger they are refused before
+    anything is read or written."""
+    import shutil
+
+    from privrl.cli.main import main
+
+    quick_cache("acrobot")
+    path = tmp_path / "copy.h5"
+    shutil.copyfile(E.dataset_path("acrobot", True), path)
+    assert main(["ledger", "init", str(path), "--epsilon", "10", "--delta", "1e-5"]) == 0
+    data = C._Data("acrobot", path)
+    assert data.path_for(data.m, 0) == path  # all experts: the dataset itself
+    with pytest.raises(ValueError, match="ledger"):
+        data.path_for(20, 0)
+    assert not (tmp_path / "subsets").exists()

@@ -11,9 +11,10 @@ import pytest
 
 from privrl.cli.main import main
 from privrl.data.io import load_hdf5
-from privrl.experiments import recipes_expert as rx
-from privrl.experiments import recipes_primorl as rp
 from privrl.experiments.recipes import RecipeBusyError, build_lock, remove_stale_temps
+from privrl.experiments.recipes import expert as rx
+from privrl.experiments.recipes import primorl as rp
+from privrl.experiments.recipes.common import build_stem
 
 
 def _plant(directory: Path, name: str, size: int = 1 << 20) -> Path:
@@ -50,7 +51,7 @@ def test_remove_stale_temps_takes_only_temporaries(tmp_path: Path) -> None:
 def test_second_build_of_a_recipe_is_refused_while_one_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stage = tmp_path / rp._stem(rp.recipe_spec("pendulum", True), 0, True)
+    stage = tmp_path / build_stem(rp.recipe_spec("pendulum", True).name, 0, True)
     with build_lock(stage, "primorl-pendulum"):
         with pytest.raises(RecipeBusyError, match="another build of primorl-pendulum"):
             with build_lock(stage, "primorl-pendulum"):
@@ -76,7 +77,7 @@ def test_finished_primorl_recipe_removes_a_killed_builds_temporaries(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = rp.recipe_spec("pendulum", True)
-    stem = rp._stem(spec, 0, True)
+    stem = build_stem(spec.name, 0, True)
     dataset = _plant(tmp_path, f"{stem}.h5", 100)  # the finished dataset (contents irrelevant)
     stale = [
         _plant(tmp_path, f".{stem}.h5.tmpa1b2.tmp"),  # the 105 MB case: the final write
@@ -126,7 +127,7 @@ def test_resumed_expert_recipe_ends_without_temporaries(
 
 def test_recipe_copy_to_out_is_atomic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = rp.recipe_spec("pendulum", True)
-    stem = rp._stem(spec, 0, True)
+    stem = build_stem(spec.name, 0, True)
     _plant(tmp_path / "cache", f"{stem}.h5", 1000)
     out = tmp_path / "mine" / "pendulum.h5"
     code = main(

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from privrl.data.io import load_hdf5
-from privrl.experiments import recipes_primorl as rp
-from privrl.experiments.recipes import RECIPES
+from privrl.experiments.recipes import RECIPES, primorl_stages
+from privrl.experiments.recipes import primorl as rp
 
 torch.set_num_threads(1)
 
@@ -144,7 +144,7 @@ def test_an_interrupted_agent_resumes_from_its_snapshot(tmp_path, monkeypatch, r
     spec = _tiny()
     _, ref = _arrays(reference_build)
 
-    real_save = rp._torch_save
+    real_save = primorl_stages._torch_save
 
     def crash(obj, path):
         if path.name == "agent-0.pt":
@@ -152,12 +152,12 @@ def test_an_interrupted_agent_resumes_from_its_snapshot(tmp_path, monkeypatch, r
         real_save(obj, path)
 
     root = tmp_path / "crash"
-    monkeypatch.setattr(rp, "_torch_save", crash)
+    monkeypatch.setattr(primorl_stages, "_torch_save", crash)
     with pytest.raises(KeyboardInterrupt):
         rp.build_recipe(spec, root, seed=0, quick=True)
     stage = root / "primorl-pendulum-quick"
     assert (stage / "agent-0.partial.pt").is_file() and not (stage / "agent-0.pt").exists()
-    monkeypatch.setattr(rp, "_torch_save", real_save)
+    monkeypatch.setattr(primorl_stages, "_torch_save", real_save)
     _, again = _arrays(rp.build_recipe(spec, root, seed=0, quick=True))
     for k in ref:
         np.testing.assert_array_equal(ref[k], again[k], err_msg=k)

@@ -111,24 +111,28 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
             "Table 2a: mixing rate p at ε = 10 (CartPole, LunarLander; CQL, BCQ) vs DP-SGD",
             "privrl.experiments.expert:table2a",
+            sweep=True,
         ),
         Reproduction(
             "expert-table2b",
             "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
             "Table 2b: low ε, filter on (ε1 = 3ε/4) vs off (ε1 = 0), Acrobot and CartPole BCQ",
             "privrl.experiments.expert:table2b",
+            sweep=True,
         ),
         Reproduction(
             "expert-fig3",
             "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
             "Figure 3: normalised score vs ε, ours vs DP-SGD, four environments, CQL and BCQ",
             "privrl.experiments.expert:fig3",
+            sweep=True,
         ),
         Reproduction(
             "expert-fig4",
             "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
             "Figure 4: Acrobot ε = 10 CQL, ours vs DP-SGD as the number of experts m grows",
             "privrl.experiments.expert:fig4",
+            sweep=True,
         ),
         Reproduction(
             "audit",

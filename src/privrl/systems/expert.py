@@ -30,6 +30,7 @@ not covered by the run's guarantee: a score against it is labelled evaluation-on
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ import numpy as np
 from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.expert_public import (
+    EVAL_SEED_STEP,
     REFERENCE_NOTE,
     Reference,
     check_batch,
@@ -70,6 +72,7 @@ MAX_ROUNDS = 10_000  # the paper uses T <= 100; the PLD's discretisation error g
 MAX_LEN = 10**7
 MAX_EXPERTS = 10**9
 MAX_ACTIONS = 10**6
+MAX_SEED = 2**63 - 1  # numpy's SeedSequence takes any non-negative int; keep it in int64
 DEFAULT_BATCH, DEFAULT_NOISE, DEFAULT_CLIP, DEFAULT_STEPS_CAP = 128, 20.0, 1.0, 100_000
 DEFAULT_ROUNDS, DEFAULT_P_MIN, DEFAULT_LR = 25, 0.02, 3e-4
 
@@ -159,6 +162,16 @@ class ExpertConfig(RunConfig):
     evals: int = option(10, "--evals", help="Evaluations over the last --eval-window steps.")
     eval_window: int = option(10_000, "--eval-window", help="Steps over which evaluations spread.")
     no_eval: bool = option(False, "--no-eval/", help="Skip evaluation (no return metrics).")
+    eval_seed: int | None = option(
+        None,
+        "--eval-seed",
+        help="Seed of the first evaluation's environments (default: the run's --seed).",
+    )
+    eval_seed_step: int = option(
+        EVAL_SEED_STEP,
+        "--eval-seed-step",
+        help="Evaluation k uses seed --eval-seed + k * this (public; no privacy effect).",
+    )
     reference: Path | None = option(  # noqa: RUF009 - option() returns a field
         None,
         "--reference",
@@ -208,6 +221,8 @@ class ExpertConfig(RunConfig):
         _in_range("eval_horizon", self.eval_horizon, 1, MAX_EVAL_HORIZON)
         _in_range("evals", self.evals, 1, MAX_EVALS)
         _in_range("eval_window", self.eval_window, 1, MAX_STEPS)
+        _in_range("eval_seed", self.eval_seed, 0, MAX_SEED)
+        _int_in("eval_seed_step", self.eval_seed_step, 1, MAX_SEED)
         for key in ("reference_return", "random_return"):
             value = getattr(self, key)
             check(value is None or math.isfinite(value), key, f"must be finite, got {value}")
@@ -474,7 +489,7 @@ def _learner(config: ExpertConfig, common: _Common, obs_dim: int, seed: int) -> 
         hidden=common.sizes,
         lr=lr,
         seed=seed,
-        obs_transform=_obs_transform(common.meta.env_id),
+        obs_transform=obs_transform(common.meta.env_id),
     )
 
 
@@ -487,13 +502,28 @@ def _begin(config: ExpertConfig, data: _Loaded, ctx: RunContext) -> tuple[Any, _
     return ctx.plan.facts, common, ctx.plan.public, learner
 
 
-def _obs_transform(env_id: str | None) -> Any:
+def _evaluator(config: ExpertConfig, common: _Common, seed: int) -> Any:
+    """The greedy evaluation; evaluation k resets its environments from seed
+    ``eval_seed + k·eval_seed_step`` (default ``eval_seed``: the run's seed)."""
+    first = seed if config.eval_seed is None else config.eval_seed
+    return evaluator(common.meta, common.eval_info, first, step=config.eval_seed_step)
+
+
+@functools.cache
+def _hiv_log_stats() -> tuple[np.ndarray, np.ndarray]:
+    """Public HIV simulator statistics (8 s to simulate; once per process)."""
+    from privrl.envs.hiv import log_state_statistics
+
+    return log_state_statistics()  # public simulator rollouts, no private data
+
+
+def obs_transform(env_id: str | None) -> Any:
+    """The learner's observation transform: HIV's log10 scaled by public simulator statistics,
+    else the identity."""
     from privrl.rl.discrete_common import ObsTransform
 
     if env_id is not None and "HIV" in env_id:
-        from privrl.envs.hiv import log_state_statistics
-
-        mean, std = log_state_statistics()  # public simulator rollouts, no private data
+        mean, std = _hiv_log_stats()
         return ObsTransform(
             log10=True,
             loc=tuple(float(v) for v in mean),
@@ -768,7 +798,7 @@ class ExpertDp(System):
             steps_cap=common.cap,
             accounting=config.accounting,
             rng=rng,
-            evaluate=evaluator(common.meta, common.eval_info, ctx.seed),
+            evaluate=_evaluator(config, common, ctx.seed),
             n_evals=config.evals,
             eval_window=config.eval_window,
             progress=_progress(ctx, f"expert-dp {config.algo}"),
@@ -904,7 +934,7 @@ class DpSgd(System):
             sampling=config.sampling,
             private=not config.non_private,
             rng=rng,
-            evaluate=evaluator(common.meta, common.eval_info, ctx.seed),
+            evaluate=_evaluator(config, common, ctx.seed),
             n_evals=config.evals,
             eval_window=config.eval_window,
             progress=_progress(ctx, f"dp-sgd {config.algo}"),

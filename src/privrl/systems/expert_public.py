@@ -221,8 +221,14 @@ def eval_setup(meta: Any, *, episodes: int, horizon: int | None, no_eval: bool) 
     return {"env_id": env_id, "eval_horizon": horizon, "eval_episodes": episodes}
 
 
-def evaluator(meta: Any, info: dict[str, Any], seed: int) -> Callable[[Any], np.ndarray] | None:
-    """Greedy evaluation as `eval_setup` planned it (None when skipped)."""
+EVAL_SEED_STEP = 7919  # evaluation k resets from seed + k·step by default
+
+
+def evaluator(
+    meta: Any, info: dict[str, Any], seed: int, *, step: int = EVAL_SEED_STEP
+) -> Callable[[Any], np.ndarray] | None:
+    """Greedy evaluation as `eval_setup` planned it (None when skipped); evaluation k resets
+    its environments from seed ``seed + k·step``."""
     if "eval_horizon" not in info:
         return None
     from privrl.experiments.expert import eval_env_factory
@@ -233,7 +239,7 @@ def evaluator(meta: Any, info: dict[str, Any], seed: int) -> Callable[[Any], np.
     episodes = info["eval_episodes"]
 
     def evaluate(learner: Any) -> np.ndarray:
-        return evaluate_greedy(learner, make, episodes=episodes, seed=seed + 7919 * next(counter))
+        return evaluate_greedy(learner, make, episodes=episodes, seed=seed + step * next(counter))
 
     return evaluate
 

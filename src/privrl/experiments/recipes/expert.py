@@ -30,14 +30,8 @@ resumes to the same result as an uninterrupted one.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +47,25 @@ from privrl.envs.perturbed import (
     lunar_lander_rollout,
     numpy_rollout,
 )
+from privrl.experiments.recipes.common import (
+    Bar,
+    build_stem,
+    locked_build,
+    log,
+    progress_bar,
+    read_json,
+    stage_fingerprint,
+    stage_rng,
+    write_json,
+)
+from privrl.experiments.recipes.expert_shards import (
+    P_MIN,
+    _collect,
+    _default_sim,
+    _spaces,
+    plot_expert_returns,
+    rollout_to_dataset,
+)
 from privrl.expert import experts as ex
 
 __all__ = [
@@ -67,7 +80,6 @@ __all__ = [
 ]
 
 VERSION = 1  # bump when a stage's output changes meaning (invalidates fingerprints)
-P_MIN = 0.02
 DISCOUNT = 0.99
 
 
@@ -170,83 +182,6 @@ def hiv(data_dir: Path, *, seed: int = 0, quick: bool = False, progress: bool = 
     return build_recipe(SPECS["hiv"], data_dir, seed=seed, quick=quick, progress=progress)
 
 
-# ============================================================================ helpers
-
-
-def _stem(spec: ExpertRecipeSpec, seed: int, quick: bool) -> str:
-    return spec.name + ("-quick" if quick else "") + (f"-seed{seed}" if seed != 0 else "")
-
-
-def _fingerprint(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(
-        np.random.SeedSequence(entropy=int(seed), spawn_key=tuple(int(k) for k in key))
-    )
-
-
-def _atomic_json(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        Path(tmp).write_text(json.dumps(obj, indent=2, allow_nan=False))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _log(enabled: bool, message: str) -> None:
-    if enabled:
-        from rich.console import Console
-
-        Console(stderr=True).print(message, highlight=False)
-
-
-class _Bar:
-    def __init__(self, progress: Any, task: Any) -> None:
-        self.progress, self.task = progress, task
-
-    def advance(self, k: int = 1) -> None:
-        if self.progress is not None:
-            self.progress.advance(self.task, k)
-
-
-@contextmanager
-def _bar(enabled: bool, total: int, label: str) -> Iterator[_Bar]:
-    if not enabled:
-        yield _Bar(None, None)
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        transient=False,
-    ) as p:
-        yield _Bar(p, p.add_task(label, total=total))
-
-
 # ============================================================================ stage 1: experts
 
 
@@ -266,7 +201,7 @@ def _build_chunk(
     sub: dict[str, np.ndarray],
     rng: np.random.Generator,
     warm: tuple[np.ndarray, np.ndarray] | None,
-    bar: _Bar,
+    bar: Bar,
 ) -> ex.ArrayExperts:
     kw = spec.build_kwargs
     if spec.env == "cartpole":
@@ -300,30 +235,30 @@ def _chunk_units(spec: ExpertRecipeSpec, rows: np.ndarray, settings: dict[str, n
 def _stage_experts(
     spec: ExpertRecipeSpec, stage: Path, seed: int, progress: bool, walls: dict[str, float]
 ) -> ex.ArrayExperts:
-    fp = _fingerprint([VERSION, asdict(spec), seed, "experts"])
+    fp = stage_fingerprint([VERSION, asdict(spec), seed, "experts"])
     final = stage / "experts"
-    info = _read_json(final / "experts.json")
+    info = read_json(final / "experts.json")
     if info is not None and info.get("info", {}).get("fingerprint") == fp:
         experts = ex.load_experts(final)
         walls.update(experts.info.get("wall_time", {}))
-        _log(progress, f"experts: reusing {final} ({experts.n_experts} experts)")
+        log(progress, f"experts: reusing {final} ({experts.n_experts} experts)")
         return experts
 
     grid = PAPER_GRIDS[spec.env]
-    settings = expert_settings(grid, spec.n_experts, _rng(seed, 1))
+    settings = expert_settings(grid, spec.n_experts, stage_rng(seed, 1))
     wall: dict[str, float] = {}
     warm = None
     if spec.env == "hiv":
         path = stage / "warm_start.json"
-        wfp = _fingerprint([fp, "warm"])
-        rec = _read_json(path)
+        wfp = stage_fingerprint([fp, "warm"])
+        rec = read_json(path)
         if rec is None or rec.get("fingerprint") != wfp:
             t0 = time.perf_counter()
             gens = int(spec.warm_start_kwargs.get("generations", 15))
-            with _bar(progress, gens, f"{spec.name}: warm start (CEM generations)") as bar:
+            with progress_bar(progress, gens, f"{spec.name}: warm start (CEM generations)") as bar:
                 mean, std = ex.hiv_warm_start(
                     settings,
-                    _rng(seed, 2),
+                    stage_rng(seed, 2),
                     progress=lambda _: bar.advance(1),
                     **spec.warm_start_kwargs,
                 )
@@ -333,7 +268,7 @@ def _stage_experts(
                 "std": std.tolist(),
                 "wall_time": time.perf_counter() - t0,
             }
-            _atomic_json(rec, path)
+            write_json(rec, path, allow_nan=False)
         warm = (np.asarray(rec["mean"]), np.asarray(rec["std"]))
         wall["warm_start"] = rec["wall_time"]
 
@@ -341,18 +276,18 @@ def _stage_experts(
     parts: list[tuple[np.ndarray, ex.ArrayExperts]] = []
     search_wall = 0.0
     total = sum(_chunk_units(spec, rows, settings) for rows in chunks)
-    with _bar(progress, total, f"{spec.name}: experts ({len(chunks)} chunks)") as bar:
+    with progress_bar(progress, total, f"{spec.name}: experts ({len(chunks)} chunks)") as bar:
         for c, rows in enumerate(chunks):
             cdir = stage / "expert_chunks" / f"chunk-{c:04d}"
-            cfp = _fingerprint([fp, c, rows.tolist()])
-            cinfo = _read_json(cdir / "experts.json")
+            cfp = stage_fingerprint([fp, c, rows.tolist()])
+            cinfo = read_json(cdir / "experts.json")
             if cinfo is not None and cinfo.get("info", {}).get("fingerprint") == cfp:
                 part = ex.load_experts(cdir)
                 bar.advance(_chunk_units(spec, rows, settings))
             else:
                 t0 = time.perf_counter()
                 sub = {k: v[rows] for k, v in settings.items()}
-                part = _build_chunk(spec, sub, _rng(seed, 3, c), warm, bar)
+                part = _build_chunk(spec, sub, stage_rng(seed, 3, c), warm, bar)
                 part.info["fingerprint"] = cfp
                 part.info["wall_time"] = time.perf_counter() - t0
                 ex.save_experts(part, cdir)
@@ -371,7 +306,7 @@ def _stage_experts(
             sets[k][rows] = part.settings[k]
     t0 = time.perf_counter()
     probe = type(first)(params, {})
-    sets["default_return"] = _evaluate_default(spec, probe, _rng(seed, 6), progress)
+    sets["default_return"] = _evaluate_default(spec, probe, stage_rng(seed, 6), progress)
     wall["evaluate_default"] = time.perf_counter() - t0
     info = {k: v for k, v in first.info.items() if k not in ("fingerprint", "wall_time")}
     info.update(
@@ -391,7 +326,7 @@ def _stage_experts(
     ex.save_experts(experts, final)
     shutil.rmtree(stage / "expert_chunks", ignore_errors=True)
     walls.update(wall)
-    _log(
+    log(
         progress,
         f"experts: {m} built in {sum(wall.values()):.0f} s; own-physics return mean "
         f"{info['own_return_mean']:.2f}",
@@ -411,7 +346,7 @@ def _evaluate_default(
             experts, spec.env, rng, episodes=episodes, own=False, horizon=spec.eval_horizon
         )
     ids = np.arange(m)
-    with _bar(progress, m, f"{spec.name}: experts on the default env") as bar:
+    with progress_bar(progress, m, f"{spec.name}: experts on the default env") as bar:
         ro = lunar_lander_rollout(
             lambda obs, idx, _: experts.greedy_for(ids[idx], obs),
             rng.integers(0, 2**31 - 1, size=m),
@@ -443,127 +378,6 @@ def _n_actions(env: str) -> int:
     return {"cartpole": 2, "acrobot": 3, "lunarlander": 4, "hiv": 4}[env]
 
 
-def _default_sim(env: str) -> Any:
-    from privrl.envs.perturbed import AcrobotBatch, CartPoleBatch, PerturbedHIVBatch
-
-    return {"cartpole": CartPoleBatch, "acrobot": AcrobotBatch, "hiv": PerturbedHIVBatch}[env]()
-
-
-# ============================================================================ stage 3: shards
-
-
-def _collect(
-    spec: ExpertRecipeSpec,
-    experts: ex.ArrayExperts,
-    ids: np.ndarray,
-    rng: np.random.Generator,
-    bar: _Bar,
-) -> Rollout:
-    """``spec.trajectories`` episodes per expert in ``ids`` on the default environment with the
-    p_min-modified policy; episode j belongs to expert ``ep_ids[j]``."""
-    ep_ids = np.repeat(ids, spec.trajectories)
-
-    def act(obs: np.ndarray, idx: np.ndarray, g: np.random.Generator) -> Any:
-        return experts.act(ep_ids[idx], obs, g, P_MIN, return_probs=True)
-
-    if spec.env == "lunarlander":
-        seeds = rng.integers(0, 2**31 - 1, size=len(ep_ids))
-        return lunar_lander_rollout(
-            act, seeds, rng, horizon=spec.data_horizon, record=True, progress=bar.advance
-        )
-    obs_dtype = np.float64 if spec.env == "hiv" else np.float32
-    ro = numpy_rollout(
-        _default_sim(spec.env), act, len(ep_ids), spec.data_horizon, rng, obs_dtype=obs_dtype
-    )
-    bar.advance(len(ep_ids))
-    return ro
-
-
-def rollout_to_dataset(
-    ro: Rollout, unit_ids: np.ndarray, metadata: DatasetMetadata | None = None
-) -> TrajectoryDataset:
-    """Padded rollout arrays to a flat ``TrajectoryDataset``: float observations as recorded,
-    uint8 actions, ``terminated`` on the last step of episodes that ended in a terminal state,
-    ``truncated`` on the others (they hit the horizon)."""
-    lengths = ro.lengths
-    h = ro.rewards.shape[1]
-    t_mask = np.arange(h)[None, :] < lengths[:, None]
-    o_mask = np.arange(h + 1)[None, :] <= lengths[:, None]
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    last = offsets[1:] - 1
-    term = np.zeros(int(offsets[-1]), dtype=bool)
-    trunc = np.zeros(int(offsets[-1]), dtype=bool)
-    term[last[ro.terminated]] = True
-    trunc[last[~ro.terminated]] = True
-    return TrajectoryDataset(
-        observations=ro.obs[o_mask],
-        actions=ro.actions[t_mask].astype(np.uint8),
-        rewards=ro.rewards[t_mask],
-        terminated=term,
-        truncated=trunc,
-        episode_offsets=offsets,
-        behaviour_probs=None if ro.probs is None else ro.probs[t_mask],
-        unit_ids=np.asarray(unit_ids, dtype=np.int64),
-        metadata=metadata,
-    )
-
-
-def _spaces(spec: ExpertRecipeSpec) -> tuple[Any, Any]:
-    import gymnasium as gym
-    from gymnasium import spaces
-
-    if spec.env == "hiv":
-        from privrl.envs.hiv import observation_space
-
-        return observation_space(), spaces.Discrete(4)
-    env = gym.make(spec.env_id)
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
-
-
-# ============================================================================ stage 5: plot
-
-
-def plot_expert_returns(
-    panels: list[tuple[str, np.ndarray]], path: Path, title: str, unit_note: str = ""
-) -> Path:
-    """Figure 2 style: one histogram (with a Gaussian KDE) of the experts' mean returns per
-    panel, e.g. greedy on their own physics, greedy on the default environment, and their
-    p_min-modified trajectories in the dataset."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from scipy.stats import gaussian_kde
-
-    colours = ("tab:orange", "tab:green", "tab:blue", "tab:purple")
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    for ax, (label, values), colour in zip(axes[0], panels, colours, strict=False):
-        v = np.asarray(values, dtype=np.float64)
-        bins = max(10, min(50, int(np.sqrt(max(v.size, 1)))))
-        ax.hist(v, bins=bins, density=True, color=colour, alpha=0.6)
-        if v.size > 2 and np.ptp(v) > 1e-9 * max(1.0, np.abs(v).max()):
-            xs = np.linspace(v.min(), v.max(), 200)
-            try:
-                ax.plot(xs, gaussian_kde(v)(xs), color=colour)
-            except np.linalg.LinAlgError:  # degenerate sample
-                pass
-        ax.set_xlabel(f"expert mean return{unit_note}")
-        ax.set_title(
-            f"{label}\nmedian {np.median(v):.4g}, mean {np.mean(v):.4g}, m = {v.size}",
-            fontsize=9,
-        )
-    axes[0, 0].set_ylabel("density")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
 # ============================================================================ the recipe
 
 
@@ -580,32 +394,34 @@ def build_recipe(
 
     Returns at once when the dataset exists. ``quick`` uses :meth:`ExpertRecipeSpec.quick`.
     """
-    from privrl.experiments.recipes import build_lock
-
     if quick:
         spec = spec.quick()
-    stem = _stem(spec, seed, quick)
+    stem = build_stem(spec.name, seed, quick)
     stage = Path(data_dir) / stem
     out_path = stage / f"{stem}.h5"
-    with build_lock(stage, spec.name):
-        _remove_stale(stage, progress)
-        if out_path.is_file():
-            _log(progress, f"{out_path} exists; nothing to do")
-            return out_path
-        path = _build_locked(
+    return locked_build(
+        spec.name,
+        stage,
+        out_path,
+        progress,
+        lambda: _build_locked(
             spec, stage, out_path, seed, quick=quick, progress=progress, keep_shards=keep_shards
-        )
-        _remove_stale(stage, progress)
-        return path
+        ),
+    )
 
 
-def _remove_stale(stage: Path, progress: bool) -> None:
-    """Temporaries of an earlier, killed build (under the build lock, none is live)."""
-    from privrl.experiments.recipes import remove_stale_temps
-
-    gone = remove_stale_temps(stage)
-    if gone:
-        _log(progress, f"removed {len(gone)} stale temporary file(s) of an interrupted build")
+def _metadata(spec: ExpertRecipeSpec, extra: dict[str, Any]) -> DatasetMetadata:
+    """A shard's or the dataset's metadata: the recipe's spaces, environment, discount and
+    data horizon, with ``extra``."""
+    obs_space, act_space = _spaces(spec)
+    return DatasetMetadata(
+        observation_space=obs_space,
+        action_space=act_space,
+        env_id=spec.env_id,
+        discount=DISCOUNT,
+        horizon=spec.data_horizon,
+        extra=extra,
+    )
 
 
 def _build_locked(
@@ -629,11 +445,11 @@ def _build_locked(
 
     # 2. reference returns (uniform random policy on the default environment)
     ref_path = stage / "reference.json"
-    ref_fp = _fingerprint([VERSION, spec.env, spec.random_episodes, spec.eval_horizon, seed])
-    ref = _read_json(ref_path)
+    ref_fp = stage_fingerprint([VERSION, spec.env, spec.random_episodes, spec.eval_horizon, seed])
+    ref = read_json(ref_path)
     if ref is None or ref.get("fingerprint") != ref_fp:
         t0 = time.perf_counter()
-        rets = _random_reference(spec, _rng(seed, 4)).returns()
+        rets = _random_reference(spec, stage_rng(seed, 4)).returns()
         ref = {
             "fingerprint": ref_fp,
             "random": float(rets.mean()),
@@ -642,20 +458,19 @@ def _build_locked(
             "horizon": spec.eval_horizon,
             "wall_time": time.perf_counter() - t0,
         }
-        _atomic_json(ref, ref_path)
+        write_json(ref, ref_path, allow_nan=False)
     walls["reference"] = ref["wall_time"]
-    _log(progress, f"reference: random policy {ref['random']:.3f} over {ref['episodes']} episodes")
+    log(progress, f"reference: random policy {ref['random']:.3f} over {ref['episodes']} episodes")
 
     # 3. shards
-    obs_space, act_space = _spaces(spec)
     m = experts.n_experts
     bounds = list(range(0, m, spec.experts_per_shard))
     shard_paths = [stage / f"shard-{s:04d}.h5" for s in range(len(bounds))]
     shard_wall = 0.0
-    with _bar(progress, m * spec.trajectories, f"{spec.name}: trajectories") as bar:
+    with progress_bar(progress, m * spec.trajectories, f"{spec.name}: trajectories") as bar:
         for s, lo in enumerate(bounds):
             ids = np.arange(lo, min(m, lo + spec.experts_per_shard))
-            sfp = _fingerprint([efp, s, ids.tolist(), spec.trajectories, P_MIN, seed])
+            sfp = stage_fingerprint([efp, s, ids.tolist(), spec.trajectories, P_MIN, seed])
             shard = None
             if shard_paths[s].is_file():
                 shard = load_hdf5(shard_paths[s], validate=False)
@@ -663,22 +478,15 @@ def _build_locked(
                     shard = None
             if shard is None:
                 t0 = time.perf_counter()
-                ro = _collect(spec, experts, ids, _rng(seed, 5, s), bar)
-                md = DatasetMetadata(
-                    observation_space=obs_space,
-                    action_space=act_space,
-                    env_id=spec.env_id,
-                    discount=DISCOUNT,
-                    horizon=spec.data_horizon,
-                    extra={"fingerprint": sfp, "wall_time": time.perf_counter() - t0},
-                )
+                ro = _collect(spec, experts, ids, stage_rng(seed, 5, s), bar)
+                md = _metadata(spec, {"fingerprint": sfp, "wall_time": time.perf_counter() - t0})
                 shard = rollout_to_dataset(ro, np.repeat(ids, spec.trajectories), md)
                 save_hdf5(shard, shard_paths[s])
             else:
                 bar.advance(len(ids) * spec.trajectories)
             shard_wall += float(shard.metadata.extra["wall_time"])
     walls["trajectories"] = shard_wall
-    _log(progress, f"trajectories: {len(bounds)} shards, {shard_wall:.0f} s")
+    log(progress, f"trajectories: {len(bounds)} shards, {shard_wall:.0f} s")
 
     # 4. dataset
     t0 = time.perf_counter()
@@ -717,15 +525,7 @@ def _build_locked(
     }
     if spec.env_kwargs:
         extra["env_kwargs"] = spec.env_kwargs
-    meta = DatasetMetadata(
-        observation_space=obs_space,
-        action_space=act_space,
-        env_id=spec.env_id,
-        discount=DISCOUNT,
-        horizon=spec.data_horizon,
-        extra=extra,
-    )
-    ds = ds.with_metadata(meta)
+    ds = ds.with_metadata(_metadata(spec, extra))
     t0 = time.perf_counter()
     save_hdf5(ds, out_path)
     walls["write"] = time.perf_counter() - t0
@@ -741,15 +541,16 @@ def _build_locked(
         stage / "experts_hist.png",
         f"{spec.name}: {m} experts" + (" (returns in units of 1e6)" if spec.env == "hiv" else ""),
     )
-    _atomic_json(
+    write_json(
         {
             "dataset": out_path.name,
             "wall_time": {k: round(v, 3) for k, v in walls.items()},
             "size_bytes": out_path.stat().st_size,
         },
         stage / "build.json",
+        allow_nan=False,
     )
-    _log(
+    log(
         progress,
         f"dataset: {ds.n_episodes} episodes, {ds.n_transitions} transitions, "
         f"{out_path.stat().st_size / 2**20:.1f} MiB; wall time per stage (s): "

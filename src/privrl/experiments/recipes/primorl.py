@@ -34,18 +34,36 @@ Bit-identical results assume the same torch thread count (recorded in the metada
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
+
+from privrl.experiments.recipes.common import (
+    atomic_write,
+    build_stem,
+    locked_build,
+    log,
+    progress_bar,
+    seed_seq,
+    stage_fingerprint,
+    write_json,
+)
+from privrl.experiments.recipes.primorl_stages import (
+    _Job,
+    _load_stage,
+    _plan_jobs,
+    _reference_returns,
+    _rollout_shard,
+    _shards,
+    _train_agent,
+)
 
 __all__ = [
     "RECIPE_SPECS",
@@ -224,354 +242,6 @@ def halfcheetah(
     )
 
 
-# ============================================================================ stages
-
-
-def _stem(spec: RecipeSpec, seed: int, quick: bool) -> str:
-    return spec.name + ("-quick" if quick else "") + (f"-seed{seed}" if seed != 0 else "")
-
-
-def _fingerprint(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _seed_seq(seed: int, *key: int) -> np.random.SeedSequence:
-    return np.random.SeedSequence(entropy=int(seed), spawn_key=tuple(int(k) for k in key))
-
-
-def _int_seed(ss: np.random.SeedSequence) -> int:
-    return int(ss.generate_state(1, dtype=np.uint32)[0])
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _torch_save(obj: Any, path: Path) -> None:
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-
-    _atomic_write(path, write)
-
-
-def _json_save(obj: Any, path: Path) -> None:
-    _atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2)))
-
-
-def _scaler(task: Any) -> Any:
-    from privrl.rl.mlp import ActionScaler
-
-    a = task.act_dim
-    return ActionScaler([task.action_low] * a, [task.action_high] * a)
-
-
-def _make_agent(spec: AgentSpec, task: Any, seed: int) -> Any:
-    low, high = [task.action_low] * task.act_dim, [task.action_high] * task.act_dim
-    if spec.algo == "sac":
-        from privrl.rl.sac import SAC, SACConfig
-
-        cfg = SACConfig(hidden=tuple(spec.hidden), lr=spec.lr)
-        return SAC(task.obs_dim, task.act_dim, low, high, cfg, seed=seed)
-    from privrl.rl.td3 import TD3, TD3Config
-
-    kw = {
-        "hidden": tuple(spec.hidden),
-        "actor_lr": spec.lr,
-        "critic_lr": spec.lr,
-        "expl_noise": spec.expl_noise,
-    }
-    cfg = TD3Config.ddpg(**kw) if spec.algo == "ddpg" else TD3Config(**kw)
-    return TD3(task.obs_dim, task.act_dim, low, high, cfg, seed=seed)
-
-
-def _actor_module(algo: str, task: Any, hidden: Sequence[int], state: dict) -> torch.nn.Module:
-    from privrl.rl.mlp import DeterministicActor, SquashedGaussianActor
-
-    if algo == "sac":
-        m: torch.nn.Module = SquashedGaussianActor(task.obs_dim, task.act_dim, hidden)
-    else:
-        m = DeterministicActor(task.obs_dim, task.act_dim, hidden)
-    m.load_state_dict(state)
-    return m.requires_grad_(False).eval()
-
-
-def _unit_actions(actor: torch.nn.Module, algo: str, obs: np.ndarray) -> np.ndarray:
-    """Deterministic actions in ``[-1, 1]`` (SAC: tanh of the Gaussian mean)."""
-    with torch.no_grad():
-        o = torch.as_tensor(obs, dtype=torch.float32)
-        a = actor(o, deterministic=True, with_logprob=False)[0] if algo == "sac" else actor(o)
-    return a.numpy().astype(np.float64)
-
-
-def _evaluate(
-    task: Any,
-    act_fn: Callable[[np.ndarray], np.ndarray],
-    n_episodes: int,
-    seed: int,
-) -> np.ndarray:
-    """Undiscounted returns of ``n_episodes`` in the batched simulator (one batch)."""
-    from privrl.envs.batched import make_batched
-
-    env = make_batched(task, n_episodes)
-    obs = env.reset(seed=seed)
-    ret = np.zeros(n_episodes)
-    for _ in range(env.horizon):
-        obs, r, _ = env.step(act_fn(obs))
-        ret += r
-    return ret
-
-
-def _train_agent(
-    spec: RecipeSpec, i: int, task: Any, seed: int, path: Path, progress: bool
-) -> dict[str, Any]:
-    """Stage: train agent ``i`` and keep its deterministic checkpoints (with eval returns)."""
-    from privrl.envs.batched import make_batched
-    from privrl.rl.replay import train_online
-
-    a_spec = spec.agents[i]
-    ss = _seed_seq(seed, 1, i)
-    s_agent, s_env, s_eval = (_int_seed(s) for s in ss.spawn(3))
-    agent = _make_agent(a_spec, task, s_agent)
-    env = make_batched(task, a_spec.num_envs)
-    first = a_spec.first_checkpoint or a_spec.checkpoint_every
-    fingerprint = _fingerprint([spec.task, dataclasses.asdict(a_spec), seed, i])
-    kept: dict[str, Any] = {"checkpoints": []}  # saved in (and restored from) snapshots
-
-    def on_checkpoint(step: int, ag: Any, result: Any) -> None:
-        if step < first:
-            return
-        checkpoints = kept["checkpoints"]
-        actor_state = {k: v.detach().clone() for k, v in ag.actor.state_dict().items()}
-        rets = _evaluate(
-            task,
-            lambda o: ag.act(o, deterministic=True),
-            spec.eval_episodes,
-            s_eval + len(checkpoints),
-        )
-        checkpoints.append(
-            {
-                "step": step,
-                "actor": actor_state,
-                "eval_return": float(rets.mean()),
-                "eval_std": float(rets.std()),
-            }
-        )
-
-    snapshot = path.with_name(path.stem + ".partial.pt")
-    res = train_online(
-        agent,
-        env,
-        a_spec.steps,
-        start_steps=a_spec.start_steps,
-        update_after=a_spec.start_steps if a_spec.update_after is None else a_spec.update_after,
-        checkpoint_every=a_spec.checkpoint_every,
-        callback=on_checkpoint,
-        progress=progress,
-        seed=s_env,
-        buffer_capacity=max(a_spec.steps, 1),
-        description=f"{spec.name}: agent {i} ({a_spec.algo})",
-        snapshot_path=snapshot,
-        snapshot_tag=fingerprint,
-        extra_state=kept,
-    )
-    out = {
-        "fingerprint": fingerprint,
-        "algo": a_spec.algo,
-        "hidden": list(a_spec.hidden),
-        "checkpoints": kept["checkpoints"],
-        "train_steps": res.episode_steps,
-        "train_returns": res.episode_returns,
-        "wall_time": res.wall_time,
-    }
-    _torch_save(out, path)
-    snapshot.unlink(missing_ok=True)
-    return out
-
-
-def _load_stage(path: Path, fingerprint: str, loader: Callable[[Path], Any]) -> Any | None:
-    if not path.is_file():
-        return None
-    try:
-        obj = loader(path)
-    except Exception:  # a corrupt or foreign file: rebuild the stage
-        return None
-    return obj if obj.get("fingerprint") == fingerprint else None
-
-
-@dataclass
-class _Job:
-    """Episodes of one behaviour: a checkpoint (agent, index) with noise σ, or uniform random."""
-
-    agent: int | None
-    checkpoint: int | None
-    noise: float
-    n_episodes: int
-    label: str = ""
-    shards: list[int] = field(default_factory=list)
-
-
-def _split_even(total: int, parts: int) -> list[int]:
-    base, rem = divmod(total, parts)
-    return [base + (1 if j < rem else 0) for j in range(parts)]
-
-
-def _plan_jobs(spec: RecipeSpec, agents: list[dict[str, Any]]) -> tuple[list[_Job], dict]:
-    """Allocate the K episodes to behaviours (see the module docstring)."""
-    n_random = round(spec.random_share * spec.n_episodes)
-    n_policy = spec.n_episodes - n_random
-    jobs: list[_Job] = []
-    info: dict[str, Any] = {}
-    if spec.mode == "replay":
-        refs = [(i, j) for i, a in enumerate(agents) for j in range(len(a["checkpoints"]))]
-        if not refs:
-            raise RuntimeError(f"{spec.name}: no checkpoints were kept")
-        for (i, j), n in zip(refs, _split_even(n_policy, len(refs)), strict=True):
-            for sigma, m in zip(
-                spec.noise_levels, _split_even(n, len(spec.noise_levels)), strict=True
-            ):
-                jobs.append(_Job(i, j, sigma, m))
-    else:  # medium_expert
-        flat = [
-            (i, j, c["eval_return"])
-            for i, a in enumerate(agents)
-            for j, c in enumerate(a["checkpoints"])
-        ]
-        ei, ej, best = max(flat, key=lambda t: t[2])
-        target = spec.medium_fraction * best
-        mi, mj, med = min(flat, key=lambda t: abs(t[2] - target))
-        info = {
-            "expert": {"agent": ei, "checkpoint": ej, "eval_return": best},
-            "medium": {"agent": mi, "checkpoint": mj, "eval_return": med},
-        }
-        n_med, n_exp = _split_even(n_policy, 2)
-        for (i, j), n in (((mi, mj), n_med), ((ei, ej), n_exp)):
-            for sigma, m in zip(
-                spec.noise_levels, _split_even(n, len(spec.noise_levels)), strict=True
-            ):
-                jobs.append(_Job(i, j, sigma, m))
-    if n_random:
-        jobs.append(_Job(None, None, 0.0, n_random))
-    jobs = [j for j in jobs if j.n_episodes > 0]
-    for job in jobs:
-        if job.agent is None:
-            job.label = "uniform random"
-        else:
-            c = agents[job.agent]["checkpoints"][job.checkpoint]
-            job.label = (
-                f"{agents[job.agent]['algo']}#{job.agent} step {c['step']} sigma {job.noise:g}"
-            )
-    return jobs, info
-
-
-def _shards(spec: RecipeSpec, jobs: list[_Job]) -> list[tuple[int, int, int]]:
-    """(job index, first episode of the job, n episodes) per shard; assigns job.shards."""
-    out: list[tuple[int, int, int]] = []
-    for k, job in enumerate(jobs):
-        done = 0
-        for m in _split_even(job.n_episodes, -(-job.n_episodes // spec.shard_episodes)):
-            job.shards.append(len(out))
-            out.append((k, done, m))
-            done += m
-    return out
-
-
-def _rollout_shard(
-    spec: RecipeSpec,
-    task: Any,
-    job: _Job,
-    n: int,
-    agents: list[dict[str, Any]],
-    ss: np.random.SeedSequence,
-) -> dict[str, np.ndarray]:
-    """``n`` episodes of one behaviour, stepped together; float32 arrays [n, H(+1), ·]."""
-    from privrl.envs.batched import make_batched
-
-    s_env, s_noise = ss.spawn(2)
-    rng = np.random.default_rng(s_noise)
-    env = make_batched(task, n)
-    scaler = _scaler(task)
-    H, d, a_dim = task.horizon, task.obs_dim, task.act_dim
-    obs_buf = np.empty((n, H + 1, d), dtype=np.float32)
-    act_buf = np.empty((n, H, a_dim), dtype=np.float32)
-    rew_buf = np.empty((n, H), dtype=np.float32)
-    actor = None
-    if job.agent is not None:
-        a = agents[job.agent]
-        actor = _actor_module(
-            a["algo"], task, a["hidden"], a["checkpoints"][job.checkpoint]["actor"]
-        )
-    obs = env.reset(seed=_int_seed(s_env))
-    for t in range(H):
-        if actor is None:
-            unit = rng.uniform(-1.0, 1.0, (n, a_dim))
-        else:
-            unit = _unit_actions(actor, agents[job.agent]["algo"], obs)
-            if job.noise > 0:
-                unit = np.clip(unit + job.noise * rng.standard_normal(unit.shape), -1.0, 1.0)
-        act = scaler.to_env_np(unit)
-        obs_buf[:, t] = obs
-        act_buf[:, t] = act
-        obs, rew, _ = env.step(act)
-        rew_buf[:, t] = rew
-    obs_buf[:, H] = obs
-    return {"obs": obs_buf, "act": act_buf, "rew": rew_buf}
-
-
-def _reference_returns(
-    spec: RecipeSpec, task: Any, agents: list[dict[str, Any]], seed: int
-) -> dict[str, Any]:
-    """Stage: R_rand (uniform actions) and R_exp (best checkpoint, deterministic) on
-    ``reference_episodes`` fresh episodes each."""
-    start = time.perf_counter()
-    ss_rand, ss_exp, ss_act = _seed_seq(seed, 2).spawn(3)
-    rng = np.random.default_rng(ss_act)
-    scaler = _scaler(task)
-    n = spec.reference_episodes
-    r_rand = _evaluate(
-        task,
-        lambda o: scaler.to_env_np(rng.uniform(-1, 1, (len(o), task.act_dim))),
-        n,
-        _int_seed(ss_rand),
-    )
-    flat = [
-        (i, j, c["eval_return"])
-        for i, a in enumerate(agents)
-        for j, c in enumerate(a["checkpoints"])
-    ]
-    bi, bj, _ = max(flat, key=lambda t: t[2])
-    best = agents[bi]
-    actor = _actor_module(best["algo"], task, best["hidden"], best["checkpoints"][bj]["actor"])
-    r_exp = _evaluate(
-        task,
-        lambda o: scaler.to_env_np(_unit_actions(actor, best["algo"], o)),
-        n,
-        _int_seed(ss_exp),
-    )
-    return {
-        "random": float(r_rand.mean()),
-        "random_std": float(r_rand.std()),
-        "expert": float(r_exp.mean()),
-        "expert_std": float(r_exp.std()),
-        "episodes": n,
-        "expert_policy": {
-            "agent": bi,
-            "algo": best["algo"],
-            "step": best["checkpoints"][bj]["step"],
-            "selected_on_eval_return": best["checkpoints"][bj]["eval_return"],
-        },
-        "wall_time": time.perf_counter() - start,
-    }
-
-
 # ============================================================================ the build
 
 
@@ -609,29 +279,16 @@ def build_recipe(
 def _build(
     spec: RecipeSpec, data_dir: Path, seed: int, quick: bool, progress: bool, keep_shards: bool
 ) -> Path:
-    from privrl.experiments.recipes import build_lock
-
-    stem = _stem(spec, seed, quick)
+    stem = build_stem(spec.name, seed, quick)
     out_path = data_dir / f"{stem}.h5"
     stage_dir = data_dir / stem
-    with build_lock(stage_dir, spec.name):
-        _remove_stale(stage_dir, out_path, progress)
-        if out_path.is_file():
-            _log(progress, f"{out_path} exists; nothing to do")
-            return out_path
-        path = _build_locked(spec, data_dir, seed, quick, progress, keep_shards)
-        _remove_stale(stage_dir, out_path, progress)
-        return path
-
-
-def _remove_stale(stage_dir: Path, out_path: Path, progress: bool) -> None:
-    """Temporaries of an earlier, killed build (under the build lock, none is live)."""
-    from privrl.experiments.recipes import remove_stale_temps
-
-    gone = remove_stale_temps(stage_dir)
-    gone += remove_stale_temps(out_path.parent, prefix=f".{out_path.name}.", recursive=False)
-    if gone:
-        _log(progress, f"removed {len(gone)} stale temporary file(s) of an interrupted build")
+    return locked_build(
+        spec.name,
+        stage_dir,
+        out_path,
+        progress,
+        lambda: _build_locked(spec, data_dir, seed, quick, progress, keep_shards),
+    )
 
 
 def _build_locked(
@@ -639,7 +296,7 @@ def _build_locked(
 ) -> Path:
     from privrl.envs.control import CONTROL_TASKS
 
-    stem = _stem(spec, seed, quick)
+    stem = build_stem(spec.name, seed, quick)
     out_path = data_dir / f"{stem}.h5"
     stage_dir = data_dir / stem
     task = CONTROL_TASKS[spec.task]
@@ -651,7 +308,7 @@ def _build_locked(
     agents: list[dict[str, Any]] = []
     for i, a_spec in enumerate(spec.agents):
         path = stage_dir / f"agent-{i}.pt"
-        fp = _fingerprint([spec.task, dataclasses.asdict(a_spec), seed, i])
+        fp = stage_fingerprint([spec.task, dataclasses.asdict(a_spec), seed, i])
         rec = _load_stage(path, fp, lambda p: torch.load(p, weights_only=True))
         if rec is None:
             rec = _train_agent(spec, i, task, seed, path, progress)
@@ -660,7 +317,7 @@ def _build_locked(
         agents.append(rec)
         walls[f"agent-{i}"] = rec["wall_time"]
         evals = [round(c["eval_return"], 1) for c in rec["checkpoints"]]
-        _log(
+        log(
             progress,
             f"agent {i} ({a_spec.algo}, {a_spec.steps} steps): {rec['wall_time']:.0f} s; "
             f"checkpoint eval returns {evals}",
@@ -668,17 +325,17 @@ def _build_locked(
 
     # 2. reference returns
     ref_path = stage_dir / "reference.json"
-    ref_fp = _fingerprint(
-        [_fingerprint([a["fingerprint"] for a in agents]), spec.reference_episodes, seed]
+    ref_fp = stage_fingerprint(
+        [stage_fingerprint([a["fingerprint"] for a in agents]), spec.reference_episodes, seed]
     )
     ref = _load_stage(ref_path, ref_fp, lambda p: json.loads(p.read_text()))
     if ref is None:
         ref = {"fingerprint": ref_fp, **_reference_returns(spec, task, agents, seed)}
-        _json_save(ref, ref_path)
+        write_json(ref, ref_path)
     else:
         skipped.append("reference")
     walls["reference"] = ref["wall_time"]
-    _log(
+    log(
         progress,
         f"reference returns ({ref['episodes']} episodes): random {ref['random']:.2f}, "
         f"expert {ref['expert']:.2f} ({ref['expert_policy']['algo']} step "
@@ -688,31 +345,30 @@ def _build_locked(
     # 3. rollout shards
     jobs, plan_info = _plan_jobs(spec, agents)
     shards = _shards(spec, jobs)
-    agents_fp = _fingerprint([a["fingerprint"] for a in agents])
+    agents_fp = stage_fingerprint([a["fingerprint"] for a in agents])
     shard_paths = [stage_dir / f"shard-{s:05d}.npz" for s in range(len(shards))]
     roll_wall = 0.0
     n_built = 0
-    with _bar(progress, spec.n_episodes, f"{spec.name}: rollouts") as bar:
+    with progress_bar(progress, spec.n_episodes, f"{spec.name}: rollouts", transient=True) as bar:
         for s, (k, first, m) in enumerate(shards):
             job = jobs[k]
-            fp = _fingerprint(
+            fp = stage_fingerprint(
                 [agents_fp, job.agent, job.checkpoint, job.noise, k, first, m, seed, s]
             )
             meta = _load_npz_meta(shard_paths[s], fp)
             if meta is None:
                 t0 = time.perf_counter()
-                arrays = _rollout_shard(spec, task, job, m, agents, _seed_seq(seed, 3, s))
+                arrays = _rollout_shard(spec, task, job, m, agents, seed_seq(seed, 3, s))
                 wall = time.perf_counter() - t0
                 meta = {"fingerprint": fp, "wall_time": wall, "n": m}
                 _save_npz(shard_paths[s], arrays, meta)
                 n_built += 1
             roll_wall += meta["wall_time"]
-            if bar is not None:
-                bar[0].advance(bar[1], m)
+            bar.advance(m)
     if n_built < len(shards):
         skipped.append(f"{len(shards) - n_built} of {len(shards)} shards")
     walls["rollouts"] = roll_wall
-    _log(progress, f"rollouts: {len(shards)} shards, {spec.n_episodes} episodes, {roll_wall:.0f} s")
+    log(progress, f"rollouts: {len(shards)} shards, {spec.n_episodes} episodes, {roll_wall:.0f} s")
 
     # 4. assemble
     t0 = time.perf_counter()
@@ -760,7 +416,7 @@ def _build_locked(
     t0 = time.perf_counter()
     save_hdf5(ds, out_path)
     walls["write"] = time.perf_counter() - t0
-    _log(
+    log(
         progress,
         "wall time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in walls.items()),
     )
@@ -775,7 +431,7 @@ def _save_npz(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -
         with open(tmp, "wb") as f:
             np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
 
 
 def _load_npz_meta(path: Path, fingerprint: str) -> dict[str, Any] | None:
@@ -799,7 +455,7 @@ def _assemble(
     from privrl.envs.control import make_env
 
     K, H, d, a_dim = spec.n_episodes, task.horizon, task.obs_dim, task.act_dim
-    perm = np.random.default_rng(_seed_seq(seed, 4)).permutation(K)
+    perm = np.random.default_rng(seed_seq(seed, 4)).permutation(K)
     obs = np.empty((K, H + 1, d), dtype=np.float32)
     act = np.empty((K, H, a_dim), dtype=np.float32)
     rew = np.empty((K, H), dtype=np.float32)
@@ -858,50 +514,3 @@ def _assemble(
         metadata=meta,
     )
     return ds, table
-
-
-# ============================================================================ output
-
-
-def _log(enabled: bool, message: str) -> None:
-    if enabled:
-        from rich.console import Console
-
-        Console(stderr=True).print(message, highlight=False)
-
-
-class _BarCtx:
-    def __init__(self, enabled: bool, total: int, label: str) -> None:
-        self.enabled, self.total, self.label = enabled, total, label
-        self._p: Any = None
-
-    def __enter__(self) -> tuple[Any, Any] | None:
-        if not self.enabled:
-            return None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._p = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            transient=True,
-        )
-        self._p.__enter__()
-        return self._p, self._p.add_task(self.label, total=self.total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._p is not None:
-            self._p.__exit__(*exc)
-
-
-def _bar(enabled: bool, total: int, label: str) -> _BarCtx:
-    return _BarCtx(enabled, total, label)
