@@ -176,7 +176,7 @@ def test_primorl_claim_is_the_run_report_and_bound_stays_below() -> None:
 
 
 def test_broken_primorl_noise_is_caught(broken_gaussian: None) -> None:
-    """DP-FedAvg's Gaussian 10× smaller than its report says (z = 5, claimed ε ≈ 1; each canary
+    """DP-FedAvg's Gaussian 10× smaller than its report says (z = 5, claimed ε = 0.73; each canary
     then sees a Gaussian of μ ≈ 2) is caught by one run."""
     audit = audit_primorl_one_run(
         plan=_plan(5.0),
