@@ -14,7 +14,11 @@ import torch
 
 from privrl.cli.main import main
 from privrl.runs import registry
-from privrl.systems.audit_deep import AuditExpertDpConfig, AuditPrimorlConfig
+from privrl.systems.audit_deep import (
+    AuditExpertDpConfig,
+    AuditExpertDpSgdConfig,
+    AuditPrimorlConfig,
+)
 
 torch.set_num_threads(1)
 
@@ -22,6 +26,10 @@ SMALL_PRIMORL = {"canaries": 200, "background": 20, "guesses": 40}
 SMALL_FLAGS = "--canaries 200 --background 20 --guesses 40".split()
 CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "audit-expert-dp": ({"epsilon": 4.0, "trials": 3000}, "--epsilon 4 --trials 3000".split()),
+    "audit-expert-dp-sgd": (
+        {"noise_multiplier": 3.0, **SMALL_PRIMORL},
+        ["--noise-multiplier", "3", *SMALL_FLAGS],
+    ),
     "audit-primorl": (
         {"noise_multiplier": 1.0, **SMALL_PRIMORL},
         "--noise-multiplier 1 --canaries 200 --background 20 --guesses 40".split(),
@@ -49,6 +57,7 @@ def _json(path: Path) -> dict[str, Any]:
     [
         (AuditExpertDpConfig, {"epsilon": 2.0, "canary": "random", "max_len": 7}),
         (AuditExpertDpConfig, {"epsilon": 2.0, "non_private": True, "calibration": "tight"}),
+        (AuditExpertDpSgdConfig, {"epsilon": 4.0, "steps": 3, "guesses": 20}),
         (AuditPrimorlConfig, {"epsilon": 4.0, "rate": 0.5, "rounds": 3, "statistic": "gradient"}),
         (AuditPrimorlConfig, {"non_private": True, **SMALL_PRIMORL}),
     ],
@@ -85,7 +94,7 @@ def test_audit_run_directory_and_toml_face(
     assert privacy["epsilon"] == pytest.approx(metrics["epsilon_claimed"])
     sources = {p["source"] for p in privacy["public_parameters"]}
     assert sources and sources <= {"flag", "derived", "default"}
-    assert privacy["unit"] == ("expert" if system == "audit-expert-dp" else "trajectory")
+    assert privacy["unit"] == ("trajectory" if system == "audit-primorl" else "expert")
     assert (cli_out / "plots" / "roc.png").stat().st_size > 1000
 
 
@@ -112,6 +121,7 @@ def test_published_files_besides_metrics_do_not_depend_on_the_seed(
     "argv",
     [
         ["expert-dp", "--epsilon", "4", "--non-private", "--trials", "2000"],
+        ["expert-dp-sgd", "--non-private"],
         ["primorl", "--non-private", "--canaries", "200", "--background", "20", "--guesses", "40"],
     ],
 )
@@ -136,11 +146,12 @@ def test_primorl_one_run_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "one-run lower bound" in capsys.readouterr().out
 
 
-def test_weakened_noise_fails_both_audits(
+def test_weakened_noise_fails_every_deep_audit(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A fault behind a test-only patch: every Laplace draw of the filter and every Gaussian
-    of DP-FedAvg 10× smaller than the reports say. Each audit exits 1 with one error line."""
+    of DP-FedAvg and expert-level DP-SGD 10× smaller than the reports say. Each audit exits 1
+    with one error line."""
     from privrl.privacy import mechanisms, threshold
 
     real_t, real_q = threshold.noisy_threshold, threshold.prefix_query_noise
@@ -157,6 +168,7 @@ def test_weakened_noise_fails_both_audits(
     for argv in (
         ["expert-dp", "--epsilon", "1", "--trials", "100000"],
         ["primorl", "--noise-multiplier", "5", "--statistic", "gradient", *SMALL_FLAGS],
+        ["expert-dp-sgd", "--noise-multiplier", "8"],
     ):
         out = tmp_path / argv[0]
         assert main(["audit", *argv, "--out", str(out)]) == 1
@@ -172,6 +184,9 @@ def test_weakened_noise_fails_both_audits(
         (["audit", "expert-dp", "--epsilon", "1", "--p-min", "0.9"], "--p-min must"),
         (["audit", "expert-dp", "--epsilon", "1", "--max-len", "0"], "--max-len must"),
         (["audit", "expert-dp", "--epsilon", "1", "--calibration", "x"], "--calibration must"),
+        (["audit", "expert-dp-sgd", "--steps", "2"], "exactly one of --epsilon"),
+        (["audit", "expert-dp-sgd", "--noise-multiplier", "1", "--steps", "0"], "--steps must"),
+        (["audit", "expert-dp-sgd", "--noise-multiplier", "1", "--guesses", "7"], "--guesses"),
         (["audit", "primorl", "--canaries", "20"], "exactly one of --epsilon"),
         (["audit", "primorl", "--epsilon", "1", "--non-private"], "exactly one of --epsilon"),
         (["audit", "primorl", "--noise-multiplier", "1", "--guesses", "3"], "--guesses must"),

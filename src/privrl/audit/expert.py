@@ -29,9 +29,13 @@ Score: k (a longer stable prefix ⇒ guess "canary in").
 The non-private twin is the same rule with the noise off (θ̂ = θ_shifted, no query noise):
 k is a deterministic function of the counts and tells Π₀ from Π₀ ∪ {canary} every time.
 
-Only the filter's first release is audited here: the selective DP-SGD half of expert-dp is
-expert-level DP-SGD (`privrl.expert.dpsgd`, the same sampling, clipping and noise primitives),
-audited with a worst-case gradient canary by `privrl.audit.dpsgd` (`privrl audit dp-sgd`).
+The private half of selective DP-SGD is audited in ONE run (`audit_expert_dp_sgd_one_run`,
+Steinke, Nasr & Jagielski 2023): `privrl.expert.dpsgd.expert_dp_sgd` itself (Algorithm 4:
+Poisson sampling of experts, one transition per sampled expert, per-expert clipping, the
+Gaussian of `privatize_sum_torch`, Adam) trains a discrete CQL learner on background experts
+and m canary experts, each included with probability ½; canary j's transition reads an input
+coordinate no other expert's data touch (its gradient lives in a direction no other expert
+uses), and the score is how much the released learner lowered canary j's loss.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ from privrl.privacy.report import PrivacyReport
 __all__ = [
     "TableExperts",
     "audit_consensus_filter",
+    "audit_expert_dp_sgd_one_run",
+    "expert_dp_sgd_claimed",
     "filter_calibration",
     "filter_claimed",
     "stable_prefix_lengths",
@@ -223,3 +229,178 @@ def audit_consensus_filter(
             "audited_release": "the stable-prefix length of one DataRelease round (Alg. 2)",
         },
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# expert-level DP-SGD (the private half of selective DP-SGD), one run
+# ---------------------------------------------------------------------------------------------
+
+
+def _expert_dataset(
+    canaries: int, background: int, dim: int, scale: float, included: np.ndarray, rng: Any
+) -> Any:
+    """Canary expert j (if included): one terminal step from state `scale`·e_j, action 0,
+    reward 1; background expert: one random-walk episode of 8 steps in the last `dim`
+    coordinates (its first m coordinates are 0), random actions, reward 0."""
+    from privrl.data.dataset import TrajectoryDataset
+
+    p = canaries + dim
+    episodes = []
+    for j in np.flatnonzero(included):  # a few hundred one-step episodes (set-up)
+        s = np.zeros((2, p), np.float32)
+        s[:, j] = scale
+        episodes.append(_step_episode(s, np.zeros(1, np.int64), 1.0, int(j), terminal=True))
+    for u in range(background):
+        s = np.zeros((9, p), np.float32)
+        s[:, canaries:] = np.cumsum(rng.normal(0.0, 0.3, size=(9, dim)), axis=0)
+        a = rng.integers(0, 2, size=8)
+        episodes.append(_step_episode(s, a, 0.0, canaries + u, terminal=False))
+    return TrajectoryDataset.from_episodes(episodes)
+
+
+def _step_episode(
+    obs: np.ndarray, act: np.ndarray, reward: float, unit: int, *, terminal: bool
+) -> dict[str, Any]:
+    n = act.shape[0]
+    end = np.zeros(n, bool)
+    end[-1] = True
+    return {
+        "observations": obs,
+        "actions": act,
+        "rewards": np.full(n, reward, np.float32),
+        "terminated": end if terminal else np.zeros(n, bool),
+        "truncated": np.zeros(n, bool) if terminal else end,
+        "unit_id": unit,
+    }
+
+
+def expert_dp_sgd_claimed(
+    *,
+    noise_multiplier: float | None,
+    canaries: int,
+    background: int,
+    batch_size: int | None,
+    steps: int,
+    delta: float,
+    clip: float,
+    hidden: int = 16,
+) -> PrivacyReport:
+    """The report `expert_dp_sgd` states for the audit's run (the same `dp_sgd_release` and
+    `build_report`), from the public sizes only: m + B experts, b per step, N steps, the
+    learner's parameter count. Non-private (ε = ∞) for the twin."""
+    from privrl.expert.dpsgd import RELATION, UNIT, build_report, dp_sgd_release
+
+    if noise_multiplier is None:
+        return PrivacyReport.non_private(
+            UNIT, RELATION, system="expert-dp-sgd (non-private twin)", delta=float(delta)
+        )
+    units = int(canaries) + int(background)
+    b = units if batch_size is None else int(batch_size)
+    p = int(canaries) + 2
+    release = dp_sgd_release(
+        noise_multiplier=noise_multiplier,
+        clip_norm=clip,
+        sampling_probability=b / units,
+        steps=int(steps),
+        batch_size=b,
+        n_units=units,
+        n_params=(p + 1) * hidden + (hidden + 1) * 2,  # DiscreteCQL: p → hidden → |A| = 2
+    )
+    return build_report([release], float(delta), system="expert-dp-sgd")
+
+
+def audit_expert_dp_sgd_one_run(
+    *,
+    noise_multiplier: float | None,
+    canaries: int = 500,
+    guesses: int = 50,
+    background: int = 50,
+    batch_size: int | None = None,
+    steps: int = 5,
+    delta: float = 1e-5,
+    clip: float = 1.0,
+    lr: float = 1e-2,
+    hidden: int = 16,
+    scale: float = 10.0,
+    confidence: float = 0.95,
+    rng: np.random.Generator,
+) -> Any:
+    """ONE run of expert-level DP-SGD (`privrl.expert.dpsgd.expert_dp_sgd`, Algorithm 4 — the
+    private steps of selective DP-SGD) on a discrete CQL learner, with `canaries` canary experts
+    each included with probability ½. Canary j's only transition reads input coordinate j, which
+    no other expert's data touch, so the column of the first layer that reads it moves only
+    with canary j (and the noise). Score: how much the released learner lowered canary j's
+    own loss, relative to the public initialisation (the target network is the initial one for
+    fewer than 1000 steps); guesses and bound as in `privrl.audit.dpsgd.audit_dp_sgd_one_run`.
+    `batch_size` b defaults to all M = canaries + background experts (q = b/M = 1);
+    `noise_multiplier` None is the non-private twin (`expert_dp_sgd(private=False)`: ordinary
+    minibatches, no clipping, no noise)."""
+    from privrl.audit.bounds import one_run_epsilon
+    from privrl.audit.dpsgd import OneRunAudit
+    from privrl.expert.dpsgd import expert_dp_sgd
+    from privrl.rl.cql import DiscreteCQL
+    from privrl.rl.discrete_common import TransitionTable
+
+    m, r = int(canaries), int(guesses)
+    if m < 2 or not (2 <= r <= m) or r % 2:
+        raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
+    if steps < 1 or background < 0:
+        raise ValueError(f"need --steps >= 1 and --background >= 0, got {steps}, {background}")
+    units = m + int(background)
+    b = units if batch_size is None else int(batch_size)
+    seeds = rng.spawn(3)
+    learner = DiscreteCQL(
+        m + 2, 2, hidden=(hidden,), lr=lr, seed=int(seeds[0].integers(0, 2**31 - 1))
+    )
+    included = rng.integers(0, 2, size=m).astype(bool)
+    data = _expert_dataset(m, background, 2, scale, included, seeds[1])
+    # every canary's transition, as the auditor builds it (public: the canaries are its own)
+    everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1])
+    canary_batch = TransitionTable(everyone, learner.obs_transform).gather(np.arange(m))
+    with torch_no_grad():
+        before = learner.per_example_loss(learner.params, canary_batch).double().numpy()
+    result = expert_dp_sgd(
+        learner,
+        data,
+        epsilon=None,
+        delta=delta,
+        batch_size=b,
+        noise_multiplier=noise_multiplier if noise_multiplier is not None else 1.0,
+        clip_norm=clip,
+        steps=steps,
+        n_units=units,
+        private=noise_multiplier is not None,
+        rng=seeds[2],
+    )
+    with torch_no_grad():
+        after = learner.per_example_loss(learner.params, canary_batch).double().numpy()
+    scores = before - after  # higher ⇒ the release learned canary j ⇒ guess "in"
+    order = np.argsort(scores, kind="mergesort")
+    half = r // 2
+    correct = int(included[order[-half:]].sum() + (~included[order[:half]]).sum())
+    bound = one_run_epsilon(m, r, correct, delta, confidence)
+    report = result.report
+    return OneRunAudit(
+        scores=scores,
+        included=included,
+        guesses=r,
+        correct=correct,
+        epsilon_lower_bound=float(bound),
+        epsilon_claimed=float(report.epsilon),
+        delta=float(delta),
+        report=report,
+        params={
+            "system": "expert-dp-sgd" if noise_multiplier is not None else "expert sgd (twin)",
+            "confidence": confidence,
+            "noise_multiplier": noise_multiplier,
+            "sampling_rate": b / units,
+            "steps": steps,
+            "canary": "worst",
+        },
+    )
+
+
+def torch_no_grad() -> Any:
+    import torch
+
+    return torch.no_grad()

@@ -40,7 +40,8 @@ SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"
 SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"
 
 # privacy audits: attack a system's own release, bound ε from below
-# (privrl audit dp-apvi | gpope | dp-vapvi | dp-lsw | sdp-pe | dp-sgd | expert-dp | primorl)
+# (privrl audit dp-apvi | gpope | dp-vapvi | dp-lsw | sdp-pe | dp-sgd | expert-dp |
+# expert-dp-sgd | primorl)
 SHIPPED["audit-dp-apvi"] = "privrl.systems.audit:AuditDpApvi"
 SHIPPED["audit-gpope"] = "privrl.systems.audit:AuditGpope"
 SHIPPED["audit-dp-vapvi"] = "privrl.systems.audit_more:AuditDpVapvi"
@@ -48,6 +49,7 @@ SHIPPED["audit-dp-lsw"] = "privrl.systems.audit_more:AuditDpLsw"
 SHIPPED["audit-sdp-pe"] = "privrl.systems.audit_more:AuditSdpPe"
 SHIPPED["audit-dp-sgd"] = "privrl.systems.audit_more:AuditDpSgd"
 SHIPPED["audit-expert-dp"] = "privrl.systems.audit_deep:AuditExpertDp"
+SHIPPED["audit-expert-dp-sgd"] = "privrl.systems.audit_deep:AuditExpertDpSgd"
 SHIPPED["audit-primorl"] = "privrl.systems.audit_deep:AuditPrimorl"
 
 

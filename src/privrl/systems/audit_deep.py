@@ -5,6 +5,8 @@ metrics.json, privacy.json and plots/roc.png.
 
 - `audit-expert-dp`: vectorised trials of one DataRelease round with a canary expert
   (`privrl.audit.expert`), bound by Clopper–Pearson.
+- `audit-expert-dp-sgd`: ONE run of expert-level DP-SGD (selective DP-SGD's private steps)
+  with m canary experts (`privrl.audit.expert`), bound by Steinke, Nasr & Jagielski 2023.
 - `audit-primorl`: ONE DP-FedAvg training with m canary trajectories each included with
   probability ½ (`privrl.audit.primorl`), bound by Steinke, Nasr & Jagielski 2023.
 
@@ -36,6 +38,8 @@ from privrl.systems.audit import (
 __all__ = [
     "AuditExpertDp",
     "AuditExpertDpConfig",
+    "AuditExpertDpSgd",
+    "AuditExpertDpSgdConfig",
     "AuditPrimorl",
     "AuditPrimorlConfig",
 ]
@@ -147,6 +151,147 @@ class AuditExpertDp(AuditSystem):
             rng=rng,
             progress=self.progress(ctx),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# expert-dp: expert-level DP-SGD (selective DP-SGD's private steps), one run
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditExpertDpSgdConfig(RunConfig):
+    """One-run audit of expert-level DP-SGD (Sharma et al., Algorithm 4; the private steps of
+    selective DP-SGD) with m canary experts (Steinke, Nasr & Jagielski 2023)."""
+
+    system: ClassVar[str] = "audit-expert-dp-sgd"
+    epsilon: float | None = option(
+        None, "--epsilon", help="Target ε: z calibrated by PLD for the N steps.", allow_nan=True
+    )
+    noise_multiplier: float | None = option(
+        None,
+        "--noise-multiplier",
+        help="Noise multiplier z (instead of --epsilon).",
+        allow_nan=True,
+    )
+    non_private: bool = option(
+        False, "--non-private/", help="Audit the non-private twin (minibatch SGD, no noise)."
+    )
+    delta: float = option(1e-5, "--delta", help="δ at which ε is stated.", allow_nan=True)
+    steps: int = option(5, "--steps", help="Private steps N.")
+    clip: float = option(1.0, "--clip", help="Clip norm C (per expert).", allow_nan=True)
+    canaries: int = option(500, "--canaries", help="Canary experts m (each in w.p. ½).")
+    guesses: int = option(50, "--guesses", help="Guesses r (half top, half bottom).")
+    background: int = option(50, "--background", help="Background experts.")
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        given = (self.epsilon is not None) + (self.noise_multiplier is not None) + self.non_private
+        if given != 1:
+            raise ValueError(
+                "give exactly one of --epsilon E, --noise-multiplier Z or --non-private"
+            )
+        check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
+        _positive(self.epsilon, "epsilon")
+        _positive(self.noise_multiplier, "noise_multiplier")
+        _positive(self.clip, "clip")
+        for key, low in (("steps", 1), ("canaries", 2), ("guesses", 2), ("background", 0)):
+            value = getattr(self, key)
+            check(value >= low, key, f"must be >= {low}, got {value}")
+        check(
+            self.guesses <= self.canaries and self.guesses % 2 == 0,
+            "guesses",
+            f"must be even and <= --canaries ({self.canaries}), got {self.guesses}",
+        )
+        check(
+            self.canaries <= 5000 and self.steps <= 10_000,
+            "canaries",
+            "--canaries <= 5000 and --steps <= 10000 keep one audit within minutes",
+        )
+        check(
+            0.0 < self.confidence < 1.0,
+            "confidence",
+            f"must be in (0, 1), got {self.confidence}; e.g. 0.95",
+        )
+
+
+class AuditExpertDpSgd(AuditSystem):
+    """expert-level DP-SGD (`expert.dpsgd.expert_dp_sgd`), add/remove one expert, one run."""
+
+    name = "audit-expert-dp-sgd"
+    Config = AuditExpertDpSgdConfig
+    summary = "expert-dp's private DP-SGD steps, one run with canary experts (Steinke et al.)."
+
+    def plan(self, config: AuditExpertDpSgdConfig, header: Any | None) -> Plan:
+        from privrl.audit.dpsgd import dp_sgd_noise_multiplier
+        from privrl.audit.expert import expert_dp_sgd_claimed
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        for name, flag in (
+            ("δ", config.delta),
+            ("steps N", config.steps),
+            ("clip C", config.clip),
+            ("experts m (declared: canaries + background)", config.canaries + config.background),
+        ):
+            params.resolve(name, flag=flag, fix="pass the flag")
+        params.derive("sampling rate q", 1.0, "b = m: every expert is sampled each step")
+        z = config.noise_multiplier
+        if config.epsilon is not None:
+            params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
+            z = params.derive(
+                "noise multiplier z",
+                dp_sgd_noise_multiplier(config.epsilon, config.delta, 1.0, config.steps),
+                "smallest z meeting (ε, δ) under PLD",
+            )
+        elif z is not None:
+            params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
+        report = expert_dp_sgd_claimed(
+            noise_multiplier=z,
+            canaries=config.canaries,
+            background=config.background,
+            batch_size=None,
+            steps=config.steps,
+            delta=config.delta,
+            clip=config.clip,
+        ).with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        public = {
+            "command": "audit expert-dp-sgd",
+            "audit": {"noise_multiplier": z, "mode": "one-run", "learner": "discrete CQL"},
+        }
+        return Plan(report=report, public=public, facts={"z": z})
+
+    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+        from privrl.audit.expert import audit_expert_dp_sgd_one_run
+
+        assert ctx.plan is not None
+        audit = audit_expert_dp_sgd_one_run(
+            noise_multiplier=ctx.plan.facts["z"],
+            canaries=config.canaries,
+            guesses=config.guesses,
+            background=config.background,
+            steps=config.steps,
+            delta=config.delta,
+            clip=config.clip,
+            confidence=config.confidence,
+            rng=rng,
+        )
+        return _one_run_result(audit, ctx.plan.report, config, "loss")
+
+
+def _one_run_result(audit: Any, report: Any, config: Any, statistic: str) -> Result:
+    from privrl.audit.run import roc_plot
+
+    metrics = {**audit.metrics(), "statistic": statistic}
+    line = (
+        f"{metrics['system']} (one run, {metrics['canaries']} canaries, {statistic} "
+        f"statistic): claimed ε = {metrics['epsilon_claimed']:.4g} at δ = {audit.delta:.3g}; "
+        f"{metrics['correct']} of {metrics['guesses']} guesses correct; one-run lower bound "
+        f"ε ≥ {metrics['epsilon_lower_bound']:.4g} ({config.confidence:.0%})"
+    )
+    trials = audit.as_trials()
+    plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}
+    return Result(metrics=metrics, privacy=report, plots=plots, summary=[line])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,7 +426,6 @@ class AuditPrimorl(AuditSystem):
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
         from privrl.audit.primorl import audit_primorl_one_run
-        from privrl.audit.run import roc_plot
 
         assert ctx.plan is not None
         audit = audit_primorl_one_run(
@@ -292,13 +436,6 @@ class AuditPrimorl(AuditSystem):
             confidence=config.confidence,
             rng=rng,
         )
-        metrics = {**audit.metrics(), "statistic": config.statistic, "rounds": config.rounds}
-        line = (
-            f"{metrics['system']} (one run, {metrics['canaries']} canaries, {config.statistic} "
-            f"statistic): claimed ε = {metrics['epsilon_claimed']:.4g} at δ = {audit.delta:.3g}; "
-            f"{metrics['correct']} of {metrics['guesses']} guesses correct; one-run lower bound "
-            f"ε ≥ {metrics['epsilon_lower_bound']:.4g} ({config.confidence:.0%})"
-        )
-        trials = audit.as_trials()
-        plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}
-        return Result(metrics=metrics, privacy=ctx.plan.report, plots=plots, summary=[line])
+        result = _one_run_result(audit, ctx.plan.report, config, config.statistic)
+        result.metrics["rounds"] = config.rounds
+        return result
