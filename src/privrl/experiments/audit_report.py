@@ -1,8 +1,8 @@
 """Reproduction ``audit``: how much do privrl's private systems really leak? (issue 17)
 
 A sweep (`privrl.runs.sweep`) of `privrl audit` runs — every audited system at two budgets, its
-non-private twin, and DP-SGD and PRIMORL audited in one run (Steinke, Nasr & Jagielski 2023;
-PRIMORL: 1000 canary trajectories, 100 guesses, at q = 1, T = 1 and q = ½, T = 10) — each an
+non-private twin, and DP-SGD, expert-dp's DP-SGD steps and PRIMORL audited in one run
+(Steinke, Nasr & Jagielski 2023; 1000 canaries, 100 guesses) — each an
 ordinary run directory in the cache (``$PRIVRL_CACHE/reproduce/audit/``; an interrupted
 reproduction resumes with the cells left). The report (``OUT/report.md``, ``OUT/claims.json``,
 ``OUT/plots/``) tabulates, per row: the system, its budget, the ε its report claims, the
@@ -10,7 +10,7 @@ empirical lower bound (Clopper–Pearson 95%), the attack's AUC, the trials and 
 second of the cell (plan, trials, bound and ROC plot together, one thread).
 
 Claims checked: no private system's lower bound exceeds its claimed ε; every non-private twin
-leaks (bound > 3 at 2000 trials, PRIMORL's in one run); for the mechanisms with a closed-form
+leaks (bound > 3 at 2000 trials, or in one run); for the mechanisms with a closed-form
 worst case (DP-APVI's Gaussian counts, GPOPE's per-step Gaussian, DP-SGD with a gradient
 canary) the bound reaches at least half the claimed ε. No data is read: every audit's D₀ and
 canary are synthetic.
@@ -50,32 +50,39 @@ TWINS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("consensus filter, no noise (twin)", "audit-expert-dp", {"epsilon": 2.0, "non_private": True}),
 )
 ONE_RUN = ("DP-SGD, one run (1000 canaries)", "audit-dp-sgd", 4.0)
-# PRIMORL's DP-FedAvg, each cell ONE training run with m canary trajectories: (label, kind,
-# settings); the scale (m, background, guesses) is `primorl_scale`.
-PRIMORL: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("PRIMORL, one run, q = 1, T = 1", "one-run", {"epsilon": 4.0}),
-    ("PRIMORL, one run, q = 1, T = 1", "one-run", {"epsilon": 8.0}),
-    (
-        "PRIMORL, one run, q = 1, T = 1, gradient score",
-        "one-run",
-        {"epsilon": 8.0, "statistic": "gradient"},
-    ),
-    ("PRIMORL, one run, q = ½, T = 10", "one-run", {"epsilon": 8.0, "rate": 0.5, "rounds": 10}),
-    ("PRIMORL, no noise (twin, one run)", "twin", {"non_private": True}),
-)
+# Audits in ONE training run with m canaries (expert-dp's DP-SGD steps: canary experts;
+# PRIMORL's DP-FedAvg: canary trajectories): (label, kind, system, settings); every cell also
+# gets the scale of `one_run_scale` (m, background units, guesses).
+ONE_RUNS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("expert-dp DP-SGD steps, one run, N = 10", "one-run", "audit-expert-dp-sgd", {"epsilon": 4.0}),
+    ("expert-dp DP-SGD steps, one run, N = 10", "one-run", "audit-expert-dp-sgd", {"epsilon": 8.0}),
+    ("expert-level SGD, no noise (twin, one run)", "twin", "audit-expert-dp-sgd",
+     {"non_private": True}),
+    ("PRIMORL, one run, q = 1, T = 1", "one-run", "audit-primorl", {"epsilon": 4.0}),
+    ("PRIMORL, one run, q = 1, T = 1", "one-run", "audit-primorl", {"epsilon": 8.0}),
+    ("PRIMORL, one run, q = 1, T = 1, gradient score", "one-run", "audit-primorl",
+     {"epsilon": 8.0, "statistic": "gradient"}),
+    ("PRIMORL, one run, q = ½, T = 10", "one-run", "audit-primorl",
+     {"epsilon": 8.0, "rate": 0.5, "rounds": 10}),
+    ("PRIMORL, no noise (twin, one run)", "twin", "audit-primorl", {"non_private": True}),
+)  # fmt: skip
 TIGHT = ("audit-dp-apvi", "audit-gpope", "audit-dp-sgd")  # closed-form worst cases
 TWIN_LEAK = 3.0  # a twin "leaks" when its bound exceeds this (2000 trials show at most ≈ 5.4)
 TWIN_TRIALS = 2000
+_ONE_RUN_AXES = {
+    "audit-primorl": {"rate": 1.0, "rounds": 1, "statistic": "loss"},
+    "audit-expert-dp-sgd": {"steps": 10},
+}
 
 
-def _primorl_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A PRIMORL cell's settings with every axis the report matches on made explicit."""
-    return {"rate": 1.0, "rounds": 1, "statistic": "loss", **settings}
+def one_run_settings(system: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A one-run cell's settings with every axis the report matches on made explicit."""
+    return {**_ONE_RUN_AXES[system], **settings}
 
 
-def primorl_scale(quick: bool) -> dict[str, int]:
-    """m canaries, background trajectories and guesses of the PRIMORL cells (one run each:
-    seconds to a minute on one thread at full scale)."""
+def one_run_scale(quick: bool) -> dict[str, int]:
+    """m canaries, background units and guesses of the one-run cells (seconds to half a
+    minute each on one thread at full scale)."""
     if quick:
         return {"canaries": 200, "background": 20, "guesses": 40}
     return {"canaries": 1000, "background": 100, "guesses": 100}
@@ -102,9 +109,9 @@ def cells(scale: Scale) -> list[dict[str, Any]]:
         out.append({"system": system, **settings, "trials": TWIN_TRIALS})
     _, system, eps = ONE_RUN
     out.append({"system": system, "epsilon": eps, "mode": "one-run", "trials": 2})
-    for _, _, settings in PRIMORL:
+    for _, _, system, settings in ONE_RUNS:
         out.append(
-            {"system": "audit-primorl", **_primorl_settings(settings), **primorl_scale(scale.quick)}
+            {"system": system, **one_run_settings(system, settings), **one_run_scale(scale.quick)}
         )
     return out
 
@@ -207,10 +214,10 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         add(label, "twin", system, find(system, **settings), "none")
     label, system, eps = ONE_RUN
     add(label, "one-run", system, find(system, epsilon=eps, mode="one-run"), f"ε = {eps:g}")
-    for label, kind, settings in PRIMORL:
+    for label, kind, system, settings in ONE_RUNS:
         budget = f"ε = {settings['epsilon']:g}" if "epsilon" in settings else "none"
-        row = find("audit-primorl", **_primorl_settings(settings))
-        add(label, kind, "audit-primorl", row, budget)
+        row = find(system, **one_run_settings(system, settings))
+        add(label, kind, system, row, budget)
     return out
 
 
@@ -256,7 +263,7 @@ def claims(summary: Sequence[Mapping[str, Any]], *, quick: bool) -> list[Claim]:
         ),
         Claim(
             f"every non-private twin leaks (bound > {TWIN_LEAK:g}; {TWIN_TRIALS} trials, "
-            "PRIMORL's in one run)",
+            "expert-dp-sgd's and PRIMORL's in one run)",
             "ε = ∞",
             f"{leaks} of {len(twins)} twins; bounds "
             + ", ".join(f"{s['bound']:.2f}" for s in twins),
@@ -373,7 +380,7 @@ def _markdown(
         ratio = s["bound"] / s["claimed"] if math.isfinite(s["claimed"]) else math.nan
         auc = s["auc"]
         per_s = _fmt(s["per_s"], ",.0f")
-        if s["kind"] == "one-run" or s["system"] == "audit-primorl":
+        if s["kind"] == "one-run" or s["system"] in _ONE_RUN_AXES:
             auc_txt = f"{s['correct']}/{s['guesses']} guesses right"
             trials, per_s = "1 run", "—"
         else:
@@ -404,7 +411,7 @@ def _markdown(
         "- One run: the one-run bound (Steinke et al. 2023) is weaker than many runs by "
         "design: it spends one training run, not a million. With r guesses all correct it "
         "can show at most a fixed ε (3.47 for 100 guesses of 1000 canaries at δ = 10⁻⁵), "
-        "whatever the leak: PRIMORL's twin reaches that cap, and a private run is only shown "
+        "whatever the leak: the one-run twins reach that cap, and a private run is only shown "
         "to leak once its claim is large.",
         "- PRIMORL: each canary is a one-step trajectory whose state reads an input "
         "coordinate no other trajectory uses, so its clipped update owns a row of the first "
@@ -412,6 +419,10 @@ def _markdown(
         "public initialisation) and the gradient score (the released displacement on the "
         "canary's own update) see the per-round Gaussian; with q = ½ and T = 10 the canary is "
         "in about half the rounds and the composed claim is spread over them.",
+        "- expert-dp's DP-SGD steps: each canary expert's one transition reads an input "
+        "coordinate no other expert's data touch; the score is the released learner's loss "
+        "on it relative to the public initialisation; Adam's per-coordinate normalisation "
+        "and the CQL loss make it a weaker statistic than DP-SGD's linear gradient canary.",
         "- expert-dp's filter: one query of a prefix moves by at most one expert's "
         "probability (≈ 1) under Lap(4/ε') noise and a Lap(2/ε') threshold, about ε'/4 to "
         "3ε'/4 of evidence per round, while the analysis charges 2ε' (Sharma et al., Thm. "
