@@ -335,6 +335,8 @@ def audit_expert_dp_sgd_one_run(
     `batch_size` b defaults to all M = canaries + background experts (q = b/M = 1);
     `noise_multiplier` None is the non-private twin (`expert_dp_sgd(private=False)`: ordinary
     minibatches, no clipping, no noise)."""
+    import torch
+
     from privrl.audit.bounds import one_run_epsilon
     from privrl.audit.dpsgd import OneRunAudit
     from privrl.expert.dpsgd import expert_dp_sgd
@@ -357,7 +359,7 @@ def audit_expert_dp_sgd_one_run(
     # every canary's transition, as the auditor builds it (public: the canaries are its own)
     everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1])
     canary_batch = TransitionTable(everyone, learner.obs_transform).gather(np.arange(m))
-    with torch_no_grad():
+    with torch.no_grad():
         before = learner.per_example_loss(learner.params, canary_batch).double().numpy()
     result = expert_dp_sgd(
         learner,
@@ -372,7 +374,7 @@ def audit_expert_dp_sgd_one_run(
         private=noise_multiplier is not None,
         rng=seeds[2],
     )
-    with torch_no_grad():
+    with torch.no_grad():
         after = learner.per_example_loss(learner.params, canary_batch).double().numpy()
     scores = before - after  # higher ⇒ the release learned canary j ⇒ guess "in"
     order = np.argsort(scores, kind="mergesort")
@@ -398,9 +400,3 @@ def audit_expert_dp_sgd_one_run(
             "canary": "worst",
         },
     )
-
-
-def torch_no_grad() -> Any:
-    import torch
-
-    return torch.no_grad()
