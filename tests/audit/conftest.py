@@ -52,3 +52,22 @@ def broken_shuffle(monkeypatch: pytest.MonkeyPatch):
         return real(sums, fewer, rng, name=name, coordinates_changed=coordinates_changed)
 
     monkeypatch.setattr(privatizers_module, "aggregate_binary_sum", weak)
+
+
+@pytest.fixture
+def broken_laplace(monkeypatch: pytest.MonkeyPatch):
+    """A test-only fault: the consensus filter's Laplace draws (the noisy threshold and every
+    prefix query's noise) are 10× smaller than its calibration (and report) says. Patched where
+    the audit and the filter look them up (`privrl.privacy.threshold`)."""
+    from privrl.privacy import threshold
+
+    real_threshold, real_query = threshold.noisy_threshold, threshold.prefix_query_noise
+
+    def weak_threshold(theta, scale, rng, size=None):
+        return real_threshold(theta, scale / 10.0, rng, size=size)
+
+    def weak_query(n, scale, rng):
+        return real_query(n, scale / 10.0, rng)
+
+    monkeypatch.setattr(threshold, "noisy_threshold", weak_threshold)
+    monkeypatch.setattr(threshold, "prefix_query_noise", weak_query)

@@ -9,11 +9,13 @@ import pytest
 
 from privrl.experiments.audit_report import (
     ONE_RUN,
+    ONE_RUNS,
     PRIVATE,
     TWINS,
     Scale,
     cells,
     claims,
+    one_run_settings,
     summarise,
     write_report,
 )
@@ -40,14 +42,22 @@ def _rows(bound_of=lambda system, eps: 0.6 * eps) -> list[dict]:
          "status": "ok", "epsilon_claimed": eps, "epsilon_lower_bound": 1.3, "correct": 86,
          "guesses": 100}
     )  # fmt: skip
+    for _, kind, one_system, settings in ONE_RUNS:
+        claimed = "inf" if kind == "twin" else settings["epsilon"]
+        rows.append(
+            {"system": one_system, **one_run_settings(one_system, settings), "trials": 1,
+             "seconds": 9.0, "status": "ok", "epsilon_claimed": claimed,
+             "epsilon_lower_bound": 3.4 if kind == "twin" else 1.0, "correct": 90,
+             "guesses": 100, "auc": 0.8}
+        )  # fmt: skip
     return rows
 
 
 def test_cells_cover_two_budgets_per_private_system_and_every_twin() -> None:
     cs = cells(Scale(tight=10, trials=5))
-    assert len(cs) == 2 * len(PRIVATE) + len(TWINS) + 1
+    assert len(cs) == 2 * len(PRIVATE) + len(TWINS) + 1 + len(ONE_RUNS)
     systems = {c["system"] for c in cs}
-    assert systems == {s for _, s, _, _ in PRIVATE}
+    assert systems == {s for _, s, _, _ in PRIVATE} | {"audit-primorl", "audit-expert-dp-sgd"}
     assert sum(c.get("mode") == "one-run" for c in cs) == 1
 
 
@@ -86,3 +96,16 @@ def test_quick_reproduction_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path / "cache"))
     path = reproduce("audit", tmp_path / "out", quick=True)
     assert "Quick mode" in Path(str(path)).read_text(encoding="utf-8")
+
+
+def test_metrics_named_like_an_axis_are_read_from_their_prefixed_column() -> None:
+    """The sweep writes `metric.guesses` when a cell sets `guesses` (the one-run audits'): the
+    DP-SGD one-run row, which does not set it, still reports its guesses and correct count."""
+    rows = [
+        {**r, "guesses": "", "metric.guesses": 100, "correct": "", "metric.correct": 86}
+        if r.get("mode") == "one-run"
+        else r
+        for r in _rows()
+    ]
+    one = [s for s in summarise(rows) if s["system"] == ONE_RUN[1] and s["kind"] == "one-run"]
+    assert one[0]["guesses"] == 100 and one[0]["correct"] == 86

@@ -43,13 +43,17 @@ SHIPPED["dp-sgd"] = "privrl.systems.expert:DpSgd"
 SHIPPED["eval"] = "privrl.systems.evaluate:EvalSystem"
 
 # privacy audits: attack a system's own release, bound ε from below
-# (privrl audit dp-apvi | gpope | dp-vapvi | dp-lsw | sdp-pe | dp-sgd)
+# (privrl audit dp-apvi | gpope | dp-vapvi | dp-lsw | sdp-pe | dp-sgd | expert-dp |
+# expert-dp-sgd | primorl)
 SHIPPED["audit-dp-apvi"] = "privrl.systems.audit:AuditDpApvi"
 SHIPPED["audit-gpope"] = "privrl.systems.audit:AuditGpope"
 SHIPPED["audit-dp-vapvi"] = "privrl.systems.audit_more:AuditDpVapvi"
 SHIPPED["audit-dp-lsw"] = "privrl.systems.audit_more:AuditDpLsw"
 SHIPPED["audit-sdp-pe"] = "privrl.systems.audit_more:AuditSdpPe"
 SHIPPED["audit-dp-sgd"] = "privrl.systems.audit_more:AuditDpSgd"
+SHIPPED["audit-expert-dp"] = "privrl.systems.audit_deep:AuditExpertDp"
+SHIPPED["audit-expert-dp-sgd"] = "privrl.systems.audit_deep:AuditExpertDpSgd"
+SHIPPED["audit-primorl"] = "privrl.systems.audit_deep:AuditPrimorl"
 
 
 def load() -> None:

@@ -1,0 +1,402 @@
+"""Auditing expert-dp's consensus filter (Sharma et al., Algorithms 1–2) with a canary expert.
+
+The audited release is one round of DataRelease (Algorithm 2 with T = 1, lines 8–14): the
+length k of the stable prefix released from a trajectory τ, computed with the system's own
+code — the consensus counts of every prefix (`privrl.expert.consensus.prefix_log_counts`,
+the p_min-modified experts), the calibration (`DataReleaseCalibration.from_budget`: ε', δ',
+θ + (4/ε')·ln(1/δ')), the noisy threshold θ̂ = θ_shifted + Lap(2/ε')
+(`privrl.privacy.threshold.noisy_threshold`) and a fresh Lap(4/ε') per prefix query
+(`privrl.privacy.threshold.prefix_query_noise`). Unit: one expert, add/remove; D = Π₀ and
+D' = Π₀ ∪ {canary expert}. The claimed ε is the report expert-dp would write for the filter
+(`DataReleaseCalibration.release` through `expert.dpsgd.build_report`, PLD at δ1).
+
+Trials are vectorised: the counts of τ's prefixes under Π₀ and under Π₀ ∪ {canary} are
+computed once (they do not depend on the noise), and a batch of trials is one threshold draw
+of `size` = batch and one query-noise draw of batch × L; "k = the number of leading ⊤" is the
+rule of `first_failing_prefix` applied row by row (a test checks the two agree draw for draw).
+The trajectory draw of Algorithm 2 (A_1, an expert then one of their trajectories) is fixed to
+τ, a trajectory of a background expert: the adversary's best case is the round that queries
+the counts the canary moves, and the draw does not depend on the consensus counts.
+
+Canary ``worst``: an expert whose greedy action is τ's action at every step, so it adds
+g^k ≈ 1 to the count of every prefix (the most one expert can add: each term is a
+probability). Π₀ holds `agree` experts that also follow τ, with `agree` chosen from the
+public calibration so that the first prefix's count sits just below θ_shifted without the
+canary and at or above it with the canary: the queries are decided near the threshold, where
+one expert matters most. ``random``: a canary expert with uniformly random greedy actions.
+Score: k (a longer stable prefix ⇒ guess "canary in").
+
+The non-private twin is the same rule with the noise off (θ̂ = θ_shifted, no query noise):
+k is a deterministic function of the counts and tells Π₀ from Π₀ ∪ {canary} every time.
+
+The private half of selective DP-SGD is audited in ONE run (`audit_expert_dp_sgd_one_run`,
+Steinke, Nasr & Jagielski 2023): `privrl.expert.dpsgd.expert_dp_sgd` itself (Algorithm 4:
+Poisson sampling of experts, one transition per sampled expert, per-expert clipping, the
+Gaussian of `privatize_sum_torch`, Adam) trains a discrete CQL learner on background experts
+and m canary experts, each included with probability ½; canary j's transition reads an input
+coordinate no other expert's data touch (its gradient lives in a direction no other expert
+uses), and the score is how much the released learner lowered canary j's loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from privrl.audit.attacks import AuditTrials, Canary, _batches, _check_trials
+from privrl.privacy.report import PrivacyReport
+
+__all__ = [
+    "TableExperts",
+    "audit_consensus_filter",
+    "audit_expert_dp_sgd_one_run",
+    "expert_dp_sgd_claimed",
+    "filter_calibration",
+    "filter_claimed",
+    "stable_prefix_lengths",
+]
+
+Progress = Callable[[int, int], None] | None
+
+
+class TableExperts:
+    """m deterministic experts on integer states: ``greedy[i, s]`` is expert i's action at
+    state s (observation = the state index, obs_dim 1). An `ExpertSet`."""
+
+    def __init__(self, greedy: np.ndarray, n_actions: int) -> None:
+        self.greedy = np.asarray(greedy, dtype=np.int64)
+        if self.greedy.ndim != 2 or self.greedy.shape[0] < 1:
+            raise ValueError(f"greedy must be [m >= 1, S], got {self.greedy.shape}")
+        self._n_actions = int(n_actions)
+
+    @property
+    def n_experts(self) -> int:
+        return int(self.greedy.shape[0])
+
+    @property
+    def n_actions(self) -> int:
+        return self._n_actions
+
+    @property
+    def obs_dim(self) -> int:
+        return 1
+
+    def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
+        return self.greedy[:, np.asarray(obs).reshape(-1).astype(np.int64)]
+
+
+def filter_calibration(
+    epsilon: float, delta: float, max_len: int, p_min: float, calibration: str = "pld"
+) -> Any:
+    """DataRelease's constants for one round (T = 1) of trajectories of at most L steps."""
+    from privrl.privacy.threshold import DataReleaseCalibration
+
+    return DataReleaseCalibration.from_budget(
+        epsilon,
+        delta,
+        1,
+        max_len,
+        p_min,
+        calibration=calibration,  # type: ignore[arg-type]
+    )
+
+
+def filter_claimed(calib: Any | None, delta: float) -> PrivacyReport:
+    """The filter's report as expert-dp states it (unit expert, add/remove, PLD at δ1);
+    non-private for the twin (calib None)."""
+    from privrl.expert.dpsgd import RELATION, UNIT, build_report
+
+    if calib is None:
+        return PrivacyReport.non_private(
+            UNIT, RELATION, system="consensus filter (no noise)", delta=float(delta)
+        )
+    release = calib.release(
+        name="consensus filter (Sharma et al. Algorithm 2): stable prefixes of T trajectories",
+        extra={"p_min": calib.p_min, "max_len_source": "given"},
+    )
+    return build_report([release], float(delta), system="expert-dp consensus filter")
+
+
+def _log_counts(greedy: np.ndarray, n_actions: int, actions: np.ndarray, p_min: float) -> Any:
+    """ln count_τ(Π) of every prefix of τ (states 0..L−1, `actions`) — the system's code."""
+    from privrl.expert.consensus import prefix_log_counts
+
+    L = actions.shape[0]
+    states = np.arange(L, dtype=np.float64).reshape(L, 1)
+    offsets = np.array([0, L], dtype=np.int64)
+    experts = TableExperts(greedy, n_actions)
+    return np.asarray(prefix_log_counts((states, actions, offsets), experts, p_min)[0])
+
+
+def stable_prefix_lengths(
+    counts: np.ndarray, calib: Any, rng: np.random.Generator, non_private: bool = False
+) -> np.ndarray:
+    """k for each row of `counts` [n, L] (count_τ of each prefix): n independent rounds of
+    Algorithm 2, lines 8–14 — θ̂ = θ_shifted + Lap(2/ε') per round, then ⊤ iff count + Lap(4/ε')
+    > θ̂ per prefix, k = the number of leading ⊤ (`first_failing_prefix`'s rule). The draws
+    are the system's own (`privrl.privacy.threshold`, looked up at call time so a test can
+    weaken them): one threshold draw of size n, one query-noise draw of n·L, so a row with
+    n = 1 consumes the generator exactly as `noisy_threshold` + `first_failing_prefix` do.
+    `non_private`: the same rule with the noise off (θ̂ = θ_shifted, no query noise)."""
+    from privrl.privacy import threshold
+
+    n, L = counts.shape
+    if non_private:
+        theta_hat = np.full(n, calib.theta_shifted)
+        noise = np.zeros((n, L))
+    else:
+        theta_hat = np.asarray(
+            threshold.noisy_threshold(calib.theta_shifted, calib.threshold_scale, rng, size=n)
+        )
+        noise = threshold.prefix_query_noise(n * L, calib.query_scale, rng).reshape(n, L)
+    passed = counts + noise > theta_hat[:, None]  # A_PQ, Algorithm 1 line 3
+    return np.where(passed.all(1), L, np.argmin(passed, axis=1)).astype(np.float64)
+
+
+def audit_consensus_filter(
+    *,
+    epsilon: float,
+    non_private: bool = False,
+    delta: float = 1e-5,
+    max_len: int = 5,
+    actions: int = 2,
+    p_min: float = 0.01,
+    calibration: str = "pld",
+    agree: int | None = None,
+    trials: int,
+    canary: Canary = "worst",
+    rng: np.random.Generator,
+    progress: Progress = None,
+    batch: int | None = None,
+) -> AuditTrials:
+    """Score `trials` rounds of DataRelease on τ with the experts Π₀ (b = 0) or Π₀ ∪ {canary}
+    (b = 1), add/remove one expert. `epsilon` is the filter's budget ε1 (with `delta` = δ1);
+    `non_private` runs the same rule without noise (the threshold of that budget kept)."""
+    trials = _check_trials(trials, canary)
+    calib = filter_calibration(epsilon, delta, max_len, p_min, calibration)
+    L, A = int(max_len), int(actions)
+    tau_actions = np.zeros(L, dtype=np.int64)  # τ: state t at step t, action 0 throughout
+    g = 1.0 - (A - 1) * p_min
+    theta_s = calib.theta_shifted
+    if agree is None:  # count(Π₀) = agree·g < θ_shifted ≤ (agree + 1)·g on the first prefix
+        agree = max(math.ceil(theta_s / g) - 1, 0)
+    if agree < 0:
+        raise ValueError(f"agree must be >= 0, got {agree}")
+    base = np.zeros((max(agree, 1), L), dtype=np.int64)
+    if agree == 0:  # one expert that never follows τ keeps Π₀ non-empty
+        base[0] = 1
+    if canary == "worst":
+        extra = tau_actions[None, :]
+    else:
+        extra = rng.integers(0, A, size=(1, L))
+    lc = np.stack(
+        [
+            _log_counts(base, A, tau_actions, p_min),
+            _log_counts(np.vstack([base, extra]), A, tau_actions, p_min),
+        ]
+    )  # [2, L]: ln count of every prefix without / with the canary expert
+    counts = np.exp(lc)
+    labels = rng.integers(0, 2, size=trials)
+    scores = np.empty(trials)
+    done = 0
+    for size in _batches(trials, L + 1, batch):
+        b = labels[done : done + size]
+        scores[done : done + size] = stable_prefix_lengths(counts[b], calib, rng, non_private)
+        done += size
+        if progress is not None:
+            progress(done, trials)
+    report = filter_claimed(None if non_private else calib, delta)
+    return AuditTrials(
+        system="consensus filter (no noise)" if non_private else "expert-dp consensus filter",
+        scores=scores,
+        labels=labels,
+        epsilon_claimed=float(report.epsilon),
+        delta=float(delta),
+        report=report,
+        params={
+            "rounds": 1,
+            "max_len": L,
+            "actions": A,
+            "p_min": p_min,
+            "calibration": calibration,
+            "epsilon_prime": calib.epsilon_prime,
+            "theta_shifted": theta_s,
+            "agreeing_experts": int(agree),
+            "canary": canary,
+            "audited_release": "the stable-prefix length of one DataRelease round (Alg. 2)",
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# expert-level DP-SGD (the private half of selective DP-SGD), one run
+# ---------------------------------------------------------------------------------------------
+
+
+def _expert_dataset(
+    canaries: int, background: int, dim: int, scale: float, included: np.ndarray, rng: Any
+) -> Any:
+    """Canary expert j (if included): one terminal step from state `scale`·e_j, action 0,
+    reward 1; background expert: one random-walk episode of 8 steps in the last `dim`
+    coordinates (its first m coordinates are 0), random actions, reward 0."""
+    from privrl.data.dataset import TrajectoryDataset
+
+    p = canaries + dim
+    episodes = []
+    for j in np.flatnonzero(included):  # a few hundred one-step episodes (set-up)
+        s = np.zeros((2, p), np.float32)
+        s[:, j] = scale
+        episodes.append(_step_episode(s, np.zeros(1, np.int64), 1.0, int(j), terminal=True))
+    for u in range(background):
+        s = np.zeros((9, p), np.float32)
+        s[:, canaries:] = np.cumsum(rng.normal(0.0, 0.3, size=(9, dim)), axis=0)
+        a = rng.integers(0, 2, size=8)
+        episodes.append(_step_episode(s, a, 0.0, canaries + u, terminal=False))
+    return TrajectoryDataset.from_episodes(episodes)
+
+
+def _step_episode(
+    obs: np.ndarray, act: np.ndarray, reward: float, unit: int, *, terminal: bool
+) -> dict[str, Any]:
+    n = act.shape[0]
+    end = np.zeros(n, bool)
+    end[-1] = True
+    return {
+        "observations": obs,
+        "actions": act,
+        "rewards": np.full(n, reward, np.float32),
+        "terminated": end if terminal else np.zeros(n, bool),
+        "truncated": np.zeros(n, bool) if terminal else end,
+        "unit_id": unit,
+    }
+
+
+def expert_dp_sgd_claimed(
+    *,
+    noise_multiplier: float | None,
+    canaries: int,
+    background: int,
+    batch_size: int | None,
+    steps: int,
+    delta: float,
+    clip: float,
+    hidden: int = 16,
+) -> PrivacyReport:
+    """The report `expert_dp_sgd` states for the audit's run (the same `dp_sgd_release` and
+    `build_report`), from the public sizes only: m + B experts, b per step, N steps, the
+    learner's parameter count. Non-private (ε = ∞) for the twin."""
+    from privrl.expert.dpsgd import RELATION, UNIT, build_report, dp_sgd_release
+
+    if noise_multiplier is None:
+        return PrivacyReport.non_private(
+            UNIT, RELATION, system="expert-dp-sgd (non-private twin)", delta=float(delta)
+        )
+    units = int(canaries) + int(background)
+    b = units if batch_size is None else int(batch_size)
+    p = int(canaries) + 2
+    release = dp_sgd_release(
+        noise_multiplier=noise_multiplier,
+        clip_norm=clip,
+        sampling_probability=b / units,
+        steps=int(steps),
+        batch_size=b,
+        n_units=units,
+        n_params=(p + 1) * hidden + (hidden + 1) * 2,  # DiscreteCQL: p → hidden → |A| = 2
+    )
+    return build_report([release], float(delta), system="expert-dp-sgd")
+
+
+def audit_expert_dp_sgd_one_run(
+    *,
+    noise_multiplier: float | None,
+    canaries: int = 500,
+    guesses: int = 50,
+    background: int = 50,
+    batch_size: int | None = None,
+    steps: int = 5,
+    delta: float = 1e-5,
+    clip: float = 1.0,
+    lr: float = 1e-2,
+    hidden: int = 16,
+    scale: float = 10.0,
+    confidence: float = 0.95,
+    rng: np.random.Generator,
+) -> Any:
+    """ONE run of expert-level DP-SGD (`privrl.expert.dpsgd.expert_dp_sgd`, Algorithm 4 — the
+    private steps of selective DP-SGD) on a discrete CQL learner, with `canaries` canary experts
+    each included with probability ½. Canary j's only transition reads input coordinate j, which
+    no other expert's data touch, so the column of the first layer that reads it moves only
+    with canary j (and the noise). Score: how much the released learner lowered canary j's
+    own loss, relative to the public initialisation (the target network is the initial one for
+    fewer than 1000 steps); guesses and bound as in `privrl.audit.dpsgd.audit_dp_sgd_one_run`.
+    `batch_size` b defaults to all M = canaries + background experts (q = b/M = 1);
+    `noise_multiplier` None is the non-private twin (`expert_dp_sgd(private=False)`: ordinary
+    minibatches, no clipping, no noise)."""
+    import torch
+
+    from privrl.audit.bounds import one_run_epsilon
+    from privrl.audit.dpsgd import OneRunAudit
+    from privrl.expert.dpsgd import expert_dp_sgd
+    from privrl.rl.cql import DiscreteCQL
+    from privrl.rl.discrete_common import TransitionTable
+
+    m, r = int(canaries), int(guesses)
+    if m < 2 or not (2 <= r <= m) or r % 2:
+        raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
+    if steps < 1 or background < 0:
+        raise ValueError(f"need --steps >= 1 and --background >= 0, got {steps}, {background}")
+    units = m + int(background)
+    b = units if batch_size is None else int(batch_size)
+    seeds = rng.spawn(3)
+    learner = DiscreteCQL(
+        m + 2, 2, hidden=(hidden,), lr=lr, seed=int(seeds[0].integers(0, 2**31 - 1))
+    )
+    included = rng.integers(0, 2, size=m).astype(bool)
+    data = _expert_dataset(m, background, 2, scale, included, seeds[1])
+    # every canary's transition, as the auditor builds it (public: the canaries are its own)
+    everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1])
+    canary_batch = TransitionTable(everyone, learner.obs_transform).gather(np.arange(m))
+    with torch.no_grad():
+        before = learner.per_example_loss(learner.params, canary_batch).double().numpy()
+    result = expert_dp_sgd(
+        learner,
+        data,
+        epsilon=None,
+        delta=delta,
+        batch_size=b,
+        noise_multiplier=noise_multiplier if noise_multiplier is not None else 1.0,
+        clip_norm=clip,
+        steps=steps,
+        n_units=units,
+        private=noise_multiplier is not None,
+        rng=seeds[2],
+    )
+    with torch.no_grad():
+        after = learner.per_example_loss(learner.params, canary_batch).double().numpy()
+    scores = before - after  # higher ⇒ the release learned canary j ⇒ guess "in"
+    order = np.argsort(scores, kind="mergesort")
+    half = r // 2
+    correct = int(included[order[-half:]].sum() + (~included[order[:half]]).sum())
+    bound = one_run_epsilon(m, r, correct, delta, confidence)
+    report = result.report
+    return OneRunAudit(
+        scores=scores,
+        included=included,
+        guesses=r,
+        correct=correct,
+        epsilon_lower_bound=float(bound),
+        epsilon_claimed=float(report.epsilon),
+        delta=float(delta),
+        report=report,
+        params={
+            "system": "expert-dp-sgd" if noise_multiplier is not None else "expert sgd (twin)",
+            "confidence": confidence,
+            "noise_multiplier": noise_multiplier,
+            "sampling_rate": b / units,
+            "steps": steps,
+            "canary": "worst",
+        },
+    )

@@ -1,0 +1,441 @@
+"""Privacy audits of expert-dp's consensus filter and of PRIMORL on the run layer (issue 17;
+docs/audit.md). Same shape as `privrl.systems.audit`: `plan` resolves the public parameters
+and states the audited system's claimed report; `run` plays the audit and returns
+metrics.json, privacy.json and plots/roc.png.
+
+- `audit-expert-dp`: vectorised trials of one DataRelease round with a canary expert
+  (`privrl.audit.expert`), bound by Clopper–Pearson.
+- `audit-expert-dp-sgd`: ONE run of expert-level DP-SGD (selective DP-SGD's private steps)
+  with m canary experts (`privrl.audit.expert`), bound by Steinke, Nasr & Jagielski 2023.
+- `audit-primorl`: ONE DP-FedAvg training with m canary trajectories each included with
+  probability ½ (`privrl.audit.primorl`), bound by Steinke, Nasr & Jagielski 2023.
+
+The experts, trajectories and canaries are synthetic and public (drawn from the run's seed):
+no dataset, no ledger, no budget. Each audit has its non-private twin (`--non-private`), the
+same code with the noise switched off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from privrl.runs.config import RunConfig, check, option
+from privrl.runs.system import Plan, Result, RunContext
+from privrl.systems.audit import (
+    SYNTHETIC_NOTE,
+    AuditConfig,
+    AuditSystem,
+    _canary,
+    _confidence,
+    _positive,
+    _trials,
+)
+
+__all__ = [
+    "AuditExpertDp",
+    "AuditExpertDpConfig",
+    "AuditExpertDpSgd",
+    "AuditExpertDpSgdConfig",
+    "AuditPrimorl",
+    "AuditPrimorlConfig",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# expert-dp: the consensus filter
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditExpertDpConfig(AuditConfig):
+    """Audit of expert-dp's consensus filter (Sharma et al., Algorithm 2, one round) with a
+    canary expert; ε1, δ1 the filter's budget, L the public maximum trajectory length."""
+
+    system: ClassVar[str] = "audit-expert-dp"
+    epsilon: float | None = option(
+        None, "--epsilon", help="The filter's budget ε1 (its claimed ε).", allow_nan=True
+    )
+    non_private: bool = option(
+        False,
+        "--non-private/",
+        help="Audit the non-private twin (the same threshold, no noise).",
+    )
+    delta: float = option(1e-5, "--delta", help="The filter's δ1.", allow_nan=True)
+    max_len: int = option(5, "--max-len", help="L: the longest trajectory the filter queries.")
+    actions: int = option(2, "--actions", help="|A|.")
+    p_min: float = option(0.01, "--p-min", help="p_min of the modified experts.", allow_nan=True)
+    calibration: str = option("pld", "--calibration", help="paper | tight | pld (ε' from ε1).")
+    trials: int = _trials()
+    canary: str = _canary()
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        check(self.epsilon is not None, "epsilon", "is required (the filter's ε1); pass --epsilon")
+        self.check_common()
+        self.check_delta(self.delta)
+        _positive(self.epsilon, "epsilon")
+        check(self.max_len >= 1, "max_len", f"must be >= 1, got {self.max_len}")
+        check(self.actions >= 2, "actions", f"must be >= 2, got {self.actions}")
+        check(
+            math.isfinite(self.p_min) and 0.0 < self.p_min * self.actions <= 1.0,
+            "p_min",
+            f"must be in (0, 1/|A|], got {self.p_min}",
+        )
+        check(
+            self.calibration in ("paper", "tight", "pld"),
+            "calibration",
+            f"must be 'paper', 'tight' or 'pld', got {self.calibration!r}",
+        )
+
+
+class AuditExpertDp(AuditSystem):
+    """expert-dp's consensus filter (Sharma et al., Algorithm 2), add/remove one expert."""
+
+    name = "audit-expert-dp"
+    Config = AuditExpertDpConfig
+    summary = "expert-dp's consensus filter (one DataRelease round), add/remove one expert."
+
+    def plan(self, config: AuditExpertDpConfig, header: Any | None) -> Plan:
+        from privrl.audit.expert import filter_calibration, filter_claimed
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        for name, flag in (
+            ("δ1", config.delta),
+            ("L (maximum trajectory length)", config.max_len),
+            ("|A|", config.actions),
+            ("p_min", config.p_min),
+            ("ε1", config.epsilon),
+        ):
+            params.resolve(name, flag=flag, fix="pass the flag")
+        calib = filter_calibration(
+            config.epsilon,  # type: ignore[arg-type]
+            config.delta,
+            config.max_len,
+            config.p_min,
+            config.calibration,
+        )
+        params.derive("ε'", calib.epsilon_prime, f"{config.calibration} calibration, T = 1")
+        params.derive("θ + shift", calib.theta_shifted, "c_min/p_min + (4/ε')·ln(1/δ')")
+        report = filter_claimed(None if config.non_private else calib, config.delta)
+        report = report.with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        public = {
+            "command": "audit expert-dp",
+            "audit": {
+                "rounds": 1,
+                "epsilon_prime": calib.epsilon_prime,
+                "theta_shifted": calib.theta_shifted,
+                "audited_release": "the stable-prefix length of one DataRelease round",
+            },
+        }
+        return Plan(report=report, public=public)
+
+    def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
+        from privrl.audit.expert import audit_consensus_filter
+
+        return audit_consensus_filter(
+            epsilon=config.epsilon,
+            non_private=config.non_private,
+            delta=config.delta,
+            max_len=config.max_len,
+            actions=config.actions,
+            p_min=config.p_min,
+            calibration=config.calibration,
+            trials=config.trials,
+            canary=config.canary,
+            rng=rng,
+            progress=self.progress(ctx),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# expert-dp: expert-level DP-SGD (selective DP-SGD's private steps), one run
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditExpertDpSgdConfig(RunConfig):
+    """One-run audit of expert-level DP-SGD (Sharma et al., Algorithm 4; the private steps of
+    selective DP-SGD) with m canary experts (Steinke, Nasr & Jagielski 2023)."""
+
+    system: ClassVar[str] = "audit-expert-dp-sgd"
+    epsilon: float | None = option(
+        None, "--epsilon", help="Target ε: z calibrated by PLD for the N steps.", allow_nan=True
+    )
+    noise_multiplier: float | None = option(
+        None,
+        "--noise-multiplier",
+        help="Noise multiplier z (instead of --epsilon).",
+        allow_nan=True,
+    )
+    non_private: bool = option(
+        False, "--non-private/", help="Audit the non-private twin (minibatch SGD, no noise)."
+    )
+    delta: float = option(1e-5, "--delta", help="δ at which ε is stated.", allow_nan=True)
+    steps: int = option(5, "--steps", help="Private steps N.")
+    clip: float = option(1.0, "--clip", help="Clip norm C (per expert).", allow_nan=True)
+    canaries: int = option(500, "--canaries", help="Canary experts m (each in w.p. ½).")
+    guesses: int = option(50, "--guesses", help="Guesses r (half top, half bottom).")
+    background: int = option(50, "--background", help="Background experts.")
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        given = (self.epsilon is not None) + (self.noise_multiplier is not None) + self.non_private
+        if given != 1:
+            raise ValueError(
+                "give exactly one of --epsilon E, --noise-multiplier Z or --non-private"
+            )
+        check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
+        _positive(self.epsilon, "epsilon")
+        _positive(self.noise_multiplier, "noise_multiplier")
+        _positive(self.clip, "clip")
+        for key, low in (("steps", 1), ("canaries", 2), ("guesses", 2), ("background", 0)):
+            value = getattr(self, key)
+            check(value >= low, key, f"must be >= {low}, got {value}")
+        check(
+            self.guesses <= self.canaries and self.guesses % 2 == 0,
+            "guesses",
+            f"must be even and <= --canaries ({self.canaries}), got {self.guesses}",
+        )
+        check(
+            self.canaries <= 5000 and self.steps <= 10_000,
+            "canaries",
+            "--canaries <= 5000 and --steps <= 10000 keep one audit within minutes",
+        )
+        check(
+            0.0 < self.confidence < 1.0,
+            "confidence",
+            f"must be in (0, 1), got {self.confidence}; e.g. 0.95",
+        )
+
+
+class AuditExpertDpSgd(AuditSystem):
+    """expert-level DP-SGD (`expert.dpsgd.expert_dp_sgd`), add/remove one expert, one run."""
+
+    name = "audit-expert-dp-sgd"
+    Config = AuditExpertDpSgdConfig
+    summary = "expert-dp's private DP-SGD steps, one run with canary experts (Steinke et al.)."
+
+    def plan(self, config: AuditExpertDpSgdConfig, header: Any | None) -> Plan:
+        from privrl.audit.dpsgd import dp_sgd_noise_multiplier
+        from privrl.audit.expert import expert_dp_sgd_claimed
+        from privrl.privacy.public import PublicParameters
+
+        params = PublicParameters()
+        for name, flag in (
+            ("δ", config.delta),
+            ("steps N", config.steps),
+            ("clip C", config.clip),
+            ("experts m (declared: canaries + background)", config.canaries + config.background),
+        ):
+            params.resolve(name, flag=flag, fix="pass the flag")
+        params.derive("sampling rate q", 1.0, "b = m: every expert is sampled each step")
+        z = config.noise_multiplier
+        if config.epsilon is not None:
+            params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
+            z = params.derive(
+                "noise multiplier z",
+                dp_sgd_noise_multiplier(config.epsilon, config.delta, 1.0, config.steps),
+                "smallest z meeting (ε, δ) under PLD",
+            )
+        elif z is not None:
+            params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
+        report = expert_dp_sgd_claimed(
+            noise_multiplier=z,
+            canaries=config.canaries,
+            background=config.background,
+            batch_size=None,
+            steps=config.steps,
+            delta=config.delta,
+            clip=config.clip,
+        ).with_public_parameters(params)
+        report.notes.append(SYNTHETIC_NOTE)
+        public = {
+            "command": "audit expert-dp-sgd",
+            "audit": {"noise_multiplier": z, "mode": "one-run", "learner": "discrete CQL"},
+        }
+        return Plan(report=report, public=public, facts={"z": z})
+
+    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+        from privrl.audit.expert import audit_expert_dp_sgd_one_run
+
+        assert ctx.plan is not None
+        audit = audit_expert_dp_sgd_one_run(
+            noise_multiplier=ctx.plan.facts["z"],
+            canaries=config.canaries,
+            guesses=config.guesses,
+            background=config.background,
+            steps=config.steps,
+            delta=config.delta,
+            clip=config.clip,
+            confidence=config.confidence,
+            rng=rng,
+        )
+        return _one_run_result(audit, ctx.plan.report, config, "loss")
+
+
+def _one_run_result(audit: Any, report: Any, config: Any, statistic: str) -> Result:
+    from privrl.audit.run import roc_plot
+
+    metrics = {**audit.metrics(), "statistic": statistic}
+    line = (
+        f"{metrics['system']} (one run, {metrics['canaries']} canaries, {statistic} "
+        f"statistic): claimed ε = {metrics['epsilon_claimed']:.4g} at δ = {audit.delta:.3g}; "
+        f"{metrics['correct']} of {metrics['guesses']} guesses correct; one-run lower bound "
+        f"ε ≥ {metrics['epsilon_lower_bound']:.4g} ({config.confidence:.0%})"
+    )
+    trials = audit.as_trials()
+    plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}
+    return Result(metrics=metrics, privacy=report, plots=plots, summary=[line])
+
+
+# ---------------------------------------------------------------------------------------------
+# PRIMORL: DP-FedAvg, one run
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditPrimorlConfig(RunConfig):
+    """One-run audit of PRIMORL's TDP ensemble training (DP-FedAvg, paper 000 Algorithm 2)
+    with m canary trajectories (Steinke, Nasr & Jagielski 2023)."""
+
+    system: ClassVar[str] = "audit-primorl"
+    epsilon: float | None = option(
+        None, "--epsilon", help="Target ε: z calibrated by PLD at T rounds.", allow_nan=True
+    )
+    noise_multiplier: float | None = option(
+        None,
+        "--noise-multiplier",
+        help="Noise multiplier z (instead of --epsilon).",
+        allow_nan=True,
+    )
+    non_private: bool = option(
+        False, "--non-private/", help="Audit the non-private twin (z = 0, NO NOISE; C kept)."
+    )
+    delta: float = option(1e-5, "--delta", help="δ at which ε is stated.", allow_nan=True)
+    rate: float = option(1.0, "--rate", help="Poisson sampling rate q.", allow_nan=True)
+    rounds: int = option(1, "--rounds", help="Rounds T.")
+    clip: float = option(
+        1.0, "--clip", help="Clip norm C (joint over the ensemble).", allow_nan=True
+    )
+    local_lr: float = option(1.0, "--local-lr", help="Local SGD step η.", allow_nan=True)
+    canaries: int = option(1000, "--canaries", help="Canary trajectories m (each in w.p. ½).")
+    guesses: int = option(100, "--guesses", help="Guesses r (half top, half bottom).")
+    background: int = option(100, "--background", help="Background trajectories.")
+    members: int = option(2, "--members", help="Ensemble members N.")
+    hidden: int = option(16, "--hidden", help="Hidden units (one layer).")
+    statistic: str = option(
+        "loss",
+        "--statistic",
+        help="loss (the released model's loss on the canary, vs θ_0) | gradient (projection "
+        "on the canary's own update).",
+    )
+    confidence: float = _confidence()
+
+    def validate(self) -> None:
+        given = (self.epsilon is not None) + (self.noise_multiplier is not None) + self.non_private
+        if given != 1:
+            raise ValueError(
+                "give exactly one of --epsilon E, --noise-multiplier Z or --non-private"
+            )
+        check(self.delta > 0 and self.delta < 1, "delta", f"must be in (0, 1), got {self.delta}")
+        _positive(self.epsilon, "epsilon")
+        _positive(self.noise_multiplier, "noise_multiplier")
+        _positive(self.clip, "clip")
+        _positive(self.local_lr, "local_lr")
+        check(
+            math.isfinite(self.rate) and 0.0 < self.rate <= 1.0,
+            "rate",
+            f"must be in (0, 1], got {self.rate}",
+        )
+        for key, low in (("rounds", 1), ("canaries", 2), ("guesses", 2), ("background", 0)):
+            value = getattr(self, key)
+            check(value >= low, key, f"must be >= {low}, got {value}")
+        for key in ("members", "hidden"):
+            check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        check(
+            self.guesses <= self.canaries and self.guesses % 2 == 0,
+            "guesses",
+            f"must be even and <= --canaries ({self.canaries}), got {self.guesses}",
+        )
+        check(
+            self.canaries <= 5000 and self.rounds <= 1000,
+            "canaries",
+            "--canaries <= 5000 and --rounds <= 1000 keep one audit within minutes",
+        )
+        check(
+            self.statistic in ("loss", "gradient"),
+            "statistic",
+            f"must be 'loss' or 'gradient', got {self.statistic!r}",
+        )
+        check(
+            0.0 < self.confidence < 1.0,
+            "confidence",
+            f"must be in (0, 1), got {self.confidence}; e.g. 0.95",
+        )
+
+
+class AuditPrimorl(AuditSystem):
+    """PRIMORL's DP-FedAvg (paper 000, Algorithm 2), add/remove one trajectory, one run."""
+
+    name = "audit-primorl"
+    Config = AuditPrimorlConfig
+    summary = "PRIMORL's DP-FedAvg ensemble, one run with canary trajectories (Steinke et al.)."
+
+    def _setup(self, config: AuditPrimorlConfig) -> Any:
+        from privrl.audit.primorl import PrimorlAuditSetup
+
+        return PrimorlAuditSetup(
+            canaries=config.canaries,
+            background=config.background,
+            members=config.members,
+            hidden=config.hidden,
+        )
+
+    def plan(self, config: AuditPrimorlConfig, header: Any | None) -> Plan:
+        from privrl.audit.primorl import n_params, primorl_plan
+
+        setup = self._setup(config)
+        plan = primorl_plan(
+            noise_multiplier=0.0 if config.non_private else config.noise_multiplier,
+            target_epsilon=config.epsilon,
+            delta=config.delta,
+            rate=config.rate,
+            clip=config.clip,
+            rounds=config.rounds,
+            units=setup.units,
+            local_lr=config.local_lr,
+        )
+        report = plan.report(plan.T_max, n_params(setup))  # its public parameters attached
+        report.notes.append(SYNTHETIC_NOTE)
+        public = {
+            "command": "audit primorl",
+            "audit": {
+                "noise_multiplier": plan.z,
+                "K": setup.units,
+                "mode": "one-run",
+                "audited_release": "the dynamics ensemble after T DP-FedAvg rounds",
+            },
+        }
+        return Plan(report=report, public=public, facts={"plan": plan, "setup": setup})
+
+    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+        from privrl.audit.primorl import audit_primorl_one_run
+
+        assert ctx.plan is not None
+        audit = audit_primorl_one_run(
+            plan=ctx.plan.facts["plan"],
+            setup=ctx.plan.facts["setup"],
+            guesses=config.guesses,
+            statistic=config.statistic,
+            confidence=config.confidence,
+            rng=rng,
+        )
+        result = _one_run_result(audit, ctx.plan.report, config, config.statistic)
+        result.metrics["rounds"] = config.rounds
+        return result
