@@ -1,5 +1,6 @@
 """`privrl train primorl`: the run-directory contract, --model reuse without data, the CLI's
-one-line errors, the ledger checked before the data, and what neighbours publish."""
+one-line errors and the ledger checked before the data (what neighbours publish is checked
+with every private command in tests/privacy/test_neighbour_diff.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 
 from privrl.cli.main import main
 from privrl.data.io import save_hdf5
-from tests.neighbours import Pair, assert_same_publication, run_side
 from tests.primorl.test_primorl import pendulum_data
 
 FAST = [
@@ -197,60 +197,3 @@ def test_ledger_is_checked_before_the_data_is_read(
         == 2
     )
     assert "not differentially private" in _err(capsys)
-
-
-RELEASED = (
-    "return_mean",
-    "return_std",
-    "normalised_score",
-    "best_holdout_mse",
-    "elites",
-    "policy_stage_seconds",
-)
-
-
-def test_neighbours_publish_the_same_outside_the_release(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """D vs D with one private trajectory removed (same file name, same public metadata, same
-    seed): config.json, privacy.json, the console apart from the return line, the file list
-    and every metric that is not computed from the noisy model are identical."""
-    from privrl.primorl.primorl import split_public
-
-    monkeypatch.setenv("COLUMNS", "400")
-    d = pendulum_data(30, seed=5, extra={"n_trajectories": 30})
-    _, pub = split_public(d, 0.2, salt="primorl-public-split")
-    public_starts = {
-        pub.observations[pub.episode_offsets[e] + e].tobytes() for e in range(pub.n_episodes)
-    }
-    victim = next(  # a private trajectory (the public split is the same on both sides)
-        e
-        for e in range(d.n_episodes)
-        if d.observations[d.episode_offsets[e] + e].tobytes() not in public_starts
-    )
-    pair = Pair(tmp_path)
-    pair.save(d, d.subset(np.delete(np.arange(d.n_episodes), victim)))
-    argv = [
-        "train",
-        "primorl",
-        "--data",
-        "{data}",
-        "--out",
-        "{out}",
-        "-z",
-        "2",
-        *FAST,
-        "--patience",
-        "100",
-    ]
-    a = run_side(argv, pair.a, capsys)
-    b = run_side(argv, pair.b, capsys)
-    assert a.code == 0, a.stderr
-    assert_same_publication(
-        "primorl",
-        a,
-        b,
-        pair.dirs(),
-        released_metrics=RELEASED,
-        released_lines=(r"^\S* ?[-\d.]+ ± [\d.]+",),
-    )

@@ -14,9 +14,11 @@ The allow-lists below are per command, minimal and commented: a new metrics.json
 line that depends on the data makes the test fail until it is justified here.
 
 Neighbours are extreme on purpose: the longest trajectory, the highest reward, a state no other
-trajectory visits, the expert with the longest trajectory. Relations: replace-one trajectory
-(tabular and linear MDPs, OPE), add/remove one expert with all their trajectories and their
-policy (expert-level systems), replace one user's episode with the same seed (online).
+trajectory visits, the expert with the longest trajectory, a bandit row with a reward far outside
+the declared range and the smallest propensity. Relations: replace-one trajectory (tabular and
+linear MDPs, OPE, bandit OPE), add/remove one trajectory (PRIMORL), add/remove one expert with
+all their trajectories and their policy (expert-level systems), replace one user's episode with
+the same seed (online).
 """
 
 from __future__ import annotations
@@ -336,6 +338,90 @@ SDP_PE_RELEASED = ONLINE_RELEASED | {
 }
 
 
+# ---------------------------------------------------------------------------------------------
+# bandit OPE (IPS, SNIPS, DR): replace-one row
+# ---------------------------------------------------------------------------------------------
+
+
+def _bandit(pair: Pair) -> None:
+    """D: 40 one-step rows; D′: the first row replaced by an extreme one (a reward 10⁶ far
+    outside the declared [0, 1], the smallest propensity, the last context and action)."""
+    rng = np.random.default_rng(4)
+    meta = DatasetMetadata(observation_space=spaces.Discrete(3), action_space=spaces.Discrete(3))
+    rows = [
+        episode([int(s), int(s)], [int(a)], [float(r)], behaviour_probs=[float(p)])
+        for s, a, r, p in zip(
+            rng.integers(0, 3, 40),
+            rng.integers(0, 3, 40),
+            rng.random(40),
+            rng.uniform(0.2, 1, 40),
+            strict=True,
+        )
+    ]
+    extreme = episode([2, 2], [2], [1e6], behaviour_probs=[1e-6])
+    pair.save(dataset(rows, meta), dataset([extreme, *rows[1:]], meta))
+
+
+BANDIT = (
+    "--data", "{data}", "--target-policy", "uniform", "--reward-range", "0,1",
+    "--weight-clip", "10", "--max-horizon", "1", "--epsilon", "1", "--out", "{out}",
+    "--seed", "1",
+)  # fmt: skip
+# the released value and its interval: functions of the noisy sums and public parameters
+BANDIT_RELEASED = frozenset({"value", "value_ci_low", "value_ci_high"})
+BANDIT_LINES = (r"value of uniform: .* CI \[",)
+
+# ---------------------------------------------------------------------------------------------
+# PRIMORL: add/remove one trajectory (a private one: the declared-public split is the same)
+# ---------------------------------------------------------------------------------------------
+
+
+def _primorl(pair: Pair) -> None:
+    """D: 30 Pendulum-like trajectories (K = 30 declared); D′: D without one trajectory of
+    the private part (the public split, drawn by episode content, is identical on both)."""
+    from privrl.primorl.primorl import split_public
+    from tests.primorl.test_primorl import pendulum_data
+
+    d = pendulum_data(30, seed=5, extra={"n_trajectories": 30})
+    _, pub = split_public(d, 0.2, salt="primorl-public-split")
+    public_starts = {
+        pub.observations[pub.episode_offsets[e] + e].tobytes() for e in range(pub.n_episodes)
+    }
+    victim = next(
+        e
+        for e in range(d.n_episodes)
+        if d.observations[d.episode_offsets[e] + e].tobytes() not in public_starts
+    )
+    pair.save(d, d.subset(np.delete(np.arange(d.n_episodes), victim)))
+
+
+PRIMORL = (
+    "train", "primorl", "--data", "{data}", "--out", "{out}", "-z", "2", "--steps", "4",
+    "-q", "0.2", "--eval-every", "2", "--patience", "100", "--epochs", "2",
+    "--steps-per-epoch", "10", "--rollout-batch-size", "20", "--rollout-length", "5",
+    "--holdout-fraction", "0.2",
+)  # fmt: skip
+PRIMORL_RELEASED = frozenset(
+    {
+        # the policy's real-environment return: post-processing of the noisy model
+        "return_mean",
+        "return_std",
+        "normalised_score",
+        # the released model's error on the declared-public split, and the elites chosen by it
+        "best_holdout_mse",
+        "elites",
+        # wall-clock time of the policy stage
+        "policy_stage_seconds",
+    }
+)
+PRIMORL_LINES = (
+    r"^\S* ?[-\d.]+ ± [\d.]+",  # the return line (post-processing)
+    # dp-accounting's RDP accountant on the public (q, z, order): printed by the first run in
+    # a process only (later runs reuse the cached accounting), whichever side runs first
+    r"^warning: _compute_log_a_frac failed to converge .* q=[\d.]+, sigma=[\d.]+, alpha=",
+)
+
+
 def _no_data(pair: Pair) -> None:
     pair.a.mkdir(parents=True)
     pair.b.mkdir(parents=True)
@@ -485,6 +571,13 @@ CASES = [
         (*DP_SGD, "--n-experts", str(M), *EXPERT_FAST),
         must_run=False,
     ),
+    # ---- bandit OPE: IPS, SNIPS, DR (replace-one row) ----
+    *(
+        Case(f"{m}", _bandit, ("ope", m, *BANDIT), BANDIT_RELEASED, BANDIT_LINES)
+        for m in ("ips", "snips", "dr")
+    ),
+    # ---- PRIMORL (add/remove one trajectory) ----
+    Case("primorl", _primorl, PRIMORL, PRIMORL_RELEASED, PRIMORL_LINES),
     # ---- online: one user's episode replaced, same seed ----
     Case(
         "sdp-pe",

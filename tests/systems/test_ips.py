@@ -1,8 +1,8 @@
 """`privrl ope ips|snips|dr` on the run layer (privrl.systems.ips): a bandit log imported from a
 CSV with a propensity column, the run directory and console, `privrl run CONFIG.toml` equal to
 the command line, the ledger refusing before the data is read, public parameters from flags
-or metadata only, neighbours publishing the same outside the releases, and bad input as one
-`error:` line."""
+or metadata only, and bad input as one `error:` line. What neighbours publish is checked with
+every private command in tests/privacy/test_neighbour_diff.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from privrl.data.dataset import DatasetMetadata
 from privrl.data.io import load_hdf5, read_header, save_hdf5
 from privrl.runs import registry
 from privrl.systems.ips import DrConfig, IpsConfig, SnipsConfig
-from tests.neighbours import Pair, assert_same_publication, dataset, episode, run_side
+from tests.neighbours import dataset, episode
 from tests.ope.test_importance import MU, PI, TRUE_VALUE, synthetic
 
 SYSTEMS = ("ips", "snips", "dr")
@@ -273,52 +273,6 @@ def test_the_ledger_records_the_spend(log_file: Path, tmp_path: Path, capsys) ->
         ["ope", "ips", "--data", str(path), *COMMON, "--out", str(tmp_path / "b")], capsys
     )
     assert code == 2 and "ledger has" in error_line(err)
-
-
-# ------------------------------------------------------------------------ neighbours
-
-
-def _neighbours(pair: Pair) -> None:
-    """D: 40 one-step rows; D′: the first row replaced by an extreme one (a reward 10⁶ far
-    outside the declared [0, 1], the smallest propensity, the last context and action)."""
-    rng = np.random.default_rng(4)
-    meta = DatasetMetadata(observation_space=spaces.Discrete(3), action_space=spaces.Discrete(3))
-    rows = [
-        episode([int(s), int(s)], [int(a)], [float(r)], behaviour_probs=[float(p)])
-        for s, a, r, p in zip(
-            rng.integers(0, 3, 40),
-            rng.integers(0, 3, 40),
-            rng.random(40),
-            rng.uniform(0.2, 1, 40),
-            strict=True,
-        )
-    ]
-    extreme = episode([2, 2], [2], [1e6], behaviour_probs=[1e-6])
-    pair.save(dataset(rows, meta), dataset([extreme, *rows[1:]], meta))
-
-
-@pytest.mark.parametrize("system", SYSTEMS)
-def test_neighbours_publish_the_same_outside_releases(
-    system: str, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Property (DESIGN.md, "Public parameters"): D and its replace-one neighbour D′, same seed
-    and flags: config.json, privacy.json, the console and metrics.json are identical except
-    the released value and its interval (functions of the noisy sums and public parameters)."""
-    monkeypatch.setenv("COLUMNS", "400")
-    pair = Pair(tmp_path)
-    _neighbours(pair)
-    argv = ["ope", system, "--data", "{data}", *COMMON, "--out", "{out}", "--seed", "1"]
-    a = run_side(argv, pair.a, capsys)
-    b = run_side(argv, pair.b, capsys)
-    assert a.code == 0 and b.code == 0, (a.stderr, b.stderr)
-    assert_same_publication(
-        system,
-        a,
-        b,
-        pair.dirs(),
-        released_metrics={"value", "value_ci_low", "value_ci_high"},
-        released_lines=[r"value of uniform: .* CI \["],
-    )
 
 
 # ------------------------------------------------------------------------ bad input

@@ -17,20 +17,23 @@ our reward is r' = 1 + r/16.27 ∈ [0, 1]).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
-import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from privrl.experiments import primorl_sweeps as shared
+from privrl.experiments.primorl_sweeps import Scale, mean_ci
 from privrl.experiments.rundir import RunDir
 from privrl.runs.plots import draw
-from privrl.runs.system import PlotSpec, Series
+from privrl.runs.system import PlotSpec
+
+__all__ = ["Scale", "claims", "mean_ci", "summarise", "sweep_doc", "table1", "write_report"]
+
+ID = "primorl-table1"
 
 # Table 1, Pendulum: ε (∞ = not private), return, share of MOPO (%).
 PAPER = {
@@ -48,31 +51,9 @@ CEILING = 95.0  # normalised score at which a row is at the task's ceiling
 MOPO_LEARNED = 50.0  # MOPO's normalised score below which shares of it are not evidence
 
 
-@dataclass(frozen=True)
-class Scale:
-    """How big the reproduction is (the paper's scale by default; `quick` is a smoke test)."""
-
-    seeds: int = 3
-    base_seed: int = 0
-    epochs: int = 20  # SAC epochs; the return is the mean of the last `final_epochs`
-    quick: bool = False
-
-    def settings(self) -> dict[str, Any]:
-        """Settings every cell shares (both systems have them)."""
-        if self.quick:
-            return {
-                "epochs": self.epochs,
-                "steps_per_epoch": 20,
-                "rollout_batch_size": 50,
-            }
-        return {"epochs": self.epochs}
-
-
 def sweep_dir(scale: Scale) -> Path:
     """Where the cells live (the cache: their checkpoints and models do not belong in docs/)."""
-    from privrl.data.paths import cache_dir
-
-    return cache_dir() / "reproduce" / "primorl-table1" / ("quick" if scale.quick else "full")
+    return shared.sweep_dir("primorl-table1", scale)
 
 
 def sweep_doc(data: Path, out: Path, scale: Scale, *, backend: str, workers: int | None) -> dict:
@@ -116,8 +97,6 @@ def table1(
     epochs: int | None = None,
 ) -> Path:
     """`privrl reproduce primorl-table1`: run (or resume) the sweep, write the report."""
-    from privrl.runs.sweep import expand, run_sweep
-
     scale = Scale(
         seeds=seeds or (2 if quick else 3),
         base_seed=seed,
@@ -125,46 +104,12 @@ def table1(
         quick=quick,
     )
     out = Path(out)
-    data = Path(data) if data is not None else _dataset(quick)
+    data = Path(data) if data is not None else shared.recipe_dataset("pendulum", quick, ID)
     t0 = time.perf_counter()
-    cells = sweep_dir(scale)
-    sweep = expand(sweep_doc(data, cells, scale, backend=backend, workers=workers))
-    outcome = run_sweep(sweep)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(cells / "results.csv", out / "results.csv")
-    if outcome.failed:
-        cell, error = outcome.failed[0]
-        raise RuntimeError(
-            f"{len(outcome.failed)} cell(s) failed, e.g. {cell.label()}: {error} "
-            f"(logs in {cell.dir}/log.txt); rerun to retry them"
-        )
-    rows = [dict(r, curve=_curve(cells / "cells" / r["cell"])) for r in outcome.rows]
-    return write_report(out, rows, scale, data=data, wall=time.perf_counter() - t0)
-
-
-def _dataset(quick: bool) -> Path:
-    from privrl.data.paths import data_dir
-
-    path = data_dir() / f"primorl-pendulum{'-quick' if quick else ''}.h5"
-    if path.is_file():
-        return path
-    if quick:
-        from privrl.experiments.recipes import RECIPES
-
-        RECIPES["primorl-pendulum"].load()(data_dir(), seed=0, quick=True, progress=False)
-        return path
-    raise ValueError(
-        f"dataset {path} is missing: build it with `privrl data collect --recipe "
-        "primorl-pendulum` (resumable), then rerun `privrl reproduce primorl-table1`"
+    rows = shared.run_cells(
+        sweep_doc(data, sweep_dir(scale), scale, backend=backend, workers=workers), out
     )
-
-
-def _curve(cell_dir: Path) -> list[float]:
-    path = cell_dir / "run" / "metrics.csv"
-    if not path.is_file():
-        return []
-    with open(path, newline="") as fh:
-        return [float(r["return_mean"]) for r in csv.DictReader(fh) if r.get("return_mean")]
+    return write_report(out, rows, scale, data=data, wall=time.perf_counter() - t0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,14 +120,6 @@ def _curve(cell_dir: Path) -> list[float]:
 def row_of(cell: Mapping[str, Any]) -> str:
     """The Table 1 row of a results-table row."""
     return "mopo" if cell["system"] == "mopo" else str(cell["variant"])
-
-
-def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval (0 for one value); the sweep's statistic."""
-    from privrl.runs.sweep import mean_ci as sweep_mean_ci
-
-    mean, _, high = sweep_mean_ci(values)
-    return mean, high - mean
 
 
 def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -283,29 +220,14 @@ def write_report(
 
 
 def _plot(summary: Mapping[str, Mapping[str, Any]], path: Path) -> None:
-    series = []
-    for name, s in summary.items():
-        curves = [c for c in s["curves"] if c]
-        if not curves:
-            continue
-        n = min(len(c) for c in curves)
-        stats = [mean_ci([c[i] for c in curves]) for i in range(n)]
-        series.append(
-            Series(
-                LABELS[name],
-                list(range(1, n + 1)),
-                [m for m, _ in stats],
-                low=[m - h for m, h in stats],
-                high=[m + h for m, h in stats],
-            )
-        )
+    series = [shared.curve_series(LABELS[name], s["curves"]) for name, s in summary.items()]
     draw(
         PlotSpec(
             "returns",
             "PRIMORL Table 1, Pendulum: return in the real simulator",
             "SAC epoch",
             "return (10 episodes)",
-            series,
+            [s for s in series if s is not None],
         ),
         path,
     )
@@ -398,5 +320,4 @@ def _markdown(
     return "\n".join(lines)
 
 
-def _eps(eps: float) -> str:
-    return "∞" if math.isinf(eps) else f"{eps:.2f}"
+_eps = shared.eps_text

@@ -107,6 +107,20 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             sweep=True,
         ),
         Reproduction(
+            "primorl-ablation",
+            "Differentially Private Deep Model-Based RL (PRIMORL)",
+            "Table 10: penalty u_MA vs u_MPD × flat vs per-layer clipping at the paper's two z",
+            "privrl.experiments.primorl_ablation:ablation",
+            sweep=True,
+        ),
+        Reproduction(
+            "primorl-fig3",
+            "Differentially Private Deep Model-Based RL (PRIMORL)",
+            "Figure 3: Pendulum return vs ε (1 to 100, z calibrated under PLD) beside MOPO",
+            "privrl.experiments.primorl_fig3:fig3",
+            sweep=True,
+        ),
+        Reproduction(
             "expert-table2a",
             "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
             "Table 2a: mixing rate p at ε = 10 (CartPole, LunarLander; CQL, BCQ) vs DP-SGD",

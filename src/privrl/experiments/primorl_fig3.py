@@ -1,0 +1,359 @@
+"""Reproduction ``primorl-fig3``: PRIMORL's Figure 3, Pendulum return against ε, as a sweep.
+
+Cells: `privrl train mopo` (the non-private line) and `privrl train primorl --epsilon E` for
+each budget E in `EPSILONS` (1 to 100), over seeds, on the recipe dataset. Each PRIMORL cell
+calibrates its noise multiplier z with the PLD accountant for the fixed T_max = 7000 rounds at
+q = 1e-3, δ = 1e-5 (the task preset), so ε is a guarantee for the whole run, not an average
+over early-stopped runs. The MOPO cells are the same runs as ``primorl-table1``'s and are reused
+from its finished sweep.
+
+The paper's Figure 3 gives no numbers, only its reading ("no performance degradation until ε
+reaches the 1 to 10 range"); the report states that claim beside ours. The paper's returns
+are on its own reward scale (ours: r' = 1 + r/16.27 ∈ [0, 1]), so the comparison is the share
+of MOPO's return.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from privrl.experiments import primorl_sweeps as shared
+from privrl.experiments.primorl_sweeps import Scale, mean_ci
+from privrl.experiments.rundir import RunDir
+from privrl.runs.plots import draw
+from privrl.runs.system import PlotSpec, Series
+
+__all__ = ["EPSILONS", "claims", "fig3", "summarise", "sweep_doc", "write_report"]
+
+ID = "primorl-fig3"
+EPSILONS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+NO_LOSS_FROM = 10.0  # the paper: no degradation at ε ≥ 10 ("until ε reaches the 1–10 range")
+SHARE_TARGET = 90.0  # share of our MOPO that counts as no degradation
+CEILING = 95.0  # normalised score at which a point is at the task's ceiling
+MOPO_LEARNED = 50.0  # MOPO's normalised score below which shares of it are not evidence
+
+
+def sweep_doc(data: Path, out: Path, scale: Scale, *, backend: str, workers: int | None) -> dict:
+    """The grid: MOPO and PRIMORL at each target ε × seeds; cells under `out`. The
+    per-system settings are primorl-table1's, so the MOPO cells have its keys."""
+    primorl: dict[str, Any] = {"grid": {"epsilon": list(EPSILONS)}}
+    mopo: dict[str, Any] = {}
+    if scale.quick:  # a few DP-FedAvg rounds (z calibrated for them) and dynamics epochs
+        primorl["steps"] = 3
+        mopo["model_epochs"] = 2
+    doc: dict[str, Any] = {
+        "out": str(out),
+        "data": str(data),
+        **scale.settings(),
+        "grid": {"system": ["mopo", "primorl"], "seed": scale.seed_list()},
+        "systems": {"primorl": primorl, "mopo": mopo},
+        "sweep": {
+            "backend": backend,
+            "metrics": ["return_mean", "normalised_score"],
+            "x": "epsilon",
+        },
+    }
+    if workers is not None:
+        doc["sweep"]["workers"] = workers
+    return doc
+
+
+def fig3(
+    out: Path,
+    *,
+    seeds: int | None = None,
+    seed: int = 0,
+    quick: bool = False,
+    backend: str = "local",
+    workers: int | None = None,
+    data: Path | None = None,
+    epochs: int | None = None,
+) -> Path:
+    """`privrl reproduce primorl-fig3`: run (or resume) the sweep, write the report."""
+    scale = Scale(
+        seeds=seeds or (2 if quick else 3),
+        base_seed=seed,
+        epochs=epochs or (2 if quick else 20),
+        quick=quick,
+    )
+    out = Path(out)
+    data = Path(data) if data is not None else shared.recipe_dataset("pendulum", quick, ID)
+    t0 = time.perf_counter()
+    doc = sweep_doc(data, shared.sweep_dir(ID, scale), scale, backend=backend, workers=workers)
+    rows = shared.run_cells(doc, out, reuse=[shared.sweep_dir("primorl-table1", scale)])
+    for r in rows:
+        r["noise_multiplier"] = _noise_multiplier(r.get("dir"))
+    return write_report(out, rows, scale, data=data, wall=time.perf_counter() - t0)
+
+
+def _noise_multiplier(cell_dir: Path | None) -> float | None:
+    """z of the cell's one release (its privacy.json), None for MOPO or an unfinished cell."""
+    if cell_dir is None:
+        return None
+    try:
+        report = json.loads((Path(cell_dir) / "run" / "privacy.json").read_text())
+        return float(report["releases"][0]["noise"]["noise_multiplier"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# the report
+# --------------------------------------------------------------------------------------------
+
+
+def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per point ("mopo" or the target ε as text): seeds, z, ε, return ± CI, normalised score,
+    share of our MOPO."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r.get("status") == "ok":
+            key = "mopo" if r["system"] == "mopo" else f"{float(r['epsilon']):g}"
+            groups.setdefault(key, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for key in ["mopo", *(f"{e:g}" for e in EPSILONS)]:
+        cells = groups.get(key)
+        if not cells:
+            continue
+        ret, ci = mean_ci([float(c["return_mean"]) for c in cells])
+        scores = [c.get("normalised_score") for c in cells]
+        eps = cells[0].get("privacy_epsilon")
+        out[key] = {
+            "seeds": len(cells),
+            "target": math.inf if key == "mopo" else float(key),
+            "epsilon": math.inf if eps is None else float(eps),
+            "noise_multiplier": cells[0].get("noise_multiplier"),
+            "return": ret,
+            "ci": ci,
+            "per_seed": [float(c["return_mean"]) for c in cells],
+            "normalised": None if None in scores else sum(scores) / len(scores),
+        }
+    if "mopo" in out:
+        for s in out.values():
+            s["share"] = 100.0 * s["return"] / out["mopo"]["return"]
+    return out
+
+
+def at_ceiling(summary: Mapping[str, Mapping[str, Any]]) -> bool:
+    scores = [s.get("normalised") for s in summary.values()]
+    return bool(scores) and None not in scores and min(scores) >= CEILING
+
+
+def claims(
+    summary: Mapping[str, Mapping[str, Any]], *, quick: bool = False
+) -> list[dict[str, str]]:
+    """(1) no degradation at ε ≥ 10: every such point keeps ≥ 90% of MOPO's return; (2) the
+    ε-return trade-off: the smallest ε keeps less of MOPO's return than the largest (beyond
+    their 95% intervals). Inconclusive in quick mode, with fewer than 2 seeds, when MOPO did
+    not learn, and — for (2) — when every point is at the task's ceiling."""
+    points = [s for k, s in summary.items() if k != "mopo" and "share" in s]
+    mopo = summary.get("mopo", {})
+    learned = (mopo.get("normalised") or -math.inf) >= MOPO_LEARNED
+    c1 = f"No degradation for ε ≥ {NO_LOSS_FROM:g} (Pendulum, ≥ {SHARE_TARGET:g}% of MOPO)"
+    p1 = 'no degradation "until ε reaches the 1 to 10 range"'
+    c2 = "Return degrades as ε shrinks (Pendulum, ε = 1 vs ε = 100)"
+    p2 = "performance tends to degrade with smaller ε"
+    if not points or "mopo" not in summary:
+        return [
+            {"claim": c, "paper": p, "ours": "not run", "verdict": "inconclusive",
+             "plot": "plots/return_vs_epsilon.png"}
+            for c, p in ((c1, p1), (c2, p2))
+        ]  # fmt: skip
+    seeds = min(s["seeds"] for s in points)
+    weak = quick or seeds < 2 or not learned
+    high = [s for s in points if s["target"] >= NO_LOSS_FROM]
+    worst = min(high, key=lambda s: s["share"]) if high else None
+    if worst is None:
+        ours1, v1 = "no point at ε ≥ 10 ran", "inconclusive"
+    else:
+        ours1 = (
+            f"lowest {worst['share']:.1f}% of MOPO (ε = {worst['epsilon']:.3g}) over "
+            f"{len(high)} budgets"
+        )
+        v1 = "holds" if worst["share"] >= SHARE_TARGET else "does not hold"
+    lo, hi = min(points, key=lambda s: s["target"]), max(points, key=lambda s: s["target"])
+    mret = mopo["return"]
+    gap = hi["share"] - lo["share"]
+    ours2 = (
+        f"{lo['share']:.1f}% at ε = {lo['epsilon']:.3g} vs {hi['share']:.1f}% at "
+        f"ε = {hi['epsilon']:.3g} (±{100 * lo['ci'] / mret:.1f} / ±{100 * hi['ci'] / mret:.1f})"
+    )
+    v2 = "holds" if gap > 100.0 * (lo["ci"] + hi["ci"]) / mret else "does not hold"
+    if weak:
+        v1 = v2 = "inconclusive"
+    elif v2 == "does not hold" and at_ceiling(summary):
+        v2 = "inconclusive"
+    suffix = f" ({seeds} seeds)"
+    return [
+        {"claim": c1, "paper": p1, "ours": ours1 + suffix, "verdict": v1,
+         "plot": "plots/return_vs_epsilon.png"},
+        {"claim": c2, "paper": p2, "ours": ours2 + suffix, "verdict": v2,
+         "plot": "plots/return_vs_epsilon.png"},
+    ]  # fmt: skip
+
+
+def write_report(
+    out: Path, rows: Sequence[Mapping[str, Any]], scale: Scale, *, data: Path, wall: float
+) -> Path:
+    """report.md, claims.json, config.json, metrics.json and plots/ from the sweep's rows."""
+    summary = summarise(rows)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    _plot(summary, out / "plots" / "return_vs_epsilon.png")
+    found = claims(summary, quick=scale.quick)
+    (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
+    run = RunDir(out)
+    run.write_config(
+        {
+            "reproduction": ID,
+            "data": data.name,
+            "epsilons": list(EPSILONS),
+            **dataclasses.asdict(scale),
+        }
+    )
+    run.write_metrics(summary)
+    cell_seconds = sum(float(r.get("seconds") or 0.0) for r in rows)
+    path = out / "report.md"
+    path.write_text(
+        _markdown(summary, found, scale, data=data, wall=wall, cell_seconds=cell_seconds)
+    )
+    return path
+
+
+def _plot(summary: Mapping[str, Mapping[str, Any]], path: Path) -> None:
+    points = [s for k, s in summary.items() if k != "mopo"]
+    series = []
+    if points:
+        xs = [s["epsilon"] for s in points]
+        ys = [s["return"] for s in points]
+        series.append(
+            Series(
+                "PRIMORL (mean, 95% CI)",
+                xs,
+                ys,
+                low=[s["return"] - s["ci"] for s in points],
+                high=[s["return"] + s["ci"] for s in points],
+                style="o-",
+            )
+        )
+    hlines = []
+    if "mopo" in summary:
+        hlines.append(
+            (f"MOPO (ε = ∞), {summary['mopo']['seeds']} seeds", summary["mopo"]["return"])
+        )
+    draw(
+        PlotSpec(
+            "return_vs_epsilon",
+            "PRIMORL Figure 3, Pendulum: return vs ε (z calibrated under PLD for T_max)",
+            "ε (δ = 1e-5, trajectory-level)",
+            "return (mean of the last SAC epochs)",
+            series,
+            hlines=hlines,
+            logx=True,
+        ),
+        path,
+    )
+
+
+def _markdown(
+    summary: Mapping[str, Mapping[str, Any]],
+    found: Sequence[Mapping[str, str]],
+    scale: Scale,
+    *,
+    data: Path,
+    wall: float,
+    cell_seconds: float,
+) -> str:
+    rounds = "3 rounds (quick mode)" if scale.quick else "T_max = 7000 rounds"
+    lines = [
+        "# PRIMORL Figure 3 (Pendulum): return vs ε",
+        "",
+        f"Regenerated by `privrl reproduce {ID} --seeds {scale.seeds}"
+        f"{' --quick' if scale.quick else ''}`: a sweep of `privrl train mopo` and "
+        f"`privrl train primorl --epsilon E` for E in {', '.join(f'{e:g}' for e in EPSILONS)} "
+        f"on the recipe dataset `{data.name}`, {scale.seeds} seeds each, {scale.epochs} SAC "
+        f"epochs of {scale.settings().get('steps_per_epoch', 1000)} updates (the return is "
+        f"the mean of the last {min(10, scale.epochs)} epochs' evaluations, 10 episodes "
+        f"each). z is calibrated with the PLD accountant for {rounds} at q = 1e-3, "
+        f"δ = 1e-5. The cells ran for {cell_seconds / 60:.1f} min in all (one thread each); "
+        f"this invocation took {wall / 60:.1f} min (finished cells, and primorl-table1's "
+        "identical MOPO cells, are reused).",
+        "",
+    ]
+    if scale.quick:
+        lines += [
+            "**Quick mode (smoke scale), not the paper's scale**: tiny dataset, 3 DP-FedAvg "
+            f"rounds, {scale.epochs} × 20 SAC steps — the numbers mean nothing; every verdict "
+            "is inconclusive.",
+            "",
+        ]
+    lines += [
+        "| method | target ε | our ε (PLD) | z | our return ± 95% CI | normalised | "
+        "% of our MOPO | per seed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, s in summary.items():
+        name = "MOPO" if key == "mopo" else "PRIMORL"
+        z = s.get("noise_multiplier")
+        norm = "—" if s["normalised"] is None else f"{s['normalised']:.1f}"
+        share = f"{s['share']:.1f}%" if "share" in s else "—"
+        per_seed = ", ".join(f"{v:.1f}" for v in s["per_seed"])
+        lines.append(
+            f"| {name} | {shared.eps_text(s['target'])} | {shared.eps_text(s['epsilon'])} | "
+            f"{'—' if z is None else f'{z:.3f}'} | {s['return']:.1f} ± {s['ci']:.1f} | {norm} | "
+            f"{share} | {per_seed} |"
+        )
+    capped = [
+        f"{s['target']:g}"
+        for k, s in summary.items()
+        if k != "mopo" and s["epsilon"] < 0.99 * s["target"]
+    ]
+    if capped:
+        lines += [
+            "",
+            f"Target ε = {', '.join(capped)}: the PLD calibration stops at its floor z = 0.2 "
+            "(below it the loss grids explode), which already meets these targets, so these "
+            "runs certify the smaller ε shown (more noise than the target needs; "
+            "`--accountant rdp` calibrates below the floor).",
+        ]
+    missing = [f"{e:g}" for e in EPSILONS if f"{e:g}" not in summary]
+    if missing:
+        lines += ["", f"Not run: ε = {', '.join(missing)}."]
+    lines += ["", "## Verdicts", "", "| claim | paper | ours | verdict |", "|---|---|---|---|"]
+    for c in found:
+        verdict = f"**{c['verdict']}**" if c["verdict"] == "does not hold" else c["verdict"]
+        lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | {verdict} |")
+    if at_ceiling(summary):
+        lines += [
+            "",
+            f"Every point's normalised score is ≥ {CEILING:g}: all reach the task's ceiling "
+            "(the dataset's expert reference return), so over this range of ε the task shows "
+            "no cost of privacy at all — it cannot show where the paper's degradation starts. "
+            "Smaller ε or harder tasks are where the points can differ.",
+        ]
+    if not (summary.get("mopo", {}).get("normalised") or -math.inf) >= MOPO_LEARNED:
+        lines += [
+            "",
+            f"MOPO's normalised score is below {MOPO_LEARNED:g}: it did not learn, so no share "
+            "of its return is evidence (verdicts inconclusive).",
+        ]
+    lines += [
+        "",
+        "![return vs ε](plots/return_vs_epsilon.png)",
+        "",
+        "## Notes",
+        "",
+        "- Each point's ε is an a-priori guarantee for the fixed T_max (the paper averaged T "
+        "over early-stopped runs, which is not a guarantee); early stopping looks only at the "
+        "declared-public split.",
+        "- The paper's Figure 3 has no printed numbers; its reading is quoted as the claim.",
+        "- The paper's Pendulum returns are on its own reward scale; compare the share of "
+        "MOPO's return.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,208 @@
+"""What the PRIMORL reproductions (``primorl-table1``, ``primorl-ablation``, ``primorl-fig3``)
+share: their scale, where their cells live, the recipe datasets, running a sweep of
+`privrl train mopo` / `privrl train primorl` cells (reusing another reproduction's finished
+cell when it is the same run), the cells' learning curves and the 95% t-interval.
+
+Each reproduction keeps its own cells under ``$PRIVRL_CACHE/reproduce/<id>/{quick,full}/``
+(checkpoints and models: too big for docs/). A cell is identified by the sweep's fingerprint of
+its system, config, seed and data path, so a cell of one reproduction with the same
+fingerprint as a finished cell of another is the same run: it is copied, not run again.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from privrl.runs.system import Series
+
+__all__ = [
+    "Scale",
+    "curve",
+    "curve_series",
+    "eps_text",
+    "mean_ci",
+    "recipe_dataset",
+    "reuse_finished",
+    "run_cells",
+    "sweep_dir",
+]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big a reproduction is (the paper's scale by default; `quick` is a smoke test)."""
+
+    seeds: int = 3
+    base_seed: int = 0
+    epochs: int = 20  # SAC epochs; the return is the mean of the last `final_epochs`
+    quick: bool = False
+
+    def settings(self) -> dict[str, Any]:
+        """Settings every cell shares (both systems have them)."""
+        if self.quick:
+            return {
+                "epochs": self.epochs,
+                "steps_per_epoch": 20,
+                "rollout_batch_size": 50,
+            }
+        return {"epochs": self.epochs}
+
+    def seed_list(self) -> list[int]:
+        return list(range(self.base_seed, self.base_seed + self.seeds))
+
+
+def sweep_dir(reproduction: str, scale: Scale) -> Path:
+    """Where a reproduction's cells live (the cache: their checkpoints and models do not
+    belong in docs/)."""
+    from privrl.data.paths import cache_dir
+
+    return cache_dir() / "reproduce" / reproduction / ("quick" if scale.quick else "full")
+
+
+def recipe_path(task: str, quick: bool) -> Path:
+    """Where the recipe dataset of `task` is (built or not)."""
+    from privrl.data.paths import data_dir
+
+    return data_dir() / f"primorl-{task}{'-quick' if quick else ''}.h5"
+
+
+def recipe_dataset(task: str, quick: bool, reproduction: str) -> Path:
+    """The recipe dataset of `task`; the quick one is built on the fly (seconds), the full one
+    must have been built with `privrl data collect` (hours)."""
+    path = recipe_path(task, quick)
+    if path.is_file():
+        return path
+    if quick:
+        from privrl.data.paths import data_dir
+        from privrl.experiments.recipes import RECIPES
+
+        RECIPES[f"primorl-{task}"].load()(data_dir(), seed=0, quick=True, progress=False)
+        return path
+    raise ValueError(
+        f"dataset {path} is missing: build it with `privrl data collect --recipe "
+        f"primorl-{task}` (resumable), then rerun `privrl reproduce {reproduction}`"
+    )
+
+
+def reuse_finished(sweep: Any, others: Sequence[Path]) -> int:
+    """Copy into `sweep` every unfinished cell that is finished, with the same fingerprint, in
+    one of the sweep directories `others`; returns how many were copied."""
+    from privrl.runs.sweep import RUN_FILES, finished
+
+    copied = 0
+    for cell in sweep.cells:
+        if finished(cell):
+            continue
+        for other in others:
+            source = other / "cells" / cell.name
+            record = _record(source / "cell.json")
+            if not isinstance(record, dict) or record.get("key") != cell.key:
+                continue
+            if record.get("status") != "ok":
+                continue
+            if not all((source / "run" / n).is_file() for n in RUN_FILES):
+                continue
+            if cell.dir.exists():
+                shutil.rmtree(cell.dir)
+            cell.dir.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(source, cell.dir)
+            copied += 1
+            break
+    return copied
+
+
+def _record(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_cells(
+    doc: Mapping[str, Any], out: Path, *, reuse: Sequence[Path] = ()
+) -> list[dict[str, Any]]:
+    """Expand `doc`, reuse finished cells of the sweeps `reuse`, run (or resume) the others,
+    copy the results table to `out`; the rows, each with its cell's learning curve (`curve`)
+    and directory (`dir`). A failed
+    cell stops the report (rerunning retries it)."""
+    from privrl.runs.sweep import expand, run_sweep
+
+    sweep = expand(doc)
+    reuse_finished(sweep, [p for p in reuse if p != sweep.out])
+    outcome = run_sweep(sweep)
+    out.mkdir(parents=True, exist_ok=True)
+    _copy_results(sweep.out / "results.csv", out / "results.csv")
+    if outcome.failed:
+        cell, error = outcome.failed[0]
+        raise RuntimeError(
+            f"{len(outcome.failed)} cell(s) failed, e.g. {cell.label()}: {error} "
+            f"(logs in {cell.dir}/log.txt); rerun to retry them"
+        )
+    return [
+        dict(r, curve=curve(sweep.out / "cells" / r["cell"]), dir=sweep.out / "cells" / r["cell"])
+        for r in outcome.rows
+    ]
+
+
+def _copy_results(source: Path, target: Path) -> None:
+    """Copy the results table beside the report, a `data` column reduced to file names (the
+    cache's location is this machine's, not the reproduction's)."""
+    with open(source, newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = list(reader.fieldnames or [])
+        rows = list(reader)
+    if "data" not in fields:
+        shutil.copyfile(source, target)
+        return
+    for r in rows:
+        if r.get("data"):
+            r["data"] = Path(r["data"]).name
+    with open(target, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def curve(cell_dir: Path) -> list[float]:
+    """A cell's per-epoch real-environment return (metrics.csv), [] if it has none."""
+    path = cell_dir / "run" / "metrics.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as fh:
+        return [float(r["return_mean"]) for r in csv.DictReader(fh) if r.get("return_mean")]
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (0 for one value); the sweep's statistic."""
+    from privrl.runs.sweep import mean_ci as sweep_mean_ci
+
+    mean, _, high = sweep_mean_ci(values)
+    return mean, high - mean
+
+
+def curve_series(label: str, curves: Sequence[Sequence[float]]) -> Series | None:
+    """Mean learning curve over seeds with its 95% band (None without a curve)."""
+    curves = [c for c in curves if c]
+    if not curves:
+        return None
+    n = min(len(c) for c in curves)
+    stats = [mean_ci([c[i] for c in curves]) for i in range(n)]
+    return Series(
+        label,
+        list(range(1, n + 1)),
+        [m for m, _ in stats],
+        low=[m - h for m, h in stats],
+        high=[m + h for m, h in stats],
+    )
+
+
+def eps_text(eps: float) -> str:
+    import math
+
+    return "∞" if math.isinf(eps) else f"{eps:.2f}"
