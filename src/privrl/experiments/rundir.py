@@ -183,8 +183,11 @@ def ledger_guard(
         for report in reports:
             if not report.private:
                 raise LedgerError(
-                    "the run's guarantee could not be certified (ε=∞), so the dataset's ledger "
-                    "refuses it; its outputs are withdrawn"
+                    "The dataset's ledger refuses this run: its guarantee could not be "
+                    f"certified (ε=∞ at δ={report.delta:g}), so it would void the ledger's "
+                    f"budget ε_total={ledger.epsilon_total:g}, and its outputs are withdrawn; "
+                    "rerun with a certified configuration (e.g. Poisson sampling, the exact "
+                    "accountant) or on data without a ledger."
                 )
         for report in reports:
             ledger.record(report, label=label)
