@@ -284,3 +284,29 @@ def test_target_policy_column_refusals(
 ) -> None:
     code, _, err = run(ope(estimator, bandit[0], target, tmp_path / "r", eps="1"), capsys)
     assert_bad_input(code, err, fragment)
+
+
+def test_feature_maps_work_on_imported_contexts(
+    table: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A declared MultiDiscrete space gets one-hot blocks per column; a finite Box gets the
+    Fourier basis (both need the declared, public space, never the data's range)."""
+    from privrl.rl.features import make_features
+
+    cat = tmp_path / "cat.h5"
+    argv = [
+        "data", "import", str(table), "-c", "episode=ep,obs=c|s2,action=a,reward=r,timestep=t",
+        "--action-space", "discrete:2", "--observation-space", "multidiscrete:3,4",
+        "--out", str(cat),
+    ]  # fmt: skip
+    assert run(argv, capsys)[0] == 0
+    ds = load_hdf5(cat)
+    phi = make_features("onehot", ds.metadata.observation_space)(ds.observations)
+    assert phi.shape == (len(ds.observations), 7)
+    np.testing.assert_array_equal(phi.sum(axis=1), 2.0)
+    np.testing.assert_array_equal(phi[0], [1, 0, 0, 0, 0, 1, 0])  # codes (0, 2)
+    box = tmp_path / "box.h5"
+    assert run(imp(table, box, "--observation-space", "box:-1,1"), capsys)[0] == 0
+    ds = load_hdf5(box)
+    fourier = make_features("fourier:2", ds.metadata.observation_space)
+    assert fourier(ds.observations).shape == (len(ds.observations), 9)
