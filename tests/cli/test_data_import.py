@@ -310,3 +310,48 @@ def test_feature_maps_work_on_imported_contexts(
     ds = load_hdf5(box)
     fourier = make_features("fourier:2", ds.metadata.observation_space)
     assert fourier(ds.observations).shape == (len(ds.observations), 9)
+
+
+def test_kept_columns_survive_export_and_reimport(
+    table: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "d.h5"
+    assert (
+        run(imp(table, out, "--observation-space", "box:-1,1", "--keep-columns", "tp"), capsys)[0]
+        == 0
+    )
+    pq = tmp_path / "d.parquet"
+    code, said, err = run(["data", "export", str(out), "--out", str(pq)], capsys)
+    assert code == 0, err
+    assert "--keep-columns tp" in said
+    back = tmp_path / "back.h5"
+    code, _, err = run(
+        ["data", "import", str(pq), "-c", "episode=episode,obs=obs_0|obs_1,action=action,"
+         "reward=reward,next_obs=next_obs_0|next_obs_1,terminated=terminated,"
+         "truncated=truncated,behaviour_prob=behaviour_prob,timestep=timestep",
+         "--keep-columns", "tp", "--out", str(back)], capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    assert load_hdf5(back).equals(load_hdf5(out))
+
+
+def test_primorl_user_column_matches_the_imported_unit_column(
+    table: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`privrl train primorl --unit user --user-column NAME` checks NAME against the column the
+    import recorded (header only)."""
+    from types import SimpleNamespace
+
+    from privrl.data.io import read_header
+    from privrl.runs.config import ConfigError
+    from privrl.systems.primorl import _check_declared
+
+    out = tmp_path / "d.h5"
+    argv = imp(table, out, "--observation-space", "box:-1,1", "--unit", "column=user")
+    argv[argv.index("discrete:2")] = "box:-1:1:1"
+    assert run(argv, capsys)[0] == 0
+    header = read_header(out)
+    task = SimpleNamespace(obs_dim=2, act_dim=1, env_id="Toy-v0")
+    _check_declared(header, task, SimpleNamespace(unit="user", user_column="user"))
+    with pytest.raises(ConfigError, match="came from column 'user'"):
+        _check_declared(header, task, SimpleNamespace(unit="user", user_column="patient"))

@@ -750,7 +750,9 @@ def import_table(
         env_id=env_id if env_id is not None else base.env_id,
         discount=discount if discount is not None else base.discount,
         horizon=horizon if horizon is not None else base.horizon,
-        extra={**base.extra, **_import_facts(extra)} if stored is not None else extra,
+        extra={**_without(base.extra, "extra_columns"), **_import_facts(extra)}
+        if stored is not None
+        else extra,
     )
     try:
         return TrajectoryDataset(
@@ -789,6 +791,10 @@ def _import_facts(extra: dict[str, Any]) -> dict[str, Any]:
     otherwise comes back as it was exported)."""
     keys = ("extra_columns", "observation_clipping")
     return {k: extra[k] for k in keys if k in extra}
+
+
+def _without(extra: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in extra.items() if k != key}
 
 
 def _check_keep_names(names: Sequence[str]) -> list[str]:
@@ -853,7 +859,8 @@ def export_table(
 
     Columns: ``episode``, ``timestep``, observation columns (``obs`` or ``obs_0..``), action
     columns, ``reward``, ``next_obs`` columns (so the final observation survives),
-    ``terminated``, ``truncated`` and, when present, ``behaviour_prob`` and ``unit``. Parquet
+    ``terminated``, ``truncated`` and, when present, ``behaviour_prob``, ``unit`` and the kept
+    columns (``ds.extra_columns``, under their names; re-import with ``keep_columns``). Parquet
     files also carry the dataset metadata (spaces included) in their schema metadata, so a
     Parquet round trip is lossless without passing spaces; CSV needs the spaces passed back
     to :func:`import_table` to restore dtypes and shapes. Written atomically.
@@ -898,6 +905,13 @@ def export_table(
         data["behaviour_prob"] = ds.behaviour_probs
     if ds.unit_ids is not None:
         data["unit"] = ds.unit_ids[ds.transition_episode_index]
+    for name, values in ds.extra_columns.items():  # re-import with --keep-columns
+        if name in data:
+            raise DatasetError(
+                f"kept column {name!r} has the name of a standard column of the export; "
+                "rename it before exporting"
+            )
+        data[name] = values
     table = pa.table({k: np.ascontiguousarray(v) for k, v in data.items()})
     tmp = _atomic_target(path)
     try:

@@ -415,7 +415,8 @@ def export_dataset(path: Path, out: str, format: str | None = None) -> str:
     from privrl.data.io import export_table
 
     mapping = export_table(ds, out, format=kind)
-    return f'wrote {out}; re-import with --columns "{mapping.to_string()}"'
+    keep = f" --keep-columns {','.join(ds.extra_columns)}" if ds.extra_columns else ""
+    return f'wrote {out}; re-import with --columns "{mapping.to_string()}"{keep}'
 
 
 # -- collect ---------------------------------------------------------------------------------
