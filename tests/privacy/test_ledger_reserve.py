@@ -102,3 +102,30 @@ def test_non_private_dp_sgd_runs_without_expert_ids(
     code = main(_dp(data, tmp_path / "p", "--epsilon", "10", "--steps", "1"))
     err = capsys.readouterr().err
     assert code == 2 and "no expert ids" in err and len(err.strip().splitlines()) == 1
+
+
+def test_uncertified_run_refusal_is_one_sentence_with_the_budget(tmp_path: Path) -> None:
+    """Message rule: a run whose report turns out uncertified (ε=∞) is refused after it ran,
+    its outputs withdrawn, with one sentence naming ε=∞, the ledger's budget and the fix."""
+    from dp_accounting import dp_event
+
+    from privrl.experiments.rundir import RunDir, ledger_guard
+    from privrl.privacy.ledger import LedgerError
+    from privrl.privacy.report import PrivacyReport
+
+    data = save_hdf5(_data(units=True), tmp_path / "d.h5")
+    BudgetLedger.init(data, epsilon=5, delta=1e-5, unit="expert", relation="add_remove")
+    out = tmp_path / "run"
+    with pytest.raises(LedgerError) as info:
+        with ledger_guard(data, dp_event.GaussianDpEvent(2.0), out=out) as reports:
+            run = RunDir(out)
+            run.write_config({})
+            run.write_metrics({})
+            bad = PrivacyReport.non_private("expert", "add_remove", system="t")
+            run.write_privacy(bad)
+            reports.append(bad)
+    msg = str(info.value)
+    assert msg.startswith("The dataset's ledger refuses this run: its guarantee could not be")
+    assert msg.endswith(".") and ". " not in msg
+    assert "(ε=∞)" in msg and "ε_total=5 at δ=1e-05" in msg and "rerun with a certified" in msg
+    assert not (out / "privacy.json").exists()

@@ -184,10 +184,11 @@ def ledger_guard(
             if not report.private:
                 raise LedgerError(
                     "The dataset's ledger refuses this run: its guarantee could not be "
-                    f"certified (ε=∞ at δ={report.delta:g}), so it would void the ledger's "
-                    f"budget ε_total={ledger.epsilon_total:g}, and its outputs are withdrawn; "
-                    "rerun with a certified configuration (e.g. Poisson sampling, the exact "
-                    "accountant) or on data without a ledger."
+                    "certified (ε=∞), so it would void the ledger's budget "
+                    f"ε_total={ledger.epsilon_total:g} at δ={ledger.delta:g}, and its outputs "
+                    "are withdrawn; "
+                    "rerun with a certified configuration (such as Poisson sampling or the "
+                    "exact accountant) or on data without a ledger."
                 )
         for report in reports:
             ledger.record(report, label=label)
