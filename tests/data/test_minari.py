@@ -123,3 +123,64 @@ def test_export_refuses_to_overwrite() -> None:
     export_minari(ds, "privrl/toy/once-v0")
     with pytest.raises(ValueError, match="already exists"):
         export_minari(ds, "privrl/toy/once-v0")
+
+
+def _foreign(dataset_id: str, users: list[int]) -> None:
+    """A Minari dataset privrl did not write, each episode's user in its per-step infos."""
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    rng = np.random.default_rng(1)
+    buffers = []
+    for user in users:
+        t = 3
+        term = np.zeros(t, bool)
+        term[-1] = True
+        buffers.append(
+            EpisodeBuffer(
+                observations=rng.uniform(-2, 2, size=(t + 1, 2)).astype(np.float32),
+                actions=rng.integers(0, 2, t),
+                rewards=np.ones(t),
+                terminations=term,
+                truncations=np.zeros(t, bool),
+                infos={"user": np.full(t + 1, user, dtype=np.int64)},
+            )
+        )
+    with pytest.warns(UserWarning):
+        minari.create_dataset_from_buffers(
+            dataset_id,
+            buffers,
+            observation_space=spaces.Box(-np.inf, np.inf, (2,), np.float32),
+            action_space=spaces.Discrete(2),
+        )
+
+
+def test_import_sets_the_unit_from_an_info_key_or_per_episode() -> None:
+    _foreign("other/users-v0", [42, 7, 42])
+    ds = import_minari("other/users-v0", unit="column=user")
+    assert ds.unit_ids.tolist() == [42, 7, 42]
+    assert ds.metadata.extra["unit_column"] == "user"
+    per_episode = import_minari("other/users-v0", unit="episode")
+    assert per_episode.unit_ids is None and per_episode.metadata.extra["unit"] == "episode"
+    with pytest.raises(DatasetError, match=r"no episode metadata attribute or info key 'site'"):
+        import_minari("other/users-v0", unit="column=site")
+
+
+def test_cli_import_of_minari_with_unit_and_box_bounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from privrl.cli.main import main
+    from privrl.data.io import load_hdf5
+
+    _foreign("other/users2-v0", [0, 1])
+    out = tmp_path / "m.h5"
+    argv = ["data", "import", "other/users2-v0", "--unit", "column=user"]
+    code = main([*argv, "--observation-space", "box:-1,1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    ds = load_hdf5(out)
+    assert ds.unit_ids.tolist() == [0, 1]
+    assert ds.observations.min() >= -1 and ds.observations.max() <= 1
+    assert ds.metadata.observation_space == spaces.Box(-1.0, 1.0, (2,), np.float64)
+    code = main([*argv[:4], "column=site", "--out", str(tmp_path / "n.h5")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1

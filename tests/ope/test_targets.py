@@ -120,7 +120,7 @@ BAD = [
     ("npz of another kind", _npz_of_another_kind, "not a saved privrl tabular policy"),
     ("npz with other actions", _npz_wrong_actions, "actions"),
     ("unknown module", lambda p: "no_such_module_xyz:f", "cannot import"),
-    ("a dataset column", lambda p: "column:pi_taken", "not supported yet"),
+    ("a dataset column", lambda p: "column:pi_taken", "needs π(a|s) for every action"),
     ("gibberish", lambda p: "greedy-ish", "not understood"),
 ]
 

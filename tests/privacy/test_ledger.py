@@ -684,9 +684,15 @@ def test_refuses_overspend_with_remaining_budget_in_message(dataset):
     with pytest.raises(BudgetExceededError) as info:
         ledger.check(big)
     msg = str(info.value)
-    assert f"this run needs ε={fmt_number(big.epsilon, 4)}" in msg
-    assert f"has ε={left} of ε_total=1 left at δ=1e-05" in msg
-    assert "lower the budget of the run" in msg
+    # one complete sentence naming this run's need, what is spent and left, the budget, the fix
+    assert msg.startswith("The dataset's ledger refuses this run: ") and msg.endswith(".")
+    assert msg.count(". ") == 0 and "\n" not in msg
+    assert f"this run needs ε={fmt_number(big.epsilon, 4)} at δ=1e-05" in msg
+    spent = fmt_number(ledger.spent(), 4)
+    assert f"ε={left} left of its budget ε_total=1 at δ=1e-05 (ε={spent} spent)" in msg
+    total = fmt_number(ledger.would_spend(big), 4)
+    assert f"composed with the 1 recorded run(s) it would reach ε={total}, above ε_total=1" in msg
+    assert "lower this run's budget (a smaller --epsilon" in msg
     before = ledger.path.read_bytes()
     with pytest.raises(BudgetExceededError):
         ledger.record(big)
@@ -878,3 +884,18 @@ def test_concurrent_writers_lose_nothing_and_never_overspend(dataset):
     entry = json.loads((registry_dir() / f"{final.content_sha256}.json").read_text())
     assert entry["length"] == 20 and entry["head"] == final.head
     assert temp_files(dataset.parent) == [] and temp_files(registry_dir()) == []
+
+
+def test_non_private_refusal_is_one_sentence_with_the_numbers_and_the_fix(dataset):
+    """Message rule: refusing a non-private run names ε=∞, what is left and spent of the
+    budget, and what to do instead, as one complete sentence."""
+    ledger = new_ledger(dataset, epsilon=2.0)
+    ledger.record(gaussian_report(5.0))
+    spent = fmt_number(ledger.spent(), 4)
+    with pytest.raises(BudgetExceededError) as info:
+        ledger.check(PrivacyReport.non_private(UNIT, RELATION, system="primorl"))
+    msg = str(info.value)
+    assert msg.startswith("The dataset's ledger refuses this run: it is not differentially")
+    assert msg.endswith(".") and ". " not in msg
+    assert "(ε=∞)" in msg and f"budget ε_total=2 at δ=1e-05 (ε={spent} spent)" in msg
+    assert "run a private variant of the command" in msg

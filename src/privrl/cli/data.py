@@ -64,20 +64,50 @@ def import_(
         None, "--format", "-f", help="parquet, csv or minari (default: from the file name)."
     ),
     observation_space: str = typer.Option(
-        None, "--observation-space", help="discrete:N or box:LOW:HIGH:DIM (else inferred)."
+        None,
+        "--observation-space",
+        help=(
+            "Declared observation space (else inferred from the data, which private work "
+            "refuses): discrete:N, multidiscrete:N1,N2,… (integer-coded categorical columns), "
+            "box:LOW,HIGH (every column), box:LOW:HIGH:DIM, or box:FILE.json / box:FILE.npz "
+            "(per-column arrays low and high). Values outside it are clipped into it."
+        ),
     ),
     action_space: str = typer.Option(
         None, "--action-space", help="discrete:N or box:LOW:HIGH:DIM (else inferred)."
     ),
     discount: float = typer.Option(None, "--discount", help="Discount factor to record."),
     env_id: str = typer.Option(None, "--env-id", help="Environment id to record."),
+    unit: str = typer.Option(
+        None,
+        "--unit",
+        help=(
+            "Privacy unit: episode (each episode its own unit) or column=NAME (the column, or "
+            "Minari episode metadata/info key, holding each episode's user: stored as the "
+            "unit ids that `--unit user` and the ledger use)."
+        ),
+    ),
+    units: int = typer.Option(
+        None,
+        "--units",
+        help="Declared (public) number of units, recorded in the metadata; never counted.",
+    ),
+    keep_columns: str = typer.Option(
+        None,
+        "--keep-columns",
+        help=(
+            "Comma-separated numeric table columns kept per transition (e.g. a target "
+            "policy's probability of the logged action, for --target-policy column:NAME)."
+        ),
+    ),
 ) -> None:
     """Import a Parquet/CSV table of transitions (one row per transition, with an episode-id
     column) or a local Minari dataset into privrl's native HDF5 format.
 
     Example: privrl data import visits.csv -c "episode=patient,obs=s1|s2,action=dose,reward=y"
-    --action-space discrete:4 --out visits.h5
+    --action-space discrete:4 --unit column=user --out visits.h5
     """
+    notes: list[str] = []
     ds = tools.import_dataset(
         source,
         out,
@@ -87,7 +117,13 @@ def import_(
         action_space=action_space,
         discount=discount,
         env_id=env_id,
+        unit=unit,
+        units=units,
+        keep_columns=keep_columns,
+        notes=notes,
     )
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {out}: {ds.n_episodes} episodes, {ds.n_transitions} transitions")
 
 

@@ -12,6 +12,9 @@ numpy calls rather than a Python loop over episodes or rows:
   the behaviour policy, in (0, 1].
 * ``unit_ids`` (optional) int64 ``[n_episodes]``: the privacy unit (user, patient, expert) each
   episode belongs to. ``None`` means every episode is its own unit.
+* ``extra_columns`` (optional) ``{name: float64 [n_transitions]}``: per-transition columns kept
+  from an imported table (``privrl data import --keep-columns``), e.g. a target policy's
+  probability of the logged action. They are not part of the episodes' content fingerprint.
 
 Flag semantics (Gymnasium / Minari): an episode ends exactly once, at its last step.
 ``terminated`` marks that the last transition entered a terminal state (no bootstrapping);
@@ -411,6 +414,37 @@ def _as_bool(arr: Any, name: str, where: _Locator | None) -> np.ndarray:
     raise DatasetError(f"field '{name}': expected booleans, got dtype {a.dtype}")
 
 
+def _extra_columns(
+    columns: Mapping[str, Any] | None, n_transitions: int, validate: bool
+) -> dict[str, np.ndarray] | None:
+    """Per-transition extra columns as read-only float64 arrays (None when there are none);
+    each must be numeric with one value per transition, and finite when validated."""
+    if not columns:
+        return None
+    out: dict[str, np.ndarray] = {}
+    for name, values in columns.items():
+        arr = np.asarray(values)
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise DatasetError(
+                f"field 'extra_columns[{name!r}]': expected numbers, got dtype {arr.dtype}"
+            )
+        if arr.shape != (n_transitions,):
+            raise DatasetError(
+                f"field 'extra_columns[{name!r}]': has shape {arr.shape}, expected "
+                f"({n_transitions},) (one value per transition)"
+            )
+        arr = arr.astype(np.float64, copy=False)
+        if validate and not np.all(np.isfinite(arr)):
+            row = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise DatasetError(
+                f"field 'extra_columns[{name!r}]': NaN or infinite value at transition {row}",
+                step=row,
+                field=f"extra_columns[{name!r}]",
+            )
+        out[str(name)] = _readonly(arr)
+    return out
+
+
 def _gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop."""
     total = int(lengths.sum())
@@ -437,6 +471,7 @@ class TrajectoryDataset:
         episode_offsets: Any,
         behaviour_probs: Any = None,
         unit_ids: Any = None,
+        extra_columns: Mapping[str, Any] | None = None,
         metadata: DatasetMetadata | None = None,
         validate: bool = True,
     ) -> None:
@@ -501,6 +536,7 @@ class TrajectoryDataset:
         self._truncated = _readonly(trunc)
         self._behaviour_probs = None if probs is None else _readonly(probs)
         self._unit_ids = None if units is None else _readonly(units)
+        self._extra_columns = _extra_columns(extra_columns, int(offsets[-1]), validate)
         self._lengths = _readonly(np.diff(offsets))
         if validate:
             self._validate_values(where)
@@ -673,6 +709,11 @@ class TrajectoryDataset:
         return self._behaviour_probs
 
     @property
+    def extra_columns(self) -> dict[str, np.ndarray]:
+        """Per-transition columns kept at import, by name (read-only arrays; empty if none)."""
+        return dict(self._extra_columns or {})
+
+    @property
     def unit_ids(self) -> np.ndarray | None:
         """Per-episode unit ids as given (None: one unit per episode)."""
         return self._unit_ids
@@ -726,6 +767,7 @@ class TrajectoryDataset:
             "episode_offsets": self._offsets,
             "behaviour_probs": self._behaviour_probs,
             "unit_ids": self._unit_ids,
+            "extra_columns": self._extra_columns,
         }
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -913,6 +955,9 @@ class TrajectoryDataset:
             episode_offsets=offsets,
             behaviour_probs=None if self._behaviour_probs is None else self._behaviour_probs[t_sel],
             unit_ids=None if self._unit_ids is None else self._unit_ids[idx],
+            extra_columns=None
+            if self._extra_columns is None
+            else {k: v[t_sel] for k, v in self._extra_columns.items()},
             metadata=self.metadata,
             validate=False,  # a subset of valid episodes is valid
         )
@@ -985,6 +1030,12 @@ class TrajectoryDataset:
                 raise DatasetError(
                     f"concat: dataset {j} has no {name} but dataset {has.index(True)} does"
                 )
+        names = [sorted(d.extra_columns) for d in datasets]
+        for j, cols in enumerate(names[1:], start=1):
+            if cols != names[0]:
+                raise DatasetError(
+                    f"concat: dataset {j} has extra columns {cols}, dataset 0 has {names[0]}"
+                )
         same = all(d.metadata.equals(md) for d in datasets)
         if same:
             meta = md
@@ -1014,6 +1065,10 @@ class TrajectoryDataset:
             episode_offsets=offsets,
             behaviour_probs=cat("_behaviour_probs") if first._behaviour_probs is not None else None,
             unit_ids=cat("_unit_ids") if first._unit_ids is not None else None,
+            extra_columns={
+                k: np.concatenate([d.extra_columns[k] for d in datasets]) for k in names[0]
+            }
+            or None,
             metadata=meta,
             validate=True,  # dtypes may differ between inputs; re-check the result
         )
@@ -1069,6 +1124,7 @@ class TrajectoryDataset:
                 self.n_episodes - self._terminated.sum() - self._truncated.sum()
             ),
             "behaviour_probs": self._behaviour_probs is not None,
+            **({"extra_columns": sorted(self._extra_columns)} if self._extra_columns else {}),
             "extra": md.extra,
         }
 
@@ -1083,6 +1139,12 @@ class TrajectoryDataset:
             if (x is None) != (y is None):
                 return False
             if x is None:
+                continue
+            if isinstance(x, Mapping):
+                if sorted(x) != sorted(y) or not all(
+                    x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]) for k in x
+                ):
+                    return False
                 continue
             if x.dtype != y.dtype or x.shape != y.shape or not np.array_equal(x, y):
                 return False

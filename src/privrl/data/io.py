@@ -8,6 +8,8 @@ Files are written to a temporary name and renamed into place, so a crash never l
 half-written dataset under the final name. The root attribute ``content_sha256`` holds the
 episodes' content fingerprint (:func:`privrl.privacy.ledger.content_fingerprint`), the key of
 the dataset's privacy ledger; ``privrl ledger init`` adds ``privrl_ledger`` (the binding).
+Per-transition columns kept at import (``keep_columns``) are the group ``extra_columns``, one
+float64 array per column; they are outside the content fingerprint.
 
 Tables: one row per transition with an episode-id column, mapped to dataset fields by a
 :class:`ColumnMapping` (parsed from the CLI by :func:`parse_column_mapping`). How the final
@@ -19,6 +21,12 @@ observation of an episode is obtained is the one real decision here:
   final observation and its action, reward and flags are discarded. This is announced with a
   warning and recorded in ``metadata.extra["final_observation"]``. An episode with a single
   row then has no transition and is an error.
+
+Observations outside a *declared* observation space (Discrete, MultiDiscrete, or a Box with a
+finite bound) are clipped into it, never refused: whether a private value falls outside a
+declared bound must not decide whether the import succeeds. The import says that clipping
+applies (a warning and ``metadata.extra["observation_clipping"]``), never how many rows it
+changed.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ColumnMapping",
     "DatasetHeader",
+    "clip_observations",
     "content_sha256",
     "export_table",
     "import_table",
@@ -113,6 +122,10 @@ def save_hdf5(
                     elif compression is not None:
                         raise ValueError(f"unknown compression {compression!r}")
                 f.create_dataset(name, data=arr, **kwargs)
+            if ds.extra_columns:
+                group = f.create_group("extra_columns")
+                for name, arr in ds.extra_columns.items():
+                    group.create_dataset(name, data=np.ascontiguousarray(arr))
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -180,6 +193,9 @@ def load_hdf5(path: str | Path, validate: bool = True) -> TrajectoryDataset:
             arrays = {name: f[name][()] for name in _ARRAYS}
             for name in _OPTIONAL_ARRAYS:
                 arrays[name] = f[name][()] if name in f else None
+            if "extra_columns" in f:
+                group = f["extra_columns"]
+                arrays["extra_columns"] = {name: group[name][()] for name in group}
     except DatasetError:
         raise
     except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
@@ -473,6 +489,14 @@ def _fit_to_space(values: np.ndarray, space: spaces.Space, name: str) -> np.ndar
             if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
                 raise DatasetError(f"field {name!r}: Discrete values must be whole numbers")
         return values.astype(np.int64)
+    if isinstance(space, spaces.MultiDiscrete | spaces.MultiBinary) and not np.issubdtype(
+        values.dtype, np.integer
+    ):
+        if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+            raise DatasetError(
+                f"field {name!r}: {type(space).__name__} values must be whole numbers "
+                "(integer codes)"
+            )
     shape = tuple(space.shape)
     flat = values.reshape(values.shape[0], -1)
     if flat.shape[1] != int(np.prod(shape, dtype=np.int64)):
@@ -509,9 +533,14 @@ def import_table(
     discount: float | None = None,
     horizon: int | None = None,
     keep_ids: bool = False,
+    keep_columns: Sequence[str] = (),
     validate: bool = True,
 ) -> TrajectoryDataset:
     """Read a transitions table (one row per transition) into a dataset.
+
+    ``keep_columns`` names numeric columns kept per transition as ``ds.extra_columns`` (e.g. a
+    target policy's probability of the logged action, for ``--target-policy column:NAME``).
+    Observations outside a space given here (``observation_space``) are clipped into it.
 
     Episodes are ordered by episode id, rows within an episode by the ``timestep`` column if
     mapped (duplicates are an error), else by their order in the file. Spaces not given are
@@ -539,6 +568,11 @@ def import_table(
 
     cols = mapping.columns()
     raw = {key: [_column(table, c, key, path) for c in names] for key, names in cols.items()}
+    keep_names = _check_keep_names(keep_columns)
+    kept_raw = {
+        name: _stack([_column(table, name, "keep_columns", path)], f"keep_columns {name!r}")
+        for name in keep_names
+    }
     ep_col = raw["episode"][0]
     if ep_col.dtype == object or ep_col.dtype.kind in "US":
         ep_col = ep_col.astype(str)
@@ -652,9 +686,11 @@ def import_table(
     terminated = np.zeros(n_t, np.bool_) if term_rows is None else term_rows[t_sel]
     truncated = np.zeros(n_t, np.bool_) if trunc_rows is None else trunc_rows[t_sel]
     probs = None if prob_rows is None else prob_rows[t_sel].astype(np.float64)
+    kept = {name: col[order][t_sel] for name, col in kept_raw.items()}
 
     unit_ids = None
     if "unit" in raw:
+        extra["unit_column"] = mapping.unit
         u = raw["unit"][0][order]
         first = u[row_off[:-1]]
         bad = np.flatnonzero(u != np.repeat(first, rows_per_ep))
@@ -697,6 +733,12 @@ def import_table(
         )
     observations = _fit_to_space(observations, obs_space, "obs")
     actions = _fit_to_space(actions, act_space, "action")
+    if observation_space is not None and clips(obs_space):
+        observations = clip_observations(observations, obs_space)
+        extra["observation_clipping"] = CLIPPING_NOTE
+        warnings.warn(f"{path.name}: {CLIPPING_NOTE}", UserWarning, stacklevel=2)
+    if kept:
+        extra["extra_columns"] = list(kept)
 
     if stored is not None:
         base = stored
@@ -708,7 +750,9 @@ def import_table(
         env_id=env_id if env_id is not None else base.env_id,
         discount=discount if discount is not None else base.discount,
         horizon=horizon if horizon is not None else base.horizon,
-        extra=base.extra if stored is not None else extra,
+        extra={**_without(base.extra, "extra_columns"), **_import_facts(extra)}
+        if stored is not None
+        else extra,
     )
     try:
         return TrajectoryDataset(
@@ -720,6 +764,7 @@ def import_table(
             episode_offsets=offsets,
             behaviour_probs=probs,
             unit_ids=unit_ids,
+            extra_columns=kept or None,
             metadata=meta,
             validate=validate,
         )
@@ -733,6 +778,68 @@ def import_table(
             step=exc.step,
             field=exc.field,
         ) from exc
+
+
+CLIPPING_NOTE = (
+    "observations outside the declared observation space are clipped into it (the import "
+    "does not say how many)"
+)
+
+
+def _import_facts(extra: dict[str, Any]) -> dict[str, Any]:
+    """What this import's options add to metadata stored in a Parquet file's schema (which
+    otherwise comes back as it was exported)."""
+    keys = ("extra_columns", "observation_clipping")
+    return {k: extra[k] for k in keys if k in extra}
+
+
+def _without(extra: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in extra.items() if k != key}
+
+
+def _check_keep_names(names: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        name = str(name).strip()
+        if not name or "/" in name or name == ".":
+            raise DatasetError(
+                f"--keep-columns: {name!r} is not a column name that can be kept (no '/', "
+                "not empty)"
+            )
+        if name in out:
+            raise DatasetError(f"--keep-columns: column {name!r} is given twice")
+        out.append(name)
+    return out
+
+
+def clips(space: spaces.Space | None) -> bool:
+    """Whether a declared observation space bounds its values (so import clips into it)."""
+    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
+        return True
+    if isinstance(space, spaces.Box):
+        return bool(np.isfinite(space.low).any() or np.isfinite(space.high).any())
+    return False
+
+
+def clip_observations(values: np.ndarray, space: spaces.Space) -> np.ndarray:
+    """Observations clipped into a declared space: a Box's bounds, or the codes of a
+    Discrete / MultiDiscrete / MultiBinary space. Never an error on the values (a refusal that
+    depends on private values would leak); NaN is left to validation."""
+    if isinstance(space, spaces.Discrete):
+        lo, hi = int(space.start), int(space.start) + int(space.n) - 1
+        return np.clip(values, lo, hi).astype(values.dtype, copy=False)
+    if isinstance(space, spaces.MultiDiscrete):
+        start = np.asarray(space.start)
+        return np.clip(values, start, start + np.asarray(space.nvec) - 1).astype(
+            values.dtype, copy=False
+        )
+    if isinstance(space, spaces.MultiBinary):
+        return np.clip(values, 0, 1).astype(values.dtype, copy=False)
+    if isinstance(space, spaces.Box):
+        low = np.asarray(space.low, dtype=values.dtype)
+        high = np.asarray(space.high, dtype=values.dtype)
+        return np.clip(values, low, high)
+    return values
 
 
 def _field_columns(prefix: str, arr: np.ndarray, space: spaces.Space | None) -> list[str]:
@@ -752,7 +859,8 @@ def export_table(
 
     Columns: ``episode``, ``timestep``, observation columns (``obs`` or ``obs_0..``), action
     columns, ``reward``, ``next_obs`` columns (so the final observation survives),
-    ``terminated``, ``truncated`` and, when present, ``behaviour_prob`` and ``unit``. Parquet
+    ``terminated``, ``truncated`` and, when present, ``behaviour_prob``, ``unit`` and the kept
+    columns (``ds.extra_columns``, under their names; re-import with ``keep_columns``). Parquet
     files also carry the dataset metadata (spaces included) in their schema metadata, so a
     Parquet round trip is lossless without passing spaces; CSV needs the spaces passed back
     to :func:`import_table` to restore dtypes and shapes. Written atomically.
@@ -797,6 +905,13 @@ def export_table(
         data["behaviour_prob"] = ds.behaviour_probs
     if ds.unit_ids is not None:
         data["unit"] = ds.unit_ids[ds.transition_episode_index]
+    for name, values in ds.extra_columns.items():  # re-import with --keep-columns
+        if name in data:
+            raise DatasetError(
+                f"kept column {name!r} has the name of a standard column of the export; "
+                "rename it before exporting"
+            )
+        data[name] = values
     table = pa.table({k: np.ascontiguousarray(v) for k, v in data.items()})
     tmp = _atomic_target(path)
     try:

@@ -14,6 +14,11 @@ lossless:
   with observations (entry t belongs to the action taken at observation t; the entry for the
   final observation, which has no action, is NaN);
 * unit ids as the episode metadata attribute ``unit_id``.
+
+A dataset recorded elsewhere can name its privacy unit at import (``unit_column``): an episode
+metadata attribute, or a per-step ``infos`` key that is constant within each episode (Minari's
+DataCollector stores infos with T + 1 entries). Labels that are not integers are mapped to
+0..k-1 in sorted order.
 """
 
 from __future__ import annotations
@@ -118,9 +123,14 @@ def import_minari(
     source: str | os.PathLike[str],
     *,
     metadata: DatasetMetadata | None = None,
+    unit: str | None = None,
     validate: bool = True,
 ) -> TrajectoryDataset:
     """Load a local Minari dataset (by id or directory) into a ``TrajectoryDataset``.
+
+    ``unit``: None keeps the unit ids privrl exported (if any); ``"episode"`` makes every
+    episode its own unit; ``"column=KEY"`` names the episode metadata attribute or the per-step
+    info key holding each episode's unit (its absence is an error).
 
     Metadata written by :func:`export_minari` is restored; for other datasets spaces come from
     Minari and the env id from its env spec. Dict/Tuple/Text spaces are not supported.
@@ -149,8 +159,13 @@ def import_minari(
         probs = np.concatenate([np.asarray(ep["infos"][_PROB_KEY])[:-1] for ep in eps])
     ep_meta = list(storage.get_episode_metadata(range(n_ep)))
     unit_ids = None
-    if all("unit_id" in m for m in ep_meta):
+    if unit is None and all("unit_id" in m for m in ep_meta):
         unit_ids = np.array([int(m["unit_id"]) for m in ep_meta], dtype=np.int64)
+    elif unit is not None and unit != "episode":
+        kind, _, key = unit.partition("=")
+        if kind != "column" or not key:
+            raise DatasetError(f"unit {unit!r}: use 'episode' or 'column=KEY'")
+        unit_ids = _unit_ids(source, key, eps, ep_meta)
 
     if metadata is None:
         if _META_KEY in raw_meta:
@@ -163,6 +178,12 @@ def import_minari(
                 env_id=None if spec is None else spec.id,
                 extra={"source": {"format": "minari", "dataset_id": str(raw_meta["dataset_id"])}},
             )
+    if unit is not None:
+        facts = (
+            {"unit": "episode"} if unit == "episode" else {"unit_column": unit.partition("=")[2]}
+        )
+        extra = {k: v for k, v in metadata.extra.items() if k not in ("unit", "unit_column")}
+        metadata = metadata.replace(extra={**extra, **facts})
     return TrajectoryDataset(
         observations=np.concatenate([ep["observations"] for ep in eps], axis=0),
         actions=np.concatenate([ep["actions"] for ep in eps], axis=0),
@@ -175,3 +196,35 @@ def import_minari(
         metadata=metadata,
         validate=validate,
     )
+
+
+def _unit_ids(
+    source: str | os.PathLike[str], key: str, eps: list[Any], ep_meta: list[Any]
+) -> np.ndarray:
+    """Each episode's unit from the episode metadata attribute or the per-step info ``key``."""
+    if all(key in m for m in ep_meta):
+        labels = [np.asarray(m[key]).reshape(-1)[0].item() for m in ep_meta]
+    elif all(ep.get("infos") and key in ep["infos"] for ep in eps):
+        labels = []
+        for i, ep in enumerate(eps):
+            values = np.asarray(ep["infos"][key]).reshape(-1)
+            if values.size and np.any(values != values[0]):
+                raise DatasetError(
+                    f"episode {i}, step 0, field 'unit': the info {key!r} changes inside the "
+                    "episode; an episode belongs to one unit",
+                    episode=i,
+                    step=0,
+                    field="unit",
+                )
+            labels.append(values[0].item())
+    else:
+        raise DatasetError(
+            f"Minari dataset {str(source)!r} has no episode metadata attribute or info key "
+            f"{key!r} for every episode; name the key that holds the unit (--unit column=KEY) "
+            "or use --unit episode"
+        )
+    arr = np.asarray(labels)
+    if np.issubdtype(arr.dtype, np.integer):
+        return arr.astype(np.int64)
+    _, codes = np.unique(arr.astype(str), return_inverse=True)
+    return codes.reshape(-1).astype(np.int64)

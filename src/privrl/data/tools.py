@@ -41,28 +41,108 @@ _COLLECT_OVERHEAD_BYTES = 50
 MAX_NUM_ENVS = 1024  # each sub-environment is a Python object stepped in one process
 
 
-def parse_space(text: str | None) -> spaces.Space | None:
-    """Parse `discrete:N`, `box:LOW:HIGH:DIM[xDIM...]` or a JSON space description."""
+_SPACE_FORMS = (
+    "discrete:N, multidiscrete:N1,N2,… (integer codes), box:LOW:HIGH:DIM (e.g. "
+    "box:-inf:inf:4), box:LOW,HIGH (one bound for every column), box:FILE.json or box:FILE.npz "
+    "(per-column arrays low and high) or a JSON description"
+)
+
+
+def parse_space(text: str | None, dim: int | None = None) -> spaces.Space | None:
+    """Parse a declared space: `discrete:N`, `multidiscrete:N1,N2,…`, `box:LOW:HIGH:DIM[xDIM…]`,
+    `box:LOW,HIGH` (shape `(dim,)`: `dim` is the number of mapped columns), `box:FILE.json` /
+    `box:FILE.npz` (arrays `low` and `high`, one entry per column) or a JSON description."""
     if text is None:
         return None
-    from privrl.data.spaces import space_from_json
+    from privrl.data.spaces import SpaceSerialisationError, space_from_json
 
     spec = text.strip()
     if spec.startswith("{"):
-        return space_from_json(spec)
-    parts = spec.split(":")
+        try:
+            return space_from_json(spec)
+        except (SpaceSerialisationError, ValueError) as exc:
+            raise InputError(f"cannot parse space {text!r} ({exc}); use {_SPACE_FORMS}") from None
+    kind, _, rest = spec.partition(":")
+    kind = kind.lower()
+    parts = rest.split(":") if rest else []
     try:
-        if parts[0] == "discrete" and len(parts) == 2:
-            return spaces.Discrete(int(parts[1]))
-        if parts[0] == "box" and len(parts) == 4:
-            low, high = float(parts[1]), float(parts[2])
-            shape = tuple(int(d) for d in parts[3].split("x"))
-            return spaces.Box(low, high, shape=shape, dtype=np.float64)
-    except ValueError:
-        pass
+        if kind == "discrete" and len(parts) == 1:
+            return spaces.Discrete(_positive(parts[0], text))
+        if kind == "multidiscrete" and len(parts) == 1:
+            nvec = [_positive(n, text) for n in parts[0].split(",")]
+            return spaces.MultiDiscrete(np.asarray(nvec, dtype=np.int64))
+        if kind == "box" and len(parts) == 3:
+            low, high = float(parts[0]), float(parts[1])
+            shape = tuple(_positive(d, text) for d in parts[2].split("x"))
+            return _box(np.full(shape, low), np.full(shape, high), text)
+        if kind == "box" and len(parts) == 1 and parts[0].lower().endswith((".json", ".npz")):
+            low, high = _bounds_file(Path(parts[0]), text)
+            return _box(low, high, text)
+        if kind == "box" and len(parts) == 1 and parts[0].count(",") == 1:
+            low, high = (float(x) for x in parts[0].split(","))
+            if dim is None:
+                raise InputError(
+                    f"space {text!r}: the number of columns is unknown here; use box:LOW:HIGH:DIM"
+                )
+            return _box(np.full(dim, low), np.full(dim, high), text)
+    except ValueError as exc:
+        if isinstance(exc, InputError):
+            raise
+    raise InputError(f"cannot parse space {text!r}; use {_SPACE_FORMS}")
+
+
+def _positive(text: str, spec: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise InputError(f"space {spec!r}: sizes must be positive integers, got {value}")
+    return value
+
+
+def _box(low: np.ndarray, high: np.ndarray, spec: str) -> spaces.Box:
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    if low.shape != high.shape or low.ndim == 0 or low.size == 0:
+        raise InputError(
+            f"space {spec!r}: low and high need the same non-empty shape, got {low.shape} and "
+            f"{high.shape}"
+        )
+    if np.isnan(low).any() or np.isnan(high).any() or np.any(low > high):
+        raise InputError(f"space {spec!r}: every bound must be a number with low <= high")
+    return spaces.Box(low, high, shape=low.shape, dtype=np.float64)
+
+
+def _bounds_file(path: Path, spec: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column bounds `low`, `high` from a JSON object or an .npz archive (public files)."""
+    if not path.is_file():
+        raise InputError(f"space {spec!r}: bounds file not found: {path}")
+    try:
+        if path.suffix.lower() == ".json":
+            with open(path, encoding="utf-8") as fh:
+                d = json.load(fh)
+            low, high = d["low"], d["high"]
+        else:
+            with np.load(path, allow_pickle=False) as z:
+                low, high = z["low"], z["high"]
+        return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"space {spec!r}: cannot read bounds from {path} ({type(exc).__name__}: {exc}); it "
+            "must hold arrays 'low' and 'high', one entry per column"
+        ) from None
+
+
+def parse_unit(text: str | None) -> tuple[str, str | None] | None:
+    """`--unit episode` → ("episode", None); `--unit column=NAME` → ("column", NAME)."""
+    if text is None:
+        return None
+    spec = text.strip()
+    if spec == "episode":
+        return ("episode", None)
+    key, sep, name = spec.partition("=")
+    if key.strip() == "column" and sep and name.strip():
+        return ("column", name.strip())
     raise InputError(
-        f"cannot parse space {text!r}; use discrete:N, box:LOW:HIGH:DIM (e.g. box:-inf:inf:4) "
-        "or a JSON description"
+        f"--unit {text!r} is not understood; use --unit episode (each episode its own unit) or "
+        "--unit column=NAME (the column holding each episode's user)"
     )
 
 
@@ -163,40 +243,159 @@ def import_dataset(
     action_space: str | None = None,
     discount: float | None = None,
     env_id: str | None = None,
+    unit: str | None = None,
+    units: int | None = None,
+    keep_columns: str | None = None,
+    notes: list[str] | None = None,
 ) -> TrajectoryDataset:
     """Import a Parquet/CSV table of transitions (`columns`: the column mapping), a local Minari
-    dataset or a privrl HDF5 file, and write it to `out` (never over a ledgered dataset)."""
-    from privrl.data.io import import_table, save_hdf5
+    dataset or a privrl HDF5 file, and write it to `out` (never over a ledgered dataset).
+
+    `unit` (`episode` or `column=NAME`) sets the privacy unit: the named column (a table
+    column, or a Minari episode metadata/info key) becomes the dataset's unit ids. `units` is
+    the declared (public) number of units, recorded as `n_users` (or `n_trajectories` with
+    `--unit episode`) in the metadata; the import never counts it from the data. `keep_columns`
+    (comma-separated) keeps those numeric table columns per transition. With `notes` a list,
+    the import's warnings (and any library's) are appended to it as text instead of being
+    raised, so the command line prints them as plain lines.
+    """
+    if notes is None:
+        return _import(
+            source, out, columns, format, observation_space, action_space, discount, env_id,
+            unit, units, keep_columns,
+        )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = _import(
+            source, out, columns, format, observation_space, action_space, discount, env_id,
+            unit, units, keep_columns,
+        )  # fmt: skip
+    for w in caught:
+        text = " ".join(str(w.message).split())
+        if text not in notes:
+            notes.append(text)
+    return ds
+
+
+def _import(
+    source: str,
+    out: Path,
+    columns: str | None,
+    format: str | None,
+    observation_space: str | None,
+    action_space: str | None,
+    discount: float | None,
+    env_id: str | None,
+    unit: str | None,
+    units: int | None,
+    keep_columns: str | None,
+) -> TrajectoryDataset:
+    import dataclasses
+
+    from privrl.data.io import import_table, parse_column_mapping, save_hdf5
 
     check_output_file(out, "--out")
     refuse_ledgered_out(out)
     if discount is not None:
         check_number(discount, "--discount", ge=0, le=1)
+    unit_spec = parse_unit(unit)
+    if units is not None:
+        check_int(units, "--units", minimum=1)
+        if unit_spec is None:
+            raise InputError("--units K goes with --unit episode|column=NAME (the unit it counts)")
+    keep = [c.strip() for c in keep_columns.split(",")] if keep_columns else []
     kind = format if format is not None else guess_format(source)
     if kind in ("parquet", "csv") and Path(source).exists():
         check_input_file(Path(source), what="table file")
+    if keep and kind in ("minari", "hdf5"):
+        raise InputError("--keep-columns applies to Parquet/CSV tables only")
     if kind == "minari":
         from privrl.data.minari_io import import_minari
 
-        ds = import_minari(source)
+        minari_unit = None
+        if unit_spec is not None:
+            minari_unit = "episode" if unit_spec[0] == "episode" else f"column={unit_spec[1]}"
+        ds = import_minari(source, unit=minari_unit)
+        declared = parse_space(observation_space, _flat_dim(ds.metadata.observation_space))
+        if declared is not None:
+            ds = _declare_observation_space(ds, declared, source)
     elif kind == "hdf5":
+        if unit_spec is not None or observation_space is not None:
+            raise InputError(
+                "--unit and --observation-space apply to tables and Minari datasets; an HDF5 "
+                "dataset keeps its own"
+            )
         ds = load_file(Path(source))
     else:
         if columns is None:
             raise InputError("--columns is required to import a table (e.g. episode=id,obs=s,...)")
         if not Path(source).is_file():
             raise InputError(f"table file not found: {source}")
+        mapping = parse_column_mapping(columns)
+        if unit_spec is not None:
+            given = mapping.unit
+            wanted = unit_spec[1]
+            if given is not None and given != wanted:
+                raise InputError(
+                    f"--unit {unit} conflicts with unit={given} in --columns; give the unit once"
+                )
+            mapping = dataclasses.replace(mapping, unit=wanted)
+        cols = mapping.columns()
         ds = import_table(
             source,
-            columns,
+            mapping,
             format=kind,
-            observation_space=parse_space(observation_space),
-            action_space=parse_space(action_space),
+            observation_space=parse_space(observation_space, len(cols["obs"])),
+            action_space=parse_space(action_space, len(cols["action"])),
             discount=discount,
             env_id=env_id,
+            keep_columns=keep,
         )
+        if unit_spec is not None and unit_spec[0] == "episode":
+            ds = ds.with_metadata(ds.metadata.with_extra(unit="episode"), validate=False)
+    if discount is not None and kind == "minari":
+        ds = ds.with_metadata(ds.metadata.replace(discount=discount), validate=False)
+    if env_id is not None and kind == "minari":
+        ds = ds.with_metadata(ds.metadata.replace(env_id=env_id), validate=False)
+    if units is not None:
+        key = "n_trajectories" if unit_spec is not None and unit_spec[0] == "episode" else "n_users"
+        ds = ds.with_metadata(ds.metadata.with_extra(**{key: int(units)}), validate=False)
     save_hdf5(ds, out)
     return ds
+
+
+def _declare_observation_space(
+    ds: TrajectoryDataset, declared: spaces.Space, source: str
+) -> TrajectoryDataset:
+    """`ds` with a declared observation space, its observations clipped into it if it bounds
+    them (never refused on the values)."""
+    from privrl.data.io import CLIPPING_NOTE, clip_observations, clips
+
+    fields = ds._fields()
+    extra = {**ds.metadata.extra}
+    obs = np.asarray(ds.observations)
+    shape = tuple(declared.shape or ())
+    if obs.reshape(obs.shape[0], -1).shape[1] != int(np.prod(shape, dtype=np.int64)):
+        raise InputError(
+            f"--observation-space {declared} does not fit the dataset's observations of shape "
+            f"{obs.shape[1:]}"
+        )
+    obs = obs.reshape((obs.shape[0], *shape)).astype(declared.dtype, copy=False)
+    if clips(declared):
+        obs = clip_observations(obs, declared)
+        extra["observation_clipping"] = CLIPPING_NOTE
+        warnings.warn(f"{source}: {CLIPPING_NOTE}", UserWarning, stacklevel=1)
+    fields["observations"] = obs
+    return TrajectoryDataset(
+        **fields, metadata=ds.metadata.replace(observation_space=declared, extra=extra)
+    )
+
+
+def _flat_dim(space: spaces.Space | None) -> int | None:
+    try:
+        return None if space is None else int(spaces.flatdim(space))
+    except (NotImplementedError, TypeError, ValueError):
+        return None
 
 
 def export_dataset(path: Path, out: str, format: str | None = None) -> str:
@@ -216,7 +415,8 @@ def export_dataset(path: Path, out: str, format: str | None = None) -> str:
     from privrl.data.io import export_table
 
     mapping = export_table(ds, out, format=kind)
-    return f'wrote {out}; re-import with --columns "{mapping.to_string()}"'
+    keep = f" --keep-columns {','.join(ds.extra_columns)}" if ds.extra_columns else ""
+    return f'wrote {out}; re-import with --columns "{mapping.to_string()}"{keep}'
 
 
 # -- collect ---------------------------------------------------------------------------------

@@ -183,8 +183,12 @@ def ledger_guard(
         for report in reports:
             if not report.private:
                 raise LedgerError(
-                    "the run's guarantee could not be certified (ε=∞), so the dataset's ledger "
-                    "refuses it; its outputs are withdrawn"
+                    "The dataset's ledger refuses this run: its guarantee could not be "
+                    "certified (ε=∞), so it would void the ledger's budget "
+                    f"ε_total={ledger.epsilon_total:g} at δ={ledger.delta:g}, and its outputs "
+                    "are withdrawn; "
+                    "rerun with a certified configuration (such as Poisson sampling or the "
+                    "exact accountant) or on data without a ledger."
                 )
         for report in reports:
             ledger.record(report, label=label)

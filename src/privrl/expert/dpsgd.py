@@ -541,10 +541,10 @@ def expert_dp_sgd(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if sampling not in ("poisson", "shuffle"):
         raise ValueError(f"sampling must be 'poisson' or 'shuffle', got {sampling!r}")
-    ids = expert_index(dataset)
     b = int(batch_size)
     table = TransitionTable(dataset, learner.obs_transform)
     if private:
+        ids = expert_index(dataset)  # expert-level sampling needs each trajectory's expert
         m = public_units(n_units)
         if b > m:
             raise ValueError(f"batch_size b = {b} exceeds the number of experts m = {m}")

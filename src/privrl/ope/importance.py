@@ -308,8 +308,16 @@ def terms(
     action_space = getattr(data.metadata, "action_space", None)
     start = int(getattr(action_space, "start", 0))
     a_idx = actions - start
-    pi = policy.probs(obs, t_k)  # t_k: the step h, for a time-indexed π [H, S, A]
-    pi_taken = pi[np.arange(len(a_idx)), a_idx]
+    if getattr(policy, "column", None) is not None:  # column:NAME, π(a_t|s_t) per row
+        if reward_model is not None or policy.column not in data.extra_columns:
+            raise ValueError(  # schema errors: the option and the file's structure
+                f"--target-policy {policy.spec} needs the dataset's kept column "
+                f"{policy.column!r} and no reward model"
+            )
+        pi_taken = np.clip(data.extra_columns[policy.column][keep], 0.0, 1.0)
+    else:
+        pi = policy.probs(obs, t_k)  # t_k: the step h, for a time-indexed π [H, S, A]
+        pi_taken = pi[np.arange(len(a_idx)), a_idx]
     mu = np.asarray(data.behaviour_probs, dtype=np.float64)[keep]
     # (1) in log space: Π w may under/overflow; clip at log W before exponentiating.
     with np.errstate(divide="ignore"):

@@ -16,7 +16,12 @@ horizon only.
   probabilities. Its values depend on the private observations, so invalid entries (NaN,
   negative, rows not summing to 1) are repaired (→ 0, renormalised, an all-zero row →
   uniform) rather than refused: an error whose occurrence depends on the data would leak.
-  Only a wrong output shape (a format error of the user's code) is an error.
+  Only a wrong output shape (a format error of the user's code) is an error;
+* ``column:NAME`` — the target policy's probability of the *logged* action, one value per row,
+  from a column kept at import (``privrl data import --keep-columns NAME``; the header's
+  ``metadata.extra["extra_columns"]`` lists them). It gives no π(a|s) for the other actions,
+  so only the estimators that need π(a_t|s_t) alone accept it (ips, snips: callers pass
+  ``columns``). Values outside [0, 1] are clipped into it, never refused (they are private).
 
 Everything about a table is checked when it is loaded, before any private data are read, so
 a bad file is refused with one ``error:`` line naming the problem and the fix. A table is
@@ -64,6 +69,7 @@ class TargetPolicy:
     fn: Callable[..., Any]
     time_indexed: bool = False
     horizon: int | None = None
+    column: str | None = None
 
     def probs(self, obs: np.ndarray, steps: np.ndarray | None = None) -> np.ndarray:
         """[n, A] probabilities. A callable's output is made a distribution (NaN and
@@ -222,9 +228,12 @@ def load_target_policy(
     observation_space: Any,
     *,
     horizon: int | None = None,
+    columns: Any = None,
 ) -> TargetPolicy:
     """The target policy from its public spec (see the module docstring), checked against
-    the PUBLIC action and observation spaces and the declared horizon only."""
+    the PUBLIC action and observation spaces and the declared horizon only. ``columns``: the
+    per-row columns the dataset's header declares, for ``column:NAME`` (None: the caller
+    needs π(a|s) for every action and refuses a column)."""
     act = _discrete(action_space)
     if act is None:
         raise ValueError(
@@ -257,11 +266,7 @@ def load_target_policy(
         return TargetPolicy(spec, A, timed, time_indexed=True, horizon=H)
     module, sep, name = spec.partition(":")
     if module == "column":
-        raise ValueError(
-            f"--target-policy {spec}: per-row target probabilities from a dataset column are "
-            "not supported yet (the dataset format keeps no extra columns); give π as FILE.npy "
-            "or module:function"
-        )
+        return _column_policy(spec, name, A, columns)
     if sep and module and name:
         try:
             fn = getattr(importlib.import_module(module), name)
@@ -271,3 +276,24 @@ def load_target_policy(
             raise ValueError(f"--target-policy {spec} is not callable")
         return TargetPolicy(spec, A, fn)
     raise ValueError(f"--target-policy {spec!r} is not understood; {_HELP}")
+
+
+def _column_policy(spec: str, name: str, A: int, columns: Any) -> TargetPolicy:
+    """``column:NAME``: π(a_t|s_t) of the logged action, read per row from a kept column."""
+    if columns is None:
+        raise ValueError(
+            f"--target-policy {spec} gives only the logged action's target probability per row; "
+            "this estimator needs π(a|s) for every action (use it with ips or snips, or give π "
+            "as FILE.npy or module:function)"
+        )
+    kept = [str(c) for c in columns]
+    if not name or name not in kept:
+        raise ValueError(
+            f"--target-policy {spec}: the dataset keeps no column {name!r} (kept: "
+            f"{kept or 'none'}); re-import the table with --keep-columns {name or 'NAME'}"
+        )
+
+    def no_table(*_: Any) -> np.ndarray:
+        raise ValueError(f"--target-policy {spec} has no π(a|s) table, only the logged action's")
+
+    return TargetPolicy(spec, A, no_table, column=name)

@@ -1332,13 +1332,17 @@ class BudgetLedger:
             if total <= self.epsilon_total:
                 return total
         spent = self._spend(recorded)
+        left = self.epsilon_total - spent
+        at = f"at δ={fmt_number(self.delta)}"
         budget = (
-            f"the dataset's ledger has ε={fmt_number(self.epsilon_total - spent, 4)} of "
-            f"ε_total={fmt_number(self.epsilon_total, 4)} left at δ={fmt_number(self.delta)}"
+            f"the ledger has ε={fmt_number(left, 4)} left of its budget "
+            f"ε_total={fmt_number(self.epsilon_total, 4)} {at} (ε={fmt_number(spent, 4)} spent)"
         )
         if not new.private:
             raise BudgetExceededError(
-                f"this run is not differentially private (ε=∞) and would void the budget; {budget}"
+                "The dataset's ledger refuses this run: it is not differentially private (ε=∞) "
+                f"and would void the budget, and {budget}; run a private variant of the command "
+                "(a finite --epsilon, certified accounting) or use data without a ledger."
             )
         alone = self._spend([new])
         fallback = [s.fallback for s in [*recorded, new] if self._composable(s) is not s.event]
@@ -1348,13 +1352,14 @@ class BudgetLedger:
             hint = (
                 f"; {len(fallback)} run(s) the {self.backend.upper()} backend cannot account "
                 f"enter as their own (ε, δ) and use δ={fmt_number(used)} of the ledger's "
-                f"δ={fmt_number(self.delta)}: state such runs at a smaller δ"
+                f"δ={fmt_number(self.delta)}, so state such runs at a smaller δ"
             )
         raise BudgetExceededError(
-            f"this run needs ε={fmt_number(alone, 4)} at δ={fmt_number(self.delta)}; {budget} "
-            f"(composed with the {len(recorded)} recorded run(s) it would reach "
-            f"ε={fmt_number(total, 4)}); lower the budget of the run (smaller ε, more noise "
-            f"or fewer steps) or use data not yet spent on{hint}"
+            f"The dataset's ledger refuses this run: this run needs ε={fmt_number(alone, 4)} {at}, "
+            f"{budget}, and composed with the {len(recorded)} recorded run(s) it would reach "
+            f"ε={fmt_number(total, 4)}, "
+            f"above ε_total={fmt_number(self.epsilon_total, 4)}; lower this run's budget (a "
+            f"smaller --epsilon, more noise or fewer steps) or use data not yet spent on{hint}."
         )
 
     # -- writing ----------------------------------------------------------------------------

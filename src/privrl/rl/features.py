@@ -110,6 +110,33 @@ class OneHot:
         return one_hot(s, self.n)
 
 
+class MultiOneHot:
+    """Concatenated indicators of integer-coded categorical columns (a MultiDiscrete state with
+    ``nvec`` categories per column): ``sum(nvec)`` features, one 1 per column. Codes outside a
+    column's range are clipped into it (they cannot occur in a validated dataset)."""
+
+    def __init__(self, nvec: npt.ArrayLike) -> None:
+        self.nvec = np.asarray(nvec, dtype=np.int64).reshape(-1)
+        if self.nvec.size < 1 or np.any(self.nvec < 1):
+            raise ValueError(f"MultiOneHot needs categories >= 1 per column, got {self.nvec}")
+        self.offsets = np.concatenate(([0], np.cumsum(self.nvec)[:-1]))
+
+    @property
+    def dim(self) -> int:
+        return int(self.nvec.sum())
+
+    @property
+    def spec(self) -> str:
+        return "onehot"
+
+    def __call__(self, obs: np.ndarray) -> FloatArray:
+        s = np.asarray(obs).reshape(-1, self.nvec.size)
+        codes = np.clip(np.round(s).astype(np.int64), 0, self.nvec - 1) + self.offsets
+        out = np.zeros((s.shape[0], self.dim))
+        np.put_along_axis(out, codes, 1.0, axis=1)
+        return out
+
+
 class FourierBasis:
     """Full coupled Fourier cosine basis (Konidaris, Osentoski & Thomas 2011).
 
@@ -250,8 +277,9 @@ def _finite_box(spec: str, space: spaces.Space) -> tuple[FloatArray, FloatArray]
 def make_features(spec: str, observation_space: spaces.Space) -> FeatureMap:
     """Build the feature map named by ``spec`` for ``observation_space``.
 
-    ``onehot`` (Discrete), ``fourier:ORDER`` and ``aggregation:BINS`` (bounded 1-D Box; BINS
-    per dimension) and ``hiv-log`` (the 6-dim HIV state; public standardisation statistics).
+    ``onehot`` (Discrete; MultiDiscrete: one indicator block per column), ``fourier:ORDER``
+    and ``aggregation:BINS`` (bounded 1-D Box; BINS per dimension) and ``hiv-log`` (the
+    6-dim HIV state; public standardisation statistics).
     """
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"feature spec must be a non-empty string ({_SPEC_HELP}), got {spec!r}")
@@ -260,6 +288,10 @@ def make_features(spec: str, observation_space: spaces.Space) -> FeatureMap:
     if name == "onehot":
         if arg:
             raise ValueError(f"feature spec {spec!r}: 'onehot' takes no argument")
+        if isinstance(observation_space, spaces.MultiDiscrete):
+            if np.any(np.asarray(observation_space.start) != 0):
+                raise ValueError("'onehot' needs a MultiDiscrete space starting at 0")
+            return MultiOneHot(observation_space.nvec)
         if not isinstance(observation_space, spaces.Discrete):
             raise ValueError(
                 f"'onehot' needs a Discrete observation space, got {observation_space}"

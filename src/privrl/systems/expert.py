@@ -453,12 +453,30 @@ def _public(common: _Common, command: str) -> dict[str, Any]:
     }
 
 
-def _load_dataset(source: Path, n_actions: int) -> _Loaded:
-    """The episodes (inside the guard), checked against the public schema."""
+def _steps_spend(z: float, c: float, b: int, m: int, steps: int, delta: float, system: str) -> Any:
+    """The report of `steps` Poisson-sampled DP-SGD steps (rate b/m, noise z): what a run with
+    a given step count spends, for the ledger check before the data are read."""
+    from privrl.expert.dpsgd import build_report, dp_sgd_release
+
+    release = dp_sgd_release(
+        noise_multiplier=z,
+        clip_norm=c,
+        sampling_probability=b / m,
+        steps=steps,
+        batch_size=b,
+        n_units=m,
+        n_params=1,  # the network's size is not known before the data; ε does not depend on it
+    )
+    return build_report([release] if steps else [], float(delta), system=f"{system} (planned)")
+
+
+def _load_dataset(source: Path, n_actions: int, *, units: bool = True) -> _Loaded:
+    """The episodes (inside the guard), checked against the public schema (with `units`, the
+    expert ids expert-level privacy needs)."""
     from privrl.data.io import load_hdf5
 
     dataset = load_hdf5(source)
-    if dataset.unit_ids is None:
+    if units and dataset.unit_ids is None:
         raise ValueError(
             "the dataset has no expert ids (unit_ids is None): expert-level privacy needs the "
             "expert of every trajectory; collect or import the data with unit ids"
@@ -870,11 +888,19 @@ class DpSgd(System):
             epsilon = params.resolve("ε", flag=config.epsilon, fix="pass --epsilon")
             _sampling_rate(common, m)
             z, c = _noise_params(config, common)
-            planned = (
-                uncertified_plan(system, SHUFFLE_NOT_CERTIFIED)
-                if config.sampling == "shuffle"
-                else planned_spend(epsilon, delta, system)
-            )
+            if config.sampling == "shuffle":
+                planned = uncertified_plan(system, SHUFFLE_NOT_CERTIFIED)
+            elif config.steps is not None:
+                # N given: the ledger checks what N steps spend, not the ε ceiling
+                planned = _steps_spend(z, c, common.b, m, int(config.steps), delta, system)
+                if planned.epsilon > float(epsilon):
+                    raise ValueError(
+                        f"{config.steps} private steps need ε = {planned.epsilon:.4g} > the "
+                        f"budget ε = {float(epsilon):.4g} (δ = {delta:.3g}); use fewer steps or "
+                        "a larger noise multiplier"
+                    )
+            else:  # N is the largest count within ε (searched after the check): ε is the spend
+                planned = planned_spend(epsilon, delta, system)
         public = {
             **_public(common, "privrl train dp-sgd"),
             "epsilon": epsilon,
@@ -913,7 +939,8 @@ class DpSgd(System):
             )
         plan.facts["n_steps"], plan.facts["capped"] = n_steps, capped  # type: ignore[index]
         assert source is not None
-        return _load_dataset(source, common.n_actions)
+        # the non-private twin needs no expert ids: it trains on all transitions
+        return _load_dataset(source, common.n_actions, units=not config.non_private)
 
     def run(self, config: DpSgdConfig, data: _Loaded, rng: Any, ctx: RunContext) -> Result:
         from privrl.expert.dpsgd import expert_dp_sgd

@@ -266,7 +266,12 @@ class ImportanceSystem(System):
         bounds = imp.Bounds(W, (r_lo, r_hi), H, gamma)
         params.derive("return range", list(bounds.return_range), "[min(r_min,0), max(r_max,0)]·B_H")
         policy = imp.load_target_policy(
-            config.target_policy, meta.action_space, meta.observation_space, horizon=H
+            config.target_policy,
+            meta.action_space,
+            meta.observation_space,
+            horizon=H,
+            # column:NAME (π of the logged action per row) suits IPS and SNIPS, not DR's q̂ term
+            columns=None if isinstance(config, DrConfig) else meta.extra.get("extra_columns", []),
         )
         params.given("target policy π", config.target_policy, Source.FLAG, "--target-policy")
         reward_model = None
