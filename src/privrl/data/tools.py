@@ -259,17 +259,22 @@ def import_dataset(
     the import's warnings (and any library's) are appended to it as text instead of being
     raised, so the command line prints them as plain lines.
     """
+    options = dict(
+        columns=columns,
+        format=format,
+        observation_space=observation_space,
+        action_space=action_space,
+        discount=discount,
+        env_id=env_id,
+        unit=unit,
+        units=units,
+        keep_columns=keep_columns,
+    )
     if notes is None:
-        return _import(
-            source, out, columns, format, observation_space, action_space, discount, env_id,
-            unit, units, keep_columns,
-        )  # fmt: skip
+        return _import(source, out, **options)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = _import(
-            source, out, columns, format, observation_space, action_space, discount, env_id,
-            unit, units, keep_columns,
-        )  # fmt: skip
+        ds = _import(source, out, **options)
     for w in caught:
         text = " ".join(str(w.message).split())
         if text not in notes:
@@ -280,6 +285,7 @@ def import_dataset(
 def _import(
     source: str,
     out: Path,
+    *,
     columns: str | None,
     format: str | None,
     observation_space: str | None,
@@ -500,3 +506,51 @@ def collect_dataset(
     )
     save_hdf5(ds, out)
     return ds
+
+
+RECIPE_FIXED = ("--env", "--policy", "--episodes", "--num-envs", "--max-steps")
+
+
+def collect_recipe(
+    name: str,
+    given: set[str],
+    data_dir: Path | None,
+    *,
+    seed: int,
+    quick: bool,
+    out: Path | None,
+) -> list[str]:
+    """Build the named paper dataset (`name == "list"`: list the recipes) and return the lines
+    to print. `given` are the flags the user typed: a recipe fixes the environment, policy,
+    episodes and environments, so those flags are refused with it."""
+    import time
+
+    from privrl.experiments.recipes import RECIPES, build_recipe
+
+    fixed = [f for f in RECIPE_FIXED if f in given]
+    if fixed and name != "list":
+        raise InputError(
+            f"--recipe {name} fixes its environment, policy, episodes and environments; "
+            f"remove {', '.join(fixed)} (only --data-dir, --quick, --seed and --out apply)"
+        )
+    if out is not None:
+        check_output_file(out, "--out")
+    if name == "list":
+        return [f"{r.name:22s} {r.what}" for r in RECIPES.values()]
+    start = time.perf_counter()
+    path = build_recipe(name, data_dir, seed=seed, quick=quick, out=out)
+    elapsed = time.perf_counter() - start
+    return [f"wrote {path} (recipe {name}, {elapsed:.0f} s this invocation)"]
+
+
+def check_env_collect(given: set[str], env: str | None, out: Path | None) -> None:
+    """Refuse recipe-only flags and missing --env/--out when collecting from an environment."""
+    for flag in ("--data-dir", "--quick"):
+        if flag in given:
+            raise InputError(
+                f"{flag} applies to --recipe only; remove it when collecting with --env"
+            )
+    if env is None:
+        raise InputError("--env or --recipe is required (e.g. --env CartPole-v1)")
+    if out is None:
+        raise InputError("--out is required with --env (the dataset file to write, e.g. data.h5)")
