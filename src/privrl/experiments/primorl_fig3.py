@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from privrl.experiments import primorl_sweeps as shared
-from privrl.experiments.primorl_sweeps import Scale, mean_ci
-from privrl.experiments.rundir import RunDir
+from privrl.experiments.primorl_sweeps import Scale
 from privrl.runs.plots import draw
 from privrl.runs.system import PlotSpec, Series
 
@@ -42,26 +41,16 @@ MOPO_LEARNED = 50.0  # MOPO's normalised score below which shares of it are not 
 def sweep_doc(data: Path, out: Path, scale: Scale, *, backend: str, workers: int | None) -> dict:
     """The grid: MOPO and PRIMORL at each target ε × seeds; cells under `out`. The
     per-system settings are primorl-table1's, so the MOPO cells have its keys."""
-    primorl: dict[str, Any] = {"grid": {"epsilon": list(EPSILONS)}}
-    mopo: dict[str, Any] = {}
-    if scale.quick:  # a few DP-FedAvg rounds (z calibrated for them) and dynamics epochs
-        primorl["steps"] = 3
-        mopo["model_epochs"] = 2
-    doc: dict[str, Any] = {
-        "out": str(out),
-        "data": str(data),
-        **scale.settings(),
-        "grid": {"system": ["mopo", "primorl"], "seed": scale.seed_list()},
-        "systems": {"primorl": primorl, "mopo": mopo},
-        "sweep": {
-            "backend": backend,
-            "metrics": ["return_mean", "normalised_score"],
-            "x": "epsilon",
-        },
-    }
-    if workers is not None:
-        doc["sweep"]["workers"] = workers
-    return doc
+    return shared.sweep_doc(
+        scale,
+        out,
+        {"system": ["mopo", "primorl"], "seed": scale.seed_list()},
+        primorl={"grid": {"epsilon": list(EPSILONS)}},
+        backend=backend,
+        workers=workers,
+        data=data,
+        x="epsilon",
+    )
 
 
 def fig3(
@@ -76,12 +65,7 @@ def fig3(
     epochs: int | None = None,
 ) -> Path:
     """`privrl reproduce primorl-fig3`: run (or resume) the sweep, write the report."""
-    scale = Scale(
-        seeds=seeds or (2 if quick else 3),
-        base_seed=seed,
-        epochs=epochs or (2 if quick else 20),
-        quick=quick,
-    )
+    scale = Scale.of(seeds=seeds, seed=seed, epochs=epochs, quick=quick)
     out = Path(out)
     data = Path(data) if data is not None else shared.recipe_dataset("pendulum", quick, ID)
     t0 = time.perf_counter()
@@ -121,22 +105,15 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         cells = groups.get(key)
         if not cells:
             continue
-        ret, ci = mean_ci([float(c["return_mean"]) for c in cells])
-        scores = [c.get("normalised_score") for c in cells]
-        eps = cells[0].get("privacy_epsilon")
+        stats = shared.cell_stats(cells)
         out[key] = {
-            "seeds": len(cells),
+            "seeds": stats["seeds"],
             "target": math.inf if key == "mopo" else float(key),
-            "epsilon": math.inf if eps is None else float(eps),
+            "epsilon": stats["epsilon"],
             "noise_multiplier": cells[0].get("noise_multiplier"),
-            "return": ret,
-            "ci": ci,
-            "per_seed": [float(c["return_mean"]) for c in cells],
-            "normalised": None if None in scores else sum(scores) / len(scores),
+            **stats,
         }
-    if "mopo" in out:
-        for s in out.values():
-            s["share"] = 100.0 * s["return"] / out["mopo"]["return"]
+    shared.add_shares(out, "mopo")
     return out
 
 
@@ -206,21 +183,22 @@ def write_report(
     (out / "plots").mkdir(parents=True, exist_ok=True)
     _plot(summary, out / "plots" / "return_vs_epsilon.png")
     found = claims(summary, quick=scale.quick)
-    (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
-    run = RunDir(out)
-    run.write_config(
+    shared.write_outputs(
+        out,
+        found,
         {
             "reproduction": ID,
             "data": data.name,
             "epsilons": list(EPSILONS),
             **dataclasses.asdict(scale),
-        }
+        },
+        summary,
     )
-    run.write_metrics(summary)
-    cell_seconds = sum(float(r.get("seconds") or 0.0) for r in rows)
     path = out / "report.md"
     path.write_text(
-        _markdown(summary, found, scale, data=data, wall=wall, cell_seconds=cell_seconds)
+        _markdown(
+            summary, found, scale, data=data, wall=wall, cell_seconds=shared.cell_seconds(rows)
+        )
     )
     return path
 
