@@ -181,7 +181,7 @@ def study(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
             acc.add(m=m, method="LSTD (non-private)", trial=t, mspbe=chain.system.mspbe(th))
     methods = [*(method(e) for e in EPSILONS), "LSTD (non-private)"]
     table = {(m, k): acc.stats(m=m, method=k) for m in ms for k in methods}
-    zero = float(chain.system.mspbe(np.zeros(chain.Phi.shape[1])))
+    zero = chain.zero_mspbe()
     run = RunDir(out)
     mspbe_figure(
         run.plot_path("minibatch"),
