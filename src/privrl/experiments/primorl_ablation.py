@@ -173,11 +173,6 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[tuple, dict[s
     return out
 
 
-def at_ceiling(table: Mapping[tuple, Mapping[str, Any]]) -> bool:
-    scores = [s.get("normalised") for s in table.values()]
-    return bool(scores) and None not in scores and min(scores) >= CEILING
-
-
 def claims(
     summary: Mapping[str, Mapping[tuple, Mapping[str, Any]]],
     *,
@@ -244,7 +239,7 @@ def claims(
         v1 = "inconclusive" if weak else ("holds" if all(ties) else "does not hold")
         worst = min(s["share"] for s in rows)
         v2 = "holds" if worst < 90.0 else "does not hold"
-        if weak or (v2 == "does not hold" and at_ceiling(table)):
+        if weak or (v2 == "does not hold" and shared.at_ceiling(table, CEILING)):
             v2 = "inconclusive"
         suffix = f" ({seeds} seeds)"
         found.append(
@@ -421,7 +416,7 @@ def _markdown(
                     f"{per_seed} |"
                 )
         lines.append("")
-        if at_ceiling(table):
+        if shared.at_ceiling(table, CEILING):
             lines += [
                 f"Every row's normalised score is ≥ {CEILING:g}: all reach the task's ceiling "
                 "(the dataset's expert reference return), so this task shows no effect of the "

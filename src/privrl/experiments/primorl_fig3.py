@@ -117,11 +117,6 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def at_ceiling(summary: Mapping[str, Mapping[str, Any]]) -> bool:
-    scores = [s.get("normalised") for s in summary.values()]
-    return bool(scores) and None not in scores and min(scores) >= CEILING
-
-
 def claims(
     summary: Mapping[str, Mapping[str, Any]], *, quick: bool = False
 ) -> list[dict[str, str]]:
@@ -164,7 +159,7 @@ def claims(
     v2 = "holds" if gap > 100.0 * (lo["ci"] + hi["ci"]) / mret else "does not hold"
     if weak:
         v1 = v2 = "inconclusive"
-    elif v2 == "does not hold" and at_ceiling(summary):
+    elif v2 == "does not hold" and shared.at_ceiling(summary, CEILING):
         v2 = "inconclusive"
     suffix = f" ({seeds} seeds)"
     return [
@@ -306,7 +301,7 @@ def _markdown(
     for c in found:
         verdict = f"**{c['verdict']}**" if c["verdict"] == "does not hold" else c["verdict"]
         lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | {verdict} |")
-    if at_ceiling(summary):
+    if shared.at_ceiling(summary, CEILING):
         lines += [
             "",
             f"Every point's normalised score is ≥ {CEILING:g}: all reach the task's ceiling "

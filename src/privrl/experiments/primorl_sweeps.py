@@ -25,6 +25,7 @@ from privrl.runs.system import Series
 __all__ = [
     "Scale",
     "add_shares",
+    "at_ceiling",
     "cell_seconds",
     "cell_stats",
     "curve",
@@ -254,6 +255,13 @@ def cell_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "normalised": None if None in scores else sum(scores) / len(scores),
         "epsilon": math.inf if eps is None else float(eps),
     }
+
+
+def at_ceiling(table: Mapping[Any, Mapping[str, Any]], ceiling: float) -> bool:
+    """Every row of `table` has a normalised score of at least `ceiling`: all reach the task's
+    ceiling, so no difference between them can show."""
+    scores = [s.get("normalised") for s in table.values()]
+    return bool(scores) and None not in scores and min(scores) >= ceiling
 
 
 def add_shares(table: Mapping[Any, dict[str, Any]], mopo: Any, *, ci: bool = False) -> None:

@@ -251,8 +251,7 @@ def _markdown(
     for c in found:
         verdict = f"**{c['verdict']}**" if c["verdict"] == "does not hold" else c["verdict"]
         lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | {verdict} |")
-    scores = [s.get("normalised") for s in summary.values()]
-    if scores and None not in scores and min(scores) >= CEILING:
+    if shared.at_ceiling(summary, CEILING):
         lines += [
             "",
             f"Every row's normalised score is ≥ {CEILING:g}: all reach the task's "
