@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import json
-import time
 from enum import StrEnum
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from privrl.cli.errors import CliError, check_output_file
 from privrl.data import tools
 
 data_app = typer.Typer(
@@ -24,7 +22,6 @@ data_app = typer.Typer(
 )
 
 TableFormat = StrEnum("TableFormat", {name: name for name in tools.FORMATS})
-_RECIPE_FIXED = ("--env", "--policy", "--episodes", "--num-envs", "--max-steps")
 
 
 @data_app.command("info")
@@ -188,15 +185,10 @@ def collect_(
     if out is not None:
         tools.refuse_ledgered_out(out)
     if recipe is not None:
-        _collect_recipe(recipe, given, data_dir, seed=seed, quick=quick, out=out)
+        for line in tools.collect_recipe(recipe, given, data_dir, seed=seed, quick=quick, out=out):
+            typer.echo(line)
         return
-    for flag in ("--data-dir", "--quick"):
-        if flag in given:
-            raise CliError(f"{flag} applies to --recipe only; remove it when collecting with --env")
-    if env is None:
-        raise CliError("--env or --recipe is required (e.g. --env CartPole-v1)")
-    if out is None:
-        raise CliError("--out is required with --env (the dataset file to write, e.g. data.h5)")
+    tools.check_env_collect(given, env, out)
     ds = tools.collect_dataset(
         env,
         out,
@@ -217,26 +209,3 @@ def _given_flags(ctx: typer.Context) -> set[str]:
         if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
             given.add(param.opts[0])
     return given
-
-
-def _collect_recipe(
-    name: str, given: set[str], data_dir: Path | None, *, seed: int, quick: bool, out
-) -> None:
-    from privrl.experiments.recipes import RECIPES, build_recipe
-
-    fixed = [f for f in _RECIPE_FIXED if f in given]
-    if fixed and name != "list":
-        raise CliError(
-            f"--recipe {name} fixes its environment, policy, episodes and environments; "
-            f"remove {', '.join(fixed)} (only --data-dir, --quick, --seed and --out apply)"
-        )
-    if out is not None:
-        check_output_file(out, "--out")
-    if name == "list":
-        for r in RECIPES.values():
-            typer.echo(f"{r.name:22s} {r.what}")
-        return
-    start = time.perf_counter()
-    path = build_recipe(name, data_dir, seed=seed, quick=quick, out=out)
-    elapsed = time.perf_counter() - start
-    typer.echo(f"wrote {path} (recipe {name}, {elapsed:.0f} s this invocation)")

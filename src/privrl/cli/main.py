@@ -6,19 +6,13 @@ kept. Warnings print as one `warning: …` line each, without Python source line
 operating system on the user's paths (a directory where a file is expected, permission denied,
 disk full) and running out of memory are one `error:` line too. Anything else is a bug: one
 `error: internal error …` line and exit code 1 (set PRIVRL_DEBUG=1 to see the traceback).
+The console conventions (warning lines, SIGTERM, OS-error messages) are `privrl.runs.console`.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import re
-import signal
 import sys
-import threading
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -44,6 +38,13 @@ from privrl.cli.reproduce import reproduce
 from privrl.cli.run import run
 from privrl.cli.sweep import sweep
 from privrl.cli.train import train_app
+from privrl.runs.console import (
+    INTERRUPTED,
+    Terminated,
+    console_conventions,
+    one_line,
+    os_error,
+)
 
 app = typer.Typer(
     name="privrl",
@@ -117,120 +118,17 @@ def _command() -> Any:
     return command
 
 
-def _one_line(message: object) -> str:
-    return " ".join(str(message).split())
-
-
 def _fail(message: str, code: int = 2) -> int:
-    first = _one_line(message) or "unknown error"
+    first = one_line(message) or "unknown error"
     if not first.startswith("error:"):
         first = f"error: {first}"
     print(first, file=sys.stderr)
     return code
 
 
-INTERRUPTED = (
-    "what was kept: files already written (finished stages, checkpoints, earlier runs); "
-    "resumable runs (data collect --recipe, train mopo, reproduce) resume from their checkpoint "
-    "when rerun with the same arguments; `privrl ledger show DATASET` lists the privacy spends "
-    "that were recorded (a run's spend is recorded when its run directory is complete)"
-)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that every `finally` (temporary files, progress bars)
-    runs before the process exits."""
-
-
-def _os_error(exc: OSError) -> str:
-    """One line for an operating-system error on a user's path."""
-    name = exc.filename if exc.filename is not None else ""
-    if exc.filename2 is not None:
-        name = f"{name} -> {exc.filename2}"
-    if isinstance(exc, FileNotFoundError):
-        return f"file not found: {name or exc}"
-    if isinstance(exc, IsADirectoryError):
-        return f"{name} is a directory where a file is expected; give a file path (or remove it)"
-    if isinstance(exc, NotADirectoryError):
-        return f"{name}: part of this path is a file, not a directory; fix the path"
-    if isinstance(exc, PermissionError):
-        return f"permission denied: {name}; check its mode or choose another location"
-    if isinstance(exc, FileExistsError):
-        return f"{name} already exists; choose another path or remove it"
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    where = f" {name}" if name else ""
-    return f"cannot read or write{where}: {reason}; check the path, its mode and the free space"
-
-
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: Any = None,
-    line: str | None = None,
-) -> None:
-    """`warnings.showwarning` for the terminal: one line, no file path, no source line."""
-    try:
-        print(f"warning: {_one_line(message)}", file=file or sys.stderr)
-    except (OSError, ValueError):  # a closed stream: warnings are never fatal
-        pass
-
-
-class _WarningLine(logging.Handler):
-    """Library log records at WARNING and above (e.g. dp-accounting's absl logger), printed
-    like warnings, each kind once (dp-accounting logs one line per RDP order)."""
-
-    def __init__(self, level: int) -> None:
-        super().__init__(level)
-        self._seen: set[str] = set()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        kind = re.sub(r"[-+]?\d[\d.e+-]*", "#", message)
-        if kind in self._seen:
-            return
-        self._seen.add(kind)
-        _show_warning(message, UserWarning, "", 0)
-
-
-@contextmanager
-def _console_conventions() -> Iterator[None]:
-    """Warnings as one line, SIGTERM as an interruption; both restored afterwards (main() is
-    also called in-process by tests)."""
-    saved_show = warnings.showwarning
-    warnings.showwarning = _show_warning
-    absl = logging.getLogger("absl")
-    handler = _WarningLine(logging.WARNING)
-    saved_propagate = absl.propagate
-    absl.addHandler(handler)
-    absl.propagate = False
-    saved_term: Any = None
-    main_pid = os.getpid()
-    in_main_thread = threading.current_thread() is threading.main_thread()
-
-    def on_term(signum: int, frame: Any) -> None:
-        if os.getpid() != main_pid:  # a forked worker: die as it would without us
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        raise Terminated()
-
-    if in_main_thread:
-        saved_term = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        warnings.showwarning = saved_show
-        absl.removeHandler(handler)
-        absl.propagate = saved_propagate
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, saved_term)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the process exit code."""
-    with _console_conventions():
+    with console_conventions():
         try:
             result = _command()(args=argv, standalone_mode=False, prog_name="privrl")
         except click_exceptions.NoArgsIsHelpError as exc:
@@ -252,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         except known_errors() as exc:  # bad input detected below the CLI
             return _fail(str(exc))
         except OSError as exc:  # the user's paths: a directory for a file, permissions, disk
-            return _fail(_os_error(exc))
+            return _fail(os_error(exc))
         except MemoryError as exc:
-            detail = f" ({_one_line(exc)})" if str(exc) else ""
+            detail = f" ({one_line(exc)})" if str(exc) else ""
             return _fail(
                 f"out of memory{detail}; reduce the sizes (episodes, steps, horizon, states, "
                 "batch) or run on a machine with more memory"
@@ -273,7 +171,7 @@ def _internal(exc: BaseException) -> int:
     if os.environ.get("PRIVRL_DEBUG"):
         raise exc
     return _fail(
-        f"internal error: {type(exc).__name__}: {_one_line(exc)[:300]}; this is a bug in "
+        f"internal error: {type(exc).__name__}: {one_line(exc)[:300]}; this is a bug in "
         "privrl, please report it with the command line (PRIVRL_DEBUG=1 shows the traceback)",
         1,
     )

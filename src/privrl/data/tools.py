@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -259,109 +261,101 @@ def import_dataset(
     the import's warnings (and any library's) are appended to it as text instead of being
     raised, so the command line prints them as plain lines.
     """
+    with _warnings_as_notes(notes):
+        import dataclasses
+
+        from privrl.data.io import import_table, parse_column_mapping, save_hdf5
+
+        check_output_file(out, "--out")
+        refuse_ledgered_out(out)
+        if discount is not None:
+            check_number(discount, "--discount", ge=0, le=1)
+        unit_spec = parse_unit(unit)
+        if units is not None:
+            check_int(units, "--units", minimum=1)
+            if unit_spec is None:
+                raise InputError(
+                    "--units K goes with --unit episode|column=NAME (the unit it counts)"
+                )
+        keep = [c.strip() for c in keep_columns.split(",")] if keep_columns else []
+        kind = format if format is not None else guess_format(source)
+        if kind in ("parquet", "csv") and Path(source).exists():
+            check_input_file(Path(source), what="table file")
+        if keep and kind in ("minari", "hdf5"):
+            raise InputError("--keep-columns applies to Parquet/CSV tables only")
+        if kind == "minari":
+            from privrl.data.minari_io import import_minari
+
+            minari_unit = None
+            if unit_spec is not None:
+                minari_unit = "episode" if unit_spec[0] == "episode" else f"column={unit_spec[1]}"
+            ds = import_minari(source, unit=minari_unit)
+            declared = parse_space(observation_space, _flat_dim(ds.metadata.observation_space))
+            if declared is not None:
+                ds = _declare_observation_space(ds, declared, source)
+        elif kind == "hdf5":
+            if unit_spec is not None or observation_space is not None:
+                raise InputError(
+                    "--unit and --observation-space apply to tables and Minari datasets; an HDF5 "
+                    "dataset keeps its own"
+                )
+            ds = load_file(Path(source))
+        else:
+            if columns is None:
+                raise InputError(
+                    "--columns is required to import a table (e.g. episode=id,obs=s,...)"
+                )
+            if not Path(source).is_file():
+                raise InputError(f"table file not found: {source}")
+            mapping = parse_column_mapping(columns)
+            if unit_spec is not None:
+                given = mapping.unit
+                wanted = unit_spec[1]
+                if given is not None and given != wanted:
+                    raise InputError(
+                        f"--unit {unit} conflicts with unit={given} in --columns; "
+                        "give the unit once"
+                    )
+                mapping = dataclasses.replace(mapping, unit=wanted)
+            cols = mapping.columns()
+            ds = import_table(
+                source,
+                mapping,
+                format=kind,
+                observation_space=parse_space(observation_space, len(cols["obs"])),
+                action_space=parse_space(action_space, len(cols["action"])),
+                discount=discount,
+                env_id=env_id,
+                keep_columns=keep,
+            )
+            if unit_spec is not None and unit_spec[0] == "episode":
+                ds = ds.with_metadata(ds.metadata.with_extra(unit="episode"), validate=False)
+        if discount is not None and kind == "minari":
+            ds = ds.with_metadata(ds.metadata.replace(discount=discount), validate=False)
+        if env_id is not None and kind == "minari":
+            ds = ds.with_metadata(ds.metadata.replace(env_id=env_id), validate=False)
+        if units is not None:
+            per_episode = unit_spec is not None and unit_spec[0] == "episode"
+            key = "n_trajectories" if per_episode else "n_users"
+            ds = ds.with_metadata(ds.metadata.with_extra(**{key: int(units)}), validate=False)
+        save_hdf5(ds, out)
+        return ds
+
+
+@contextmanager
+def _warnings_as_notes(notes: list[str] | None) -> Iterator[None]:
+    """With `notes` a list, record the warnings raised inside (once each, on one line) into it
+    instead of raising them; with None, leave warnings alone."""
     if notes is None:
-        return _import(
-            source, out, columns, format, observation_space, action_space, discount, env_id,
-            unit, units, keep_columns,
-        )  # fmt: skip
+        yield
+        return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = _import(
-            source, out, columns, format, observation_space, action_space, discount, env_id,
-            unit, units, keep_columns,
-        )  # fmt: skip
+        yield
     for w in caught:
         text = " ".join(str(w.message).split())
         if text not in notes:
             notes.append(text)
-    return ds
-
-
-def _import(
-    source: str,
-    out: Path,
-    columns: str | None,
-    format: str | None,
-    observation_space: str | None,
-    action_space: str | None,
-    discount: float | None,
-    env_id: str | None,
-    unit: str | None,
-    units: int | None,
-    keep_columns: str | None,
-) -> TrajectoryDataset:
-    import dataclasses
-
-    from privrl.data.io import import_table, parse_column_mapping, save_hdf5
-
-    check_output_file(out, "--out")
-    refuse_ledgered_out(out)
-    if discount is not None:
-        check_number(discount, "--discount", ge=0, le=1)
-    unit_spec = parse_unit(unit)
-    if units is not None:
-        check_int(units, "--units", minimum=1)
-        if unit_spec is None:
-            raise InputError("--units K goes with --unit episode|column=NAME (the unit it counts)")
-    keep = [c.strip() for c in keep_columns.split(",")] if keep_columns else []
-    kind = format if format is not None else guess_format(source)
-    if kind in ("parquet", "csv") and Path(source).exists():
-        check_input_file(Path(source), what="table file")
-    if keep and kind in ("minari", "hdf5"):
-        raise InputError("--keep-columns applies to Parquet/CSV tables only")
-    if kind == "minari":
-        from privrl.data.minari_io import import_minari
-
-        minari_unit = None
-        if unit_spec is not None:
-            minari_unit = "episode" if unit_spec[0] == "episode" else f"column={unit_spec[1]}"
-        ds = import_minari(source, unit=minari_unit)
-        declared = parse_space(observation_space, _flat_dim(ds.metadata.observation_space))
-        if declared is not None:
-            ds = _declare_observation_space(ds, declared, source)
-    elif kind == "hdf5":
-        if unit_spec is not None or observation_space is not None:
-            raise InputError(
-                "--unit and --observation-space apply to tables and Minari datasets; an HDF5 "
-                "dataset keeps its own"
-            )
-        ds = load_file(Path(source))
-    else:
-        if columns is None:
-            raise InputError("--columns is required to import a table (e.g. episode=id,obs=s,...)")
-        if not Path(source).is_file():
-            raise InputError(f"table file not found: {source}")
-        mapping = parse_column_mapping(columns)
-        if unit_spec is not None:
-            given = mapping.unit
-            wanted = unit_spec[1]
-            if given is not None and given != wanted:
-                raise InputError(
-                    f"--unit {unit} conflicts with unit={given} in --columns; give the unit once"
-                )
-            mapping = dataclasses.replace(mapping, unit=wanted)
-        cols = mapping.columns()
-        ds = import_table(
-            source,
-            mapping,
-            format=kind,
-            observation_space=parse_space(observation_space, len(cols["obs"])),
-            action_space=parse_space(action_space, len(cols["action"])),
-            discount=discount,
-            env_id=env_id,
-            keep_columns=keep,
-        )
-        if unit_spec is not None and unit_spec[0] == "episode":
-            ds = ds.with_metadata(ds.metadata.with_extra(unit="episode"), validate=False)
-    if discount is not None and kind == "minari":
-        ds = ds.with_metadata(ds.metadata.replace(discount=discount), validate=False)
-    if env_id is not None and kind == "minari":
-        ds = ds.with_metadata(ds.metadata.replace(env_id=env_id), validate=False)
-    if units is not None:
-        key = "n_trajectories" if unit_spec is not None and unit_spec[0] == "episode" else "n_users"
-        ds = ds.with_metadata(ds.metadata.with_extra(**{key: int(units)}), validate=False)
-    save_hdf5(ds, out)
-    return ds
 
 
 def _declare_observation_space(
@@ -500,3 +494,51 @@ def collect_dataset(
     )
     save_hdf5(ds, out)
     return ds
+
+
+RECIPE_FIXED = ("--env", "--policy", "--episodes", "--num-envs", "--max-steps")
+
+
+def collect_recipe(
+    name: str,
+    given: set[str],
+    data_dir: Path | None,
+    *,
+    seed: int,
+    quick: bool,
+    out: Path | None,
+) -> list[str]:
+    """Build the named paper dataset (`name == "list"`: list the recipes) and return the lines
+    to print. `given` are the flags the user typed: a recipe fixes the environment, policy,
+    episodes and environments, so those flags are refused with it."""
+    import time
+
+    from privrl.experiments.recipes import RECIPES, build_recipe
+
+    fixed = [f for f in RECIPE_FIXED if f in given]
+    if fixed and name != "list":
+        raise InputError(
+            f"--recipe {name} fixes its environment, policy, episodes and environments; "
+            f"remove {', '.join(fixed)} (only --data-dir, --quick, --seed and --out apply)"
+        )
+    if out is not None:
+        check_output_file(out, "--out")
+    if name == "list":
+        return [f"{r.name:22s} {r.what}" for r in RECIPES.values()]
+    start = time.perf_counter()
+    path = build_recipe(name, data_dir, seed=seed, quick=quick, out=out)
+    elapsed = time.perf_counter() - start
+    return [f"wrote {path} (recipe {name}, {elapsed:.0f} s this invocation)"]
+
+
+def check_env_collect(given: set[str], env: str | None, out: Path | None) -> None:
+    """Refuse recipe-only flags and missing --env/--out when collecting from an environment."""
+    for flag in ("--data-dir", "--quick"):
+        if flag in given:
+            raise InputError(
+                f"{flag} applies to --recipe only; remove it when collecting with --env"
+            )
+    if env is None:
+        raise InputError("--env or --recipe is required (e.g. --env CartPole-v1)")
+    if out is None:
+        raise InputError("--out is required with --env (the dataset file to write, e.g. data.h5)")

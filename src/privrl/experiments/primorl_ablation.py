@@ -18,7 +18,6 @@ MOPO's return: the paper's against its MOPO (Table 1), ours against ours.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -26,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from privrl.experiments import primorl_sweeps as shared
-from privrl.experiments.primorl_sweeps import Scale, mean_ci
-from privrl.experiments.rundir import RunDir
+from privrl.experiments.primorl_sweeps import Scale
 from privrl.runs.plots import draw
 from privrl.runs.system import PlotSpec, Series
 
@@ -95,22 +93,15 @@ def sweep_doc(
 ) -> dict:
     """The grid: per task, MOPO and the eight PRIMORL cells, × seeds; cells under `out`. The
     per-system settings are primorl-table1's, so identical cells have identical keys."""
-    primorl: dict[str, Any] = {}
-    mopo: dict[str, Any] = {}
-    if scale.quick:  # a few DP-FedAvg rounds and dynamics epochs: a smoke test
-        primorl["steps"] = 3
-        mopo["model_epochs"] = 2
-    doc: dict[str, Any] = {
-        "out": str(out),
-        **scale.settings(),
-        "grid": {"seed": scale.seed_list()},
-        "cells": [e for task, data in datasets.items() for e in cell_entries(task, data)],
-        "systems": {"primorl": primorl, "mopo": mopo},
-        "sweep": {"backend": backend, "metrics": ["return_mean", "normalised_score"]},
-    }
-    if workers is not None:
-        doc["sweep"]["workers"] = workers
-    return doc
+    return shared.sweep_doc(
+        scale,
+        out,
+        {"seed": scale.seed_list()},
+        primorl={},
+        backend=backend,
+        workers=workers,
+        cells=[e for task, data in datasets.items() for e in cell_entries(task, data)],
+    )
 
 
 def ablation(
@@ -124,12 +115,7 @@ def ablation(
     epochs: int | None = None,
 ) -> Path:
     """`privrl reproduce primorl-ablation`: run (or resume) the sweep, write the report."""
-    scale = Scale(
-        seeds=seeds or (2 if quick else 3),
-        base_seed=seed,
-        epochs=epochs or (2 if quick else 20),
-        quick=quick,
-    )
+    scale = Scale.of(seeds=seeds, seed=seed, epochs=epochs, quick=quick)
     out = Path(out)
     datasets = {"pendulum": shared.recipe_dataset("pendulum", quick, ID)}
     missing = {}
@@ -181,29 +167,10 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[tuple, dict[s
     for task, by_row in groups.items():
         table: dict[tuple, dict[str, Any]] = {}
         for key, cells in by_row.items():
-            ret, ci = mean_ci([float(c["return_mean"]) for c in cells])
-            scores = [c.get("normalised_score") for c in cells]
-            eps = cells[0].get("privacy_epsilon")
-            table[key] = {
-                "seeds": len(cells),
-                "return": ret,
-                "ci": ci,
-                "per_seed": [float(c["return_mean"]) for c in cells],
-                "normalised": None if None in scores else sum(scores) / len(scores),
-                "epsilon": math.inf if eps is None else float(eps),
-            }
-        mopo = table.get(("mopo", "", ""))
-        if mopo is not None:
-            for s in table.values():
-                s["share"] = 100.0 * s["return"] / mopo["return"]
-                s["ci_share"] = 100.0 * s["ci"] / mopo["return"]
+            table[key] = shared.cell_stats(cells)
+        shared.add_shares(table, ("mopo", "", ""), ci=True)
         out[task] = table
     return out
-
-
-def at_ceiling(table: Mapping[tuple, Mapping[str, Any]]) -> bool:
-    scores = [s.get("normalised") for s in table.values()]
-    return bool(scores) and None not in scores and min(scores) >= CEILING
 
 
 def claims(
@@ -272,7 +239,7 @@ def claims(
         v1 = "inconclusive" if weak else ("holds" if all(ties) else "does not hold")
         worst = min(s["share"] for s in rows)
         v2 = "holds" if worst < 90.0 else "does not hold"
-        if weak or (v2 == "does not hold" and at_ceiling(table)):
+        if weak or (v2 == "does not hold" and shared.at_ceiling(table, CEILING)):
             v2 = "inconclusive"
         suffix = f" ({seeds} seeds)"
         found.append(
@@ -310,19 +277,16 @@ def write_report(
     (out / "plots").mkdir(parents=True, exist_ok=True)
     _plot(summary, out / "plots" / "ablation.png")
     found = claims(summary, quick=scale.quick, missing=missing)
-    (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
-    run = RunDir(out)
-    run.write_config(
+    shared.write_outputs(
+        out,
+        found,
         {
             "reproduction": ID,
             "data": {task: path.name for task, path in datasets.items()},
             **dataclasses.asdict(scale),
-        }
+        },
+        {task: {_key_name(k): s for k, s in table.items()} for task, table in summary.items()},
     )
-    run.write_metrics(
-        {task: {_key_name(k): s for k, s in table.items()} for task, table in summary.items()}
-    )
-    cell_seconds = sum(float(r.get("seconds") or 0.0) for r in rows)
     path = out / "report.md"
     path.write_text(
         _markdown(
@@ -332,7 +296,7 @@ def write_report(
             datasets=datasets,
             missing=missing,
             wall=wall,
-            cell_seconds=cell_seconds,
+            cell_seconds=shared.cell_seconds(rows),
         )
     )
     return path
@@ -452,7 +416,7 @@ def _markdown(
                     f"{per_seed} |"
                 )
         lines.append("")
-        if at_ceiling(table):
+        if shared.at_ceiling(table, CEILING):
             lines += [
                 f"Every row's normalised score is ≥ {CEILING:g}: all reach the task's ceiling "
                 "(the dataset's expert reference return), so this task shows no effect of the "

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from privrl.experiments import primorl_sweeps as shared
-from privrl.experiments.primorl_sweeps import Scale, mean_ci
-from privrl.experiments.rundir import RunDir
+from privrl.experiments.primorl_sweeps import Scale
 from privrl.runs.plots import draw
 from privrl.runs.system import PlotSpec, Series
 
@@ -42,26 +41,16 @@ MOPO_LEARNED = 50.0  # MOPO's normalised score below which shares of it are not 
 def sweep_doc(data: Path, out: Path, scale: Scale, *, backend: str, workers: int | None) -> dict:
     """The grid: MOPO and PRIMORL at each target ε × seeds; cells under `out`. The
     per-system settings are primorl-table1's, so the MOPO cells have its keys."""
-    primorl: dict[str, Any] = {"grid": {"epsilon": list(EPSILONS)}}
-    mopo: dict[str, Any] = {}
-    if scale.quick:  # a few DP-FedAvg rounds (z calibrated for them) and dynamics epochs
-        primorl["steps"] = 3
-        mopo["model_epochs"] = 2
-    doc: dict[str, Any] = {
-        "out": str(out),
-        "data": str(data),
-        **scale.settings(),
-        "grid": {"system": ["mopo", "primorl"], "seed": scale.seed_list()},
-        "systems": {"primorl": primorl, "mopo": mopo},
-        "sweep": {
-            "backend": backend,
-            "metrics": ["return_mean", "normalised_score"],
-            "x": "epsilon",
-        },
-    }
-    if workers is not None:
-        doc["sweep"]["workers"] = workers
-    return doc
+    return shared.sweep_doc(
+        scale,
+        out,
+        {"system": ["mopo", "primorl"], "seed": scale.seed_list()},
+        primorl={"grid": {"epsilon": list(EPSILONS)}},
+        backend=backend,
+        workers=workers,
+        data=data,
+        x="epsilon",
+    )
 
 
 def fig3(
@@ -76,12 +65,7 @@ def fig3(
     epochs: int | None = None,
 ) -> Path:
     """`privrl reproduce primorl-fig3`: run (or resume) the sweep, write the report."""
-    scale = Scale(
-        seeds=seeds or (2 if quick else 3),
-        base_seed=seed,
-        epochs=epochs or (2 if quick else 20),
-        quick=quick,
-    )
+    scale = Scale.of(seeds=seeds, seed=seed, epochs=epochs, quick=quick)
     out = Path(out)
     data = Path(data) if data is not None else shared.recipe_dataset("pendulum", quick, ID)
     t0 = time.perf_counter()
@@ -121,28 +105,16 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         cells = groups.get(key)
         if not cells:
             continue
-        ret, ci = mean_ci([float(c["return_mean"]) for c in cells])
-        scores = [c.get("normalised_score") for c in cells]
-        eps = cells[0].get("privacy_epsilon")
+        stats = shared.cell_stats(cells)
         out[key] = {
-            "seeds": len(cells),
+            "seeds": stats["seeds"],
             "target": math.inf if key == "mopo" else float(key),
-            "epsilon": math.inf if eps is None else float(eps),
+            "epsilon": stats["epsilon"],
             "noise_multiplier": cells[0].get("noise_multiplier"),
-            "return": ret,
-            "ci": ci,
-            "per_seed": [float(c["return_mean"]) for c in cells],
-            "normalised": None if None in scores else sum(scores) / len(scores),
+            **stats,
         }
-    if "mopo" in out:
-        for s in out.values():
-            s["share"] = 100.0 * s["return"] / out["mopo"]["return"]
+    shared.add_shares(out, "mopo")
     return out
-
-
-def at_ceiling(summary: Mapping[str, Mapping[str, Any]]) -> bool:
-    scores = [s.get("normalised") for s in summary.values()]
-    return bool(scores) and None not in scores and min(scores) >= CEILING
 
 
 def claims(
@@ -187,7 +159,7 @@ def claims(
     v2 = "holds" if gap > 100.0 * (lo["ci"] + hi["ci"]) / mret else "does not hold"
     if weak:
         v1 = v2 = "inconclusive"
-    elif v2 == "does not hold" and at_ceiling(summary):
+    elif v2 == "does not hold" and shared.at_ceiling(summary, CEILING):
         v2 = "inconclusive"
     suffix = f" ({seeds} seeds)"
     return [
@@ -206,21 +178,22 @@ def write_report(
     (out / "plots").mkdir(parents=True, exist_ok=True)
     _plot(summary, out / "plots" / "return_vs_epsilon.png")
     found = claims(summary, quick=scale.quick)
-    (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
-    run = RunDir(out)
-    run.write_config(
+    shared.write_outputs(
+        out,
+        found,
         {
             "reproduction": ID,
             "data": data.name,
             "epsilons": list(EPSILONS),
             **dataclasses.asdict(scale),
-        }
+        },
+        summary,
     )
-    run.write_metrics(summary)
-    cell_seconds = sum(float(r.get("seconds") or 0.0) for r in rows)
     path = out / "report.md"
     path.write_text(
-        _markdown(summary, found, scale, data=data, wall=wall, cell_seconds=cell_seconds)
+        _markdown(
+            summary, found, scale, data=data, wall=wall, cell_seconds=shared.cell_seconds(rows)
+        )
     )
     return path
 
@@ -328,7 +301,7 @@ def _markdown(
     for c in found:
         verdict = f"**{c['verdict']}**" if c["verdict"] == "does not hold" else c["verdict"]
         lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | {verdict} |")
-    if at_ceiling(summary):
+    if shared.at_ceiling(summary, CEILING):
         lines += [
             "",
             f"Every point's normalised score is ≥ {CEILING:g}: all reach the task's ceiling "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,10 @@ from privrl.runs.system import Series
 
 __all__ = [
     "Scale",
+    "add_shares",
+    "at_ceiling",
+    "cell_seconds",
+    "cell_stats",
     "curve",
     "curve_series",
     "eps_text",
@@ -31,6 +36,8 @@ __all__ = [
     "reuse_finished",
     "run_cells",
     "sweep_dir",
+    "sweep_doc",
+    "write_outputs",
 ]
 
 
@@ -55,6 +62,53 @@ class Scale:
 
     def seed_list(self) -> list[int]:
         return list(range(self.base_seed, self.base_seed + self.seeds))
+
+    @classmethod
+    def of(cls, *, seeds: int | None, seed: int, epochs: int | None, quick: bool) -> Scale:
+        """The scale `privrl reproduce` asks for: 3 seeds and 20 epochs unless given (quick:
+        2 and 2)."""
+        return cls(
+            seeds=seeds or (2 if quick else 3),
+            base_seed=seed,
+            epochs=epochs or (2 if quick else 20),
+            quick=quick,
+        )
+
+
+def sweep_doc(
+    scale: Scale,
+    out: Path,
+    grid: dict[str, Any],
+    *,
+    primorl: dict[str, Any],
+    backend: str,
+    workers: int | None,
+    data: Path | None = None,
+    cells: list[dict[str, Any]] | None = None,
+    x: str | None = None,
+) -> dict[str, Any]:
+    """A sweep of MOPO and PRIMORL cells under `out`: the scale's settings, `grid` (and any
+    explicit `cells`), PRIMORL's settings `primorl`. The per-system settings are the same in
+    every PRIMORL reproduction, so identical cells have identical fingerprints; quick mode runs
+    a few DP-FedAvg rounds (z calibrated for them) and dynamics epochs, a smoke test."""
+    primorl = dict(primorl)
+    mopo: dict[str, Any] = {}
+    if scale.quick:
+        primorl["steps"] = 3
+        mopo["model_epochs"] = 2
+    doc: dict[str, Any] = {"out": str(out)}
+    if data is not None:
+        doc["data"] = str(data)
+    doc.update(scale.settings(), grid=grid)
+    if cells is not None:
+        doc["cells"] = cells
+    doc["systems"] = {"primorl": primorl, "mopo": mopo}
+    doc["sweep"] = {"backend": backend, "metrics": ["return_mean", "normalised_score"]}
+    if x is not None:
+        doc["sweep"]["x"] = x
+    if workers is not None:
+        doc["sweep"]["workers"] = workers
+    return doc
 
 
 def sweep_dir(reproduction: str, scale: Scale) -> Path:
@@ -186,6 +240,59 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     return mean, high - mean
 
 
+def cell_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One report row over its seeds' cells: seeds, return mean ± 95% CI, per-seed returns,
+    the mean normalised score (None when a cell has none) and ε (∞ for a non-private row)."""
+    returns = [float(c["return_mean"]) for c in cells]
+    ret, ci = mean_ci(returns)
+    scores = [c.get("normalised_score") for c in cells]
+    eps = cells[0].get("privacy_epsilon")
+    return {
+        "seeds": len(cells),
+        "return": ret,
+        "ci": ci,
+        "per_seed": returns,
+        "normalised": None if None in scores else sum(scores) / len(scores),
+        "epsilon": math.inf if eps is None else float(eps),
+    }
+
+
+def at_ceiling(table: Mapping[Any, Mapping[str, Any]], ceiling: float) -> bool:
+    """Every row of `table` has a normalised score of at least `ceiling`: all reach the task's
+    ceiling, so no difference between them can show."""
+    scores = [s.get("normalised") for s in table.values()]
+    return bool(scores) and None not in scores and min(scores) >= ceiling
+
+
+def add_shares(table: Mapping[Any, dict[str, Any]], mopo: Any, *, ci: bool = False) -> None:
+    """Each row's return as a percentage of the MOPO row's (`table[mopo]`), and with `ci` its
+    interval's half-width too; nothing without a MOPO row."""
+    if mopo not in table:
+        return
+    reference = table[mopo]["return"]
+    for s in table.values():
+        s["share"] = 100.0 * s["return"] / reference
+        if ci:
+            s["ci_share"] = 100.0 * s["ci"] / reference
+
+
+def write_outputs(
+    out: Path, found: Sequence[Mapping[str, str]], config: Mapping[str, Any], metrics: Any
+) -> None:
+    """A reproduction's claims.json, config.json and metrics.json."""
+    from privrl.experiments.rundir import RunDir
+
+    (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
+    run = RunDir(out)
+    run.write_config(dict(config))
+    run.write_metrics(metrics)
+
+
+def cell_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
+    """The cells' total running time (each on one thread)."""
+    return sum(float(r.get("seconds") or 0.0) for r in rows)
+
+
 def curve_series(label: str, curves: Sequence[Sequence[float]]) -> Series | None:
     """Mean learning curve over seeds with its 95% band (None without a curve)."""
     curves = [c for c in curves if c]
@@ -203,6 +310,4 @@ def curve_series(label: str, curves: Sequence[Sequence[float]]) -> Series | None
 
 
 def eps_text(eps: float) -> str:
-    import math
-
     return "∞" if math.isinf(eps) else f"{eps:.2f}"

@@ -18,7 +18,6 @@ our reward is r' = 1 + r/16.27 ∈ [0, 1]).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -27,7 +26,6 @@ from typing import Any
 
 from privrl.experiments import primorl_sweeps as shared
 from privrl.experiments.primorl_sweeps import Scale, mean_ci
-from privrl.experiments.rundir import RunDir
 from privrl.runs.plots import draw
 from privrl.runs.system import PlotSpec
 
@@ -58,31 +56,16 @@ def sweep_dir(scale: Scale) -> Path:
 
 def sweep_doc(data: Path, out: Path, scale: Scale, *, backend: str, workers: int | None) -> dict:
     """The grid: MOPO and PRIMORL's three rows × seeds, on one dataset; cells under `out`."""
-    primorl: dict[str, Any] = {"grid": {"variant": ["no-privacy", "low", "high"]}}
-    mopo: dict[str, Any] = {}
-    if scale.quick:  # a few DP-FedAvg rounds and dynamics epochs: a smoke test
-        primorl["steps"] = 3
-        primorl["trajectories"] = None
-        mopo["model_epochs"] = 2
-    primorl = {k: v for k, v in primorl.items() if v is not None}
-    doc: dict[str, Any] = {
-        "out": str(out),
-        "data": str(data),
-        **scale.settings(),
-        "grid": {
-            "system": ["mopo", "primorl"],
-            "seed": list(range(scale.base_seed, scale.base_seed + scale.seeds)),
-        },
-        "systems": {"primorl": primorl, "mopo": mopo},
-        "sweep": {
-            "backend": backend,
-            "metrics": ["return_mean", "normalised_score"],
-            "x": "variant",
-        },
-    }
-    if workers is not None:
-        doc["sweep"]["workers"] = workers
-    return doc
+    return shared.sweep_doc(
+        scale,
+        out,
+        {"system": ["mopo", "primorl"], "seed": scale.seed_list()},
+        primorl={"grid": {"variant": ["no-privacy", "low", "high"]}},
+        backend=backend,
+        workers=workers,
+        data=data,
+        x="variant",
+    )
 
 
 def table1(
@@ -97,12 +80,7 @@ def table1(
     epochs: int | None = None,
 ) -> Path:
     """`privrl reproduce primorl-table1`: run (or resume) the sweep, write the report."""
-    scale = Scale(
-        seeds=seeds or (2 if quick else 3),
-        base_seed=seed,
-        epochs=epochs or (2 if quick else 20),
-        quick=quick,
-    )
+    scale = Scale.of(seeds=seeds, seed=seed, epochs=epochs, quick=quick)
     out = Path(out)
     data = Path(data) if data is not None else shared.recipe_dataset("pendulum", quick, ID)
     t0 = time.perf_counter()
@@ -133,21 +111,8 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         cells = by_row.get(name, [])
         if not cells:
             continue
-        ret, ci = mean_ci([float(c["return_mean"]) for c in cells])
-        scores = [c.get("normalised_score") for c in cells]
-        eps = cells[0].get("privacy_epsilon")
-        out[name] = {
-            "seeds": len(cells),
-            "return": ret,
-            "ci": ci,
-            "per_seed": [float(c["return_mean"]) for c in cells],
-            "normalised": None if None in scores else sum(scores) / len(scores),
-            "epsilon": math.inf if eps is None else float(eps),
-            "curves": [c.get("curve") or [] for c in cells],
-        }
-    if "mopo" in out:
-        for s in out.values():
-            s["share"] = 100.0 * s["return"] / out["mopo"]["return"]
+        out[name] = {**shared.cell_stats(cells), "curves": [c.get("curve") or [] for c in cells]}
+    shared.add_shares(out, "mopo")
     return out
 
 
@@ -203,18 +168,17 @@ def write_report(
     (out / "plots").mkdir(parents=True, exist_ok=True)
     _plot(summary, out / "plots" / "returns.png")
     found = claims(summary, quick=scale.quick)
-    (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
-    run = RunDir(out)
-    run.write_config(
-        {"reproduction": "primorl-table1", "data": data.name, **dataclasses.asdict(scale)}
-    )
-    run.write_metrics(
-        {name: {k: v for k, v in s.items() if k != "curves"} for name, s in summary.items()}
+    shared.write_outputs(
+        out,
+        found,
+        {"reproduction": "primorl-table1", "data": data.name, **dataclasses.asdict(scale)},
+        {name: {k: v for k, v in s.items() if k != "curves"} for name, s in summary.items()},
     )
     path = out / "report.md"
-    cell_seconds = sum(float(r.get("seconds") or 0.0) for r in rows)
     path.write_text(
-        _markdown(summary, found, scale, data=data, wall=wall, cell_seconds=cell_seconds)
+        _markdown(
+            summary, found, scale, data=data, wall=wall, cell_seconds=shared.cell_seconds(rows)
+        )
     )
     return path
 
@@ -287,8 +251,7 @@ def _markdown(
     for c in found:
         verdict = f"**{c['verdict']}**" if c["verdict"] == "does not hold" else c["verdict"]
         lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | {verdict} |")
-    scores = [s.get("normalised") for s in summary.values()]
-    if scores and None not in scores and min(scores) >= CEILING:
+    if shared.at_ceiling(summary, CEILING):
         lines += [
             "",
             f"Every row's normalised score is ≥ {CEILING:g}: all reach the task's "

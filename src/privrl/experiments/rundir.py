@@ -52,16 +52,7 @@ class RunDir:
 
     def write_curve(self, rows: Sequence[Mapping[str, Any]]) -> Path:
         """Write `metrics.csv`; the columns are the union of the rows' keys, in order."""
-        target = self.path / "metrics.csv"
-        fields: list[str] = []
-        for row in rows:
-            fields.extend(k for k in row if k not in fields)
-        with open(target, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=fields)
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({k: _csv_value(v) for k, v in row.items()})
-        return target
+        return write_rows(self.path / "metrics.csv", rows)
 
     def write_privacy(self, report: PrivacyReport) -> Path:
         target = self.path / "privacy.json"
@@ -87,6 +78,20 @@ def read_run(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     if not isinstance(config, dict) or not isinstance(metrics, dict):
         return None
     return config, metrics
+
+
+def write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Write `rows` as a CSV table at `path`; the columns are the union of the rows' keys, in
+    order (a row without a column leaves it empty)."""
+    fields: list[str] = []
+    for row in rows:
+        fields.extend(k for k in row if k not in fields)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _csv_value(v) for k, v in row.items()})
+    return path
 
 
 def _csv_value(value: Any) -> Any:

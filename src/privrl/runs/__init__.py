@@ -7,4 +7,5 @@
 - `cli`: command-line commands generated from configs.
 - `registry` / `catalog`: systems by name.
 - `sweep`: grids of runs on a local process pool or Ray.
+- `console`: the command line's console conventions (one-line warnings and errors, SIGTERM).
 """

@@ -7,8 +7,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from privrl.experiments.gpope.chain import _Chain, _chain_point
 from privrl.experiments.gpope.common import (
     CHAIN_EPS,
@@ -185,7 +183,7 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
         run.plot_path("accounting"),
         ms,
         series,
-        zero=float(chain.system.mspbe(np.zeros(chain.Phi.shape[1]))),
+        zero=chain.zero_mspbe(),
         title="GPOPE on the chain at equal nominal ε: Lemma 1's σ vs rigorous σ",
         xlabel="m (N = 10·m)",
         ylabel="MSPBE (chain)",

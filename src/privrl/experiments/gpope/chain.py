@@ -78,6 +78,21 @@ class _Chain:
     def sample(self, m: int, *keys: int) -> Any:
         return self.mdp.sample(m, seed=_rng(*keys))
 
+    def zero_mspbe(self) -> float:
+        """MSPBE(θ = 0): the trivial estimator, the reference every private estimate beats."""
+        return float(self.system.mspbe(np.zeros(self.Phi.shape[1])))
+
+    def lsw_sigma(self, fv: FirstVisit, epsilon: float) -> float:
+        """DP-LSW's noise scale (V1) for these first-visit counts at (ε, δ = DELTA)."""
+        return lsw_sigma(
+            self.Phi,
+            self.rho,
+            fv.counts,
+            epsilon=epsilon,
+            delta=DELTA,
+            return_range=self.return_range,
+        )
+
 
 def _chain_notes(chain: _Chain) -> list[str]:
     V = chain.mdp.true_values()[:-1]
@@ -162,14 +177,7 @@ def _chain_point(
         assert c_lsl is not None
         fv = chain.fv(data)
         rng = _rng(cfg.base, fig, 3, m, t)
-        s1 = lsw_sigma(
-            chain.Phi,
-            chain.rho,
-            fv.counts,
-            epsilon=epsilon,
-            delta=DELTA,
-            return_range=chain.return_range,
-        )
+        s1 = chain.lsw_sigma(fv, epsilon)
         th1 = _lsw_noisy(lsw_estimate(chain.Phi, chain.rho, fv), s1, rng, "DP-LSW θ")
         lam = c_lsl * m**0.4
         s2 = lsl_sigma(
@@ -289,7 +297,7 @@ def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         "empirical saddle point (non-private)",
     ]
     table = {(m, k): acc.stats(m=m, method=k) for m in ms for k in methods}
-    zero = float(chain.system.mspbe(np.zeros(chain.Phi.shape[1])))
+    zero = chain.zero_mspbe()
     run = RunDir(out)
     mspbe_figure(
         run.plot_path("fig1a"),
@@ -491,14 +499,7 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
     base = _Acc([])
     for t in range(min(cfg.trials, 20)):
         fv = chain.fv(chain.sample(m, cfg.base, 2, 1, m, t))
-        s1 = lsw_sigma(
-            chain.Phi,
-            chain.rho,
-            fv.counts,
-            epsilon=CHAIN_EPS,
-            delta=DELTA,
-            return_range=chain.return_range,
-        )
+        s1 = chain.lsw_sigma(fv, CHAIN_EPS)
         th1 = _lsw_noisy(
             lsw_estimate(chain.Phi, chain.rho, fv), s1, _rng(cfg.base, 2, 3, t), "DP-LSW θ"
         )
@@ -508,7 +509,7 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         base.add(method="LSTD", mspbe=chain.system.mspbe(th_l))
     st = [acc.stats(eta=e) for e in etas]
     v1 = base.stats(method="V1")
-    zero = chain.system.mspbe(np.zeros(chain.Phi.shape[1]))
+    zero = chain.zero_mspbe()
     run = RunDir(out)
     lstd_st = base.stats(method="LSTD")
     mspbe_figure(

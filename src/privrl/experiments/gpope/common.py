@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import sys
 import time
@@ -14,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from privrl.experiments.claims import Claim, write_claims
-from privrl.experiments.rundir import RunDir
+from privrl.experiments.rundir import RunDir, write_rows
 from privrl.ope.accounting import COARSE_ORDERS
 from privrl.ope.baselines import (
     FirstVisit,
@@ -95,16 +94,6 @@ def _fmt(s: dict[str, float]) -> str:
 def _batches(n_items: int, bytes_per_item: float) -> list[range]:
     size = max(1, int(MEMORY_BUDGET // max(bytes_per_item, 1.0)))
     return [range(i, min(i + size, n_items)) for i in range(0, n_items, size)]
-
-
-def _write_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    fields: list[str] = []
-    for r in rows:
-        fields.extend(k for k in r if k not in fields)
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def _plt() -> Any:
@@ -399,7 +388,7 @@ def _finish(
 ) -> Path:
     run.write_config(config)
     run.write_metrics(metrics)
-    _write_rows(run.artifact("results_per_trial.csv"), acc.rows)
+    write_rows(run.artifact("results_per_trial.csv"), acc.rows)
     keys = sorted(
         {(r.get("m"), r.get("method"), r.get("epsilon"), r.get("eta")) for r in acc.rows}, key=str
     )

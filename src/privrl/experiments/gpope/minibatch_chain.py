@@ -162,10 +162,9 @@ def study(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         _cfg,
         _fmt,
         _setup_lines,
-        _write_rows,
         mspbe_figure,
     )
-    from privrl.experiments.rundir import RunDir
+    from privrl.experiments.rundir import RunDir, write_rows
     from privrl.ope.lstd import lstd
 
     t0 = time.time()
@@ -181,7 +180,7 @@ def study(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
             acc.add(m=m, method="LSTD (non-private)", trial=t, mspbe=chain.system.mspbe(th))
     methods = [*(method(e) for e in EPSILONS), "LSTD (non-private)"]
     table = {(m, k): acc.stats(m=m, method=k) for m in ms for k in methods}
-    zero = float(chain.system.mspbe(np.zeros(chain.Phi.shape[1])))
+    zero = chain.zero_mspbe()
     run = RunDir(out)
     mspbe_figure(
         run.plot_path("minibatch"),
@@ -237,7 +236,7 @@ def study(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
             "mspbe_lstd": table[(ms[-1], "LSTD (non-private)")]["mean"],
         }
     )
-    _write_rows(run.artifact("results_per_trial.csv"), acc.rows)
+    write_rows(run.artifact("results_per_trial.csv"), acc.rows)
     big = next(f for f in reversed(facts) if f["epsilon"] == 1.0)
     cfg_big = base_config(big["m"], cfg.quick).with_(clip=big["h"], eta=big["eta"])
     run.write_privacy(
