@@ -261,3 +261,18 @@ def test_the_default_mode_is_the_paper() -> None:
     assert GpopeConfig.from_dict(config.to_dict()) == config
     mb = GpopeConfig(epsilon=1.0, mode="minibatch", sampling_rate=0.1, steps=50)
     assert GpopeConfig.from_dict(json.loads(json.dumps(mb.to_dict()))) == mb
+
+
+def test_a_given_clip_is_kept_and_only_the_step_is_tuned(tmp_path: Path, capsys) -> None:
+    """--clip without --step-size: h is the flag's, η is chosen on the public simulator sample
+    from the module's public grid (listed as a public split)."""
+    from privrl.ope.minibatch import TUNING_ETAS
+
+    out = tmp_path / "t"
+    argv = [*MB, "--clip", "0.01", "--env", "chain", "--trajectories", str(M), "--out", str(out)]
+    code, err = run(argv, capsys)
+    assert code == 0, err
+    params = {p["name"]: p for p in read(out, "privacy.json")["public_parameters"]}
+    assert params["clip bound h"]["value"] == 0.01 and params["clip bound h"]["source"] == "flag"
+    assert params["step size η"]["source"] == "public split"
+    assert params["step size η"]["value"] in TUNING_ETAS

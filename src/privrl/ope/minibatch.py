@@ -401,6 +401,7 @@ def tune_minibatch_on_public(
     repeats: int = 4,
     seed: SeedLike = 0,
     source: str = "sampled from the simulator",
+    clips: Sequence[float] | None = None,
 ) -> MinibatchTuning:
     """Choose h and η on PUBLIC data for a private run with `base`'s q, T and m̄.
 
@@ -408,6 +409,9 @@ def tune_minibatch_on_public(
        the `clip_quantile` of the per-trajectory gradient norms along that run.
     2. For h ∈ h₀ × `clip_multipliers` and η ∈ `etas`: `repeats` runs with the σ the private
        run will use, on the public sample; keep the pair of smallest mean MSPBE (`system`).
+
+    `clips` (public, e.g. a user's fixed h) replaces the grid h₀ × `clip_multipliers`; a
+    single-value `etas` fixes η the same way, so a flag the user gives is tuned around, not over.
     """
     if isinstance(seed, np.random.Generator):
         s_np, s_priv = seed.spawn(2)
@@ -425,7 +429,8 @@ def tune_minibatch_on_public(
     )
     grid: list[dict[str, float]] = []
     best: tuple[float, MinibatchConfig, float] | None = None
-    pairs = [(h0 * float(c), float(e)) for c in clip_multipliers for e in etas]
+    grid_h = [h0 * float(c) for c in clip_multipliers] if clips is None else list(clips)
+    pairs = [(float(h), float(e)) for h in grid_h for e in etas]
     clips = np.repeat([p[0] for p in pairs], repeats)
     steps = np.repeat([p[1] for p in pairs], repeats)
     tr = minibatch_gtd2(

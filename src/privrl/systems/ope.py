@@ -26,9 +26,18 @@ samples) the episodes.
 Privacy unit and relation: one trajectory under REPLACE-ONE neighbours, so the number of
 trajectories m is the same for every neighbour, hence public, and read from the header.
 
+`gpope --mode minibatch` (beyond the paper, `privrl.ope.minibatch`): Poisson-sampled minibatch
+GTD2 with Polyak averaging, under ADD/REMOVE neighbours (the relation Poisson sampling is
+analysed under; the replace-one ε of the same run is listed beside it). Neighbours then differ
+in m, so the header's count is neither used nor published: the declared m̄ (--trajectories with
+--env; --declared-trajectories or the metadata's n_trajectories with --data) sets the default
+q = min(1, 20/m̄) and the step normaliser, and σ is calibrated by the PLD accountant for
+(ε, δ, q, T) in the plan. h and η come from flags or a public tuning sample.
+
 Seeds: the episodes are sampled with SeedSequence([seed, 1]), GPOPE's public tuning sample with
 [seed, 2], GPOPE's noise with [seed, 3] and the baselines' noise with [seed, 4] (the streams of
-the command before the run layer, so the same seed gives the same numbers).
+the command before the run layer, so the same seed gives the same numbers); GPOPE's public
+replica runs for the value's interval use [seed, 7].
 """
 
 from __future__ import annotations
@@ -1358,8 +1367,9 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
             base,
             epsilon_target=config.epsilon,
             delta=config.delta,
-            etas=mb.TUNING_ETAS,
+            etas=mb.TUNING_ETAS if config.step_size is None else (float(config.step_size),),
             clip_multipliers=mb.TUNING_CLIP_MULTIPLIERS,
+            clips=None if config.clip is None else (float(config.clip),),
             repeats=mb.TUNING_REPEATS,
             seed=np.random.SeedSequence([seed, 2, 1]),
             source=pub_source,
