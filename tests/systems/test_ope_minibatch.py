@@ -276,3 +276,18 @@ def test_a_given_clip_is_kept_and_only_the_step_is_tuned(tmp_path: Path, capsys)
     assert params["clip bound h"]["value"] == 0.01 and params["clip bound h"]["source"] == "flag"
     assert params["step size η"]["source"] == "public split"
     assert params["step size η"]["value"] in TUNING_ETAS
+
+
+def test_the_public_runs_follow_public_sizes_only(tmp_path: Path, capsys) -> None:
+    """The value's replica count and the tuning's size come from T, n, q and the PUBLIC
+    sample's size: 32 replicas at the defaults, fewer for a large batch, none when too costly;
+    a tuning grid that would gather too much is refused with one line naming the fix."""
+    from privrl.systems.ope import minibatch_value_replicas
+
+    assert minibatch_value_replicas(2000, 39, 20) == 32
+    assert 8 <= minibatch_value_replicas(2000, 39, 100) < 32
+    assert minibatch_value_replicas(2000, 39, 5000) == 0
+    argv = ["ope", "gpope", "--mode", "minibatch", "--env", "chain", "--trajectories", "1000"]
+    argv += ["--epsilon", "1", "--sampling-rate", "1", "--steps", "10"]
+    code, err = run([*argv, "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "give --clip and --step-size" in error_line(err)

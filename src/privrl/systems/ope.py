@@ -73,6 +73,26 @@ def value_replicas(iterations: int, n: int) -> int:
     return r if r >= MIN_VALUE_REPLICAS else 0
 
 
+# --mode minibatch gathers about q·m_pub trajectories' n × n statistics per replica and step;
+# its public tuning runs all (h, η) pairs in lock step, refused above this many numbers a step.
+MAX_TUNING_GATHER = 2**25
+
+
+def minibatch_batch(q: float, public_size: int) -> int:
+    """The expected batch q·m of a public sample of `public_size` trajectories (at least 1)."""
+    return max(1, math.ceil(float(q) * int(public_size)))
+
+
+def minibatch_value_replicas(iterations: int, n: int, batch: int) -> int:
+    """How many public minibatch replicas the value's interval uses (0: too costly): the
+    paper mode's rule with each step gathering `batch` trajectories instead of one."""
+    per = int(batch) * n * n
+    r = min(
+        GPOPE_VALUE_REPLICAS, MAX_REPLICA_GATHER // per, MAX_REPLICA_WORK // (int(iterations) * per)
+    )
+    return r if r >= MIN_VALUE_REPLICAS else 0
+
+
 ON_POLICY = ("behaviour", "behavior", "on-policy")
 DEFAULT_DELTA = 1e-5
 DEFAULT_TRAJECTORIES = 1000
@@ -1358,6 +1378,15 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
     pub_stats, pub_source = None, ""
     if needs_tuning:
         pub_stats, pub_source = _public_sample(config, problem, m_bar, seed)
+        n_etas = len(mb.TUNING_ETAS) if config.step_size is None else 1
+        n_clips = len(mb.TUNING_CLIP_MULTIPLIERS) if config.clip is None else 1
+        gather = n_etas * n_clips * mb.TUNING_REPEATS * minibatch_batch(q, pub_stats.m) * n * n
+        if gather > MAX_TUNING_GATHER:  # public sizes only: q, the public sample's m, n
+            raise ValueError(
+                f"tuning h and η on the public sample would gather {gather:,} numbers a step "
+                f"(above {MAX_TUNING_GATHER:,}); give --clip and --step-size, a smaller "
+                "--sampling-rate or fewer features"
+            )
         model = problem.system()
         if model is None:
             model = LinearSystem(*pub_stats.mean(), info={"source": "public sample"})
@@ -1474,10 +1503,13 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
         metrics["public_clipped_fraction_note"] = (
             "fraction of clipped gradients on the PUBLIC tuning runs, not on the private data"
         )
-    n_rep = value_replicas(cfg.iterations, int(problem.features.dim))
     pub_stats, pub_source = f["pub_stats"], f["pub_source"]
-    if pub_stats is None and n_rep:
+    if pub_stats is None:
         pub_stats, pub_source = _public_sample(config, problem, cfg.public_m, ctx.seed)
+    n_rep = 0  # public sizes only: T, n and the public sample's expected batch
+    if pub_stats is not None:
+        batch = minibatch_batch(cfg.q, pub_stats.m)
+        n_rep = minibatch_value_replicas(cfg.iterations, int(problem.features.dim), batch)
 
     def replicas(w: np.ndarray) -> np.ndarray | None:
         """v on R runs of the same mechanism (q, T, h, η, σ) on PUBLIC data."""
@@ -1488,20 +1520,21 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
         )
         return runs.theta_avg @ w
 
-    if pub_stats is not None and n_rep:
+    if pub_stats is None:
+        covers = (
+            "nothing: the noise passes through data-dependent dynamics, so its spread is "
+            "measured on public data; give --public-data FILE for an interval"
+        )
+    elif n_rep:
         covers = (
             f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
             f"same mechanism on public data ({pub_source}); not sampling error"
         )
-    elif not n_rep:
-        covers = (
-            "nothing: measuring the noise on public replica runs would cost too much for "
-            f"T = {cfg.iterations:,} iterations and n = {problem.features.dim} features"
-        )
     else:
         covers = (
-            "nothing: the noise passes through data-dependent dynamics, so its spread is "
-            "measured on public data; give --public-data FILE for an interval"
+            "nothing: measuring the noise on public replica runs would cost too much for "
+            f"T = {cfg.iterations:,} iterations, n = {problem.features.dim} features and an "
+            f"expected batch of {batch:,}; use fewer steps, features or a smaller --sampling-rate"
         )
     metrics.update(
         value_metrics(
