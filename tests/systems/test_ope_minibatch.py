@@ -261,6 +261,13 @@ def test_the_default_mode_is_the_paper() -> None:
     assert GpopeConfig.from_dict(config.to_dict()) == config
     mb = GpopeConfig(epsilon=1.0, mode="minibatch", sampling_rate=0.1, steps=50)
     assert GpopeConfig.from_dict(json.loads(json.dumps(mb.to_dict()))) == mb
+    # the --steps help states the module's default
+    from dataclasses import fields
+
+    from privrl.ope.minibatch import DEFAULT_STEPS
+
+    (steps,) = [f for f in fields(GpopeConfig) if f.name == "steps"]
+    assert f"default {DEFAULT_STEPS}" in steps.metadata["help"]
 
 
 def test_a_given_clip_is_kept_and_only_the_step_is_tuned(tmp_path: Path, capsys) -> None:
