@@ -14,11 +14,13 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from privrl.ope.minibatch import (
     MINIBATCH_RELATION,
     MinibatchConfig,
+    default_sampling_rate,
     minibatch_event,
     minibatch_gtd2,
     minibatch_report,
     minibatch_sigma,
     replace_one_epsilon,
+    tune_minibatch_on_public,
 )
 from privrl.ope.stats import TrajectoryStats
 from privrl.privacy.units import NeighbourRelation
@@ -116,3 +118,30 @@ def test_config_refuses_bad_public_parameters():
             MinibatchConfig(
                 **{"q": 0.1, "iterations": 10, "clip": 1.0, "eta": 1.0, "public_m": 10, **bad}
             )
+
+
+def test_public_tuning_keeps_a_given_clip_and_is_seeded_by_a_seed_sequence():
+    """A fixed public h (`clips`) is kept and only η is chosen; a SeedSequence seeds the tuning
+    (same seed, same choice and grid), instead of fresh OS entropy."""
+    from privrl.ope.mspbe import LinearSystem
+
+    stats = _stats(30, 3)
+    system = LinearSystem(*stats.mean(), info={"source": "test"})
+    base = MinibatchConfig(q=0.5, iterations=20, clip=1.0, eta=1.0, public_m=30)
+
+    def tune(seed: np.random.SeedSequence):
+        return tune_minibatch_on_public(
+            stats, system, base, epsilon_target=None, delta=1e-5, etas=(0.01, 0.1),
+            clips=(0.3,), repeats=1, seed=seed,
+        )  # fmt: skip
+
+    a, b = tune(np.random.SeedSequence([4, 2])), tune(np.random.SeedSequence([4, 2]))
+    assert a.config.clip == 0.3 and {g["clip"] for g in a.grid} == {0.3}
+    assert a.config.eta in (0.01, 0.1) and a.grid == b.grid
+
+
+def test_default_sampling_rate_is_an_expected_batch_of_the_declared_size():
+    assert default_sampling_rate(1000) == 20 / 1000
+    assert default_sampling_rate(10) == 1.0
+    with pytest.raises(ValueError):
+        default_sampling_rate(0)

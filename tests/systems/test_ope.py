@@ -180,6 +180,18 @@ BAD = [
     ("gpope", {"env": "chain", "epsilon": EPS, "iterations": 0}, "iterations", "at least 1"),
     ("gpope", {"env": "chain", "epsilon": EPS, "accounting": "loose"}, "accounting", "one of"),
     ("gpope", {"data": "{data}", "epsilon": EPS}, "features", "is required with --data"),
+    (
+        "gpope",
+        {"env": "chain", "epsilon": EPS, "mode": "minibatch", "sampling_rate": 0.0},
+        "sampling_rate",
+        "must be in (0, 1]",
+    ),
+    (
+        "gpope",
+        {"env": "chain", "epsilon": EPS, "mode": "minibatch", "iterations": 10},
+        "iterations",
+        "--mode paper only",
+    ),
     ("dp-lsw", {"env": "chain", "epsilon": EPS, "aggregation": 0}, "aggregation", ">= 1"),
     ("dp-lsw", {"env": "chain", "epsilon": EPS, "target_policy": "uniform"}, "target", "on-policy"),
     ("dp-lsl", {"env": "chain", "epsilon": EPS, "c": 0.0}, "c", "finite number > 0"),

@@ -57,6 +57,7 @@ __all__ = [
     "MINIBATCH_RELATION",
     "MinibatchConfig",
     "MinibatchTuning",
+    "default_sampling_rate",
     "minibatch_event",
     "minibatch_gtd2",
     "minibatch_report",
@@ -69,6 +70,23 @@ UNIT = PrivacyUnit.TRAJECTORY
 MINIBATCH_RELATION = NeighbourRelation.ADD_REMOVE
 SeedLike = int | np.random.Generator | np.random.SeedSequence | None
 PLD_DISCRETIZATION = 1e-4
+
+# The public defaults of the command line and of the chain reproduction (fixed before any
+# trial was run, on simulator samples only): an expected batch of B̄ = 20 trajectories,
+# q = min(1, B̄/m̄), T = 2000 iterations, and the (h, η) grid `tune_minibatch_on_public` searches.
+DEFAULT_BATCH = 20
+DEFAULT_STEPS = 2000
+TUNING_ETAS = (3.0, 10.0, 30.0, 100.0)
+TUNING_CLIP_MULTIPLIERS = (0.1, 0.25, 0.5, 1.0)  # × the median ‖B_i‖ of a noiseless public run
+TUNING_REPEATS = 2
+
+
+def default_sampling_rate(public_m: int, batch: int = DEFAULT_BATCH) -> float:
+    """q = min(1, B̄/m̄): an expected batch of B̄ trajectories out of the DECLARED size m̄ (a
+    public number; never the count of the private dataset, which add/remove neighbours change)."""
+    if int(public_m) < 1:
+        raise ValueError(f"the declared number of trajectories m̄ must be >= 1, got {public_m}")
+    return min(1.0, float(batch) / float(public_m))
 
 
 @dataclass(frozen=True)
@@ -172,8 +190,19 @@ def minibatch_report(
     epsilon_target: float | None,
     public: Sequence[str] = (),
     notes: Sequence[str] = (),
+    epsilon_replace_one: float | None = None,
 ) -> PrivacyReport:
-    """The run's report, from public inputs only (checkable against a ledger before data)."""
+    """The run's report, from public inputs only (checkable against a ledger before data).
+
+    `epsilon_replace_one` (from `replace_one_epsilon`): the same run's ε under replace-one
+    neighbours, listed beside the add/remove guarantee (in the release and the notes).
+    """
+    beside: list[str] = []
+    if epsilon_replace_one is not None:
+        beside.append(
+            f"under replace-one neighbours (sensitivity 2h, noise multiplier σ/2) the same run "
+            f"is ({float(epsilon_replace_one):.4g}, {float(delta):g})-DP (PLD)"
+        )
     release = Release(
         name="minibatch GPOPE noisy gradient sums G_t = Σ_{j∈S_t} clip_h(B_j) + h·N(0, σ²I), "
         "Poisson-sampled trajectories",
@@ -192,6 +221,11 @@ def minibatch_report(
             "sensitivity_derivation": "add/remove: ‖ΣS clip_h(B) − ΣS' clip_h(B)‖₂ ≤ h",
             "public_m": int(config.public_m),
             **({"target_epsilon": float(epsilon_target)} if epsilon_target else {}),
+            **(
+                {"epsilon_replace_one": float(epsilon_replace_one)}
+                if epsilon_replace_one is not None
+                else {}
+            ),
         },
     )
     return PrivacyReport.build(
@@ -206,6 +240,7 @@ def minibatch_report(
             *notes,
             "σ calibrated by dp-accounting's PLD accountant: T-fold Poisson-sampled Gaussian, "
             "add/remove sensitivity h; θ̄ (Polyak average) is post-processing",
+            *beside,
         ],
     )
 
@@ -366,6 +401,7 @@ def tune_minibatch_on_public(
     repeats: int = 4,
     seed: SeedLike = 0,
     source: str = "sampled from the simulator",
+    clips: Sequence[float] | None = None,
 ) -> MinibatchTuning:
     """Choose h and η on PUBLIC data for a private run with `base`'s q, T and m̄.
 
@@ -373,9 +409,15 @@ def tune_minibatch_on_public(
        the `clip_quantile` of the per-trajectory gradient norms along that run.
     2. For h ∈ h₀ × `clip_multipliers` and η ∈ `etas`: `repeats` runs with the σ the private
        run will use, on the public sample; keep the pair of smallest mean MSPBE (`system`).
+
+    `clips` (public, e.g. a user's fixed h) replaces the grid h₀ × `clip_multipliers`; a
+    single-value `etas` fixes η the same way, so a flag the user gives is tuned around, not over.
     """
-    ss = np.random.SeedSequence(seed if isinstance(seed, int) else None)
-    s_np, s_priv = ss.spawn(2)
+    if isinstance(seed, np.random.Generator):
+        s_np, s_priv = seed.spawn(2)
+    else:  # an int or a SeedSequence seeds the tuning (never a fresh OS entropy draw)
+        ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        s_np, s_priv = ss.spawn(2)
     free = minibatch_gtd2([public], base.with_(clip=1e300), sigma=0.0, seed=s_np, keep_norms=True)
     allnorms = np.concatenate(free.norms) if free.norms else np.ones(1)
     allnorms = allnorms[np.isfinite(allnorms) & (allnorms > 0)]
@@ -387,7 +429,8 @@ def tune_minibatch_on_public(
     )
     grid: list[dict[str, float]] = []
     best: tuple[float, MinibatchConfig, float] | None = None
-    pairs = [(h0 * float(c), float(e)) for c in clip_multipliers for e in etas]
+    grid_h = [h0 * float(c) for c in clip_multipliers] if clips is None else list(clips)
+    pairs = [(float(h), float(e)) for h in grid_h for e in etas]
     clips = np.repeat([p[0] for p in pairs], repeats)
     steps = np.repeat([p[1] for p in pairs], repeats)
     tr = minibatch_gtd2(

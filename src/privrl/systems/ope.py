@@ -26,9 +26,18 @@ samples) the episodes.
 Privacy unit and relation: one trajectory under REPLACE-ONE neighbours, so the number of
 trajectories m is the same for every neighbour, hence public, and read from the header.
 
+`gpope --mode minibatch` (beyond the paper, `privrl.ope.minibatch`): Poisson-sampled minibatch
+GTD2 with Polyak averaging, under ADD/REMOVE neighbours (the relation Poisson sampling is
+analysed under; the replace-one ε of the same run is listed beside it). Neighbours then differ
+in m, so the header's count is neither used nor published: the declared m̄ (--trajectories with
+--env; --declared-trajectories or the metadata's n_trajectories with --data) sets the default
+q = min(1, 20/m̄) and the step normaliser, and σ is calibrated by the PLD accountant for
+(ε, δ, q, T) in the plan. h and η come from flags or a public tuning sample.
+
 Seeds: the episodes are sampled with SeedSequence([seed, 1]), GPOPE's public tuning sample with
 [seed, 2], GPOPE's noise with [seed, 3] and the baselines' noise with [seed, 4] (the streams of
-the command before the run layer, so the same seed gives the same numbers).
+the command before the run layer, so the same seed gives the same numbers); GPOPE's public
+replica runs for the value's interval use [seed, 7].
 """
 
 from __future__ import annotations
@@ -60,6 +69,26 @@ def value_replicas(iterations: int, n: int) -> int:
         GPOPE_VALUE_REPLICAS,
         MAX_REPLICA_GATHER // (n * n),
         MAX_REPLICA_WORK // (int(iterations) * n * n),
+    )
+    return r if r >= MIN_VALUE_REPLICAS else 0
+
+
+# --mode minibatch gathers about q·m_pub trajectories' n × n statistics per replica and step;
+# its public tuning runs all (h, η) pairs in lock step, refused above this many numbers a step.
+MAX_TUNING_GATHER = 2**25
+
+
+def minibatch_batch(q: float, public_size: int) -> int:
+    """The expected batch q·m of a public sample of `public_size` trajectories (at least 1)."""
+    return max(1, math.ceil(float(q) * int(public_size)))
+
+
+def minibatch_value_replicas(iterations: int, n: int, batch: int) -> int:
+    """How many public minibatch replicas the value's interval uses (0: too costly): the
+    paper mode's rule with each step gathering `batch` trajectories instead of one."""
+    per = int(batch) * n * n
+    r = min(
+        GPOPE_VALUE_REPLICAS, MAX_REPLICA_GATHER // per, MAX_REPLICA_WORK // (int(iterations) * per)
     )
     return r if r >= MIN_VALUE_REPLICAS else 0
 
@@ -218,9 +247,57 @@ class GpopeConfig(PrivateOpeConfig):
     clip_quantile: float = option(
         0.95, allow_nan=True, help="Quantile of ‖B_i‖ on the public run used as h."
     )
+    mode: Literal["paper", "minibatch"] = option(
+        "paper",
+        help="paper (Algorithm 1: one trajectory per step, last iterate, replace-one) or "
+        "minibatch (beyond the paper: Poisson-sampled minibatch GTD2, PLD accountant, Polyak "
+        "average, add/remove neighbours).",
+    )
+    sampling_rate: float | None = option(
+        None,
+        allow_nan=True,
+        help="minibatch: Poisson sampling rate q in (0, 1] (default min(1, 20/m̄), m̄ the "
+        "declared number of trajectories).",
+    )
+    steps: int | None = option(
+        None,
+        help=f"minibatch: iterations T (default 2000; at most {MAX_ITERATIONS:,}).",
+    )
+    declared_trajectories: int | None = option(
+        None,
+        help="minibatch with --data: the declared (public) number of trajectories m̄ that sets "
+        "q's default and the step normaliser (default: the metadata's n_trajectories; never "
+        "counted from the data).",
+    )
 
     def validate(self) -> None:
         super().validate()
+        if self.mode == "paper":
+            for key in ("sampling_rate", "steps", "declared_trajectories"):
+                check(getattr(self, key) is None, key, "applies to --mode minibatch only")
+        else:
+            for key, default in PAPER_ONLY.items():
+                check(
+                    getattr(self, key) == default,
+                    key,
+                    "applies to --mode paper only (minibatch takes --steps T, a fixed "
+                    "β_t = η(1 + t/t₀)^−½ schedule, the PLD accountant and a public tuning grid)",
+                )
+        check(
+            self.sampling_rate is None or 0.0 < self.sampling_rate <= 1.0,
+            "sampling_rate",
+            f"must be in (0, 1], got {self.sampling_rate}",
+        )
+        check(
+            self.steps is None or 1 <= self.steps <= MAX_ITERATIONS,
+            "steps",
+            f"must be at least 1 and at most {MAX_ITERATIONS:,}, got {self.steps}",
+        )
+        check(
+            self.declared_trajectories is None or self.declared_trajectories >= 1,
+            "declared_trajectories",
+            f"must be >= 1, got {self.declared_trajectories}",
+        )
         check(
             0.5 <= self.clip_quantile < 1,
             "clip_quantile",
@@ -245,6 +322,17 @@ class GpopeConfig(PrivateOpeConfig):
             "public_data",
             f"{self.public_data} is not a file; give a privrl HDF5 dataset",
         )
+
+
+# Paper-mode settings and their defaults: --mode minibatch refuses any other value.
+PAPER_ONLY: dict[str, Any] = {
+    "iterations": None,
+    "schedule": "constant",
+    "k": 0.0,
+    "lambda_min": None,
+    "accounting": "rigorous",
+    "clip_quantile": 0.95,
+}
 
 
 @dataclass(frozen=True)
@@ -626,8 +714,13 @@ def _horizon(config: OpeConfig, meta: Any | None, params: Any) -> int | None:
     return int(value)
 
 
-def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int) -> Problem:
-    """The run's public side, from the config and (with --data) the file's header only."""
+def public_problem(
+    config: OpeConfig, header: Any | None, params: Any, seed: int, *, count_is_public: bool = True
+) -> Problem:
+    """The run's public side, from the config and (with --data) the file's header only.
+
+    `count_is_public=False` (add/remove neighbours, whose counts differ): the header's episode
+    count is kept for the format check of `load` but not listed as a public parameter."""
     from privrl.privacy.public import Source
 
     if (header is None) == (config.env is None):
@@ -692,13 +785,15 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
     )
     if header.n_episodes < 1:
         raise DatasetError(f"{header.path} has no episodes")
-    m = params.given(
-        "trajectories m",
-        int(header.n_episodes),
-        Source.METADATA,
-        "the dataset header's episode count; replace-one neighbours have the same m, so it is "
-        "public",
-    )
+    m = int(header.n_episodes)
+    if count_is_public:
+        params.given(
+            "trajectories m",
+            m,
+            Source.METADATA,
+            "the dataset header's episode count; replace-one neighbours have the same m, so it "
+            "is public",
+        )
     out = Problem(
         features=feats, gamma=g, target_policy=policy, domain=None, m=m, horizon=H, **problem
     )
@@ -706,22 +801,26 @@ def public_problem(config: OpeConfig, header: Any | None, params: Any, seed: int
     return out
 
 
-def check_ledger_relation(problem: Problem) -> None:
+def check_ledger_relation(problem: Problem, relation: Any = None) -> None:
     """A ledger kept for another unit or relation refuses these estimators (the guard would);
-    say how to make a ledger they can use. Reads the ledger only, not the episodes."""
+    say how to make a ledger they can use. Reads the ledger only, not the episodes.
+    `relation`: the run's (default: replace-one, the relation of every mode but gpope's
+    minibatch mode)."""
     from privrl.ope.baselines import RELATION, UNIT
     from privrl.privacy.ledger import BudgetLedger
 
+    relation = RELATION if relation is None else relation
     if problem.data_path is None:
         return
     ledger = BudgetLedger.for_dataset(problem.data_path)
-    if ledger is None or (ledger.unit is UNIT and ledger.relation is RELATION):
+    if ledger is None or (ledger.unit is UNIT and ledger.relation is relation):
         return
+    hint = "" if relation is RELATION else " (or run gpope --mode paper, which is replace-one)"
     raise ValueError(
         f"the ledger of {problem.data_path} accounts {ledger.unit.value} under "
-        f"{ledger.relation.value}, but these estimators protect one {UNIT.value} "
-        f"under {RELATION.value} only; evaluate on a dataset whose ledger was created "
-        "with --unit trajectory --relation replace_one"
+        f"{ledger.relation.value}, but this estimator protects one {UNIT.value} "
+        f"under {relation.value} only; evaluate on a dataset whose ledger was created "
+        f"with --unit trajectory --relation {relation.value}{hint}"
     )
 
 
@@ -873,10 +972,17 @@ class OpeSystem(System):
         return plan.facts["problem"].load()
 
     @staticmethod
-    def finish(problem: Problem, report: Any, algorithm: dict[str, Any], **facts: Any) -> Plan:
+    def finish(
+        problem: Problem,
+        report: Any,
+        algorithm: dict[str, Any],
+        *,
+        relation: Any = None,
+        **facts: Any,
+    ) -> Plan:
         """The plan: the ledger's unit and relation checked, config.json = the problem's
         public description + the estimator's public settings, `facts` for `run`."""
-        check_ledger_relation(problem)
+        check_ledger_relation(problem, relation)
         public = {**problem.public_config(), **algorithm}
         return Plan(report=report, public=public, facts={"problem": problem, **facts})
 
@@ -907,16 +1013,9 @@ class Gpope(OpeSystem):
         from privrl.ope.gpope import StepSize, calibrated_sigma, gpope_report, tune_on_public
         from privrl.privacy.public import Source
 
-        if (
-            config.public_data is not None
-            and header is not None
-            and Path(config.public_data).samefile(header.path)
-        ):
-            raise ConfigError(
-                "public_data",
-                "is the --data file itself; tuning must use an independent PUBLIC dataset (or "
-                "give --clip and --step-size)",
-            )
+        _refuse_data_as_public(config, header)
+        if config.mode == "minibatch":
+            return plan_minibatch(self, config, header, seed)
         params, problem = self.start(config, header, seed)
         m = problem.m
         if config.iterations is not None:
@@ -1047,6 +1146,8 @@ class Gpope(OpeSystem):
     ) -> Result:
         from privrl.ope.gpope import gpope
 
+        if config.mode == "minibatch":
+            return run_minibatch(config, data, ctx)
         f, problem = _facts(ctx)
         stats = problem.stats(data)
         result = gpope(
@@ -1151,6 +1252,301 @@ class Gpope(OpeSystem):
             )
             return problem.stats(pub), f"sampled from the {problem.env} simulator"
         return None, ""
+
+
+def _refuse_data_as_public(config: GpopeConfig, header: Any | None) -> None:
+    if (
+        config.public_data is not None
+        and header is not None
+        and Path(config.public_data).samefile(header.path)
+    ):
+        raise ConfigError(
+            "public_data",
+            "is the --data file itself; tuning must use an independent PUBLIC dataset (or "
+            "give --clip and --step-size)",
+        )
+
+
+# ------------------------------------------------------------------------ gpope --mode minibatch
+
+
+def _declared_trajectories(
+    config: GpopeConfig, problem: Problem, header: Any | None, params: Any
+) -> int:
+    """m̄: the declared (public) number of trajectories. With --env it is --trajectories (the
+    sample size asked for); with --data a flag or the metadata's declared n_trajectories,
+    never the header's count (add/remove neighbours differ in it)."""
+    if problem.domain is not None:
+        if config.declared_trajectories is not None:
+            raise ConfigError(
+                "declared_trajectories",
+                "applies to --data only; with --env, --trajectories is the declared size",
+            )
+        return int(problem.m)  # recorded as "trajectories m" by public_problem
+    value = params.resolve(
+        "declared trajectories m̄",
+        flag=config.declared_trajectories,
+        metadata=header.metadata,
+        key="n_trajectories",
+        fix="pass --declared-trajectories M (the number of trajectories the data were to "
+        "have, fixed before seeing them), or import the data with --unit episode --units M",
+        detail="sets q's default and the step normaliser 1/(q·m̄)",
+    )
+    try:
+        m_bar = int(value)
+    except (TypeError, ValueError):
+        m_bar = 0
+    if m_bar < 1:
+        raise ValueError(
+            f"the declared number of trajectories must be an integer >= 1, got {value!r}; pass "
+            "--declared-trajectories M"
+        )
+    return m_bar
+
+
+def _public_sample(config: GpopeConfig, problem: Problem, size: int, seed: int) -> tuple[Any, str]:
+    """GPOPE statistics of PUBLIC data: --public-data, else a simulator sample of `size`
+    trajectories from the tuning stream [seed, 2]; (None, "") without either."""
+    if config.public_data is not None:
+        from privrl.data.io import load_hdf5
+
+        pub = load_hdf5(config.public_data)
+        return problem.stats(pub), f"public dataset {Path(config.public_data).name}"
+    if problem.domain is not None:
+        pub = problem.domain.sample(
+            problem.domain.behaviour_policy, size, seed=np.random.SeedSequence([seed, 2])
+        )
+        return problem.stats(pub), f"sampled from the {problem.env} simulator with its own seed"
+    return None, ""
+
+
+def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed: int) -> Plan:
+    """The public plan of `--mode minibatch` (`privrl.ope.minibatch`): m̄, q, T, h, η and σ from
+    public sources only, σ calibrated by the PLD accountant for the target (ε, δ) under
+    add/remove, before any private byte is read."""
+    from privrl.ope import minibatch as mb
+    from privrl.ope.mspbe import LinearSystem
+    from privrl.privacy.public import PublicParameters, Source
+
+    params = PublicParameters()
+    params.given(system.epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
+    params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
+    problem = public_problem(config, header, params, seed, count_is_public=False)
+    m_bar = _declared_trajectories(config, problem, header, params)
+    if config.sampling_rate is not None:
+        q = params.given(
+            "sampling rate q", float(config.sampling_rate), Source.FLAG, "--sampling-rate"
+        )
+    else:
+        q = params.derive(
+            "sampling rate q", mb.default_sampling_rate(m_bar), f"min(1, {mb.DEFAULT_BATCH}/m̄)"
+        )
+    if config.steps is not None:
+        T = params.given("iterations T", int(config.steps), Source.FLAG, "--steps")
+    else:
+        T = params.given("iterations T", mb.DEFAULT_STEPS, Source.DEFAULT, "privrl.ope.minibatch")
+    n = int(problem.features.dim)
+    need = m_bar * (2 * n * n + n) * 8
+    if need > MAX_STATS_BYTES:
+        raise ValueError(
+            f"GPOPE's per-trajectory statistics would need {need / 2**30:.1f} GiB "
+            f"(m·(2n²+n) numbers for m̄ = {m_bar:,} declared trajectories and n = {n} features), "
+            f"above the limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
+        )
+    needs_tuning = config.clip is None or config.step_size is None
+    if needs_tuning and config.public_data is None and problem.domain is None:
+        raise ValueError(
+            "with --data, give --clip and --step-size, or --public-data FILE to tune them "
+            "on (they must not be tuned on the private data)"
+        )
+    params.given("accountant", "pld", Source.DEFAULT, "dp-accounting PLD, add/remove")
+    sigma = mb.minibatch_sigma(config.epsilon, config.delta, q, T)
+    params.derive(
+        "noise σ (std / h)",
+        sigma,
+        "smallest σ with T × PoissonSampled(q, Gaussian(σ)) (ε, δ)-DP, PLD, add/remove",
+    )
+    base = mb.MinibatchConfig(
+        q=q,
+        iterations=T,
+        clip=config.clip or 1.0,
+        eta=config.step_size or 1.0,
+        public_m=m_bar,
+    )
+    public: list[str] = []
+    tuned = None
+    pub_stats, pub_source = None, ""
+    if needs_tuning:
+        pub_stats, pub_source = _public_sample(config, problem, m_bar, seed)
+        n_etas = len(mb.TUNING_ETAS) if config.step_size is None else 1
+        n_clips = len(mb.TUNING_CLIP_MULTIPLIERS) if config.clip is None else 1
+        gather = n_etas * n_clips * mb.TUNING_REPEATS * minibatch_batch(q, pub_stats.m) * n * n
+        if gather > MAX_TUNING_GATHER:  # public sizes only: q, the public sample's m, n
+            raise ValueError(
+                f"tuning h and η on the public sample would gather {gather:,} numbers a step "
+                f"(above {MAX_TUNING_GATHER:,}); give --clip and --step-size, a smaller "
+                "--sampling-rate or fewer features"
+            )
+        model = problem.system()
+        if model is None:
+            model = LinearSystem(*pub_stats.mean(), info={"source": "public sample"})
+        tuned = mb.tune_minibatch_on_public(
+            pub_stats,
+            model,
+            base,
+            epsilon_target=config.epsilon,
+            delta=config.delta,
+            etas=mb.TUNING_ETAS if config.step_size is None else (float(config.step_size),),
+            clip_multipliers=mb.TUNING_CLIP_MULTIPLIERS,
+            clips=None if config.clip is None else (float(config.clip),),
+            repeats=mb.TUNING_REPEATS,
+            seed=np.random.SeedSequence([seed, 2, 1]),
+            source=pub_source,
+        )
+        public.append(tuned.report_line())
+    if config.clip is not None:
+        h = params.given("clip bound h", float(config.clip), Source.FLAG, "--clip")
+    else:
+        assert tuned is not None
+        h = params.given(
+            "clip bound h",
+            tuned.config.clip,
+            Source.PUBLIC_SPLIT,
+            f"best of {mb.TUNING_CLIP_MULTIPLIERS} × the median ‖B_i‖ of a noiseless run, "
+            f"{tuned.source}",
+        )
+    if config.step_size is not None:
+        eta = params.given("step size η", float(config.step_size), Source.FLAG, "--step-size")
+    else:
+        assert tuned is not None
+        eta = params.given(
+            "step size η",
+            tuned.config.eta,
+            Source.PUBLIC_SPLIT,
+            f"best mean MSPBE of {mb.TUNING_ETAS}, {tuned.source}",
+        )
+    cfg = base.with_(clip=h, eta=eta)
+    eps_ro = mb.replace_one_epsilon(sigma, q, T, config.delta)
+    planned = mb.minibatch_report(
+        cfg,
+        sigma=sigma,
+        n=n,
+        delta=config.delta,
+        epsilon_target=config.epsilon,
+        public=public,
+        epsilon_replace_one=eps_ro,
+    ).with_public_parameters(params)
+    # config.json: public settings only (m̄ replaces the header's count, which add/remove
+    # neighbours change).
+    algorithm = {
+        "algorithm": "gpope",
+        "mode": "minibatch",
+        "trajectories": m_bar,
+        "sampling_rate": q,
+        "steps": T,
+        "clip": h,
+        "step_size": eta,
+        "step_schedule": (
+            f"β_t = η(1 + t/t₀)^−{cfg.kappa:g}, t₀ = {cfg.t0_fraction:g}·T, steps divided by "
+            f"q·m̄; Polyak average of θ over t ≥ {cfg.average_from:g}·T"
+        ),
+        "sigma": sigma,
+        "noise_std": h * sigma,
+        "accountant": "pld",
+        "relation": mb.MINIBATCH_RELATION.value,
+        "epsilon_target": config.epsilon,
+        "epsilon_replace_one": eps_ro,
+        "delta": config.delta,
+        "n_features": n,
+    }
+    return system.finish(
+        problem,
+        planned,
+        algorithm,
+        relation=mb.MINIBATCH_RELATION,
+        params=params,
+        mb_config=cfg,
+        sigma=sigma,
+        tuned=tuned,
+        pub_stats=pub_stats,
+        pub_source=pub_source,
+        epsilon_replace_one=eps_ro,
+    )
+
+
+def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
+    """`--mode minibatch` on the private episodes: minibatch GTD2 with the planned (q, T, h, η,
+    σ), noise from the stream [seed, 3]; θ̄ (Polyak) and its value with an interval from
+    replica runs of the same mechanism on PUBLIC data."""
+    from privrl.ope.minibatch import minibatch_gtd2
+
+    f, problem = _facts(ctx)
+    cfg, sigma = f["mb_config"], f["sigma"]
+    trace = minibatch_gtd2(
+        [problem.stats(data)], cfg, sigma=sigma, seed=np.random.SeedSequence([ctx.seed, 3])
+    )
+    theta = trace.theta_avg[0]
+    # the clipped fraction of the private run is not published (it is not noised)
+    metrics: dict[str, Any] = {
+        "mode": "minibatch",
+        "sigma": sigma,  # public: a function of (ε, δ, q, T)
+        "noise_std": cfg.clip * sigma,
+        "clip": cfg.clip,
+        "step_size": cfg.eta,
+        "sampling_rate": cfg.q,
+        "steps": cfg.iterations,
+        "epsilon_replace_one": f["epsilon_replace_one"],
+    }
+    tuned = f["tuned"]
+    if tuned is not None:
+        metrics["public_clipped_fraction"] = tuned.clipped_fraction
+        metrics["public_clipped_fraction_note"] = (
+            "fraction of clipped gradients on the PUBLIC tuning runs, not on the private data"
+        )
+    pub_stats, pub_source = f["pub_stats"], f["pub_source"]
+    if pub_stats is None:
+        pub_stats, pub_source = _public_sample(config, problem, cfg.public_m, ctx.seed)
+    n_rep = 0  # public sizes only: T, n and the public sample's expected batch
+    if pub_stats is not None:
+        batch = minibatch_batch(cfg.q, pub_stats.m)
+        n_rep = minibatch_value_replicas(cfg.iterations, int(problem.features.dim), batch)
+
+    def replicas(w: np.ndarray) -> np.ndarray | None:
+        """v on R runs of the same mechanism (q, T, h, η, σ) on PUBLIC data."""
+        if pub_stats is None:
+            return None
+        runs = minibatch_gtd2(
+            [pub_stats] * n_rep, cfg, sigma=sigma, seed=np.random.SeedSequence([ctx.seed, 7])
+        )
+        return runs.theta_avg @ w
+
+    if pub_stats is None:
+        covers = (
+            "nothing: the noise passes through data-dependent dynamics, so its spread is "
+            "measured on public data; give --public-data FILE for an interval"
+        )
+    elif n_rep:
+        covers = (
+            f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
+            f"same mechanism on public data ({pub_source}); not sampling error"
+        )
+    else:
+        covers = (
+            "nothing: measuring the noise on public replica runs would cost too much for "
+            f"T = {cfg.iterations:,} iterations, n = {problem.features.dim} features and an "
+            f"expected batch of {batch:,}; use fewer steps, features or a smaller --sampling-rate"
+        )
+    metrics.update(
+        value_metrics(
+            problem,
+            theta,
+            problem.features,
+            config.confidence,
+            replicas=replicas if n_rep else None,
+            covers=covers,
+        )
+    )
+    return ope_result(problem, theta, ctx.plan.report, metrics=metrics)
 
 
 # ------------------------------------------------------------------------ baselines
