@@ -16,13 +16,16 @@ from gymnasium.utils.env_checker import check_env
 from privrl.envs.control import (
     CONTROL_TASKS,
     PENDULUM_MAX_COST,
+    RAW_TASKS,
     ControlTask,
     DMCartpoleEnv,
     control_task,
     import_dm_cartpole,
     make_env,
     register_envs,
+    reward_map,
     task_for_env_id,
+    with_reward_transform,
 )
 
 EXPECTED = {  # name: (env_id, obs_dim, act_dim, horizon, action_low, action_high)
@@ -55,8 +58,8 @@ def test_task_lookup_by_id_and_name() -> None:
         assert control_task(task.name) is task
         assert control_task(task.env_id) is task
         assert control_task(task) is task
-    with pytest.raises(ValueError, match=r"known ids: privrl/Pendulum-v0, .*HalfCheetah-v0"):
-        task_for_env_id("Pendulum-v1")
+    with pytest.raises(ValueError, match=r"known id: privrl/Pendulum-v0, .*HalfCheetah-v0"):
+        task_for_env_id("MountainCarContinuous-v0")
     with pytest.raises(ValueError, match="known names: pendulum, balance"):
         control_task("cheetah")
 
@@ -120,6 +123,88 @@ def test_pendulum_reward_bounds_are_attained() -> None:
     env.state = np.array([0.0, 0.0])  # best: upright, at rest, no torque
     _, r, _, _, _ = env.step(np.array([0.0]))
     assert r == 1.0
+
+
+# -- standard ids, raw rewards ------------------------------------------------------------------
+
+
+def test_raw_ids_resolve_to_their_declared_facts() -> None:
+    raw = task_for_env_id("Pendulum-v1")
+    assert raw is RAW_TASKS["Pendulum-v1"] and control_task("Pendulum-v1") is raw
+    assert (raw.name, raw.horizon, raw.reward_transform) == ("pendulum", 200, "none")
+    assert raw.reward_range == (-PENDULUM_MAX_COST, 0.0)
+    assert control_task("pendulum") is CONTROL_TASKS["pendulum"]  # a name stays privrl's id
+    assert task_for_env_id("HalfCheetah-v5").reward_range is None  # unbounded, declared so
+    for task in RAW_TASKS.values():  # the declared dimensions are the env's
+        env = gym.make(task.env_id)
+        assert env.observation_space.shape == (task.obs_dim,)
+        assert env.action_space.shape == (task.act_dim,)
+        assert env.spec is not None and env.spec.max_episode_steps == task.horizon
+        env.close()
+
+
+def test_unknown_raw_id_names_the_facts_to_declare() -> None:
+    with pytest.raises(ValueError) as info:
+        task_for_env_id("MountainCarContinuous-v0")
+    message = str(info.value)
+    for fact in ("observation and action dimensions", "horizon", "per-step reward range"):
+        assert fact in message
+    assert "RAW_TASKS" in message and "Pendulum-v1" in message
+
+
+def test_raw_pendulum_reward_range_is_attained_by_gymnasium() -> None:
+    """The declared range [−c_max, 0] is Pendulum-v1's own: both ends are attained."""
+    env = gym.make("Pendulum-v1").unwrapped
+    env.reset(seed=0)
+    env.state = np.array([np.pi, 8.0])
+    _, r, _, _, _ = env.step(np.array([2.0]))
+    assert r == pytest.approx(-PENDULUM_MAX_COST, abs=1e-12)
+    env.state = np.array([0.0, 0.0])
+    _, r, _, _, _ = env.step(np.array([0.0]))
+    assert r == 0.0
+
+
+def test_reward_transform_picks_the_twin_and_maps_rewards() -> None:
+    raw, ours = RAW_TASKS["Pendulum-v1"], CONTROL_TASKS["pendulum"]
+    assert with_reward_transform(raw, "privrl") is ours
+    assert with_reward_transform(ours, "none") is raw
+    assert with_reward_transform(raw, None) is raw
+    a, b = reward_map(raw, ours)
+    lo, hi = raw.reward_range  # type: ignore[misc]
+    assert (a + b * lo, a + b * hi) == pytest.approx(ours.reward_range)
+    a2, b2 = reward_map(ours, raw)
+    r = np.array([-PENDULUM_MAX_COST, -3.0, 0.0])
+    np.testing.assert_allclose(a2 + b2 * (a + b * r), r, atol=1e-12)
+    assert reward_map(ours, ours) == (0.0, 1.0)
+    # tasks privrl does not transform: identity, and "none" keeps a privrl-only id
+    cheetah = CONTROL_TASKS["halfcheetah"]
+    assert reward_map(RAW_TASKS["HalfCheetah-v5"], cheetah) == (0.0, 1.0)
+    assert with_reward_transform(CONTROL_TASKS["balance"], "none") is CONTROL_TASKS["balance"]
+    with pytest.raises(ValueError, match="choose one of none, privrl"):
+        with_reward_transform(raw, "scaled")
+
+
+def test_batched_raw_pendulum_gives_gymnasium_rewards() -> None:
+    from privrl.envs.batched import make_batched
+
+    sim = make_batched("Pendulum-v1", 1)
+    env = gym.make("Pendulum-v1")
+    env.reset(seed=3)
+    sim.set_state(np.array([env.unwrapped.state], dtype=np.float64))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a = rng.uniform(-2, 2, size=1)
+        _, r_gym, _, _, _ = env.step(a)
+        _, r_sim, _ = sim.step(a[None, :])
+        assert r_sim[0] == pytest.approx(r_gym, abs=1e-9)
+
+
+def test_held_rollouts_use_the_raw_reward_range() -> None:
+    from privrl.primorl.policy_stage import RolloutBounds
+
+    bounds = RolloutBounds.of_task(task_for_env_id("Pendulum-v1"))
+    assert bounds.reward_range == (-PENDULUM_MAX_COST, 0.0)
+    assert RolloutBounds.of_task(CONTROL_TASKS["pendulum"]).reward_range == (0.0, 1.0)
 
 
 # -- dm_control cartpole ------------------------------------------------------------------------

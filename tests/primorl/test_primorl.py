@@ -189,7 +189,8 @@ def test_policy_stage_takes_no_data_argument() -> None:
     params = set(inspect.signature(P.policy_from_model).parameters)
     assert params == {"released", "config", "seed", "checkpoint", "progress"}
     fields = set(P.ReleasedModel.__dataclass_fields__)
-    assert fields == {"model", "task", "report", "public_states", "reference_returns", "fedavg"}
+    public = {"model", "task", "env_id", "report", "public_states", "reference_returns"}
+    assert fields == {*public, "fedavg"}  # env_id: the task's id (its reward scale), public
 
 
 def test_poisoned_private_split_does_not_change_the_policy_once_the_model_is_fixed(

@@ -6,7 +6,8 @@ once and sampling start states from the task's initial distribution (public simu
 knowledge, used for model-rollout starts).
 
 - **Pendulum**: gymnasium's Pendulum-v1 equations in numpy, with the reward transform of
-  :func:`privrl.envs.control.pendulum_reward_transform`.
+  :func:`privrl.envs.control.pendulum_reward_transform` for privrl/Pendulum-v0 (the raw
+  reward −cost for the task of the standard id Pendulum-v1).
 - **Cartpole balance / swingup**: dm_control's cartpole model compiled as a raw
   ``mujoco.MjModel``; one control step = one physics step (dm_control's default, 0.01 s, RK4);
   initial-state sampling and the dense reward re-implemented in numpy.
@@ -212,7 +213,9 @@ class BatchedPendulum(BatchedControlEnv):
         newthdot = np.clip(newthdot, -self.max_speed, self.max_speed)
         newth = th + newthdot * dt
         self._state = np.stack([newth, newthdot], axis=1)
-        return pendulum_reward_transform(-costs)
+        if self.task.reward_transform == "privrl":
+            return pendulum_reward_transform(-costs)
+        return -costs
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,6 +14,14 @@ Pendulum's reward is rescaled to r' = 1 + r / c_max with c_max = π² + 0.1·8²
 [0, 200]. The paper reports Pendulum returns near 800 on a scale it does not define; we compare
 results as a percentage of our own MOPO (or expert) return instead.
 
+Standard Gymnasium ids with raw rewards (:data:`RAW_TASKS`) are tasks too, with their own
+declared facts: ``Pendulum-v1`` (per-step reward in [−c_max, 0], the reward transform "none")
+and ``HalfCheetah-v5`` (the same env as privrl/HalfCheetah-v0; reward unbounded). A raw task
+shares its privrl twin's name, and so its presets. The reward transform is a choice of scale,
+not a requirement: :func:`with_reward_transform` gives the twin in the other scale and
+:func:`reward_map` the public affine map r_target = a + b·r_source between the two (identity
+where privrl does not transform, as for HalfCheetah and the cartpoles).
+
 The cartpole tasks are dm_control's, seen through :class:`DMCartpoleEnv`: a flat float32
 observation (cart x, cos θ, sin θ, cart ẋ, θ̇) in dm_control's order, a 1-dim action in [−1, 1]
 (clipped), truncation at 1000 steps (10 s at 0.01 s per step), never termination. dm_control
@@ -41,6 +49,8 @@ __all__ = [
     "CARTPOLE_TIME_LIMIT",
     "CONTROL_TASKS",
     "PENDULUM_MAX_COST",
+    "RAW_TASKS",
+    "REWARD_TRANSFORMS",
     "ControlTask",
     "DMCartpoleEnv",
     "ScaledPendulumEnv",
@@ -49,7 +59,9 @@ __all__ = [
     "make_env",
     "pendulum_reward_transform",
     "register_envs",
+    "reward_map",
     "task_for_env_id",
+    "with_reward_transform",
 ]
 
 # Largest per-step Pendulum-v1 cost: angle_normalize(θ)² ≤ π², θ̇ ∈ [−8, 8], u ∈ [−2, 2].
@@ -62,7 +74,9 @@ class ControlTask:
     """A continuous-control task: its Gymnasium id, dimensions, horizon and action box.
 
     ``reward_range`` is the per-step reward's range where the simulator bounds it (public
-    simulator knowledge; None where it is unbounded)."""
+    simulator knowledge; None where it is unbounded). ``reward_transform`` names the map the
+    env applies to its source env's reward: "privrl" (privrl/Pendulum-v0's rescaling) or
+    "none" (the source's reward as is)."""
 
     name: str
     env_id: str
@@ -72,10 +86,15 @@ class ControlTask:
     action_low: float
     action_high: float
     reward_range: tuple[float, float] | None = (0.0, 1.0)
+    reward_transform: str = "none"
 
+
+REWARD_TRANSFORMS = ("none", "privrl")
 
 CONTROL_TASKS: dict[str, ControlTask] = {
-    "pendulum": ControlTask("pendulum", "privrl/Pendulum-v0", 3, 1, 200, -2.0, 2.0),
+    "pendulum": ControlTask(
+        "pendulum", "privrl/Pendulum-v0", 3, 1, 200, -2.0, 2.0, reward_transform="privrl"
+    ),
     "balance": ControlTask("balance", "privrl/CartpoleBalance-v0", 5, 1, 1000, -1.0, 1.0),
     "swingup": ControlTask("swingup", "privrl/CartpoleSwingup-v0", 5, 1, 1000, -1.0, 1.0),
     "halfcheetah": ControlTask(
@@ -84,27 +103,93 @@ CONTROL_TASKS: dict[str, ControlTask] = {
 }
 
 
+# Standard Gymnasium ids, raw rewards. Each fact is public simulator knowledge: Pendulum-v1's
+# cost angle_normalize(θ)² + 0.1·θ̇² + 0.001·u² is at most c_max (|θ| ≤ π, |θ̇| ≤ 8, |u| ≤ 2)
+# and at least 0; its episodes are truncated at 200 steps, never terminated.
+RAW_TASKS: dict[str, ControlTask] = {
+    "Pendulum-v1": ControlTask(
+        "pendulum", "Pendulum-v1", 3, 1, 200, -2.0, 2.0, reward_range=(-PENDULUM_MAX_COST, 0.0)
+    ),
+    "HalfCheetah-v5": ControlTask(
+        "halfcheetah", "HalfCheetah-v5", 17, 6, 1000, -1.0, 1.0, reward_range=None
+    ),
+}
+
+# privrl's reward = a + b · the source env's reward, per task name (identity where absent).
+_PRIVRL_REWARD: dict[str, tuple[float, float]] = {"pendulum": (1.0, 1.0 / PENDULUM_MAX_COST)}
+
+_UNDECLARED = (
+    "privrl declares no control-task facts for it (observation and action dimensions, "
+    "horizon, action box, per-step reward range, reward transform) and MOPO/PRIMORL have no "
+    "presets for it"
+)
+
+
+def _known_ids() -> str:
+    return ", ".join([t.env_id for t in CONTROL_TASKS.values()] + list(RAW_TASKS))
+
+
 def task_for_env_id(env_id: str) -> ControlTask:
-    """The :class:`ControlTask` registered under ``env_id``."""
+    """The :class:`ControlTask` registered under ``env_id``: a privrl id, or a standard
+    Gymnasium id with declared facts (:data:`RAW_TASKS`)."""
     for task in CONTROL_TASKS.values():
         if task.env_id == env_id:
             return task
-    known = ", ".join(t.env_id for t in CONTROL_TASKS.values())
-    raise ValueError(f"unknown control env id {env_id!r}; known ids: {known}")
+    if env_id in RAW_TASKS:
+        return RAW_TASKS[env_id]
+    raise ValueError(
+        f"unknown control env id {env_id!r}: {_UNDECLARED}; declare them as a ControlTask in "
+        f"privrl.envs.control.RAW_TASKS (under a task name with presets), or collect on a known "
+        f"id: {_known_ids()}"
+    )
+
+
+def with_reward_transform(task: ControlTask, transform: str | None) -> ControlTask:
+    """``task`` in the reward scale ``transform`` ("privrl": privrl's id for the task; "none":
+    the raw rewards' id); ``None`` keeps ``task``. ValueError if no id has that scale."""
+    if transform is None:
+        return task
+    if transform not in REWARD_TRANSFORMS:
+        raise ValueError(
+            f"unknown reward transform {transform!r}; choose one of {', '.join(REWARD_TRANSFORMS)}"
+        )
+    twin = CONTROL_TASKS[task.name]
+    if transform == "privrl":
+        return twin
+    for raw in RAW_TASKS.values():
+        if raw.name == task.name:
+            return raw
+    if twin.reward_transform == "none":
+        return twin  # privrl leaves this task's reward as its source computes it
+    raise ValueError(f"task {task.name!r} has no raw-reward id; use the reward transform privrl")
+
+
+def reward_map(source: ControlTask, target: ControlTask) -> tuple[float, float]:
+    """(a, b) with r_target = a + b·r_source per step, for two ids of one task (public: the
+    transforms are fixed functions of the simulator's declared cost)."""
+    if source.name != target.name:
+        raise ValueError(f"tasks {source.name!r} and {target.name!r} differ: no reward map")
+    a, b = _PRIVRL_REWARD.get(source.name, (0.0, 1.0))
+    to_privrl = {"privrl": (0.0, 1.0), "none": (a, b)}  # a + b·r for each scale
+    (sa, sb), (ta, tb) = to_privrl[source.reward_transform], to_privrl[target.reward_transform]
+    # r_privrl = sa + sb·r_source = ta + tb·r_target  ⇒  r_target = (sa − ta)/tb + (sb/tb)·r
+    return (sa - ta) / tb, sb / tb
 
 
 def control_task(task: str | ControlTask) -> ControlTask:
-    """Resolve a task given as a :class:`ControlTask`, a task name or a Gymnasium id."""
+    """Resolve a task given as a :class:`ControlTask`, a task name (privrl's id) or a Gymnasium
+    id (privrl's or a standard one in :data:`RAW_TASKS`)."""
     if isinstance(task, ControlTask):
         return task
     if task in CONTROL_TASKS:
         return CONTROL_TASKS[task]
-    for t in CONTROL_TASKS.values():
+    for t in [*CONTROL_TASKS.values(), *RAW_TASKS.values()]:
         if t.env_id == task:
             return t
     names = ", ".join(CONTROL_TASKS)
-    ids = ", ".join(t.env_id for t in CONTROL_TASKS.values())
-    raise ValueError(f"unknown control task {task!r}; known names: {names}; known ids: {ids}")
+    raise ValueError(
+        f"unknown control task {task!r}; known names: {names}; known ids: {_known_ids()}"
+    )
 
 
 def pendulum_reward_transform(reward: Any) -> Any:

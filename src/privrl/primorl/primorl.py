@@ -369,11 +369,18 @@ class ReleasedModel:
     public_states: tuple[np.ndarray, np.ndarray] | None = None
     reference_returns: dict[str, float] | None = None
     fedavg: dict[str, Any] = field(default_factory=dict)  # public summary of the training
+    env_id: str | None = None  # the task's id (its reward scale); None: privrl's id for `task`
+
+    @property
+    def control(self) -> ControlTask:
+        """The task's public facts, in the reward scale the model was trained on."""
+        return control_task(self.env_id or self.task)
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "format": MODEL_FORMAT,
             "task": self.task,
+            "env_id": self.env_id,
             "model": self.model.state_dict(),
             "report": self.report.to_dict(),
             "public_states": None
@@ -395,6 +402,7 @@ class ReleasedModel:
             public_states=None if ps is None else (ps[0].numpy(), ps[1].numpy()),
             reference_returns=state.get("reference_returns"),
             fedavg=dict(state.get("fedavg") or {}),
+            env_id=state.get("env_id"),
         )
 
 
@@ -437,7 +445,7 @@ def policy_from_model(
     public simulator (``initial``) or the public split carried by ``released``; no real data is
     mixed in (``require_public=True``). Post-processing of the release: no privacy cost.
     """
-    task = control_task(released.task)
+    task = released.control
     stage_cfg = config.stage_config()
     starts = make_start_states(
         config.starts,
@@ -544,7 +552,7 @@ def run(
     released: ReleasedModel | None = None
     if model_path is not None and model_path.exists():
         released = load_released_model(model_path)
-        if released.task != task.name:
+        if released.task != task.name or released.control != task:
             raise ValueError(f"{model_path} holds a model for another task; use a new --out")
     if released is None:
         assert config.dynamics is not None
@@ -590,6 +598,7 @@ def run(
             if isinstance(reference, dict)
             else None,
             fedavg=fed_res.to_dict(),
+            env_id=task.env_id,
         )
         if model_path is not None:
             save_released_model(released, model_path)

@@ -92,9 +92,23 @@ class StageOptions(RunConfig):
         "--threads",
         help="torch threads (1 is fastest for SAC's 256-row batches, and on a shared machine).",
     )
+    reward_transform: str | None = option(
+        None,
+        "--reward-transform",
+        help="Reward scale to learn and evaluate in: none (the raw rewards of the standard "
+        "Gymnasium id, e.g. Pendulum-v1's −cost) | privrl (the task's privrl id, e.g. "
+        "privrl/Pendulum-v0's r' = 1 + r/c_max ∈ [0, 1]). Default: the dataset's own scale.",
+    )
 
     def validate(self) -> None:
+        from privrl.envs.control import REWARD_TRANSFORMS
         from privrl.primorl.pessimism import PENALTIES
+
+        check(
+            self.reward_transform is None or self.reward_transform in REWARD_TRANSFORMS,
+            "reward_transform",
+            f"must be one of {', '.join(REWARD_TRANSFORMS)}, got {self.reward_transform!r}",
+        )
 
         check(
             self.penalty is None or self.penalty in PENALTIES,
@@ -139,19 +153,58 @@ class StageOptions(RunConfig):
 # ---------------------------------------------------------------------------------------------
 
 
-def header_task(header: Any, needs: str) -> Any:
-    """The control task named by the header's env id (a public schema check); `needs` says
-    what the system needs and how to build a dataset for it."""
-    from privrl.envs.control import task_for_env_id
+def header_task(header: Any, needs: str, transform: str | None = None) -> tuple[Any, Any]:
+    """(the dataset's task, the task to run): the control task named by the header's env id
+    (a public schema check; `needs` says what the system needs and how to build a dataset for
+    it) and the same task in the reward scale `transform` (None: the dataset's own)."""
+    from privrl.envs.control import task_for_env_id, with_reward_transform
 
     if header is None:
         raise ConfigError("data", "is required: give a dataset file of a control task")
     if not header.metadata.env_id:
         raise ConfigError("data", f"{header.path}: the dataset records no env id; {needs}")
     try:
-        return task_for_env_id(header.metadata.env_id)
+        source = task_for_env_id(header.metadata.env_id)
     except ValueError as exc:
         raise ConfigError("data", f"{header.path}: {exc}") from None
+    try:
+        return source, with_reward_transform(source, transform)
+    except ValueError as exc:
+        raise ConfigError("reward_transform", f"{transform}: {exc}") from None
+
+
+def in_reward_scale(dataset: Any, source: Any, target: Any) -> Any:
+    """`dataset` (recorded on `source`) with its rewards in `target`'s scale: the public affine
+    map r' = a + b·r of `privrl.envs.control.reward_map` applied to every reward and to the
+    metadata's reference returns (returns of `horizon`-step episodes: R' = H·a + b·R; the
+    control tasks never terminate), the env id set to `target`'s. The map is fixed by the
+    simulator's declared cost, so it reads nothing about the data."""
+    from privrl.data.dataset import TrajectoryDataset
+    from privrl.envs.control import reward_map
+
+    if source == target:
+        return dataset
+    a, b = reward_map(source, target)
+    meta = dataset.metadata
+    extra = dict(meta.extra)
+    reference = extra.get("reference_returns")
+    if isinstance(reference, dict):
+        h = target.horizon
+        extra["reference_returns"] = {k: h * a + b * float(v) for k, v in reference.items()}
+    extra["reward_transform"] = {"from": source.env_id, "to": target.env_id, "a": a, "b": b}
+    rewards = a + b * np.asarray(dataset.rewards, dtype=np.float64)
+    return TrajectoryDataset(
+        observations=dataset.observations,
+        actions=dataset.actions,
+        rewards=rewards.astype(np.asarray(dataset.rewards).dtype),
+        terminated=dataset.terminated,
+        truncated=dataset.truncated,
+        episode_offsets=dataset.episode_offsets,
+        behaviour_probs=dataset.behaviour_probs,
+        unit_ids=dataset.unit_ids,
+        extra_columns=dataset.extra_columns,
+        metadata=meta.replace(env_id=target.env_id, extra=extra),
+    )
 
 
 def check_resume(
@@ -215,8 +268,12 @@ def stage_result(
     summary: list[str],
 ) -> Result:
     """The `Result` of a run ending in a policy stage: metrics.csv (one row per SAC epoch),
-    policy.pt and plots/learning_curve.png (real-environment return per epoch, mean ± std)."""
+    policy.pt and plots/learning_curve.png (real-environment return per epoch, mean ± std).
+    Without a normalised score, metrics.json says why (`normalised_score_note`)."""
     from privrl.experiments.mopo import plot_learning_curve
+
+    if metrics.get("normalised_score") is None:
+        metrics["normalised_score_note"] = NO_SCORE
 
     def write_policy(path: Path) -> None:
         import torch
@@ -239,13 +296,19 @@ def stage_result(
     )
 
 
+NO_SCORE = (
+    "no normalised score: the dataset's metadata has no reference returns (random < expert); "
+    "return_mean is the raw return in the task's reward scale"
+)
+
+
 def return_line(metrics: Mapping[str, Any], *rest: str) -> str:
     """The console line of the released figures: 'R ± s return, normalised N, …' (the return
     first, so the neighbour test recognises the line as the release it prints)."""
     score = metrics["normalised_score"]
     parts = [
         f"{metrics['return_mean']:.1f} ± {metrics['return_std']:.1f} return (last epochs)",
-        f"normalised {'n/a' if score is None else f'{score:.1f}'}",
+        f"normalised {'n/a (no reference returns)' if score is None else f'{score:.1f}'}",
         *rest,
     ]
     return ", ".join(parts)
@@ -352,10 +415,12 @@ class MopoSystem(System):
         from privrl.primorl.mopo import RELATION, UNIT
         from privrl.privacy.report import PrivacyReport
 
-        task = header_task(
+        source, task = header_task(
             header,
-            "MOPO needs one of the privrl control tasks "
-            "(collect with `privrl data collect --recipe primorl-pendulum`)",
+            "MOPO needs a control task: a privrl id or a standard Gymnasium id with declared "
+            "facts (collect with `privrl data collect --env Pendulum-v1` or "
+            "`--recipe primorl-pendulum`)",
+            config.reward_transform,
         )
         mopo = config.mopo_config(task.name)
         buffer = (
@@ -375,16 +440,20 @@ class MopoSystem(System):
             "command": "privrl train mopo",
             "algorithm": "mopo",
             "env_id": task.env_id,
+            "data_env_id": source.env_id,
+            "reward_transform": task.reward_transform,
             **mopo.to_dict(),
         }
         # a non-private run: any ledger refuses it (before the data are read)
         planned = PrivacyReport.non_private(UNIT, RELATION, system="mopo")
-        return Plan(report=planned, public=public, facts={"task": task, "mopo": mopo})
+        facts = {"task": task, "source": source, "mopo": mopo}
+        return Plan(report=planned, public=public, facts=facts)
 
     def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
         from privrl.primorl.mopo import check_dataset
 
         dataset = super().load(config, source, plan, rng)
+        dataset = in_reward_scale(dataset, plan.facts["source"], plan.facts["task"])
         try:
             check_dataset(dataset)
         except ValueError as exc:
@@ -409,6 +478,7 @@ class MopoSystem(System):
         progress = stage_progress(ctx, ("dynamics", "dynamics model", "epoch", None))
         result = mopo(data, cfg, seed=ctx.seed, workdir=work, progress=progress)
         metrics = mopo_metrics(cfg, result, task)
+        metrics["reward_transform"] = task.reward_transform
         return stage_result(
             metrics,
             result.report,

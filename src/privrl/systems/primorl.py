@@ -35,6 +35,7 @@ from privrl.systems.mopo import (
     StageOptions,
     check_resume,
     header_task,
+    in_reward_scale,
     return_line,
     stage_progress,
     stage_result,
@@ -46,8 +47,8 @@ PENDING = "released.pending.pt"  # the release while the run is unfinished (not 
 FEDAVG_STATE = "fedavg_state.pt"  # DP-FedAvg's secret state between rounds
 CHECKPOINTS = (PENDING, FEDAVG_STATE, "checkpoint.pt")
 NEEDS_TASK = (
-    "PRIMORL needs a privrl control task "
-    "(build one with `privrl data collect --recipe primorl-pendulum`)"
+    "PRIMORL needs a control task: a privrl id or a standard Gymnasium id with declared facts "
+    "(collect with `privrl data collect --env Pendulum-v1` or `--recipe primorl-pendulum`)"
 )
 
 
@@ -151,6 +152,7 @@ class PrimorlRunConfig(StageOptions):
                     ("--sampling-rate", self.sampling_rate),
                     ("--trajectories", self.trajectories),
                     ("--holdout-fraction", self.holdout_fraction),
+                    ("--reward-transform", self.reward_transform),
                 )
                 if value is not None
             ]
@@ -230,7 +232,7 @@ class PrimorlSystem(System):
             raise ValueError("give --data D.h5 (train a private model) or --model DIR/model.pt")
         from privrl.primorl import primorl as P
 
-        task = header_task(header, NEEDS_TASK)
+        source, task = header_task(header, NEEDS_TASK, config.reward_transform)
         _check_declared(header, task, config)
         lib = config.primorl_config(task.name)
         the_plan = P.plan(lib, header.metadata)  # flags > header metadata > preset
@@ -239,10 +241,12 @@ class PrimorlSystem(System):
             "algorithm": "primorl",
             "data": header.path.name,
             "env_id": task.env_id,
+            "data_env_id": source.env_id,
+            "reward_transform": task.reward_transform,
             **lib.to_dict(),
             "public_parameters": the_plan.params.to_list(),
         }
-        facts = {"task": task, "primorl": lib, "T_max": the_plan.T_max}
+        facts = {"task": task, "source": source, "primorl": lib, "T_max": the_plan.T_max}
         return Plan(report=P.planned_report(lib, the_plan), public=public, facts=facts)
 
     def _plan_policy_only(self, config: Any) -> Plan:
@@ -282,6 +286,7 @@ class PrimorlSystem(System):
             arr = np.asarray(arr)
             if arr.ndim != 2 or arr.shape[1] != dim:
                 raise ConfigError("data", f"{source}: {name} do not have shape [n, {dim}]")
+        dataset = in_reward_scale(dataset, plan.facts["source"], task)
         return split_public(
             dataset, lib.holdout_fraction, salt=lib.split_salt, unit=lib.fedavg.unit
         )
@@ -386,14 +391,13 @@ def _has_unit_ids(path: Path) -> bool:
 
 def _outputs(lib: Any, result: Any, *, n_public: int | None) -> Result:
     """metrics.json, metrics.csv, model_holdout.csv, privacy.json, policy.pt and the plots."""
-    from privrl.envs.control import control_task
-
-    task = control_task(result.released.task)
+    task = result.released.control
     stage, fed, report = result.stage, result.fedavg, result.report
     metrics: dict[str, Any] = {
         "algorithm": "primorl",
         "task": task.name,
         "env_id": task.env_id,
+        "reward_transform": task.reward_transform,
         "variant": lib.variant,
         "return_mean": result.return_mean,
         "return_std": result.return_std,
