@@ -146,14 +146,26 @@ def _displacements(
 
 
 def _units(
-    background: int, canaries: int, dim: int, canary: Canary, clip: float, rng: np.random.Generator
+    background: int,
+    canaries: int,
+    dim: int,
+    canary: Canary,
+    clip: float,
+    rng: np.random.Generator,
+    unit: np.ndarray | None = None,
 ) -> np.ndarray:
     """Units' data x (gradient −x): `canaries` rows then `background` rows, in R^(canaries +
-    dim). Worst: canary j is 2C·e_j, the background lives in the last `dim` coordinates."""
+    dim). Worst: canary j is 2C·e_j, the background lives in the last `dim` coordinates. File:
+    the one canary is `unit` (`privrl.audit.canary.load_gradient_canary`), the background as
+    for worst."""
     p = canaries + dim
     bg = np.zeros((background, p))
     bg[:, canaries:] = rng.normal(0.0, clip, size=(background, dim))
-    if canary == "worst":
+    if canary == "file":
+        if unit is None or canaries != 1 or np.shape(unit) != (p,):
+            raise ValueError(f"a file canary is one unit of the model's dimension p = {p}")
+        can = np.asarray(unit, np.float64)[None, :]
+    elif canary == "worst":
         can = 2.0 * clip * np.eye(canaries, p)
     else:
         can = rng.normal(0.0, clip / math.sqrt(p), size=(canaries, p))
@@ -176,13 +188,17 @@ def audit_dp_sgd(
     rng: np.random.Generator,
     progress: Progress = None,
     batch: int | None = None,
+    unit: np.ndarray | None = None,
 ) -> AuditTrials:
     """Score `trials` DP-SGD runs on D₀ (b = 0) or D₀ ∪ {canary} (b = 1), add/remove one unit.
-    `noise_multiplier` None is the non-private twin (the same steps without noise)."""
-    trials = _check_trials(trials, canary)
+    `noise_multiplier` None is the non-private twin (the same steps without noise). `unit`
+    [1 + dim] (with ``canary="file"``) is the canary's input x."""
+    trials = _check_trials(trials, canary, file=unit is not None)
     _check_dp_sgd(rate, steps, clip, lr, background, dim)
-    units = _units(background, 1, dim, canary, clip, rng)
+    units = _units(background, 1, dim, canary, clip, rng, unit)
     grads = _clipped_gradients(units, clip)
+    if not np.any(grads[0]):
+        raise ValueError("the canary unit is 0: its gradient moves nothing; give a nonzero unit")
     direction = -grads[0] / max(float(np.linalg.norm(grads[0])), 1e-300)
     generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
     labels = rng.integers(0, 2, size=trials)

@@ -171,11 +171,14 @@ def audit_consensus_filter(
     rng: np.random.Generator,
     progress: Progress = None,
     batch: int | None = None,
+    greedy: np.ndarray | None = None,
 ) -> AuditTrials:
     """Score `trials` rounds of DataRelease on τ with the experts Π₀ (b = 0) or Π₀ ∪ {canary}
     (b = 1), add/remove one expert. `epsilon` is the filter's budget ε1 (with `delta` = δ1);
-    `non_private` runs the same rule without noise (the threshold of that budget kept)."""
-    trials = _check_trials(trials, canary)
+    `non_private` runs the same rule without noise (the threshold of that budget kept).
+    `greedy` [L] (with ``canary="file"``, `privrl.audit.canary.load_expert_canary`) is the
+    canary expert's greedy action in each of τ's states."""
+    trials = _check_trials(trials, canary, file=greedy is not None)
     calib = filter_calibration(epsilon, delta, max_len, p_min, calibration)
     L, A = int(max_len), int(actions)
     tau_actions = np.zeros(L, dtype=np.int64)  # τ: state t at step t, action 0 throughout
@@ -190,6 +193,11 @@ def audit_consensus_filter(
         base[0] = 1
     if canary == "worst":
         extra = tau_actions[None, :]
+    elif canary == "file":
+        assert greedy is not None
+        extra = np.asarray(greedy, np.int64).reshape(1, L).copy()
+        unseen = extra < 0  # states the canary's episodes never visit: a random action
+        extra[unseen] = rng.integers(0, A, size=int(unseen.sum()))
     else:
         extra = rng.integers(0, A, size=(1, L))
     lc = np.stack(

@@ -56,6 +56,7 @@ class AuditExpertDpConfig(AuditConfig):
     canary expert; ε1, δ1 the filter's budget, L the public maximum trajectory length."""
 
     system: ClassVar[str] = "audit-expert-dp"
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = option(
         None, "--epsilon", help="The filter's budget ε1 (its claimed ε).", allow_nan=True
     )
@@ -70,7 +71,11 @@ class AuditExpertDpConfig(AuditConfig):
     p_min: float = option(0.01, "--p-min", help="p_min of the modified experts.", allow_nan=True)
     calibration: str = option("pld", "--calibration", help="paper | tight | pld (ε' from ε1).")
     trials: int = _trials()
-    canary: str = _canary()
+    canary: str = _canary(
+        "one expert's episodes with Discrete(L) observations (τ's states) and Discrete(|A|) "
+        "actions: its greedy action in a state is the one it takes most often there "
+        "(a state it never visits: random)."
+    )
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -100,6 +105,7 @@ class AuditExpertDp(AuditSystem):
     summary = "expert-dp's consensus filter (one DataRelease round), add/remove one expert."
 
     def plan(self, config: AuditExpertDpConfig, header: Any | None) -> Plan:
+        from privrl.audit.canary import is_canary_file, load_expert_canary
         from privrl.audit.expert import filter_calibration, filter_claimed
         from privrl.privacy.public import PublicParameters
 
@@ -133,7 +139,10 @@ class AuditExpertDp(AuditSystem):
                 "audited_release": "the stable-prefix length of one DataRelease round",
             },
         }
-        return Plan(report=report, public=public)
+        greedy = None
+        if is_canary_file(config.canary):  # the auditor's own public input, checked first
+            greedy = load_expert_canary(config.canary, L=config.max_len, A=config.actions)
+        return Plan(report=report, public=public, facts={"greedy": greedy})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.expert import audit_consensus_filter
@@ -147,7 +156,8 @@ class AuditExpertDp(AuditSystem):
             p_min=config.p_min,
             calibration=config.calibration,
             trials=config.trials,
-            canary=config.canary,
+            canary="file" if plan.facts["greedy"] is not None else config.canary,
+            greedy=plan.facts["greedy"],
             rng=rng,
             progress=self.progress(ctx),
         )
