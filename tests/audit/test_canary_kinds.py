@@ -185,3 +185,49 @@ def test_file_canary_is_refused_where_it_cannot_be_expressed(
     line = _err([*argv, "--canary", str(path), "--out", str(tmp_path / "o")], capsys)
     assert words in line
     assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# one-run audits: worst | random; a file is refused with the reason
+# --------------------------------------------------------------------------------------------
+
+ONE_RUN = {
+    "expert-dp-sgd": ["--non-private", "--canaries", "40", "--background", "10", "--guesses",
+                      "20", "--steps", "2"],
+    "primorl": ["--non-private", "--canaries", "40", "--background", "10", "--guesses", "20"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(ONE_RUN))
+def test_one_run_random_canary_runs_and_differs_from_worst(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--canary random` draws the canaries like the background: the audit runs, and on the
+    non-private twin its typical canaries are told apart less often (lower AUC of the scores
+    against the inclusion bits) than worst's, which each own an input coordinate."""
+    base = ["audit", command, *ONE_RUN[command], "--seed", "1"]
+    worst = _auc(base, tmp_path / "worst", capsys)
+    out = tmp_path / "random"
+    random = _auc([*base, "--canary", "random"], out, capsys)
+    assert random < worst
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epsilon_lower_bound"] >= 0.0 and metrics["guesses"] == 20
+
+
+@pytest.mark.parametrize("command", sorted(ONE_RUN))
+def test_one_run_audits_refuse_a_file_canary(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _box_episode(tmp_path / "c.h5", [[1.0, 0.0], [0.0, 0.0]], 2)
+    argv = ["audit", command, *ONE_RUN[command], "--canary", str(path)]
+    line = _err([*argv, "--out", str(tmp_path / "o")], capsys)
+    assert "takes no canary file" in line and "one-run audit" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_primorl_gradient_statistic_needs_worst_canaries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["audit", "primorl", *ONE_RUN["primorl"], "--canary", "random", "--statistic"]
+    line = _err([*argv, "gradient", "--out", str(tmp_path / "o")], capsys)
+    assert "--statistic loss with --canary random" in line
