@@ -15,7 +15,8 @@ Canary ``worst``: the canary's gradient is −c·e₀ with c > C (clipped to C·
 direction no other unit uses (the background's gradients live in coordinates 1..p−1). Score:
 the projection of the final parameters' displacement θ_N − θ_0 = −(η/b)Σ_t g̃_t on the canary's
 clipped gradient direction. With q = 1, N = 1 the release is one Gaussian of sensitivity C:
-the closed-form worst case. ``random``: the canary's gradient is drawn like the background's.
+the closed-form worst case. ``random``: the canary is drawn from the background's generator.
+``file``: the canary's input is the user's unit (`privrl.audit.canary.load_gradient_canary`).
 
 One run (`audit_dp_sgd_one_run`): m canaries with orthogonal gradient directions e₀..e_{m−1},
 each included independently with probability ½ in ONE run; score_j = displacement · e_j; guess
@@ -157,19 +158,22 @@ def _units(
     """Units' data x (gradient −x): `canaries` rows then `background` rows, in R^(canaries +
     dim). Worst: canary j is 2C·e_j, the background lives in the last `dim` coordinates. File:
     the one canary is `unit` (`privrl.audit.canary.load_gradient_canary`), the background as
-    for worst."""
+    for worst. Random: every row, canary or background, from the same generator (N(0, C²/p) on
+    the first `canaries` coordinates, N(0, C²) on the last `dim`)."""
     p = canaries + dim
+    if canary == "random":  # canaries and background from one public generator, row for row
+        rows = np.empty((canaries + background, p))
+        rows[:, :canaries] = rng.normal(0.0, clip / math.sqrt(p), size=(len(rows), canaries))
+        rows[:, canaries:] = rng.normal(0.0, clip, size=(len(rows), dim))
+        return rows
     bg = np.zeros((background, p))
     bg[:, canaries:] = rng.normal(0.0, clip, size=(background, dim))
     if canary == "file":
         if unit is None or canaries != 1 or np.shape(unit) != (p,):
             raise ValueError(f"a file canary is one unit of the model's dimension p = {p}")
         can = np.asarray(unit, np.float64)[None, :]
-    elif canary == "worst":
+    else:  # worst
         can = 2.0 * clip * np.eye(canaries, p)
-    else:
-        can = rng.normal(0.0, clip / math.sqrt(p), size=(canaries, p))
-        bg[:, :canaries] = rng.normal(0.0, clip / math.sqrt(p), size=(background, canaries))
     return np.vstack([can, bg])
 
 
