@@ -73,5 +73,5 @@ def test_file_canary_must_match_the_audit(
         [*pe, "--canary", str(half), "--out", str(tmp_path / "p")], capsys
     )
     gp = ["audit", "gpope", "--epsilon", "1", "--canary", str(half), "--out", str(tmp_path / "g")]
-    assert "must be 'worst' or 'random', got" in _err(gp, capsys)
+    assert "audit gpope takes no canary file" in _err(gp, capsys)
     assert not (tmp_path / "o").exists()

@@ -1,19 +1,43 @@
 """`--canary FILE`: a canary unit given as a privrl dataset file (HDF5).
 
 The file is the audit's own, public input (the unit the auditor inserts), never the private
-data. It must hold exactly one episode of the audited MDP: discrete observation and action
-spaces of the audit's S and A, length H (and, for SDP-PE, binary rewards). A mismatch is
-refused with a message naming the field and the audit's value.
+data. What it must hold depends on the audited system's unit (docs/audit.md, "Canaries"):
+
+- DP-APVI, SDP-PE: one episode of the audited MDP — `Discrete(S)` observations, `Discrete(A)`
+  actions, H steps (and, for SDP-PE, binary rewards) (`load_tabular_canary`);
+- DP-LSW: one episode with `Discrete(S)` observations visiting every state; its first-visit
+  returns (undiscounted, clipped to the declared return range) (`load_lsw_canary`);
+- DP-VAPVI: one episode with `Box((d,))` observations: φ is its first observation (scaled to
+  ‖φ‖ ≤ 1), its return (clipped to [0, H]) the next value (`load_feature_canary`);
+- DP-SGD: one episode (or one transition) with `Box((p,))` observations, p the audited model's
+  dimension: the unit's input is the mean of its transitions' observations
+  (`load_gradient_canary`);
+- expert-dp's filter: one expert's episodes with `Discrete(L)` observations and `Discrete(A)`
+  actions: its greedy action in each state is the one it takes most often there
+  (`load_expert_canary`).
+
+A mismatch is refused with a message naming the field and the audit's value. Declared bounds
+(‖φ‖ ≤ 1, the return range) are enforced by scaling or clipping, as the systems do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["CANARY_SUFFIXES", "TabularCanary", "is_canary_file", "load_tabular_canary"]
+__all__ = [
+    "CANARY_SUFFIXES",
+    "TabularCanary",
+    "is_canary_file",
+    "load_expert_canary",
+    "load_feature_canary",
+    "load_gradient_canary",
+    "load_lsw_canary",
+    "load_tabular_canary",
+]
 
 CANARY_SUFFIXES = (".h5", ".hdf5")
 
@@ -32,18 +56,48 @@ class TabularCanary:
     rewards: np.ndarray
 
 
+def _load(path: str | Path) -> tuple[str, Any]:
+    from privrl.data.io import load_hdf5
+
+    where = f"--canary {path}"
+    if not Path(path).is_file():
+        raise ValueError(f"{where}: no such file; give a privrl dataset (.h5) holding the canary")
+    return where, load_hdf5(path)
+
+
+def _one_episode(where: str, ds: Any) -> Any:
+    if ds.n_episodes != 1:
+        raise ValueError(f"{where}: holds {ds.n_episodes} episodes; a canary is one episode")
+    return ds.episode(0)
+
+
+def _discrete(where: str, name: str, space: Any, n: int, flag: str) -> None:
+    from gymnasium import spaces
+
+    if not isinstance(space, spaces.Discrete) or int(space.n) != n:
+        raise ValueError(
+            f"{where}: its {name} space is {space}, the audit's is Discrete({n}); write the "
+            f"canary in the audited problem's spaces or set {flag}"
+        )
+
+
+def _box(where: str, space: Any, p: int, what: str, fix: str) -> None:
+    from gymnasium import spaces
+
+    if not isinstance(space, spaces.Box) or tuple(space.shape) != (p,):
+        raise ValueError(
+            f"{where}: its observation space is {space}, the audit's {what} is Box(shape=({p},)); "
+            f"{fix}"
+        )
+
+
 def load_tabular_canary(
     path: str | Path, *, H: int, S: int, A: int, binary_rewards: bool = False
 ) -> TabularCanary:
     """The canary episode of `path`, checked against the audit's H, S, A."""
     from gymnasium import spaces
 
-    from privrl.data.io import load_hdf5
-
-    where = f"--canary {path}"
-    if not Path(path).is_file():
-        raise ValueError(f"{where}: no such file; give a privrl dataset (.h5) holding the canary")
-    ds = load_hdf5(path)
+    where, ds = _load(path)
     md = ds.metadata
     for name, space, n, flag in (
         ("observation", md.observation_space, S, "--states"),
@@ -54,9 +108,7 @@ def load_tabular_canary(
                 f"{where}: its {name} space is {space}, the audit's is Discrete({n}); write the "
                 f"canary in the audited MDP's spaces or set {flag}"
             )
-    if ds.n_episodes != 1:
-        raise ValueError(f"{where}: holds {ds.n_episodes} episodes; a canary is one episode")
-    ep = ds.episode(0)
+    ep = _one_episode(where, ds)
     if ep.length != H:
         raise ValueError(
             f"{where}: its episode has {ep.length} steps, the audit's horizon is H = {H}; "
@@ -70,3 +122,82 @@ def load_tabular_canary(
         actions=np.asarray(ep.actions, dtype=np.int64).reshape(H),
         rewards=rewards,
     )
+
+
+def load_lsw_canary(path: str | Path, *, S: int, return_range: float) -> np.ndarray:
+    """DP-LSW's canary trajectory: its first-visit return from each of the S states [S]
+    (undiscounted, clipped to [0, return_range], the declared range). Every state must be
+    visited: the audit's trajectories all visit every state (tabular Φ = I)."""
+    where, ds = _load(path)
+    _discrete(where, "observation", ds.metadata.observation_space, S, "--states")
+    ep = _one_episode(where, ds)
+    obs = np.asarray(ep.observations, dtype=np.int64).reshape(-1)[: ep.length]
+    rewards = np.asarray(ep.rewards, dtype=np.float64).reshape(-1)
+    missing = sorted(set(range(S)) - set(obs.tolist()))
+    if missing:
+        raise ValueError(
+            f"{where}: its episode never visits state(s) {missing[:5]}; DP-LSW's audit has "
+            f"every trajectory visit all S = {S} states (set --states or extend the episode)"
+        )
+    to_go = np.cumsum(rewards[::-1])[::-1]  # return-to-go from each step
+    first = np.array([int(np.flatnonzero(obs == s)[0]) for s in range(S)])
+    return np.clip(to_go[first], 0.0, float(return_range))
+
+
+def load_feature_canary(path: str | Path, *, d: int, H: int) -> tuple[np.ndarray, float]:
+    """DP-VAPVI's canary: φ = the episode's first observation scaled to ‖φ‖ ≤ 1 (the declared
+    feature bound) and its next value V = its return clipped to [0, H]."""
+    where, ds = _load(path)
+    _box(where, ds.metadata.observation_space, d, "feature map φ", "set --features")
+    ep = _one_episode(where, ds)
+    phi = np.asarray(ep.observations, dtype=np.float64).reshape(-1, d)[0]
+    if not np.all(np.isfinite(phi)):
+        raise ValueError(f"{where}: its first observation is not finite")
+    phi = phi / max(float(np.linalg.norm(phi)), 1.0)
+    value = float(np.clip(np.sum(np.asarray(ep.rewards, dtype=np.float64)), 0.0, float(H)))
+    return phi, value
+
+
+def load_gradient_canary(path: str | Path, *, p: int) -> np.ndarray:
+    """DP-SGD's canary unit x [p] (its gradient is −x, clipped to C by the mechanism): the mean
+    of the observations of its transitions (one transition: that observation)."""
+    where, ds = _load(path)
+    _box(
+        where,
+        ds.metadata.observation_space,
+        p,
+        "model input",
+        "write the unit's observations as vectors of the model's p inputs",
+    )
+    ep = _one_episode(where, ds)
+    obs = np.asarray(ep.observations, dtype=np.float64).reshape(-1, p)[: max(ep.length, 1)]
+    if not np.all(np.isfinite(obs)):
+        raise ValueError(f"{where}: its observations are not finite")
+    return obs.mean(axis=0)
+
+
+def load_expert_canary(path: str | Path, *, L: int, A: int) -> np.ndarray:
+    """expert-dp's canary expert: its greedy action in each of τ's states 0..L−1 [L], the
+    action its episodes take most often there (ties: the smallest); −1 for a state its episodes
+    never visit (the audit draws a uniformly random action there, as ``random``)."""
+    where, ds = _load(path)
+    md = ds.metadata
+    _discrete(where, "observation", md.observation_space, L, "--max-len")
+    _discrete(where, "action", md.action_space, A, "--actions")
+    if ds.n_episodes < 1:
+        raise ValueError(f"{where}: holds no episode; give the canary expert's episodes")
+    ids = getattr(ds, "unit_ids", None)
+    if ids is not None and np.unique(np.asarray(ids)).size > 1:
+        raise ValueError(
+            f"{where}: holds {np.unique(np.asarray(ids)).size} experts (unit ids); a canary is "
+            "one expert's episodes"
+        )
+    tally = np.zeros((L, A), dtype=np.int64)
+    for i in range(ds.n_episodes):
+        ep = ds.episode(i)
+        obs = np.asarray(ep.observations, dtype=np.int64).reshape(-1)[: ep.length]
+        np.add.at(tally, (obs, np.asarray(ep.actions, dtype=np.int64).reshape(-1)), 1)
+    greedy = tally.argmax(axis=1)
+    unseen = tally.sum(axis=1) == 0
+    greedy[unseen] = -1
+    return greedy.astype(np.int64)

@@ -15,7 +15,8 @@ Canary ``worst``: the canary's gradient is −c·e₀ with c > C (clipped to C·
 direction no other unit uses (the background's gradients live in coordinates 1..p−1). Score:
 the projection of the final parameters' displacement θ_N − θ_0 = −(η/b)Σ_t g̃_t on the canary's
 clipped gradient direction. With q = 1, N = 1 the release is one Gaussian of sensitivity C:
-the closed-form worst case. ``random``: the canary's gradient is drawn like the background's.
+the closed-form worst case. ``random``: the canary is drawn from the background's generator.
+``file``: the canary's input is the user's unit (`privrl.audit.canary.load_gradient_canary`).
 
 One run (`audit_dp_sgd_one_run`): m canaries with orthogonal gradient directions e₀..e_{m−1},
 each included independently with probability ½ in ONE run; score_j = displacement · e_j; guess
@@ -146,18 +147,33 @@ def _displacements(
 
 
 def _units(
-    background: int, canaries: int, dim: int, canary: Canary, clip: float, rng: np.random.Generator
+    background: int,
+    canaries: int,
+    dim: int,
+    canary: Canary,
+    clip: float,
+    rng: np.random.Generator,
+    unit: np.ndarray | None = None,
 ) -> np.ndarray:
     """Units' data x (gradient −x): `canaries` rows then `background` rows, in R^(canaries +
-    dim). Worst: canary j is 2C·e_j, the background lives in the last `dim` coordinates."""
+    dim). Worst: canary j is 2C·e_j, the background lives in the last `dim` coordinates. File:
+    the one canary is `unit` (`privrl.audit.canary.load_gradient_canary`), the background as
+    for worst. Random: every row, canary or background, from the same generator (N(0, C²/p) on
+    the first `canaries` coordinates, N(0, C²) on the last `dim`)."""
     p = canaries + dim
+    if canary == "random":  # canaries and background from one public generator, row for row
+        rows = np.empty((canaries + background, p))
+        rows[:, :canaries] = rng.normal(0.0, clip / math.sqrt(p), size=(len(rows), canaries))
+        rows[:, canaries:] = rng.normal(0.0, clip, size=(len(rows), dim))
+        return rows
     bg = np.zeros((background, p))
     bg[:, canaries:] = rng.normal(0.0, clip, size=(background, dim))
-    if canary == "worst":
+    if canary == "file":
+        if unit is None or canaries != 1 or np.shape(unit) != (p,):
+            raise ValueError(f"a file canary is one unit of the model's dimension p = {p}")
+        can = np.asarray(unit, np.float64)[None, :]
+    else:  # worst
         can = 2.0 * clip * np.eye(canaries, p)
-    else:
-        can = rng.normal(0.0, clip / math.sqrt(p), size=(canaries, p))
-        bg[:, :canaries] = rng.normal(0.0, clip / math.sqrt(p), size=(background, canaries))
     return np.vstack([can, bg])
 
 
@@ -176,13 +192,17 @@ def audit_dp_sgd(
     rng: np.random.Generator,
     progress: Progress = None,
     batch: int | None = None,
+    unit: np.ndarray | None = None,
 ) -> AuditTrials:
     """Score `trials` DP-SGD runs on D₀ (b = 0) or D₀ ∪ {canary} (b = 1), add/remove one unit.
-    `noise_multiplier` None is the non-private twin (the same steps without noise)."""
-    trials = _check_trials(trials, canary)
+    `noise_multiplier` None is the non-private twin (the same steps without noise). `unit`
+    [1 + dim] (with ``canary="file"``) is the canary's input x."""
+    trials = _check_trials(trials, canary, file=unit is not None)
     _check_dp_sgd(rate, steps, clip, lr, background, dim)
-    units = _units(background, 1, dim, canary, clip, rng)
+    units = _units(background, 1, dim, canary, clip, rng, unit)
     grads = _clipped_gradients(units, clip)
+    if not np.any(grads[0]):
+        raise ValueError("the canary unit is 0: its gradient moves nothing; give a nonzero unit")
     direction = -grads[0] / max(float(np.linalg.norm(grads[0])), 1e-300)
     generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
     labels = rng.integers(0, 2, size=trials)

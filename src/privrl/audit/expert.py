@@ -171,11 +171,14 @@ def audit_consensus_filter(
     rng: np.random.Generator,
     progress: Progress = None,
     batch: int | None = None,
+    greedy: np.ndarray | None = None,
 ) -> AuditTrials:
     """Score `trials` rounds of DataRelease on τ with the experts Π₀ (b = 0) or Π₀ ∪ {canary}
     (b = 1), add/remove one expert. `epsilon` is the filter's budget ε1 (with `delta` = δ1);
-    `non_private` runs the same rule without noise (the threshold of that budget kept)."""
-    trials = _check_trials(trials, canary)
+    `non_private` runs the same rule without noise (the threshold of that budget kept).
+    `greedy` [L] (with ``canary="file"``, `privrl.audit.canary.load_expert_canary`) is the
+    canary expert's greedy action in each of τ's states."""
+    trials = _check_trials(trials, canary, file=greedy is not None)
     calib = filter_calibration(epsilon, delta, max_len, p_min, calibration)
     L, A = int(max_len), int(actions)
     tau_actions = np.zeros(L, dtype=np.int64)  # τ: state t at step t, action 0 throughout
@@ -190,6 +193,11 @@ def audit_consensus_filter(
         base[0] = 1
     if canary == "worst":
         extra = tau_actions[None, :]
+    elif canary == "file":
+        assert greedy is not None
+        extra = np.asarray(greedy, np.int64).reshape(1, L).copy()
+        unseen = extra < 0  # states the canary's episodes never visit: a random action
+        extra[unseen] = rng.integers(0, A, size=int(unseen.sum()))
     else:
         extra = rng.integers(0, A, size=(1, L))
     lc = np.stack(
@@ -237,16 +245,27 @@ def audit_consensus_filter(
 
 
 def _expert_dataset(
-    canaries: int, background: int, dim: int, scale: float, included: np.ndarray, rng: Any
+    canaries: int,
+    background: int,
+    dim: int,
+    scale: float,
+    included: np.ndarray,
+    rng: Any,
+    drawn: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Any:
     """Canary expert j (if included): one terminal step from state `scale`·e_j, action 0,
-    reward 1; background expert: one random-walk episode of 8 steps in the last `dim`
+    reward 1 (``worst``), or, with `drawn` (``random``, `_random_canaries`), its drawn
+    episode; background expert: one random-walk episode of 8 steps in the last `dim`
     coordinates (its first m coordinates are 0), random actions, reward 0."""
     from privrl.data.dataset import TrajectoryDataset
 
     p = canaries + dim
     episodes = []
-    for j in np.flatnonzero(included):  # a few hundred one-step episodes (set-up)
+    for j in np.flatnonzero(included):  # a few hundred short episodes (set-up)
+        if drawn is not None:
+            obs, act = drawn
+            episodes.append(_step_episode(obs[j], act[j], 0.0, int(j), terminal=False))
+            continue
         s = np.zeros((2, p), np.float32)
         s[:, j] = scale
         episodes.append(_step_episode(s, np.zeros(1, np.int64), 1.0, int(j), terminal=True))
@@ -256,6 +275,14 @@ def _expert_dataset(
         a = rng.integers(0, 2, size=8)
         episodes.append(_step_episode(s, a, 0.0, canaries + u, terminal=False))
     return TrajectoryDataset.from_episodes(episodes)
+
+
+def _random_canaries(canaries: int, dim: int, rng: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``random`` canary experts, drawn from the background's public generator: one random-walk
+    episode of 8 steps in the last `dim` coordinates each, random actions (reward 0)."""
+    obs = np.zeros((canaries, 9, canaries + dim), np.float32)
+    obs[:, :, canaries:] = np.cumsum(rng.normal(0.0, 0.3, size=(canaries, 9, dim)), axis=1)
+    return obs, rng.integers(0, 2, size=(canaries, 8))
 
 
 def _step_episode(
@@ -323,6 +350,7 @@ def audit_expert_dp_sgd_one_run(
     hidden: int = 16,
     scale: float = 10.0,
     confidence: float = 0.95,
+    canary: str = "worst",
     rng: np.random.Generator,
 ) -> Any:
     """ONE run of expert-level DP-SGD (`privrl.expert.dpsgd.expert_dp_sgd`, Algorithm 4 — the
@@ -334,7 +362,9 @@ def audit_expert_dp_sgd_one_run(
     fewer than 1000 steps); guesses and bound as in `privrl.audit.dpsgd.audit_dp_sgd_one_run`.
     `batch_size` b defaults to all M = canaries + background experts (q = b/M = 1);
     `noise_multiplier` None is the non-private twin (`expert_dp_sgd(private=False)`: ordinary
-    minibatches, no clipping, no noise)."""
+    minibatches, no clipping, no noise). ``canary="random"``: the canary experts are drawn like
+    the background's (`_random_canaries`), and canary j's score is the mean over its
+    transitions (a much weaker attack: nothing isolates its gradient)."""
     import torch
 
     from privrl.audit.bounds import one_run_epsilon
@@ -344,6 +374,8 @@ def audit_expert_dp_sgd_one_run(
     from privrl.rl.discrete_common import TransitionTable
 
     m, r = int(canaries), int(guesses)
+    if canary not in ("worst", "random"):
+        raise ValueError(f"--canary must be 'worst' or 'random', got {canary!r}")
     if m < 2 or not (2 <= r <= m) or r % 2:
         raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
     if steps < 1 or background < 0:
@@ -355,12 +387,18 @@ def audit_expert_dp_sgd_one_run(
         m + 2, 2, hidden=(hidden,), lr=lr, seed=int(seeds[0].integers(0, 2**31 - 1))
     )
     included = rng.integers(0, 2, size=m).astype(bool)
-    data = _expert_dataset(m, background, 2, scale, included, seeds[1])
-    # every canary's transition, as the auditor builds it (public: the canaries are its own)
-    everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1])
-    canary_batch = TransitionTable(everyone, learner.obs_transform).gather(np.arange(m))
+    drawn = _random_canaries(m, 2, rng.spawn(1)[0]) if canary == "random" else None
+    data = _expert_dataset(m, background, 2, scale, included, seeds[1], drawn)
+    # every canary's transitions, as the auditor builds them (public: the canaries are its own)
+    everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1], drawn)
+    table = TransitionTable(everyone, learner.obs_transform)
+    canary_batch = table.gather(np.arange(len(table)))  # canary-major, equal lengths
+
+    def per_canary(loss: Any) -> np.ndarray:
+        return loss.double().numpy().reshape(m, -1).mean(axis=1)
+
     with torch.no_grad():
-        before = learner.per_example_loss(learner.params, canary_batch).double().numpy()
+        before = per_canary(learner.per_example_loss(learner.params, canary_batch))
     result = expert_dp_sgd(
         learner,
         data,
@@ -375,7 +413,7 @@ def audit_expert_dp_sgd_one_run(
         rng=seeds[2],
     )
     with torch.no_grad():
-        after = learner.per_example_loss(learner.params, canary_batch).double().numpy()
+        after = per_canary(learner.per_example_loss(learner.params, canary_batch))
     scores = before - after  # higher ⇒ the release learned canary j ⇒ guess "in"
     order = np.argsort(scores, kind="mergesort")
     half = r // 2
@@ -397,6 +435,6 @@ def audit_expert_dp_sgd_one_run(
             "noise_multiplier": noise_multiplier,
             "sampling_rate": b / units,
             "steps": steps,
-            "canary": "worst",
+            "canary": canary,
         },
     )

@@ -58,7 +58,8 @@ Statistic = Literal["loss", "gradient"]
 class PrimorlAuditSetup:
     """The audit's public scale: m canaries, `background` trajectories of `length` steps in
     `dim` coordinates, the ensemble (`members` × one hidden layer of `hidden` units), the canary
-    state's `scale` and `reward`."""
+    state's `scale` and `reward`; `canary` ``worst`` (one step from `scale`·e_j) or ``random``
+    (drawn like a background trajectory, `_random_canaries`)."""
 
     canaries: int = 200
     background: int = 50
@@ -68,8 +69,11 @@ class PrimorlAuditSetup:
     hidden: int = 16
     scale: float = 100.0
     reward: float = 5.0
+    canary: str = "worst"
 
     def __post_init__(self) -> None:
+        if self.canary not in ("worst", "random"):
+            raise ValueError(f"--canary must be 'worst' or 'random', got {self.canary!r}")
         for name in ("canaries", "length", "dim", "members", "hidden"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -119,14 +123,36 @@ def primorl_plan(
     return plan_dp_fedavg(config)
 
 
-def _episodes(setup: PrimorlAuditSetup, included: np.ndarray, rng: np.random.Generator) -> Any:
-    """The training set: the included canaries (one step each), then the background."""
+def _random_canaries(setup: PrimorlAuditSetup, rng: np.random.Generator) -> list[Any]:
+    """``random`` canary trajectories, drawn from the background's public generator: a random
+    walk of `length` steps in the last `dim` coordinates, uniform actions, reward −s₀²."""
+    m, d = setup.canaries, setup.dim
+    out = []
+    for _ in range(m):
+        s = np.zeros((setup.length + 1, m + d), np.float32)
+        s[:, m:] = np.cumsum(rng.normal(0.0, 0.3, size=(setup.length + 1, d)), axis=0)
+        a = rng.uniform(-1.0, 1.0, size=(setup.length, 1)).astype(np.float32)
+        out.append((s, a, -np.square(s[:-1, m])))
+    return out
+
+
+def _episodes(
+    setup: PrimorlAuditSetup,
+    included: np.ndarray,
+    rng: np.random.Generator,
+    drawn: list[Any] | None = None,
+) -> Any:
+    """The training set: the included canaries (one step each, or their `drawn` trajectories),
+    then the background."""
     from privrl.data.dataset import TrajectoryDataset
 
     m, d = setup.canaries, setup.dim
     p = m + d
     episodes = []
-    for j in np.flatnonzero(included):  # a few hundred one-step episodes (set-up, not a hot path)
+    for j in np.flatnonzero(included):  # a few hundred short episodes (set-up, not a hot path)
+        if drawn is not None:
+            episodes.append(_episode(*drawn[j]))
+            continue
         s = np.zeros((2, p), np.float32)
         s[:, j] = setup.scale
         episodes.append(_episode(s, np.zeros((1, 1), np.float32), setup.reward))
@@ -151,9 +177,18 @@ def _episode(obs: np.ndarray, act: np.ndarray, reward: Any) -> dict[str, Any]:
     }
 
 
-def _canary_inputs(model: Any, setup: PrimorlAuditSetup) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every canary's transition as the model's input and target, [m, in] and [m, out]."""
+def _canary_inputs(
+    model: Any, setup: PrimorlAuditSetup, drawn: list[Any] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every canary's transitions as the model's inputs and targets, canary-major: [m, in] and
+    [m, out] for ``worst`` (one transition each), [m·length, ·] for `drawn` canaries."""
     m, p = setup.canaries, setup.canaries + setup.dim
+    if drawn is not None:
+        obs = np.concatenate([s[:-1] for s, _, _ in drawn])
+        nxt = np.concatenate([s[1:] for s, _, _ in drawn])
+        act = np.concatenate([a for _, a, _ in drawn])
+        rew = np.concatenate([r for _, _, r in drawn]).astype(np.float32)
+        return model.inputs(obs, act), model.targets(obs, rew, nxt)
     obs = np.zeros((m, p), np.float32)
     obs[np.arange(m), np.arange(m)] = setup.scale
     act = np.zeros((m, 1), np.float32)
@@ -194,7 +229,12 @@ def audit_primorl_one_run(
     theta0 = layout.flatten(ens.parameters_dict())
 
     included = rng.integers(0, 2, size=m).astype(bool)
-    clients = fed.Clients.from_dataset(model, _episodes(setup, included, seeds[1]), "trajectory")
+    drawn = _random_canaries(setup, rng.spawn(1)[0]) if setup.canary == "random" else None
+    if drawn is not None and statistic == "gradient":
+        raise ValueError("--statistic gradient needs --canary worst (its own row of w0)")
+    clients = fed.Clients.from_dataset(
+        model, _episodes(setup, included, seeds[1], drawn), "trajectory"
+    )
     generator = torch.Generator().manual_seed(int(seeds[2].integers(0, 2**63 - 1)))
     theta = theta0
     for _ in range(plan.T_max):  # the T rounds of Algorithm 2, the library's own round
@@ -208,11 +248,12 @@ def audit_primorl_one_run(
             generator=generator,
             weight_decay=False,
         )
-    x, y = _canary_inputs(model, setup)
+    x, y = _canary_inputs(model, setup, drawn)
     if statistic == "loss":
         # calibrated by the public θ_0 (Watson et al. 2022): how much the release lowered the
         # canary's loss, so the canaries' different starting losses do not mask the signal
-        scores = _canary_nll(ens, layout, theta0, x, y) - _canary_nll(ens, layout, theta, x, y)
+        gain = _canary_nll(ens, layout, theta0, x, y) - _canary_nll(ens, layout, theta, x, y)
+        scores = gain.reshape(m, -1).sum(axis=1)  # summed over each canary's transitions
         layout.load(ens, theta0)
     else:
         own = fed.Clients(x, y, np.ones(m, np.int64), "trajectory")
@@ -243,6 +284,7 @@ def audit_primorl_one_run(
             "system": "primorl" if plan.private else "primorl (no noise)",
             "confidence": confidence,
             "statistic": statistic,
+            "canary": setup.canary,
             "noise_multiplier": plan.z,
             "sampling_rate": plan.q,
             "rounds": plan.T_max,

@@ -95,8 +95,11 @@ def audit_dp_vapvi(
     rng: np.random.Generator,
     progress: Progress = None,
     batch: int | None = None,
+    feature: tuple[np.ndarray, float] | None = None,
 ) -> AuditTrials:
-    """Score `trials` runs of DP-VAPVI's 3H vector releases on D or D' (ρ None: VAPVI)."""
+    """Score `trials` runs of DP-VAPVI's 3H vector releases on D or D' (ρ None: VAPVI).
+    `feature` (φ, V) (with ``canary="file"``, `privrl.audit.canary.load_feature_canary`) is the
+    canary x₁; x₀ is drawn like ``random``'s."""
     from privrl.offline.vapvi import (
         GaussianReleaser,
         NonPrivateReleaser,
@@ -104,7 +107,7 @@ def audit_dp_vapvi(
         weighted_statistics,
     )
 
-    trials = _check_trials(trials, canary)
+    trials = _check_trials(trials, canary, file=feature is not None)
     H, d = int(H), int(d)
     if H < 1 or d < 1 or background < 0:
         raise ValueError(f"need H >= 1, d >= 1, background >= 0 (H={H}, d={d})")
@@ -119,6 +122,9 @@ def audit_dp_vapvi(
         x = rng.normal(size=(2, d))
         x0, x1 = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1.0)
         v0, v1 = rng.uniform(0.0, H, size=2)
+        if canary == "file":
+            assert feature is not None
+            x1, v1 = np.asarray(feature[0], np.float64), float(feature[1])
 
     def stats(x: np.ndarray, v: float) -> dict[str, np.ndarray]:
         P = np.vstack([phi, x[None]])
@@ -199,13 +205,16 @@ def audit_dp_lsw(
     rng: np.random.Generator,
     progress: Progress = None,
     batch: int | None = None,
+    returns: np.ndarray | None = None,
 ) -> AuditTrials:
     """Score `trials` releases of DP-LSW (`baselines.dp_lsw`) on D or D' (ε None: LSW, the
     same estimate without noise). D has `trajectories` = m trajectories, all visiting every
-    state (tabular Φ = I, uniform weights ρ)."""
+    state (tabular Φ = I, uniform weights ρ). `returns` [S] (with ``canary="file"``,
+    `privrl.audit.canary.load_lsw_canary`) are the canary x₁'s first-visit returns; x₀ is
+    drawn like ``random``'s."""
     from privrl.ope.baselines import FirstVisit, dp_lsw, lsw_estimate
 
-    trials = _check_trials(trials, canary)
+    trials = _check_trials(trials, canary, file=returns is not None)
     S, m, R = int(states), int(trajectories), float(return_range)
     if S < 1 or m < 1 or not (math.isfinite(R) and R > 0):
         raise ValueError(f"need states >= 1, trajectories >= 1, return range > 0 (S={S}, m={m})")
@@ -215,6 +224,9 @@ def audit_dp_lsw(
         f0, f1 = np.zeros(S), np.full(S, R)
     else:
         f0, f1 = rng.uniform(0.0, R, size=(2, S))
+        if canary == "file":
+            assert returns is not None
+            f1 = np.clip(np.asarray(returns, np.float64).reshape(S), 0.0, R)
     counts = np.full(S, float(m))
     mean0 = (bg.sum(axis=0) + f0) / m
     mean1 = (bg.sum(axis=0) + f1) / m

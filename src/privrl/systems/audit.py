@@ -45,13 +45,21 @@ def _trials() -> Any:
     return option(100_000, "--trials", help="Number of trials (each draws b ~ Ber(½)).")
 
 
-def _canary() -> Any:
+def _canary(file_help: str) -> Any:
+    """The --canary flag; `file_help` says what a FILE.h5 canary is for this audit (or why the
+    audit refuses one)."""
     return option(
         "worst",
         "--canary",
-        help="worst (the sensitivity-maximising pair) | random (typical) | FILE.h5 (dp-apvi, "
-        "sdp-pe: one episode in privrl's format, the canary unit).",
+        help="worst (the sensitivity-maximising canary) | random (drawn from the background's "
+        f"public generator) | FILE.h5: {file_help}",
     )
+
+
+TABULAR_FILE_HELP = (
+    "one episode in privrl's format of the audited MDP (Discrete(S) observations, "
+    "Discrete(A) actions, H steps), the canary x₁."
+)
 
 
 def _confidence() -> Any:
@@ -65,6 +73,7 @@ class AuditConfig(RunConfig):
     ``--canary FILE.h5`` (a tabular canary episode)."""
 
     file_canary: ClassVar[bool] = False
+    no_file_canary: ClassVar[str] = "its canary cannot be given as a dataset file"
 
     def check_common(self: Any) -> None:
         check(
@@ -78,15 +87,8 @@ class AuditConfig(RunConfig):
             f"{self.trials} is more than one audit holds in memory (at most {MAX_TRIALS}); "
             "run several audits with different --seed instead",
         )
-        from privrl.audit.canary import is_canary_file
 
-        file_ok = self.file_canary and is_canary_file(self.canary)
-        check(
-            self.canary in ("worst", "random") or file_ok,
-            "canary",
-            f"must be 'worst' or 'random'{' or a canary FILE.h5' if self.file_canary else ''}, "
-            f"got {self.canary!r}",
-        )
+        check_canary(self, self.file_canary)
         check(
             0.0 < self.confidence < 1.0,
             "confidence",
@@ -95,6 +97,26 @@ class AuditConfig(RunConfig):
 
     def check_delta(self, delta: float) -> None:
         check(0.0 < delta < 1.0, "delta", f"must be in (0, 1), got {delta}")
+
+
+def check_canary(config: Any, file_ok: bool) -> None:
+    """--canary is 'worst', 'random' or (where the audit can express one) a FILE.h5; a file
+    given to an audit that cannot use it is refused with the reason (`no_file_canary`),
+    never ignored."""
+    from privrl.audit.canary import is_canary_file
+
+    command = config.system.removeprefix("audit-")
+    if is_canary_file(config.canary) and not file_ok:
+        raise ValueError(
+            f"--canary {config.canary}: audit {command} takes no canary file: "
+            f"{config.no_file_canary}; use --canary worst or --canary random"
+        )
+    check(
+        config.canary in ("worst", "random") or is_canary_file(config.canary),
+        "canary",
+        f"must be 'worst' or 'random'{' or a canary FILE.h5' if file_ok else ''}, "
+        f"got {config.canary!r}",
+    )
 
 
 def _canary_episode(config: Any, H: int, S: int, A: int, *, binary: bool = False) -> Any:
@@ -142,7 +164,7 @@ class AuditDpApviConfig(AuditConfig):
     actions: int = option(2, "--actions", help="A.")
     background: int = option(20, "--background", help="Random trajectories in D₀.")
     trials: int = _trials()
-    canary: str = _canary()
+    canary: str = _canary(TABULAR_FILE_HELP)
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -167,11 +189,18 @@ class AuditDpApviConfig(AuditConfig):
         _positive(self.rho, "rho")
 
 
+GPOPE_NO_FILE = (
+    "not available: GPOPE's audit plays synthetic per-trajectory statistics (Â, b̂, Ĉ) of an "
+    "abstract feature map, which has no observation space to write an episode in"
+)
+
+
 @dataclass(frozen=True)
 class AuditGpopeConfig(AuditConfig):
     """Audit of GPOPE's per-step Gaussian (Algorithm 1) with n features."""
 
     system: ClassVar[str] = "audit-gpope"
+    no_file_canary: ClassVar[str] = GPOPE_NO_FILE.removeprefix("not available: ")
     epsilon: float | None = option(
         None,
         "--epsilon",
@@ -190,7 +219,7 @@ class AuditGpopeConfig(AuditConfig):
     iterations: int = option(1, "--iterations", help="Iterations N of Algorithm 1.")
     features: int = option(2, "--features", help="Feature dimension n.")
     trials: int = _trials()
-    canary: str = _canary()
+    canary: str = _canary(GPOPE_NO_FILE + " (refused).")
     confidence: float = _confidence()
 
     def validate(self) -> None:

@@ -33,6 +33,7 @@ from privrl.systems.audit import (
     _confidence,
     _positive,
     _trials,
+    check_canary,
 )
 
 __all__ = [
@@ -56,6 +57,7 @@ class AuditExpertDpConfig(AuditConfig):
     canary expert; ε1, δ1 the filter's budget, L the public maximum trajectory length."""
 
     system: ClassVar[str] = "audit-expert-dp"
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = option(
         None, "--epsilon", help="The filter's budget ε1 (its claimed ε).", allow_nan=True
     )
@@ -70,7 +72,11 @@ class AuditExpertDpConfig(AuditConfig):
     p_min: float = option(0.01, "--p-min", help="p_min of the modified experts.", allow_nan=True)
     calibration: str = option("pld", "--calibration", help="paper | tight | pld (ε' from ε1).")
     trials: int = _trials()
-    canary: str = _canary()
+    canary: str = _canary(
+        "one expert's episodes with Discrete(L) observations (τ's states) and Discrete(|A|) "
+        "actions: its greedy action in a state is the one it takes most often there "
+        "(a state it never visits: random)."
+    )
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -100,6 +106,7 @@ class AuditExpertDp(AuditSystem):
     summary = "expert-dp's consensus filter (one DataRelease round), add/remove one expert."
 
     def plan(self, config: AuditExpertDpConfig, header: Any | None) -> Plan:
+        from privrl.audit.canary import is_canary_file, load_expert_canary
         from privrl.audit.expert import filter_calibration, filter_claimed
         from privrl.privacy.public import PublicParameters
 
@@ -133,7 +140,10 @@ class AuditExpertDp(AuditSystem):
                 "audited_release": "the stable-prefix length of one DataRelease round",
             },
         }
-        return Plan(report=report, public=public)
+        greedy = None
+        if is_canary_file(config.canary):  # the auditor's own public input, checked first
+            greedy = load_expert_canary(config.canary, L=config.max_len, A=config.actions)
+        return Plan(report=report, public=public, facts={"greedy": greedy})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.expert import audit_consensus_filter
@@ -147,7 +157,8 @@ class AuditExpertDp(AuditSystem):
             p_min=config.p_min,
             calibration=config.calibration,
             trials=config.trials,
-            canary=config.canary,
+            canary="file" if plan.facts["greedy"] is not None else config.canary,
+            greedy=plan.facts["greedy"],
             rng=rng,
             progress=self.progress(ctx),
         )
@@ -158,12 +169,21 @@ class AuditExpertDp(AuditSystem):
 # ---------------------------------------------------------------------------------------------
 
 
+ONE_RUN_NO_FILE = (
+    "not available: a one-run audit inserts --canaries m canary {what}, each reading an input "
+    "coordinate no other unit uses, which one file's unit cannot give"
+)
+
+
 @dataclass(frozen=True)
 class AuditExpertDpSgdConfig(RunConfig):
     """One-run audit of expert-level DP-SGD (Sharma et al., Algorithm 4; the private steps of
     selective DP-SGD) with m canary experts (Steinke, Nasr & Jagielski 2023)."""
 
     system: ClassVar[str] = "audit-expert-dp-sgd"
+    no_file_canary: ClassVar[str] = ONE_RUN_NO_FILE.format(what="experts").removeprefix(
+        "not available: "
+    )
     epsilon: float | None = option(
         None, "--epsilon", help="Target ε: z calibrated by PLD for the N steps.", allow_nan=True
     )
@@ -182,6 +202,7 @@ class AuditExpertDpSgdConfig(RunConfig):
     canaries: int = option(500, "--canaries", help="Canary experts m (each in w.p. ½).")
     guesses: int = option(50, "--guesses", help="Guesses r (half top, half bottom).")
     background: int = option(50, "--background", help="Background experts.")
+    canary: str = _canary(ONE_RUN_NO_FILE.format(what="experts") + " (refused).")
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -207,6 +228,7 @@ class AuditExpertDpSgdConfig(RunConfig):
             "canaries",
             "--canaries <= 5000 and --steps <= 10000 keep one audit within minutes",
         )
+        check_canary(self, False)
         check(
             0.0 < self.confidence < 1.0,
             "confidence",
@@ -274,6 +296,7 @@ class AuditExpertDpSgd(AuditSystem):
             delta=config.delta,
             clip=config.clip,
             confidence=config.confidence,
+            canary=config.canary,
             rng=rng,
         )
         return _one_run_result(audit, ctx.plan.report, config, "loss")
@@ -305,6 +328,9 @@ class AuditPrimorlConfig(RunConfig):
     with m canary trajectories (Steinke, Nasr & Jagielski 2023)."""
 
     system: ClassVar[str] = "audit-primorl"
+    no_file_canary: ClassVar[str] = ONE_RUN_NO_FILE.format(what="trajectories").removeprefix(
+        "not available: "
+    )
     epsilon: float | None = option(
         None, "--epsilon", help="Target ε: z calibrated by PLD at T rounds.", allow_nan=True
     )
@@ -333,8 +359,9 @@ class AuditPrimorlConfig(RunConfig):
         "loss",
         "--statistic",
         help="loss (the released model's loss on the canary, vs θ_0) | gradient (projection "
-        "on the canary's own update).",
+        "on the canary's own update; worst canaries only).",
     )
+    canary: str = _canary(ONE_RUN_NO_FILE.format(what="trajectories") + " (refused).")
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -373,6 +400,12 @@ class AuditPrimorlConfig(RunConfig):
             "statistic",
             f"must be 'loss' or 'gradient', got {self.statistic!r}",
         )
+        check_canary(self, False)
+        if self.canary == "random" and self.statistic == "gradient":
+            raise ValueError(
+                "--statistic gradient reads canary j's own row of the first layer, which only "
+                "--canary worst's canaries own; use --statistic loss with --canary random"
+            )
         check(
             0.0 < self.confidence < 1.0,
             "confidence",
@@ -395,6 +428,7 @@ class AuditPrimorl(AuditSystem):
             background=config.background,
             members=config.members,
             hidden=config.hidden,
+            canary=config.canary,
         )
 
     def plan(self, config: AuditPrimorlConfig, header: Any | None) -> Plan:

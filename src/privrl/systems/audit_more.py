@@ -22,6 +22,7 @@ from privrl.runs.config import check, option
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.audit import (
     SYNTHETIC_NOTE,
+    TABULAR_FILE_HELP,
     AuditConfig,
     AuditSystem,
     _canary,
@@ -80,6 +81,7 @@ class AuditDpVapviConfig(AuditConfig):
     """Audit of DP-VAPVI's Gaussian vector releases (Algorithm 2) with d features."""
 
     system: ClassVar[str] = "audit-dp-vapvi"
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = _epsilon("Target ε: the largest ρ whose report states ε ≤ this.")
     rho: float | None = option(None, "--rho", help="zCDP budget ρ.", allow_nan=True)
     non_private: bool = _non_private("VAPVI: the same statistics, no noise")
@@ -88,7 +90,10 @@ class AuditDpVapviConfig(AuditConfig):
     features: int = option(3, "--features", help="Feature dimension d.")
     background: int = option(20, "--background", help="Random trajectories in D₀.")
     trials: int = _trials()
-    canary: str = _canary()
+    canary: str = _canary(
+        "one episode with Box((d,)) observations: φ = its first observation (scaled to "
+        "‖φ‖ ≤ 1), its return (clipped to [0, H]) the next value; x₀ drawn like random."
+    )
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -108,6 +113,7 @@ class AuditDpVapvi(AuditSystem):
     summary = "DP-VAPVI's Gaussian vector releases (Algorithm 2), replace-one on trajectories."
 
     def plan(self, config: AuditDpVapviConfig, header: Any | None) -> Plan:
+        from privrl.audit.canary import is_canary_file, load_feature_canary
         from privrl.audit.releases import calibrate, vapvi_claimed
         from privrl.privacy.public import PublicParameters
 
@@ -127,8 +133,11 @@ class AuditDpVapvi(AuditSystem):
             params.resolve("zCDP budget ρ", flag=rho, fix="pass --rho")
         report = vapvi_claimed(rho, d).with_public_parameters(params)
         report.notes.append(SYNTHETIC_NOTE)
+        feature = None
+        if is_canary_file(config.canary):  # the auditor's own public input, checked first
+            feature = load_feature_canary(config.canary, d=config.features, H=H)
         public = {"command": "audit dp-vapvi", "audit": {"H": H, "rho": rho}}
-        return Plan(report=report, public=public, facts={"rho": rho})
+        return Plan(report=report, public=public, facts={"rho": rho, "feature": feature})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.releases import audit_dp_vapvi
@@ -140,7 +149,8 @@ class AuditDpVapvi(AuditSystem):
             delta=config.delta,
             background=config.background,
             trials=config.trials,
-            canary=config.canary,
+            canary="file" if plan.facts["feature"] is not None else config.canary,
+            feature=plan.facts["feature"],
             rng=rng,
             progress=self.progress(ctx),
         )
@@ -156,6 +166,7 @@ class AuditDpLswConfig(AuditConfig):
     """Audit of DP-LSW's released θ (Balle et al. 2016, output perturbation)."""
 
     system: ClassVar[str] = "audit-dp-lsw"
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = _epsilon()
     non_private: bool = _non_private("LSW: the same θ, no noise")
     delta: float = _delta()
@@ -165,7 +176,10 @@ class AuditDpLswConfig(AuditConfig):
         1.0, "--return-range", help="Declared range of a return.", allow_nan=True
     )
     trials: int = _trials()
-    canary: str = _canary()
+    canary: str = _canary(
+        "one episode with Discrete(S) observations visiting every state: its first-visit "
+        "returns (undiscounted, clipped to --return-range); x₀ drawn like random."
+    )
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -185,6 +199,7 @@ class AuditDpLsw(AuditSystem):
     summary = "DP-LSW's released θ (Balle et al. 2016, smooth sensitivity), replace-one."
 
     def plan(self, config: AuditDpLswConfig, header: Any | None) -> Plan:
+        from privrl.audit.canary import is_canary_file, load_lsw_canary
         from privrl.audit.releases import lsw_claimed
         from privrl.privacy.public import PublicParameters
 
@@ -206,7 +221,12 @@ class AuditDpLsw(AuditSystem):
             return_range=config.return_range,
         ).with_public_parameters(params)
         report.notes.append(SYNTHETIC_NOTE)
-        return Plan(report=report, public={"command": "audit dp-lsw"})
+        returns = None
+        if is_canary_file(config.canary):  # the auditor's own public input, checked first
+            returns = load_lsw_canary(
+                config.canary, S=config.states, return_range=config.return_range
+            )
+        return Plan(report=report, public={"command": "audit dp-lsw"}, facts={"returns": returns})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.releases import audit_dp_lsw
@@ -218,7 +238,8 @@ class AuditDpLsw(AuditSystem):
             trajectories=config.trajectories,
             return_range=config.return_range,
             trials=config.trials,
-            canary=config.canary,
+            canary="file" if plan.facts["returns"] is not None else config.canary,
+            returns=plan.facts["returns"],
             rng=rng,
             progress=self.progress(ctx),
         )
@@ -244,7 +265,7 @@ class AuditSdpPeConfig(AuditConfig):
     users: int = option(100, "--users", help="Users in the batch.")
     calibration: str = option("tight", "--calibration", help="tight | theory.")
     trials: int = _trials()
-    canary: str = _canary()
+    canary: str = _canary(TABULAR_FILE_HELP + " Its rewards must be 0 or 1.")
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -334,6 +355,7 @@ class AuditDpSgdConfig(AuditConfig):
     canary, in many runs (two-run game) or in one run (Steinke et al. 2023)."""
 
     system: ClassVar[str] = "audit-dp-sgd"
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = _epsilon("Target ε: z calibrated by PLD (as `train dp-sgd`).")
     noise_multiplier: float | None = option(
         None,
@@ -351,7 +373,11 @@ class AuditDpSgdConfig(AuditConfig):
     canaries: int = option(1000, "--canaries", help="one-run: canaries m (each in w.p. ½).")
     guesses: int = option(100, "--guesses", help="one-run: guesses r (half top, half bottom).")
     trials: int = _trials()
-    canary: str = _canary()
+    canary: str = _canary(
+        "two-run only: one episode (or one transition) with Box((3,)) observations, the "
+        "linear model's 1 + 2 inputs; the canary's input is the mean of its observations. "
+        "Refused with --mode one-run (m canaries need m distinct directions)."
+    )
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -376,6 +402,12 @@ class AuditDpSgdConfig(AuditConfig):
             "mode",
             f"must be 'two-run' or 'one-run', got {self.mode!r}",
         )
+        if self.mode == "one-run" and self.canary not in ("worst", "random"):
+            raise ValueError(
+                f"--canary {self.canary}: --mode one-run takes no canary file: it inserts "
+                f"--canaries {self.canaries} canaries with distinct gradient directions, which "
+                "one file cannot give; use --mode two-run or --canary worst|random"
+            )
         check(
             self.guesses <= self.canaries and self.guesses % 2 == 0,
             "guesses",
@@ -396,6 +428,7 @@ class AuditDpSgd(AuditSystem):
     summary = "DP-SGD's final parameters with a gradient canary (many runs or one run)."
 
     def plan(self, config: AuditDpSgdConfig, header: Any | None) -> Plan:
+        from privrl.audit.canary import is_canary_file, load_gradient_canary
         from privrl.audit.dpsgd import dp_sgd_claimed, dp_sgd_noise_multiplier
         from privrl.privacy.public import PublicParameters
 
@@ -428,8 +461,11 @@ class AuditDpSgd(AuditSystem):
             clip=config.clip,
         ).with_public_parameters(params)
         report.notes.append(SYNTHETIC_NOTE)
+        unit = None
+        if is_canary_file(config.canary):  # the auditor's own public input, checked first
+            unit = load_gradient_canary(config.canary, p=2 + canaries)
         public = {"command": "audit dp-sgd", "audit": {"noise_multiplier": z, "mode": config.mode}}
-        return Plan(report=report, public=public, facts={"z": z})
+        return Plan(report=report, public=public, facts={"z": z, "unit": unit})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.dpsgd import audit_dp_sgd
@@ -442,7 +478,8 @@ class AuditDpSgd(AuditSystem):
             clip=config.clip,
             background=config.background,
             trials=config.trials,
-            canary=config.canary,
+            canary="file" if plan.facts["unit"] is not None else config.canary,
+            unit=plan.facts["unit"],
             rng=rng,
             progress=self.progress(ctx),
         )

@@ -1,0 +1,233 @@
+"""`--canary worst|random|FILE` for every audit: a FILE canary is used (the audit's statistic
+moves with it), a file that does not fit the audited problem is refused with one `error:`
+line before anything is written, `random` runs, and audits that cannot express a file canary
+refuse one rather than ignoring it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from privrl.audit.canary import load_expert_canary, load_gradient_canary, load_lsw_canary
+from privrl.audit.dpsgd import audit_dp_sgd
+from privrl.cli.main import main
+from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
+from privrl.data.io import save_hdf5
+
+
+def _save(
+    path: Path,
+    obs: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    obs_space: spaces.Space,
+    act_space: spaces.Space,
+    offsets: list[int] | None = None,
+) -> Path:
+    """A dataset of episodes; `obs` has one more row per episode than `actions`."""
+    n = int(actions.shape[0])
+    offsets = offsets or [0, n]
+    ends = np.zeros(n, bool)
+    ends[np.asarray(offsets[1:]) - 1] = True
+    ds = TrajectoryDataset(
+        observations=obs,
+        actions=actions,
+        rewards=rewards.astype(np.float64),
+        terminated=ends,
+        truncated=np.zeros(n, bool),
+        episode_offsets=np.asarray(offsets, np.int64),
+        metadata=DatasetMetadata(observation_space=obs_space, action_space=act_space),
+    )
+    return save_hdf5(ds, path)
+
+
+def _box_episode(path: Path, rows: list[list[float]], dim: int) -> Path:
+    obs = np.asarray(rows, np.float32)
+    box = spaces.Box(-np.inf, np.inf, shape=(dim,), dtype=np.float32)
+    n = obs.shape[0] - 1
+    return _save(path, obs, np.zeros(n, np.int64), np.ones(n), box, spaces.Discrete(2))
+
+
+def _tabular(path: Path, states: list[int], actions: list[int], rewards: list[float], S: int,
+             A: int = 2) -> Path:  # fmt: skip
+    return _save(
+        path,
+        np.asarray(states, np.int64),
+        np.asarray(actions, np.int64),
+        np.asarray(rewards, np.float64),
+        spaces.Discrete(S),
+        spaces.Discrete(A),
+    )
+
+
+def _auc(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> float:
+    assert main([*argv, "--out", str(out)]) == 0, capsys.readouterr().err
+    return float(json.loads((out / "metrics.json").read_text())["auc"])
+
+
+def _err(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), lines
+    return lines[0]
+
+
+# --------------------------------------------------------------------------------------------
+# FILE canaries that the audit uses
+# --------------------------------------------------------------------------------------------
+
+CASES = {
+    # command, its flags, a fitting file, a mismatched file and the words of the refusal
+    "dp-lsw": (
+        ["--epsilon", "8", "--states", "2", "--trials", "4000"],
+        lambda p: _tabular(p, [0, 1, 1], [0, 0], [0.2, 0.2], S=2),  # returns 0.4, 0.2
+        lambda p: _tabular(p, [0, 0, 0], [0, 0], [1.0, 0.0], S=2),
+        "never visits state(s) [1]",
+    ),
+    "dp-vapvi": (
+        ["--epsilon", "4", "--features", "3", "--trials", "4000"],
+        lambda p: _box_episode(p, [[0.0, 0.6, 0.0], [0.0, 0.0, 0.0]], 3),
+        lambda p: _box_episode(p, [[1.0, 0.0], [0.0, 0.0]], 2),
+        "the audit's feature map φ is Box(shape=(3,))",
+    ),
+    "dp-sgd": (
+        ["--noise-multiplier", "1", "--trials", "4000"],
+        lambda p: _box_episode(p, [[0.3, 0.0, 0.0], [0.0, 0.0, 0.0]], 3),
+        lambda p: _box_episode(p, [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], 4),
+        "the audit's model input is Box(shape=(3,))",
+    ),
+    "expert-dp": (
+        ["--epsilon", "8", "--max-len", "5", "--trials", "4000"],
+        lambda p: _tabular(p, [0, 1, 2, 3], [1, 1, 1], [0, 0, 0], S=5),
+        lambda p: _tabular(p, [0, 1, 2, 3], [1, 1, 1], [0, 0, 0], S=5, A=3),
+        "its action space is Discrete(3), the audit's is Discrete(2)",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", sorted(CASES))
+def test_file_canary_is_used_and_checked(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fitting file runs the audit with that unit as the canary (the statistic moves: the
+    AUC differs from worst's at the same seed, and stays below the claim); a mismatched file
+    is refused with one `error:` line naming the mismatch, before any run directory exists;
+    `random` runs."""
+    flags, good, bad, words = CASES[command]
+    base = ["audit", command, *flags, "--seed", "3"]
+    worst = _auc(base, tmp_path / "worst", capsys)
+    path = good(tmp_path / "good.h5")
+    out = tmp_path / "file"
+    used = _auc([*base, "--canary", str(path)], out, capsys)
+    assert used != worst
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epsilon_lower_bound"] <= metrics["epsilon_claimed"]
+    assert 0.0 <= _auc([*base, "--canary", "random"], tmp_path / "random", capsys) <= 1.0
+    wrong = bad(tmp_path / "bad.h5")
+    line = _err([*base, "--canary", str(wrong), "--out", str(tmp_path / "no")], capsys)
+    assert words in line and str(wrong) in line
+    assert not (tmp_path / "no").exists()
+
+
+def test_dp_sgd_file_canary_holding_worst_unit_reproduces_worst(tmp_path: Path) -> None:
+    """The file is mapped to the model's input exactly: a file whose unit is the worst-case
+    canary's (2C·e₀) gives worst's scores draw for draw; another unit gives others."""
+    path = _box_episode(tmp_path / "w.h5", [[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]], 3)
+    unit = load_gradient_canary(path, p=3)
+    np.testing.assert_array_equal(unit, [2.0, 0.0, 0.0])
+    kw = {"noise_multiplier": 1.0, "trials": 500}
+    worst = audit_dp_sgd(**kw, rng=np.random.default_rng(0))
+    same = audit_dp_sgd(**kw, canary="file", unit=unit, rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(worst.scores, same.scores)
+    other = audit_dp_sgd(
+        **kw, canary="file", unit=np.r_[0.0, 0.5, 0.0], rng=np.random.default_rng(0)
+    )
+    assert not np.array_equal(other.scores, worst.scores)
+
+
+def test_file_canaries_map_to_the_units_statistics(tmp_path: Path) -> None:
+    """DP-LSW: first-visit returns-to-go, clipped to the declared range; expert-dp: the most
+    frequent action per state, −1 (random) where the expert never goes."""
+    lsw = _tabular(tmp_path / "l.h5", [1, 0, 1, 0], [0, 0, 0], [3.0, 0.5, 0.25], S=2)
+    np.testing.assert_allclose(load_lsw_canary(lsw, S=2, return_range=1.0), [0.75, 1.0])
+    ex = _save(
+        tmp_path / "e.h5",
+        np.array([0, 1, 1, 0, 1, 2], np.int64),
+        np.array([1, 0, 1, 1], np.int64),
+        np.zeros(4),
+        spaces.Discrete(4),
+        spaces.Discrete(2),
+        offsets=[0, 2, 4],
+    )
+    np.testing.assert_array_equal(load_expert_canary(ex, L=4, A=2), [1, 0, -1, -1])
+
+
+# --------------------------------------------------------------------------------------------
+# audits that cannot express a FILE canary refuse one
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["audit", "gpope", "--epsilon", "1"], "no observation space"),
+        (["audit", "dp-sgd", "--epsilon", "1", "--mode", "one-run"], "--mode one-run takes no"),
+    ],
+)
+def test_file_canary_is_refused_where_it_cannot_be_expressed(
+    argv: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _box_episode(tmp_path / "c.h5", [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], 3)
+    line = _err([*argv, "--canary", str(path), "--out", str(tmp_path / "o")], capsys)
+    assert words in line
+    assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# one-run audits: worst | random; a file is refused with the reason
+# --------------------------------------------------------------------------------------------
+
+ONE_RUN = {
+    "expert-dp-sgd": ["--non-private", "--canaries", "40", "--background", "10", "--guesses",
+                      "20", "--steps", "2"],
+    "primorl": ["--non-private", "--canaries", "40", "--background", "10", "--guesses", "20"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(ONE_RUN))
+def test_one_run_random_canary_runs_and_differs_from_worst(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--canary random` draws the canaries like the background: the audit runs, and on the
+    non-private twin its typical canaries are told apart less often (lower AUC of the scores
+    against the inclusion bits) than worst's, which each own an input coordinate."""
+    base = ["audit", command, *ONE_RUN[command], "--seed", "1"]
+    worst = _auc(base, tmp_path / "worst", capsys)
+    out = tmp_path / "random"
+    random = _auc([*base, "--canary", "random"], out, capsys)
+    assert random < worst
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epsilon_lower_bound"] >= 0.0 and metrics["guesses"] == 20
+
+
+@pytest.mark.parametrize("command", sorted(ONE_RUN))
+def test_one_run_audits_refuse_a_file_canary(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _box_episode(tmp_path / "c.h5", [[1.0, 0.0], [0.0, 0.0]], 2)
+    argv = ["audit", command, *ONE_RUN[command], "--canary", str(path)]
+    line = _err([*argv, "--out", str(tmp_path / "o")], capsys)
+    assert "takes no canary file" in line and "one-run audit" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_primorl_gradient_statistic_needs_worst_canaries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["audit", "primorl", *ONE_RUN["primorl"], "--canary", "random", "--statistic"]
+    line = _err([*argv, "gradient", "--out", str(tmp_path / "o")], capsys)
+    assert "--statistic loss with --canary random" in line
