@@ -153,6 +153,7 @@ def _units(
     canary: Canary,
     clip: float,
     rng: np.random.Generator,
+    *,
     unit: np.ndarray | None = None,
 ) -> np.ndarray:
     """Units' data x (gradient −x): `canaries` rows then `background` rows, in R^(canaries +
@@ -199,7 +200,7 @@ def audit_dp_sgd(
     [1 + dim] (with ``canary="file"``) is the canary's input x."""
     trials = _check_trials(trials, canary, file=unit is not None)
     _check_dp_sgd(rate, steps, clip, lr, background, dim)
-    units = _units(background, 1, dim, canary, clip, rng, unit)
+    units = _units(background, 1, dim, canary, clip, rng, unit=unit)
     grads = _clipped_gradients(units, clip)
     if not np.any(grads[0]):
         raise ValueError("the canary unit is 0: its gradient moves nothing; give a nonzero unit")

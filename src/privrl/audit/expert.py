@@ -251,6 +251,7 @@ def _expert_dataset(
     scale: float,
     included: np.ndarray,
     rng: Any,
+    *,
     drawn: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Any:
     """Canary expert j (if included): one terminal step from state `scale`·e_j, action 0,
@@ -388,9 +389,9 @@ def audit_expert_dp_sgd_one_run(
     )
     included = rng.integers(0, 2, size=m).astype(bool)
     drawn = _random_canaries(m, 2, rng.spawn(1)[0]) if canary == "random" else None
-    data = _expert_dataset(m, background, 2, scale, included, seeds[1], drawn)
+    data = _expert_dataset(m, background, 2, scale, included, seeds[1], drawn=drawn)
     # every canary's transitions, as the auditor builds them (public: the canaries are its own)
-    everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1], drawn)
+    everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1], drawn=drawn)
     table = TransitionTable(everyone, learner.obs_transform)
     canary_batch = table.gather(np.arange(len(table)))  # canary-major, equal lengths
 

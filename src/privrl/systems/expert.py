@@ -453,7 +453,9 @@ def _public(common: _Common, command: str) -> dict[str, Any]:
     }
 
 
-def _steps_spend(z: float, c: float, b: int, m: int, steps: int, delta: float, system: str) -> Any:
+def _steps_spend(
+    z: float, c: float, b: int, m: int, *, steps: int, delta: float, system: str
+) -> Any:
     """The report of `steps` Poisson-sampled DP-SGD steps (rate b/m, noise z): what a run with
     a given step count spends, for the ledger check before the data are read."""
     from privrl.expert.dpsgd import build_report, dp_sgd_release
@@ -892,7 +894,9 @@ class DpSgd(System):
                 planned = uncertified_plan(system, SHUFFLE_NOT_CERTIFIED)
             elif config.steps is not None:
                 # N given: the ledger checks what N steps spend, not the ε ceiling
-                planned = _steps_spend(z, c, common.b, m, int(config.steps), delta, system)
+                planned = _steps_spend(
+                    z, c, common.b, m, steps=int(config.steps), delta=delta, system=system
+                )
                 if planned.epsilon > float(epsilon):
                     raise ValueError(
                         f"{config.steps} private steps need ε = {planned.epsilon:.4g} > the "
