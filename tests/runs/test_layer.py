@@ -147,3 +147,29 @@ def test_settings_template_is_valid_toml_with_every_setting() -> None:
     assert values["system"] == "toy-mean" and values["hidden"] == [4, 4]
     assert values["mode"] == "plain" and "# epsilon = ..." in text  # required: commented
     assert set(ToyConfig.field_map()) - {"epsilon"} <= set(values)
+
+
+def test_an_option_added_later_keeps_cached_identities_at_its_default() -> None:
+    """A `keyless_default` option left at its default does not change a run's identity (a
+    sweep's finished cells stay finished); any other value does, and so does a plain option."""
+    from dataclasses import dataclass
+
+    from privrl.runs.config import RunConfig, option
+
+    @dataclass(frozen=True)
+    class Before(RunConfig):
+        system = "identity-toy"
+        epsilon: float = option(1.0, help="ε.")
+
+    @dataclass(frozen=True)
+    class After(Before):
+        scale: str | None = option(None, help="Added later.", keyless_default=True)
+
+    @dataclass(frozen=True)
+    class Plain(Before):
+        scale: str | None = option(None, help="Added later, without the marker.")
+
+    assert After().fingerprint() == Before().fingerprint()
+    assert After(scale="raw").fingerprint() != Before().fingerprint()
+    assert Plain().fingerprint() != Before().fingerprint()
+    assert "scale" in After().to_dict()  # config.json still shows the value

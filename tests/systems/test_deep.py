@@ -241,3 +241,21 @@ def test_primorl_crash_after_the_release_resumes_without_a_second_spend(
     assert not (out / "released.pending.pt").exists() and (out / "model.pt").is_file()
     assert main(argv) == 2
     assert "holds a finished run" in capsys.readouterr().err
+
+
+def test_a_checkpoint_recorded_before_the_reward_scale_option_resumes(tmp_path) -> None:
+    """A checkpoint whose record predates `data_env_id` / `reward_transform` was trained in the
+    dataset's own scale: it resumes a run in that scale and is refused for another scale."""
+    import json
+
+    from privrl.systems.mopo import RECORD, check_resume
+
+    old = {"algorithm": "mopo", "env_id": "privrl/Pendulum-v0", "epochs": 3}
+    (tmp_path / "agent.pt").write_bytes(b"")
+    (tmp_path / RECORD).write_text(json.dumps(old))
+    same = {**old, "data_env_id": "privrl/Pendulum-v0", "reward_transform": "privrl"}
+    assert check_resume(tmp_path, same, ["agent.pt"], insist=False)
+    (tmp_path / RECORD).write_text(json.dumps(old))
+    other = {**old, "env_id": "Pendulum-v1", "data_env_id": "privrl/Pendulum-v0"}
+    with pytest.raises(ValueError, match="different run"):
+        check_resume(tmp_path, other, ["agent.pt"], insist=False)

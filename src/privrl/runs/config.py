@@ -55,6 +55,7 @@ def option(
     cli: bool = True,
     default_factory: Any = REQUIRED,
     allow_nan: bool = False,
+    keyless_default: bool = False,
 ) -> Any:
     """A config field with its command-line flag(s) and help text.
 
@@ -62,10 +63,15 @@ def option(
     command line. `cli=False` keeps a field out of the generated command (config files only).
     `allow_nan=True` lets a NaN reach `validate`, which refuses it with the field's own range
     message (by default a NaN is refused on conversion as "not a number").
+    `keyless_default=True` (for an option added after runs were cached) leaves the field out of
+    the config's identity while it holds its default, so a sweep's finished cells keep their
+    fingerprint; its default must then mean what runs did before the option existed.
     """
     meta = {"flags": tuple(flags), "help": help, "metavar": metavar, "cli": cli}
     if allow_nan:
         meta["allow_nan"] = True
+    if keyless_default:
+        meta["keyless_default"] = True
     if default_factory is not REQUIRED:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     # A required field defaults to `...` (so it may follow fields with defaults) and is
@@ -135,7 +141,16 @@ class RunConfig:
 
     def fingerprint(self) -> str:
         """A stable hash of the system and every value (for sweeps: same config, same cell)."""
-        return fingerprint({"system": self.system, "config": self.to_dict()})
+        return fingerprint({"system": self.system, "config": self.identity()})
+
+    def identity(self) -> dict[str, Any]:
+        """`to_dict` without the `keyless_default` fields that hold their default: what
+        makes two runs the same run (see `option`)."""
+        values = self.to_dict()
+        for f in dataclasses.fields(self):
+            if f.metadata.get("keyless_default") and getattr(self, f.name) == f.default:
+                del values[f.name]
+        return values
 
     @classmethod
     def field_map(cls) -> dict[str, dataclasses.Field[Any]]:

@@ -82,6 +82,15 @@ class RunSpec:
             **self.config.to_dict(),
         }
 
+    def identity(self) -> dict[str, Any]:
+        """`to_dict` with the config's identity (`RunConfig.identity`): a sweep cell's key."""
+        return {
+            "system": self.system,
+            "data": None if self.data is None else str(self.data),
+            "seed": self.seed,
+            **self.config.identity(),
+        }
+
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """A TOML file as a dict; a ConfigError names the file and the syntax problem."""

@@ -289,7 +289,7 @@ def _cell(
         if problem:
             raise SweepError(f"{where}: data {problem}")
     # Public identity: the data *path*, never a hash of its content (see the module docstring).
-    key = fingerprint(spec.to_dict())
+    key = fingerprint(spec.identity())
     return Cell(index, dict(values), axis_values, key, out / "cells" / f"{spec.system}-{key[:12]}")
 
 

@@ -41,6 +41,9 @@ MAX_MODEL_BUFFER = 10_000_000  # transitions kept from the model's rollouts (mem
 
 # Settings a resumed run may change: extending a finished policy stage is allowed.
 RESUMABLE_CHANGES = ("epochs", "checkpoint_every")
+# Settings recorded only since the reward-scale option: a checkpoint recorded without them was
+# trained in the dataset's own scale, i.e. with data_env_id == env_id.
+ADDED_SETTINGS = ("data_env_id", "reward_transform")
 RECORD = "run.json"  # the settings of the run a checkpoint belongs to (written before training)
 
 
@@ -98,6 +101,7 @@ class StageOptions(RunConfig):
         help="Reward scale to learn and evaluate in: none (the raw rewards of the standard "
         "Gymnasium id, e.g. Pendulum-v1's −cost) | privrl (the task's privrl id, e.g. "
         "privrl/Pendulum-v0's r' = 1 + r/c_max ∈ [0, 1]). Default: the dataset's own scale.",
+        keyless_default=True,  # None: the dataset's own scale, as before the option existed
     )
 
     def validate(self) -> None:
@@ -228,7 +232,13 @@ def check_resume(
                 break
             except (OSError, ValueError):
                 continue
-        differ = sorted(k for k in now if k not in RESUMABLE_CHANGES and before.get(k) != now[k])
+        same_scale = now.get("data_env_id", now.get("env_id")) == now.get("env_id")
+        unrecorded = {k for k in ADDED_SETTINGS if k not in before} if same_scale else set()
+        differ = sorted(
+            k
+            for k in now
+            if k not in RESUMABLE_CHANGES and k not in unrecorded and before.get(k) != now[k]
+        )
         if differ:
             files = ", ".join(checkpoints)
             raise ValueError(
