@@ -72,6 +72,57 @@ def test_file_canary_must_match_the_audit(
     assert "must be 0 or 1" in _err(
         [*pe, "--canary", str(half), "--out", str(tmp_path / "p")], capsys
     )
-    gp = ["audit", "gpope", "--epsilon", "1", "--canary", str(half), "--out", str(tmp_path / "g")]
-    assert "audit gpope takes no canary file" in _err(gp, capsys)
     assert not (tmp_path / "o").exists()
+
+
+def _gpope(path: Path, tmp: Path, *extra: str) -> list[str]:
+    return ["audit", "gpope", "--epsilon", "1", "--trials", "2000", "--canary", str(path),
+            *extra, "--out", str(tmp / "g")]  # fmt: skip
+
+
+def test_gpope_file_canary_uses_its_own_statistics(tmp_path: Path) -> None:
+    """A gpope canary file is mapped through the declared feature map to its (Â, b̂, Ĉ): the
+    played statistic is the episode's, not worst's b̂ = ±2h·e₀ (so the scores differ), and the
+    bound stays below the claim."""
+    from privrl.audit.attacks import GPOPE_AUDIT_GAMMA, audit_gpope
+    from privrl.audit.canary import load_gpope_canary
+    from privrl.audit.run import summarise
+
+    path = _canary(tmp_path / "c.h5", H=3, S=3, A=2, r=1.0)  # stays in state 2, reward 1
+    A, b, C = load_gpope_canary(path, feature_map="onehot", n=3, gamma=GPOPE_AUDIT_GAMMA)
+    assert np.allclose(b, [0.0, 0.0, 1.0]) and np.allclose(C, np.diag([0.0, 0.0, 1.0]))
+    assert np.allclose(A[2, 2], 1.0 - GPOPE_AUDIT_GAMMA * 2 / 3)  # φ_{τ} = 0 after terminating
+    kw = {"epsilon": 1.0, "features": 3, "trials": 4000}
+    file = audit_gpope(**kw, statistic=(A, b, C), rng=np.random.default_rng(0))
+    worst = audit_gpope(**kw, rng=np.random.default_rng(0))
+    assert file.params["canary"] == "file" and not np.allclose(file.scores, worst.scores)
+    metrics = summarise(file, confidence=0.95)
+    assert 0.5 < metrics["auc"] and metrics["epsilon_lower_bound"] <= metrics["epsilon_claimed"]
+
+
+def test_gpope_file_canary_cli_and_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _canary(tmp_path / "c.h5", S=3)
+    out = tmp_path / "g"
+    ok = _gpope(path, tmp_path, "--features", "3", "--feature-map", "onehot")
+    assert main(ok) == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epsilon_lower_bound"] <= metrics["epsilon_claimed"]
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    cases = [
+        (["--features", "2", "--feature-map", "onehot"], "has 3 features, the audit's is n = 2"),
+        ([], "--feature-map is required with --canary FILE.h5"),
+        (["--feature-map", "fourier:2"], "needs a 1-D Box observation space"),
+    ]
+    for extra, message in cases:
+        argv = _gpope(path, bad, *extra)
+        assert message in _err(argv, capsys)
+    two = _canary(tmp_path / "two.h5", episodes=2)
+    assert "holds 2 episodes" in _err(
+        _gpope(two, bad, "--features", "3", "--feature-map", "onehot"), capsys
+    )
+    worst = ["audit", "gpope", "--epsilon", "1", "--feature-map", "onehot", "--out", str(bad / "w")]
+    assert "applies only with --canary FILE.h5" in _err(worst, capsys)
+    assert not (bad / "g").exists() and not (bad / "w").exists()

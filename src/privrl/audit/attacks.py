@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 Canary = Literal["worst", "random", "file"]
+GPOPE_AUDIT_GAMMA = 0.9  # γ of the gpope audit's per-trajectory statistics
 _BATCH_FLOATS = 2_000_000  # noise drawn per mechanism call (memory bound of one batch)
 
 
@@ -305,6 +306,7 @@ def audit_gpope(
     rng: np.random.Generator,
     progress: Callable[[int, int], None] | None = None,
     batch: int | None = None,
+    statistic: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> AuditTrials:
     """Score `trials` runs of GPOPE (Algorithm 1, `gpope_replicas`) on D or D'.
 
@@ -314,11 +316,18 @@ def audit_gpope(
     statistics are Gaussian. Trajectories' Â, Ĉ are 0 under ``worst`` so the first-step
     gradient is [0; −b̂_j] for every iterate, which makes every step's gradient the canary's
     own statistic when the canary is sampled.
+
+    `statistic`: a canary trajectory's own (Â, b̂, Ĉ) [n, n], [n], [n, n] (``--canary FILE``,
+    `privrl.audit.canary.load_gpope_canary`): D₀ is ``worst``'s (statistics 0), x₀ the
+    trajectory that adds no gradient (statistics 0) and x₁ the canary; the score is the
+    projection on the canary's clipped first-step gradient, as for ``worst``.
     """
     from privrl.ope.gpope import StepSize, calibrated_sigma, gpope_replicas
     from privrl.ope.stats import TrajectoryStats
 
-    trials = _check_trials(trials, canary)
+    if statistic is not None:
+        canary = "file"  # type: ignore[assignment]
+    trials = _check_trials(trials, canary, file=statistic is not None)
     m, iterations, n = int(m), int(iterations), int(features)
     if m < 1 or iterations < 1 or n < 1:
         raise ValueError(
@@ -336,7 +345,18 @@ def audit_gpope(
     A_ = np.zeros((m, n, n))
     C_ = np.zeros((m, n, n))
     b_ = np.zeros((m, n))
-    if canary == "worst":
+    A1 = C1 = None
+    if statistic is not None:
+        sA, sb, sC = (np.asarray(x, dtype=np.float64) for x in statistic)
+        if sA.shape != (n, n) or sb.shape != (n,) or sC.shape != (n, n):
+            raise ValueError(
+                f"the canary's statistics have {sb.shape[0]} features, the audit's n = {n}; "
+                "set --features"
+            )
+        x0_b, x1_b = np.zeros(n), sb
+        A1, C1 = A_.copy(), C_.copy()
+        A1[-1], C1[-1] = sA, sC
+    elif canary == "worst":
         u = np.zeros(n)
         u[0] = 1.0
         x0_b, x1_b = -2.0 * clip * u, 2.0 * clip * u  # clipped to −h·u and h·u
@@ -346,6 +366,8 @@ def audit_gpope(
         b_ = rng.normal(0.0, clip / math.sqrt(n), size=(m, n))
         x0_b, x1_b = rng.normal(0.0, clip / math.sqrt(n), size=(2, n))
     A0, C0 = A_.copy(), C_.copy()  # the replaced slot keeps D₀'s Â, Ĉ in both datasets
+    if A1 is None or C1 is None:
+        A1, C1 = A0, C0
     b0, b1 = b_.copy(), b_.copy()
     b0[-1], b1[-1] = x0_b, x1_b
 
@@ -360,7 +382,12 @@ def audit_gpope(
     done = 0
     for size in _batches(trials, m * (2 * n * n + n) + 2 * n * iterations, batch):
         b = labels[done : done + size]
-        stats = [TrajectoryStats(A0, b1 if bit else b0, C0, np.ones(m), 0.9) for bit in b.tolist()]
+        stats = [
+            TrajectoryStats(A1, b1, C1, np.ones(m), GPOPE_AUDIT_GAMMA)
+            if bit
+            else TrajectoryStats(A0, b0, C0, np.ones(m), GPOPE_AUDIT_GAMMA)
+            for bit in b.tolist()
+        ]
         _, _, _, _, trace = gpope_replicas(
             stats,
             iterations=iterations,

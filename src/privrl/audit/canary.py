@@ -9,6 +9,9 @@ data. What it must hold depends on the audited system's unit (docs/audit.md, "Ca
   returns (undiscounted, clipped to the declared return range) (`load_lsw_canary`);
 - DP-VAPVI: one episode with `Box((d,))` observations: φ is its first observation (scaled to
   ‖φ‖ ≤ 1), its return (clipped to [0, H]) the next value (`load_feature_canary`);
+- GPOPE: one episode and a declared feature map (`--feature-map`, a privrl feature spec built
+  on the file's observation space, of the audit's n features): its per-trajectory (Â, b̂, Ĉ)
+  on-policy (ρ = 1) at the audit's γ (`load_gpope_canary`);
 - DP-SGD: one episode (or one transition) with `Box((p,))` observations, p the audited model's
   dimension: the unit's input is the mean of its transitions' observations
   (`load_gradient_canary`);
@@ -34,6 +37,7 @@ __all__ = [
     "is_canary_file",
     "load_expert_canary",
     "load_feature_canary",
+    "load_gpope_canary",
     "load_gradient_canary",
     "load_lsw_canary",
     "load_tabular_canary",
@@ -156,6 +160,39 @@ def load_feature_canary(path: str | Path, *, d: int, H: int) -> tuple[np.ndarray
     phi = phi / max(float(np.linalg.norm(phi)), 1.0)
     value = float(np.clip(np.sum(np.asarray(ep.rewards, dtype=np.float64)), 0.0, float(H)))
     return phi, value
+
+
+def load_gpope_canary(
+    path: str | Path, *, feature_map: str | None, n: int, gamma: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPOPE's canary trajectory: its (Â, b̂, Ĉ) [n, n], [n], [n, n] (Xie et al. 2019, eq. 2.2)
+    under the declared feature map `feature_map` (a privrl feature spec, built on the file's
+    observation space; its dimension must be the audit's n), on-policy (ρ = 1)."""
+    from privrl.ope.stats import trajectory_stats
+    from privrl.rl.features import make_features
+
+    if not feature_map:
+        raise ValueError(
+            f"--canary {path}: GPOPE's canary file needs a declared feature map; pass "
+            "--feature-map SPEC (e.g. onehot, fourier:3) of --features n dimensions"
+        )
+    where, ds = _load(path)
+    try:
+        phi = make_features(feature_map, ds.metadata.observation_space)
+    except ValueError as exc:
+        raise ValueError(f"{where}: --feature-map {feature_map}: {exc}") from exc
+    if int(phi.dim) != n:
+        raise ValueError(
+            f"{where}: --feature-map {feature_map} on its observation space "
+            f"{ds.metadata.observation_space} has {phi.dim} features, the audit's is n = {n}; "
+            f"set --features {phi.dim} or choose another feature map"
+        )
+    _one_episode(where, ds)
+    stats = trajectory_stats(ds, phi, gamma)
+    A, b, C = stats.A[0], stats.b[0], stats.C[0]
+    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(b)) and np.all(np.isfinite(C))):
+        raise ValueError(f"{where}: its statistics are not finite (check its rewards)")
+    return A, b, C
 
 
 def load_gradient_canary(path: str | Path, *, p: int) -> np.ndarray:

@@ -189,9 +189,10 @@ class AuditDpApviConfig(AuditConfig):
         _positive(self.rho, "rho")
 
 
-GPOPE_NO_FILE = (
-    "not available: GPOPE's audit plays synthetic per-trajectory statistics (Â, b̂, Ĉ) of an "
-    "abstract feature map, which has no observation space to write an episode in"
+GPOPE_FILE_HELP = (
+    "one episode in privrl's format and --feature-map SPEC (a privrl feature map of its "
+    "observation space with --features n dimensions): its per-trajectory (Â, b̂, Ĉ) is the "
+    "canary x₁ (x₀ adds no gradient)."
 )
 
 
@@ -200,7 +201,7 @@ class AuditGpopeConfig(AuditConfig):
     """Audit of GPOPE's per-step Gaussian (Algorithm 1) with n features."""
 
     system: ClassVar[str] = "audit-gpope"
-    no_file_canary: ClassVar[str] = GPOPE_NO_FILE.removeprefix("not available: ")
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = option(
         None,
         "--epsilon",
@@ -218,8 +219,15 @@ class AuditGpopeConfig(AuditConfig):
     m: int = option(1, "--m", help="Trajectories in the dataset (1 of m per step).")
     iterations: int = option(1, "--iterations", help="Iterations N of Algorithm 1.")
     features: int = option(2, "--features", help="Feature dimension n.")
+    feature_map: str | None = option(
+        None,
+        "--feature-map",
+        help="With --canary FILE.h5: the privrl feature map (onehot, fourier:K, "
+        "aggregation:B) mapping the file's episode to its (Â, b̂, Ĉ); n features.",
+        keyless_default=True,
+    )
     trials: int = _trials()
-    canary: str = _canary(GPOPE_NO_FILE + " (refused).")
+    canary: str = _canary(GPOPE_FILE_HELP)
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -240,6 +248,20 @@ class AuditGpopeConfig(AuditConfig):
         for key in ("m", "iterations", "features"):
             value = getattr(self, key)
             check(value >= 1, key, f"must be >= 1, got {value}")
+        from privrl.audit.canary import is_canary_file
+
+        file = is_canary_file(self.canary)
+        check(
+            self.feature_map is None or file,
+            "feature_map",
+            "maps a canary FILE.h5's episode; it applies only with --canary FILE.h5",
+        )
+        check(
+            self.feature_map is not None or not file,
+            "feature_map",
+            "is required with --canary FILE.h5 (a privrl feature map of the file's "
+            "observation space, e.g. onehot)",
+        )
         if self.iterations * self.trials > MAX_GPOPE_STEPS:
             raise ValueError(
                 f"--iterations × --trials = {self.iterations * self.trials} is too many steps "
@@ -378,7 +400,8 @@ class AuditGpope(AuditSystem):
     )
 
     def plan(self, config: AuditGpopeConfig, header: Any | None) -> Plan:
-        from privrl.audit.attacks import gpope_report
+        from privrl.audit.attacks import GPOPE_AUDIT_GAMMA, gpope_report
+        from privrl.audit.canary import is_canary_file, load_gpope_canary
         from privrl.ope.gpope import calibrated_sigma
         from privrl.privacy.public import PublicParameters
 
@@ -414,6 +437,14 @@ class AuditGpope(AuditSystem):
             delta=config.delta,
         ).with_public_parameters(params)
         report.notes.append(SYNTHETIC_NOTE)
+        statistic = None
+        if is_canary_file(config.canary):  # the auditor's own public input, checked first
+            statistic = load_gpope_canary(
+                config.canary,
+                feature_map=config.feature_map,
+                n=config.features,
+                gamma=GPOPE_AUDIT_GAMMA,
+            )
         public = {
             "command": "audit gpope",
             "audit": {
@@ -421,7 +452,7 @@ class AuditGpope(AuditSystem):
                 "audited_release": "GPOPE's final iterates [θ; w] (Algorithm 1, all N noisy steps)",
             },
         }
-        return Plan(report=report, public=public)
+        return Plan(report=report, public=public, facts={"statistic": statistic})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.attacks import audit_gpope
@@ -435,7 +466,8 @@ class AuditGpope(AuditSystem):
             iterations=config.iterations,
             features=config.features,
             trials=config.trials,
-            canary=config.canary,
+            canary="worst" if plan.facts["statistic"] is not None else config.canary,
+            statistic=plan.facts["statistic"],
             rng=rng,
             progress=self.progress(ctx),
         )
