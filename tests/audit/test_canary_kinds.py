@@ -171,24 +171,67 @@ def test_file_canaries_map_to_the_units_statistics(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("argv", "words"),
-    [
-        (["audit", "gpope", "--epsilon", "1"], "no observation space"),
-        (["audit", "dp-sgd", "--epsilon", "1", "--mode", "one-run"], "--mode one-run takes no"),
-    ],
-)
-def test_file_canary_is_refused_where_it_cannot_be_expressed(
-    argv: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def _units_file(path: Path, units: list[list[float]]) -> Path:
+    """One one-step episode per unit, its observation the unit (the mean of its first one)."""
+    rows = np.repeat(np.asarray(units, np.float32), 2, axis=0)
+    box = spaces.Box(-np.inf, np.inf, shape=(rows.shape[1],), dtype=np.float32)
+    m = len(units)
+    return _save(
+        path,
+        rows,
+        np.zeros(m, np.int64),
+        np.ones(m),
+        box,
+        spaces.Discrete(2),
+        offsets=list(range(m + 1)),
+    )
+
+
+def test_dp_sgd_one_run_file_canaries_own_their_coordinates(tmp_path: Path) -> None:
+    """`--mode one-run --canary FILE`: m units of 1 + 2 inputs, unit j's first input placed on
+    its own coordinate j. A file of m units 2C·e₀ reproduces worst's canaries exactly (same
+    scores under the same seed); a file of other units gives other scores."""
+    from privrl.audit.canary import load_gradient_canaries
+    from privrl.audit.dpsgd import audit_dp_sgd_one_run
+
+    m = 40
+    same = load_gradient_canaries(_units_file(tmp_path / "w.h5", [[2.0, 0, 0]] * m), p=3, m=m)
+    other = load_gradient_canaries(_units_file(tmp_path / "o.h5", [[0.3, 0.4, 0]] * m), p=3, m=m)
+    kw = {"noise_multiplier": 1.0, "canaries": m, "guesses": 20, "background": 10}
+    worst = audit_dp_sgd_one_run(**kw, rng=np.random.default_rng(3))
+    as_worst = audit_dp_sgd_one_run(**kw, units=same, rng=np.random.default_rng(3))
+    mine = audit_dp_sgd_one_run(**kw, units=other, rng=np.random.default_rng(3))
+    assert np.allclose(as_worst.scores, worst.scores) and as_worst.params["canary"] == "file"
+    assert not np.allclose(mine.scores, worst.scores)
+    assert mine.epsilon_lower_bound <= mine.epsilon_claimed
+
+
+def test_dp_sgd_one_run_file_canary_cli_and_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _box_episode(tmp_path / "c.h5", [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], 3)
-    line = _err([*argv, "--canary", str(path), "--out", str(tmp_path / "o")], capsys)
-    assert words in line
-    assert not (tmp_path / "o").exists()
+    base = ["audit", "dp-sgd", "--epsilon", "1", "--mode", "one-run", "--canaries", "4"]
+    base += ["--guesses", "2"]
+    good = _units_file(tmp_path / "g.h5", [[2.0, 0, 0], [1.0, 0, 0], [2.0, 1, 0], [0.5, 0, 0]])
+    assert main([*base, "--canary", str(good), "--out", str(tmp_path / "run")]) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["canaries"] == 4 and metrics["mode"] == "one-run"
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    three = _units_file(tmp_path / "3.h5", [[2.0, 0, 0]] * 3)
+    assert "holds 3 episodes, the audit inserts --canaries 4" in _err(
+        [*base, "--canary", str(three), "--out", str(bad)], capsys
+    )
+    wide = _units_file(tmp_path / "wide.h5", [[2.0, 0, 0, 0]] * 4)
+    assert "Box(shape=(3,))" in _err([*base, "--canary", str(wide), "--out", str(bad)], capsys)
+    zero = _units_file(tmp_path / "z.h5", [[2.0, 0, 0]] * 3 + [[0.0, 0, 0]])
+    assert "canary unit(s) [3] are 0" in _err(
+        [*base, "--canary", str(zero), "--out", str(bad)], capsys
+    )
+    assert not bad.exists()
 
 
 # --------------------------------------------------------------------------------------------
-# one-run audits: worst | random; a file is refused with the reason
+# one-run audits of experts and trajectories: worst | random | FILE
 # --------------------------------------------------------------------------------------------
 
 ONE_RUN = {

@@ -15,6 +15,9 @@ data. What it must hold depends on the audited system's unit (docs/audit.md, "Ca
 - DP-SGD: one episode (or one transition) with `Box((p,))` observations, p the audited model's
   dimension: the unit's input is the mean of its transitions' observations
   (`load_gradient_canary`);
+- DP-SGD `--mode one-run`: m episodes (m = `--canaries`), each a unit as above with
+  `Box((1 + dim,))` observations: unit j's first input goes on its own coordinate j, the rest
+  on the background's `dim` inputs, as the worst canaries are (`load_gradient_canaries`);
 - expert-dp's filter: one expert's episodes with `Discrete(L)` observations and `Discrete(A)`
   actions: its greedy action in each state is the one it takes most often there
   (`load_expert_canary`).
@@ -38,6 +41,7 @@ __all__ = [
     "load_expert_canary",
     "load_feature_canary",
     "load_gpope_canary",
+    "load_gradient_canaries",
     "load_gradient_canary",
     "load_lsw_canary",
     "load_tabular_canary",
@@ -211,6 +215,39 @@ def load_gradient_canary(path: str | Path, *, p: int) -> np.ndarray:
     if not np.all(np.isfinite(obs)):
         raise ValueError(f"{where}: its observations are not finite")
     return obs.mean(axis=0)
+
+
+def load_gradient_canaries(path: str | Path, *, p: int, m: int) -> np.ndarray:
+    """DP-SGD's m one-run canary units [m, p] (p = 1 + the background's inputs): unit j is the
+    mean of the observations of episode j. Each is placed on its own input coordinate by the
+    audit (`privrl.audit.dpsgd`)."""
+    where, ds = _load(path)
+    _box(
+        where,
+        ds.metadata.observation_space,
+        p,
+        "canary unit",
+        f"write each unit's observations as 1 + {p - 1} inputs (its own coordinate first)",
+    )
+    if ds.n_episodes != m:
+        raise ValueError(
+            f"{where}: holds {ds.n_episodes} episodes, the audit inserts --canaries {m}; give "
+            f"one episode per canary or set --canaries {ds.n_episodes}"
+        )
+    units = np.empty((m, p))
+    for j in range(m):
+        ep = ds.episode(j)
+        obs = np.asarray(ep.observations, dtype=np.float64).reshape(-1, p)[: max(ep.length, 1)]
+        units[j] = obs.mean(axis=0)
+    if not np.all(np.isfinite(units)):
+        raise ValueError(f"{where}: its observations are not finite")
+    zero = np.flatnonzero(~units.any(axis=1))
+    if zero.size:
+        raise ValueError(
+            f"{where}: canary unit(s) {zero[:5].tolist()} are 0: their gradient moves nothing; "
+            "give nonzero units"
+        )
+    return units
 
 
 def load_expert_canary(path: str | Path, *, L: int, A: int) -> np.ndarray:

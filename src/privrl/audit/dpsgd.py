@@ -158,8 +158,9 @@ def _units(
 ) -> np.ndarray:
     """Units' data x (gradient −x): `canaries` rows then `background` rows, in R^(canaries +
     dim). Worst: canary j is 2C·e_j, the background lives in the last `dim` coordinates. File:
-    the one canary is `unit` (`privrl.audit.canary.load_gradient_canary`), the background as
-    for worst. Random: every row, canary or background, from the same generator (N(0, C²/p) on
+    canary j is row j of `unit` [canaries, 1 + dim] (`privrl.audit.canary`), its first input
+    on its own coordinate j and the rest on the background's `dim`, the background as for
+    worst. Random: every row, canary or background, from the same generator (N(0, C²/p) on
     the first `canaries` coordinates, N(0, C²) on the last `dim`)."""
     p = canaries + dim
     if canary == "random":  # canaries and background from one public generator, row for row
@@ -170,9 +171,14 @@ def _units(
     bg = np.zeros((background, p))
     bg[:, canaries:] = rng.normal(0.0, clip, size=(background, dim))
     if canary == "file":
-        if unit is None or canaries != 1 or np.shape(unit) != (p,):
-            raise ValueError(f"a file canary is one unit of the model's dimension p = {p}")
-        can = np.asarray(unit, np.float64)[None, :]
+        units = None if unit is None else np.asarray(unit, np.float64).reshape(-1, 1 + dim)
+        if units is None or units.shape[0] != canaries:
+            raise ValueError(
+                f"a file canary is {canaries} unit(s) of 1 + {dim} inputs (own coordinate first)"
+            )
+        can = np.zeros((canaries, p))  # unit j's first input on its own coordinate j
+        can[np.arange(canaries), np.arange(canaries)] = units[:, 0]
+        can[:, canaries:] = units[:, 1:]
     else:  # worst
         can = 2.0 * clip * np.eye(canaries, p)
     return np.vstack([can, bg])
@@ -337,19 +343,23 @@ def audit_dp_sgd_one_run(
     confidence: float = 0.95,
     canary: Canary = "worst",
     rng: np.random.Generator,
+    units: np.ndarray | None = None,
 ) -> OneRunAudit:
     """ONE DP-SGD run with `canaries` canaries each included with probability ½; guess "in" for
     the `guesses`/2 highest and "out" for the `guesses`/2 lowest scores (Steinke et al. 2023,
-    §6: abstaining on the middle is what makes the bound tight)."""
+    §6: abstaining on the middle is what makes the bound tight). `units` [canaries, 1 + dim]:
+    the canaries of a ``--canary FILE`` (`privrl.audit.canary.load_gradient_canaries`)."""
     from privrl.audit.bounds import one_run_epsilon
 
-    if canary not in ("worst", "random"):
+    if units is not None:
+        canary = "file"  # type: ignore[assignment]
+    elif canary not in ("worst", "random"):
         raise ValueError(f"--canary must be 'worst' or 'random', got {canary!r}")
     m, r = int(canaries), int(guesses)
     if m < 2 or not (2 <= r <= m) or r % 2:
         raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
     _check_dp_sgd(rate, steps, clip, lr, background, dim)
-    units = _units(background, m, dim, canary, clip, rng)
+    units = _units(background, m, dim, canary, clip, rng, unit=units)
     grads = _clipped_gradients(units, clip)
     included = rng.integers(0, 2, size=m).astype(bool)
     member = np.ones((1, units.shape[0]), bool)

@@ -374,9 +374,9 @@ class AuditDpSgdConfig(AuditConfig):
     guesses: int = option(100, "--guesses", help="one-run: guesses r (half top, half bottom).")
     trials: int = _trials()
     canary: str = _canary(
-        "two-run only: one episode (or one transition) with Box((3,)) observations, the "
-        "linear model's 1 + 2 inputs; the canary's input is the mean of its observations. "
-        "Refused with --mode one-run (m canaries need m distinct directions)."
+        "one episode (or one transition) with Box((3,)) observations, the linear model's "
+        "1 + 2 inputs; the canary's input is the mean of its observations. With --mode "
+        "one-run: --canaries m such episodes, unit j's first input on its own coordinate j."
     )
     confidence: float = _confidence()
 
@@ -402,12 +402,6 @@ class AuditDpSgdConfig(AuditConfig):
             "mode",
             f"must be 'two-run' or 'one-run', got {self.mode!r}",
         )
-        if self.mode == "one-run" and self.canary not in ("worst", "random"):
-            raise ValueError(
-                f"--canary {self.canary}: --mode one-run takes no canary file: it inserts "
-                f"--canaries {self.canaries} canaries with distinct gradient directions, which "
-                "one file cannot give; use --mode two-run or --canary worst|random"
-            )
         check(
             self.guesses <= self.canaries and self.guesses % 2 == 0,
             "guesses",
@@ -428,7 +422,11 @@ class AuditDpSgd(AuditSystem):
     summary = "DP-SGD's final parameters with a gradient canary (many runs or one run)."
 
     def plan(self, config: AuditDpSgdConfig, header: Any | None) -> Plan:
-        from privrl.audit.canary import is_canary_file, load_gradient_canary
+        from privrl.audit.canary import (
+            is_canary_file,
+            load_gradient_canaries,
+            load_gradient_canary,
+        )
         from privrl.audit.dpsgd import dp_sgd_claimed, dp_sgd_noise_multiplier
         from privrl.privacy.public import PublicParameters
 
@@ -463,7 +461,11 @@ class AuditDpSgd(AuditSystem):
         report.notes.append(SYNTHETIC_NOTE)
         unit = None
         if is_canary_file(config.canary):  # the auditor's own public input, checked first
-            unit = load_gradient_canary(config.canary, p=2 + canaries)
+            unit = (
+                load_gradient_canaries(config.canary, p=3, m=canaries)
+                if config.mode == "one-run"
+                else load_gradient_canary(config.canary, p=3)
+            )
         public = {"command": "audit dp-sgd", "audit": {"noise_multiplier": z, "mode": config.mode}}
         return Plan(report=report, public=public, facts={"z": z, "unit": unit})
 
@@ -501,7 +503,8 @@ class AuditDpSgd(AuditSystem):
             clip=config.clip,
             background=config.background,
             confidence=config.confidence,
-            canary=config.canary,
+            canary="worst" if ctx.plan.facts["unit"] is not None else config.canary,
+            units=ctx.plan.facts["unit"],
             rng=rng,
         )
         metrics = audit.metrics()
