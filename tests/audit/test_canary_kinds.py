@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -257,14 +258,114 @@ def test_one_run_random_canary_runs_and_differs_from_worst(
     assert metrics["epsilon_lower_bound"] >= 0.0 and metrics["guesses"] == 20
 
 
+def _one_run_file(path: Path, m: int, first: float, reward: float, *, box_action: bool) -> Path:
+    """m one-step canary episodes with observation [first, 0, 0] (1 + 2 inputs), action 0."""
+    obs = np.tile(np.asarray([[first, 0.0, 0.0]], np.float32), (2 * m, 1))
+    if box_action:
+        act, act_space = np.zeros((m, 1), np.float32), spaces.Box(-1.0, 1.0, shape=(1,))
+    else:
+        act, act_space = np.zeros(m, np.int64), spaces.Discrete(2)
+    box = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float32)
+    return _save(path, obs, act, np.full(m, reward), box, act_space, offsets=list(range(m + 1)))
+
+
+def _one_run_audit(command: str, units: Any, seed: int) -> Any:
+    from privrl.audit.expert import audit_expert_dp_sgd_one_run
+    from privrl.audit.primorl import PrimorlAuditSetup, audit_primorl_one_run, primorl_plan
+
+    rng = np.random.default_rng(seed)
+    if command == "expert-dp-sgd":
+        return audit_expert_dp_sgd_one_run(
+            noise_multiplier=None, canaries=40, guesses=20, background=10, steps=2, rng=rng,
+            units=units,
+        )  # fmt: skip
+    setup = PrimorlAuditSetup(
+        canaries=40, background=10, canary="worst" if units is None else "file", file=units
+    )
+    plan = primorl_plan(
+        noise_multiplier=0.0, target_epsilon=None, delta=1e-5, rate=1.0, clip=1.0, rounds=1,
+        units=setup.units, local_lr=1.0,
+    )  # fmt: skip
+    return audit_primorl_one_run(plan=plan, setup=setup, guesses=20, rng=rng)
+
+
+# what worst's canary j is, written as a file unit: (first input, reward)
+WORST_UNIT = {"expert-dp-sgd": (10.0, 1.0), "primorl": (100.0, 5.0)}
+
+
 @pytest.mark.parametrize("command", sorted(ONE_RUN))
-def test_one_run_audits_refuse_a_file_canary(
+def test_one_run_file_canaries_own_their_coordinates(command: str, tmp_path: Path) -> None:
+    """A one-run FILE of m canary units, each placed on its own input coordinate j: m copies
+    of worst's unit reproduce worst's scores exactly (same seed), other units give other
+    scores (the statistic is computed on the file's canaries, not worst's)."""
+    from privrl.audit.canary import load_one_run_canaries
+
+    box = command == "primorl"
+    kw = {"m": 40, "inputs": 3, "actions": 1 if box else 2, "continuous": box}
+    unit = "trajectory" if box else "expert"
+    first, reward = WORST_UNIT[command]
+    same = _one_run_file(tmp_path / "w.h5", 40, first, reward, box_action=box)
+    other = _one_run_file(tmp_path / "o.h5", 40, 0.5 * first, -reward, box_action=box)
+    worst = _one_run_audit(command, None, 5)
+    as_worst = _one_run_audit(command, load_one_run_canaries(same, unit=unit, **kw), 5)
+    mine = _one_run_audit(command, load_one_run_canaries(other, unit=unit, **kw), 5)
+    assert as_worst.params["canary"] == "file"
+    assert np.allclose(as_worst.scores, worst.scores)
+    assert not np.allclose(mine.scores, worst.scores)
+
+
+def test_expert_file_canaries_group_episodes_by_unit_id(tmp_path: Path) -> None:
+    """With unit ids, a canary expert is all the episodes of one id (2 ids → 2 experts)."""
+    from privrl.audit.canary import load_one_run_canaries
+    from privrl.data.io import load_hdf5
+
+    path = _one_run_file(tmp_path / "c.h5", 4, 1.0, 0.0, box_action=False)
+    ds = load_hdf5(path)
+    with_ids = TrajectoryDataset(
+        observations=ds.observations, actions=ds.actions, rewards=ds.rewards,
+        terminated=ds.terminated, truncated=ds.truncated, episode_offsets=ds.episode_offsets,
+        metadata=ds.metadata, unit_ids=np.asarray([7, 3, 7, 3]),
+    )  # fmt: skip
+    save_hdf5(with_ids, tmp_path / "ids.h5")
+    units = load_one_run_canaries(tmp_path / "ids.h5", m=2, inputs=3, actions=2, unit="expert")
+    assert [len(u) for u in units] == [2, 2]
+    with pytest.raises(ValueError, match="holds 2 experts"):
+        load_one_run_canaries(tmp_path / "ids.h5", m=4, inputs=3, actions=2, unit="expert")
+
+
+@pytest.mark.parametrize("command", sorted(ONE_RUN))
+def test_one_run_file_canary_cli_and_mismatch(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _box_episode(tmp_path / "c.h5", [[1.0, 0.0], [0.0, 0.0]], 2)
-    argv = ["audit", command, *ONE_RUN[command], "--canary", str(path)]
-    line = _err([*argv, "--out", str(tmp_path / "o")], capsys)
-    assert "takes no canary file" in line and "one-run audit" in line
+    box = command == "primorl"
+    base = ["audit", command, *ONE_RUN[command]]
+    good = _one_run_file(tmp_path / "g.h5", 40, 10.0, 1.0, box_action=box)
+    out = tmp_path / "run"
+    assert main([*base, "--canary", str(good), "--out", str(out)]) == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["canaries"] == 40 and metrics["guesses"] == 20
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    few = _one_run_file(tmp_path / "few.h5", 39, 10.0, 1.0, box_action=box)
+    line = _err([*base, "--canary", str(few), "--out", str(bad)], capsys)
+    assert "the audit inserts --canaries 40" in line
+    wrong_action = _one_run_file(tmp_path / "a.h5", 40, 10.0, 1.0, box_action=not box)
+    line = _err([*base, "--canary", str(wrong_action), "--out", str(bad)], capsys)
+    assert "action space" in line
+    wide = _box_episode(tmp_path / "wide.h5", [[1.0, 0.0], [0.0, 0.0]], 2)
+    assert "Box(shape=(3,))" in _err([*base, "--canary", str(wide), "--out", str(bad)], capsys)
+    assert not bad.exists()
+
+
+def test_primorl_gradient_statistic_refuses_file_canaries_without_their_own_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--statistic gradient reads canary j's own row of w0; a file canary whose own input is
+    0 never moves it, so the audit refuses it with the reason (loss still runs)."""
+    blind = _one_run_file(tmp_path / "b.h5", 40, 0.0, 1.0, box_action=True)
+    argv = ["audit", "primorl", *ONE_RUN["primorl"], "--canary", str(blind)]
+    line = _err([*argv, "--statistic", "gradient", "--out", str(tmp_path / "o")], capsys)
+    assert "never move their own row" in line and "--statistic loss" in line
     assert not (tmp_path / "o").exists()
 
 

@@ -18,6 +18,11 @@ data. What it must hold depends on the audited system's unit (docs/audit.md, "Ca
 - DP-SGD `--mode one-run`: m episodes (m = `--canaries`), each a unit as above with
   `Box((1 + dim,))` observations: unit j's first input goes on its own coordinate j, the rest
   on the background's `dim` inputs, as the worst canaries are (`load_gradient_canaries`);
+- expert-dp-sgd and PRIMORL (one run): m canary units (m = `--canaries`): m experts (unit ids;
+  without ids, one episode each) or m trajectories, with `Box((1 + 2,))` observations and
+  `Discrete(2)` actions; each observation's first input goes on the unit's own coordinate j,
+  the other two on the background's inputs, as the worst canaries are
+  (`load_one_run_canaries`);
 - expert-dp's filter: one expert's episodes with `Discrete(L)` observations and `Discrete(A)`
   actions: its greedy action in each state is the one it takes most often there
   (`load_expert_canary`).
@@ -36,6 +41,7 @@ import numpy as np
 
 __all__ = [
     "CANARY_SUFFIXES",
+    "CanaryEpisode",
     "TabularCanary",
     "is_canary_file",
     "load_expert_canary",
@@ -44,7 +50,9 @@ __all__ = [
     "load_gradient_canaries",
     "load_gradient_canary",
     "load_lsw_canary",
+    "load_one_run_canaries",
     "load_tabular_canary",
+    "place_on_own_coordinate",
 ]
 
 CANARY_SUFFIXES = (".h5", ".hdf5")
@@ -248,6 +256,98 @@ def load_gradient_canaries(path: str | Path, *, p: int, m: int) -> np.ndarray:
             "give nonzero units"
         )
     return units
+
+
+@dataclass(frozen=True)
+class CanaryEpisode:
+    """One episode of a one-run canary unit, before it is placed on its own coordinate:
+    observations [T + 1, 1 + k], actions [T], rewards [T], whether it ends terminated."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: bool
+
+
+def load_one_run_canaries(
+    path: str | Path,
+    *,
+    m: int,
+    inputs: int,
+    actions: int,
+    unit: str,
+    continuous: bool = False,
+) -> list[list[CanaryEpisode]]:
+    """The m canary units of a one-run audit, each a list of its episodes. `unit` is
+    ``"expert"`` (episodes grouped by unit id, sorted; one episode per expert without ids) or
+    ``"trajectory"`` (one episode per unit). Observations must be `Box((inputs,))`, actions
+    `Discrete(actions)` (`continuous`: `Box((actions,))`), everything finite; rewards are
+    taken as they are."""
+    from gymnasium import spaces
+
+    where, ds = _load(path)
+    md = ds.metadata
+    _box(
+        where,
+        md.observation_space,
+        inputs,
+        "canary input",
+        f"write each observation as 1 + {inputs - 1} inputs (the unit's own coordinate first)",
+    )
+    if not continuous:
+        _discrete(where, "action", md.action_space, actions, "no flag: the audit's learner has 2")
+    elif not isinstance(md.action_space, spaces.Box) or md.action_space.shape != (actions,):
+        raise ValueError(
+            f"{where}: its action space is {md.action_space}, the audit's is "
+            f"Box(shape=({actions},)); write the canary's actions as {actions}-vectors"
+        )
+    ids = np.asarray(ds.episode_unit_ids)
+    if unit == "trajectory":
+        ids = np.arange(ds.n_episodes)
+    groups = np.unique(ids)
+    noun = "experts (unit ids)" if unit == "expert" else "episodes"
+    if groups.size != m:
+        raise ValueError(
+            f"{where}: holds {groups.size} {noun}, the audit inserts --canaries {m}; give one "
+            f"{unit} per canary or set --canaries {groups.size}"
+        )
+    units: list[list[CanaryEpisode]] = [[] for _ in range(m)]
+    slot = {int(g): j for j, g in enumerate(groups.tolist())}
+    for i in range(ds.n_episodes):
+        ep = ds.episode(i)
+        if ep.length < 1:
+            raise ValueError(f"{where}: episode {i} has no step; give episodes of >= 1 step")
+        obs = np.asarray(ep.observations, dtype=np.float64).reshape(-1, inputs)
+        rewards = np.asarray(ep.rewards, dtype=np.float64).reshape(-1)
+        if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))):
+            raise ValueError(f"{where}: episode {i} has non-finite observations or rewards")
+        act = np.asarray(ep.actions)
+        if continuous and not np.all(np.isfinite(act)):
+            raise ValueError(f"{where}: episode {i} has non-finite actions")
+        units[slot[int(ids[i])]].append(
+            CanaryEpisode(
+                observations=obs,
+                actions=(
+                    act.astype(np.float32).reshape(-1, actions)
+                    if continuous
+                    else act.astype(np.int64).reshape(-1)
+                ),
+                rewards=rewards,
+                terminated=bool(np.asarray(ep.terminated)[-1]),
+            )
+        )
+    return units
+
+
+def place_on_own_coordinate(episode: CanaryEpisode, j: int, m: int) -> np.ndarray:
+    """Observations [T + 1, m + k] of canary j's episode: its first input on coordinate j (the
+    unit's own, no other unit's data touch it), its other k inputs on the last k coordinates
+    (the background's), as the worst canaries are built."""
+    obs = episode.observations
+    out = np.zeros((obs.shape[0], m + obs.shape[1] - 1), np.float32)
+    out[:, j] = obs[:, 0]
+    out[:, m:] = obs[:, 1:]
+    return out
 
 
 def load_expert_canary(path: str | Path, *, L: int, A: int) -> np.ndarray:

@@ -253,16 +253,27 @@ def _expert_dataset(
     rng: Any,
     *,
     drawn: tuple[np.ndarray, np.ndarray] | None = None,
+    file: list[list[Any]] | None = None,
 ) -> Any:
     """Canary expert j (if included): one terminal step from state `scale`·e_j, action 0,
     reward 1 (``worst``), or, with `drawn` (``random``, `_random_canaries`), its drawn
-    episode; background expert: one random-walk episode of 8 steps in the last `dim`
-    coordinates (its first m coordinates are 0), random actions, reward 0."""
+    episode, or, with `file` (``--canary FILE``, `privrl.audit.canary.load_one_run_canaries`),
+    its own episodes placed on its own coordinate j; background expert: one random-walk
+    episode of 8 steps in the last `dim` coordinates (its first m coordinates are 0), random
+    actions, reward 0."""
+    from privrl.audit.canary import place_on_own_coordinate
     from privrl.data.dataset import TrajectoryDataset
 
     p = canaries + dim
     episodes = []
     for j in np.flatnonzero(included):  # a few hundred short episodes (set-up)
+        if file is not None:
+            for ep in file[j]:
+                obs = place_on_own_coordinate(ep, int(j), canaries)
+                e = _step_episode(obs, ep.actions, 0.0, int(j), terminal=ep.terminated)
+                e["rewards"] = ep.rewards.astype(np.float32)
+                episodes.append(e)
+            continue
         if drawn is not None:
             obs, act = drawn
             episodes.append(_step_episode(obs[j], act[j], 0.0, int(j), terminal=False))
@@ -353,6 +364,7 @@ def audit_expert_dp_sgd_one_run(
     confidence: float = 0.95,
     canary: str = "worst",
     rng: np.random.Generator,
+    units: list[list[Any]] | None = None,
 ) -> Any:
     """ONE run of expert-level DP-SGD (`privrl.expert.dpsgd.expert_dp_sgd`, Algorithm 4 — the
     private steps of selective DP-SGD) on a discrete CQL learner, with `canaries` canary experts
@@ -365,7 +377,10 @@ def audit_expert_dp_sgd_one_run(
     `noise_multiplier` None is the non-private twin (`expert_dp_sgd(private=False)`: ordinary
     minibatches, no clipping, no noise). ``canary="random"``: the canary experts are drawn like
     the background's (`_random_canaries`), and canary j's score is the mean over its
-    transitions (a much weaker attack: nothing isolates its gradient)."""
+    transitions (a much weaker attack: nothing isolates its gradient). `units`: the canary
+    experts of a ``--canary FILE`` (`privrl.audit.canary.load_one_run_canaries`, m experts
+    with 1 + 2 inputs), each placed on its own coordinate j as ``worst``'s; canary j's score
+    is the mean over its transitions."""
     import torch
 
     from privrl.audit.bounds import one_run_epsilon
@@ -375,7 +390,12 @@ def audit_expert_dp_sgd_one_run(
     from privrl.rl.discrete_common import TransitionTable
 
     m, r = int(canaries), int(guesses)
-    if canary not in ("worst", "random"):
+    file, units = units, None  # the file's canary experts (`units` is reused for M below)
+    if file is not None:
+        canary = "file"
+        if len(file) != m:
+            raise ValueError(f"a file canary is --canaries {m} experts, got {len(file)}")
+    elif canary not in ("worst", "random"):
         raise ValueError(f"--canary must be 'worst' or 'random', got {canary!r}")
     if m < 2 or not (2 <= r <= m) or r % 2:
         raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
@@ -389,14 +409,16 @@ def audit_expert_dp_sgd_one_run(
     )
     included = rng.integers(0, 2, size=m).astype(bool)
     drawn = _random_canaries(m, 2, rng.spawn(1)[0]) if canary == "random" else None
-    data = _expert_dataset(m, background, 2, scale, included, seeds[1], drawn=drawn)
+    data = _expert_dataset(m, background, 2, scale, included, seeds[1], drawn=drawn, file=file)
     # every canary's transitions, as the auditor builds them (public: the canaries are its own)
-    everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1], drawn=drawn)
+    everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1], drawn=drawn, file=file)
     table = TransitionTable(everyone, learner.obs_transform)
-    canary_batch = table.gather(np.arange(len(table)))  # canary-major, equal lengths
+    canary_batch = table.gather(np.arange(len(table)))
+    owner = np.asarray(table.unit, dtype=np.int64)  # canary j of each transition
+    count = np.bincount(owner, minlength=m).astype(np.float64)
 
     def per_canary(loss: Any) -> np.ndarray:
-        return loss.double().numpy().reshape(m, -1).mean(axis=1)
+        return np.bincount(owner, weights=loss.double().numpy(), minlength=m) / count
 
     with torch.no_grad():
         before = per_canary(learner.per_example_loss(learner.params, canary_batch))

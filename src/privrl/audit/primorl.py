@@ -41,7 +41,7 @@ is a bound on the whole T-round release, not on one round.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -58,8 +58,10 @@ Statistic = Literal["loss", "gradient"]
 class PrimorlAuditSetup:
     """The audit's public scale: m canaries, `background` trajectories of `length` steps in
     `dim` coordinates, the ensemble (`members` × one hidden layer of `hidden` units), the canary
-    state's `scale` and `reward`; `canary` ``worst`` (one step from `scale`·e_j) or ``random``
-    (drawn like a background trajectory, `_random_canaries`)."""
+    state's `scale` and `reward`; `canary` ``worst`` (one step from `scale`·e_j), ``random``
+    (drawn like a background trajectory, `_random_canaries`) or ``file`` with `file` the m
+    trajectories of ``--canary FILE`` (`privrl.audit.canary.load_one_run_canaries`, one
+    episode each, 1 + `dim` inputs), each placed on its own coordinate j as ``worst``'s."""
 
     canaries: int = 200
     background: int = 50
@@ -70,9 +72,15 @@ class PrimorlAuditSetup:
     scale: float = 100.0
     reward: float = 5.0
     canary: str = "worst"
+    file: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.canary not in ("worst", "random"):
+        if self.file is not None:
+            if self.canary != "file" or len(self.file) != self.canaries:
+                raise ValueError(
+                    f"a file canary is --canaries {self.canaries} trajectories (canary='file')"
+                )
+        elif self.canary not in ("worst", "random"):
             raise ValueError(f"--canary must be 'worst' or 'random', got {self.canary!r}")
         for name in ("canaries", "length", "dim", "members", "hidden"):
             if int(getattr(self, name)) < 1:
@@ -133,6 +141,18 @@ def _random_canaries(setup: PrimorlAuditSetup, rng: np.random.Generator) -> list
         s[:, m:] = np.cumsum(rng.normal(0.0, 0.3, size=(setup.length + 1, d)), axis=0)
         a = rng.uniform(-1.0, 1.0, size=(setup.length, 1)).astype(np.float32)
         out.append((s, a, -np.square(s[:-1, m])))
+    return out
+
+
+def _file_canaries(setup: PrimorlAuditSetup) -> list[Any]:
+    """``file`` canaries as (states [T + 1, m + dim], actions [T, 1], rewards [T]): canary j's
+    first input on its own coordinate j, the rest on the background's `dim` coordinates."""
+    from privrl.audit.canary import place_on_own_coordinate
+
+    out = []
+    for j, (ep,) in enumerate(setup.file):
+        s = place_on_own_coordinate(ep, j, setup.canaries)
+        out.append((s, ep.actions.astype(np.float32), ep.rewards.astype(np.float32)))
     return out
 
 
@@ -232,6 +252,13 @@ def audit_primorl_one_run(
     drawn = _random_canaries(setup, rng.spawn(1)[0]) if setup.canary == "random" else None
     if drawn is not None and statistic == "gradient":
         raise ValueError("--statistic gradient needs --canary worst (its own row of w0)")
+    if setup.canary == "file":
+        drawn = _file_canaries(setup)
+    counts = (
+        np.ones(m, np.int64)
+        if drawn is None
+        else np.array([a.shape[0] for _, a, _ in drawn], np.int64)
+    )  # transitions of each canary, canary-major
     clients = fed.Clients.from_dataset(
         model, _episodes(setup, included, seeds[1], drawn), "trajectory"
     )
@@ -253,10 +280,11 @@ def audit_primorl_one_run(
         # calibrated by the public θ_0 (Watson et al. 2022): how much the release lowered the
         # canary's loss, so the canaries' different starting losses do not mask the signal
         gain = _canary_nll(ens, layout, theta0, x, y) - _canary_nll(ens, layout, theta, x, y)
-        scores = gain.reshape(m, -1).sum(axis=1)  # summed over each canary's transitions
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        scores = np.add.reduceat(gain, starts)  # summed over each canary's transitions
         layout.load(ens, theta0)
     else:
-        own = fed.Clients(x, y, np.ones(m, np.int64), "trajectory")
+        own = fed.Clients(x, y, counts, "trajectory")
         deltas = fed.local_displacements(
             ens, theta0, own, np.arange(m), plan, seeds[1], weight_decay=False, reduce="none"
         )  # [m, N, P]: each canary's clipped update at θ_0, as the auditor computes it

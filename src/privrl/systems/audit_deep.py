@@ -169,9 +169,10 @@ class AuditExpertDp(AuditSystem):
 # ---------------------------------------------------------------------------------------------
 
 
-ONE_RUN_NO_FILE = (
-    "not available: a one-run audit inserts --canaries m canary {what}, each reading an input "
-    "coordinate no other unit uses, which one file's unit cannot give"
+ONE_RUN_FILE_HELP = (
+    "--canaries m {what} in privrl's format{ids}, Box((3,)) observations (1 + 2 inputs) and "
+    "Discrete(2) actions: canary j's first input goes on its own coordinate j, the other two "
+    "on the background's inputs (as worst's canaries)."
 )
 
 
@@ -181,9 +182,7 @@ class AuditExpertDpSgdConfig(RunConfig):
     selective DP-SGD) with m canary experts (Steinke, Nasr & Jagielski 2023)."""
 
     system: ClassVar[str] = "audit-expert-dp-sgd"
-    no_file_canary: ClassVar[str] = ONE_RUN_NO_FILE.format(what="experts").removeprefix(
-        "not available: "
-    )
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = option(
         None, "--epsilon", help="Target ε: z calibrated by PLD for the N steps.", allow_nan=True
     )
@@ -202,7 +201,10 @@ class AuditExpertDpSgdConfig(RunConfig):
     canaries: int = option(500, "--canaries", help="Canary experts m (each in w.p. ½).")
     guesses: int = option(50, "--guesses", help="Guesses r (half top, half bottom).")
     background: int = option(50, "--background", help="Background experts.")
-    canary: str = _canary(ONE_RUN_NO_FILE.format(what="experts") + " (refused).")
+    canary: str = _canary(
+        ONE_RUN_FILE_HELP.format(what="experts", ids=" (grouped by unit id; one episode each "
+                                 "without ids)")
+    )  # fmt: skip
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -228,7 +230,7 @@ class AuditExpertDpSgdConfig(RunConfig):
             "canaries",
             "--canaries <= 5000 and --steps <= 10000 keep one audit within minutes",
         )
-        check_canary(self, False)
+        check_canary(self, True)
         check(
             0.0 < self.confidence < 1.0,
             "confidence",
@@ -244,6 +246,7 @@ class AuditExpertDpSgd(AuditSystem):
     summary = "expert-dp's private DP-SGD steps, one run with canary experts (Steinke et al.)."
 
     def plan(self, config: AuditExpertDpSgdConfig, header: Any | None) -> Plan:
+        from privrl.audit.canary import is_canary_file, load_one_run_canaries
         from privrl.audit.dpsgd import dp_sgd_noise_multiplier
         from privrl.audit.expert import expert_dp_sgd_claimed
         from privrl.privacy.public import PublicParameters
@@ -277,11 +280,16 @@ class AuditExpertDpSgd(AuditSystem):
             clip=config.clip,
         ).with_public_parameters(params)
         report.notes.append(SYNTHETIC_NOTE)
+        units = None
+        if is_canary_file(config.canary):  # the auditor's own public input, checked first
+            units = load_one_run_canaries(
+                config.canary, m=config.canaries, inputs=3, actions=2, unit="expert"
+            )
         public = {
             "command": "audit expert-dp-sgd",
             "audit": {"noise_multiplier": z, "mode": "one-run", "learner": "discrete CQL"},
         }
-        return Plan(report=report, public=public, facts={"z": z})
+        return Plan(report=report, public=public, facts={"z": z, "units": units})
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
         from privrl.audit.expert import audit_expert_dp_sgd_one_run
@@ -296,7 +304,8 @@ class AuditExpertDpSgd(AuditSystem):
             delta=config.delta,
             clip=config.clip,
             confidence=config.confidence,
-            canary=config.canary,
+            canary="worst" if ctx.plan.facts["units"] is not None else config.canary,
+            units=ctx.plan.facts["units"],
             rng=rng,
         )
         return _one_run_result(audit, ctx.plan.report, config, "loss")
@@ -328,9 +337,7 @@ class AuditPrimorlConfig(RunConfig):
     with m canary trajectories (Steinke, Nasr & Jagielski 2023)."""
 
     system: ClassVar[str] = "audit-primorl"
-    no_file_canary: ClassVar[str] = ONE_RUN_NO_FILE.format(what="trajectories").removeprefix(
-        "not available: "
-    )
+    file_canary: ClassVar[bool] = True
     epsilon: float | None = option(
         None, "--epsilon", help="Target ε: z calibrated by PLD at T rounds.", allow_nan=True
     )
@@ -361,7 +368,11 @@ class AuditPrimorlConfig(RunConfig):
         help="loss (the released model's loss on the canary, vs θ_0) | gradient (projection "
         "on the canary's own update; worst canaries only).",
     )
-    canary: str = _canary(ONE_RUN_NO_FILE.format(what="trajectories") + " (refused).")
+    canary: str = _canary(
+        ONE_RUN_FILE_HELP.format(what="trajectories", ids=" (one episode each)").replace(
+            "Discrete(2) actions", "Box((1,)) actions"
+        )
+    )
     confidence: float = _confidence()
 
     def validate(self) -> None:
@@ -400,11 +411,12 @@ class AuditPrimorlConfig(RunConfig):
             "statistic",
             f"must be 'loss' or 'gradient', got {self.statistic!r}",
         )
-        check_canary(self, False)
+        check_canary(self, True)
         if self.canary == "random" and self.statistic == "gradient":
             raise ValueError(
-                "--statistic gradient reads canary j's own row of the first layer, which only "
-                "--canary worst's canaries own; use --statistic loss with --canary random"
+                "--statistic gradient reads canary j's own row of the first layer, which "
+                "random canaries do not own (worst's and a file's do); use --statistic loss "
+                "with --canary random"
             )
         check(
             0.0 < self.confidence < 1.0,
@@ -421,14 +433,34 @@ class AuditPrimorl(AuditSystem):
     summary = "PRIMORL's DP-FedAvg ensemble, one run with canary trajectories (Steinke et al.)."
 
     def _setup(self, config: AuditPrimorlConfig) -> Any:
+        from privrl.audit.canary import is_canary_file, load_one_run_canaries
         from privrl.audit.primorl import PrimorlAuditSetup
 
+        units = None
+        if is_canary_file(config.canary):  # the auditor's own public input, checked first
+            units = load_one_run_canaries(
+                config.canary,
+                m=config.canaries,
+                inputs=3,
+                actions=1,
+                unit="trajectory",
+                continuous=True,
+            )
+            blind = [j for j, (ep,) in enumerate(units) if not ep.observations[:-1, 0].any()]
+            if config.statistic == "gradient" and blind:
+                raise ValueError(
+                    f"--canary {config.canary}: canary trajectory(ies) {blind[:5]} have first "
+                    "input 0 at every step, so they never move their own row of the first "
+                    "layer that --statistic gradient reads; give them a nonzero first input or "
+                    "use --statistic loss"
+                )
         return PrimorlAuditSetup(
             canaries=config.canaries,
             background=config.background,
             members=config.members,
             hidden=config.hidden,
-            canary=config.canary,
+            canary="file" if units is not None else config.canary,
+            file=units,
         )
 
     def plan(self, config: AuditPrimorlConfig, header: Any | None) -> Plan:
