@@ -207,9 +207,18 @@ def plan_steps(
     upper = DEFAULT_STEPS_UPPER if steps_cap is None else int(steps_cap)
     if upper < 1:
         return 0, True
+    eps = _check_positive(epsilon, "epsilon")
+    if steps_cap is not None:
+        # the cap within the budget is the search's answer: one accountant call, not a search
+        # (the plan finds the count before the ledger check, which should not wait on it)
+        event = sampled_gaussian_event(z, upper, sampling_probability=sampling_probability)
+        if prior is not None:
+            event = ComposedDpEvent([prior, event])
+        if accountant_epsilon(event, delta, relation=RELATION, backend=BACKEND) <= eps:
+            return upper, True
     n = max_steps(
         z,
-        _check_positive(epsilon, "epsilon"),
+        eps,
         delta,
         sampling_probability=sampling_probability,
         relation=RELATION,

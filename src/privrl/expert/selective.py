@@ -71,6 +71,7 @@ __all__ = [
     "BudgetSplit",
     "ExpertDpResult",
     "effective_split",
+    "private_steps_bound",
     "selective_dp_sgd",
     "split_budget",
     "train_expert_dp",
@@ -225,6 +226,59 @@ def effective_split(split: BudgetSplit, rounds: int) -> BudgetSplit:
         split.delta,
         "filter disabled (T = 0 rounds): all budget to DP-SGD",
     )
+
+
+def private_steps_bound(
+    *,
+    p: float,
+    noise_multiplier: float,
+    sampling_rate: float,
+    epsilon: float | None,
+    delta: float,
+    steps: int | None,
+    steps_cap: int | None,
+    prior: DpEvent | None = None,
+) -> tuple[int, bool]:
+    """The most private steps `selective_dp_sgd` can take with these public settings, before
+    the step coins are drawn: (K_max, exact), where ``exact`` says the run takes exactly K_max
+    (p ∈ {0, 1}: every coin is known).
+
+    With ``steps`` = N the run takes K ≤ N private steps (K = the number of coins that come up
+    private); N private steps must fit the budget (refused otherwise, with the fix), so every
+    K the coins can draw does. Without ``steps``, K_max is the largest count within the budget
+    (PLD), at most ``steps_cap``; the run stops at its K_max-th private step or at the cap,
+    whichever comes first. The number of private steps depends on the coins only (drawn
+    independently of the data), so the bound is public. For the certified cases only: at
+    0 < p < 1 the paper's accounting (q = p·b/m) is not certified and not bounded here.
+    """
+    pf = float(p)
+    if pf == 0.0:
+        return 0, True
+    exact = pf == 1.0
+    if steps is not None:
+        try:
+            plan_steps(
+                noise_multiplier=noise_multiplier,
+                sampling_probability=sampling_rate,
+                epsilon=epsilon,
+                delta=delta,
+                prior=prior,
+                steps=int(steps),
+            )
+        except ValueError as exc:
+            if exact:
+                raise
+            raise ValueError(f"with p = {pf:g}, {steps} steps may all be private: {exc}") from None
+        return int(steps), exact
+    k, _ = plan_steps(
+        noise_multiplier=noise_multiplier,
+        sampling_probability=sampling_rate,
+        epsilon=epsilon,
+        delta=delta,
+        prior=prior,
+        steps_cap=steps_cap,
+    )
+    return int(k), exact
 
 
 # ---------------------------------------------------------------------------------------------

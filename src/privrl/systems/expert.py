@@ -9,11 +9,16 @@ adapts them to `plan` / `load` / `run`:
   ``extra["n_experts"]`` / ``extra["recipe"]["n_experts"]``; it sets q = b/m and the default
   δ = 1/m), |A| (``actions`` or a declared Discrete action space not marked
   ``inferred_from_data``), the filter's L (``max_len`` or a declared ``metadata.horizon``) and
-  the settings — each with its source; the budget split; the planned spend (the run's target
-  (ε, δ) under the expert unit, or ε = ∞ for an uncertified mode, which a ledger refuses);
-  the evaluation set-up and the normalised score's references (`expert_public.Reference`).
-- `load` (inside the ledger guard): the public calibrations whose search takes seconds (the
-  filter's ε', DP-SGD's step count), then the episodes and the expert set, checked against the
+  the settings — each with its source; the budget split; the filter's calibration and the
+  step count (public searches; an infeasible calibration or a `--steps` above the budget is
+  refused here); the planned spend: what the run will spend, not its ε ceiling — for dp-sgd
+  the ε of its N steps (`--steps`, or the largest count within ε at most `--steps-cap`), for
+  expert-dp the filter's T rounds composed with the most private steps it can take (exact at
+  p ∈ {0, 1}; at 0 < p < 1 an upper bound, since the step coins, drawn at run time
+  independently of the data, make some steps non-private — the finished report says so); or
+  ε = ∞ for an uncertified mode, which a ledger refuses; the evaluation set-up and the
+  normalised score's references (`expert_public.Reference`).
+- `load` (inside the ledger guard): the episodes and the expert set, checked against the
   public schema.
 - `run`: trains, evaluates greedily in the dataset's environment (the mean return of
   ``evals`` evaluations spaced over the last ``eval_window`` steps; CartPole for 1000 steps,
@@ -49,7 +54,6 @@ from privrl.systems.expert_public import (
     evaluator,
     expert_set_path,
     flag_or_default,
-    planned_spend,
     reference_from,
     resolve_actions,
     resolve_delta,
@@ -472,6 +476,111 @@ def _steps_spend(
     return build_report([release] if steps else [], float(delta), system=f"{system} (planned)")
 
 
+@dataclass(frozen=True)
+class _Bound:
+    """What expert-dp's plan reserved: ε of the filter's T rounds composed with
+    ``private_steps`` DP-SGD steps; ``exact`` when the run takes exactly that many (p ∈ {0, 1}),
+    else an upper bound (the step coins decide how many of them are private)."""
+
+    epsilon: float
+    private_steps: int
+    exact: bool
+
+
+def _filter_calibration(
+    config: ExpertDpConfig,
+    common: _Common,
+    split: Any,
+    rounds: int,
+    length: int | None,
+    p_min: float,
+) -> Any:
+    """The consensus filter's calibration (public: the budget split, T, L and p_min), or None
+    without a filter; an infeasible one is refused before the data are read."""
+    from privrl.privacy.threshold import DataReleaseCalibration
+
+    if not split.filter:
+        return None
+    assert length is not None
+    calib = DataReleaseCalibration.from_budget(
+        split.epsilon1,
+        split.delta1,
+        rounds,
+        length,
+        p_min,
+        calibration=config.filter_calibration,
+    )
+    common.params.derive(
+        "filter ε'", calib.epsilon_prime, f"{config.filter_calibration} calibration"
+    )
+    common.params.derive("filter δ'", calib.delta_prime, "δ1/(2TL)")
+    return calib
+
+
+def _expert_dp_spend(
+    config: ExpertDpConfig,
+    common: _Common,
+    split: Any,
+    calib: Any,
+    *,
+    m: int,
+    z: float,
+    c: float,
+    system: str,
+) -> tuple[Any, _Bound]:
+    """expert-dp's planned report, from public quantities only: the filter's T rounds (its
+    calibration) composed with the most private DP-SGD steps the run can take
+    (`privrl.expert.selective.private_steps_bound`: the step count within the budget, the cap
+    or ``--steps``), as the finished run's report composes them. At p ∈ {0, 1} this is
+    exactly what the run spends; at 0 < p < 1 the step coins (drawn at run time, independent
+    of the data) make some of those steps non-private, so it is an upper bound."""
+    from dp_accounting.dp_event import ComposedDpEvent
+
+    from privrl.expert.dpsgd import build_report, dp_sgd_release
+    from privrl.expert.selective import private_steps_bound
+
+    releases = []
+    if calib is not None:
+        releases.append(calib.release(name="consensus filter (planned): T rounds"))
+    joint = config.dp_sgd_budget == "joint" and split.filter and split.dp_sgd
+    k, exact = 0, True
+    if split.dp_sgd:
+        prior = ComposedDpEvent([r.event for r in releases]) if joint else None
+        k, exact = private_steps_bound(
+            p=split.p,
+            noise_multiplier=z,
+            sampling_rate=common.b / m,
+            epsilon=split.epsilon if joint else split.epsilon2,
+            delta=split.delta if joint else split.delta2,
+            steps=config.steps,
+            steps_cap=common.cap,
+            prior=prior,
+        )
+    if k:
+        releases.append(
+            dp_sgd_release(
+                noise_multiplier=z,
+                clip_norm=c,
+                sampling_probability=common.b / m,
+                steps=k,
+                batch_size=common.b,
+                n_units=m,
+                n_params=1,  # the network's size is not known before the data; ε ignores it
+                name=f"Selective DP-SGD (planned): {'' if exact else 'at most '}{k} private steps",
+            )
+        )
+    note = (
+        "reserved: the filter's rounds and the run's private steps"
+        if exact
+        else f"reserved: the public upper bound, all {k} steps private (p = {split.p:g}); the "
+        "step coins, independent of the data, make fewer of them private"
+    )
+    report = build_report(
+        releases, split.delta1 + split.delta2, system=f"{system} (planned)", notes=[note]
+    )
+    return report, _Bound(float(report.epsilon), k, exact)
+
+
 def _load_dataset(source: Path, n_actions: int, *, units: bool = True) -> _Loaded:
     """The episodes (inside the guard), checked against the public schema (with `units`, the
     expert ids expert-level privacy needs)."""
@@ -724,11 +833,14 @@ class ExpertDp(System):
         _steps_params(config, common)
         uncertified = config.accounting == "paper" and split.dp_sgd and 0.0 < split.p < 1.0
         system = "expert-consensus + selective-dp-sgd"
-        planned = (
-            uncertified_plan(system, PAPER_NOT_CERTIFIED)
-            if uncertified
-            else planned_spend(epsilon, delta, system)
-        )
+        calib = None
+        if uncertified:
+            planned, bound = uncertified_plan(system, PAPER_NOT_CERTIFIED), None
+        else:
+            calib = _filter_calibration(config, common, split, rounds, length, pm)
+            planned, bound = _expert_dp_spend(
+                config, common, split, calib, m=m, z=z, c=c, system=system
+            )
         public = {
             **_public(common, "privrl train expert-dp"),
             "experts": str(experts),
@@ -752,31 +864,15 @@ class ExpertDp(System):
             "length": length,
             "z": z,
             "c": c,
+            "bound": bound,
         }
         return Plan(report=planned, public=public, facts=facts)
 
     def load(self, config: ExpertDpConfig, source: Path | None, plan: Plan, rng: Any) -> _Loaded:
         from privrl.expert.experts import load_experts
-        from privrl.privacy.threshold import DataReleaseCalibration
 
         f = plan.facts
         common: _Common = f["common"]
-        split = f["split"]
-        if split.filter:
-            # the filter's calibration is public: an infeasible one is refused before the data
-            # are read (after the ledger check: the PLD calibration's search takes seconds)
-            calib = DataReleaseCalibration.from_budget(
-                split.epsilon1,
-                split.delta1,
-                f["rounds"],
-                f["length"],
-                plan.public["p_min"],
-                calibration=config.filter_calibration,
-            )
-            common.params.derive(
-                "filter ε'", calib.epsilon_prime, f"{config.filter_calibration} calibration"
-            )
-            common.params.derive("filter δ'", calib.delta_prime, "δ1/(2TL)")
         assert source is not None
         loaded = _load_dataset(source, common.n_actions)
         expert_set = load_experts(f["experts"])  # the experts' policies are private
@@ -833,6 +929,14 @@ class ExpertDp(System):
         )
         common.params.derive("training steps", training.steps, "the public step coins up to step K")
         report = _finish_report(result.report, common.params, common.ref)
+        bound = f["bound"]
+        if bound is not None and not bound.exact:
+            report.notes.append(
+                f"the ledger reserved ε = {bound.epsilon:.6g} for up to {bound.private_steps} "
+                f"private steps (the public upper bound at p = {result.split.p:g}); the step "
+                f"coins, drawn independently of the data, gave {training.private_steps}, so "
+                f"this run spends ε = {report.epsilon:.6g}"
+            )
         training.report = report  # the run's total report (filter + DP-SGD)
         extra = {
             "algorithm": f"expert-dp {config.algo}",
@@ -869,7 +973,13 @@ class DpSgd(System):
     summary = "Expert-level DP-SGD (Sharma et al., Algorithm 4), the paper's baseline."
 
     def plan(self, config: DpSgdConfig, header: Any) -> Plan:
-        from privrl.expert.dpsgd import RELATION, SHUFFLE_NOT_CERTIFIED, UNIT, uncertified_plan
+        from privrl.expert.dpsgd import (
+            RELATION,
+            SHUFFLE_NOT_CERTIFIED,
+            UNIT,
+            plan_steps,
+            uncertified_plan,
+        )
         from privrl.privacy.report import PrivacyReport
 
         common = _common(config, header)
@@ -879,6 +989,7 @@ class DpSgd(System):
         _steps_params(config, common)
         system = "expert-dp-sgd"
         m = epsilon = delta = z = c = None
+        n_steps, capped = (config.steps if config.steps is not None else common.cap), False
         if config.non_private:
             planned = PrivacyReport.non_private(
                 UNIT, RELATION, system=f"{system} (non-private twin)"
@@ -890,21 +1001,27 @@ class DpSgd(System):
             epsilon = params.resolve("ε", flag=config.epsilon, fix="pass --epsilon")
             _sampling_rate(common, m)
             z, c = _noise_params(config, common)
+            # the step count from public parameters only, before the ledger check: --steps N
+            # (refused above the budget), else the largest N within (ε, δ), at most the cap
+            n_steps, capped = plan_steps(
+                noise_multiplier=z,
+                sampling_probability=common.b / m,
+                epsilon=epsilon,
+                delta=delta,
+                steps=config.steps,
+                steps_cap=common.cap,
+            )
+            params.derive(
+                "private steps N",
+                n_steps,
+                "--steps"
+                if config.steps is not None
+                else "largest count within (ε, δ) at most the steps cap, PLD accountant",
+            )
             if config.sampling == "shuffle":
                 planned = uncertified_plan(system, SHUFFLE_NOT_CERTIFIED)
-            elif config.steps is not None:
-                # N given: the ledger checks what N steps spend, not the ε ceiling
-                planned = _steps_spend(
-                    z, c, common.b, m, steps=int(config.steps), delta=delta, system=system
-                )
-                if planned.epsilon > float(epsilon):
-                    raise ValueError(
-                        f"{config.steps} private steps need ε = {planned.epsilon:.4g} > the "
-                        f"budget ε = {float(epsilon):.4g} (δ = {delta:.3g}); use fewer steps or "
-                        "a larger noise multiplier"
-                    )
-            else:  # N is the largest count within ε (searched after the check): ε is the spend
-                planned = planned_spend(epsilon, delta, system)
+            else:  # the ledger checks what the N steps spend, not the ε ceiling
+                planned = _steps_spend(z, c, common.b, m, steps=n_steps, delta=delta, system=system)
         public = {
             **_public(common, "privrl train dp-sgd"),
             "epsilon": epsilon,
@@ -913,35 +1030,11 @@ class DpSgd(System):
             "noise_multiplier": z,
             "clip_norm": c,
         }
-        return Plan(report=planned, public=public, facts={"common": common, "m": m})
+        facts = {"common": common, "m": m, "n_steps": n_steps, "capped": capped}
+        return Plan(report=planned, public=public, facts=facts)
 
     def load(self, config: DpSgdConfig, source: Path | None, plan: Plan, rng: Any) -> _Loaded:
-        from privrl.expert.dpsgd import plan_steps
-
         common: _Common = plan.facts["common"]
-        public = plan.public
-        n_steps = config.steps if config.steps is not None else common.cap
-        capped = False
-        m = plan.facts["m"]
-        if m is not None:
-            # the step count from public parameters only, before the data are read (after
-            # the ledger check: the accountant's search is not instant)
-            n_steps, capped = plan_steps(
-                noise_multiplier=public["noise_multiplier"],
-                sampling_probability=common.b / m,
-                epsilon=public["epsilon"],
-                delta=public["delta"],
-                steps=config.steps,
-                steps_cap=common.cap,
-            )
-            common.params.derive(
-                "private steps N",
-                n_steps,
-                "--steps"
-                if config.steps is not None
-                else "largest count within (ε, δ), PLD accountant",
-            )
-        plan.facts["n_steps"], plan.facts["capped"] = n_steps, capped  # type: ignore[index]
         assert source is not None
         # the non-private twin needs no expert ids: it trains on all transitions
         return _load_dataset(source, common.n_actions, units=not config.non_private)
