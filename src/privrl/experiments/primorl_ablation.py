@@ -389,14 +389,15 @@ def _markdown(
         mopo = table.get(("mopo", "", ""))
         if mopo is not None:
             lines += [
-                f"MOPO (ours): {mopo['return']:.1f} ± {mopo['ci']:.1f} (normalised "
-                f"{_num(mopo['normalised'])}); paper: {PAPER_MOPO[task]}.",
+                f"MOPO (ours): {mopo['return']:.1f} ± {mopo['ci']:.1f}, raw scale "
+                f"{shared.raw_text(mopo)} (normalised {_num(mopo['normalised'])}); paper: "
+                f"{PAPER_MOPO[task]}.",
                 "",
             ]
         lines += [
             "| combination | z | paper return (% of MOPO) | our ε (PLD) | our return ± 95% CI "
-            "| normalised | % of our MOPO | per seed |",
-            "|---|---|---|---|---|---|---|---|",
+            "| raw-scale return ± 95% CI | normalised | % of our MOPO | per seed |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         preset = preset_combo(task)
         for combo in COMBOS:
@@ -406,14 +407,15 @@ def _markdown(
                 name = COMBO_LABELS[combo] + (" (preset)" if combo == preset else "")
                 s = table.get((v, *combo))
                 if s is None:
-                    lines.append(f"| {name} | {PAPER_Z[task][i]} | {p} | — | not run | — | — | — |")
+                    z = PAPER_Z[task][i]
+                    lines.append(f"| {name} | {z} | {p} | — | not run | — | — | — | — |")
                     continue
                 share = f"{s['share']:.1f}%" if "share" in s else "—"
                 per_seed = ", ".join(f"{r:.1f}" for r in s["per_seed"])
                 lines.append(
                     f"| {name} | {PAPER_Z[task][i]} | {p} | {shared.eps_text(s['epsilon'])} | "
-                    f"{s['return']:.1f} ± {s['ci']:.1f} | {_num(s['normalised'])} | {share} | "
-                    f"{per_seed} |"
+                    f"{s['return']:.1f} ± {s['ci']:.1f} | {shared.raw_text(s)} | "
+                    f"{_num(s['normalised'])} | {share} | {per_seed} |"
                 )
         lines.append("")
         if shared.at_ceiling(table, CEILING):
@@ -448,6 +450,7 @@ def _markdown(
         "- The paper's returns are on its own reward scale; compare the share of MOPO's "
         "return (the paper's rows against its MOPO of Table 1).",
         "",
+        *shared.raw_scale_notes(),
     ]
     return "\n".join(lines)
 

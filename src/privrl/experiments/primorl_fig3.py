@@ -266,9 +266,9 @@ def _markdown(
             "",
         ]
     lines += [
-        "| method | target ε | our ε (PLD) | z | our return ± 95% CI | normalised | "
-        "% of our MOPO | per seed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | target ε | our ε (PLD) | z | our return ± 95% CI | "
+        "raw Pendulum-v1 return ± 95% CI | normalised | % of our MOPO | per seed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for key, s in summary.items():
         name = "MOPO" if key == "mopo" else "PRIMORL"
@@ -278,8 +278,8 @@ def _markdown(
         per_seed = ", ".join(f"{v:.1f}" for v in s["per_seed"])
         lines.append(
             f"| {name} | {shared.eps_text(s['target'])} | {shared.eps_text(s['epsilon'])} | "
-            f"{'—' if z is None else f'{z:.3f}'} | {s['return']:.1f} ± {s['ci']:.1f} | {norm} | "
-            f"{share} | {per_seed} |"
+            f"{'—' if z is None else f'{z:.3f}'} | {s['return']:.1f} ± {s['ci']:.1f} | "
+            f"{shared.raw_text(s)} | {norm} | {share} | {per_seed} |"
         )
     capped = [
         f"{s['target']:g}"
@@ -328,5 +328,6 @@ def _markdown(
         "- The paper's Pendulum returns are on its own reward scale; compare the share of "
         "MOPO's return.",
         "",
+        *shared.raw_scale_notes(),
     ]
     return "\n".join(lines)

@@ -32,6 +32,9 @@ __all__ = [
     "curve_series",
     "eps_text",
     "mean_ci",
+    "raw_map",
+    "raw_scale_notes",
+    "raw_text",
     "recipe_dataset",
     "reuse_finished",
     "run_cells",
@@ -240,14 +243,62 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     return mean, high - mean
 
 
+def raw_map(env_id: str) -> tuple[float, float]:
+    """(A, B) with R_raw = A + B·R: an episode return R of the task `env_id` on the raw
+    Gymnasium / dm_control scale (the source env's own reward, transform "none").
+
+    Public: per step r_raw = a + b·r (:func:`privrl.envs.control.reward_map`, fixed by the
+    simulator's declared cost), and every episode of these tasks lasts the horizon H (truncated,
+    never terminated), so the return maps as R_raw = H·a + b·R. For privrl/Pendulum-v0
+    (r' = 1 + r/c_max) that is R_raw = c_max·(R' − H); identity where privrl leaves the reward
+    as its source computes it (the cartpoles, HalfCheetah)."""
+    from privrl.envs.control import reward_map, task_for_env_id, with_reward_transform
+
+    task = task_for_env_id(env_id)
+    a, b = reward_map(task, with_reward_transform(task, "none"))
+    return task.horizon * a, b
+
+
+def raw_scale_notes() -> list[str]:
+    """The report paragraph on the raw scale: the transform, its inverse and the paper's scale."""
+    from privrl.envs.control import PENDULUM_MAX_COST
+
+    c = PENDULUM_MAX_COST
+    return [
+        "## Returns on the raw scale",
+        "",
+        "Our Pendulum task (privrl/Pendulum-v0) rescales Gymnasium Pendulum-v1's per-step "
+        f"reward r ∈ [−c_max, 0] to r' = 1 + r/c_max ∈ [0, 1], with c_max = π² + 0.1·8² + "
+        f"0.001·2² ≈ {c:.4f} (the largest per-step cost). The inverse is r = c_max·(r' − 1); "
+        "an episode lasts H = 200 steps (truncated, never terminated), so a return maps as "
+        f"R = c_max·(R' − H) = {c:.4f}·(R' − 200): R' ∈ [0, 200] ↔ R ∈ [−{200 * c:.1f}, 0]. "
+        "The raw column applies this public affine map to our return (the interval's "
+        "half-width scales by c_max); for the cartpoles (dm_control rewards in [0, 1], "
+        "1000 steps) and HalfCheetah privrl does not transform the reward and the two "
+        "scales coincide.",
+        "",
+        "The paper's Pendulum returns (MOPO 795.9, NO PRIVACY 810.4, LOW 817.4, HIGH 778.9) "
+        "are on neither scale and cannot be mapped to ours: a raw Pendulum-v1 return is ≤ 0, "
+        "and a return of rewards in [0, 1] (the paper's MDP definition, Section 3) over "
+        "Pendulum-v1's 200 steps is ≤ 200. The paper states neither its Pendulum reward "
+        "transform nor its episode length (its Figure 3 axis reaches 1000, which suggests "
+        "longer episodes or another scaling), so no affine map from its numbers to ours "
+        "can be derived; we compare shares of MOPO's return instead. Its cartpole returns "
+        "(Balance 976.3, Swingup 804.9 for MOPO) are on dm_control's own scale, which is "
+        "ours (the raw column equals our return there).",
+        "",
+    ]
+
+
 def cell_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One report row over its seeds' cells: seeds, return mean ± 95% CI, per-seed returns,
-    the mean normalised score (None when a cell has none) and ε (∞ for a non-private row)."""
+    the mean normalised score (None when a cell has none), ε (∞ for a non-private row) and,
+    when the cells name their env id, the return ± CI on the raw scale (:func:`raw_map`)."""
     returns = [float(c["return_mean"]) for c in cells]
     ret, ci = mean_ci(returns)
     scores = [c.get("normalised_score") for c in cells]
     eps = cells[0].get("privacy_epsilon")
-    return {
+    stats = {
         "seeds": len(cells),
         "return": ret,
         "ci": ci,
@@ -255,6 +306,18 @@ def cell_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "normalised": None if None in scores else sum(scores) / len(scores),
         "epsilon": math.inf if eps is None else float(eps),
     }
+    env_id = cells[0].get("env_id")
+    if env_id:
+        a, b = raw_map(str(env_id))
+        stats.update(env_id=str(env_id), raw_return=a + b * ret, raw_ci=abs(b) * ci)
+    return stats
+
+
+def raw_text(stats: Mapping[str, Any]) -> str:
+    """A row's raw-scale return ± CI for a report table ("—" without one)."""
+    if "raw_return" not in stats:
+        return "—"
+    return f"{stats['raw_return']:.1f} ± {stats['raw_ci']:.1f}"
 
 
 def at_ceiling(table: Mapping[Any, Mapping[str, Any]], ceiling: float) -> bool:

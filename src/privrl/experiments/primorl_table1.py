@@ -12,7 +12,8 @@ The report (``OUT/report.md``, ``OUT/claims.json``, ``OUT/plots/``) sets each ro
 paper's: ε (our PLD accountant for the paper's z, q and T), the return (mean ± 95% t-interval
 over seeds, the mean of the last 10 SAC epochs' evaluations, as in the paper), and the share of
 our MOPO's return, which is what can be compared (the paper's Pendulum reward scale differs:
-our reward is r' = 1 + r/16.27 ∈ [0, 1]).
+our reward is r' = 1 + r/16.27 ∈ [0, 1]), and the return on Gymnasium Pendulum-v1's raw scale,
+R = c_max·(R' − 200) (the public inverse transform, `primorl_sweeps.raw_map`).
 """
 
 from __future__ import annotations
@@ -228,8 +229,8 @@ def _markdown(
         ]
     lines += [
         "| method | paper ε | our ε (PLD) | paper return (% of MOPO) | our return ± 95% CI | "
-        "normalised | % of our MOPO | per seed |",
-        "|---|---|---|---|---|---|---|---|",
+        "raw Pendulum-v1 return ± 95% CI | normalised | % of our MOPO | per seed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in ROWS:
         p_eps, p_ret, p_share = PAPER[name]
@@ -237,7 +238,7 @@ def _markdown(
         if s is None:
             lines.append(
                 f"| {LABELS[name]} | {_eps(p_eps)} | — | {p_ret} ({p_share}%) | "
-                "not run | — | — | — |"
+                "not run | — | — | — | — |"
             )
             continue
         norm = "—" if s["normalised"] is None else f"{s['normalised']:.1f}"
@@ -245,7 +246,8 @@ def _markdown(
         per_seed = ", ".join(f"{v:.1f}" for v in s["per_seed"])
         lines.append(
             f"| {LABELS[name]} | {_eps(p_eps)} | {_eps(s['epsilon'])} | {p_ret} ({p_share}%) | "
-            f"{s['return']:.1f} ± {s['ci']:.1f} | {norm} | {share} | {per_seed} |"
+            f"{s['return']:.1f} ± {s['ci']:.1f} | {shared.raw_text(s)} | {norm} | {share} | "
+            f"{per_seed} |"
         )
     lines += ["", "## Verdicts", "", "| claim | paper | ours | verdict |", "|---|---|---|---|"]
     for c in found:
@@ -279,6 +281,7 @@ def _markdown(
         "- The paper's Pendulum returns are on its own reward scale; compare the share of "
         "MOPO's return.",
         "",
+        *shared.raw_scale_notes(),
     ]
     return "\n".join(lines)
 
