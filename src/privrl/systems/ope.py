@@ -1029,20 +1029,7 @@ class Gpope(OpeSystem):
                     f"the default N = 10·m = {n_iter:,} iterations exceeds the limit of "
                     f"{MAX_ITERATIONS:,}; pass --iterations N"
                 )
-        n = int(problem.features.dim)
-        need = m * (2 * n * n + n) * 8
-        if need > MAX_STATS_BYTES:
-            raise ValueError(
-                f"GPOPE's per-trajectory statistics would need {need / 2**30:.1f} GiB "
-                f"(m·(2n²+n) numbers for m = {m:,} trajectories and n = {n} features), above the "
-                f"limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
-            )
-        needs_tuning = config.clip is None or config.step_size is None
-        if needs_tuning and config.public_data is None and problem.domain is None:
-            raise ValueError(
-                "with --data, give --clip and --step-size, or --public-data FILE to tune them "
-                "on (they must not be tuned on the private data)"
-            )
+        n, needs_tuning = _check_gpope_inputs(config, problem, m, "m = {m:,} trajectories")
         accounting = config.accounting
         params.given("accounting", accounting, _source(accounting, "rigorous"), "--accounting")
         sigma = calibrated_sigma(config.epsilon, config.delta, m, n_iter, accounting)
@@ -1345,20 +1332,7 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
         T = params.given("iterations T", int(config.steps), Source.FLAG, "--steps")
     else:
         T = params.given("iterations T", mb.DEFAULT_STEPS, Source.DEFAULT, "privrl.ope.minibatch")
-    n = int(problem.features.dim)
-    need = m_bar * (2 * n * n + n) * 8
-    if need > MAX_STATS_BYTES:
-        raise ValueError(
-            f"GPOPE's per-trajectory statistics would need {need / 2**30:.1f} GiB "
-            f"(m·(2n²+n) numbers for m̄ = {m_bar:,} declared trajectories and n = {n} features), "
-            f"above the limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
-        )
-    needs_tuning = config.clip is None or config.step_size is None
-    if needs_tuning and config.public_data is None and problem.domain is None:
-        raise ValueError(
-            "with --data, give --clip and --step-size, or --public-data FILE to tune them "
-            "on (they must not be tuned on the private data)"
-        )
+    n, needs_tuning = _check_gpope_inputs(config, problem, m_bar, "m̄ = {m:,} declared trajectories")
     params.given("accountant", "pld", Source.DEFAULT, "dp-accounting PLD, add/remove")
     sigma = mb.minibatch_sigma(config.epsilon, config.delta, q, T)
     params.derive(
@@ -1830,3 +1804,24 @@ class Lstd(OpeSystem):
             covers="nothing: lstd is non-private (no privacy noise); not sampling error",
         )
         return ope_result(problem, theta, ctx.plan.report, metrics=metrics)
+
+
+def _check_gpope_inputs(config: Any, problem: Any, m: int, what: str) -> tuple[int, bool]:
+    """Before the data: the per-trajectory statistics fit in memory for the public count `m`
+    (`what` names it, formatted with m), and (clip, step size) are given or tunable on public
+    data (never on the private data). Returns n (features) and whether tuning is needed."""
+    n = int(problem.features.dim)
+    need = m * (2 * n * n + n) * 8
+    if need > MAX_STATS_BYTES:
+        raise ValueError(
+            f"GPOPE's per-trajectory statistics would need {need / 2**30:.1f} GiB "
+            f"(m·(2n²+n) numbers for {what.format(m=m)} and n = {n} features), above the "
+            f"limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
+        )
+    needs_tuning = config.clip is None or config.step_size is None
+    if needs_tuning and config.public_data is None and problem.domain is None:
+        raise ValueError(
+            "with --data, give --clip and --step-size, or --public-data FILE to tune them "
+            "on (they must not be tuned on the private data)"
+        )
+    return n, needs_tuning
