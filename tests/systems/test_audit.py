@@ -15,6 +15,8 @@ from privrl.cli.main import main
 from privrl.privacy import mechanisms
 from privrl.runs import registry
 from privrl.systems.audit import AuditDpApviConfig, AuditGpopeConfig
+from tests.systems.common import run_json as _json
+from tests.systems.common import toml_text as _toml
 
 # system -> (settings, the same as flags); small trials keep each run well under a second (and
 # GPOPE's m = 1: the rigorous calibration of σ for m > 1 takes seconds)
@@ -28,21 +30,6 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         "--rho 0.5 --horizon 2 --states 2 --trials 3000 --confidence 0.9".split(),
     ),
 }
-
-
-def _toml(values: dict[str, Any]) -> str:
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return f'"{v}"' if isinstance(v, str) else repr(v)
-
-    return "\n".join(f"{k} = {value(v)}" for k, v in values.items()) + "\n"
-
-
-def _json(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text())
-    data.pop("created", None)  # privacy.json's timestamp: the only key two runs differ in
-    return data
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ from privrl.systems.audit_deep import (
     AuditExpertDpSgdConfig,
     AuditPrimorlConfig,
 )
+from tests.systems.common import run_json as _json
+from tests.systems.common import toml_text as _toml
 
 torch.set_num_threads(1)
 
@@ -35,21 +37,6 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         "--noise-multiplier 1 --canaries 200 --background 20 --guesses 40".split(),
     ),
 }
-
-
-def _toml(values: dict[str, Any]) -> str:
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return f'"{v}"' if isinstance(v, str) else repr(v)
-
-    return "\n".join(f"{k} = {value(v)}" for k, v in values.items()) + "\n"
-
-
-def _json(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text())
-    data.pop("created", None)
-    return data
 
 
 @pytest.mark.parametrize(

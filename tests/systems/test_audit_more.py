@@ -19,6 +19,8 @@ from privrl.systems.audit_more import (
     AuditDpVapviConfig,
     AuditSdpPeConfig,
 )
+from tests.systems.common import run_json as _json
+from tests.systems.common import toml_text as _toml
 
 CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "audit-dp-vapvi": ({"rho": 0.5, "trials": 3000}, "--rho 0.5 --trials 3000".split()),
@@ -32,21 +34,6 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         "--noise-multiplier 2 --trials 3000".split(),
     ),
 }
-
-
-def _toml(values: dict[str, Any]) -> str:
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return f'"{v}"' if isinstance(v, str) else repr(v)
-
-    return "\n".join(f"{k} = {value(v)}" for k, v in values.items()) + "\n"
-
-
-def _json(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text())
-    data.pop("created", None)
-    return data
 
 
 @pytest.mark.parametrize(
