@@ -28,7 +28,7 @@ distribution as D₀ (a typical member, a much weaker attack).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,6 +72,28 @@ class AuditTrials:
     def trials(self) -> int:
         return int(self.labels.size)
 
+    @classmethod
+    def from_report(
+        cls,
+        system: str,
+        report: PrivacyReport,
+        scores: np.ndarray,
+        labels: np.ndarray,
+        *,
+        delta: float,
+        params: dict[str, Any],
+    ) -> AuditTrials:
+        """Trials whose claimed ε is `report`'s own ε (at `delta`)."""
+        return cls(
+            system=system,
+            scores=scores,
+            labels=labels,
+            epsilon_claimed=float(report.epsilon),
+            delta=float(delta),
+            report=report,
+            params=params,
+        )
+
 
 def _check_trials(trials: int, canary: str, *, file: bool = False) -> int:
     if int(trials) < 2:
@@ -88,6 +110,22 @@ def _batches(trials: int, per_trial: int, batch: int | None = None) -> list[int]
         raise ValueError(f"batch must be >= 1, got {batch}")
     size = int(batch) if batch is not None else max(1, _BATCH_FLOATS // max(per_trial, 1))
     return [min(size, trials - i) for i in range(0, trials, size)]
+
+
+def _trial_batches(
+    trials: int,
+    per_trial: int,
+    batch: int | None,
+    progress: Callable[[int, int], None] | None,
+) -> Iterator[tuple[int, int]]:
+    """(first trial, size) of each mechanism call (`_batches`), in order; once a call's
+    trials are scored, `progress(done, trials)`."""
+    done = 0
+    for size in _batches(trials, per_trial, batch):
+        yield done, size
+        done += size
+        if progress is not None:
+            progress(done, trials)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,8 +255,7 @@ def audit_dp_apvi(
     n = int(d_s.shape[0])
     labels = rng.integers(0, 2, size=trials)
     scores = np.empty(trials)
-    done = 0
-    for size in _batches(trials, c0.size, batch):
+    for done, size in _trial_batches(trials, c0.size, batch, progress):
         b = labels[done : done + size]
         stacked = np.where(b[:, None] == 1, c1, c0)
         base = Counts(
@@ -237,16 +274,12 @@ def audit_dp_apvi(
             scores[done : done + size] = (np.abs(y - lo) - np.abs(y - hi)).sum(axis=1)
         else:
             scores[done : done + size] = y @ (hi - lo)
-        done += size
-        if progress is not None:
-            progress(done, trials)
-    return AuditTrials(
-        system="dp-apvi" if report.private else "apvi",
-        scores=scores,
-        labels=labels,
-        epsilon_claimed=float(report.epsilon),
-        delta=float(report.delta),
-        report=report,
+    return AuditTrials.from_report(
+        "dp-apvi" if report.private else "apvi",
+        report,
+        scores,
+        labels,
+        delta=report.delta,
         params={
             "H": H,
             "S": S,
@@ -379,8 +412,9 @@ def audit_gpope(
     step = StepSize("constant", eta=1.0, k=0.0)
     labels = rng.integers(0, 2, size=trials)
     scores = np.empty(trials)
-    done = 0
-    for size in _batches(trials, m * (2 * n * n + n) + 2 * n * iterations, batch):
+    for done, size in _trial_batches(
+        trials, m * (2 * n * n + n) + 2 * n * iterations, batch, progress
+    ):
         b = labels[done : done + size]
         stats = [
             TrajectoryStats(A1, b1, C1, np.ones(m), GPOPE_AUDIT_GAMMA)
@@ -398,9 +432,6 @@ def audit_gpope(
             seed=rng,
         )
         scores[done : done + size] = trace.x @ direction
-        done += size
-        if progress is not None:
-            progress(done, trials)
     report = gpope_report(sigma=sig, clip=clip, m=m, iterations=iterations, features=n, delta=delta)
     return AuditTrials(
         system="gpope" if sig > 0 else "gtd2",

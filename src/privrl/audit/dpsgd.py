@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from privrl.audit.attacks import AuditTrials, Canary, _batches, _check_trials
+from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
@@ -214,8 +214,9 @@ def audit_dp_sgd(
     generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
     labels = rng.integers(0, 2, size=trials)
     scores = np.empty(trials)
-    done = 0
-    for size in _batches(trials, steps * (units.shape[0] + units.shape[1]), batch):
+    for done, size in _trial_batches(
+        trials, steps * (units.shape[0] + units.shape[1]), batch, progress
+    ):
         member = np.ones((size, units.shape[0]), bool)
         member[:, 0] = labels[done : done + size] == 1
         disp = _displacements(
@@ -230,9 +231,6 @@ def audit_dp_sgd(
             generator=generator,
         )
         scores[done : done + size] = disp @ direction
-        done += size
-        if progress is not None:
-            progress(done, trials)
     report = dp_sgd_claimed(
         noise_multiplier=noise_multiplier,
         rate=rate,
@@ -242,13 +240,12 @@ def audit_dp_sgd(
         units=units.shape[0],
         clip=clip,
     )
-    return AuditTrials(
-        system="dp-sgd" if noise_multiplier is not None else "sgd",
-        scores=scores,
-        labels=labels,
-        epsilon_claimed=float(report.epsilon),
-        delta=float(delta),
-        report=report,
+    return AuditTrials.from_report(
+        "dp-sgd" if noise_multiplier is not None else "sgd",
+        report,
+        scores,
+        labels,
+        delta=delta,
         params={
             "noise_multiplier": noise_multiplier,
             "sampling_rate": rate,
@@ -284,6 +281,39 @@ class OneRunAudit:
     delta: float
     report: PrivacyReport
     params: dict[str, Any]
+
+    @classmethod
+    def from_guesses(
+        cls,
+        scores: np.ndarray,
+        included: np.ndarray,
+        *,
+        guesses: int,
+        confidence: float,
+        report: PrivacyReport,
+        delta: float,
+        params: dict[str, Any],
+    ) -> OneRunAudit:
+        """Guess "in" for the `guesses`/2 highest scores and "out" for the as many lowest,
+        count the correct guesses and bound ε from below (Steinke et al. 2023, Thm. 3.3);
+        the claimed ε is `report`'s own."""
+        from privrl.audit.bounds import one_run_epsilon
+
+        order = np.argsort(scores, kind="mergesort")
+        half = guesses // 2
+        correct = int(included[order[-half:]].sum() + (~included[order[:half]]).sum())
+        bound = one_run_epsilon(included.size, guesses, correct, delta, confidence)
+        return cls(
+            scores=scores,
+            included=included,
+            guesses=guesses,
+            correct=correct,
+            epsilon_lower_bound=float(bound),
+            epsilon_claimed=float(report.epsilon),
+            delta=float(delta),
+            report=report,
+            params=params,
+        )
 
     def as_trials(self) -> AuditTrials:
         """The canaries as scored trials (score, inclusion bit), for the ROC plot."""
@@ -349,7 +379,6 @@ def audit_dp_sgd_one_run(
     the `guesses`/2 highest and "out" for the `guesses`/2 lowest scores (Steinke et al. 2023,
     §6: abstaining on the middle is what makes the bound tight). `units` [canaries, 1 + dim]:
     the canaries of a ``--canary FILE`` (`privrl.audit.canary.load_gradient_canaries`)."""
-    from privrl.audit.bounds import one_run_epsilon
 
     if units is not None:
         canary = "file"  # type: ignore[assignment]
@@ -378,10 +407,6 @@ def audit_dp_sgd_one_run(
     )[0]
     norms = np.maximum(np.linalg.norm(grads[:m], axis=1), 1e-300)
     scores = -(grads[:m] @ disp) / norms  # projection on each canary's own direction
-    order = np.argsort(scores, kind="mergesort")
-    half = r // 2
-    correct = int(included[order[-half:]].sum() + (~included[order[:half]]).sum())
-    bound = one_run_epsilon(m, r, correct, delta, confidence)
     report = dp_sgd_claimed(
         noise_multiplier=noise_multiplier,
         rate=rate,
@@ -391,15 +416,13 @@ def audit_dp_sgd_one_run(
         units=units.shape[0],
         clip=clip,
     )
-    return OneRunAudit(
-        scores=scores,
-        included=included,
+    return OneRunAudit.from_guesses(
+        scores,
+        included,
         guesses=r,
-        correct=correct,
-        epsilon_lower_bound=float(bound),
-        epsilon_claimed=float(report.epsilon),
-        delta=float(delta),
+        confidence=confidence,
         report=report,
+        delta=delta,
         params={
             "system": "dp-sgd" if noise_multiplier is not None else "sgd",
             "confidence": confidence,

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.audit.attacks import AuditTrials, Canary, _batches, _check_trials
+from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
@@ -209,21 +209,16 @@ def audit_consensus_filter(
     counts = np.exp(lc)
     labels = rng.integers(0, 2, size=trials)
     scores = np.empty(trials)
-    done = 0
-    for size in _batches(trials, L + 1, batch):
+    for done, size in _trial_batches(trials, L + 1, batch, progress):
         b = labels[done : done + size]
         scores[done : done + size] = stable_prefix_lengths(counts[b], calib, rng, non_private)
-        done += size
-        if progress is not None:
-            progress(done, trials)
     report = filter_claimed(None if non_private else calib, delta)
-    return AuditTrials(
-        system="consensus filter (no noise)" if non_private else "expert-dp consensus filter",
-        scores=scores,
-        labels=labels,
-        epsilon_claimed=float(report.epsilon),
-        delta=float(delta),
-        report=report,
+    return AuditTrials.from_report(
+        "consensus filter (no noise)" if non_private else "expert-dp consensus filter",
+        report,
+        scores,
+        labels,
+        delta=delta,
         params={
             "rounds": 1,
             "max_len": L,
@@ -383,7 +378,6 @@ def audit_expert_dp_sgd_one_run(
     is the mean over its transitions."""
     import torch
 
-    from privrl.audit.bounds import one_run_epsilon
     from privrl.audit.dpsgd import OneRunAudit
     from privrl.expert.dpsgd import expert_dp_sgd
     from privrl.rl.cql import DiscreteCQL
@@ -438,20 +432,14 @@ def audit_expert_dp_sgd_one_run(
     with torch.no_grad():
         after = per_canary(learner.per_example_loss(learner.params, canary_batch))
     scores = before - after  # higher ⇒ the release learned canary j ⇒ guess "in"
-    order = np.argsort(scores, kind="mergesort")
-    half = r // 2
-    correct = int(included[order[-half:]].sum() + (~included[order[:half]]).sum())
-    bound = one_run_epsilon(m, r, correct, delta, confidence)
     report = result.report
-    return OneRunAudit(
-        scores=scores,
-        included=included,
+    return OneRunAudit.from_guesses(
+        scores,
+        included,
         guesses=r,
-        correct=correct,
-        epsilon_lower_bound=float(bound),
-        epsilon_claimed=float(report.epsilon),
-        delta=float(delta),
+        confidence=confidence,
         report=report,
+        delta=delta,
         params={
             "system": "expert-dp-sgd" if noise_multiplier is not None else "expert sgd (twin)",
             "confidence": confidence,

@@ -228,7 +228,6 @@ def audit_primorl_one_run(
     """ONE PRIMORL training (T = `plan.T_max` rounds of `dp_fedavg_round`) with `setup.canaries`
     canaries each included with probability ½; `guesses`/2 "in" guesses on the best scores and
     `guesses`/2 "out" guesses on the worst; the one-run bound at the plan's δ."""
-    from privrl.audit.bounds import one_run_epsilon
     from privrl.primorl import dp_fedavg as fed
     from privrl.primorl.dynamics import DynamicsConfig, DynamicsModel
 
@@ -294,20 +293,14 @@ def audit_primorl_one_run(
         own_rows = torch.gather(d, 1, rows)
         norms = own_rows.norm(dim=1).clamp_min(1e-30)
         scores = ((disp[rows] * own_rows).sum(1) / norms).double().numpy()
-    order = np.argsort(scores, kind="mergesort")
-    half = r // 2
-    correct = int(included[order[-half:]].sum() + (~included[order[:half]]).sum())
-    bound = one_run_epsilon(m, r, correct, plan.delta, confidence)
     report = plan.report(plan.T_max, layout.members * layout.size)
-    return OneRunAudit(
-        scores=scores,
-        included=included,
+    return OneRunAudit.from_guesses(
+        scores,
+        included,
         guesses=r,
-        correct=correct,
-        epsilon_lower_bound=float(bound),
-        epsilon_claimed=float(report.epsilon),
-        delta=float(plan.delta),
+        confidence=confidence,
         report=report,
+        delta=plan.delta,
         params={
             "system": "primorl" if plan.private else "primorl (no noise)",
             "confidence": confidence,

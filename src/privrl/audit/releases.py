@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.audit.attacks import AuditTrials, Canary, _batches, _check_trials
+from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
@@ -141,8 +141,7 @@ def audit_dp_vapvi(
     )
     labels = _labels(trials, rng)
     scores = np.zeros(trials)
-    done = 0
-    for size in _batches(trials, 3 * H * d, batch):
+    for done, size in _trial_batches(trials, 3 * H * d, batch, progress):
         b = labels[done : done + size, None] == 1
         for h in range(H):
             for kind in ("v2", "v1", "target"):
@@ -150,17 +149,13 @@ def audit_dp_vapvi(
                 noisy = releaser.vector(np.where(b, s1[kind], s0[kind]), kind=kind, h=h)
                 weight = 1.0 if rho is None else releaser.sigma(kind) ** 2
                 scores[done : done + size] += (noisy - s0[kind]) @ diff / weight
-        done += size
-        if progress is not None:
-            progress(done, trials)
     report = vapvi_claimed(rho, delta)
-    return AuditTrials(
-        system="dp-vapvi" if rho is not None else "vapvi",
-        scores=scores,
-        labels=labels,
-        epsilon_claimed=float(report.epsilon),
-        delta=float(delta),
-        report=report,
+    return AuditTrials.from_report(
+        "dp-vapvi" if rho is not None else "vapvi",
+        report,
+        scores,
+        labels,
+        delta=delta,
         params={
             "H": H,
             "d": d,
@@ -235,8 +230,7 @@ def audit_dp_lsw(
     direction = theta1 - theta0
     labels = _labels(trials, rng)
     scores = np.empty(trials)
-    done = 0
-    for size in _batches(trials, S, batch):
+    for done, size in _trial_batches(trials, S, batch, progress):
         b = labels[done : done + size] == 1
         stacked = np.where(b[None, :], mean1[:, None], mean0[:, None])  # F̄ [S, trials]
         fv = FirstVisit(counts, stacked, m)
@@ -247,17 +241,13 @@ def audit_dp_lsw(
                 fv, Phi, w, epsilon=epsilon, delta=delta, return_range=R, rng=rng
             ).theta  # the system's own release: θ_X + N(0, σ_X² I)
         scores[done : done + size] = direction @ theta
-        done += size
-        if progress is not None:
-            progress(done, trials)
     report = lsw_claimed(epsilon=epsilon, delta=delta, states=S, trajectories=m, return_range=R)
-    return AuditTrials(
-        system="dp-lsw" if epsilon is not None else "lsw",
-        scores=scores,
-        labels=labels,
-        epsilon_claimed=float(report.epsilon),
-        delta=float(delta),
-        report=report,
+    return AuditTrials.from_report(
+        "dp-lsw" if epsilon is not None else "lsw",
+        report,
+        scores,
+        labels,
+        delta=delta,
         params={
             "states": S,
             "trajectories": m,
@@ -356,9 +346,8 @@ def audit_sdp_pe(
         cal = priv.calibration(n)
     labels = _labels(trials, rng)
     scores = np.zeros(trials)
-    done = 0
     per_trial = sum(getattr(c0, f).size for f in fams)
-    for size in _batches(trials, per_trial, batch):
+    for done, size in _trial_batches(trials, per_trial, batch, progress):
         b = labels[done : done + size] == 1
         for fam in fams:
             lo, hi = getattr(c0, fam), getattr(c1, fam)
@@ -375,16 +364,12 @@ def audit_sdp_pe(
                 )
             y = np.asarray(noisy).reshape(size, -1)[:, where]
             scores[done : done + size] += (y - lo.ravel()[where]) @ diff[where]
-        done += size
-        if progress is not None:
-            progress(done, trials)
-    return AuditTrials(
-        system="sdp-pe" if epsilon is not None else "pe",
-        scores=scores,
-        labels=labels,
-        epsilon_claimed=float(report.epsilon),
-        delta=float(delta),
-        report=report,
+    return AuditTrials.from_report(
+        "sdp-pe" if epsilon is not None else "pe",
+        report,
+        scores,
+        labels,
+        delta=delta,
         params={
             "H": H,
             "S": S,
