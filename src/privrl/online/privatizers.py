@@ -395,9 +395,20 @@ def _flatten(counts: Counts, runs: int) -> FloatArray:
 class _StreamingPrivatizer(Privatizer):
     cumulative = True
 
+    model: str
+
     def __init__(
-        self, H: int, S: int, A: int, *, epsilon: float, episodes: int, beta: float, runs: int
+        self,
+        H: int,
+        S: int,
+        A: int,
+        *,
+        epsilon: float,
+        episodes: int,
+        rngs: Sequence[np.random.Generator],
+        beta: float = 0.1,
     ) -> None:
+        """`rngs`: one generator per parallel run (the runs share nothing)."""
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
         if not 0 < beta < 1:
@@ -406,12 +417,17 @@ class _StreamingPrivatizer(Privatizer):
         self.epsilon = float(epsilon)
         self.episodes = int(episodes)
         self.beta = float(beta)
-        self.runs = int(runs)
+        self.rngs = list(rngs)
+        self.runs = len(self.rngs)
         self.d_sa = H * S * A
         self.dim = 2 * self.d_sa + self.d_sa * S
         # union bound over every counter of every release (one release per episode)
         self.beta_counter = self.beta / (self.episodes * self.dim)
         self.t = 0
+        self._start()
+
+    def _start(self) -> None:
+        """The mechanism's own state, once the common fields are set."""
 
     def _split(self, raw: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         H, S, A, R = self.H, self.S, self.A, self.runs
@@ -447,30 +463,28 @@ class _StreamingPrivatizer(Privatizer):
         n_sa, n_sas = consistent_counts(n_sa_raw, n_sas_raw, E, rows)
         return PrivateCounts(n_sa, n_sas, r_raw, E, e_raw)
 
+    def _family_report(
+        self, release: Callable[[str, int], Release], notes: list[str], *, system: str
+    ) -> PrivacyReport:
+        """The report of one release per count family (ε/3 each): `release(family, size)`."""
+        releases = [release(f, self.d_sa * (self.S if f == "n_sas" else 1)) for f in _FAMILIES]
+        return PrivacyReport.build(
+            UNIT, RELATION, releases, 0.0, system=system, model=self.model, notes=notes
+        )
+
 
 class CentralPrivatizer(_StreamingPrivatizer):
     """Trusted server, binary-tree mechanism on the running counts (ε-DP stream ⇒ ε-JDP)."""
 
     model = "central"
 
-    def __init__(
-        self,
-        H: int,
-        S: int,
-        A: int,
-        *,
-        epsilon: float,
-        episodes: int,
-        rngs: Sequence[np.random.Generator],
-        beta: float = 0.1,
-    ) -> None:
-        super().__init__(H, S, A, epsilon=epsilon, episodes=episodes, beta=beta, runs=len(rngs))
+    def _start(self) -> None:
         self.tree = BinaryTreeMechanism(
             (self.runs, self.dim),
             self.episodes,
-            l1_sensitivity=6.0 * H,  # 2H per family, three families
+            l1_sensitivity=6.0 * self.H,  # 2H per family, three families
             epsilon=self.epsilon,
-            rngs=rngs,
+            rngs=self.rngs,
         )
 
     def _noisy_prefix(self, x: FloatArray) -> FloatArray:
@@ -488,15 +502,6 @@ class CentralPrivatizer(_StreamingPrivatizer):
         }
 
     def report(self, *, system: str) -> PrivacyReport:
-        H = self.H
-        releases = [
-            self.tree.release(
-                f"running {_FAMILY_NAMES[f]} (binary-tree mechanism)",
-                size=self.d_sa * (self.S if f == "n_sas" else 1),
-                l1_sensitivity=2.0 * H,
-            )
-            for f in _FAMILIES
-        ]
         notes = [
             f"central model (trusted server): binary-tree mechanism over {self.episodes} "
             f"episodes, {self.tree.levels} levels, Laplace scale {self.tree.scale:.4g} per node; "
@@ -504,8 +509,14 @@ class CentralPrivatizer(_StreamingPrivatizer):
             "the policy of user k depends only on the counts released before k: the run is "
             "ε-JDP (Billboard lemma)",
         ]
-        return PrivacyReport.build(
-            UNIT, RELATION, releases, 0.0, system=system, model="central", notes=notes
+        return self._family_report(
+            lambda f, size: self.tree.release(
+                f"running {_FAMILY_NAMES[f]} (binary-tree mechanism)",
+                size=size,
+                l1_sensitivity=2.0 * self.H,
+            ),
+            notes,
+            system=system,
         )
 
 
@@ -514,21 +525,11 @@ class LocalPrivatizer(_StreamingPrivatizer):
 
     model = "local"
 
-    def __init__(
-        self,
-        H: int,
-        S: int,
-        A: int,
-        *,
-        epsilon: float,
-        episodes: int,
-        rngs: Sequence[np.random.Generator],
-        beta: float = 0.1,
-        chunk: int = 512,
-    ) -> None:
-        super().__init__(H, S, A, epsilon=epsilon, episodes=episodes, beta=beta, runs=len(rngs))
+    def __init__(self, H: int, S: int, A: int, *, chunk: int = 512, **stream: Any) -> None:
+        """`chunk`: users' noise drawn per block; `stream`: `_StreamingPrivatizer`'s keywords
+        (epsilon, episodes, rngs, beta)."""
+        super().__init__(H, S, A, **stream)
         self.randomizer = LaplaceRandomizer.for_epsilon(self.epsilon, 6.0 * H)
-        self.rngs = list(rngs)
         self.chunk = int(chunk)
         self._exact = np.zeros((self.runs, self.dim))
         self._noise_sum = np.zeros((self.runs, self.dim))
@@ -558,18 +559,16 @@ class LocalPrivatizer(_StreamingPrivatizer):
 
     def report(self, *, system: str) -> PrivacyReport:
         per_family = LaplaceRandomizer(self.scale, 2.0 * self.H)  # ε/3 each
-        releases = [
-            per_family.release(
-                f"{_FAMILY_NAMES[f]} indicators of each user (local Laplace randomizer)",
-                size=self.d_sa * (self.S if f == "n_sas" else 1),
-                users=self.t,
-            )
-            for f in _FAMILIES
-        ]
         notes = [
             f"local model: each user adds Laplace({self.scale:.4g}) = Laplace(6H/ε) to each of "
             "its indicators before sending (ε/3-LDP per family, ε-LDP in total); no trusted party",
         ]
-        return PrivacyReport.build(
-            UNIT, RELATION, releases, 0.0, system=system, model="local", notes=notes
+        return self._family_report(
+            lambda f, size: per_family.release(
+                f"{_FAMILY_NAMES[f]} indicators of each user (local Laplace randomizer)",
+                size=size,
+                users=self.t,
+            ),
+            notes,
+            system=system,
         )
