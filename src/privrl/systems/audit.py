@@ -129,6 +129,23 @@ def _canary_episode(config: Any, H: int, S: int, A: int, *, binary: bool = False
     return load_tabular_canary(config.canary, H=H, S=S, A=A, binary_rewards=binary)
 
 
+def flag_parameters(*named: tuple[str, Any]) -> Any:
+    """The audit's `PublicParameters`: each (name, value) resolved from its flag."""
+    from privrl.privacy.public import PublicParameters
+
+    params = PublicParameters()
+    for name, flag in named:
+        params.resolve(name, flag=flag, fix="pass the flag")
+    return params
+
+
+def synthetic_report(report: Any, params: Any) -> Any:
+    """The claimed report with the audit's public parameters and `SYNTHETIC_NOTE`."""
+    report = report.with_public_parameters(params)
+    report.notes.append(SYNTHETIC_NOTE)
+    return report
+
+
 def _positive(value: float | None, key: str) -> None:
     if value is not None:
         check(math.isfinite(value) and value > 0, key, f"must be finite and > 0, got {value}")
@@ -306,6 +323,21 @@ class AuditSystem(System):
     def progress(self, ctx: RunContext) -> Any:
         return lambda done, total: ctx.progress(self.name, done, total)
 
+    def trial_keywords(
+        self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext, loaded: str
+    ) -> dict[str, Any]:
+        """The keywords every audit function takes: trials, canary (``file`` when the plan
+        loaded a canary file, passed as `plan.facts[loaded]` under the keyword `loaded`), rng
+        and the progress hook."""
+        canary = plan.facts[loaded]
+        return {
+            "trials": config.trials,
+            "canary": "file" if canary is not None else config.canary,
+            loaded: canary,
+            "rng": rng,
+            "progress": self.progress(ctx),
+        }
+
     def failure(self, config: Any, result: Result) -> str | None:
         metrics = result.metrics
         if not metrics["violated"]:
@@ -352,8 +384,7 @@ class AuditDpApvi(AuditSystem):
                 if config.mechanism == "laplace"
                 else PrivacyConfig.gaussian(rho, report_delta=d)
             )
-        report = apvi_claimed(H, S, A, privacy).with_public_parameters(params)
-        report.notes.append(SYNTHETIC_NOTE)
+        report = synthetic_report(apvi_claimed(H, S, A, privacy), params)
         episode = _canary_episode(config, H, S, A)
         noise = noise_plan(H, S, A, privacy, 0.1)
         public = {
@@ -378,12 +409,8 @@ class AuditDpApvi(AuditSystem):
             S=config.states,
             A=config.actions,
             privacy=plan.facts["privacy"],
-            trials=config.trials,
-            canary="file" if plan.facts["episode"] is not None else config.canary,
-            episode=plan.facts["episode"],
             n_background=config.background,
-            rng=rng,
-            progress=self.progress(ctx),
+            **self.trial_keywords(config, plan, rng, ctx, "episode"),
         )
         if config.non_private:
             result.delta = config.delta  # the twin's bound is stated at the flag's δ
@@ -403,16 +430,13 @@ class AuditGpope(AuditSystem):
         from privrl.audit.attacks import GPOPE_AUDIT_GAMMA, gpope_report
         from privrl.audit.canary import is_canary_file, load_gpope_canary
         from privrl.ope.gpope import calibrated_sigma
-        from privrl.privacy.public import PublicParameters
 
-        params = PublicParameters()
-        for name, flag in (
+        params = flag_parameters(
             ("δ", config.delta),
             ("clip h", config.clip),
             ("trajectories m", config.m),
             ("iterations N", config.iterations),
-        ):
-            params.resolve(name, flag=flag, fix="pass the flag")
+        )
         if config.sigma is None:
             params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
             sigma = params.derive(
@@ -428,15 +452,17 @@ class AuditGpope(AuditSystem):
             )
         else:
             sigma = params.resolve("σ", flag=config.sigma, fix="pass --sigma")
-        report = gpope_report(
-            sigma=sigma,
-            clip=config.clip,
-            m=config.m,
-            iterations=config.iterations,
-            features=config.features,
-            delta=config.delta,
-        ).with_public_parameters(params)
-        report.notes.append(SYNTHETIC_NOTE)
+        report = synthetic_report(
+            gpope_report(
+                sigma=sigma,
+                clip=config.clip,
+                m=config.m,
+                iterations=config.iterations,
+                features=config.features,
+                delta=config.delta,
+            ),
+            params,
+        )
         statistic = None
         if is_canary_file(config.canary):  # the auditor's own public input, checked first
             statistic = load_gpope_canary(
@@ -465,9 +491,5 @@ class AuditGpope(AuditSystem):
             m=config.m,
             iterations=config.iterations,
             features=config.features,
-            trials=config.trials,
-            canary="worst" if plan.facts["statistic"] is not None else config.canary,
-            statistic=plan.facts["statistic"],
-            rng=rng,
-            progress=self.progress(ctx),
+            **self.trial_keywords(config, plan, rng, ctx, "statistic"),
         )

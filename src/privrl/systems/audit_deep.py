@@ -34,6 +34,8 @@ from privrl.systems.audit import (
     _positive,
     _trials,
     check_canary,
+    flag_parameters,
+    synthetic_report,
 )
 
 __all__ = [
@@ -108,17 +110,14 @@ class AuditExpertDp(AuditSystem):
     def plan(self, config: AuditExpertDpConfig, header: Any | None) -> Plan:
         from privrl.audit.canary import is_canary_file, load_expert_canary
         from privrl.audit.expert import filter_calibration, filter_claimed
-        from privrl.privacy.public import PublicParameters
 
-        params = PublicParameters()
-        for name, flag in (
+        params = flag_parameters(
             ("δ1", config.delta),
             ("L (maximum trajectory length)", config.max_len),
             ("|A|", config.actions),
             ("p_min", config.p_min),
             ("ε1", config.epsilon),
-        ):
-            params.resolve(name, flag=flag, fix="pass the flag")
+        )
         calib = filter_calibration(
             config.epsilon,  # type: ignore[arg-type]
             config.delta,
@@ -129,8 +128,7 @@ class AuditExpertDp(AuditSystem):
         params.derive("ε'", calib.epsilon_prime, f"{config.calibration} calibration, T = 1")
         params.derive("θ + shift", calib.theta_shifted, "c_min/p_min + (4/ε')·ln(1/δ')")
         report = filter_claimed(None if config.non_private else calib, config.delta)
-        report = report.with_public_parameters(params)
-        report.notes.append(SYNTHETIC_NOTE)
+        report = synthetic_report(report, params)
         public = {
             "command": "audit expert-dp",
             "audit": {
@@ -156,11 +154,7 @@ class AuditExpertDp(AuditSystem):
             actions=config.actions,
             p_min=config.p_min,
             calibration=config.calibration,
-            trials=config.trials,
-            canary="file" if plan.facts["greedy"] is not None else config.canary,
-            greedy=plan.facts["greedy"],
-            rng=rng,
-            progress=self.progress(ctx),
+            **self.trial_keywords(config, plan, rng, ctx, "greedy"),
         )
 
 
@@ -249,16 +243,13 @@ class AuditExpertDpSgd(AuditSystem):
         from privrl.audit.canary import is_canary_file, load_one_run_canaries
         from privrl.audit.dpsgd import dp_sgd_noise_multiplier
         from privrl.audit.expert import expert_dp_sgd_claimed
-        from privrl.privacy.public import PublicParameters
 
-        params = PublicParameters()
-        for name, flag in (
+        params = flag_parameters(
             ("δ", config.delta),
             ("steps N", config.steps),
             ("clip C", config.clip),
             ("experts m (declared: canaries + background)", config.canaries + config.background),
-        ):
-            params.resolve(name, flag=flag, fix="pass the flag")
+        )
         params.derive("sampling rate q", 1.0, "b = m: every expert is sampled each step")
         z = config.noise_multiplier
         if config.epsilon is not None:
@@ -270,16 +261,18 @@ class AuditExpertDpSgd(AuditSystem):
             )
         elif z is not None:
             params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
-        report = expert_dp_sgd_claimed(
-            noise_multiplier=z,
-            canaries=config.canaries,
-            background=config.background,
-            batch_size=None,
-            steps=config.steps,
-            delta=config.delta,
-            clip=config.clip,
-        ).with_public_parameters(params)
-        report.notes.append(SYNTHETIC_NOTE)
+        report = synthetic_report(
+            expert_dp_sgd_claimed(
+                noise_multiplier=z,
+                canaries=config.canaries,
+                background=config.background,
+                batch_size=None,
+                steps=config.steps,
+                delta=config.delta,
+                clip=config.clip,
+            ),
+            params,
+        )
         units = None
         if is_canary_file(config.canary):  # the auditor's own public input, checked first
             units = load_one_run_canaries(

@@ -21,7 +21,6 @@ import numpy as np
 from privrl.runs.config import check, option
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.audit import (
-    SYNTHETIC_NOTE,
     TABULAR_FILE_HELP,
     AuditConfig,
     AuditSystem,
@@ -30,6 +29,8 @@ from privrl.systems.audit import (
     _confidence,
     _positive,
     _trials,
+    flag_parameters,
+    synthetic_report,
 )
 
 __all__ = [
@@ -131,8 +132,7 @@ class AuditDpVapvi(AuditSystem):
             )
         elif rho is not None:
             params.resolve("zCDP budget ρ", flag=rho, fix="pass --rho")
-        report = vapvi_claimed(rho, d).with_public_parameters(params)
-        report.notes.append(SYNTHETIC_NOTE)
+        report = synthetic_report(vapvi_claimed(rho, d), params)
         feature = None
         if is_canary_file(config.canary):  # the auditor's own public input, checked first
             feature = load_feature_canary(config.canary, d=config.features, H=H)
@@ -148,11 +148,7 @@ class AuditDpVapvi(AuditSystem):
             d=config.features,
             delta=config.delta,
             background=config.background,
-            trials=config.trials,
-            canary="file" if plan.facts["feature"] is not None else config.canary,
-            feature=plan.facts["feature"],
-            rng=rng,
-            progress=self.progress(ctx),
+            **self.trial_keywords(config, plan, rng, ctx, "feature"),
         )
 
 
@@ -201,26 +197,25 @@ class AuditDpLsw(AuditSystem):
     def plan(self, config: AuditDpLswConfig, header: Any | None) -> Plan:
         from privrl.audit.canary import is_canary_file, load_lsw_canary
         from privrl.audit.releases import lsw_claimed
-        from privrl.privacy.public import PublicParameters
 
-        params = PublicParameters()
-        for name, flag in (
+        params = flag_parameters(
             ("δ", config.delta),
             ("states S", config.states),
             ("trajectories m", config.trajectories),
             ("return range", config.return_range),
-        ):
-            params.resolve(name, flag=flag, fix="pass the flag")
+        )
         if config.epsilon is not None:
             params.resolve("ε", flag=config.epsilon, fix="pass --epsilon")
-        report = lsw_claimed(
-            epsilon=config.epsilon,
-            delta=config.delta,
-            states=config.states,
-            trajectories=config.trajectories,
-            return_range=config.return_range,
-        ).with_public_parameters(params)
-        report.notes.append(SYNTHETIC_NOTE)
+        report = synthetic_report(
+            lsw_claimed(
+                epsilon=config.epsilon,
+                delta=config.delta,
+                states=config.states,
+                trajectories=config.trajectories,
+                return_range=config.return_range,
+            ),
+            params,
+        )
         returns = None
         if is_canary_file(config.canary):  # the auditor's own public input, checked first
             returns = load_lsw_canary(
@@ -237,11 +232,7 @@ class AuditDpLsw(AuditSystem):
             states=config.states,
             trajectories=config.trajectories,
             return_range=config.return_range,
-            trials=config.trials,
-            canary="file" if plan.facts["returns"] is not None else config.canary,
-            returns=plan.facts["returns"],
-            rng=rng,
-            progress=self.progress(ctx),
+            **self.trial_keywords(config, plan, rng, ctx, "returns"),
         )
 
 
@@ -292,17 +283,14 @@ class AuditSdpPe(AuditSystem):
         from privrl.audit.releases import sdp_pe_claimed
         from privrl.online.common import Counts
         from privrl.online.privatizers import IdentityPrivatizer, ShufflePrivatizer
-        from privrl.privacy.public import PublicParameters
 
-        params = PublicParameters()
-        for name, flag in (
+        params = flag_parameters(
             ("δ", config.delta),
             ("horizon H", config.horizon),
             ("states S", config.states),
             ("actions A", config.actions),
             ("batch size (users)", config.users),
-        ):
-            params.resolve(name, flag=flag, fix="pass the flag")
+        )
         if config.epsilon is None:
             report = IdentityPrivatizer().report(system="pe")
         else:
@@ -318,8 +306,7 @@ class AuditSdpPe(AuditSystem):
                 calibration=config.calibration,  # type: ignore[arg-type]  # batch's calibration
             )
             report = sdp_pe_claimed(priv, Counts.zeros(H, S, A), config.users)
-        report = report.with_public_parameters(params)
-        report.notes.append(SYNTHETIC_NOTE)
+        report = synthetic_report(report, params)
         episode = _canary_episode(
             config, config.horizon, config.states, config.actions, binary=True
         )
@@ -336,11 +323,7 @@ class AuditSdpPe(AuditSystem):
             A=config.actions,
             users=config.users,
             calibration=config.calibration,
-            trials=config.trials,
-            canary="file" if plan.facts["episode"] is not None else config.canary,
-            episode=plan.facts["episode"],
-            rng=rng,
-            progress=self.progress(ctx),
+            **self.trial_keywords(config, plan, rng, ctx, "episode"),
         )
 
 
@@ -428,16 +411,13 @@ class AuditDpSgd(AuditSystem):
             load_gradient_canary,
         )
         from privrl.audit.dpsgd import dp_sgd_claimed, dp_sgd_noise_multiplier
-        from privrl.privacy.public import PublicParameters
 
-        params = PublicParameters()
-        for name, flag in (
+        params = flag_parameters(
             ("δ", config.delta),
             ("sampling rate q", config.rate),
             ("steps N", config.steps),
             ("clip C", config.clip),
-        ):
-            params.resolve(name, flag=flag, fix="pass the flag")
+        )
         z = config.noise_multiplier
         if config.epsilon is not None:
             params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
@@ -449,16 +429,18 @@ class AuditDpSgd(AuditSystem):
         elif z is not None:
             params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
         canaries = config.canaries if config.mode == "one-run" else 1
-        report = dp_sgd_claimed(
-            noise_multiplier=z,
-            rate=config.rate,
-            steps=config.steps,
-            delta=config.delta,
-            params=2 + canaries,  # the canaries' directions and the background's 2
-            units=config.background + canaries,
-            clip=config.clip,
-        ).with_public_parameters(params)
-        report.notes.append(SYNTHETIC_NOTE)
+        report = synthetic_report(
+            dp_sgd_claimed(
+                noise_multiplier=z,
+                rate=config.rate,
+                steps=config.steps,
+                delta=config.delta,
+                params=2 + canaries,  # the canaries' directions and the background's 2
+                units=config.background + canaries,
+                clip=config.clip,
+            ),
+            params,
+        )
         unit = None
         if is_canary_file(config.canary):  # the auditor's own public input, checked first
             unit = (
@@ -479,11 +461,7 @@ class AuditDpSgd(AuditSystem):
             delta=config.delta,
             clip=config.clip,
             background=config.background,
-            trials=config.trials,
-            canary="file" if plan.facts["unit"] is not None else config.canary,
-            unit=plan.facts["unit"],
-            rng=rng,
-            progress=self.progress(ctx),
+            **self.trial_keywords(config, plan, rng, ctx, "unit"),
         )
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
