@@ -1037,21 +1037,11 @@ class Gpope(OpeSystem):
         public: list[str] = []
         notes: list[str] = []
         tuned = None
-        pub_stats = None
-        pub_source = ""
-        if needs_tuning:
-            if config.public_data is not None:
-                from privrl.data.io import load_hdf5
-
-                pub = load_hdf5(config.public_data)
-                source = f"public dataset {Path(config.public_data).name}"
-            else:
-                pub = problem.domain.sample(
-                    problem.domain.behaviour_policy, m, seed=np.random.SeedSequence([seed, 2])
-                )
-                source = f"sampled from the {problem.env} simulator with an independent seed"
-            pub_stats = problem.stats(pub)
-            pub_source = source
+        pub_stats, pub_source = None, ""
+        if needs_tuning:  # public data or a simulator (`_check_gpope_inputs`)
+            pub_stats, pub_source = _public_sample(
+                config, problem, m, seed, " with an independent seed"
+            )
             tuned = tune_on_public(
                 pub_stats,
                 problem.system(),
@@ -1064,7 +1054,7 @@ class Gpope(OpeSystem):
                 k=config.k,
                 clip_quantile=config.clip_quantile,
                 seed=seed,
-                source=source,
+                source=pub_source,
             )
             public.append(tuned.report_line())
         if config.clip is not None:
@@ -1228,17 +1218,7 @@ class Gpope(OpeSystem):
         sample from the tuning stream), for the value's interval; None without public data."""
         if facts.get("pub_stats") is not None:
             return facts["pub_stats"], facts["pub_source"]
-        if config.public_data is not None:
-            from privrl.data.io import load_hdf5
-
-            pub = load_hdf5(config.public_data)
-            return problem.stats(pub), f"public dataset {Path(config.public_data).name}"
-        if problem.domain is not None:
-            pub = problem.domain.sample(
-                problem.domain.behaviour_policy, problem.m, seed=np.random.SeedSequence([seed, 2])
-            )
-            return problem.stats(pub), f"sampled from the {problem.env} simulator"
-        return None, ""
+        return _public_sample(config, problem, problem.m, seed)
 
 
 def _refuse_data_as_public(config: GpopeConfig, header: Any | None) -> None:
@@ -1291,9 +1271,12 @@ def _declared_trajectories(
     return m_bar
 
 
-def _public_sample(config: GpopeConfig, problem: Problem, size: int, seed: int) -> tuple[Any, str]:
-    """GPOPE statistics of PUBLIC data: --public-data, else a simulator sample of `size`
-    trajectories from the tuning stream [seed, 2]; (None, "") without either."""
+def _public_sample(
+    config: GpopeConfig, problem: Problem, size: int, seed: int, seed_words: str = ""
+) -> tuple[Any, str]:
+    """GPOPE statistics of PUBLIC data and their source: --public-data, else a simulator sample
+    of `size` trajectories from the tuning stream [seed, 2] (the source ends in `seed_words`);
+    (None, "") without either."""
     if config.public_data is not None:
         from privrl.data.io import load_hdf5
 
@@ -1303,7 +1286,7 @@ def _public_sample(config: GpopeConfig, problem: Problem, size: int, seed: int) 
         pub = problem.domain.sample(
             problem.domain.behaviour_policy, size, seed=np.random.SeedSequence([seed, 2])
         )
-        return problem.stats(pub), f"sampled from the {problem.env} simulator with its own seed"
+        return problem.stats(pub), f"sampled from the {problem.env} simulator{seed_words}"
     return None, ""
 
 
@@ -1351,7 +1334,7 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
     tuned = None
     pub_stats, pub_source = None, ""
     if needs_tuning:
-        pub_stats, pub_source = _public_sample(config, problem, m_bar, seed)
+        pub_stats, pub_source = _public_sample(config, problem, m_bar, seed, " with its own seed")
         n_etas = len(mb.TUNING_ETAS) if config.step_size is None else 1
         n_clips = len(mb.TUNING_CLIP_MULTIPLIERS) if config.clip is None else 1
         gather = n_etas * n_clips * mb.TUNING_REPEATS * minibatch_batch(q, pub_stats.m) * n * n
