@@ -42,6 +42,7 @@ __all__ = [
     "apvi_claimed",
     "audit_dp_apvi",
     "audit_gpope",
+    "calibrate",
     "calibrate_apvi_rho",
     "gpope_claimed",
     "gpope_report",
@@ -150,13 +151,17 @@ def calibrate_apvi_rho(epsilon: float, delta: float, H: int, S: int, A: int) -> 
     """The largest ρ (to 0.1%) whose DP-APVI report states ε ≤ `epsilon` at `delta`."""
     from privrl.offline.apvi import PrivacyConfig
 
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"--epsilon must be finite and > 0, got {epsilon}")
-
     def eps_of(rho: float) -> float:
         cfg = PrivacyConfig.gaussian(rho, report_delta=delta)
         return float(apvi_claimed(H, S, A, cfg).epsilon)
 
+    return calibrate(eps_of, epsilon)
+
+
+def calibrate(eps_of: Callable[[float], float], epsilon: float) -> float:
+    """The largest budget b (to 0.1%) with eps_of(b) ≤ `epsilon` (eps_of increasing in b)."""
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"--epsilon must be finite and > 0, got {epsilon}")
     lo, hi = 1e-8, max(epsilon, 1e-6)
     while eps_of(hi) <= epsilon:
         lo, hi = hi, hi * 4.0

@@ -53,17 +53,25 @@ def _check_alpha(confidence: float) -> float:
     return 1.0 - confidence
 
 
+def _binomial(
+    k: ArrayLike, n: ArrayLike, confidence: float
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """α = 1 − confidence and the checked counts (0 ≤ k ≤ n, n > 0) as float arrays."""
+    alpha = _check_alpha(confidence)
+    k_ = np.asarray(k, dtype=np.float64)
+    n_ = np.asarray(n, dtype=np.float64)
+    if np.any(k_ < 0) or np.any(k_ > n_) or np.any(n_ <= 0):
+        raise ValueError("need 0 <= k <= n and n > 0")
+    return alpha, k_, n_
+
+
 def clopper_pearson_upper(k: ArrayLike, n: ArrayLike, confidence: float = 0.95) -> np.ndarray:
     """One-sided upper Clopper–Pearson bound on a binomial rate: the p with
     P[Bin(n, p) ≤ k] = 1 − confidence, i.e. Beta(1 − α; k + 1, n − k) (1 when k = n).
 
     Clopper & Pearson 1934; P[true rate ≤ bound] ≥ confidence for every true rate.
     """
-    alpha = _check_alpha(confidence)
-    k_ = np.asarray(k, dtype=np.float64)
-    n_ = np.asarray(n, dtype=np.float64)
-    if np.any(k_ < 0) or np.any(k_ > n_) or np.any(n_ <= 0):
-        raise ValueError("need 0 <= k <= n and n > 0")
+    alpha, k_, n_ = _binomial(k, n, confidence)
     with np.errstate(invalid="ignore"):
         up = stats.beta.ppf(1.0 - alpha, k_ + 1.0, np.maximum(n_ - k_, 1e-300))
     return np.where(k_ >= n_, 1.0, up)
@@ -71,11 +79,7 @@ def clopper_pearson_upper(k: ArrayLike, n: ArrayLike, confidence: float = 0.95) 
 
 def clopper_pearson_lower(k: ArrayLike, n: ArrayLike, confidence: float = 0.95) -> np.ndarray:
     """One-sided lower Clopper–Pearson bound: Beta(α; k, n − k + 1) (0 when k = 0)."""
-    alpha = _check_alpha(confidence)
-    k_ = np.asarray(k, dtype=np.float64)
-    n_ = np.asarray(n, dtype=np.float64)
-    if np.any(k_ < 0) or np.any(k_ > n_) or np.any(n_ <= 0):
-        raise ValueError("need 0 <= k <= n and n > 0")
+    alpha, k_, n_ = _binomial(k, n, confidence)
     with np.errstate(invalid="ignore"):
         low = stats.beta.ppf(alpha, np.maximum(k_, 1e-300), n_ - k_ + 1.0)
     return np.where(k_ <= 0, 0.0, low)

@@ -110,40 +110,69 @@ def _clipped_gradients(units: np.ndarray, clip: float) -> np.ndarray:
     return np.asarray(clip_rows(grads.detach().numpy(), clip).clipped, dtype=np.float64)
 
 
-def _displacements(
-    grads: np.ndarray,
-    member: np.ndarray,
-    *,
-    rate: float,
-    steps: int,
-    noise_multiplier: float | None,
-    clip: float,
-    lr: float,
-    rng: np.random.Generator,
-    generator: torch.Generator,
-) -> np.ndarray:
-    """θ_N − θ_0 [runs, p] of `runs` independent DP-SGD runs on the units whose `member`
-    [runs, n] is True. Sampling: `poisson_sample` over all (run, step, unit) slots at once
-    (each joins independently with probability q); noise: one `privatize_sum_torch` call."""
-    from privrl.privacy.mechanisms import privatize_sum_torch
-    from privrl.privacy.sampling import poisson_sample
+@dataclass(frozen=True)
+class _DpSgd:
+    """The audited DP-SGD run: sampling rate q, N steps, noise multiplier z (None: the
+    non-private twin, no noise), clip C, step size lr."""
 
-    runs, n = member.shape
-    joined = np.zeros(runs * steps * n, bool)
-    joined[poisson_sample(runs * steps * n, rate, rng)] = True
-    joined = joined.reshape(runs, steps, n) & member[:, None, :]
-    sums = np.einsum("rtn,np->rtp", joined.astype(np.float64), grads)  # Σ_i clipped g_i
-    if noise_multiplier is not None:
-        noisy, _ = privatize_sum_torch(
-            torch.as_tensor(sums),
-            clip_norm=clip,
-            noise_multiplier=noise_multiplier,
-            generator=generator,
-            name="DP-SGD steps (audit)",
+    rate: float
+    steps: int
+    noise_multiplier: float | None
+    clip: float
+    lr: float
+
+    def check(self, background: int, dim: int) -> None:
+        if not 0.0 < self.rate <= 1.0:
+            raise ValueError(f"--rate must be in (0, 1], got {self.rate}")
+        if self.steps < 1 or background < 0 or dim < 1:
+            raise ValueError(f"need --steps >= 1, --background >= 0, dim >= 1 (steps={self.steps})")
+        for name, v in (("clip", self.clip), ("lr", self.lr)):
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"--{name} must be finite and > 0, got {v}")
+
+    def claimed(self, units: np.ndarray, delta: float) -> PrivacyReport:
+        """`dp_sgd_claimed` for the `units` [n, p] of the audit."""
+        return dp_sgd_claimed(
+            noise_multiplier=self.noise_multiplier,
+            rate=self.rate,
+            steps=self.steps,
+            delta=delta,
+            params=units.shape[1],
+            units=units.shape[0],
+            clip=self.clip,
         )
-        sums = noisy.numpy()  # type: ignore[union-attr]
-    b = max(round(rate * n), 1)  # expected batch size (Algorithm 4, line 8)
-    return -(lr / b) * sums.sum(axis=1)
+
+    def displacements(
+        self,
+        grads: np.ndarray,
+        member: np.ndarray,
+        *,
+        rng: np.random.Generator,
+        generator: torch.Generator,
+    ) -> np.ndarray:
+        """θ_N − θ_0 [runs, p] of `runs` independent DP-SGD runs on the units whose `member`
+        [runs, n] is True. Sampling: `poisson_sample` over all (run, step, unit) slots at
+        once (each joins independently with probability q); noise: one `privatize_sum_torch`
+        call."""
+        from privrl.privacy.mechanisms import privatize_sum_torch
+        from privrl.privacy.sampling import poisson_sample
+
+        runs, n = member.shape
+        joined = np.zeros(runs * self.steps * n, bool)
+        joined[poisson_sample(runs * self.steps * n, self.rate, rng)] = True
+        joined = joined.reshape(runs, self.steps, n) & member[:, None, :]
+        sums = np.einsum("rtn,np->rtp", joined.astype(np.float64), grads)  # Σ_i clipped g_i
+        if self.noise_multiplier is not None:
+            noisy, _ = privatize_sum_torch(
+                torch.as_tensor(sums),
+                clip_norm=self.clip,
+                noise_multiplier=self.noise_multiplier,
+                generator=generator,
+                name="DP-SGD steps (audit)",
+            )
+            sums = noisy.numpy()  # type: ignore[union-attr]
+        b = max(round(self.rate * n), 1)  # expected batch size (Algorithm 4, line 8)
+        return -(self.lr / b) * sums.sum(axis=1)
 
 
 def _units(
@@ -205,7 +234,8 @@ def audit_dp_sgd(
     `noise_multiplier` None is the non-private twin (the same steps without noise). `unit`
     [1 + dim] (with ``canary="file"``) is the canary's input x."""
     trials = _check_trials(trials, canary, file=unit is not None)
-    _check_dp_sgd(rate, steps, clip, lr, background, dim)
+    sgd = _DpSgd(rate=rate, steps=steps, noise_multiplier=noise_multiplier, clip=clip, lr=lr)
+    sgd.check(background, dim)
     units = _units(background, 1, dim, canary, clip, rng, unit=unit)
     grads = _clipped_gradients(units, clip)
     if not np.any(grads[0]):
@@ -219,27 +249,9 @@ def audit_dp_sgd(
     ):
         member = np.ones((size, units.shape[0]), bool)
         member[:, 0] = labels[done : done + size] == 1
-        disp = _displacements(
-            grads,
-            member,
-            rate=rate,
-            steps=steps,
-            noise_multiplier=noise_multiplier,
-            clip=clip,
-            lr=lr,
-            rng=rng,
-            generator=generator,
-        )
+        disp = sgd.displacements(grads, member, rng=rng, generator=generator)
         scores[done : done + size] = disp @ direction
-    report = dp_sgd_claimed(
-        noise_multiplier=noise_multiplier,
-        rate=rate,
-        steps=steps,
-        delta=delta,
-        params=units.shape[1],
-        units=units.shape[0],
-        clip=clip,
-    )
+    report = sgd.claimed(units, delta)
     return AuditTrials.from_report(
         "dp-sgd" if noise_multiplier is not None else "sgd",
         report,
@@ -256,16 +268,6 @@ def audit_dp_sgd(
             "audited_release": "the final parameters of N DP-SGD steps (linear model)",
         },
     )
-
-
-def _check_dp_sgd(rate: float, steps: int, clip: float, lr: float, bg: int, dim: int) -> None:
-    if not 0.0 < rate <= 1.0:
-        raise ValueError(f"--rate must be in (0, 1], got {rate}")
-    if steps < 1 or bg < 0 or dim < 1:
-        raise ValueError(f"need --steps >= 1, --background >= 0, dim >= 1 (steps={steps})")
-    for name, v in (("clip", clip), ("lr", lr)):
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"--{name} must be finite and > 0, got {v}")
 
 
 @dataclass
@@ -387,35 +389,18 @@ def audit_dp_sgd_one_run(
     m, r = int(canaries), int(guesses)
     if m < 2 or not (2 <= r <= m) or r % 2:
         raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
-    _check_dp_sgd(rate, steps, clip, lr, background, dim)
+    sgd = _DpSgd(rate=rate, steps=steps, noise_multiplier=noise_multiplier, clip=clip, lr=lr)
+    sgd.check(background, dim)
     units = _units(background, m, dim, canary, clip, rng, unit=units)
     grads = _clipped_gradients(units, clip)
     included = rng.integers(0, 2, size=m).astype(bool)
     member = np.ones((1, units.shape[0]), bool)
     member[0, :m] = included
     generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
-    disp = _displacements(
-        grads,
-        member,
-        rate=rate,
-        steps=steps,
-        noise_multiplier=noise_multiplier,
-        clip=clip,
-        lr=lr,
-        rng=rng,
-        generator=generator,
-    )[0]
+    disp = sgd.displacements(grads, member, rng=rng, generator=generator)[0]
     norms = np.maximum(np.linalg.norm(grads[:m], axis=1), 1e-300)
     scores = -(grads[:m] @ disp) / norms  # projection on each canary's own direction
-    report = dp_sgd_claimed(
-        noise_multiplier=noise_multiplier,
-        rate=rate,
-        steps=steps,
-        delta=delta,
-        params=units.shape[1],
-        units=units.shape[0],
-        clip=clip,
-    )
+    report = sgd.claimed(units, delta)
     return OneRunAudit.from_guesses(
         scores,
         included,

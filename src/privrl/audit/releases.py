@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
+from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches, calibrate
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
@@ -49,19 +49,6 @@ __all__ = [
 ]
 
 Progress = Callable[[int, int], None] | None
-
-
-def calibrate(eps_of: Callable[[float], float], epsilon: float) -> float:
-    """The largest budget b (to 0.1%) with eps_of(b) ≤ `epsilon` (eps_of increasing in b)."""
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"--epsilon must be finite and > 0, got {epsilon}")
-    lo, hi = 1e-8, max(epsilon, 1e-6)
-    while eps_of(hi) <= epsilon:
-        lo, hi = hi, hi * 4.0
-    while hi / lo > 1.001:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if eps_of(mid) <= epsilon else (lo, mid)
-    return lo
 
 
 def _labels(trials: int, rng: np.random.Generator) -> np.ndarray:

@@ -36,6 +36,7 @@ import functools
 import importlib.metadata
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -587,22 +588,50 @@ def _after(prior: dp_event.DpEvent | None, event: dp_event.DpEvent) -> dp_event.
     return event if prior is None else dp_event.ComposedDpEvent([prior, event])
 
 
+@dataclass(frozen=True)
+class _Search:
+    """The accountant of a calibration search (relation, backend, RDP orders, PLD
+    discretisation), checked once before searching; `epsilon` of each candidate's event."""
+
+    rel: NeighbourRelation
+    backend: Backend
+    grid: tuple[float, ...]
+    disc: float
+
+    @classmethod
+    def checked(
+        cls,
+        relation: NeighbourRelation | str,
+        backend: str,
+        orders: Sequence[float] | None,
+        pld_discretization: float,
+    ) -> _Search:
+        backend_ = _check_backend(backend)
+        grid = _check_orders(orders)
+        disc = _check_discretization(pld_discretization)
+        return cls(_relation(relation), backend_, grid, disc)
+
+    def check_supported(self, event: dp_event.DpEvent) -> None:
+        check_supported(event, relation=self.rel, backend=self.backend)
+
+    def epsilon(self, event: dp_event.DpEvent, delta: float) -> float:
+        return epsilon(
+            event,
+            delta,
+            relation=self.rel,
+            backend=self.backend,
+            orders=self.grid,
+            pld_discretization=self.disc,
+        )
+
+
 def _check_prior(
-    prior: dp_event.DpEvent | None,
-    target: float,
-    delta: float,
-    rel: NeighbourRelation,
-    *,
-    backend: Backend,
-    grid: tuple[float, ...],
-    disc: float,
+    prior: dp_event.DpEvent | None, target: float, delta: float, search: _Search
 ) -> None:
     """Refuse a ``prior`` that already spends the whole target on its own."""
     if prior is None:
         return
-    spent = epsilon(
-        prior, delta, relation=rel, backend=backend, orders=grid, pld_discretization=disc
-    )
+    spent = search.epsilon(prior, delta)
     if spent >= target:
         raise AccountingError(
             f"the prior event alone has epsilon = {spent:.4g} >= the target {target:g} at "
@@ -651,10 +680,7 @@ def calibrate_noise_multiplier(
     tol = float(tolerance)
     if not (0 < tol < 1):
         raise AccountingError(f"tolerance must be in (0, 1); got {tolerance!r}")
-    backend = _check_backend(backend)
-    grid = _check_orders(orders)
-    disc = _check_discretization(pld_discretization)
-    rel = _relation(relation)
+    search = _Search.checked(relation, backend, orders, pld_discretization)
     make_event = functools.partial(
         sampled_gaussian_event,
         sampling=sampling,
@@ -663,18 +689,11 @@ def calibrate_noise_multiplier(
         sample_size=sample_size,
     )
     # Validate the sampling arguments and backend support once, before searching.
-    check_supported(_after(prior, make_event(1.0, steps)), relation=rel, backend=backend)
-    _check_prior(prior, target, delta, rel, backend=backend, grid=grid, disc=disc)
+    search.check_supported(_after(prior, make_event(1.0, steps)))
+    _check_prior(prior, target, delta, search)
 
     def eps_at(z: float) -> float:
-        return epsilon(
-            _after(prior, make_event(z, steps)),
-            delta,
-            relation=rel,
-            backend=backend,
-            orders=grid,
-            pld_discretization=disc,
-        )
+        return search.epsilon(_after(prior, make_event(z, steps)), delta)
 
     # Bracket expansion (factor 4; the secant steps cope with wide brackets).
     z = 1.0
@@ -759,10 +778,7 @@ def max_steps(
     upper = _check_count(upper, "upper")
     if upper < 1:
         raise AccountingError("upper must be >= 1")
-    backend = _check_backend(backend)
-    grid = _check_orders(orders)
-    disc = _check_discretization(pld_discretization)
-    rel = _relation(relation)
+    search = _Search.checked(relation, backend, orders, pld_discretization)
     make_event = functools.partial(
         sampled_gaussian_event,
         noise_multiplier,
@@ -771,17 +787,10 @@ def max_steps(
         dataset_size=dataset_size,
         sample_size=sample_size,
     )
-    check_supported(_after(prior, make_event(1)), relation=rel, backend=backend)
+    search.check_supported(_after(prior, make_event(1)))
 
     def eps_at(t: int) -> float:
-        return epsilon(
-            _after(prior, make_event(t)),
-            delta,
-            relation=rel,
-            backend=backend,
-            orders=grid,
-            pld_discretization=disc,
-        )
+        return search.epsilon(_after(prior, make_event(t)), delta)
 
     e1 = eps_at(1)
     if e1 > target:
