@@ -30,10 +30,16 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from privrl.runs.config import ConfigError, RunConfig, check, option
+from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
+from privrl.systems.ope import (
+    DEFAULT_DELTA,
+    check_gamma_confidence,
+    check_target,
+    target_delta,
+    target_epsilon,
+)
 
-DEFAULT_DELTA = 1e-5
 NOISE_STREAM = 5
 
 
@@ -70,10 +76,8 @@ class ImportanceConfig(RunConfig):
     gamma: float | None = option(
         None, allow_nan=True, help="Discount γ in [0, 1] (default: the dataset's metadata)."
     )
-    epsilon: float = option(..., "--epsilon", "-e", allow_nan=True, help="Target ε in [1e-6, 100].")
-    delta: float = option(
-        DEFAULT_DELTA, "--delta", "-d", allow_nan=True, help="Target δ in (0, 1)."
-    )
+    epsilon: float = target_epsilon()
+    delta: float = target_delta()
     mechanism: Literal["gaussian", "laplace"] = option(
         "gaussian", help="Noise for each released sum (laplace: pure ε-DP, δ unused)."
     )
@@ -88,13 +92,7 @@ class ImportanceConfig(RunConfig):
     )
 
     def validate(self) -> None:
-        from privrl.experiments.checks import check_epsilon
-
-        try:  # the shared ε check (an InputError, a ValueError), its message without a flag
-            check_epsilon(self.epsilon, "")
-        except ValueError as exc:
-            raise ConfigError("epsilon", str(exc).strip()) from None
-        check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
+        check_target(self.epsilon, self.delta)
         check(
             math.isfinite(self.weight_clip) and self.weight_clip > 0,
             "weight_clip",
@@ -113,16 +111,7 @@ class ImportanceConfig(RunConfig):
             "max_horizon",
             f"must be >= 1, got {self.max_horizon}",
         )
-        check(
-            self.gamma is None or 0.0 <= self.gamma <= 1.0,
-            "gamma",
-            f"must be in [0, 1], got {self.gamma}",
-        )
-        check(
-            0.0 < self.confidence < 1.0,
-            "confidence",
-            f"must be in (0, 1), got {self.confidence}",
-        )
+        check_gamma_confidence(self.gamma, self.confidence)
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,34 @@ MAX_SAMPLED_TRANSITIONS = 50_000_000  # m × the domain's horizon, sampled with 
 # setting's own range message, as the commands refused it before the run layer.
 
 
+def target_epsilon() -> Any:
+    """The --epsilon flag of an (ε, δ)-DP estimator."""
+    return option(..., "--epsilon", "-e", allow_nan=True, help="Target ε in [1e-6, 100].")
+
+
+def target_delta() -> Any:
+    """The --delta flag of an (ε, δ)-DP estimator."""
+    return option(DEFAULT_DELTA, "--delta", "-d", allow_nan=True, help="Target δ in (0, 1).")
+
+
+def check_target(epsilon: float, delta: float) -> None:
+    """The target (ε, δ): ε by the CLI's shared check (its message without the flag's name),
+    δ in (0, 1)."""
+    from privrl.experiments.checks import check_epsilon
+
+    try:
+        check_epsilon(epsilon, "")
+    except ValueError as exc:  # an InputError
+        raise ConfigError("epsilon", str(exc).strip()) from None
+    check(0.0 < delta < 1.0, "delta", f"must be in (0, 1), got {delta}")
+
+
+def check_gamma_confidence(gamma: float | None, confidence: float) -> None:
+    """γ in [0, 1] (None: from the data's metadata) and the interval's level in (0, 1)."""
+    check(gamma is None or 0.0 <= gamma <= 1.0, "gamma", f"must be in [0, 1], got {gamma}")
+    check(0.0 < confidence < 1.0, "confidence", f"must be in (0, 1), got {confidence}")
+
+
 def _positive(value: float | None, key: str) -> None:
     check(
         value is None or (math.isfinite(value) and value > 0),
@@ -167,16 +195,7 @@ class OpeConfig(RunConfig):
     )
 
     def validate(self) -> None:
-        check(
-            self.gamma is None or 0.0 <= self.gamma <= 1.0,
-            "gamma",
-            f"must be in [0, 1], got {self.gamma}",
-        )
-        check(
-            0.0 < self.confidence < 1.0,
-            "confidence",
-            f"must be in (0, 1), got {self.confidence}",
-        )
+        check_gamma_confidence(self.gamma, self.confidence)
         check(
             self.max_horizon is None or self.max_horizon >= 1,
             "max_horizon",
@@ -194,20 +213,12 @@ class OpeConfig(RunConfig):
 class PrivateOpeConfig(OpeConfig):
     """An (ε, δ)-DP estimator's target budget."""
 
-    epsilon: float = option(..., "--epsilon", "-e", allow_nan=True, help="Target ε in [1e-6, 100].")
-    delta: float = option(
-        DEFAULT_DELTA, "--delta", "-d", allow_nan=True, help="Target δ in (0, 1)."
-    )
+    epsilon: float = target_epsilon()
+    delta: float = target_delta()
 
     def validate(self) -> None:
-        from privrl.experiments.checks import InputError, check_epsilon
-
         super().validate()
-        try:  # the CLI's shared ε check, its message without the flag's name
-            check_epsilon(self.epsilon, "")
-        except InputError as exc:
-            raise ConfigError("epsilon", str(exc).strip()) from None
-        check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
+        check_target(self.epsilon, self.delta)
 
 
 @dataclass(frozen=True)
