@@ -66,6 +66,59 @@ def _confidence() -> Any:
     return option(0.95, "--confidence", help="Confidence of the ε lower bound.", allow_nan=True)
 
 
+def _epsilon(help: str = "Claimed ε (the system's budget at --delta).") -> Any:
+    return option(None, "--epsilon", help=help, allow_nan=True)
+
+
+def _non_private(what: str) -> Any:
+    return option(False, "--non-private/", help=f"Audit the non-private twin ({what}).")
+
+
+def _delta(help: str = "δ at which ε is stated.") -> Any:
+    return option(1e-5, "--delta", help=help, allow_nan=True)
+
+
+def _noise_multiplier() -> Any:
+    return option(
+        None,
+        "--noise-multiplier",
+        help="Noise multiplier z (instead of --epsilon).",
+        allow_nan=True,
+    )
+
+
+def _one_of(config: Any, names: tuple[str, ...], flags: str) -> None:
+    given = sum(
+        bool(getattr(config, n)) if n == "non_private" else getattr(config, n) is not None
+        for n in names
+    )
+    if given != 1:
+        raise ValueError(f"give exactly one of {flags}")
+
+
+def _at_least(config: Any, lows: dict[str, int]) -> None:
+    for key, low in lows.items():
+        value = getattr(config, key)
+        check(value >= low, key, f"must be >= {low}, got {value}")
+
+
+def check_guesses(config: Any) -> None:
+    """One-run audits: r guesses, even (half "in", half "out") and at most m canaries."""
+    check(
+        config.guesses <= config.canaries and config.guesses % 2 == 0,
+        "guesses",
+        f"must be even and <= --canaries ({config.canaries}), got {config.guesses}",
+    )
+
+
+def check_confidence(config: Any) -> None:
+    check(
+        0.0 < config.confidence < 1.0,
+        "confidence",
+        f"must be in (0, 1), got {config.confidence}; e.g. 0.95",
+    )
+
+
 @dataclass(frozen=True)
 class AuditConfig(RunConfig):
     """The checks every audit shares: trials, canary, confidence (each config declares them
@@ -89,11 +142,7 @@ class AuditConfig(RunConfig):
         )
 
         check_canary(self, self.file_canary)
-        check(
-            0.0 < self.confidence < 1.0,
-            "confidence",
-            f"must be in (0, 1), got {self.confidence}; e.g. 0.95",
-        )
+        check_confidence(self)
 
     def check_delta(self, delta: float) -> None:
         check(0.0 < delta < 1.0, "delta", f"must be in (0, 1), got {delta}")

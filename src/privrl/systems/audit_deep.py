@@ -29,11 +29,19 @@ from privrl.systems.audit import (
     SYNTHETIC_NOTE,
     AuditConfig,
     AuditSystem,
+    _at_least,
     _canary,
     _confidence,
+    _delta,
+    _epsilon,
+    _noise_multiplier,
+    _non_private,
+    _one_of,
     _positive,
     _trials,
     check_canary,
+    check_confidence,
+    check_guesses,
     flag_parameters,
     synthetic_report,
 )
@@ -60,15 +68,9 @@ class AuditExpertDpConfig(AuditConfig):
 
     system: ClassVar[str] = "audit-expert-dp"
     file_canary: ClassVar[bool] = True
-    epsilon: float | None = option(
-        None, "--epsilon", help="The filter's budget ε1 (its claimed ε).", allow_nan=True
-    )
-    non_private: bool = option(
-        False,
-        "--non-private/",
-        help="Audit the non-private twin (the same threshold, no noise).",
-    )
-    delta: float = option(1e-5, "--delta", help="The filter's δ1.", allow_nan=True)
+    epsilon: float | None = _epsilon("The filter's budget ε1 (its claimed ε).")
+    non_private: bool = _non_private("the same threshold, no noise")
+    delta: float = _delta("The filter's δ1.")
     max_len: int = option(5, "--max-len", help="L: the longest trajectory the filter queries.")
     actions: int = option(2, "--actions", help="|A|.")
     p_min: float = option(0.01, "--p-min", help="p_min of the modified experts.", allow_nan=True)
@@ -177,19 +179,10 @@ class AuditExpertDpSgdConfig(RunConfig):
 
     system: ClassVar[str] = "audit-expert-dp-sgd"
     file_canary: ClassVar[bool] = True
-    epsilon: float | None = option(
-        None, "--epsilon", help="Target ε: z calibrated by PLD for the N steps.", allow_nan=True
-    )
-    noise_multiplier: float | None = option(
-        None,
-        "--noise-multiplier",
-        help="Noise multiplier z (instead of --epsilon).",
-        allow_nan=True,
-    )
-    non_private: bool = option(
-        False, "--non-private/", help="Audit the non-private twin (minibatch SGD, no noise)."
-    )
-    delta: float = option(1e-5, "--delta", help="δ at which ε is stated.", allow_nan=True)
+    epsilon: float | None = _epsilon("Target ε: z calibrated by PLD for the N steps.")
+    noise_multiplier: float | None = _noise_multiplier()
+    non_private: bool = _non_private("minibatch SGD, no noise")
+    delta: float = _delta()
     steps: int = option(5, "--steps", help="Private steps N.")
     clip: float = option(1.0, "--clip", help="Clip norm C (per expert).", allow_nan=True)
     canaries: int = option(500, "--canaries", help="Canary experts m (each in w.p. ½).")
@@ -202,34 +195,24 @@ class AuditExpertDpSgdConfig(RunConfig):
     confidence: float = _confidence()
 
     def validate(self) -> None:
-        given = (self.epsilon is not None) + (self.noise_multiplier is not None) + self.non_private
-        if given != 1:
-            raise ValueError(
-                "give exactly one of --epsilon E, --noise-multiplier Z or --non-private"
-            )
+        _one_of(
+            self,
+            ("epsilon", "noise_multiplier", "non_private"),
+            "--epsilon E, --noise-multiplier Z or --non-private",
+        )
         check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
         _positive(self.epsilon, "epsilon")
         _positive(self.noise_multiplier, "noise_multiplier")
         _positive(self.clip, "clip")
-        for key, low in (("steps", 1), ("canaries", 2), ("guesses", 2), ("background", 0)):
-            value = getattr(self, key)
-            check(value >= low, key, f"must be >= {low}, got {value}")
-        check(
-            self.guesses <= self.canaries and self.guesses % 2 == 0,
-            "guesses",
-            f"must be even and <= --canaries ({self.canaries}), got {self.guesses}",
-        )
+        _at_least(self, {"steps": 1, "canaries": 2, "guesses": 2, "background": 0})
+        check_guesses(self)
         check(
             self.canaries <= 5000 and self.steps <= 10_000,
             "canaries",
             "--canaries <= 5000 and --steps <= 10000 keep one audit within minutes",
         )
         check_canary(self, True)
-        check(
-            0.0 < self.confidence < 1.0,
-            "confidence",
-            f"must be in (0, 1), got {self.confidence}; e.g. 0.95",
-        )
+        check_confidence(self)
 
 
 class AuditExpertDpSgd(AuditSystem):
@@ -331,19 +314,10 @@ class AuditPrimorlConfig(RunConfig):
 
     system: ClassVar[str] = "audit-primorl"
     file_canary: ClassVar[bool] = True
-    epsilon: float | None = option(
-        None, "--epsilon", help="Target ε: z calibrated by PLD at T rounds.", allow_nan=True
-    )
-    noise_multiplier: float | None = option(
-        None,
-        "--noise-multiplier",
-        help="Noise multiplier z (instead of --epsilon).",
-        allow_nan=True,
-    )
-    non_private: bool = option(
-        False, "--non-private/", help="Audit the non-private twin (z = 0, NO NOISE; C kept)."
-    )
-    delta: float = option(1e-5, "--delta", help="δ at which ε is stated.", allow_nan=True)
+    epsilon: float | None = _epsilon("Target ε: z calibrated by PLD at T rounds.")
+    noise_multiplier: float | None = _noise_multiplier()
+    non_private: bool = _non_private("z = 0, NO NOISE; C kept")
+    delta: float = _delta()
     rate: float = option(1.0, "--rate", help="Poisson sampling rate q.", allow_nan=True)
     rounds: int = option(1, "--rounds", help="Rounds T.")
     clip: float = option(
@@ -369,11 +343,11 @@ class AuditPrimorlConfig(RunConfig):
     confidence: float = _confidence()
 
     def validate(self) -> None:
-        given = (self.epsilon is not None) + (self.noise_multiplier is not None) + self.non_private
-        if given != 1:
-            raise ValueError(
-                "give exactly one of --epsilon E, --noise-multiplier Z or --non-private"
-            )
+        _one_of(
+            self,
+            ("epsilon", "noise_multiplier", "non_private"),
+            "--epsilon E, --noise-multiplier Z or --non-private",
+        )
         check(self.delta > 0 and self.delta < 1, "delta", f"must be in (0, 1), got {self.delta}")
         _positive(self.epsilon, "epsilon")
         _positive(self.noise_multiplier, "noise_multiplier")
@@ -384,16 +358,10 @@ class AuditPrimorlConfig(RunConfig):
             "rate",
             f"must be in (0, 1], got {self.rate}",
         )
-        for key, low in (("rounds", 1), ("canaries", 2), ("guesses", 2), ("background", 0)):
-            value = getattr(self, key)
-            check(value >= low, key, f"must be >= {low}, got {value}")
+        _at_least(self, {"rounds": 1, "canaries": 2, "guesses": 2, "background": 0})
         for key in ("members", "hidden"):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
-        check(
-            self.guesses <= self.canaries and self.guesses % 2 == 0,
-            "guesses",
-            f"must be even and <= --canaries ({self.canaries}), got {self.guesses}",
-        )
+        check_guesses(self)
         check(
             self.canaries <= 5000 and self.rounds <= 1000,
             "canaries",
@@ -411,11 +379,7 @@ class AuditPrimorlConfig(RunConfig):
                 "random canaries do not own (worst's and a file's do); use --statistic loss "
                 "with --canary random"
             )
-        check(
-            0.0 < self.confidence < 1.0,
-            "confidence",
-            f"must be in (0, 1), got {self.confidence}; e.g. 0.95",
-        )
+        check_confidence(self)
 
 
 class AuditPrimorl(AuditSystem):

@@ -24,11 +24,18 @@ from privrl.systems.audit import (
     TABULAR_FILE_HELP,
     AuditConfig,
     AuditSystem,
+    _at_least,
     _canary,
     _canary_episode,
     _confidence,
+    _delta,
+    _epsilon,
+    _noise_multiplier,
+    _non_private,
+    _one_of,
     _positive,
     _trials,
+    check_guesses,
     flag_parameters,
     synthetic_report,
 )
@@ -43,33 +50,6 @@ __all__ = [
     "AuditSdpPe",
     "AuditSdpPeConfig",
 ]
-
-
-def _epsilon(help: str = "Claimed ε (the system's budget at --delta).") -> Any:
-    return option(None, "--epsilon", help=help, allow_nan=True)
-
-
-def _non_private(what: str) -> Any:
-    return option(False, "--non-private/", help=f"Audit the non-private twin ({what}).")
-
-
-def _delta() -> Any:
-    return option(1e-5, "--delta", help="δ at which ε is stated.", allow_nan=True)
-
-
-def _one_of(config: Any, names: tuple[str, ...], flags: str) -> None:
-    given = sum(
-        bool(getattr(config, n)) if n == "non_private" else getattr(config, n) is not None
-        for n in names
-    )
-    if given != 1:
-        raise ValueError(f"give exactly one of {flags}")
-
-
-def _at_least(config: Any, lows: dict[str, int]) -> None:
-    for key, low in lows.items():
-        value = getattr(config, key)
-        check(value >= low, key, f"must be >= {low}, got {value}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,12 +320,7 @@ class AuditDpSgdConfig(AuditConfig):
     system: ClassVar[str] = "audit-dp-sgd"
     file_canary: ClassVar[bool] = True
     epsilon: float | None = _epsilon("Target ε: z calibrated by PLD (as `train dp-sgd`).")
-    noise_multiplier: float | None = option(
-        None,
-        "--noise-multiplier",
-        help="Noise multiplier z (instead of --epsilon).",
-        allow_nan=True,
-    )
+    noise_multiplier: float | None = _noise_multiplier()
     non_private: bool = _non_private("the same SGD steps, no noise")
     delta: float = _delta()
     rate: float = option(1.0, "--rate", help="Poisson sampling rate q.", allow_nan=True)
@@ -385,11 +360,7 @@ class AuditDpSgdConfig(AuditConfig):
             "mode",
             f"must be 'two-run' or 'one-run', got {self.mode!r}",
         )
-        check(
-            self.guesses <= self.canaries and self.guesses % 2 == 0,
-            "guesses",
-            f"must be even and <= --canaries ({self.canaries}), got {self.guesses}",
-        )
+        check_guesses(self)
         check(
             self.steps * self.trials <= 50_000_000,
             "steps",
