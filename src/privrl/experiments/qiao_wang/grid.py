@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +24,7 @@ from privrl.offline.vapvi import (
     NonPrivateReleaser,
     dp_vapvi,
     gram_shift,
+    theory_additive_bonus,
     vapvi,
     variance_aware_pvi,
 )
@@ -35,7 +41,11 @@ FAILURE_PROB = 0.05  # utility failure probability in E
 PEVI_XI = 0.05
 
 HORIZON = 20
-EXTENDED_ALGORITHMS = ("PEVI", "VAPVI", "DP-VAPVI", "diag: DP-VAPVI shift only")
+DK_ON = "DP-VAPVI + D/K"  # DP-VAPVI with the additive D/K term on, at the tuned constant
+EXTENDED_ALGORITHMS = ("PEVI", "VAPVI", "DP-VAPVI", DK_ON, "diag: DP-VAPVI shift only")
+# The unit of the D/K numerator: 2H³√d, the part of the theory's D that VAPVI has too (DP-VAPVI's
+# D adds privacy terms to it). The numerator is D = c·2H³√d with c chosen on public instances.
+DK_UNIT = theory_additive_bonus(HORIZON, 10)
 BLOCK = 1000  # episodes per sampling block (see _nested_episodes)
 
 QUICK_K = (5, 100, 1000)
@@ -51,6 +61,7 @@ class _Setup:
     scales: tuple[float, ...]
     base_seed: int
     quick: bool
+    instances: tuple[int, ...] = INSTANCES
 
 
 def _setup(seeds: int | None, seed: int, quick: bool, extended: bool) -> _Setup:
@@ -66,6 +77,21 @@ def _setup(seeds: int | None, seed: int, quick: bool, extended: bool) -> _Setup:
 # --------------------------------------------------------------------------------------------
 
 Runner = Callable[[LinearEpisodes, FeatureTable, float, int], LinearGreedyPolicy]
+
+
+def _dp_dk_runner(rho: float, multipliers: Mapping[float, float]) -> Runner:
+    """DP-VAPVI with the additive D/K term on: D = c·2H³√d, c = ``multipliers[C]`` (a public
+    hyper-parameter). Same noise seed as `_dp_runner`, so c = 0 is DP-VAPVI exactly."""
+
+    def run(
+        data: LinearEpisodes, table: FeatureTable, scale: float, noise_seed: int
+    ) -> LinearGreedyPolicy:
+        return dp_vapvi(
+            data, table, rho=rho, rng=noise_seed, bonus_scale=scale, delta=DELTA,
+            failure_prob=FAILURE_PROB, additive_bonus=multipliers[scale] * DK_UNIT,
+        ).policy  # fmt: skip
+
+    return run
 
 
 def _dp_runner(rho: float) -> Runner:
@@ -194,18 +220,29 @@ def _run_grid(
     *,
     extended_algorithms: Sequence[str] = (),
     progress: Callable[[], None] | None = None,
+    cache: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Run every (instance, seed, K, C, algorithm); returns one row per run with the exact
-    suboptimality and the fraction of Q̂ entries clipped at 0."""
+    suboptimality and the fraction of Q̂ entries clipped at 0.
+
+    With ``cache`` (a directory named by `grid_cache`), each (instance, seed) is stored there
+    as it finishes and read back instead of recomputed: an interrupted run resumes."""
     rows: list[dict[str, Any]] = []
     k_all = tuple(sorted({*setup.ks, *setup.k_extended}))
     k_max = max(k_all)
     cap = (HORIZON - np.arange(HORIZON))[:, None, None]  # Q̂_h ≤ H − h + 1 (1-based h)
-    for instance in INSTANCES:
+    for instance in setup.instances:
         mdp = LinearMDP.qiao_wang(instance)
         # φ is already divided by mdp.scale (= √7); record the factor for the unscaled diagnostic.
         table = FeatureTable(phi=mdp.phi, scale=mdp.scale, source=f"linear-mdp:{instance}")
         for s in range(setup.seeds):
+            stored = None if cache is None else cache / f"instance{instance}-seed{s}.json"
+            if stored is not None and stored.is_file():
+                rows += json.loads(stored.read_text(encoding="utf-8"))
+                if progress is not None:
+                    progress()
+                continue
+            cpu0 = time.process_time()
             episodes = _nested_episodes(mdp, k_max, setup.base_seed, instance, s)
             policies: list[np.ndarray] = []
             meta: list[dict[str, Any]] = []
@@ -234,11 +271,35 @@ def _run_grid(
                             }
                         )
             subopt = mdp.suboptimality(np.stack(policies))  # exact, one vectorised evaluation
-            for m, value in zip(meta, subopt, strict=True):
-                rows.append({**m, "suboptimality": float(value)})
+            cpu = time.process_time() - cpu0  # this (instance, seed)'s CPU time, all K
+            new = [
+                {**m, "suboptimality": float(v), "cell_cpu_seconds": cpu}
+                for m, v in zip(meta, subopt, strict=True)
+            ]
+            if stored is not None:
+                tmp = stored.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps(new), encoding="utf-8")
+                tmp.replace(stored)  # atomic: a killed run never leaves half a file
+            rows += new
             if progress is not None:
                 progress()
     return rows
+
+
+def grid_cache(label: str, setup: _Setup, algorithms: Sequence[str], **extra: Any) -> Path:
+    """The cache directory of one grid: ``$PRIVRL_CACHE/reproduce/qiao-wang/<label>-<key>``,
+    the key a hash of what a cell's rows depend on (the K, the C, the base seed, the algorithm
+    names and ``extra``, e.g. tuned constants), so a changed grid never reads another grid's
+    rows. The number of seeds and the instances are not in the key: a cell is one (instance,
+    seed), so runs with more seeds or other instances share the cells they have in common."""
+    from privrl.data.paths import cache_dir
+
+    cell = {k: v for k, v in asdict(setup).items() if k not in ("seeds", "instances")}
+    spec = {"setup": cell, "algorithms": list(algorithms), "extra": extra, "v": 1}
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+    path = cache_dir() / "reproduce" / "qiao-wang" / f"{label}-{key[:16]}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _run_with_progress(
@@ -246,19 +307,27 @@ def _run_with_progress(
     setup: _Setup,
     algorithms: dict[str, Runner],
     extended_algorithms: Sequence[str] = (),
+    cache: Path | None = None,
 ) -> list[dict[str, Any]]:
     """`_run_grid` with a progress bar (one tick per instance × seed) on stderr."""
     from rich.console import Console
     from rich.progress import Progress
 
     with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=len(INSTANCES) * setup.seeds)
+        task = bar.add_task(label, total=len(setup.instances) * setup.seeds)
         return _run_grid(
             setup,
             algorithms,
             extended_algorithms=extended_algorithms,
             progress=lambda: bar.advance(task),
+            cache=cache,
         )
+
+
+def cell_cpu_seconds(rows: list[dict[str, Any]]) -> float:
+    """Mean CPU time of one (instance, seed) of a grid (all its K, C and algorithms)."""
+    per = {(r["instance"], r["seed"]): r.get("cell_cpu_seconds", math.nan) for r in rows}
+    return float(np.mean(list(per.values())))
 
 
 def _aggregate(rows: list[dict[str, Any]], key: str = "suboptimality") -> dict[tuple, dict]:
