@@ -52,6 +52,7 @@ scale of A_D (≈ (1 − γ/2)/|S| on the chain), which shrinks θ towards 0.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -202,8 +203,10 @@ def ridge_solution(
     return np.linalg.solve(A_sum / n_d + config.ridge * np.eye(n), b_sum / n_d)
 
 
+@functools.lru_cache(maxsize=64)
 def lstd_op_noise_multiplier(epsilon: float, delta: float) -> float:
-    """Smallest z = σ/Δ₂ for which one Gaussian release is (ε, δ)-DP (PLD accountant)."""
+    """Smallest z = σ/Δ₂ for which one Gaussian release is (ε, δ)-DP (PLD accountant); a
+    function of public numbers only, cached."""
     return float(
         calibrate_noise_multiplier(
             float(epsilon),
