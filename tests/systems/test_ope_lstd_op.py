@@ -104,3 +104,26 @@ def test_off_policy_is_refused(tmp_path: Path, capsys) -> None:
     argv = [*ARGV, "--env", "chain", "--target-policy", "uniform", "--out", str(tmp_path / "y")]
     code, err = run(argv, capsys)
     assert code == 2 and err.strip().startswith("error:") and "on-policy" in err
+
+
+def test_the_plan_needs_only_the_header_and_a_ledger_is_checked_first(tmp_path: Path, capsys):
+    """Structural rule: the report comes from the header and flags; a spent add/remove ledger
+    refuses the run before the episode arrays are read (they are deleted here, so reading them
+    would fail differently), and a replace-one ledger is refused naming the relation."""
+    import h5py
+
+    from privrl.privacy.ledger import BudgetLedger
+
+    base = [*ARGV, "--features", "onehot", "--declared-trajectories", str(M)]
+    base += ["--reward-bound", "1"]
+    for relation, needle in (("add_remove", "budget"), ("replace_one", "--relation add_remove")):
+        seed = 1 if relation == "add_remove" else 2  # a ledger belongs to the content
+        path = save_hdf5(ChainMDP().sample(M, seed=seed), tmp_path / f"{relation}.h5")
+        BudgetLedger.init(path, epsilon=0.01, delta=1e-3, unit="trajectory", relation=relation)
+        with h5py.File(path, "r+") as f:
+            del f["observations"]
+        out = tmp_path / f"o-{relation}"
+        code, err = run([*base, "--data", str(path), "--out", str(out)], capsys)
+        lines = [x for x in err.splitlines() if x.strip()]
+        assert code == 2 and len(lines) == 1 and needle in lines[0], err
+        assert not (out / "config.json").exists()

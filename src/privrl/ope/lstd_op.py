@@ -30,8 +30,8 @@ Sensitivity (unit: one trajectory; relation: add/remove, D' = D ∪ {x}):
 (S5) θ_D' − θ_D = A_D'⁻¹ (b_D' − A_D' θ_D). Two cases:
      m + 1 ≤ m̄ (n_D = n_D' = m̄): b_D' − A_D'θ_D = (b̂_x − Ã_x θ_D)/m̄, so
          ‖θ_D' − θ_D‖ ≤ (β + αβ/λ) / (λ m̄).
-     m ≥ m̄ (n_D = m, n_D' = m + 1): from m(A_D − λI)θ_D = m b_D,
-         b_D' − A_D'θ_D = (b̂_x − Ã_x θ_D − λθ_D)/(m + 1), so
+     m ≥ m̄ (n_D = m, n_D' = m + 1): A_Dθ_D = b_D gives (Σ_i Ã_i)θ_D = Σ_i b̂_i − mλθ_D, so
+         b_D' − A_D'θ_D = (b̂_x − Ã_x θ_D − λθ_D)/(m + 1) and
          ‖θ_D' − θ_D‖ ≤ (2β + αβ/λ) / (λ (m + 1)) < (2β + αβ/λ) / (λ m̄).
      Removal is the same pair read backwards. Therefore
 

@@ -125,10 +125,11 @@ class LstdOp(OpeSystem):
 
     def plan(self, config: LstdOpConfig, header: Any | None, *, seed: int = 0) -> Plan:
         from privrl.ope.lstd_op import (
-            LstdOpConfig as Core,
+            LSTD_OP_RELATION,
+            lstd_op_noise_multiplier,
         )
         from privrl.ope.lstd_op import (
-            lstd_op_noise_multiplier,
+            LstdOpConfig as Core,
         )
         from privrl.privacy.public import PublicParameters, Source
 
@@ -210,7 +211,9 @@ class LstdOp(OpeSystem):
             "reward_bound": rbar,
             "declared_trajectories": m_bar,
         }
-        return self.finish(problem, planned, algorithm, params=params, core=core, z=z)
+        return self.finish(
+            problem, planned, algorithm, relation=LSTD_OP_RELATION, params=params, core=core, z=z
+        )
 
     def run(
         self, config: LstdOpConfig, data: Any, rng: np.random.Generator, ctx: RunContext
