@@ -35,6 +35,7 @@ DATA_HELP = "Dataset file (privrl HDF5) to evaluate on (or --env to sample one).
 
 for _name in ("gpope", "dp-lsw", "dp-lsl", "lstd"):
     add_command(ope_app, _name, data_help=DATA_HELP)
+add_command(ope_app, "lstd-op", data_help=DATA_HELP)
 add_command(ope_app, "ips", data_help="Dataset file (privrl HDF5) with logged propensities.")
 add_command(ope_app, "snips", data_help="Dataset file (privrl HDF5) with logged propensities.")
 add_command(ope_app, "dr", data_help="Dataset file (privrl HDF5) with logged propensities.")

@@ -8,6 +8,8 @@
 - `stats`: per-trajectory statistics Â_i, b̂_i, Ĉ_i (2.2), computed once per dataset.
 - `mspbe`: MSPBE and the model (A, b, C) it is measured with.
 - `lstd`: non-private LSTD(0) references (on- and off-policy).
+- `lstd_op`: output-perturbed ridge LSTD, one Gaussian release at a public worst-case
+  sensitivity (a baseline for GPOPE; `privrl ope lstd-op`).
 - `baselines`: DP-LSW / DP-LSL output perturbation (Balle, Gomrokchi & Precup 2016).
 - `domains`: Mountain Car and HIV evaluation domains (the chain is `privrl.envs.chain`).
 

@@ -29,6 +29,7 @@ SHIPPED["gpope"] = "privrl.systems.ope:Gpope"
 SHIPPED["dp-lsw"] = "privrl.systems.ope:DpLsw"
 SHIPPED["dp-lsl"] = "privrl.systems.ope:DpLsl"
 SHIPPED["lstd"] = "privrl.systems.ope:Lstd"
+SHIPPED["lstd-op"] = "privrl.systems.lstd_op:LstdOp"
 
 # importance-sampling off-policy evaluation on logs with propensities (privrl ope ips | snips | dr)
 SHIPPED["ips"] = "privrl.systems.ips:Ips"

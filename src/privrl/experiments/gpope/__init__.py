@@ -3,7 +3,8 @@
 * ``fig1a`` — chain, MSPBE vs m ∈ {100, …, 5000}: GPOPE (tuned step, 0.1×, 10×), DP-LSW (V1),
   DP-LSL (V2), with non-private LSTD and the trivial θ = 0 as references; ε = 0.1. Beyond the
   paper: minibatch GPOPE (`privrl.ope.minibatch`) at ε ∈ {0.1, 1} against the targets of a
-  GPOPE that learns (`minibatch_chain`).
+  GPOPE that learns (`minibatch_chain`), and output-perturbed ridge LSTD (`privrl.ope.lstd_op`)
+  at the same (m, ε) (`lstd_op_chain`).
 * ``fig1b`` — chain, MSPBE vs step size at fixed m.
 * ``fig2a`` — Mountain Car on-policy: GPOPE at ε ∈ {0.1, 0.5, 1, 5} and non-private vs V1
   (state aggregation, approximate) vs LSTD.
@@ -16,8 +17,11 @@
 
 Every figure shows θ = 0 and LSTD as references and its verdicts compare GP with θ = 0 first
 (a comparison that holds only because GP is no better than θ = 0 is reported as vacuous).
-Modules: `common` (trials, tuning, tables, claims, the standard plot), `chain` (1a, 1b),
-`minibatch_chain`, `accounting_study`, `continuous` (2a, 3b, 4 from one `FigureSpec` each).
+Modules: `common` (trials, tuning, tables, claims, the standard plot), `plots` (the panel
+plot of the chain figures: log y from the best curve to θ = 0, off-scale arrows, reference
+lines, legend outside), `chain` (1a, 1b; rebuildable from their per-trial results),
+`minibatch_chain`, `lstd_op_chain`, `accounting_study`, `continuous` (2a, 3b, 4 from one
+`FigureSpec` each).
 
 Protocol (common to all): δ = 1e-5; the privacy unit is one trajectory under replace-one; σ
 is calibrated by the rigorous accountant unless stated; every hyper-parameter (clip bound h,
