@@ -150,8 +150,14 @@ def _report(
         "",
         "## Cost",
         "",
-        f"Wall time {wall / 60:.1f} min with {cfg.workers} worker process(es) on a shared "
-        "2-core machine; worker seconds per algorithm (all seeds; UCB-VI-type runs are "
+        (
+            ""
+            if reused
+            else f"Wall time {wall / 60:.1f} min with {cfg.workers} worker process(es) on a "
+            "shared 2-core machine; "
+        )
+        + ("Worker" if reused else "worker")
+        + " seconds per algorithm (all seeds; UCB-VI-type runs are "
         "vectorised over seeds, SDP-PE/PE run one seed at a time):",
         "",
     ]
@@ -163,7 +169,11 @@ def _report(
             "",
             f"The main group ({cfg.seeds} seeds × {K:,} episodes) was read back from this "
             "directory's previous run (same code, same seeds; its cost is the one listed); "
-            "the long and sensitivity groups ran for this version.",
+            "the long and sensitivity groups ran for this version. The main group's PE/SDP-PE "
+            "batches were simulated with `rollout_counts` (every episode as array work), the "
+            "new runs draw a batch's counts from their law (`sample_counts`); the two are equal "
+            "in law (tests/online/test_rollout_law.py), so the groups are comparable but a "
+            "rerun of the main group would not repeat its exact numbers.",
         ]
     lines.append("")
     return "\n".join(lines)
@@ -375,12 +385,13 @@ def _scale_lines(
             "event of probability ≥ 1 − β that every noisy count is within its bound, so its "
             "greedy plan is all-left in every episode and, RiverSwim starting in state 0, its "
             "cumulative regret after k episodes is exactly k × the all-left gap "
-            f"{gap:.4f}. {_ldp_measured(cfg, merged, gap)} A loop that measured it to 10⁸ "
-            "episodes would cost days (benchmarks/bench_sdp_pe_scale.py).",
+            f"{gap:.4f}. {_ldp_measured(cfg, merged, gap)} Measuring it with its per-episode "
+            "loop at this K would take hours of CPU per seed (the loop's per-episode cost is "
+            "in benchmarks/results/sdp_pe_scale.json), beyond this reproduction's budget.",
             "",
             "| ε | K | SDP-PE regret (mean ± std) | SDP-PE regret/episode (last 10%) | "
-            "first stage that eliminates (per seed) | UCBVI-LDP derived | LDP burn-in provable "
-            "to t ≥ | SDP-PE / LDP |",
+            "first stage that eliminates (per seed) | UCBVI-LDP derived | "
+            "LDP all-left (w.p. ≥ 1 − β) to t ≥ | SDP-PE / LDP |",
             "|---|---|---|---|---|---|---|---|",
         ]
         from privrl.experiments.sdp_pe.analysis import (
@@ -460,6 +471,10 @@ def _scale_lines(
                 f"{r['ratio']:.3g} | {order} | {r['verdict']} |"
             )
         lines += ["", *_sensitivity_summary(sens)]
+        lines.append(
+            f"- The constants were varied at K = {Ks:,} only (one seed); at K = "
+            f"{cfg.long_episodes:,} only the defaults ran."
+        )
     return lines
 
 
