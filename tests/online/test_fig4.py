@@ -60,10 +60,10 @@ def test_quick_fig4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     } <= set(finals)
     assert all(len(f["per_seed"]) == 2 for k, f in finals.items() if k.startswith("main"))
     assert all(r["variance_ratio"] > 1 for r in metrics["calibration"])
-    # main: 2 seeds × (PE + SDP-PE tight/theory at ε = 1, 10); long: 1 seed × 2 ε;
-    # sensitivity: 2 ε × (defaults + width scale × ¼, × 4)
+    # main: 2 seeds × (PE + SDP-PE tight/theory at ε = 1, 10); long: 1 seed × 2 ε; longer:
+    # 1 seed × ε = 1; sensitivity: 2 ε × (defaults + width scale × ¼, × 4)
     cells = sorted((sdp_pe.sweep_dir(quick=True) / "cells").glob("*/run/metrics.json"))
-    assert len(cells) == 2 * 5 + 2 + 2 * 3
+    assert len(cells) == 2 * 5 + 2 + 1 + 2 * 3
     assert len(metrics["sensitivity"]) == 2 * (3 + 2)
     assert (tmp_path / "q" / "results.csv").is_file()
 

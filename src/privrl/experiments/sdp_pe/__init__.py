@@ -156,9 +156,13 @@ def write_fig4(
     """Write the run directory and report.md from the jobs' outputs (see `_run_job`) and the
     groups read back from a previous run (``reused``, see `load_group`)."""
     merged = {**(reused or {}), **_merge(outputs)}
-    if any(k[0] == "long" for k in merged):
-        for eps in cfg.long_epsilons:
-            merged[("long", LDP_DERIVED, eps)] = derived_ldp(cfg, cfg.long_episodes, eps)
+    for group, K, epsilons in (
+        ("long", cfg.long_episodes, cfg.long_epsilons),
+        ("longer", cfg.longer_episodes, cfg.longer_epsilons),
+    ):
+        if any(k[0] == group for k in merged):
+            for eps in epsilons:
+                merged[(group, LDP_DERIVED, eps)] = derived_ldp(cfg, K, eps)
     run = RunDir(out)
     _plot(merged, cfg, run.plot_path("fig4"))
     if any(k[0] == "long" for k in merged):

@@ -96,12 +96,16 @@ def _scale_expectations(merged: dict, cfg: Fig4Config) -> list[dict[str, Any]]:
     scale and at the end of the long runs."""
     out = []
     gap = _all_left_gap(cfg)
-    for eps in cfg.long_epsilons:
-        sdp = merged.get(("long", "SDP-PE", eps))
-        ldp = merged.get(("long", LDP_DERIVED, eps))
+    scales = [
+        ("long", eps, sorted({min(cfg.sens_episodes, cfg.long_episodes), cfg.long_episodes}))
+        for eps in cfg.long_epsilons
+    ] + [("longer", eps, [cfg.longer_episodes]) for eps in cfg.longer_epsilons]
+    for group, eps, Ks in scales:
+        sdp = merged.get((group, "SDP-PE", eps))
+        ldp = merged.get((group, LDP_DERIVED, eps))
         if sdp is None or ldp is None:
             continue
-        for K in sorted({min(cfg.sens_episodes, cfg.long_episodes), cfg.long_episodes}):
+        for K in Ks:
             s_val = _value_at(sdp, K)
             if ldp["burn_in_end"] is not None and ldp["burn_in_end"] <= K:
                 continue  # LDP's cost is not derived beyond its burn-in
@@ -326,7 +330,7 @@ def _plot(merged: dict, cfg: Fig4Config, path: Path, group: str = "main") -> Non
     import matplotlib.pyplot as plt
 
     eps_list = cfg.epsilons if group == "main" else cfg.long_epsilons
-    K = cfg.episodes if group == "main" else cfg.long_episodes
+    K = cfg.episodes if group == "main" else max(cfg.long_episodes, cfg.longer_episodes)
     gap = _all_left_gap(cfg)
     side = 4.0  # inches right of the panels for the legend
     fig, axes = plt.subplots(1, len(eps_list), figsize=(5.0 * len(eps_list) + side, 4.4))
@@ -336,11 +340,14 @@ def _plot(merged: dict, cfg: Fig4Config, path: Path, group: str = "main") -> Non
         shown = [
             (g, a, e, m)
             for (g, a, e), m in merged.items()
-            if (g == group or (group == "long" and g == "main"))
+            if (g == group or (group == "long" and g in ("main", "longer")))
             and (e is None or e == eps)
             and a in order
+            # one derived LDP line per panel: the longest run's
+            and not (m.get("derived") and g == "long" and ("longer", a, e) in merged)
         ]
-        shown.sort(key=lambda t: (t[0] != group, order.index(t[1])))
+        shown.sort(key=lambda t: (t[0] == "main", order.index(t[1])))
+        K = max([int(t[3]["grid"][-1]) for t in shown] or [K])
         for g, algo, _e, m in shown:
             grid, mean, std = m["grid"], m["mean"], m["std"]
             color = COLORS.get(algo, COLORS["UCBVI-LDP"])
@@ -349,12 +356,14 @@ def _plot(merged: dict, cfg: Fig4Config, path: Path, group: str = "main") -> Non
                 label = f"UCBVI-LDP ε={eps:g}, derived: all-left to t ≥ {_fmt_t(end)}"
                 ax.plot(grid, mean, ":", color=color, lw=2.2, label=label)
                 continue
-            ls = "--" if "theory" in algo else "-"
+            ls = "--" if "theory" in algo else "-." if g == "longer" else "-"
             thin = group == "long" and g == "main"
             n = len(m["seeds"])
-            label = (
-                f"{algo} ({'measured to ' + f'{grid[-1]:.0e}' + ', ' if thin else ''}{n} seed(s))"
-            )
+            if g == "main":
+                upto = f"measured to {grid[-1]:.0e}, " if thin else ""
+            else:
+                upto = f"K = {grid[-1]:.3g}, "
+            label = f"{algo} ({upto}{n} seed(s))"
             ax.plot(grid, mean, ls, color=color, lw=0.9 if thin else 1.6, label=label)
             if not thin:
                 ax.fill_between(

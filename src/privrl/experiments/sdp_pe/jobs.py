@@ -39,6 +39,10 @@ class Fig4Config:
     long_episodes: int = 125_829_000  # 3·B·(2^20 − 1): 20 complete stages
     long_seeds: int = 3
     long_epsilons: list[float] = field(default_factory=lambda: [1.0, 10.0])
+    # one more stage where SDP-PE is still in burn-in at long_episodes (ε = 1)
+    longer_episodes: int = 251_658_120  # 3·B·(2^21 − 1): 21 complete stages
+    longer_seeds: int = 2
+    longer_epsilons: list[float] = field(default_factory=lambda: [1.0])
     # sensitivity of the verdict to the rebuilt constants: each ×factor, one at a time
     sens_episodes: int = 31_457_160  # 3·B·(2^18 − 1): 18 complete stages
     sens_seeds: int = 1
@@ -60,6 +64,8 @@ class Fig4Config:
             seeds=2,
             long_episodes=4536,  # 3·24·(2^6 − 1)
             long_seeds=1,
+            longer_episodes=9144,  # 3·24·(2^7 − 1)
+            longer_seeds=1,
             sens_episodes=2160,  # 3·24·(2^5 − 1)
             sens_constants=["width_scale"],
             base_seed=seed,
@@ -112,7 +118,7 @@ def _jobs(cfg: Fig4Config) -> list[Job]:
     return jobs
 
 
-GROUPS = ("main", "long", "sens")
+GROUPS = ("main", "long", "longer", "sens")
 
 
 def sens_group(constant: str, factor: float) -> str:
@@ -125,7 +131,8 @@ def _pe_cells(
 ) -> list[tuple[str, dict[str, Any]]]:
     """The PE and SDP-PE runs, one per seed: (group, `[[cells]]` entry of the sweep), each
     exactly `privrl online pe|sdp-pe ... --seed s`. Groups: ``main`` (K = ``episodes``, every
-    algorithm), ``long`` (SDP-PE at K = ``long_episodes``, each ε of ``long_epsilons``) and
+    algorithm), ``long`` (SDP-PE at K = ``long_episodes``, each ε of ``long_epsilons``),
+    ``longer`` (SDP-PE at K = ``longer_episodes``, each ε of ``longer_epsilons``) and
     ``sens`` (SDP-PE at K = ``sens_episodes`` with one rebuilt constant scaled at a time)."""
 
     def pe(K: int, s: int) -> dict[str, Any]:
@@ -150,6 +157,12 @@ def _pe_cells(
             s = cfg.base_seed + i
             cells += [
                 ("long", sdp(cfg.long_episodes, s, eps, "tight")) for eps in cfg.long_epsilons
+            ]
+    if "longer" in groups and cfg.longer_seeds > 0 and cfg.longer_episodes > 0:
+        for i in range(cfg.longer_seeds):
+            s = cfg.base_seed + i
+            cells += [
+                ("longer", sdp(cfg.longer_episodes, s, eps, "tight")) for eps in cfg.longer_epsilons
             ]
     if "sens" in groups and cfg.sens_seeds > 0 and cfg.sens_episodes > 0:
         for i in range(cfg.sens_seeds):

@@ -379,7 +379,10 @@ def _scale_lines(
             "",
             f"SDP-PE (tight calibration, default constants) for {cfg.long_seeds} seed(s) × "
             f"{KL:,} episodes ({len(stage_schedule(KL, 2 * cfg.states * cfg.horizon))} complete "
-            "stages), each ε. **UCBVI-LDP is not measured at this scale; its cost is derived** "
+            f"stages), each ε, and for {cfg.longer_seeds} seed(s) × {cfg.longer_episodes:,} "
+            f"episodes at ε ∈ {{{', '.join(f'{e:g}' for e in cfg.longer_epsilons)}}} (one "
+            "stage more, dash-dotted). **UCBVI-LDP is not measured at this scale; its cost is "
+            "derived** "
             "(dotted in the plot): until the episode t in the table (computed from public "
             "quantities only: H, S, A, K, ε, β, C) no row's bonus can fall below H on the "
             "event of probability ≥ 1 − β that every noisy count is within its bound, so its "
@@ -401,13 +404,19 @@ def _scale_lines(
             _value_at,
         )
 
-        for eps, m in longs.items():
+        runs = [
+            ("long", e, m, sorted({min(cfg.sens_episodes, KL), KL})) for e, m in longs.items()
+        ] + [
+            ("longer", e, merged.get(("longer", "SDP-PE", e)), [cfg.longer_episodes])
+            for e in cfg.longer_epsilons
+        ]
+        for group, eps, m, Ks in runs:
             if m is None:
                 continue
-            ldp = merged.get(("long", LDP_DERIVED, eps))
+            ldp = merged.get((group, LDP_DERIVED, eps))
             end = None if ldp is None else ldp["burn_in_end"]
             first = _first_elimination(m["logs"]) if m["logs"] else []
-            for K in sorted({min(cfg.sens_episodes, KL), KL}):
+            for K in Ks:
                 v = _value_at(m, K)
                 sd = float(np.interp(K, m["grid"], m["std"]))
                 ok = end is None or end > K
@@ -419,17 +428,19 @@ def _scale_lines(
                 )
         lines += ["", "SDP-PE stages at this scale (seed 0):", ""]
         lines += [
-            "| ε | stage | T | size of F | E (fine batch) | active policies after | π* active |"
-            " max gap of an active policy |",
-            "|---|---|---|---|---|---|---|---|",
+            "| ε | run of K | stage | T | size of F | E (fine batch) | active policies after | "
+            "π* active | max gap of an active policy |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
-        for eps, m in longs.items():
+        for group, eps, m, _ in runs:
             if m is None or not m["logs"]:
                 continue
+            first_stage = 10 if group == "long" else 18
             for e in m["logs"][0]:
-                if "active_after" in e and e["stage"] >= 10:
+                if "active_after" in e and e["stage"] >= first_stage:
                     lines.append(
-                        f"| {eps:g} | {e['stage']} | {e['T']:,} | {e['infrequent']} | "
+                        f"| {eps:g} | {int(m['grid'][-1]):.3g} | {e['stage']} | {e['T']:,} | "
+                        f"{e['infrequent']} | "
                         f"{e['E']:,.1f} | {e['active_after']:,} | {e['optimal_active']} | "
                         f"{e['max_gap_active']:.4f} |"
                     )
