@@ -426,6 +426,26 @@ def _scale_lines(
                     f"| {eps:g} | {K:,} | {_fmt(v)} ± {_fmt(sd)} | {_slope_at(m, K):.4f} | "
                     f"{first} | {lcell} | {_fmt_t(end)} | {ratio} |"
                 )
+        lines += ["", "Reading (per ε, the largest K run):", ""]
+        for eps in sorted({ex["epsilon"] for ex in expectations if ex.get("long")}):
+            rows = [ex for ex in expectations if ex.get("long") and ex["epsilon"] == eps]
+            last = max(rows, key=lambda ex: ex["episodes"])
+            state = (
+                "still in burn-in (regret/episode ≥ 0.8 × the all-left cost)"
+                if last["burn_in"]
+                else "past its burn-in"
+            )
+            lines.append(
+                f"- ε = {eps:g}, K = {last['episodes']:,}: SDP-PE is {state}; SDP-PE / "
+                f"UCBVI-LDP = {last['ratio']:.3g} (ordering SDP-PE < UCBVI-LDP: "
+                f"{'yes' if last['ratio'] < 1 else 'no'}; 'far below', ≤ ½: "
+                f"{'yes' if last['holds'] else 'no'}) — {last['kind']}. Over the runs the ratio "
+                "goes "
+                + " → ".join(
+                    f"{ex['ratio']:.3g}" for ex in sorted(rows, key=lambda ex: ex["episodes"])
+                )
+                + " while UCBVI-LDP stays in burn-in."
+            )
         lines += ["", "SDP-PE stages at this scale (seed 0):", ""]
         lines += [
             "| ε | run of K | stage | T | size of F | E (fine batch) | active policies after | "
