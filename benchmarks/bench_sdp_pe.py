@@ -2,7 +2,7 @@
 stepping episodes one at a time.
 
 1. SDP-PE (shuffle, ε = 10, δ = 1e-5, tight calibration) on RiverSwim S = 4, H = 5 for 10⁶
-   episodes, one seed: wall time and the share spent simulating episodes (`rollout_counts`).
+   episodes, one seed: wall time and the share spent simulating episodes (`sample_counts`).
 2. Simulation of one SDP-PE batch (each episode runs its own policy of the 2^14-policy set,
    counts and reward sums collected): `rollout_counts` (all episodes of a block at once) vs a
    loop stepping each episode through the Gymnasium wrapper `TabularMDPEnv`, on the same
@@ -37,7 +37,7 @@ def end_to_end(episodes: int, seed: int = 0) -> dict:
         mdp, episodes, epsilon=10.0, delta=1e-5, rng=np.random.default_rng(noise_ss)
     )
     spent = {"rollout": 0.0}
-    original = sdp_module.rollout_counts
+    original = sdp_module.sample_counts
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         t = time.perf_counter()
@@ -45,13 +45,13 @@ def end_to_end(episodes: int, seed: int = 0) -> dict:
         spent["rollout"] += time.perf_counter() - t
         return out
 
-    sdp_module.rollout_counts = timed
+    sdp_module.sample_counts = timed
     try:
         t0 = time.perf_counter()
         res = sdp_pe(mdp, episodes, priv, rng=np.random.default_rng(env_ss))
         wall = time.perf_counter() - t0
     finally:
-        sdp_module.rollout_counts = original
+        sdp_module.sample_counts = original
     return {
         "episodes": episodes,
         "wall_s": wall,

@@ -32,6 +32,7 @@ __all__ = [
     "policy_start_gaps",
     "reachable_states",
     "rollout_counts",
+    "sample_counts",
 ]
 
 Progress = Callable[[int], None]  # called with the number of episodes just completed
@@ -161,6 +162,63 @@ def rollout_counts(
             n_sa.astype(np.float64), n_sas.astype(np.float64), r_sum.reshape(H, S, A)
         )
         starts[c0 : c0 + idx.shape[0]] = ep.states[:, 0]
+    return total, starts
+
+
+def sample_counts(
+    mdp: TabularMDP,
+    policies: IntArray,
+    index: IntArray,
+    rng: np.random.Generator,
+) -> tuple[Counts, IntArray]:
+    """`rollout_counts`' result drawn from its exact law without simulating the episodes one by
+    one: the start states are drawn per episode (d1), then, for every distinct (policy, start)
+    group, layer by layer, the number of its episodes in each state moves on as
+    Multinomial(n_h(s), P_h(·|s, π_h(s))) and earns Binomial(n_h(s), R_h(s, π_h(s))) rewards
+    (Bernoulli rewards; the mean times the count for deterministic ones).
+
+    Episodes are independent given their policies, and a batch's counts are sums over its
+    episodes, so the counts of the episodes of one group given its starts are these sequential
+    multinomial draws (a Markov chain's occupancy counts): equal in law to the batch simulation
+    (tests/online/test_rollout_law.py checks it against the stepping loop). The cost is
+    O(episodes) for the starts plus O(groups·H·S²), instead of O(episodes·H) array work.
+    """
+    H, S, A = mdp.H, mdp.S, mdp.A
+    index = np.asarray(index, dtype=np.int64)
+    n = int(index.shape[0])
+    d1_cdf = np.cumsum(mdp.d1)
+    d1_cdf[-1] = 1.0
+    starts = (
+        np.zeros(n, dtype=np.int64)
+        if mdp.d1[0] == 1.0
+        else np.searchsorted(d1_cdf, rng.random(n), side="right").astype(np.int64)
+    )
+    total = Counts.zeros(H, S, A)
+    if n == 0:
+        return total, starts
+    table = np.bincount(index * S + starts, minlength=policies.shape[0] * S)
+    table = table.reshape(policies.shape[0], S)
+    uniq = np.flatnonzero(table.any(axis=1))  # the policies this batch runs
+    U = uniq.size
+    cur = table[uniq].astype(np.int64)  # [U, S] episodes of each policy in each start state
+    pol = policies[uniq]  # [U, H, S]
+    R = np.asarray(mdp.R)
+    bern = mdp.reward_kind == "bernoulli"
+    s_idx = np.broadcast_to(np.arange(S), (U, S))
+    for h in range(H):
+        a = pol[:, h, :]  # [U, S]
+        p = mdp.P[h][s_idx, a]  # [U, S, S']
+        nxt = rng.multinomial(cur, p)  # [U, S, S']
+        mean = R[h][s_idx, a]  # [U, S]
+        rew = rng.binomial(cur, mean) if bern else cur * mean
+        flat = (s_idx * A + a).ravel()
+        total.n_sa[h] += np.bincount(flat, weights=cur.ravel(), minlength=S * A).reshape(S, A)
+        total.r_sum[h] += np.bincount(flat, weights=np.ravel(rew), minlength=S * A).reshape(S, A)
+        for s2 in range(S):
+            total.n_sas[h, :, :, s2] += np.bincount(
+                flat, weights=nxt[..., s2].ravel(), minlength=S * A
+            ).reshape(S, A)
+        cur = nxt.sum(axis=1)
     return total, starts
 
 

@@ -25,7 +25,8 @@ Stages k = 1, 2, ... of size T^(k) = B·2^{k−1} (B ≥ H·S·A); a stage runs 
 
 **Forgetting**: a stage estimates only from its own batches. Policy sets are deduplicated on
 (h, s) unreachable from the start (`policy_set`). Mixtures are sampled once per episode, so
-every episode runs one deterministic policy and the regret is exact.
+every episode runs one deterministic policy and the regret is exact. A batch's counts are drawn
+from their exact law given the episodes' policies (`sample_counts`), not stepped.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from privrl.online.common import (
     Progress,
     policy_set,
     policy_start_gaps,
-    rollout_counts,
+    sample_counts,
 )
 from privrl.online.privatizers import (
     IdentityPrivatizer,
@@ -248,10 +249,12 @@ class _Runner:
         return self.K - self.done
 
     def run(self, index: IntArray) -> tuple[Counts, int]:
-        """Run policies[index[i]] for as many episodes as remain; record their regret."""
+        """Run policies[index[i]] for as many episodes as remain; record their regret. The
+        batch's counts are drawn from their exact law (`sample_counts`: per-episode starts,
+        then multinomial layer counts per policy), not stepped episode by episode."""
         idx = index[: self.remaining]
         n = int(idx.shape[0])
-        counts, starts = rollout_counts(self.mdp, self.policies, idx, self.rng)
+        counts, starts = sample_counts(self.mdp, self.policies, idx, self.rng)
         self.regret[self.done : self.done + n] = self.gaps[idx, starts]
         self.done += n
         if self.progress is not None and n:

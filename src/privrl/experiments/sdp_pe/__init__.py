@@ -5,8 +5,11 @@ DP-UCBVI central (JDP) and DP-UCBVI local (LDP), one panel per ε, mean ± std o
 Setting: RiverSwim S = 4, A = 2, H = 5 (the paper's H was lost), start at state 0, Bernoulli
 rewards; ε ∈ {1, 10}, δ = 1e-5 (both lost; the spec's choice); K = 10⁶ episodes; 20 seeds.
 All constants at their defaults (theory shapes, constant 1): no tuning. SDP-PE is also run with
-the `theory` calibration, and a supplement runs PE and SDP-PE (ε = 10, tight vs theory) for
-18 stages (3.1·10⁷ episodes, 5 seeds), long enough for SDP-PE's stages to eliminate.
+the `theory` calibration. At 10⁶ episodes every private method is still in burn-in, so a long
+group runs SDP-PE (tight, ε = 1 and 10, 3 seeds) for 20 stages (1.26·10⁸ episodes), where its
+stages eliminate; UCBVI-LDP's regret there is derived, not measured (its plan is provably
+all-left until an episode computed from public quantities, `ldp_burn_in_end`), and labelled so.
+A sensitivity group reruns SDP-PE at 3.1·10⁷ episodes with each rebuilt constant ×¼ and ×4.
 
 Seed i of every algorithm is exactly `privrl online <algorithm> --seed <base + i>`. PE and
 SDP-PE run as a sweep (`privrl.runs.sweep`) of the registered `pe` and `sdp-pe` systems, one
@@ -32,29 +35,35 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from privrl.experiments.claims import write_claims
 from privrl.experiments.rundir import RunDir
 from privrl.experiments.sdp_pe.analysis import (
+    LDP_DERIVED,
     _calibration_table,
     _expectations,
     _first_elimination,
     _plot,
     _stats,
+    claim_kinds,
+    derived_ldp,
     gallery_claims,
+    sensitivity,
+    write_claims_with_kinds,
 )
 from privrl.experiments.sdp_pe.jobs import (
+    GROUPS,
     Fig4Config,
     _cell_output,
     _execute,
     _jobs,
     _merge,
     _pe_cells,
+    load_group,
     sweep_doc,
 )
 from privrl.experiments.sdp_pe.report import _report
 from privrl.privacy.report import PrivacyReport
 
-__all__ = ["Fig4Config", "fig4", "run_fig4", "sweep_dir", "write_fig4"]
+__all__ = ["Fig4Config", "fig4", "refresh_fig4", "run_fig4", "sweep_dir", "write_fig4"]
 
 
 def fig4(
@@ -84,15 +93,19 @@ def run_fig4(
     quick: bool = False,
     log: Callable[[str], None] = print,
     backend: str = "local",
+    reuse_main: bool = False,
 ) -> Path:
     """Run (or resume) every run of ``cfg`` and write the reproduction to ``out``; returns
     report.md. PE and SDP-PE run as a sweep (finished cells are skipped), the UCB-VI family as
-    one vectorised job per (algorithm, ε)."""
+    one vectorised job per (algorithm, ε). ``reuse_main``: read the main group (K =
+    ``episodes``, every algorithm) back from ``out``'s previous run instead of running it."""
     from privrl.runs.sweep import expand, run_sweep
 
     t0 = time.perf_counter()
     cells = sweep_dir(quick)
-    sweep = expand(sweep_doc(cfg, cells, backend=backend))
+    groups = tuple(g for g in GROUPS if not (reuse_main and g == "main"))
+    main = load_group(Path(out), "main") if reuse_main else {}
+    sweep = expand(sweep_doc(cfg, cells, backend=backend, groups=groups))
     outcome = run_sweep(
         sweep,
         on_start=lambda total, todo: log(f"PE/SDP-PE sweep: {todo} of {total} runs to do"),
@@ -104,15 +117,24 @@ def run_fig4(
             f"{len(outcome.failed)} run(s) failed, e.g. {cell.label()}: {error} "
             f"(logs in {cell.dir}/log.txt); rerun to retry them"
         )
-    groups = [group for group, _ in _pe_cells(cfg)]
-    outputs = _execute(_jobs(cfg), cfg, log)
+    cell_groups = [group for group, _ in _pe_cells(cfg, groups)]
+    outputs = [] if reuse_main else _execute(_jobs(cfg), cfg, log)
     outputs += [
         _cell_output(cell.values, group, cell.run_dir)
-        for cell, group in zip(sweep.cells, groups, strict=True)
+        for cell, group in zip(sweep.cells, cell_groups, strict=True)
     ]
     Path(out).mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(cells / "results.csv", Path(out) / "results.csv")
-    return write_fig4(cfg, outputs, out, wall=time.perf_counter() - t0, quick=quick)
+    if (cells / "results.csv").exists():
+        shutil.copyfile(cells / "results.csv", Path(out) / "results.csv")
+    return write_fig4(cfg, outputs, out, wall=time.perf_counter() - t0, quick=quick, reused=main)
+
+
+def refresh_fig4(out: Path, *, quick: bool = False, workers: int = 1) -> Path:
+    """Rewrite a written reproduction with its main group read back (nothing of it rerun) and
+    the long and sensitivity groups run (or resumed from the cache)."""
+    cfg = Fig4Config.quick() if quick else Fig4Config()
+    cfg.workers = max(1, int(workers))
+    return run_fig4(cfg, Path(out), quick=quick, reuse_main=True)
 
 
 def sweep_dir(quick: bool) -> Path:
@@ -123,16 +145,37 @@ def sweep_dir(quick: bool) -> Path:
 
 
 def write_fig4(
-    cfg: Fig4Config, outputs: list[dict[str, Any]], out: Path, *, wall: float, quick: bool
+    cfg: Fig4Config,
+    outputs: list[dict[str, Any]],
+    out: Path,
+    *,
+    wall: float,
+    quick: bool,
+    reused: dict | None = None,
 ) -> Path:
-    """Write the run directory and report.md from the jobs' outputs (see `_run_job`)."""
-    merged = _merge(outputs)
+    """Write the run directory and report.md from the jobs' outputs (see `_run_job`) and the
+    groups read back from a previous run (``reused``, see `load_group`)."""
+    merged = {**(reused or {}), **_merge(outputs)}
+    for group, K, epsilons in (
+        ("long", cfg.long_episodes, cfg.long_epsilons),
+        ("longer", cfg.longer_episodes, cfg.longer_epsilons),
+    ):
+        if any(k[0] == group for k in merged):
+            for eps in epsilons:
+                merged[(group, LDP_DERIVED, eps)] = derived_ldp(cfg, K, eps)
     run = RunDir(out)
     _plot(merged, cfg, run.plot_path("fig4"))
     if any(k[0] == "long" for k in merged):
         _plot(merged, cfg, run.plot_path("fig4_long"), group="long")
     expectations = _expectations(merged, cfg)
+    sens = sensitivity(merged, cfg)
     calib = _calibration_table(cfg)
+
+    def first_elim(m: dict[str, Any]) -> dict[str, Any]:
+        if m.get("first_elimination") is not None:
+            return {"first_elimination_stage": m["first_elimination"]}
+        return {"first_elimination_stage": _first_elimination(m["logs"])} if m["logs"] else {}
+
     finals = {
         f"{g}|{a}|{'-' if e is None else f'{e:g}'}": {
             "mean": _stats(m["finals"])[0],
@@ -141,7 +184,8 @@ def write_fig4(
             "seeds": m["seeds"],
             "cpu_seconds": m["seconds"],
             "episodes": int(m["grid"][-1]),
-            **({"first_elimination_stage": _first_elimination(m["logs"])} if m["logs"] else {}),
+            **({"derived": True, "burn_in_end": m["burn_in_end"]} if m.get("derived") else {}),
+            **first_elim(m),
         }
         for (g, a, e), m in merged.items()
     }
@@ -152,15 +196,14 @@ def write_fig4(
             "regret": finals[f"main|SDP-PE|{cfg.epsilons[0]:g}"]["mean"],
             "final_regret": finals,
             "expectations": expectations,
+            "sensitivity": sens,
             "calibration": calib,
             "wall_time_s": wall,
         }
     )
     rows = []
     for (g, a, e), m in sorted(merged.items(), key=lambda kv: str(kv[0])):
-        mean = m["curves"].mean(axis=0)
-        std = m["curves"].std(axis=0, ddof=1) if m["curves"].shape[0] > 1 else 0 * mean
-        for k, mu, sd in zip(m["grid"], mean, std, strict=True):
+        for k, mu, sd in zip(m["grid"], m["mean"], m["std"], strict=True):
             rows.append(
                 {
                     "group": g,
@@ -198,6 +241,18 @@ def write_fig4(
         + "\n"
     )
     report = run.path / "report.md"
-    report.write_text(_report(cfg, merged, finals, expectations, calib, wall, quick=quick))
-    write_claims(run.path, gallery_claims(expectations))
+    report.write_text(
+        _report(
+            cfg,
+            merged,
+            finals,
+            expectations,
+            calib,
+            wall,
+            quick=quick,
+            sens=sens,
+            reused=bool(reused),
+        )
+    )
+    write_claims_with_kinds(run.path, gallery_claims(expectations), claim_kinds(expectations))
     return report

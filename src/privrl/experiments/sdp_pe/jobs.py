@@ -36,9 +36,20 @@ class Fig4Config:
     epsilons: list[float] = field(default_factory=lambda: [1.0, 10.0])
     delta: float = 1e-5
     theory_calibration: bool = True
-    long_episodes: int = 31_457_160  # 3·B·(2^18 − 1): 18 complete stages
-    long_seeds: int = 5
-    long_epsilon: float = 10.0
+    long_episodes: int = 125_829_000  # 3·B·(2^20 − 1): 20 complete stages
+    long_seeds: int = 3
+    long_epsilons: list[float] = field(default_factory=lambda: [1.0, 10.0])
+    # one more stage where SDP-PE is still in burn-in at long_episodes (ε = 1)
+    longer_episodes: int = 251_658_120  # 3·B·(2^21 − 1): 21 complete stages
+    longer_seeds: int = 2
+    longer_epsilons: list[float] = field(default_factory=lambda: [1.0])
+    # sensitivity of the verdict to the rebuilt constants: each ×factor, one at a time
+    sens_episodes: int = 31_457_160  # 3·B·(2^18 − 1): 18 complete stages
+    sens_seeds: int = 1
+    sens_constants: list[str] = field(
+        default_factory=lambda: ["threshold_c1", "threshold_c2", "width_scale"]
+    )
+    sens_factors: list[float] = field(default_factory=lambda: [0.25, 4.0])
     points: int = 1000  # curve points: the online systems' grid (`checkpoints(K)`)
     base_seed: int = 0
     workers: int = 1
@@ -51,8 +62,12 @@ class Fig4Config:
             horizon=4,
             episodes=2000,
             seeds=2,
-            long_episodes=4000,
+            long_episodes=4536,  # 3·24·(2^6 − 1)
             long_seeds=1,
+            longer_episodes=9144,  # 3·24·(2^7 − 1)
+            longer_seeds=1,
+            sens_episodes=2160,  # 3·24·(2^5 − 1)
+            sens_constants=["width_scale"],
             base_seed=seed,
         )
 
@@ -103,14 +118,27 @@ def _jobs(cfg: Fig4Config) -> list[Job]:
     return jobs
 
 
-def _pe_cells(cfg: Fig4Config) -> list[tuple[str, dict[str, Any]]]:
+GROUPS = ("main", "long", "longer", "sens")
+
+
+def sens_group(constant: str, factor: float) -> str:
+    """The group of one sensitivity variant: the constant and its factor (1 = defaults)."""
+    return f"sens|{constant}|{factor:g}"
+
+
+def _pe_cells(
+    cfg: Fig4Config, groups: tuple[str, ...] = GROUPS
+) -> list[tuple[str, dict[str, Any]]]:
     """The PE and SDP-PE runs, one per seed: (group, `[[cells]]` entry of the sweep), each
-    exactly `privrl online pe|sdp-pe ... --seed s`."""
+    exactly `privrl online pe|sdp-pe ... --seed s`. Groups: ``main`` (K = ``episodes``, every
+    algorithm), ``long`` (SDP-PE at K = ``long_episodes``, each ε of ``long_epsilons``),
+    ``longer`` (SDP-PE at K = ``longer_episodes``, each ε of ``longer_epsilons``) and
+    ``sens`` (SDP-PE at K = ``sens_episodes`` with one rebuilt constant scaled at a time)."""
 
     def pe(K: int, s: int) -> dict[str, Any]:
         return {"system": "pe", "episodes": K, "seed": s}
 
-    def sdp(K: int, s: int, eps: float, calibration: str) -> dict[str, Any]:
+    def sdp(K: int, s: int, eps: float, calibration: str, **consts: float) -> dict[str, Any]:
         return {
             "system": "sdp-pe",
             "episodes": K,
@@ -118,35 +146,57 @@ def _pe_cells(cfg: Fig4Config) -> list[tuple[str, dict[str, Any]]]:
             "epsilon": eps,
             "delta": cfg.delta,
             "calibration": calibration,
+            **consts,
         }
 
     calibrations = ("tight", "theory") if cfg.theory_calibration else ("tight",)
     cells: list[tuple[str, dict[str, Any]]] = []
-    for i in range(cfg.seeds):
-        s = cfg.base_seed + i
-        cells.append(("main", pe(cfg.episodes, s)))
-        cells += [
-            ("main", sdp(cfg.episodes, s, eps, c)) for eps in cfg.epsilons for c in calibrations
-        ]
-    if cfg.long_seeds > 0 and cfg.long_episodes > 0:
+    # the most expensive first, so that parallel workers finish together
+    if "long" in groups and cfg.long_seeds > 0 and cfg.long_episodes > 0:
         for i in range(cfg.long_seeds):
             s = cfg.base_seed + i
-            cells.append(("long", pe(cfg.long_episodes, s)))
             cells += [
-                ("long", sdp(cfg.long_episodes, s, cfg.long_epsilon, c))
-                for c in ("tight", "theory")
+                ("long", sdp(cfg.long_episodes, s, eps, "tight")) for eps in cfg.long_epsilons
+            ]
+    if "longer" in groups and cfg.longer_seeds > 0 and cfg.longer_episodes > 0:
+        for i in range(cfg.longer_seeds):
+            s = cfg.base_seed + i
+            cells += [
+                ("longer", sdp(cfg.longer_episodes, s, eps, "tight")) for eps in cfg.longer_epsilons
+            ]
+    if "sens" in groups and cfg.sens_seeds > 0 and cfg.sens_episodes > 0:
+        for i in range(cfg.sens_seeds):
+            s = cfg.base_seed + i
+            for eps in cfg.long_epsilons:
+                cells.append((sens_group("default", 1.0), sdp(cfg.sens_episodes, s, eps, "tight")))
+                for const in cfg.sens_constants:
+                    for f in cfg.sens_factors:
+                        cells.append(
+                            (
+                                sens_group(const, f),
+                                sdp(cfg.sens_episodes, s, eps, "tight", **{const: float(f)}),
+                            )
+                        )
+    if "main" in groups:
+        for i in range(cfg.seeds):
+            s = cfg.base_seed + i
+            cells.append(("main", pe(cfg.episodes, s)))
+            cells += [
+                ("main", sdp(cfg.episodes, s, eps, c)) for eps in cfg.epsilons for c in calibrations
             ]
     return cells
 
 
-def sweep_doc(cfg: Fig4Config, out: Path, *, backend: str = "local") -> dict[str, Any]:
+def sweep_doc(
+    cfg: Fig4Config, out: Path, *, backend: str = "local", groups: tuple[str, ...] = GROUPS
+) -> dict[str, Any]:
     """The sweep of the PE and SDP-PE runs on RiverSwim (S, H of `cfg`); cells under `out`."""
     return {
         "out": str(out),
         "env": "riverswim",
         "states": cfg.states,
         "horizon": cfg.horizon,
-        "cells": [entry for _, entry in _pe_cells(cfg)],
+        "cells": [entry for _, entry in _pe_cells(cfg, groups)],
         "sweep": {"backend": backend, "workers": cfg.workers, "metrics": ["regret"]},
     }
 
@@ -209,6 +259,8 @@ def _merge(outputs: list[dict[str, Any]]) -> dict[tuple[str, str, float | None],
     for m in merged.values():
         order = np.argsort(m["seeds"])
         m["curves"] = np.array(m["curves"])[order]
+        m["mean"] = m["curves"].mean(axis=0)
+        m["std"] = m["curves"].std(axis=0, ddof=1) if m["curves"].shape[0] > 1 else 0.0 * m["mean"]
         m["finals"] = np.array(m["finals"])[order]
         m["seeds"] = [m["seeds"][i] for i in order]
         if m["logs"]:
@@ -234,3 +286,44 @@ def _execute(jobs: list[Job], cfg: Fig4Config, log: Callable[[str], None]) -> li
             job = jobs[i - 1]
             log(f"[{i}/{len(jobs)}] {job.algorithm} ε={job.epsilon} {outputs[-1]['seconds']:.1f}s")
     return outputs
+
+
+def load_group(run_dir: Path, group: str = "main") -> dict[tuple[str, str, float | None], Any]:
+    """A finished group of a written reproduction, read back from its run directory (curves'
+    mean and std from metrics.csv; per-seed finals, seeds, seconds and first elimination stages
+    from metrics.json; privacy reports from privacy_reports.json; stage logs of the first seeds
+    from stage_logs.json), in the form `_merge` returns, so that a reproduction can be
+    rewritten with new groups without rerunning this one."""
+    import csv
+
+    run_dir = Path(run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    reports = json.loads((run_dir / "privacy_reports.json").read_text())
+    logs = json.loads((run_dir / "stage_logs.json").read_text())
+    curves: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
+    with open(run_dir / "metrics.csv", newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r["group"] == group:
+                curves.setdefault((r["algorithm"], r["epsilon"]), []).append(
+                    (int(r["episode"]), float(r["regret_mean"]), float(r["regret_std"]))
+                )
+    out: dict[tuple[str, str, float | None], Any] = {}
+    for (algo, eps_text), pts in curves.items():
+        pts.sort()
+        eps = None if eps_text == "" else float(eps_text)
+        key = f"{group}|{algo}|{'-' if eps is None else f'{eps:g}'}"
+        f = metrics["final_regret"][key]
+        arr = np.array(pts)
+        out[(group, algo, eps)] = {
+            "grid": arr[:, 0].astype(np.int64),
+            "mean": arr[:, 1],
+            "std": arr[:, 2],
+            "curves": None,
+            "finals": np.array(f["per_seed"]),
+            "seeds": list(f["seeds"]),
+            "seconds": float(f["cpu_seconds"]),
+            "logs": logs.get(key, []),
+            "first_elimination": f.get("first_elimination_stage"),
+            "report": reports[f"{algo} ε={'-' if eps is None else f'{eps:g}'}"],
+        }
+    return out
