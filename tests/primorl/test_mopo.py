@@ -502,5 +502,6 @@ def test_report_states_the_rollout_batch_and_its_measured_cost(
     _recorded_report(out)
     text = (out / "report.md").read_text()
     assert "not the paper's 50,000" in text
-    assert "| 50,000 | 1,500,000 | 7,500,000 | 160 | 140 | 1,900 |" in text
-    assert "7.0× more at the paper's batch" in text
+    assert "| 50,000 | 1,500,000 | 7,500,000 | 140.0 | 160 | 1,900 |" in text
+    assert "An epoch costs 7.0× as much at the paper's batch" in text
+    assert "could not change this table's verdicts" in text
