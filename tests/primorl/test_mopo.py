@@ -483,7 +483,7 @@ def test_regenerate_rebuilds_the_report_from_its_runs_and_adds_finished_cells(
     assert pend["seeds"] == [0, 1, 2] and pend["per_seed_return"] == [190.0, 191.0, 196.0]
     assert "| pendulum | 3 |" in text and "| balance | 2 |" in text
     assert "## How these runs were obtained" in text and note in text
-    assert "Regenerated from the recorded runs (nothing rerun)" in text
+    assert "Regenerated from finished runs (the regeneration ran nothing)" in text
     assert json.loads((out / "config.json").read_text())["seeds"] == {"pendulum": 3, "balance": 2}
 
 
@@ -504,4 +504,4 @@ def test_report_states_the_rollout_batch_and_its_measured_cost(
     assert "not the paper's 50,000" in text
     assert "| 50,000 | 1,500,000 | 7,500,000 | 140.0 | 160 | 1,900 |" in text
     assert "An epoch costs 7.0× as much at the paper's batch" in text
-    assert "could not change this table's verdicts" in text
+    assert "The paper's batch itself is not run" in text
