@@ -5,7 +5,6 @@ from the same results."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from privrl.experiments import dp_apvi_tabular, expert, mopo, qiao_wang, sdp_pe
@@ -25,14 +24,14 @@ def test_qiao_wang_fig1a():
     claims = qiao_wang.gallery_claims_a(
         _metrics("qiao-wang-fig1a")["claims"], "plots/fig1a_C0.1.png"
     )
-    assert [asdict(c) for c in claims] == _committed("qiao-wang-fig1a")
+    assert [c.to_dict() for c in claims] == _committed("qiao-wang-fig1a")
 
 
 def test_qiao_wang_fig1b():
     claims = qiao_wang.gallery_claims_b(
         _metrics("qiao-wang-fig1b")["claims"], qiao_wang.RHOS_B, "plots/fig1b_C0.1.png"
     )
-    assert [asdict(c) for c in claims] == _committed("qiao-wang-fig1b")
+    assert [c.to_dict() for c in claims] == _committed("qiao-wang-fig1b")
 
 
 def test_qiao_wang_verdict_follows_the_case_count():
@@ -67,7 +66,7 @@ def test_qiao_wang_verdict_follows_the_case_count():
 def test_dp_apvi_tabular():
     m = _metrics("dp-apvi-tabular")
     claims = dp_apvi_tabular.gallery_claims(m["convergence"], m["slopes"], 100_000)
-    assert [asdict(c) for c in claims] == _committed("dp-apvi-tabular")
+    assert [c.to_dict() for c in claims] == _committed("dp-apvi-tabular")
 
 
 def test_sdp_pe_fig4():
@@ -87,7 +86,7 @@ def test_sdp_pe_fig4():
 
 def test_mopo_table1():
     claims = mopo.gallery_claims(_metrics("mopo-table1")["tasks"])
-    assert [asdict(c) for c in claims] == _committed("mopo-table1")
+    assert [c.to_dict() for c in claims] == _committed("mopo-table1")
 
 
 def _scores(rid: str) -> dict[str, tuple[float, float]]:
@@ -97,12 +96,12 @@ def _scores(rid: str) -> dict[str, tuple[float, float]]:
 
 def test_expert_table2a():
     claims = expert.gallery_claims_table2a(_scores("expert-table2a"), ("cartpole", "lunarlander"))
-    assert [asdict(c) for c in claims] == _committed("expert-table2a")
+    assert [c.to_dict() for c in claims] == _committed("expert-table2a")
 
 
 def test_expert_table2b():
     claims = expert.gallery_claims_table2b(_scores("expert-table2b"))
-    assert [asdict(c) for c in claims] == _committed("expert-table2b")
+    assert [c.to_dict() for c in claims] == _committed("expert-table2b")
 
 
 def test_expert_fig3():
@@ -112,14 +111,14 @@ def test_expert_fig3():
         ("cql", "bcq"),
         (5.0, 7.5, 10.0),
     )
-    assert [asdict(c) for c in claims] == _committed("expert-fig3")
+    assert [c.to_dict() for c in claims] == _committed("expert-fig3")
     # the report: 'Claim holds in 5 of 18 comparisons with distinct runs'
     assert len(claims) == 18 and sum(c.verdict == "holds" for c in claims) == 5
 
 
 def test_expert_fig4():
     claims = expert.gallery_claims_fig4(_scores("expert-fig4"), (1000, 2000, 3000))
-    assert [asdict(c) for c in claims] == _committed("expert-fig4")
+    assert [c.to_dict() for c in claims] == _committed("expert-fig4")
     # an unfinished m leaves the growth claim open
     partial = expert.gallery_claims_fig4(
         {"m1000/ours": (0.1, 0.1), "m1000/dp-sgd": (0.2, 0.1)}, (1000, 2000)

@@ -144,6 +144,8 @@ def test_ablation_verdicts_and_ceiling(tmp_path: Path) -> None:
     claims = json.loads((tmp_path / "claims.json").read_text())
     verdicts = [c["verdict"] for c in claims if "Pendulum" in c["claim"]]
     assert verdicts == ["holds", "inconclusive"]
+    kinds = [c["kind"] for c in claims]  # at the ceiling, or not run: open at our scale
+    assert kinds == ["holds", "inconclusive at our scale"] + ["inconclusive at our scale"] * 2
     assert {c["verdict"] for c in claims if "Balance" in c["claim"]} == {"inconclusive"}
     assert (tmp_path / "plots" / "ablation.png").stat().st_size > 1000
     # quick mode: everything inconclusive, and the report says it is not the paper's scale
@@ -155,6 +157,12 @@ def test_ablation_verdicts_and_ceiling(tmp_path: Path) -> None:
     assert {c["verdict"] for c in json.loads((tmp_path / "claims.json").read_text())} == {
         "inconclusive"
     }
+    assert {c["kind"] for c in json.loads((tmp_path / "claims.json").read_text())} == {
+        "inconclusive at our scale"
+    }
+    # a MOPO that did not learn: every share of it is vacuous
+    s = A.summarise(_ablation_rows(_all(150.0), 10.0))
+    assert {c["kind"] for c in A.claims(s) if "Pendulum" in c["claim"]} == {"vacuous"}
 
 
 # ------------------------------------------------------------------------------ fig3 report
@@ -187,7 +195,11 @@ def test_fig3_verdicts() -> None:
     s = F.summarise(_fig_rows(flat, score=99.0))
     assert s["1"]["noise_multiplier"] == 1.0 and math.isinf(s["mopo"]["epsilon"])
     assert [c["verdict"] for c in F.claims(s)] == ["holds", "inconclusive"]  # at the ceiling
+    assert [c["kind"] for c in F.claims(s)] == ["holds", "inconclusive at our scale"]
     assert {c["verdict"] for c in F.claims(s, quick=True)} == {"inconclusive"}
+    assert {c["kind"] for c in F.claims(s, quick=True)} == {"inconclusive at our scale"}
+    low = F.summarise(_fig_rows(degrading, score=10.0))  # MOPO did not learn
+    assert {c["kind"] for c in F.claims(low)} == {"vacuous"}
 
 
 def test_fig3_report(tmp_path: Path) -> None:

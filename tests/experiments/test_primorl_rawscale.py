@@ -171,7 +171,7 @@ def test_mopo_report_raw_column(tmp_path: Path) -> None:
         for t in ("pendulum", "balance")
     }  # fmt: skip
     report = M._write_table1(
-        tmp_path, runs, datasets, ("pendulum", "balance"), 2, 0, quick=True, wall=1.0
+        tmp_path, runs, datasets, ("pendulum", "balance"), 0, quick=True, wall=1.0
     )
     metrics = json.loads((tmp_path / "metrics.json").read_text())["tasks"]
     assert metrics["pendulum"]["raw_return_mean"] == pytest.approx(_inverse(192.0))

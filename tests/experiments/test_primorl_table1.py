@@ -55,6 +55,9 @@ def test_summary_shares_and_verdicts() -> None:
     verdicts = {c["claim"].split(" is")[0]: c["verdict"] for c in claims(s)}
     assert verdicts == {"NO PRIVACY (z = 0)": "holds", "LOW": "holds", "HIGH": "does not hold"}
     assert all(c["verdict"] == "inconclusive" for c in claims(s, quick=True))
+    # the kind of verdict: its own where decided, "inconclusive at our scale" in quick mode
+    assert [c["kind"] for c in claims(s)] == ["holds", "holds", "does not hold"]
+    assert {c["kind"] for c in claims(s, quick=True)} == {"inconclusive at our scale"}
 
 
 def test_no_verdict_when_mopo_did_not_learn(tmp_path: Path) -> None:
@@ -64,6 +67,8 @@ def test_no_verdict_when_mopo_did_not_learn(tmp_path: Path) -> None:
     ]
     found = claims(summarise(rows))
     assert {c["verdict"] for c in found} == {"inconclusive"}
+    # HIGH "close to" a MOPO at random level says nothing: vacuous; the rows not run are open
+    assert [c["kind"] for c in found] == ["inconclusive at our scale"] * 2 + ["vacuous"]
     report = write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=60.0)
     text = report.read_text()
     assert "did not learn" in text and "| HIGH |" in text

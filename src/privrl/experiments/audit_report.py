@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privrl.experiments.claims import Claim, count_verdict, write_claims
+from privrl.experiments.claims import Claim, count_verdict, with_kinds, write_claims
 from privrl.experiments.rundir import RunDir
 
 # (label, system, budget flag, budgets) of the private rows; twins: (label, system, settings)
@@ -280,7 +280,8 @@ def claims(summary: Sequence[Mapping[str, Any]], *, quick: bool) -> list[Claim]:
     ]
     if quick:
         found = [dataclasses.replace(c, verdict="inconclusive") for c in found]
-    return found
+    # each kind follows from its verdict (quick mode: inconclusive at our scale)
+    return with_kinds(found)
 
 
 def write_report(

@@ -95,7 +95,7 @@ REPRODUCTIONS: dict[str, Reproduction] = {
         Reproduction(
             "mopo-table1",
             "Differentially Private Deep Model-Based RL (PRIMORL); baseline MOPO (Yu et al.)",
-            "Table 1, MOPO row: Pendulum, cartpole Balance and Swingup, ≥ 3 seeds",
+            "Table 1, MOPO row: Pendulum (5 seeds), cartpole Balance and Swingup (3 seeds)",
             "privrl.experiments.mopo:table1",
             sweep=True,
         ),

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from privrl.experiments.claims import with_kinds
 from privrl.experiments.gpope.chain import _Chain, _chain_point
 from privrl.experiments.gpope.common import (
     CHAIN_EPS,
@@ -319,7 +320,7 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
         {"m": fact["m"], "N": fact["N"], "h": fact["h"], "sigma": fact["sigma"]},
         epsilon=fact["epsilon"],
         orders=cfg.orders,
-        claims=claims.items,
+        claims=with_kinds(claims.items),  # every kind follows from its verdict here
     )
 
 
