@@ -75,7 +75,7 @@ def test_sdp_pe_fig4():
     expectations = _metrics("sdp-pe-fig4")["expectations"]
     claims = sdp_pe.gallery_claims(expectations)
     rows = [
-        {**asdict(c), "kind": k} for c, k in zip(claims, claim_kinds(expectations), strict=True)
+        {**c.to_dict(), "kind": k} for c, k in zip(claims, claim_kinds(expectations), strict=True)
     ]
     assert rows == _committed("sdp-pe-fig4")
     # a verdict between two algorithms still in burn-in is not evidence
