@@ -138,8 +138,8 @@ class OpeConfig(RunConfig):
     target_policy: str = option(
         "behaviour",
         help="Policy to evaluate: 'behaviour' (on-policy), 'uniform', FILE.npy (π(a|s) as "
-        "[S, A], [H, S, A] or [A]), a saved privrl policy.npz, module:function, or a domain's "
-        "policy spec.",
+        "[S, A], [H, S, A] or [A]), a saved privrl policy.npz or learner.pt[:epsilon=E], "
+        "module:function, or a domain's policy spec.",
     )
     features: str | None = option(
         None, help="Feature spec: onehot, fourier:ORDER, aggregation:BINS, hiv-log."
