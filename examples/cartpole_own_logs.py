@@ -111,15 +111,17 @@ def commands(
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/cartpole"))
-    parser.add_argument("--episodes", type=int, default=1000)
+    parser.add_argument("--episodes", type=int, default=500)
     parser.add_argument("--behaviour-epsilon", type=float, default=0.3)
-    parser.add_argument("--steps", type=int, default=3000, help="non-private training steps")
-    parser.add_argument("--private-steps", type=int, default=3000)
+    parser.add_argument("--steps", type=int, default=1500, help="non-private training steps")
+    parser.add_argument("--private-steps", type=int, default=1500)
     parser.add_argument("--epsilon", type=float, default=5.0, help="privacy budget ε")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--hidden", default="64,64")
-    parser.add_argument("--eval-episodes", type=int, default=20)
-    parser.add_argument("--no-train-eval", action="store_true", help="skip training's eval")
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument(
+        "--train-eval", action="store_true", help="also evaluate during training (slower)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
@@ -142,7 +144,7 @@ def run(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         hidden=args.hidden,
         eval_episodes=args.eval_episodes,
-        train_eval=not args.no_train_eval,
+        train_eval=args.train_eval,
     ):
         print("$ privrl " + shlex.join(cmd), flush=True)
         code = privrl(cmd)

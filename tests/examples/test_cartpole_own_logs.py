@@ -17,7 +17,7 @@ from privrl.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--episodes", "12", "--steps", "10", "--private-steps", "3", "--batch-size", "4",
-        "--hidden", "8", "--eval-episodes", "2", "--no-train-eval"]  # fmt: skip
+        "--hidden", "8", "--eval-episodes", "2"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -941,7 +941,8 @@ def ope_result(
                 f"{metrics['value_ci_high']:.4g}]: {metrics['value_ci_covers']})"
             )
         else:
-            line += f" (no interval: {metrics['value_ci_covers']})"
+            why = str(metrics["value_ci_covers"]).removeprefix("nothing: ")
+            line += f" (no interval: {why})"
         summary.append(line + f"; start states: {metrics['value_start_states']}")
     elif "value_note" in metrics:
         summary.append(metrics["value_note"])
