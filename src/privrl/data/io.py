@@ -27,6 +27,11 @@ finite bound) are clipped into it, never refused: whether a private value falls 
 declared bound must not decide whether the import succeeds. The import says that clipping
 applies (a warning and ``metadata.extra["observation_clipping"]``), never how many rows it
 changed.
+
+A row with both ``terminated`` and ``truncated`` set (Gymnasium returns both when the MDP
+ends at the time limit, e.g. CartPole-v1 falling at step 500; Minari records both) is
+imported as terminated: the terminal state is what a learner must not bootstrap from, and
+the time limit is then moot. Tables and Minari datasets follow the same rule.
 """
 
 from __future__ import annotations
@@ -685,6 +690,7 @@ def import_table(
     rewards = rew_rows[t_sel]
     terminated = np.zeros(n_t, np.bool_) if term_rows is None else term_rows[t_sel]
     truncated = np.zeros(n_t, np.bool_) if trunc_rows is None else trunc_rows[t_sel]
+    truncated &= ~terminated  # both set (Gymnasium allows it): the episode terminated
     probs = None if prob_rows is None else prob_rows[t_sel].astype(np.float64)
     kept = {name: col[order][t_sel] for name, col in kept_raw.items()}
 

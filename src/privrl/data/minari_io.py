@@ -189,7 +189,13 @@ def import_minari(
         actions=np.concatenate([ep["actions"] for ep in eps], axis=0),
         rewards=np.concatenate([ep["rewards"] for ep in eps]),
         terminated=np.concatenate([ep["terminations"] for ep in eps]).astype(np.bool_),
-        truncated=np.concatenate([ep["truncations"] for ep in eps]).astype(np.bool_),
+        # both flags (Gymnasium allows it): terminated, as for tables (privrl.data.io)
+        truncated=np.concatenate(
+            [
+                np.asarray(ep["truncations"], bool) & ~np.asarray(ep["terminations"], bool)
+                for ep in eps
+            ]
+        ),
         episode_offsets=offsets,
         behaviour_probs=probs,
         unit_ids=unit_ids,

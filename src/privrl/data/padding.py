@@ -20,6 +20,17 @@ Padding adds at most one entry per step h to each count family, as a real step d
 per-trajectory sensitivity of the counts is unchanged (≤ 1 entry per step; ≤ H entries in a
 count table pooled over h). The learner plans on S + 1 states and reports its policy on the
 S original ones.
+
+**Stationary pooling** (``--stationary``, tabular and linear learners): one model for every
+step, so the statistic of step h is computed over the transitions of *every* step
+(`step_rows`). An episode then contributes up to H terms to one pooled statistic instead of
+one, and every per-statistic sensitivity is multiplied by `entries_per_trajectory` = H (the
+declared horizon, public; never the longest episode).
+
+The linear learners (VAPVI, DP-VAPVI, PEVI) need no padded rows: a padded step's features
+would be φ(z, ·) = 0 (the absorbing state is outside the feature table), which adds nothing
+to any Gram matrix or regression target, and the step into a terminal state already uses
+Ṽ(z) = 0. Masking the steps after the end, as they do, is the same computation.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PADDINGS", "Padded", "pad_absorbing"]
+__all__ = ["PADDINGS", "Padded", "entries_per_trajectory", "pad_absorbing", "step_rows"]
 
 PADDINGS = ("absorbing", "none")
 
@@ -82,3 +93,23 @@ def pad_absorbing(
     k = np.flatnonzero(ends & (L >= 1))
     next_ok[k, L[k] - 1] = True  # the step into the terminal state now goes to z
     return Padded(states, actions, rewards, step_ok & next_ok, pad)
+
+
+def entries_per_trajectory(horizon: int, stationary: bool) -> int:
+    """How many terms one trajectory adds to one statistic: one (its transition at step h) per
+    step, or up to H when the statistic is pooled over h. Each per-statistic sensitivity is
+    multiplied by it. ``horizon`` is the declared, public H."""
+    H = int(horizon)
+    if H < 1:
+        raise ValueError(f"the horizon must be >= 1, got {H}")
+    return H if stationary else 1
+
+
+def step_rows(
+    arrays: tuple[npt.NDArray[np.generic], ...], h: int, stationary: bool
+) -> tuple[npt.NDArray[np.generic], ...]:
+    """The rows of step h of per-step arrays ``[n, H]``: column h, or, pooled over h
+    (``stationary``), every step's rows ``[n·H]`` (the same for every h)."""
+    if stationary:
+        return tuple(np.asarray(a).reshape(-1) for a in arrays)
+    return tuple(np.asarray(a)[:, h] for a in arrays)

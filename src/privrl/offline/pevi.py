@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from privrl.data.padding import step_rows
 from privrl.offline.vapvi import (
     RELATION,
     UNIT,
@@ -55,8 +56,11 @@ def pevi(
     bonus_scale: float = 1.0,
     lam: float = 1.0,
     xi: float = 0.05,
+    stationary: bool = False,
 ) -> LinearPVIResult:
-    """PEVI on the episodes ``data`` with feature table ``features`` (not private)."""
+    """PEVI on the episodes ``data`` with feature table ``features`` (not private).
+    ``stationary``: each step's regression runs over the transitions of every step (one model
+    for every step; β keeps its per-step form)."""
     if bonus_scale < 0 or not math.isfinite(bonus_scale):
         raise ValueError(f"bonus_scale must be finite and >= 0, got {bonus_scale}")
     if not lam > 0:
@@ -72,11 +76,17 @@ def pevi(
     weights = np.zeros((H, d))
     lambdas = np.zeros((H, d, d))
     for h in range(H - 1, -1, -1):
-        phi = table.phi[data.states[:, h], data.actions[:, h]]
-        m = data.valid[:, h].astype(np.float64)
-        v_next = np.where(data.absorbing[:, h], 0.0, v[h + 1][data.next_states[:, h]])
+        st, ac, rw, nx, ab, ok = step_rows(
+            (data.states, data.actions, data.rewards, data.next_states, data.absorbing,
+             data.valid),
+            h,
+            stationary,
+        )  # fmt: skip
+        phi = table.phi[st, ac]
+        m = ok.astype(np.float64)
+        v_next = np.where(ab, 0.0, v[h + 1][nx])
         lam_h = (phi * m[:, None]).T @ phi + lam * eye  # Λ_h
-        w = cho_solve(cholesky_lower(lam_h), phi.T @ (m * (data.rewards[:, h] + v_next)))  # ŵ_h
+        w = cho_solve(cholesky_lower(lam_h), phi.T @ (m * (rw + v_next)))  # ŵ_h
         q[h], bonus[h] = pessimistic_q(table.phi, w, lam_h, beta, 0.0, float(H - h))
         v[h] = q[h].max(axis=1)
         weights[h], lambdas[h] = w, lam_h
@@ -87,7 +97,14 @@ def pevi(
         public=public_information(table, H),
         notes=["PEVI (Jin et al. 2021) is a non-private baseline"],
     )
-    meta = {"bonus_scale": bonus_scale, "lambda": lam, "xi": xi, "beta": beta, "K": K}
+    meta = {
+        "bonus_scale": bonus_scale,
+        "lambda": lam,
+        "xi": xi,
+        "beta": beta,
+        "K": K,
+        "stationary": stationary,
+    }
     diagnostics = {"bonus_coef": beta, "additive_per_step": 0.0}
     policy = build_policy(
         q, weights, lambdas, diagnostics, algorithm="pevi", features=table, meta=meta

@@ -28,6 +28,15 @@ public and longer episodes are truncated to it; steps outside the table are mask
 moves the sum by at most twice that. For the Gram matrices, ``‖φφᵀ − ψψᵀ‖_F² = ‖φ‖⁴ + ‖ψ‖⁴ −
 2(φᵀψ)² ≤ 2``. Ṽ_{h+1} and σ̃_h are functions of earlier releases only (post-processing).
 
+**Stationary pooling** (``stationary=True``, `privrl train ... --stationary`): one model for
+every step, so each sum of step h runs over the transitions of *all* steps (the regression
+target still uses Ṽ_{h+1}; `privrl.data.padding.step_rows`). A trajectory then adds up to
+H terms to one sum (``T = H`` = `entries_per_trajectory`, the declared H), so every
+sensitivity above is multiplied by H — 2H³, 2H², 2H² (ℓ2) and √2·H (Frobenius: the difference
+of two PSD sums of H terms of Frobenius norm ≤ 1 each has ‖A − B‖_F² ≤ ‖A‖_F² + ‖B‖_F² ≤ 2H²)
+— and so is every noise std (σ and s, hence E): the same ρ0 = ρ/(5H) per release, the same
+planned report, H times the noise on sums of up to H times as many terms.
+
 **Matrix noise** (spec decision). ``(Z+Zᵀ)/√2`` with ``Z_ij ~ N(0, s²)`` is
 ``‖Δ‖_F²/(4s²)``-zCDP. Algorithm 2's ``s² = 1/(4ρ0)`` (``matrix_noise="paper_exact"``) is
 therefore ρ0-zCDP for add/remove (‖Δ‖_F ≤ 1) but costs 2ρ0 per Gram release under
@@ -60,6 +69,7 @@ from scipy import linalg
 
 from privrl.arrays import FloatArray, IntArray
 from privrl.data.dataset import DatasetError
+from privrl.data.padding import entries_per_trajectory, step_rows
 from privrl.offline.common import (
     DATA_RULES,
     GreedyTableActions,
@@ -295,26 +305,35 @@ def _check_rho(rho: Any) -> float:
     return value
 
 
-def matrix_noise_std(rho0: float, matrix_noise: MatrixNoise) -> float:
-    """Std s of ``Z_ij`` in ``(Z+Zᵀ)/√2``: ``1/√(2ρ0)`` (strict) or ``1/√(4ρ0)`` (paper_exact)."""
+def matrix_noise_std(rho0: float, matrix_noise: MatrixNoise, terms: int = 1) -> float:
+    """Std s of ``Z_ij`` in ``(Z+Zᵀ)/√2``: ``T/√(2ρ0)`` (strict) or ``T/√(4ρ0)`` (paper_exact),
+    with ``T`` = `terms` the terms one trajectory adds to the sum (1 per step; H pooled)."""
     if matrix_noise == "strict":
-        return 1.0 / math.sqrt(2.0 * rho0)
+        return terms / math.sqrt(2.0 * rho0)
     if matrix_noise == "paper_exact":
-        return 1.0 / math.sqrt(4.0 * rho0)
+        return terms / math.sqrt(4.0 * rho0)
     raise ValueError(f"matrix_noise must be one of {MATRIX_NOISE_MODES}, got {matrix_noise!r}")
 
 
 def gram_shift(
-    H: int, d: int, rho: float, failure_prob: float, matrix_noise: MatrixNoise = "strict"
+    H: int,
+    d: int,
+    rho: float,
+    failure_prob: float,
+    matrix_noise: MatrixNoise = "strict",
+    *,
+    stationary: bool = False,
 ) -> float:
     """E such that ``‖(Z+Zᵀ)/√2‖ ≤ E/2`` for all 2H Gram noises w.p. ≥ 1 − failure_prob.
 
     ``E = 2√2·s·(2√d + √(2 log(2H/δ)))``; for paper_exact this is the spec's
-    ``√(10H/ρ)(2√d + √(2 log(2H/δ)))``, and strict is √2 larger.
+    ``√(10H/ρ)(2√d + √(2 log(2H/δ)))``, and strict is √2 larger; H times larger again when
+    the sums are pooled over h (``stationary``: s is).
     """
     if not 0 < failure_prob < 1:
         raise ValueError(f"failure probability must be in (0, 1), got {failure_prob}")
-    s = matrix_noise_std(rho / (N_RELEASES_PER_STEP * H), matrix_noise)
+    terms = entries_per_trajectory(H, stationary)
+    s = matrix_noise_std(rho / (N_RELEASES_PER_STEP * H), matrix_noise, terms)
     return (
         2.0
         * math.sqrt(2.0)
@@ -348,7 +367,9 @@ class GaussianReleaser:
     """DP-VAPVI's 5H Gaussian releases (ρ0 = ρ/(5H) each), recorded as `Release`s.
 
     All noise is drawn by `privrl.privacy` mechanisms from ``rng``. ``shift`` is E/2, the
-    public PD shift added to both noisy Gram matrices.
+    public PD shift added to both noisy Gram matrices. ``stationary``: the sums are pooled
+    over h, a trajectory adds ``terms`` = H terms to each, and every sensitivity and noise
+    std is ``terms`` times the per-step one.
     """
 
     private = True
@@ -362,27 +383,40 @@ class GaussianReleaser:
         rng: np.random.Generator,
         matrix_noise: MatrixNoise = "strict",
         failure_prob: float = 0.05,
+        stationary: bool = False,
     ) -> None:
         self.rho = _check_rho(rho)
         self.H = int(H)
         self.d = int(d)
+        self.stationary = bool(stationary)
+        self.terms = entries_per_trajectory(self.H, self.stationary)
         self.rho0 = self.rho / (N_RELEASES_PER_STEP * self.H)
         self.matrix_noise: MatrixNoise = matrix_noise
-        self.s = matrix_noise_std(self.rho0, matrix_noise)
-        self.E = gram_shift(self.H, self.d, self.rho, failure_prob, matrix_noise)
+        self.s = matrix_noise_std(self.rho0, matrix_noise, self.terms)
+        self.E = gram_shift(
+            self.H, self.d, self.rho, failure_prob, matrix_noise, stationary=self.stationary
+        )
         self.shift = self.E / 2.0
         self.failure_prob = float(failure_prob)
         self.rng = rng
         self.releases: list[Release] = []
 
     def sensitivity(self, kind: str) -> float:
-        """Replace-one ℓ2 sensitivity: 2H² for Σφ̄Ṽ², 2H for the other vectors."""
-        return 2.0 * self.H**2 if kind == "v2" else 2.0 * self.H
+        """Replace-one ℓ2 sensitivity: 2H² for Σφ̄Ṽ², 2H for the other vectors (per step; ×H
+        pooled over h)."""
+        per_step = 2.0 * self.H**2 if kind == "v2" else 2.0 * self.H
+        return self.terms * per_step
+
+    @property
+    def gram_sensitivity(self) -> float:
+        """Replace-one Frobenius sensitivity of a Gram sum: √2 per step, √2·H pooled."""
+        return self.terms * GRAM_SENSITIVITY
 
     def sigma(self, kind: str) -> float:
-        """Noise std: √(2H⁴/ρ0) for Σφ̄Ṽ² (the corrected φ1), √(2H²/ρ0) otherwise."""
+        """Noise std: √(2H⁴/ρ0) for Σφ̄Ṽ² (the corrected φ1), √(2H²/ρ0) otherwise — the
+        sensitivity over √(2ρ0), so ×H pooled over h."""
         power = 4 if kind == "v2" else 2
-        return math.sqrt(2.0 * self.H**power / self.rho0)
+        return self.terms * math.sqrt(2.0 * self.H**power / self.rho0)
 
     def vector(self, value: FloatArray, *, kind: str, h: int) -> FloatArray:
         noisy, release = gaussian_mechanism(
@@ -398,18 +432,20 @@ class GaussianReleaser:
     def gram(self, value: FloatArray, *, kind: str, h: int) -> FloatArray:
         noisy, release = gaussian_symmetric_matrix(
             value,
-            sensitivity=GRAM_SENSITIVITY,
+            sensitivity=self.gram_sensitivity,
             s=self.s,
             rng=self.rng,
             name=f"{_GRAM_NAMES[kind]}, step h={h + 1}",
         )
         release.extra["matrix_noise"] = self.matrix_noise
+        if self.stationary:
+            release.extra["pooled_over_steps"] = self.terms
         self.releases.append(release)
         return noisy
 
     def delivered_rho(self) -> float:
         """Total zCDP ρ of the 5H releases under replace-one (ρ strict, 7ρ/5 paper_exact)."""
-        per_gram = GRAM_SENSITIVITY**2 / (4.0 * self.s**2)
+        per_gram = self.gram_sensitivity**2 / (4.0 * self.s**2)
         return self.H * (3 * self.rho0 + 2 * per_gram)
 
 
@@ -642,13 +678,18 @@ def variance_aware_pvi(
     bonus_scale: float = 1.0,
     lam: float = 1.0,
     additive_bonus: float = 0.0,
+    stationary: bool = False,
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, dict[str, Any]]:
     """The loop of Algorithm 2 (lines 3–15): returns ``Q̂ [H,S,A]``, ``Ṽ [H+1,S]``,
     ``Γ [H,S,A]``, ``w̃ [H,d]``, ``Λ̃ [H,d,d]`` and per-step diagnostics.
 
     ``var_data`` is D' (variance estimation), ``data`` is D (the weighted regression); pass
     the same episodes for no split. The releaser privatises each sum (or passes it through).
+    ``stationary``: each sum of step h runs over the transitions of every step (a private
+    releaser must have been built with ``stationary=True``: its sensitivities are ×H).
     """
+    if stationary and releaser.private and not getattr(releaser, "stationary", False):
+        raise ValueError("pooled sums need a releaser calibrated for them (stationary=True)")
     if bonus_scale < 0 or not math.isfinite(bonus_scale):
         raise ValueError(f"bonus_scale must be finite and >= 0, got {bonus_scale}")
     if not lam > 0:
@@ -671,9 +712,15 @@ def variance_aware_pvi(
     for h in range(H - 1, -1, -1):
         h_max = float(H - h)  # H − h + 1 in the paper's 1-based steps
         # Variance estimation on D' (lines 4–8).
-        phi_bar = table[var_data.states[:, h], var_data.actions[:, h]]
-        v_bar = np.where(var_data.absorbing[:, h], 0.0, v[h + 1][var_data.next_states[:, h]])
-        gram, v2, v1 = variance_statistics(phi_bar, v_bar, var_data.valid[:, h])
+        st, ac, nx, ab, ok = step_rows(
+            (var_data.states, var_data.actions, var_data.next_states, var_data.absorbing,
+             var_data.valid),
+            h,
+            stationary,
+        )  # fmt: skip
+        phi_bar = table[st, ac]
+        v_bar = np.where(ab, 0.0, v[h + 1][nx])
+        gram, v2, v1 = variance_statistics(phi_bar, v_bar, ok)
         gram = releaser.gram(gram, kind="gram", h=h)
         v2 = releaser.vector(v2, kind="v2", h=h)
         v1 = releaser.vector(v1, kind="v1", h=h)
@@ -687,10 +734,16 @@ def variance_aware_pvi(
         first = np.clip(flat @ beta_theta[:, 1], 0.0, h_max)
         sigma2 = np.maximum(1.0, second - first**2).reshape(S, A)  # σ̃_h² (lines 7–8)
         # Variance-weighted ridge regression on D (lines 9–10).
-        phi = table[data.states[:, h], data.actions[:, h]]
-        v_next = np.where(data.absorbing[:, h], 0.0, v[h + 1][data.next_states[:, h]])
-        s2 = sigma2[data.states[:, h], data.actions[:, h]]
-        gram_w, target = weighted_statistics(phi, s2, data.rewards[:, h], v_next, data.valid[:, h])
+        st, ac, rw, nx, ab, ok = step_rows(
+            (data.states, data.actions, data.rewards, data.next_states, data.absorbing,
+             data.valid),
+            h,
+            stationary,
+        )  # fmt: skip
+        phi = table[st, ac]
+        v_next = np.where(ab, 0.0, v[h + 1][nx])
+        s2 = sigma2[st, ac]
+        gram_w, target = weighted_statistics(phi, s2, rw, v_next, ok)
         gram_w = releaser.gram(gram_w, kind="gram_weighted", h=h)
         target = releaser.vector(target, kind="target", h=h)
         lambda_tilde = gram_w + (lam + releaser.shift) * eye  # Λ̃_h (line 9)
@@ -795,10 +848,12 @@ def vapvi(
     additive_bonus: float = 0.0,
     split: bool = False,
     rng: np.random.Generator | int | None = 0,
+    stationary: bool = False,
 ) -> LinearPVIResult:
     """VAPVI (Yin et al. 2022): Algorithm 2 with no noise and E = 0. Not private.
 
-    ``rng`` is only used for the random half split (``split=True``).
+    ``rng`` is only used for the random half split (``split=True``). ``stationary``: every
+    sum pooled over h (one model for every step).
     """
     data, table = prepare_inputs(data, features)
     split_rng, _ = _as_generator(rng).spawn(2)
@@ -811,6 +866,7 @@ def vapvi(
         bonus_scale=bonus_scale,
         lam=lam,
         additive_bonus=additive_bonus,
+        stationary=stationary,
     )
     report = PrivacyReport.non_private(
         UNIT,
@@ -819,7 +875,13 @@ def vapvi(
         public=public_information(table, data.H),
         notes=["VAPVI is the non-private baseline: DP-VAPVI's code with every noise switched off"],
     )
-    meta = {"bonus_scale": bonus_scale, "lambda": lam, "split": split, "K": main.K}
+    meta = {
+        "bonus_scale": bonus_scale,
+        "lambda": lam,
+        "split": split,
+        "K": main.K,
+        "stationary": stationary,
+    }
     policy = build_policy(q, weights, lambdas, diag, algorithm="vapvi", features=table, meta=meta)
     return LinearPVIResult(policy, report, q, v, bonus, diag)
 
@@ -838,11 +900,13 @@ def dp_vapvi(
     additive_bonus: float = 0.0,
     split: bool = False,
     backend: Literal["rdp", "pld"] = "rdp",
+    stationary: bool = False,
 ) -> LinearPVIResult:
     """DP-VAPVI (Qiao & Wang, Algorithm 2): ρ-zCDP (strict) for one trajectory, replace-one.
 
     ``delta`` is the privacy δ at which ε is stated; ``failure_prob`` is the utility failure
     probability in E. ``rng`` seeds the split and the noise (drawn by privrl.privacy).
+    ``stationary``: every sum pooled over h, sensitivities and noise ×H (module docstring).
     """
     if matrix_noise not in MATRIX_NOISE_MODES:
         raise ValueError(f"matrix_noise must be one of {MATRIX_NOISE_MODES}, got {matrix_noise!r}")
@@ -864,6 +928,7 @@ def dp_vapvi(
         rng=noise_rng,
         matrix_noise=matrix_noise,
         failure_prob=failure_prob,
+        stationary=stationary,
     )
     q, v, bonus, weights, lambdas, diag = variance_aware_pvi(
         var_data,
@@ -873,6 +938,7 @@ def dp_vapvi(
         bonus_scale=bonus_scale,
         lam=lam,
         additive_bonus=additive_bonus,
+        stationary=stationary,
     )
     report = _dp_report(releaser, table, data.H, delta, backend)
     meta = {
@@ -883,6 +949,7 @@ def dp_vapvi(
         "rho": rho,
         "matrix_noise": matrix_noise,
         "E": releaser.E,
+        "stationary": stationary,
     }
     policy = build_policy(
         q, weights, lambdas, diag, algorithm="dp-vapvi", features=table, meta=meta
@@ -920,6 +987,13 @@ def _dp_report(
         "noisy Gram matrices; eigenvalues still below λ are clipped at λ (post-processing)",
         DATA_RULES,
     ]
+    if r.stationary:
+        notes.insert(
+            2,
+            f"stationary model: every sum pooled over h, so a trajectory adds up to H = {H} terms "
+            f"to one sum; sensitivities 2H³ (Σφ̄Ṽ²), 2H² (the other vectors), √2·H (Gram, "
+            "Frobenius) and every noise std ×H, from the declared horizon H",
+        )
     report = PrivacyReport.build(
         UNIT,
         RELATION,

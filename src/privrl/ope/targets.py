@@ -12,6 +12,16 @@ horizon only.
 * ``FILE.npz`` — a saved privrl tabular policy (``policy.npz`` of ``privrl train dp-apvi |
   apvi | ...``, kind ``privrl.finite_horizon_tabular_policy``): its greedy actions ``[H, S]``
   as the deterministic time-indexed table;
+* ``DIR/learner.pt`` — a saved privrl discrete-action learner (`privrl train dp-sgd |
+  expert-dp`, discrete CQL or BCQ), read by the loader of `privrl eval`
+  (`privrl.systems.evaluate.load_policy`). Its observation size and action count must match
+  the dataset's declared spaces. The target is the policy the learner acts with:
+  ``learner.pt`` (or ``learner.pt:greedy``) is the greedy policy, π(a|s) = 1 on the action
+  `privrl eval` would take (argmax Q for CQL, BCQ's constrained argmax); ``learner.pt:epsilon=E``
+  the ε-greedy one, π(a|s) = (1 − E)·1[a = greedy] + E/A, for estimators whose weights a
+  deterministic target would make too sparse; ``learner.pt:imitation`` (BCQ only) its
+  behaviour-cloning classifier, π(a|s) = softmax(logits(s))_a. SAC/TD3 agents (``policy.pt``)
+  act in a continuous box and have no π(a|s) over discrete actions: refused;
 * ``module:function`` — called with a batch of observations ``[n, ...]``, returning ``[n, A]``
   probabilities. Its values depend on the private observations, so invalid entries (NaN,
   negative, rows not summing to 1) are repaired (→ 0, renormalised, an all-zero row →
@@ -32,6 +42,8 @@ indices cannot occur in a dataset that validated against its declared space.
 from __future__ import annotations
 
 import importlib
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +62,10 @@ TABULAR_POLICY_KIND = "privrl.finite_horizon_tabular_policy"
 _ATOL = 1e-6
 _HELP = (
     "give uniform, FILE.npy (π(a|s) as [S, A], [H, S, A] or [A]), a saved privrl policy.npz, "
-    "or module:function"
+    "a saved discrete learner DIR/learner.pt[:greedy|:epsilon=E|:imitation], module:function "
+    "or column:NAME"
 )
+_CHECKPOINT = re.compile(r"^(?P<path>.+\.pth?)(?::(?P<mode>[^:]*))?$")
 
 
 @dataclass(frozen=True)
@@ -112,7 +126,7 @@ def is_user_spec(spec: str) -> bool:
     """True for the specs this module resolves (a file, a module:function), as opposed to a
     built-in domain's named policies (``target``, ``greedy``, ``softmax:T``, ...)."""
     s = str(spec).strip()
-    if s.endswith((".npy", ".npz")):
+    if s.endswith((".npy", ".npz")) or _CHECKPOINT.match(s):
         return True
     head, sep, tail = s.partition(":")
     return bool(sep and head and tail) and head.lower() not in ("softmax", "epsilon-greedy")
@@ -247,6 +261,11 @@ def load_target_policy(
     obs_d = _discrete(observation_space)
     n_states = None if obs_d is None else obs_d[0]
     start = 0 if obs_d is None else obs_d[1]
+    checkpoint = _CHECKPOINT.match(spec)
+    if checkpoint is not None:
+        return _checkpoint_policy(
+            spec, Path(checkpoint["path"]), checkpoint["mode"], A, observation_space
+        )
     if spec.endswith((".npy", ".npz")):
         path = Path(spec)
         table = _read_npy(path, spec) if spec.endswith(".npy") else _read_npz(path, spec, A)
@@ -297,3 +316,68 @@ def _column_policy(spec: str, name: str, A: int, columns: Any) -> TargetPolicy:
         raise ValueError(f"--target-policy {spec} has no π(a|s) table, only the logged action's")
 
     return TargetPolicy(spec, A, no_table, column=name)
+
+
+def _checkpoint_policy(
+    spec: str, path: Path, mode: str | None, A: int, observation_space: Any
+) -> TargetPolicy:
+    """A saved discrete learner (learner.pt) through `privrl eval`'s loader, its sizes checked
+    against the declared spaces; greedy, ε-greedy or (BCQ) the imitation classifier."""
+    from privrl.systems.evaluate import load_policy
+
+    mode = (mode or "greedy").strip()
+    epsilon = None
+    if mode.startswith("epsilon="):
+        try:
+            epsilon = float(mode.partition("=")[2])
+        except ValueError:
+            epsilon = math.nan
+        if not 0.0 <= epsilon <= 1.0:  # also refuses NaN
+            raise ValueError(
+                f"--target-policy {spec}: epsilon must be a number in [0, 1] (e.g. "
+                f"{path}:epsilon=0.1)"
+            )
+    elif mode not in ("greedy", "imitation"):
+        raise ValueError(
+            f"--target-policy {spec}: unknown mode {mode!r}; give {path}, {path}:greedy, "
+            f"{path}:epsilon=E or (BCQ) {path}:imitation"
+        )
+    try:
+        loaded = load_policy(path)
+    except ValueError as exc:
+        raise ValueError(f"--target-policy {spec}: {exc}") from None
+    if loaded.probs is None:
+        raise ValueError(
+            f"--target-policy {spec} is a {loaded.kind} policy without discrete action "
+            "probabilities (SAC/TD3 act in a continuous box); give a discrete learner's "
+            "learner.pt (train dp-sgd | expert-dp), a table or a module:function"
+        )
+    if loaded.n_actions != A:
+        raise ValueError(
+            f"--target-policy {spec} has {loaded.n_actions} actions but the dataset's action "
+            f"space has {A}; give a policy trained for this action space"
+        )
+    if observation_space is None or getattr(observation_space, "shape", None) is None:
+        raise ValueError(
+            f"--target-policy {spec} needs the dataset's declared observation space to check "
+            "its input size; re-import with --observation-space"
+        )
+    shape = tuple(observation_space.shape)
+    obs_dim = int(np.prod(shape)) if shape else 1
+    if loaded.obs_dim != obs_dim:
+        raise ValueError(
+            f"--target-policy {spec} takes {loaded.obs_dim}-dimensional observations but the "
+            f"dataset's observation space {observation_space} has {obs_dim}; give a policy "
+            "trained on observations of this space"
+        )
+    if mode == "imitation":
+        if loaded.imitation is None:
+            raise ValueError(
+                f"--target-policy {spec}: only a BCQ learner has an imitation classifier "
+                f"(this is {loaded.kind}); use {path} or {path}:epsilon=E"
+            )
+        return TargetPolicy(spec, A, loaded.imitation)
+    if epsilon is not None:
+        greedy, eps = loaded.probs, float(epsilon)
+        return TargetPolicy(spec, A, lambda obs: (1.0 - eps) * greedy(obs) + eps / A)
+    return TargetPolicy(spec, A, loaded.probs)

@@ -15,7 +15,10 @@ Formats read (what the training commands write; see docs/data.md):
 * ``policy.pt`` — a SAC or TD3 agent's state (`privrl train mopo | primorl`; the file records
   its kind, sizes, action bounds and config). Acts with its deterministic (mean) action.
 * ``learner.pt`` — a discrete-action learner's state (`privrl train expert-dp | dp-sgd`:
-  discrete CQL or BCQ; the file records its config). Acts greedily.
+  discrete CQL or BCQ; the file records its config). Acts greedily. The same loader gives the
+  OPE commands' ``--target-policy DIR/learner.pt`` (`privrl.ope.targets`) its π(a|s) for a
+  batch of observations: ``LoadedPolicy.probs`` (the greedy action as a one-hot) and, for
+  BCQ, ``LoadedPolicy.imitation`` (the softmax of its behaviour-cloning classifier's logits).
 
 Not policies, refused with a message that says so: PRIMORL's ``model.pt`` (a released dynamics
 model), the linear systems' ``policy.npz`` (``kind = "privrl.linear_greedy_q"``: it needs the
@@ -89,6 +92,8 @@ class LoadedPolicy:
     obs_dim: int | None = None
     act_dim: int | None = None
     action_bounds: tuple[list[float], list[float]] | None = None
+    probs: Any = None
+    imitation: Any = None
 
 
 FORMATS = (
@@ -208,7 +213,26 @@ def _discrete_learner(path: Path, state: dict[str, Any]) -> LoadedPolicy:
     def act(obs: Any, h: int, rng: np.random.Generator) -> Any:
         return int(learner.act(np.asarray(obs, dtype=np.float32).reshape(1, -1))[0])
 
-    return LoadedPolicy(config["algorithm"], act, None, obs_dim=obs_dim, n_actions=n_actions)
+    def greedy_probs(obs: np.ndarray) -> np.ndarray:
+        """The greedy policy as a distribution: one-hot ``[n, A]`` on the action `act` takes."""
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        return np.eye(n_actions)[learner.act(x)]
+
+    imitation = None
+    if isinstance(learner, DiscreteBCQ):
+
+        def imitation(obs: np.ndarray) -> np.ndarray:
+            return learner.imitation_probs(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
+
+    return LoadedPolicy(
+        config["algorithm"],
+        act,
+        None,
+        obs_dim=obs_dim,
+        n_actions=n_actions,
+        probs=greedy_probs,
+        imitation=imitation,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -587,10 +587,17 @@ def _load_dataset(source: Path, n_actions: int, *, units: bool = True) -> _Loade
     from privrl.data.io import load_hdf5
 
     dataset = load_hdf5(source)
+    if units and dataset.unit_ids is None and dataset.metadata.extra.get("unit") == "episode":
+        # imported with --unit episode: the header declares every episode its own expert (a
+        # schema fact, not read off the data), so the expert ids are the episode indices
+        fields = dataset._fields()
+        fields["unit_ids"] = dataset.episode_unit_ids
+        dataset = type(dataset)(**fields, metadata=dataset.metadata, validate=False)
     if units and dataset.unit_ids is None:
         raise ValueError(
             "the dataset has no expert ids (unit_ids is None): expert-level privacy needs the "
-            "expert of every trajectory; collect or import the data with unit ids"
+            "expert of every trajectory; import the data with --unit column=NAME (each "
+            "episode's expert) or --unit episode (each episode its own expert)"
         )
     obs = np.asarray(dataset.observations)
     if obs.ndim != 2:

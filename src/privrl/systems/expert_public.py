@@ -40,11 +40,16 @@ REFERENCE_NOTE = (
 
 
 def _declared_experts(meta: Any) -> tuple[Any, str]:
-    """(m, metadata key) as the data holder declared it: ``extra["n_experts"]``, or the
-    ``experts-*`` recipes' ``extra["recipe"]["n_experts"]``."""
+    """(m, metadata key) as the data holder declared it: ``extra["n_experts"]``, the number
+    of units declared at import (``privrl data import --unit ... --units K`` records
+    ``n_users`` for a unit column, ``n_trajectories`` for ``--unit episode``: the unit is the
+    expert), or the ``experts-*`` recipes' ``extra["recipe"]["n_experts"]``."""
     extra = meta.extra if isinstance(meta.extra, dict) else {}
     if extra.get("n_experts") is not None:
         return extra["n_experts"], "n_experts"
+    unit_key = "n_trajectories" if extra.get("unit") == "episode" else "n_users"
+    if extra.get(unit_key) is not None:
+        return extra[unit_key], unit_key
     recipe = extra.get("recipe")
     if isinstance(recipe, dict) and recipe.get("n_experts") is not None:
         return recipe["n_experts"], "recipe.n_experts"

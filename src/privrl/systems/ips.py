@@ -51,8 +51,8 @@ class ImportanceConfig(RunConfig):
     target_policy: str = option(
         ...,
         help="Policy to evaluate: uniform, FILE.npy (π(a|s) as [S, A], [H, S, A] or [A] "
-        "context-free), a saved privrl policy.npz, or module:function (returns n × A action "
-        "probabilities for a batch of n observations).",
+        "context-free), a saved privrl policy.npz or learner.pt[:epsilon=E], module:function "
+        "(returns n × A action probabilities for a batch of n observations), or column:NAME.",
     )
     weight_clip: float = option(
         ...,

@@ -46,7 +46,12 @@ import numpy as np
 
 from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
-from privrl.systems.tabular import check_budget, check_nonnegative, seed_streams
+from privrl.systems.tabular import (
+    check_budget,
+    check_nonnegative,
+    seed_streams,
+    stationary_option,
+)
 
 ENV_NAMES = ("linear-mdp",)
 # Largest array a run builds (the [K, H] episode arrays, Q̂ [H, S, A], Λ̃ [H, d, d]).
@@ -92,6 +97,7 @@ class LinearConfig(RunConfig):
         help="Horizon H (default: the dataset's metadata, or the environment's; never taken "
         "from the data). Longer episodes are truncated to H.",
     )
+    stationary: bool = stationary_option("every regression sum pooled over h")
 
     def validate(self) -> None:
         check_nonnegative(self, "bonus_scale")
@@ -235,6 +241,7 @@ class _LinearSystem(System):
             "features": public.features.source,
             "feature_scale": public.features.scale,
             "horizon": public.H,
+            "stationary": config.stationary,
             **settings,  # the resolved privacy settings (and E), which override the flags
             "lambda": config.lam,
         }
@@ -313,9 +320,11 @@ class DpVapviSystem(_LinearSystem):
             "matrix_noise": matrix_noise,
             "delta": delta,
             "failure_prob": failure_prob,
+            "stationary": bool(config.stationary),
         }
 
     def planned(self, settings: dict[str, Any], public: _Public, params: Any) -> Any:
+        from privrl.data.padding import entries_per_trajectory
         from privrl.offline.vapvi import (
             GRAM_SENSITIVITY,
             N_RELEASES_PER_STEP,
@@ -324,15 +333,29 @@ class DpVapviSystem(_LinearSystem):
         )
 
         H, d, rho = public.H, public.features.d, settings["rho"]
+        stationary = bool(settings["stationary"])
+        T = entries_per_trajectory(H, stationary)
+        # pooled over h, one trajectory adds up to H terms to a sum: every sensitivity ×H
+        per = "H·" if stationary else ""
         params.derive("number of releases", N_RELEASES_PER_STEP * H, "5H (5 statistics per step)")
         params.derive("ρ0 per release", rho / (N_RELEASES_PER_STEP * H), "ρ/(5H)")
-        params.derive("ℓ2 sensitivity of Σφ̄Ṽ²", 2.0 * H**2, "2H²")
-        params.derive("ℓ2 sensitivity of Σφ̄Ṽ and Σφ(r+Ṽ)/σ̃²", 2.0 * H, "2H")
-        params.derive("Frobenius sensitivity of the Gram matrices", GRAM_SENSITIVITY, "√2")
+        params.derive(
+            "terms per trajectory in one statistic",
+            T,
+            "H, the declared horizon (pooled over h)" if stationary else "1 (one per step h)",
+        )
+        params.derive("ℓ2 sensitivity of Σφ̄Ṽ²", T * 2.0 * H**2, f"{per}2H²")
+        params.derive("ℓ2 sensitivity of Σφ̄Ṽ and Σφ(r+Ṽ)/σ̃²", T * 2.0 * H, f"{per}2H")
+        params.derive(
+            "Frobenius sensitivity of the Gram matrices", T * GRAM_SENSITIVITY, f"{per}√2"
+        )
         settings["E"] = params.derive(
             "PD shift E",
-            gram_shift(H, d, rho, settings["failure_prob"], settings["matrix_noise"]),
-            "2√2·s·(2√d + √(2 log(2H/failure probability)))",
+            gram_shift(
+                H, d, rho, settings["failure_prob"], settings["matrix_noise"], stationary=stationary
+            ),
+            "2√2·s·(2√d + √(2 log(2H/failure probability)))"
+            + (", s ×H (pooled over h)" if stationary else ""),
         )
         return dp_vapvi_planned_report(rho, settings["matrix_noise"], settings["delta"])
 
@@ -352,6 +375,7 @@ class DpVapviSystem(_LinearSystem):
             lam=config.lam,
             additive_bonus=config.additive_bonus,
             split=config.split,
+            stationary=config.stationary,
         )
 
 
@@ -371,6 +395,7 @@ class VapviSystem(_LinearSystem):
             additive_bonus=config.additive_bonus,
             split=config.split,
             rng=rng,
+            stationary=config.stationary,
         )
 
 
@@ -384,7 +409,12 @@ class PeviSystem(_LinearSystem):
 
         features = plan.facts["public"].features
         return pevi(
-            loaded.episodes, features, bonus_scale=config.bonus_scale, lam=config.lam, xi=config.xi
+            loaded.episodes,
+            features,
+            bonus_scale=config.bonus_scale,
+            lam=config.lam,
+            xi=config.xi,
+            stationary=config.stationary,
         )
 
 

@@ -166,8 +166,8 @@ class OpeConfig(RunConfig):
     target_policy: str = option(
         "behaviour",
         help="Policy to evaluate: 'behaviour' (on-policy), 'uniform', FILE.npy (π(a|s) as "
-        "[S, A], [H, S, A] or [A]), a saved privrl policy.npz, module:function, or a domain's "
-        "policy spec.",
+        "[S, A], [H, S, A] or [A]), a saved privrl policy.npz or learner.pt[:epsilon=E], "
+        "module:function, or a domain's policy spec.",
     )
     features: str | None = option(
         None, help="Feature spec: onehot, fourier:ORDER, aggregation:BINS, hiv-log."
@@ -952,7 +952,8 @@ def ope_result(
                 f"{metrics['value_ci_high']:.4g}]: {metrics['value_ci_covers']})"
             )
         else:
-            line += f" (no interval: {metrics['value_ci_covers']})"
+            why = str(metrics["value_ci_covers"]).removeprefix("nothing: ")
+            line += f" (no interval: {why})"
         summary.append(line + f"; start states: {metrics['value_start_states']}")
     elif "value_note" in metrics:
         summary.append(metrics["value_note"])

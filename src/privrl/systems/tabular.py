@@ -98,6 +98,19 @@ def seed_streams(rng: np.random.Generator, n: int) -> list[np.random.SeedSequenc
 # ---------------------------------------------------------------------------------------------
 
 
+def stationary_option(what: str) -> Any:
+    """The ``--stationary`` flag of the tabular and linear learners (one wording for both):
+    `what` says what is pooled. Pooling is `privrl.data.padding.step_rows`; the noise is
+    calibrated to the H entries one trajectory adds to a pooled statistic
+    (`privrl.data.padding.entries_per_trajectory`)."""
+    return option(
+        False,
+        "--stationary",
+        help=f"One transition model for every step h ({what}; the noise is calibrated to a "
+        "trajectory's H entries in one pooled statistic, H the declared horizon).",
+    )
+
+
 @dataclass(frozen=True)
 class ApviConfig(RunConfig):
     """APVI's settings (DP-APVI adds the budget); H, S, A default to the metadata's."""
@@ -156,12 +169,7 @@ class ApviConfig(RunConfig):
         "absorbing state (reward 0) to H steps; 'none' counts only the steps it has. Episodes "
         "cut without termination are never padded.",
     )
-    stationary: bool = option(
-        False,
-        "--stationary",
-        help="One transition model for every step h (counts pooled over h; the noise is "
-        "calibrated to a trajectory's H entries in one table).",
-    )
+    stationary: bool = stationary_option("counts pooled over h into one table")
 
     def validate(self) -> None:
         check_nonnegative(self, "bonus_scale")
