@@ -81,3 +81,27 @@ def test_claims_json_carries_the_kind(tmp_path) -> None:
     rows = json.loads(claims.write(tmp_path).read_text())
     assert [r["kind"] for r in rows] == claims.kinds and all(r["kind"] in KINDS for r in rows)
     assert len(claims.rows) == 2 + len(rows)
+
+
+def test_point_cache_resumes_and_skips(tmp_path, monkeypatch) -> None:
+    """A finished unit is computed once and then read back (an interrupted run resumes);
+    with `only`, other missing units are skipped, not computed; another configuration has
+    its own folder."""
+    from privrl.experiments.gpope.continuous import _PointCache
+
+    monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path))
+    calls: list[str] = []
+
+    def unit(name: str):
+        return lambda: calls.append(name) or [1.0, 2.0]
+
+    c = _PointCache("fig2a", False, {"a": 1})
+    assert c.get("gp-x", unit("gp-x")) == [1.0, 2.0]
+    again = _PointCache("fig2a", False, {"a": 1})
+    assert again.get("gp-x", unit("gp-x")) == [1.0, 2.0] and calls == ["gp-x"]
+    part = _PointCache("fig2a", False, {"a": 1}, only=["np"])
+    assert part.get("tune", unit("tune")) is None and part.skipped == {"tune"}
+    assert part.get("gp-x", unit("gp-x")) == [1.0, 2.0] and calls == ["gp-x"]
+    other = _PointCache("fig2a", False, {"a": 2})
+    assert other.root != c.root and other.get("gp-x", unit("gp-x")) == [1.0, 2.0]
+    assert calls == ["gp-x", "gp-x"]
