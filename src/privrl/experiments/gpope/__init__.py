@@ -6,8 +6,8 @@
   GPOPE that learns (`minibatch_chain`), and output-perturbed ridge LSTD (`privrl.ope.lstd_op`)
   at the same (m, ε) (`lstd_op_chain`).
 * ``fig1b`` — chain, MSPBE vs step size at fixed m.
-* ``fig2a`` — Mountain Car on-policy: GPOPE at ε ∈ {0.1, 0.5, 1, 5} and non-private vs V1
-  (state aggregation, approximate) vs LSTD.
+* ``fig2a`` — Mountain Car on-policy: GPOPE at ε ∈ {0.1, 1, 5} and non-private vs V1
+  (state aggregation, approximate) vs LSTD, at the N where non-private GTD2 has converged.
 * ``fig3b`` — Mountain Car off-policy (target uniform): GPOPE at several ε vs off-policy LSTD.
 * ``fig4`` — HIV off-policy: relative MSPBE = MSPBE / r̄² (r̄: the evaluated policy's mean
   reward per step, estimated on the public model sample).

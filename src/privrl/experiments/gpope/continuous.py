@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from privrl.experiments.claims import Claim
 from privrl.experiments.gpope.common import (
     DELTA,
-    EPS_GRID,
     PAPER,
     _Acc,
     _Cfg,
@@ -25,10 +27,10 @@ from privrl.experiments.gpope.common import (
     _gp_trials,
     _log,
     _lsw_noisy,
+    _plt,
     _rng,
     _setup_lines,
     _ss,
-    mspbe_figure,
 )
 from privrl.experiments.rundir import RunDir
 from privrl.ope.baselines import (
@@ -36,10 +38,7 @@ from privrl.ope.baselines import (
     lsw_estimate,
     lsw_sigma,
 )
-from privrl.ope.gpope import (
-    PublicTuning,
-    tune_on_public,
-)
+from privrl.ope.gpope import StepSize, tune_on_public
 from privrl.ope.lstd import lstd
 from privrl.ope.mspbe import model_system
 from privrl.ope.stats import TrajectoryStats, trajectory_stats
@@ -83,6 +82,46 @@ def _v1_view(domain: Any, public: Any, bins: int) -> tuple[Any, np.ndarray, np.n
     return agg, np.eye(agg.dim), rho / rho.sum()
 
 
+class _PointCache:
+    """Finished units of a continuous-domain run (tuning, references, one ε's trials) as JSON
+    files in the project cache, keyed by the run's configuration: an interrupted run resumes
+    where it stopped and a finished one rebuilds its report without recomputing."""
+
+    def __init__(
+        self, figure: str, quick: bool, key: dict[str, Any], only: Sequence[str] | None = None
+    ) -> None:
+        from privrl.data.paths import cache_dir
+
+        self.only = None if only is None else set(only)
+        self.skipped: set[str] = set()
+        self.done: set[str] = set()
+        text = json.dumps(key, sort_keys=True, default=str)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        self.root = (
+            cache_dir() / "reproduce" / f"gpope-{figure}" / ("quick" if quick else "full") / digest
+        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "key.json").write_text(text + "\n")
+
+    def get(self, unit: str, compute: Callable[[], Any]) -> Any:
+        """The unit's cached value, else `compute()` stored (None: not in `only`)."""
+        path = self.root / f"{unit}.json"
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except ValueError:
+                pass  # a unit cut off mid-write: compute it again
+        if self.only is not None and unit not in self.only:
+            self.skipped.add(unit)
+            return None
+        value = compute()
+        self.done.add(unit)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(value))
+        tmp.replace(path)
+        return value
+
+
 def _continuous(
     out: Path,
     *,
@@ -97,11 +136,17 @@ def _continuous(
     relative: bool,
     title: str,
     paper_lines: Sequence[str],
-    claims_fn: Callable[[dict, list[int], Sequence[float], float], _Claims],
+    claims_fn: Callable[[dict, list[int], Sequence[float], float], _KindClaims],
     notes: Sequence[str] = (),
+    only: Sequence[str] | None = None,
 ) -> Path:
+    """One continuous-domain figure. `only`: compute just these cached units (names such as
+    'tune-m1000-eps5', 'gp-m1000-eps5', 'refs-m1000', 'np-m1000') and write no report, so
+    that independent units can run in separate processes; a final call assembles them."""
     t0 = time.time()
-    domain = _domain(domain_name, "off-policy" if off_policy else "on-policy")
+    # On-policy statistics do not involve the domain's target policy (ρ ≡ 1): the domain is
+    # loaded in its default mode either way and the evaluated policy is passed explicitly.
+    domain = _domain(domain_name, "off-policy")
     target = domain.target_policy if off_policy else None
     features = domain.features
     gamma = float(domain.gamma)
@@ -113,19 +158,40 @@ def _continuous(
         domain, domain.target_policy if off_policy else domain.behaviour_policy, cfg.base
     )
     scale = r_bar**2 if relative else 1.0
+    cache = _PointCache(
+        figure,
+        cfg.quick,
+        {
+            "figure": figure,
+            "fig_no": fig_no,
+            "domain": domain_name,
+            "off_policy": off_policy,
+            "scale": asdict(cont),
+            "trials": cfg.trials,
+            "base": cfg.base,
+            "orders": cfg.orders,
+            "eps": list(eps_grid),
+            "v1": with_v1,
+            "relative": relative,
+            "version": 2,
+        },
+        only,
+    )
     acc = _Acc([])
     facts: list[dict[str, Any]] = []
     zero = float(system.mspbe(np.zeros(features.dim))) / scale
     v1_note = ""
+    lstd_name = "off-policy LSTD (non-private)" if off_policy else "LSTD (non-private)"
     for m in cont.ms:
         n_iter = cont.iter_per_traj * m
-        _log(f"{figure} m={m} N={n_iter}: tuning on public data")
-        public = domain.sample(domain.behaviour_policy, m, seed=_ss(cfg.base, fig_no, 0, m))
-        pub_stats = trajectory_stats(public, features, gamma, target_policy=target)
-        base_clip: float | None = None  # the public quantile, chosen once per m
-        tunings: dict[float, PublicTuning] = {}
-        for eps in eps_grid:
-            tunings[eps] = tune_on_public(
+
+        def tune(eps: float, m: int = m, n_iter: int = n_iter) -> dict[str, Any]:
+            _log(f"{figure} m={m} N={n_iter} ε={eps}: tuning on public data")
+            public = domain.sample(domain.behaviour_policy, m, seed=_ss(cfg.base, fig_no, 0, m))
+            pub_stats = trajectory_stats(public, features, gamma, target_policy=target)
+            # h's base (the public quantile along the best non-private run) is the same for
+            # every ε: the non-private sweep uses the same public data and seed each time
+            tun = tune_on_public(
                 pub_stats,
                 system,
                 m=m,
@@ -137,28 +203,29 @@ def _continuous(
                 seed=cfg.base * 1000 + fig_no,
                 source=f"sampled from the {domain_name} simulator with its own seed",
                 orders=cfg.orders,
-                clip=base_clip,
                 clip_multipliers=cont.clip_mults,
+                batched=True,
             )
-            if base_clip is None:
-                first = tunings[eps]
-                base_clip = first.clip / first.clip_multiplier
-                np_step = first.nonprivate_step
-            facts.append(
-                {
-                    "m": m,
-                    "N": n_iter,
-                    "epsilon": eps,
-                    "h": tunings[eps].clip,
-                    "h_multiplier": tunings[eps].clip_multiplier,
-                    "eta": tunings[eps].step.eta,
-                    "sigma": tunings[eps].sigma,
-                    "public_clipped_fraction": tunings[eps].clipped_fraction,
-                }
-            )
-        assert np_step is not None
+            assert tun.nonprivate_step is not None
+            return {
+                "m": m,
+                "N": n_iter,
+                "epsilon": eps,
+                "h": tun.clip,
+                "h_multiplier": tun.clip_multiplier,
+                "eta": tun.step.eta,
+                "sigma": tun.sigma,
+                "public_clipped_fraction": tun.clipped_fraction,
+                "nonprivate_eta": tun.nonprivate_step.eta,
+            }
+
+        tuned = {e: cache.get(f"tune-m{m}-eps{e:g}", lambda e=e: tune(e)) for e in eps_grid}
+        facts.extend(f for f in tuned.values() if f is not None)
+        np_eta = next((f["nonprivate_eta"] for f in tuned.values() if f is not None), None)
+        np_step = StepSize(eta=float(np_eta)) if np_eta is not None else None
         v1 = None
         if with_v1:
+            public = domain.sample(domain.behaviour_policy, m, seed=_ss(cfg.base, fig_no, 0, m))
             agg, Phi_v, rho_v = _v1_view(domain, public, 10)
             cross = model_system(
                 domain,
@@ -177,24 +244,38 @@ def _continuous(
                 "E[(1/τ)Σ ρ_t φ_t(ψ_t − γψ_{t+1})ᵀ]."
             )
 
-        cache: dict[int, TrajectoryStats] = {}
+        stats_cache: dict[int, TrajectoryStats] = {}
         keep = cfg.trials * m * features.dim**2 * 16 < 1.5e9  # reuse across ε if it fits
 
-        def make(t: int, m: int = m, cache: dict = cache, keep: bool = keep) -> TrajectoryStats:
-            if t in cache:
-                return cache[t]
+        def make(
+            t: int, m: int = m, keep: bool = keep, stats_cache: dict = stats_cache
+        ) -> TrajectoryStats:
+            if t in stats_cache:
+                return stats_cache[t]
             data = domain.sample(domain.behaviour_policy, m, seed=_ss(cfg.base, fig_no, 1, m, t))
             st = trajectory_stats(data, features, gamma, target_policy=target)
             if keep:
-                cache[t] = st
+                stats_cache[t] = st
             return st
 
-        def references(t: int, st: TrajectoryStats, m: int = m, v1: Any = v1) -> None:
-            data = domain.sample(domain.behaviour_policy, m, seed=_ss(cfg.base, fig_no, 1, m, t))
-            th = lstd(data, features, gamma, target_policy=target)
-            name = "off-policy LSTD (non-private)" if off_policy else "LSTD (non-private)"
-            acc.add(m=m, method=name, trial=t, mspbe=float(system.mspbe(th)) / scale)
-            if v1 is not None:
+        def references(m: int = m, v1: Any = v1) -> list[dict[str, Any]]:
+            _log(f"{figure} m={m}: references (LSTD{', V1' if v1 is not None else ''})")
+            rows: list[dict[str, Any]] = []
+            for t in range(cfg.trials):
+                data = domain.sample(
+                    domain.behaviour_policy, m, seed=_ss(cfg.base, fig_no, 1, m, t)
+                )
+                th = lstd(data, features, gamma, target_policy=target)
+                rows.append(
+                    {
+                        "m": m,
+                        "method": lstd_name,
+                        "trial": t,
+                        "mspbe": float(system.mspbe(th)) / scale,
+                    }
+                )
+                if v1 is None:
+                    continue
                 agg, Phi_v, rho_v, cross = v1
                 fv = first_visit_returns(data, agg.cell, agg.dim, gamma)
                 rr = 1.0 / (1.0 - gamma)  # rewards −1: return range 1/(1−γ)
@@ -208,61 +289,83 @@ def _continuous(
                         _rng(cfg.base, fig_no, 3, m, t, int(eps * 100)),
                         "DP-LSW",
                     )
-                    acc.add(
-                        m=m,
-                        method=f"V1 ε={eps:g} (approx.)",
-                        trial=t,
-                        epsilon=eps,
-                        mspbe=float(cross.mspbe(th1)) / scale,
+                    rows.append(
+                        {
+                            "m": m,
+                            "method": f"V1 ε={eps:g} (approx.)",
+                            "trial": t,
+                            "epsilon": eps,
+                            "mspbe": float(cross.mspbe(th1)) / scale,
+                        }
                     )
+            return rows
 
+        for row in cache.get(f"refs-m{m}", references) or []:
+            acc.add(**row)
         for k_eps, eps in enumerate(eps_grid):
-            _log(f"{figure} m={m} ε={eps}: {cfg.trials} trials")
-            tun = tunings[eps]
+            fact = tuned[eps]
+            if fact is None:
+                continue
+
+            def private(
+                m: int = m, n_iter: int = n_iter, k_eps: int = k_eps, eps: float = eps,
+                fact: dict = fact,
+            ) -> list[float]:  # fmt: skip
+                _log(f"{figure} m={m} N={n_iter} ε={eps}: {cfg.trials} trials")
+                theta, *_ = _gp_trials(
+                    make,
+                    cfg.trials,
+                    [StepSize(eta=float(fact["eta"]))],
+                    clip=float(fact["h"]),
+                    epsilon=eps,
+                    iterations=n_iter,
+                    seed=_ss(cfg.base, fig_no, 2, m, k_eps),
+                    orders=cfg.orders,
+                )
+                return [float(v) / scale for v in np.asarray(system.mspbe(theta[:, 0]))]
+
+            for t, v in enumerate(cache.get(f"gp-m{m}-eps{eps:g}", private) or []):
+                acc.add(m=m, method=f"GP ε={eps:g}", trial=t, epsilon=eps, mspbe=v)
+
+        def nonprivate(
+            m: int = m, n_iter: int = n_iter, np_step: StepSize = np_step
+        ) -> list[float]:
+            _log(f"{figure} m={m} N={n_iter}: non-private GTD2, {cfg.trials} trials")
             theta, *_ = _gp_trials(
                 make,
                 cfg.trials,
-                [tun.step],
-                clip=tun.clip,
-                epsilon=eps,
+                [np_step],
+                clip=math.inf,
+                epsilon=None,
                 iterations=n_iter,
-                seed=_ss(cfg.base, fig_no, 2, m, k_eps),
-                on_batch=references if k_eps == 0 else None,
-                orders=cfg.orders,
+                seed=_ss(cfg.base, fig_no, 4, m),
             )
-            vals = np.asarray(system.mspbe(theta[:, 0])) / scale
-            for t in range(cfg.trials):
-                acc.add(m=m, method=f"GP ε={eps:g}", trial=t, epsilon=eps, mspbe=float(vals[t]))
-        theta, *_ = _gp_trials(
-            make,
-            cfg.trials,
-            [np_step],
-            clip=math.inf,
-            epsilon=None,
-            iterations=n_iter,
-            seed=_ss(cfg.base, fig_no, 4, m),
-        )
-        vals = np.asarray(system.mspbe(theta[:, 0])) / scale
-        for t in range(cfg.trials):
-            acc.add(m=m, method="GP non-private (σ = 0)", trial=t, mspbe=float(vals[t]))
+            return [float(v) / scale for v in np.asarray(system.mspbe(theta[:, 0]))]
+
+        if np_step is None:
+            continue
+        for t, v in enumerate(cache.get(f"np-m{m}", nonprivate) or []):
+            acc.add(m=m, method="GP non-private (σ = 0)", trial=t, mspbe=v)
+    if cache.skipped:  # a partial invocation (`only`): its units are cached, no report
+        _log(f"{figure}: computed {sorted(cache.done)}; skipped {sorted(cache.skipped)}")
+        return out
     ms = list(cont.ms)
-    methods = [f"GP ε={e:g}" for e in eps_grid] + ["GP non-private (σ = 0)"]
-    lstd_name = "off-policy LSTD (non-private)" if off_policy else "LSTD (non-private)"
-    methods.append(lstd_name)
+    methods = [f"GP ε={e:g}" for e in eps_grid] + ["GP non-private (σ = 0)", lstd_name]
     if with_v1:
         methods += [f"V1 ε={e:g} (approx.)" for e in eps_grid]
     table = {(m, k): acc.stats(m=m, method=k) for m in ms for k in methods}
     run = RunDir(out)
-    mspbe_figure(
+    eps_figure(
         run.plot_path(figure),
-        ms,
-        {k: [table[(m, k)] for m in ms] for k in methods},
+        eps_grid,
+        {e: table[(ms[-1], f"GP ε={e:g}")] for e in eps_grid},
         zero=zero,
-        title=title,
-        xlabel="m (trajectories)",
+        lstd=table[(ms[-1], lstd_name)],
+        nonprivate=table[(ms[-1], "GP non-private (σ = 0)")],
+        lstd_label=lstd_name,
+        v1={e: table[(ms[-1], f"V1 ε={e:g} (approx.)")] for e in eps_grid} if with_v1 else None,
+        title=f"{title}, m = {ms[-1]}, N = {cont.iter_per_traj}·m",
         ylabel="relative MSPBE (MSPBE / r̄²)" if relative else "MSPBE",
-        reference=lstd_name,
-        off_scale=[k for k in methods if k.startswith("V1")],
     )
     lines = ["| m | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for m in ms:
@@ -278,6 +381,17 @@ def _continuous(
             f"{f['public_clipped_fraction']:.3f} |"
         )
     claims = claims_fn(table, ms, eps_grid, zero)
+    at_edge = [f for f in facts if f["eta"] == min(cont.etas)]
+    edge_lines = (
+        [
+            "",
+            f"The tuned η is the smallest of the grid ({min(cont.etas):g}) at ε = "
+            + ", ".join(f"{f['epsilon']:g}" for f in at_edge)
+            + ": the public optimum may lie below it (a smaller step keeps GP nearer θ = 0).",
+        ]
+        if at_edge
+        else []
+    )
     metric = "relative MSPBE = MSPBE / r̄²" if relative else "MSPBE"
     md = [
         f"# GPOPE {title}",
@@ -304,8 +418,8 @@ def _continuous(
             else ""
         )
         + ".",
-        f"- scale: m ∈ {ms}, N = {cont.iter_per_traj}·m, {cfg.trials} trials per point "
-        "(fewer than the chain's 100 to fit ~15 min on 2 cores), ε ∈ "
+        f"- scale: m ∈ {ms}, N = {cont.iter_per_traj}·m (N = {cont.iter_per_traj * ms[-1]:,} "
+        f"at m = {ms[-1]}), {cfg.trials} trials per point, ε ∈ "
         f"{list(eps_grid)}, δ = {DELTA:g}.",
         f"- h and η tuned per (m, ε) on an independent public sample of m trajectories: h ∈ "
         f"{{{', '.join(f'{c:g}' for c in cont.clip_mults)}}} × the 95% quantile of ‖B_i‖ "
@@ -315,7 +429,19 @@ def _continuous(
         "noise repeats each; the non-private GTD2 row (σ = 0, no clipping) uses the best η "
         "of the non-private public sweep.",
         *([f"- {v1_note}"] if v1_note else []),
-        *_setup_lines(cfg, time.time() - t0, []),
+        *_setup_lines(
+            cfg,
+            time.time() - t0,
+            [
+                f"- cut to fit the budget (a shared machine): one m ({ms[-1]}; the paper plots "
+                f"several), ε ∈ {list(eps_grid)} (the chain's 0.5 dropped), {cfg.trials} "
+                "trials, the (h, η) grid above; the plot is MSPBE against ε at that m.",
+                "- every finished unit (tuning, references, one ε's trials) is cached in the "
+                f"project cache (`$PRIVRL_CACHE/reproduce/gpope-{figure}/`), keyed by this "
+                "configuration: an interrupted run resumes, and the wall time below is that "
+                "of the last invocation.",
+            ],
+        ),
         "",
         f"## Results ({metric}, mean ± std over trials)",
         "",
@@ -326,6 +452,7 @@ def _continuous(
         "Per-point privacy and tuning facts (public):",
         "",
         *fact_lines,
+        *edge_lines,
         "",
         "## Claims",
         "",
@@ -335,7 +462,7 @@ def _continuous(
         f"![{figure}](plots/{figure}.png)",
     ]
     fact = next(f for f in reversed(facts) if f["epsilon"] == eps_grid[0])
-    return _finish(
+    report = _finish(
         run,
         md,
         acc,
@@ -359,6 +486,8 @@ def _continuous(
         n_features=features.dim,
         claims=claims.items,
     )
+    claims.write(report.parent)  # the same entries, each with its kind of verdict
+    return report
 
 
 def _cont_scale(quick: bool, full: _Cont) -> _Cont:
@@ -375,22 +504,86 @@ def _cont_scale(quick: bool, full: _Cont) -> _Cont:
     return full
 
 
+# Scales (see the reports): one m per domain, N = iter_per_traj·m chosen where non-private
+# GTD2 itself has converged (measured on the public model), the grid cut to what tests
+# "GP close to LSTD at large ε" within the budget.
+CONT_EPS = (0.1, 1.0, 5.0)  # the chain's 0.5 cut: the claim lives at the large ε
 MC_SCALE = _Cont(
-    ms=(200, 1000),
-    trials=20,
+    ms=(1000,),
+    trials=6,
     model_trajectories=100_000,
-    iter_per_traj=10,
-    etas=tuple(float(x) for x in np.geomspace(1e-5, 1.0, 6)),
+    iter_per_traj=200,
+    etas=(0.01, 0.03, 0.1, 0.3),
     repeats=2,
+    clip_mults=(1.0, 10.0),
+)
+MC_OFF_SCALE = _Cont(
+    ms=(1000,),
+    trials=6,
+    model_trajectories=20_000,
+    iter_per_traj=200,
+    etas=(0.001, 0.01, 0.03, 0.1, 0.3),
+    repeats=2,
+    clip_mults=(1.0, 10.0),
 )
 HIV_SCALE = _Cont(
-    ms=(100, 500),
-    trials=10,
+    ms=(500,),
+    trials=6,
     model_trajectories=20_000,
-    iter_per_traj=10,
-    etas=tuple(float(x) for x in np.geomspace(1e-5, 1.0, 6)),
+    iter_per_traj=400,
+    etas=(0.001, 0.01, 0.03, 0.1, 0.3),
     repeats=2,
+    clip_mults=(1.0, 10.0),
 )
+
+KINDS = ("holds", "partly", "does not hold", "inconclusive at our scale", "vacuous", "n/a")
+_GALLERY = {
+    "holds": "holds",
+    "partly": "partly",
+    "does not hold": "does not hold",
+    "inconclusive at our scale": "inconclusive",
+    "vacuous": "inconclusive",
+    "n/a": "n/a (our study)",
+}
+
+
+class _KindClaims(_Claims):
+    """`_Claims` whose every entry carries the kind of verdict (one of `KINDS`), written into
+    claims.json as "kind" beside the gallery's verdict."""
+
+    def __init__(self, plot: str) -> None:
+        super().__init__(plot)
+        self.kinds: list[str] = []
+
+    def add_kind(
+        self,
+        text: str,
+        kind: str,
+        detail: str,
+        *,
+        claim: str | None = None,
+        paper: str = "— (ours)",
+    ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+        self.rows.append(f"| {text} | **{kind}** | {detail} |")
+        self.items.append(Claim(claim or text, paper, detail, _GALLERY[kind], self.plot))
+        self.kinds.append(kind)
+
+    def records(self) -> list[dict[str, str]]:
+        return [{**asdict(c), "kind": k} for c, k in zip(self.items, self.kinds, strict=True)]
+
+    def write(self, out: Path) -> Path:
+        path = Path(out) / "claims.json"
+        path.write_text(json.dumps(self.records(), indent=2, ensure_ascii=False) + "\n")
+        return path
+
+
+BEATS = 0.9  # GP 'beats' θ = 0 when its mean MSPBE is at least 10% below θ = 0's
+CLOSE = 10.0  # 'close to LSTD': within 10× of LSTD's mean MSPBE
+# "close to LSTD" is tested only where non-private GTD2 itself is close to LSTD by the same
+# reading (within CLOSE×): otherwise the gap is the iteration's, not privacy's
+CONVERGED = CLOSE
 
 
 def _ratio_claims(
@@ -405,53 +598,133 @@ def _ratio_claims(
     close_paper: str,
     plot: str,
     close_claim: str | None = None,
-) -> _Claims:
-    rows = _Claims(plot)
+) -> _KindClaims:
+    """The verdicts at the largest m: GP against θ = 0 first, then V1, then LSTD."""
+    rows = _KindClaims(plot)
     m = ms[-1]
-    # GP against θ = 0 first: comparisons with V1 or LSTD mean little where GP is no better
-    # than the trivial estimator ('better' read as at least 10% below it)
-    gp0 = {e: table[(m, f"GP ε={e:g}")]["mean"] / zero for e in eps_grid}
-    vacuous = any(r > 0.9 for r in gp0.values())
-    rows.add(
+    gp = {e: table[(m, f"GP ε={e:g}")]["mean"] for e in eps_grid}
+    gp0 = {e: v / zero for e, v in gp.items()}
+    beats = [e for e in eps_grid if gp0[e] <= BEATS]
+    kind0 = "holds" if len(beats) == len(eps_grid) else "partly" if beats else "does not hold"
+    rows.add_kind(
         "(ours) GP beats θ = 0 at every ε",
-        not vacuous,
+        kind0,
         f"MSPBE(GP)/MSPBE(θ = 0) at m = {m}: "
         + ", ".join(f"ε={e:g}: {r:.3g}" for e, r in gp0.items())
-        + "; 'beats' read as at least 10% below",
+        + f"; 'beats' read as at least {1 - BEATS:.0%} below",
     )
     if v1:
-        ratios = [
-            table[(m, f"V1 ε={e:g} (approx.)")]["mean"] / table[(m, f"GP ε={e:g}")]["mean"]
-            for e in eps_grid
-        ]
-        rows.add(
+        ratios = {e: table[(m, f"V1 ε={e:g} (approx.)")]["mean"] / gp[e] for e in eps_grid}
+        big = [e for e in beats if ratios[e] >= 100]
+        kind = (
+            "vacuous"
+            if not beats
+            else "holds"
+            if len(big) == len(eps_grid)
+            else "partly"
+            if big
+            else "does not hold"
+        )
+        rows.add_kind(
             "GP beats V1 by orders of magnitude",
-            all(r >= 100 for r in ratios),
+            kind,
             f"MSPBE(V1)/MSPBE(GP) at m = {m}: "
-            + ", ".join(f"ε={e:g}: {r:.3g}" for e, r in zip(eps_grid, ratios, strict=True)),
+            + ", ".join(f"ε={e:g}: {r:.3g}" for e, r in ratios.items())
+            + (
+                "; counted only where GP beats θ = 0 (ε = "
+                + ", ".join(f"{e:g}" for e in beats)
+                + ")"
+                if beats and len(beats) < len(eps_grid)
+                else "; vacuous: GP does not beat θ = 0 at any ε"
+                if not beats
+                else ""
+            ),
             paper="orders of magnitude (Fig. 2a)",
-            vacuous=vacuous,
         )
     lst = table[(m, ref)]["mean"]
-    gp_best = table[(m, f"GP ε={max(eps_grid):g}")]["mean"]
-    rows.add(
+    npv = table[(m, "GP non-private (σ = 0)")]["mean"]
+    e_hi = max(eps_grid)
+    gp_best = gp[e_hi]
+    converged = npv <= CONVERGED * lst
+    if not converged:  # the iteration itself has not reached LSTD: the scale, not privacy
+        kind = "inconclusive at our scale"
+    elif gp0[e_hi] > BEATS:
+        kind = "does not hold"
+    else:
+        kind = "holds" if gp_best <= CLOSE * lst else "does not hold"
+    rows.add_kind(
         close_text,
-        gp_best <= 10 * lst,
-        f"at m = {m}: GP (ε = {max(eps_grid):g}) {gp_best:.3g} vs {ref} {lst:.3g} "
-        f"(ratio {gp_best / lst:.3g}; 'close' read as within 10×)",
+        kind,
+        f"at m = {m}: GP (ε = {e_hi:g}) {gp_best:.3g} vs {ref} {lst:.3g} (ratio "
+        f"{gp_best / lst:.3g}; 'close' read as within {CLOSE:g}×); θ = 0: {zero:.3g}; "
+        f"non-private GTD2 {npv:.3g} ({npv / lst:.3g}× LSTD: "
+        + ("close, so the test is conclusive" if converged else "not close: inconclusive")
+        + ")",
         claim=close_claim,
         paper=close_paper,
     )
-    mono = all(
-        table[(m, f"GP ε={a:g}")]["mean"] >= table[(m, f"GP ε={b:g}")]["mean"]
-        for a, b in itertools.pairwise(eps_grid)
-    )
-    rows.add(
+    mono = all(gp[a] >= gp[b] for a, b in itertools.pairwise(eps_grid))
+    rows.add_kind(
         "(ours) MSPBE falls as ε grows",
-        mono,
-        ", ".join(f"ε={e:g}: {table[(m, f'GP ε={e:g}')]['mean']:.3g}" for e in eps_grid),
+        "vacuous" if not beats else "holds" if mono else "does not hold",
+        ", ".join(f"ε={e:g}: {gp[e]:.3g}" for e in eps_grid)
+        + ("" if beats else " (GP beats θ = 0 at no ε)"),
     )
     return rows
+
+
+def eps_figure(
+    path: Path,
+    eps_grid: Sequence[float],
+    gp: dict[float, dict[str, float]],
+    *,
+    zero: float,
+    lstd: dict[str, float],
+    nonprivate: dict[str, float],
+    lstd_label: str,
+    v1: dict[float, dict[str, float]] | None,
+    title: str,
+    ylabel: str,
+) -> None:
+    """MSPBE against ε at one m: GP mean ± std; θ = 0, LSTD and non-private GTD2 as
+    horizontal reference lines; log y from the best curve to θ = 0; V1 (orders of magnitude
+    above) as an arrow at the top edge with its values; the legend outside the axes."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.8, 4.2))
+    x = list(eps_grid)
+    mean = np.array([gp[e]["mean"] for e in x])
+    std = np.array([gp[e]["std"] for e in x])
+    vals = [v for v in [*mean, lstd["mean"], nonprivate["mean"], zero] if v > 0]
+    lo, hi = min(vals) / 2.0, max(zero, *mean) * 6.0  # headroom for the V1 arrow
+    ax.errorbar(
+        x, mean, yerr=[np.minimum(std, mean * 0.999), std], capsize=3, marker="o", ms=4,
+        label="GP (GPOPE, paper mode)",
+    )  # fmt: skip
+    ax.axhline(zero, ls=":", c="k", label="θ = 0 (trivial estimator)")
+    ax.axhline(lstd["mean"], ls="--", c="grey", label=lstd_label)
+    ax.axhline(nonprivate["mean"], ls="-.", c="tab:green", label="GTD2 non-private (σ = 0)")
+    if v1 is not None:
+        vv = [v1[e]["mean"] for e in x]
+        ax.annotate(  # above the data, in axes coordinates: V1 is far off the top
+            f"V1 (approx.) {min(vv):.2g}–{max(vv):.2g}: off scale ↑",
+            xy=(0.5, 1.0),
+            xycoords="axes fraction",
+            xytext=(0.5, 0.9),
+            textcoords="axes fraction",
+            ha="center",
+            fontsize=7,
+            arrowprops={"arrowstyle": "->", "color": "tab:red"},
+            color="tab:red",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("ε (δ = 1e-5)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
 
 
 # the keywords of `_ratio_claims` per figure (shared with the tests of the claims)
@@ -482,13 +755,28 @@ RATIO_CLAIMS: dict[str, dict[str, Any]] = {
 
 
 MC_NOTE = (
-    "Diagnosis (measured separately, same model): λ_min(Q) of the Mountain Car saddle point "
-    "is 1.3e-6. Non-private GTD2 on m = 1000 trajectories reaches MSPBE 0.20 after 10⁴ "
-    "iterations at η = 0.3 (0.50 at η = 0.1) and 0.033 after 10⁵ iterations (LSTD: 0.007). "
-    "So at N = 10·m the gap to LSTD is mostly the slow convergence of the saddle-point "
-    "iteration itself, which the privacy noise (σ grows with N) only widens. The paper does "
-    "not state N, its step schedule or feature scaling; approaching LSTD would need at least "
-    "N ≥ 10⁵ per run, beyond this reproduction's ~15-minute budget on 2 cores."
+    "Choice of N (measured on the public model before the run, one public dataset of "
+    "m = 1000): non-private GTD2 at its best step η = 0.3 reaches MSPBE 0.22 after 10⁴ "
+    "iterations (the previous run's N = 10·m), 0.059 after 4.3·10⁴, 0.027 after 1.2·10⁵ and "
+    "0.016 after 2·10⁵, against LSTD's 0.0086 on the same data; η = 1 diverges. λ_min(Q) of "
+    "the saddle point is 1.3e-6, so the iteration is slow: N = 200·m is where non-private "
+    "GTD2 comes within 2× of LSTD on that dataset, and it is the N of both Mountain Car "
+    "figures (the paper does not state its N). σ grows with N (√N at a fixed sampling rate "
+    "1/m), so GP pays for the longer run in noise."
+)
+FIG2A_NOTE = (
+    "At ε ≤ 1 GP ends far above θ = 0: the public tuning chose η = 0.01, the smallest step "
+    "in its grid, and with every step clipped and σ = 61 (ε = 0.1) or 7.4 (ε = 1) over "
+    "N = 2·10⁵ steps the noise random-walks the iterate away from 0. A smaller η would keep "
+    "it near θ = 0 (nearer the trivial estimator, not LSTD); Figures 3(b) and 4 add η = 0.001 "
+    "to the grid. Over this run's trials non-private GTD2 is 2.9× LSTD, inside the 10× "
+    "reading of 'close', so the LSTD comparison at ε = 5 is conclusive."
+)
+HIV_NOTE = (
+    "Choice of N (measured before the run on one public dataset of m = 500, MSPBE from a "
+    "300-trajectory public model): non-private GTD2 at η = 0.1 falls from 2.9e15 (θ = 0) to "
+    "4.9e14 after 10⁴ iterations (the previous run's N = 10·m was 5·10³) and 4.6e12 after "
+    "10⁵, against LSTD's 9.7e11, still falling fast; N = 400·m = 2·10⁵ is used."
 )
 
 
@@ -521,14 +809,14 @@ FIGURES: dict[str, FigureSpec] = {
         paper_line=f"Paper: {PAPER}, Figure 2(a) (and 3(a), its zoom): 'our proposed "
         "gradient perturbation algorithm improves upon existing methods by orders "
         "of magnitude' and is close to LSTD.",
-        notes=(MC_NOTE,),
+        notes=(MC_NOTE, FIG2A_NOTE),
     ),
     "fig3b": FigureSpec(
         "fig3b",
         32,
         "mountain-car",
         off_policy=True,
-        scale=MC_SCALE,
+        scale=MC_OFF_SCALE,
         with_v1=False,
         relative=False,
         title="Figure 3(b): Mountain Car, off-policy (target uniform)",
@@ -536,7 +824,11 @@ FIGURES: dict[str, FigureSpec] = {
         "being off-policy ... our algorithm's performances in Figures 3(a) and "
         "3(b) are remarkably similar'. The paper compares with WIS-LSTD; we use "
         "off-policy LSTD(0) with per-step ρ (WIS-LSTD is not implemented).",
-        notes=(MC_NOTE,),
+        notes=(
+            MC_NOTE,
+            "The off-policy MSPBE model is a public sample of 20,000 simulator trajectories "
+            "(100,000 for the on-policy Figure 2(a)): built anew for this run within its budget.",
+        ),
     ),
     "fig4": FigureSpec(
         "fig4",
@@ -550,12 +842,19 @@ FIGURES: dict[str, FigureSpec] = {
         paper_line=f"Paper: {PAPER}, Figure 4: 'relative MSPBE, which normalizes MSPBE using "
         "the average reward (~10⁵) of the evaluated policy'. We divide by r̄² (MSPBE "
         "is quadratic in the value scale), r̄ = mean reward per step.",
+        notes=(HIV_NOTE,),
     ),
 }
 
 
 def run_figure(
-    spec: FigureSpec, out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False
+    spec: FigureSpec,
+    out: Path,
+    *,
+    seeds: int | None = None,
+    seed: int = 0,
+    quick: bool = False,
+    only: Sequence[str] | None = None,
 ) -> Path:
     """One continuous-domain figure from its spec (quick: a smoke scale, numbers not final)."""
     cont = _cont_scale(quick, spec.scale)
@@ -568,13 +867,14 @@ def run_figure(
         off_policy=spec.off_policy,
         cont=cont,
         cfg=cfg,
-        eps_grid=(0.1, 1.0) if quick else EPS_GRID,
+        eps_grid=(0.1, 1.0) if quick else CONT_EPS,
         with_v1=spec.with_v1,
         relative=spec.relative,
         title=spec.title,
         paper_lines=[spec.paper_line],
         claims_fn=lambda t, ms, eg, z: _ratio_claims(t, ms, eg, z, **RATIO_CLAIMS[spec.figure]),
         notes=spec.notes,
+        only=only,
     )
 
 
@@ -591,3 +891,44 @@ def fig3b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
 def fig4(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
     """Figure 4: HIV off-policy, relative MSPBE = MSPBE / r̄²."""
     return run_figure(FIGURES["fig4"], out, seeds=seeds, seed=seed, quick=quick)
+
+
+def claims_from_results(figure: str, run_dir: Path) -> _KindClaims:
+    """A report's claims (with their kinds) re-derived from its per-trial results
+    (results_per_trial.csv) and the θ = 0 line its report prints; nothing is rerun."""
+    import csv
+    import re
+
+    run_dir = Path(run_dir)
+    text = (run_dir / "report.md").read_text(encoding="utf-8")
+    found = re.search(r"θ = 0 gives ([0-9.eE+-]+)\.", text)
+    if found is None:
+        raise ValueError(f"{run_dir / 'report.md'}: no 'θ = 0 gives …' line")
+    zero = float(found.group(1))
+    acc = _Acc([])
+    with open(run_dir / "results_per_trial.csv", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            acc.add(m=int(r["m"]), method=r["method"], mspbe=float(r["mspbe"]))
+    ms = sorted({r["m"] for r in acc.rows})
+    methods = {r["method"] for r in acc.rows}
+    eps = sorted(
+        float(k.split("=", 1)[1]) for k in methods if k.startswith("GP ε=") and "(" not in k
+    )
+    table = {(m, k): acc.stats(m=m, method=k) for m in ms for k in methods}
+    return _ratio_claims(table, ms, eps, zero, **RATIO_CLAIMS[figure])
+
+
+def rebuild_claims(figure: str, run_dir: Path) -> Path:
+    """Rewrite a committed report's claims.json and claims table from `claims_from_results`
+    (the numbers, tables and plot stay those of the run). Returns the claims.json path."""
+    run_dir = Path(run_dir)
+    claims = claims_from_results(figure, run_dir)
+    report = run_dir / "report.md"
+    lines = report.read_text(encoding="utf-8").split("\n")
+    start = lines.index("| claim (paper) | verdict | measured |")
+    stop = start
+    while stop < len(lines) and lines[stop].startswith("|"):
+        stop += 1
+    lines[start:stop] = claims.rows
+    report.write_text("\n".join(lines), encoding="utf-8")
+    return claims.write(run_dir)

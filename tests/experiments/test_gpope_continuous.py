@@ -1,0 +1,107 @@
+"""Verdicts of the continuous-domain GPOPE figures (2a, 3b, 4): GP is compared with θ = 0
+first, "close to LSTD" is only tested where non-private GTD2 itself has converged, and every
+claims entry carries its kind of verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from privrl.experiments import gpope
+from privrl.experiments.claims import VERDICTS
+from privrl.experiments.gpope.continuous import KINDS
+
+EPS = (0.1, 1.0, 5.0)
+LSTD = "LSTD (non-private)"
+
+
+def _table(gp: dict[float, float], nonprivate: float, lstd: float, v1: float = 1e9) -> dict:
+    def st(v: float) -> dict[str, float]:
+        return {"mean": v, "std": 0.0, "se": 0.0, "n": 10}
+
+    t = {(1000, f"GP ε={e:g}"): st(v) for e, v in gp.items()}
+    t[(1000, "GP non-private (σ = 0)")] = st(nonprivate)
+    t[(1000, LSTD)] = st(lstd)
+    t.update({(1000, f"V1 ε={e:g} (approx.)"): st(v1) for e in gp})
+    return t
+
+
+def _kinds(table: dict, zero: float = 1.0) -> dict[str, str]:
+    claims = gpope._ratio_claims(table, [1000], EPS, zero, **gpope.RATIO_CLAIMS["fig2a"])
+    return {c["claim"]: c["kind"] for c in claims.records()}
+
+
+def test_gp_at_theta_zero_makes_the_v1_comparison_vacuous() -> None:
+    """Property: where GP is no better than θ = 0 at any ε, 'beats V1' and 'falls with ε'
+    are vacuous, not held; 'close to LSTD' does not hold."""
+    k = _kinds(_table({0.1: 1.0, 1.0: 0.99, 5.0: 0.95}, nonprivate=0.01, lstd=0.008))
+    assert k["(ours) GP beats θ = 0 at every ε"] == "does not hold"
+    assert k["GP beats V1 by orders of magnitude"] == "vacuous"
+    assert k["(ours) MSPBE falls as ε grows"] == "vacuous"
+    assert k["GP approaches LSTD"] == "does not hold"
+
+
+def test_close_to_lstd_needs_converged_gtd2() -> None:
+    """Property: GP close to LSTD is a verdict only when non-private GTD2 is itself close to
+    LSTD (within the same 10×); otherwise it is 'inconclusive at our scale'."""
+    gp = {0.1: 0.5, 1.0: 0.1, 5.0: 0.05}
+    assert _kinds(_table(gp, nonprivate=0.5, lstd=0.008))["GP approaches LSTD"] == (
+        "inconclusive at our scale"
+    )
+    assert _kinds(_table(gp, nonprivate=0.0015, lstd=0.001))["GP approaches LSTD"] == (
+        "does not hold"
+    )  # converged, but GP (ε = 5) is 50× LSTD
+    assert _kinds(_table(gp, nonprivate=0.01, lstd=0.008))["GP approaches LSTD"] == "holds"
+
+
+def test_partly_when_gp_beats_theta_zero_at_some_eps() -> None:
+    k = _kinds(_table({0.1: 0.99, 1.0: 0.5, 5.0: 0.05}, nonprivate=0.01, lstd=0.008))
+    assert k["(ours) GP beats θ = 0 at every ε"] == "partly"
+    assert k["GP beats V1 by orders of magnitude"] == "partly"
+    assert k["(ours) MSPBE falls as ε grows"] == "holds"
+
+
+def test_every_kind_maps_to_a_gallery_verdict_and_unknown_kinds_are_refused() -> None:
+    from privrl.experiments.gpope.continuous import _GALLERY, _KindClaims
+
+    assert set(_GALLERY) == set(KINDS) and set(_GALLERY.values()) <= set(VERDICTS)
+    with pytest.raises(ValueError, match="kind"):
+        _KindClaims("p.png").add_kind("c", "probably", "d")
+
+
+def test_claims_json_carries_the_kind(tmp_path) -> None:
+    claims = gpope._ratio_claims(
+        _table({0.1: 0.99, 1.0: 0.5, 5.0: 0.05}, nonprivate=0.01, lstd=0.008),
+        [1000],
+        EPS,
+        1.0,
+        **gpope.RATIO_CLAIMS["fig2a"],
+    )
+    rows = json.loads(claims.write(tmp_path).read_text())
+    assert [r["kind"] for r in rows] == claims.kinds and all(r["kind"] in KINDS for r in rows)
+    assert len(claims.rows) == 2 + len(rows)
+
+
+def test_point_cache_resumes_and_skips(tmp_path, monkeypatch) -> None:
+    """A finished unit is computed once and then read back (an interrupted run resumes);
+    with `only`, other missing units are skipped, not computed; another configuration has
+    its own folder."""
+    from privrl.experiments.gpope.continuous import _PointCache
+
+    monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path))
+    calls: list[str] = []
+
+    def unit(name: str):
+        return lambda: calls.append(name) or [1.0, 2.0]
+
+    c = _PointCache("fig2a", False, {"a": 1})
+    assert c.get("gp-x", unit("gp-x")) == [1.0, 2.0]
+    again = _PointCache("fig2a", False, {"a": 1})
+    assert again.get("gp-x", unit("gp-x")) == [1.0, 2.0] and calls == ["gp-x"]
+    part = _PointCache("fig2a", False, {"a": 1}, only=["np"])
+    assert part.get("tune", unit("tune")) is None and part.skipped == {"tune"}
+    assert part.get("gp-x", unit("gp-x")) == [1.0, 2.0] and calls == ["gp-x"]
+    other = _PointCache("fig2a", False, {"a": 2})
+    assert other.root != c.root and other.get("gp-x", unit("gp-x")) == [1.0, 2.0]
+    assert calls == ["gp-x", "gp-x"]
