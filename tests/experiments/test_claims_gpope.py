@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from privrl.experiments import gpope
+from privrl.experiments.claims import with_kinds
 
 ROOT = Path(__file__).resolve().parents[2] / "docs" / "reproductions"
 EPS = (0.1, 0.5, 1.0, 5.0)
@@ -84,7 +84,7 @@ def test_accounting_claims_reproduce_the_committed_claims():
     claims = gpope._accounting_claims(
         ref_rows, grid_rows, sig_rows, _acc("gpope-accounting"), _relation_rows()
     )
-    assert [asdict(c) for c in claims.items] == _committed("gpope-accounting")
+    assert [c.to_dict() for c in with_kinds(claims.items)] == _committed("gpope-accounting")
 
 
 def _relation_rows() -> list[dict]:
