@@ -13,6 +13,7 @@ from privrl.experiments.expert.paper import (
     ENVS,
     METHOD_LABEL,
     OURS_PLD,
+    PAPER_FIG3_POINTS,
     PAPER_TABLE1_P,
     _fmt,
     _nearest,
@@ -21,6 +22,7 @@ from privrl.experiments.expert.report import (
     Cell,
     _header,
     _plt,
+    _private_steps_text,
     _save_plot,
     _scores,
     _stable_text,
@@ -92,9 +94,14 @@ def fig3(
         "(ε = 5 on CartPole, LunarLander, HIV), ours *is* DP-SGD (the filter is skipped), and "
         "the two rows are the same runs.",
         "",
-        "| env | algo | ε | p (ours) | ours | DP-SGD | ours − DP-SGD | claim | stable set "
-        "(ours) | z (ours; DP-SGD) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "Paper column: the points of the figure that the paper's tables print (Table 2a at "
+        "ε = 10, Table 2b's ε1 = 0 column at CartPole BCQ ε = 5), ours; DP-SGD. Return: the raw "
+        "mean return (ours; DP-SGD) beside the normalised score, which depends on the "
+        "non-private reference (see the references section).",
+        "",
+        "| env | algo | ε | p (ours) | paper (ours; DP-SGD) | ours | DP-SGD | ours − DP-SGD | "
+        "claim | return (ours; DP-SGD) | stable set (ours) | z (ours; DP-SGD) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     claims = []
     for env in envs:
@@ -115,9 +122,10 @@ def fig3(
                     claims.append(diff >= 0)
                 lines.append(
                     f"| {ENVS[env].label} | {algo.upper()} | {eps:g} | "
-                    f"{PAPER_TABLE1_P[(env, algo)][_nearest(eps)]:g} | {_fmt(*o.score)} | "
-                    f"{_fmt(*d.score)} | {diff:+.2f} | {claim} | {_stable_text(o)} | "
-                    f"{_z_text(o)}; {_z_text(d)} |"
+                    f"{PAPER_TABLE1_P[(env, algo)][_nearest(eps)]:g} | "
+                    f"{_paper_pair(env, algo, eps)} | {_fmt(*o.score)} | "
+                    f"{_fmt(*d.score)} | {diff:+.2f} | {claim} | {_fmt(*o.raw, 1)}; "
+                    f"{_fmt(*d.raw, 1)} | {_stable_text(o)} | {_z_text(o)}; {_z_text(d)} |"
                 )
     lines += [
         "",
@@ -126,12 +134,67 @@ def fig3(
         "",
     ]
     lines += _fig3_pld_section(ctx, cells, envs, algos)
+    if ctx.scale.is_regime:
+        lines += _spent_section(cells)
     lines += _plot_fig3(ctx, cells, envs)
     lines += closing(ctx, "expert-fig3", cells, refs, envs)
-    gallery = gallery_claims_fig3(_scores(cells), envs, algos, ctx.scale.fig3_epsilons)
-    return _write_outputs(
-        ctx, "expert-fig3", cells, refs, lines, {"claims_hold": claims}, claims=gallery
+    kinds: list[str] = []
+    gallery = gallery_claims_fig3(
+        _scores(cells),
+        envs,
+        algos,
+        ctx.scale.fig3_epsilons,
+        kinds=kinds,
+        regime=ctx.scale.is_regime,
     )
+    return _write_outputs(
+        ctx,
+        "expert-fig3",
+        cells,
+        refs,
+        lines,
+        {"claims_hold": claims},
+        claims=gallery,
+        kinds=kinds,
+    )
+
+
+def _spent_section(cells: dict[str, Cell]) -> list[str]:
+    """In the paper's protocol (z fixed, steps from the budget, capped): each cell's private
+    and total steps and the ε its runs' reports certify (below the budget when capped)."""
+    rows = []
+    for cell in cells.values():
+        if not cell.runs:
+            continue
+        eps = [r["epsilon"] for r in cell.runs if r.get("epsilon") is not None]
+        c0 = cell.cfgs[0]
+        rows.append(
+            f"| {cell.label} | {_z_text(cell)} | {_private_steps_text(cell)} | "
+            f"{(max(eps) if eps else math.nan):.3g} | {c0.epsilon:g} |"
+        )
+    if not rows:
+        return []
+    return [
+        "### Steps and ε spent (z fixed, steps from the budget, capped)",
+        "",
+        "| cell | z | private / all steps (mean) | ε certified (max over seeds) | budget ε |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        "A run whose private steps stop at the cap spends less than its budget; DP-SGD at "
+        "ε = 10 would need far more steps than the cap to spend its budget at this z.",
+        "",
+    ]
+
+
+def _paper_pair(env: str, algo: str, eps: float) -> str:
+    """The paper's printed values of a Figure 3 point (ours; DP-SGD), "—" where it prints none."""
+    vals = [PAPER_FIG3_POINTS.get((env, algo, eps, m)) for m in ("ours", "dp-sgd")]
+    if all(v is None for v in vals):
+        return "—"
+    if PAPER_TABLE1_P[(env, algo)][_nearest(eps)] >= 1.0:  # ours is DP-SGD there
+        vals[0] = vals[0] if vals[0] is not None else vals[1]
+    return "; ".join("—" if v is None else f"{v:.2f}" for v in vals)
 
 
 def _fig3_pld_section(
@@ -207,6 +270,22 @@ def _plot_fig3(ctx: _Context, cells: dict[str, Cell], envs: Sequence[str]) -> li
                     e: cells.get(f"{env}/{algo}/eps{e:g}/{method}") for e in ctx.scale.fig3_epsilons
                 }
                 _score_line(ax, at, color, METHOD_LABEL[method])
+                paper = [
+                    (e, PAPER_FIG3_POINTS[(env, algo, e, method)])
+                    for e in ctx.scale.fig3_epsilons
+                    if (env, algo, e, method) in PAPER_FIG3_POINTS
+                ]
+                if paper:
+                    ax.plot(
+                        [e for e, _ in paper],
+                        [v for _, v in paper],
+                        linestyle="none",
+                        marker="*",
+                        markersize=11,
+                        markeredgecolor="black",
+                        color=color,
+                        label=f"paper: {METHOD_LABEL[method]}",
+                    )
             ax.axhline(1.0, color="gray", lw=0.8)
             ax.set_title(f"{ENVS[env].label} {algo.upper()}", fontsize=9)
             if j == 0:
@@ -215,7 +294,11 @@ def _plot_fig3(ctx: _Context, cells: dict[str, Cell], envs: Sequence[str]) -> li
                 ax.set_xlabel("ε")
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
-    fig.suptitle("Figure 3: ours vs expert-level DP-SGD (mean ± 95% CI over seeds)", fontsize=9)
+    fig.suptitle(
+        "Figure 3: ours vs expert-level DP-SGD (mean ± 95% CI over seeds); stars: the paper's "
+        "printed values (Tables 2a/2b)",
+        fontsize=9,
+    )
     return _save_plot(ctx, fig, "fig3", "Figure 3")
 
 
@@ -279,6 +362,7 @@ def fig4(ctx: _Context, seed_list: list[int]) -> Path:
         + (f"m ∈ {{{', '.join(str(m) for m in ahead)}}}." if ahead else "no m."),
         "",
     ]
+    kinds: list[str] = []
     lines += _plot_fig4(ctx, cells, ms)
     lines += closing(ctx, "expert-fig4", cells, refs, [env], ("cql",), above_notes=False)
     return _write_outputs(
@@ -288,7 +372,8 @@ def fig4(ctx: _Context, seed_list: list[int]) -> Path:
         refs,
         lines,
         {"gaps": gaps, "gap_grows_with_m": grows},
-        claims=gallery_claims_fig4(_scores(cells), ms),
+        claims=gallery_claims_fig4(_scores(cells), ms, kinds=kinds),
+        kinds=kinds,
     )
 
 
@@ -302,7 +387,10 @@ def _plot_fig4(ctx: _Context, cells: dict[str, Cell], ms: Sequence[int]) -> list
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("number of experts m")
     ax.set_ylabel("normalised score")
-    ax.set_title("Figure 4: Acrobot, ε = 10, CQL (mean ± 95% CI)", fontsize=9)
+    ax.set_title(
+        "Figure 4: Acrobot, ε = 10, CQL (mean ± 95% CI)\npaper: figure only, no printed values",
+        fontsize=9,
+    )
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     return _save_plot(ctx, fig, "fig4", "Figure 4")
