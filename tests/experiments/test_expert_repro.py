@@ -542,3 +542,25 @@ def test_verdict_kinds() -> None:
         V.claims_with_kinds(claims, ["holds", "maybe"])
     with pytest.raises(ValueError, match="2 claims but 1 kinds"):
         V.claims_with_kinds(claims, ["holds"])
+
+
+def test_raw_returns_beside_the_score_and_the_experts_reference() -> None:
+    """The Acrobot BCQ reading: a non-private reference weaker than the private runs gives a
+    score near 1.9; the raw return and the experts' median (−88) read the same run at ≈ 1.05."""
+    from privrl.experiments.expert.report import raw_return_section
+
+    cells = {
+        "acrobot/bcq/eps10/dp-sgd": {
+            "label": "Acrobot BCQ ε = 10 DP-SGD",
+            "return_mean": -82.3,
+            "return_ci95": 2.0,
+            "normalised_mean": 1.91,
+            "normalised_ci95": 0.1,
+        },
+        "acrobot/bcq/eps10/ours": {"label": "pending", "return_mean": None},
+    }
+    lines = raw_return_section(cells, {"acrobot": -200.0})
+    row = next(line for line in lines if line.startswith("| Acrobot BCQ"))
+    assert row == "| Acrobot BCQ ε = 10 DP-SGD | -82.3 ± 2.0 | 1.91 ± 0.10 | 1.05 |"
+    assert not any("pending" in line for line in lines)
+    assert raw_return_section({}, {"acrobot": -200.0}) == []

@@ -20,6 +20,7 @@ from privrl.experiments.expert.paper import (
 )
 from privrl.experiments.expert.report import (
     Cell,
+    _cell_info,
     _header,
     _plt,
     _private_steps_text,
@@ -30,6 +31,7 @@ from privrl.experiments.expert.report import (
     _z_text,
     closing,
     private_cells,
+    raw_return_section,
     reproduction,
     run_cells,
 )
@@ -137,6 +139,10 @@ def fig3(
     if ctx.scale.is_regime:
         lines += _spent_section(cells)
     lines += _plot_fig3(ctx, cells, envs)
+    lines += raw_return_section(
+        {k: _cell_info(c) for k, c in cells.items() if c.runs},
+        {k.split("/")[0]: r["random"] for k, r in refs.items()},
+    )
     lines += closing(ctx, "expert-fig3", cells, refs, envs)
     kinds: list[str] = []
     gallery = gallery_claims_fig3(

@@ -81,6 +81,49 @@ def _cell_info(cell: Cell) -> dict[str, Any]:
     }
 
 
+def raw_return_section(
+    cells: Mapping[str, Mapping[str, Any]], random: Mapping[str, float]
+) -> list[str]:
+    """Raw returns beside the normalised score, and the score against the experts' own median
+    return (`EXPERT_MEDIAN_RETURN`) — the reading that does not depend on how well the
+    non-private run trained. ``cells``: metrics.json's cells (label, return_mean, return_ci95,
+    normalised_mean, normalised_ci95) keyed ``env/algo/…``; ``random``: R_random per env."""
+    from privrl.experiments.expert.paper import EXPERT_MEDIAN_RETURN
+
+    rows = []
+    for key, c in cells.items():
+        env = key.split("/")[0]
+        raw = c.get("return_mean")
+        if env not in EXPERT_MEDIAN_RETURN or env not in random or raw is None:
+            continue
+        raw = float(raw)
+        if not math.isfinite(raw):
+            continue
+        expert, r0 = EXPERT_MEDIAN_RETURN[env], float(random[env])
+        rows.append(
+            f"| {c['label']} | {_fmt(raw, float(c.get('return_ci95') or math.nan), 1)} | "
+            f"{_fmt(float(c['normalised_mean']), float(c['normalised_ci95']))} | "
+            f"{(raw - r0) / (expert - r0):.2f} |"
+        )
+    if not rows:
+        return []
+    return [
+        "## Raw returns and the experts' reference",
+        "",
+        "The normalised score divides by the non-private run of the same learner and length, "
+        "which is not a ceiling where it trained badly (Acrobot BCQ: −138.7 while the private "
+        "runs reach ≈ −84, hence scores of 1.8–1.9). The raw return and the score against the "
+        "experts' own median greedy return on the default environment (CartPole 1000, "
+        "Acrobot −88, HIV 1227, LunarLander 267; docs/expert-data.md) read the same runs "
+        "without that dependence: (R − R_random)/(R_experts − R_random).",
+        "",
+        "| cell | return (mean ± CI) | normalised (non-private ref.) | vs experts' median |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def _stable_text(cell: Cell) -> str:
     if cell.cfgs[0].method != "ours" or not cell.runs:
         return "—"
