@@ -564,3 +564,24 @@ def test_raw_returns_beside_the_score_and_the_experts_reference() -> None:
     assert row == "| Acrobot BCQ ε = 10 DP-SGD | -82.3 ± 2.0 | 1.91 ± 0.10 | 1.05 |"
     assert not any("pending" in line for line in lines)
     assert raw_return_section({}, {"acrobot": -200.0}) == []
+
+
+@pytest.mark.slow  # a few minutes on a busy 2-core machine (a sweep of process pools)
+def test_quick_regime_fig3_end_to_end(quick_cache, tmp_path) -> None:
+    """The paper's protocol at the quick scale: z fixed, steps from the budget (capped), all
+    three series, the steps/ε table, the paper's stars, and claims.json with kinds."""
+    quick_cache("cartpole")
+    out = tmp_path / "regime"
+    text = E.fig3(out, quick=True, regime=True, envs=("cartpole",)).read_text()
+    m = _metrics(out)
+    cfg = m["cells"]["cartpole/cql/eps10/dp-sgd"]["config"]
+    assert cfg["protocol"] == "budget" and cfg["noise_multiplier"] == E.Scale.quick().fixed_noise
+    assert {"cartpole/cql/eps10/ours-pld", "cartpole/bcq/eps10/ours-pld"} <= set(m["cells"])
+    assert "### Steps and ε spent" in text and "Not run in this regime: Acrobot" in text
+    assert "| 1.03; 0.92 |" in text  # the paper's CartPole CQL ε = 10 values
+    claims = json.loads((out / "claims.json").read_text(encoding="utf-8"))
+    assert claims and all(c["kind"] in ("holds", "does not hold", "inconclusive at our scale")
+                          for c in claims)  # fmt: skip
+    for cell in m["cells"].values():  # every capped run stays within its budget
+        assert all(e is None or e <= cell["config"]["epsilon"] + 1e-6
+                   for e in cell["epsilon_reported"])  # fmt: skip

@@ -138,6 +138,14 @@ def fig3(
     lines += _fig3_pld_section(ctx, cells, envs, algos)
     if ctx.scale.is_regime:
         lines += _spent_section(cells)
+        skipped = [ENVS[e].label for e in ENVS if e not in envs]
+        if skipped:
+            lines += [
+                f"Not run in this regime: {', '.join(skipped)} (the run of this report was "
+                "restricted to the environments listed above, by its cost; the equal-steps "
+                "report covers all four).",
+                "",
+            ]
     lines += _plot_fig3(ctx, cells, envs)
     lines += raw_return_section(
         {k: _cell_info(c) for k, c in cells.items() if c.runs},

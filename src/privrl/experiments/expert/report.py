@@ -236,12 +236,16 @@ def _json_ref(ref: dict[str, Any]) -> dict[str, Any]:
 def _header(title: str, name: str, ctx: _Context, seeds: Sequence[int]) -> list[str]:
     scale = ctx.scale
     lines = [
-        f"# {title}",
+        f"# {title}" + (" (the paper's noise regime)" if scale.is_regime else ""),
         "",
         "Paper: Sharma et al., *Preserving Expert-Level Privacy in Offline Reinforcement "
-        "Learning* (spec `expert_consensus.md`). Regenerate with "
-        f"`privrl reproduce {name}` (resumable: finished runs are skipped; `--quick` for a "
-        "smoke test on the `--quick` recipe data).",
+        "Learning* (spec `expert_consensus.md`)."
+        + (
+            ""
+            if scale.is_regime
+            else f" Regenerate with `privrl reproduce {name}` (resumable: finished runs are "
+            "skipped; `--quick` for a smoke test on the `--quick` recipe data)."
+        ),
         "",
     ]
     if scale.is_regime:
@@ -249,7 +253,8 @@ def _header(title: str, name: str, ctx: _Context, seeds: Sequence[int]) -> list[
             f"**The paper's noise regime**: every private run at z = {scale.fixed_noise:g}, "
             f"b = {scale.batch_size}, as many steps as its budget allows up to "
             f"{scale.steps:,}. Regenerate with `{name.split('-')[0]}.{name.split('-')[1]}"
-            f"(OUT, regime=True)` from `privrl.experiments` (the CLI runs the full scale).",
+            "(OUT, regime=True, envs=…)` from `privrl.experiments` (`privrl reproduce` runs "
+            "the equal-steps scale).",
             "",
         ]
     if scale.is_quick:
@@ -433,7 +438,15 @@ def _tail(
         lines += ["", "Failed runs (retried on the next invocation):", ""]
         for key, msg in ctx.failed.items():
             lines.append(f"- `{key}`: {msg}")
-    if n_done < n_total or ctx.missing:
+    if (n_done < n_total or ctx.missing) and ctx.scale.is_regime:
+        module, func = name.split("-", 1)
+        lines += [
+            "",
+            f"To finish: rerun `{module}.{func}(OUT, regime=True)` from `privrl.experiments` "
+            "under `nice` with the same OUT and options (resumable: finished runs are "
+            "skipped).",
+        ]
+    elif n_done < n_total or ctx.missing:
         quick = " --quick" if ctx.scale.is_quick else ""
         lines += [
             "",
@@ -466,7 +479,8 @@ def closing(
     """The sections every report ends with: references (with a note where a private cell
     beats its reference, ``above_notes``), the η search, the protocol and the status."""
     lines = _refs_section(ctx, refs, cells if above_notes else None)
-    lines += _search_section(ctx, envs, algos)
+    if len(ctx.scale.lr_grid) > 1:  # a fixed η has no search
+        lines += _search_section(ctx, envs, algos)
     lines += _protocol(ctx)
     n_total = len({c.key() for cell in cells.values() for c in cell.cfgs})
     n_done = len({r["key"] for cell in cells.values() for r in cell.runs})
