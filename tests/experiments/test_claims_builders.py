@@ -5,6 +5,7 @@ from the same results."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from privrl.experiments import dp_apvi_tabular, expert, mopo, qiao_wang, sdp_pe
@@ -94,31 +95,47 @@ def _scores(rid: str) -> dict[str, tuple[float, float]]:
     return {k: (float(v["normalised_mean"]), float(v["normalised_ci95"])) for k, v in cells.items()}
 
 
+def _expert_committed(rid: str, claims: list, kinds: list[str]) -> bool:
+    """The expert builders' claims and kinds equal the committed claims.json (a claim's own
+    ``kind`` field, where the Claim type has one, is left out: the builders state it apart)."""
+    ours = [{k: v for k, v in asdict(c).items() if k != "kind"} for c in claims]
+    committed = _committed(rid)
+    plain = [{k: v for k, v in d.items() if k != "kind"} for d in committed]
+    return ours == plain and kinds == [d["kind"] for d in committed]
+
+
 def test_expert_table2a():
-    claims = expert.gallery_claims_table2a(_scores("expert-table2a"), ("cartpole", "lunarlander"))
-    assert [c.to_dict() for c in claims] == _committed("expert-table2a")
+    kinds: list[str] = []
+    claims = expert.gallery_claims_table2a(
+        _scores("expert-table2a"), ("cartpole", "lunarlander"), kinds=kinds
+    )
+    assert _expert_committed("expert-table2a", claims, kinds)
 
 
 def test_expert_table2b():
-    claims = expert.gallery_claims_table2b(_scores("expert-table2b"))
-    assert [c.to_dict() for c in claims] == _committed("expert-table2b")
+    kinds: list[str] = []
+    claims = expert.gallery_claims_table2b(_scores("expert-table2b"), kinds=kinds)
+    assert _expert_committed("expert-table2b", claims, kinds)
 
 
 def test_expert_fig3():
+    kinds: list[str] = []
     claims = expert.gallery_claims_fig3(
         _scores("expert-fig3"),
         ("cartpole", "acrobot", "hiv", "lunarlander"),
         ("cql", "bcq"),
         (5.0, 7.5, 10.0),
+        kinds=kinds,
     )
-    assert [c.to_dict() for c in claims] == _committed("expert-fig3")
+    assert _expert_committed("expert-fig3", claims, kinds)
     # the report: 'Claim holds in 5 of 18 comparisons with distinct runs'
     assert len(claims) == 18 and sum(c.verdict == "holds" for c in claims) == 5
 
 
 def test_expert_fig4():
-    claims = expert.gallery_claims_fig4(_scores("expert-fig4"), (1000, 2000, 3000))
-    assert [c.to_dict() for c in claims] == _committed("expert-fig4")
+    kinds: list[str] = []
+    claims = expert.gallery_claims_fig4(_scores("expert-fig4"), (1000, 2000, 3000), kinds=kinds)
+    assert _expert_committed("expert-fig4", claims, kinds)
     # an unfinished m leaves the growth claim open
     partial = expert.gallery_claims_fig4(
         {"m1000/ours": (0.1, 0.1), "m1000/dp-sgd": (0.2, 0.1)}, (1000, 2000)

@@ -20,6 +20,11 @@ Selective DP-SGD with the exact (certified) accounting, N steps at q = p·b/m fo
 (not certified) accounting. Evaluation: the mean return of 10 greedy evaluations (10 episodes
 each) spaced over the last min(10,000, N/2) steps; CartPole evaluated for 1000 steps.
 
+The paper's noise regime (``regime=True`` on every entry point, `Scale.regime`): every
+private run at the fixed z = 10 (the bottom of the paper's grid) and b = 256, trained as long
+as its budget allows (the paper's protocol) up to a cap of 6,000 steps, η fixed; a capped run
+spends less than its budget and the report lists the steps and the certified ε of each cell.
+
 Hyper-parameters: b = 128 (the paper's most frequent choice), z calibrated as above, p from
 the paper's Table 1 (Tables 2a/2b vary it as the paper does), η searched over {5e-4, 1e-3,
 5e-3} (a subset of the paper's grid) per (environment, algorithm, method) at ε = 10 on a search

@@ -52,6 +52,8 @@ class RunConfig:
     dpsgd_budget: str = "split"  # split: DP-SGD fits (ε2, δ2); joint: the total with the filter
     noise_multiplier: float | None = None
     explicit_steps: bool = False  # quick scale: exactly N steps at a fixed z
+    # "budget" (the paper's protocol): z fixed, as many steps as the budget allows, at most N
+    protocol: str = "calibrated"
     role: str = "main"  # main | reference | search
 
     def to_dict(self) -> dict[str, Any]:
@@ -59,6 +61,8 @@ class RunConfig:
         d["hidden"] = list(self.hidden)
         if self.dpsgd_budget == "split":  # the default; left out so earlier runs keep their ids
             del d["dpsgd_budget"]
+        if self.protocol == "calibrated":  # likewise
+            del d["protocol"]
         return d
 
     def digest(self) -> str:
@@ -258,6 +262,9 @@ def _with_noise(cfg: RunConfig, data: _Data, scale: Scale) -> RunConfig:
     """Fill in the noise multiplier of a private run (fixed at quick scale, else calibrated)."""
     if cfg.method == "nonprivate" or (cfg.method == "ours" and cfg.p == 0.0):
         return cfg
+    if scale.is_regime:  # the paper's protocol: z fixed, the budget sets the step count
+        assert scale.fixed_noise is not None
+        return replace(cfg, noise_multiplier=scale.fixed_noise, protocol="budget")
     if scale.fixed_noise is not None:
         return replace(cfg, noise_multiplier=scale.fixed_noise, explicit_steps=True)
     q = cfg.batch_size / cfg.m

@@ -82,7 +82,9 @@ def cell_values(cfg: RunConfig, data: Path) -> dict[str, Any]:
         "eval_window": cfg.eval_window,
         "eval_seed": cfg.seed * EVAL_SEED_STRIDE,
         "eval_seed_step": 1,
-        "steps_cap": 2 * cfg.steps,  # private runs: z is calibrated for N (or K ≈ p·N) steps
+        # private runs: z is calibrated for N (or K ≈ p·N) steps; in the paper's protocol
+        # (z fixed) the budget sets the step count and N caps it
+        "steps_cap": cfg.steps if cfg.protocol == "budget" else 2 * cfg.steps,
     }
     if cfg.eval_horizon is not None:
         values["eval_horizon"] = cfg.eval_horizon
@@ -294,6 +296,8 @@ def _lr_method(method: str) -> str:
 
 
 def _lr(ctx: _Context, env: str, algo: str, method: str, base_seed: int) -> float:
+    if len(ctx.scale.lr_grid) == 1:  # a fixed η: nothing to search
+        return float(ctx.scale.lr_grid[0])
     return _search_lr(ctx, env, algo, _lr_method(method), base_seed)
 
 
@@ -360,6 +364,8 @@ def prefetch(
     sweeps instead of one per (env, algo, method). Returns the references by ``env/algo``."""
     searches = {}
     for (env, algo), methods in needs.items():
+        if len(ctx.scale.lr_grid) == 1:  # a fixed η: no search
+            break
         for method in dict.fromkeys(("nonprivate", *(_lr_method(m) for m in methods))):
             key, cfgs = _search_cfgs(ctx, env, algo, method, seeds[0])
             if cfgs:

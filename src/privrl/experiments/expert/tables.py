@@ -164,8 +164,13 @@ def table2a(
     ]
     lines += _plot_table2a(ctx, cells)
     lines += closing(ctx, "expert-table2a", cells, refs, envs)
-    claims_2a = gallery_claims_table2a(_scores(cells), envs, eps)
-    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a)
+    kinds: list[str] = []
+    claims_2a = gallery_claims_table2a(
+        _scores(cells), envs, eps, kinds=kinds, regime=ctx.scale.is_regime
+    )
+    return _write_outputs(
+        ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a, kinds=kinds
+    )
 
 
 def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
@@ -254,8 +259,9 @@ def table2b(ctx: _Context, seed_list: list[int]) -> Path:
     ]
     lines += _plot_pairs(ctx, cells, "table2b", "Table 2b: ε1 = 3ε/4 vs ε1 = 0 (BCQ)")
     lines += closing(ctx, "expert-table2b", cells, refs, [e for e, _ in PAPER_TABLE2B], ("bcq",))
-    claims = gallery_claims_table2b(_scores(cells))
-    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims)
+    kinds: list[str] = []
+    claims = gallery_claims_table2b(_scores(cells), kinds=kinds)
+    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims, kinds=kinds)
 
 
 def _plot_pairs(ctx: _Context, cells: dict[str, Cell], name: str, title: str) -> list[str]:
@@ -269,6 +275,14 @@ def _plot_pairs(ctx: _Context, cells: dict[str, Cell], name: str, title: str) ->
     errs = [0.0 if not math.isfinite(c.score[1]) else c.score[1] for c in cells.values()]
     colors = ["tab:blue" if "3ε/4" in lab else "tab:orange" for lab in labels]
     ax.bar(x, means, yerr=errs, capsize=3, color=colors)
+    for i, key in enumerate(cells):  # the paper's value of the bar (Table 2b), red dashes
+        env, _, ek, col = key.split("/")
+        paper = PAPER_TABLE2B.get((env, float(ek[3:])))
+        if paper is not None:
+            v = paper[0] if col == "filter" else paper[1]
+            ax.plot([i - 0.4, i + 0.4], [v, v], "r--", lw=1.5, label="paper" if i == 0 else None)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=7)
     ax.set_ylabel("normalised score")
     ax.axhline(1.0, color="gray", lw=0.8)
