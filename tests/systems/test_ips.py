@@ -399,3 +399,16 @@ def test_reward_range_from_public_metadata_and_not_from_inferred(tmp_path: Path,
     code, _, err = run(["ope", "ips", "--data", str(path), *args, "--out", str(out)], capsys)
     assert code == 2
     assert "--reward-range" in error_line(err) and "inferred" in err
+
+
+def test_a_value_outside_its_interval_is_explained(log_file: Path, tmp_path: Path, capsys) -> None:
+    """At a tiny ε the unbiased noisy IPS release falls outside the public return range the
+    interval is cut to; the console says why instead of leaving the user to wonder."""
+    out = tmp_path / "run"
+    argv = ["ope", "ips", "--data", str(log_file), *COMMON, "--out", str(out)]
+    argv[argv.index("--epsilon") + 1] = "0.001"
+    code, stdout, err = run(argv, capsys)
+    assert code == 0, err
+    m = json.loads((out / "metrics.json").read_text())
+    assert not m["value_ci_low"] <= m["value"] <= m["value_ci_high"]
+    assert "unbiased noisy release" in stdout

@@ -372,6 +372,11 @@ class ImportanceSystem(System):
             f"{self.name.upper()} value of {config.target_policy}: {est.value:.4g} "
             f"({pct} CI [{est.ci_low:.4g}, {est.ci_high:.4g}], privacy noise included)"
         ]
+        if not est.ci_low <= est.value <= est.ci_high:
+            summary.append(
+                "the value is the unbiased noisy release, left unclipped; every policy's value "
+                "lies in the public return range, so the interval is cut to it"
+            )
         return Result(metrics=metrics, privacy=report, summary=summary)
 
 
