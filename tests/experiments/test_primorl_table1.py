@@ -30,12 +30,20 @@ def _row(system: str, variant: str | None, ret: float, score: float, eps: float 
     }
 
 
-def test_the_sweep_is_mopo_and_the_three_primorl_rows_over_seeds(tmp_path: Path) -> None:
+def test_the_sweep_is_mopo_the_three_primorl_rows_and_the_pld_row(tmp_path: Path) -> None:
     from privrl.runs.sweep import SweepError, expand
 
-    doc = sweep_doc(Path("d.h5"), tmp_path, Scale(seeds=2, base_seed=5), backend="local", workers=1)
-    assert doc["grid"] == {"system": ["mopo", "primorl"], "seed": [5, 6]}
-    assert doc["systems"]["primorl"]["grid"] == {"variant": ["no-privacy", "low", "high"]}
+    doc = sweep_doc(Path("d.h5"), tmp_path, Scale(seeds=4, base_seed=5), backend="local", workers=1)
+    cells = doc["cells"]
+    assert [c for c in cells if c["system"] == "mopo"] == [
+        {"system": "mopo", "seed": s} for s in (5, 6, 7, 8)
+    ]
+    for v in ("no-privacy", "low", "high"):
+        assert [c["seed"] for c in cells if c.get("variant") == v] == [5, 6, 7, 8]
+    # beyond the paper: HIGH's ε as a target (z calibrated under PLD), on the first seeds
+    pld = [c for c in cells if "epsilon" in c]
+    assert pld == [{"system": "primorl", "epsilon": 5.1, "seed": s} for s in (5, 6, 7)]
+    assert len(cells) == 4 * 4 + 3
     assert doc["epochs"] == 20 and doc["out"] == str(tmp_path)
     with pytest.raises(SweepError, match=r"d\.h5"):  # every cell is validated, data included
         expand(doc)
@@ -118,3 +126,36 @@ def test_rows_at_the_ceiling_are_called_out(tmp_path: Path) -> None:
     rows[-1] = _row("primorl", "high", 150.0, 40.0, 4.07)
     text = write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=1.0).read_text()
     assert "ceiling" not in text
+
+
+def test_the_pld_row_and_the_run_time_are_reported(tmp_path: Path) -> None:
+    """The high-pld cells (no variant, a target ε) form their own row; the report states its
+    z against HIGH's and the time of one HIGH run; no paper claim is made for it."""
+    from privrl.experiments.primorl_table1 import row_of, write_report
+
+    def cell(variant: str | None, z: float, eps: float, seconds: float, i: int) -> dict:
+        run = tmp_path / f"c{variant}{i}" / "run"
+        run.mkdir(parents=True)
+        release = {"noise": {"noise_multiplier": z}}
+        (run / "privacy.json").write_text(json.dumps({"releases": [release]}))
+        return {
+            **_row("primorl", variant, 190.0 + i, 99.0, eps),
+            "dir": str(run.parent),
+            "seconds": seconds,
+        }
+
+    rows = [
+        *(_row("mopo", None, r, 100.0, None) for r in (190.0, 192.0)),
+        *(cell("high", 0.52, 4.07, 600.0 + 60 * i, i) for i in range(2)),
+        *(cell(None, 0.45, 5.1, 500.0, i) for i in range(2)),
+    ]
+    assert row_of({"system": "primorl", "variant": None}) == "high-pld"
+    assert row_of({"system": "primorl", "variant": float("nan")}) == "high-pld"
+    write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=1.0)
+    report = (tmp_path / "report.md").read_text()
+    assert "HIGH at the paper's ε, calibrated under PLD" in report
+    assert "z = 0.450 for ε = 5.10 against the paper's z = 0.52" in report
+    assert "1.16× less noise" in report
+    assert "took 10.0–11.0 min of wall time" in report
+    claimed = {c["claim"] for c in json.loads((tmp_path / "claims.json").read_text())}
+    assert not any("PLD" in c for c in claimed)

@@ -16,7 +16,6 @@ of MOPO's return.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -72,19 +71,8 @@ def fig3(
     doc = sweep_doc(data, shared.sweep_dir(ID, scale), scale, backend=backend, workers=workers)
     rows = shared.run_cells(doc, out, reuse=[shared.sweep_dir("primorl-table1", scale)])
     for r in rows:
-        r["noise_multiplier"] = _noise_multiplier(r.get("dir"))
+        r["noise_multiplier"] = shared.noise_multiplier(r.get("dir"))
     return write_report(out, rows, scale, data=data, wall=time.perf_counter() - t0)
-
-
-def _noise_multiplier(cell_dir: Path | None) -> float | None:
-    """z of the cell's one release (its privacy.json), None for MOPO or an unfinished cell."""
-    if cell_dir is None:
-        return None
-    try:
-        report = json.loads((Path(cell_dir) / "run" / "privacy.json").read_text())
-        return float(report["releases"][0]["noise"]["noise_multiplier"])
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -351,6 +351,17 @@ def write_outputs(
     run.write_metrics(metrics)
 
 
+def noise_multiplier(cell_dir: Path | None) -> float | None:
+    """z of the cell's one release (its privacy.json), None for MOPO or an unfinished cell."""
+    if cell_dir is None:
+        return None
+    try:
+        report = json.loads((Path(cell_dir) / "run" / "privacy.json").read_text())
+        return float(report["releases"][0]["noise"]["noise_multiplier"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 def cell_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
     """The cells' total running time (each on one thread)."""
     return sum(float(r.get("seconds") or 0.0) for r in rows)
