@@ -48,6 +48,16 @@ STATES_KIND = (
     "dp-apvi-tabular",
     "audit",
     "gpope-accounting",
+    "gpope-fig1a",
+    "gpope-fig1b",
+    "gpope-fig2a",
+    "gpope-fig3b",
+    "gpope-fig4",
+    "sdp-pe-fig4",
+    "expert-table2a",
+    "expert-table2b",
+    "expert-fig3",
+    "expert-fig4",
 )
 
 
