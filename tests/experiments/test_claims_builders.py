@@ -110,6 +110,15 @@ def test_expert_fig3():
     assert len(claims) == 18 and sum(c.verdict == "holds" for c in claims) == 5
 
 
+def test_expert_fig3_regime():
+    """The regime sub-report (CartPole at ε = 10, the paper's noise regime): each verdict is
+    its own kind only where the means differ by more than the wider CI."""
+    claims = expert.gallery_claims_fig3(
+        _scores("expert-fig3/regime"), ("cartpole",), ("cql", "bcq"), (10.0,), regime=True
+    )
+    assert [c.to_dict() for c in claims] == _committed("expert-fig3/regime")
+
+
 def test_expert_fig4():
     claims = expert.gallery_claims_fig4(_scores("expert-fig4"), (1000, 2000, 3000))
     assert [c.to_dict() for c in claims] == _committed("expert-fig4")
