@@ -107,6 +107,15 @@ def test_expert_fig3():
     )
     assert [c.to_dict() for c in claims] == _committed("expert-fig3")
     # the report: 'Claim holds in 5 of 18 comparisons with distinct runs'
+    # the paper's values where its tables print the point (the report's stars), else none
+    by = {c.claim: c.paper for c in claims}
+    assert by["ours ≥ DP-SGD, CartPole CQL, ε = 10 (p = 0.8)"] == (
+        "ours 1.03 vs DP-SGD 0.92 (Table 2a)"
+    )
+    assert by["ours ≥ DP-SGD, LunarLander BCQ, ε = 10 (p = 0.5)"] == (
+        "ours 0.57 vs DP-SGD 0.54 (Table 2a)"
+    )
+    assert sum(p != expert.verdicts.FIGURE_ONLY for p in by.values()) == 4
     assert len(claims) == 18 and sum(c.verdict == "holds" for c in claims) == 5
 
 

@@ -511,6 +511,12 @@ def test_figure3_shows_the_papers_printed_values() -> None:
     assert _paper_pair("cartpole", "bcq", 10.0) == "0.99; 0.67"
     assert _paper_pair("cartpole", "bcq", 5.0) == "0.60; 0.60"  # p = 1: ours is DP-SGD
     assert _paper_pair("acrobot", "cql", 7.5) == "—"
+    # the gallery's paper field carries the same printed values
+    from privrl.experiments.expert.verdicts import FIGURE_ONLY, fig3_paper
+
+    assert fig3_paper("cartpole", "bcq", 10.0) == "ours 0.99 vs DP-SGD 0.67 (Table 2a)"
+    assert fig3_paper("cartpole", "bcq", 5.0) == "DP-SGD 0.60 (Table 2b, ε1 = 0)"
+    assert fig3_paper("acrobot", "cql", 7.5) == FIGURE_ONLY
 
 
 def test_verdict_kinds() -> None:

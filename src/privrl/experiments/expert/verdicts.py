@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from privrl.experiments.claims import Claim, count_verdict, holds
 from privrl.experiments.expert.paper import (
     ENVS,
+    PAPER_FIG3_POINTS,
     PAPER_TABLE1_P,
     PAPER_TABLE2A,
     PAPER_TABLE2B,
@@ -101,6 +102,19 @@ def gallery_claims_table2b(scores: Scores) -> list[Claim]:
     return out
 
 
+def fig3_paper(env: str, algo: str, eps: float) -> str:
+    """The paper's values of one Figure 3 comparison (ours vs DP-SGD), where its tables print
+    them (`PAPER_FIG3_POINTS`: Table 2a at ε = 10, Table 2b's ε1 = 0 column at ε = 5; the
+    report's stars), else `FIGURE_ONLY`."""
+    ours, dp = (PAPER_FIG3_POINTS.get((env, algo, eps, m)) for m in ("ours", "dp-sgd"))
+    if ours is None and dp is None:
+        return FIGURE_ONLY
+    table = "Table 2a" if eps == 10.0 else "Table 2b, ε1 = 0"
+    pairs = [(name, v) for name, v in (("ours", ours), ("DP-SGD", dp)) if v is not None]
+    text = " vs ".join(f"{name} {v:.2f}" for name, v in pairs)
+    return f"{text} ({table})"
+
+
 def gallery_claims_fig3(
     scores: Scores,
     envs: Sequence[str],
@@ -125,7 +139,7 @@ def gallery_claims_fig3(
                 out.append(
                     Claim(
                         f"ours ≥ DP-SGD, {ENVS[env].label} {algo.upper()}, ε = {eps:g} (p = {p:g})",
-                        FIGURE_ONLY,
+                        fig3_paper(env, algo, eps),
                         f"ours {_fmt(*o)} vs DP-SGD {_fmt(*d)}",
                         verdict,
                         "plots/fig3.png",
