@@ -5,7 +5,6 @@ from the same results."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from privrl.experiments import dp_apvi_tabular, expert, mopo, qiao_wang, sdp_pe
@@ -71,14 +70,8 @@ def test_dp_apvi_tabular():
 
 
 def test_sdp_pe_fig4():
-    from privrl.experiments.sdp_pe.analysis import claim_kinds
-
-    expectations = _metrics("sdp-pe-fig4")["expectations"]
-    claims = sdp_pe.gallery_claims(expectations)
-    rows = [
-        {**c.to_dict(), "kind": k} for c, k in zip(claims, claim_kinds(expectations), strict=True)
-    ]
-    assert rows == _committed("sdp-pe-fig4")
+    claims = sdp_pe.gallery_claims(_metrics("sdp-pe-fig4")["expectations"])
+    assert [c.to_dict() for c in claims] == _committed("sdp-pe-fig4")
     # a verdict between two algorithms still in burn-in is not evidence
     assert {c.verdict for c in claims if "still in burn-in: not evidence" in c.ours} == {
         "inconclusive"
@@ -95,47 +88,49 @@ def _scores(rid: str) -> dict[str, tuple[float, float]]:
     return {k: (float(v["normalised_mean"]), float(v["normalised_ci95"])) for k, v in cells.items()}
 
 
-def _expert_committed(rid: str, claims: list, kinds: list[str]) -> bool:
-    """The expert builders' claims and kinds equal the committed claims.json (a claim's own
-    ``kind`` field, where the Claim type has one, is left out: the builders state it apart)."""
-    ours = [{k: v for k, v in asdict(c).items() if k != "kind"} for c in claims]
-    committed = _committed(rid)
-    plain = [{k: v for k, v in d.items() if k != "kind"} for d in committed]
-    return ours == plain and kinds == [d["kind"] for d in committed]
-
-
 def test_expert_table2a():
-    kinds: list[str] = []
-    claims = expert.gallery_claims_table2a(
-        _scores("expert-table2a"), ("cartpole", "lunarlander"), kinds=kinds
-    )
-    assert _expert_committed("expert-table2a", claims, kinds)
+    claims = expert.gallery_claims_table2a(_scores("expert-table2a"), ("cartpole", "lunarlander"))
+    assert [c.to_dict() for c in claims] == _committed("expert-table2a")
 
 
 def test_expert_table2b():
-    kinds: list[str] = []
-    claims = expert.gallery_claims_table2b(_scores("expert-table2b"), kinds=kinds)
-    assert _expert_committed("expert-table2b", claims, kinds)
+    claims = expert.gallery_claims_table2b(_scores("expert-table2b"))
+    assert [c.to_dict() for c in claims] == _committed("expert-table2b")
 
 
 def test_expert_fig3():
-    kinds: list[str] = []
     claims = expert.gallery_claims_fig3(
         _scores("expert-fig3"),
         ("cartpole", "acrobot", "hiv", "lunarlander"),
         ("cql", "bcq"),
         (5.0, 7.5, 10.0),
-        kinds=kinds,
     )
-    assert _expert_committed("expert-fig3", claims, kinds)
+    assert [c.to_dict() for c in claims] == _committed("expert-fig3")
     # the report: 'Claim holds in 5 of 18 comparisons with distinct runs'
+    # the paper's values where its tables print the point (the report's stars), else none
+    by = {c.claim: c.paper for c in claims}
+    assert by["ours ≥ DP-SGD, CartPole CQL, ε = 10 (p = 0.8)"] == (
+        "ours 1.03 vs DP-SGD 0.92 (Table 2a)"
+    )
+    assert by["ours ≥ DP-SGD, LunarLander BCQ, ε = 10 (p = 0.5)"] == (
+        "ours 0.57 vs DP-SGD 0.54 (Table 2a)"
+    )
+    assert sum(p != expert.verdicts.FIGURE_ONLY for p in by.values()) == 4
     assert len(claims) == 18 and sum(c.verdict == "holds" for c in claims) == 5
 
 
+def test_expert_fig3_regime():
+    """The regime sub-report (CartPole at ε = 10, the paper's noise regime): each verdict is
+    its own kind only where the means differ by more than the wider CI."""
+    claims = expert.gallery_claims_fig3(
+        _scores("expert-fig3/regime"), ("cartpole",), ("cql", "bcq"), (10.0,), regime=True
+    )
+    assert [c.to_dict() for c in claims] == _committed("expert-fig3/regime")
+
+
 def test_expert_fig4():
-    kinds: list[str] = []
-    claims = expert.gallery_claims_fig4(_scores("expert-fig4"), (1000, 2000, 3000), kinds=kinds)
-    assert _expert_committed("expert-fig4", claims, kinds)
+    claims = expert.gallery_claims_fig4(_scores("expert-fig4"), (1000, 2000, 3000))
+    assert [c.to_dict() for c in claims] == _committed("expert-fig4")
     # an unfinished m leaves the growth claim open
     partial = expert.gallery_claims_fig4(
         {"m1000/ours": (0.1, 0.1), "m1000/dp-sgd": (0.2, 0.1)}, (1000, 2000)

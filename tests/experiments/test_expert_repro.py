@@ -511,6 +511,12 @@ def test_figure3_shows_the_papers_printed_values() -> None:
     assert _paper_pair("cartpole", "bcq", 10.0) == "0.99; 0.67"
     assert _paper_pair("cartpole", "bcq", 5.0) == "0.60; 0.60"  # p = 1: ours is DP-SGD
     assert _paper_pair("acrobot", "cql", 7.5) == "—"
+    # the gallery's paper field carries the same printed values
+    from privrl.experiments.expert.verdicts import FIGURE_ONLY, fig3_paper
+
+    assert fig3_paper("cartpole", "bcq", 10.0) == "ours 0.99 vs DP-SGD 0.67 (Table 2a)"
+    assert fig3_paper("cartpole", "bcq", 5.0) == "DP-SGD 0.60 (Table 2b, ε1 = 0)"
+    assert fig3_paper("acrobot", "cql", 7.5) == FIGURE_ONLY
 
 
 def test_verdict_kinds() -> None:
@@ -531,17 +537,13 @@ def test_verdict_kinds() -> None:
         "cartpole/bcq/eps10/ours": (0.5, 0.3),
         "cartpole/bcq/eps10/dp-sgd": (0.6, 0.3),
     }
-    kinds: list[str] = []
-    claims = E.gallery_claims_fig3(scores, ("cartpole",), ("cql", "bcq"), (10.0,), kinds=kinds,
-                                   regime=True)  # fmt: skip
+    claims = E.gallery_claims_fig3(scores, ("cartpole",), ("cql", "bcq"), (10.0,), regime=True)
     assert [c.verdict for c in claims] == ["holds", "does not hold"]
-    assert kinds == ["holds", V.AT_OUR_SCALE]
-    rows = V.claims_with_kinds(claims, kinds)
-    assert [r["kind"] for r in rows] == kinds and rows[0]["claim"] == claims[0].claim
-    with pytest.raises(ValueError, match="kind"):
-        V.claims_with_kinds(claims, ["holds", "maybe"])
-    with pytest.raises(ValueError, match="2 claims but 1 kinds"):
-        V.claims_with_kinds(claims, ["holds"])
+    assert [c.kind for c in claims] == ["holds", V.AT_OUR_SCALE]
+    assert [c.to_dict()["kind"] for c in claims] == ["holds", V.AT_OUR_SCALE]
+    # at the equal-steps scale the same means are not evidence either way
+    equal = E.gallery_claims_fig3(scores, ("cartpole",), ("cql", "bcq"), (10.0,))
+    assert [c.kind for c in equal] == [V.AT_OUR_SCALE, V.AT_OUR_SCALE]
 
 
 def test_raw_returns_beside_the_score_and_the_experts_reference() -> None:

@@ -39,6 +39,30 @@ def test_every_reproduction_has_valid_claims(rid):
         assert f"({rid}/report.md)" in (ROOT / "index.md").read_text(encoding="utf-8")
 
 
+def test_sub_reports_are_listed_after_their_reproduction(tmp_path):
+    """A claims file one level below a reproduction (ID/SUB/claims.json) is a sub-report: it
+    is listed as ID/SUB right after ID, under ID's paper, linked to its own report and plot,
+    and counted by kind."""
+    for rid in ("expert-fig3", "expert-fig3/regime", "expert-fig4"):
+        (tmp_path / rid).mkdir(parents=True)
+        write_claims(tmp_path / rid, [Claim(rid, "p", "o", "holds", "plots/f.png")])
+    md = render_index(tmp_path)
+    rows = [line for line in md.splitlines() if line.startswith("| [expert")]
+    assert [r.split("]")[0] for r in rows] == ["| [expert-fig3", "| [expert-fig3/regime",
+                                               "| [expert-fig4"]  # fmt: skip
+    assert "[expert-fig3/regime](expert-fig3/regime/report.md)" in rows[1]
+    assert '<img src="expert-fig3/regime/plots/f.png"' in rows[1]
+    assert md.count(f"## {REPRODUCTIONS['expert-fig3'].paper}") == 1
+    assert "| holds | 3 |" in md
+
+
+def test_committed_regime_report_is_in_the_index():
+    index = (ROOT / "index.md").read_text(encoding="utf-8")
+    for c in read_claims(ROOT / "expert-fig3" / "regime" / "claims.json"):
+        assert (ROOT / "expert-fig3" / "regime" / c.plot).is_file()
+        assert f"| [expert-fig3/regime](expert-fig3/regime/report.md) | {c.claim} |" in index
+
+
 # reports whose generators state the kind of every claim (the others may leave it to the verdict)
 STATES_KIND = (
     "mopo-table1",
@@ -48,6 +72,16 @@ STATES_KIND = (
     "dp-apvi-tabular",
     "audit",
     "gpope-accounting",
+    "gpope-fig1a",
+    "gpope-fig1b",
+    "gpope-fig2a",
+    "gpope-fig3b",
+    "gpope-fig4",
+    "sdp-pe-fig4",
+    "expert-table2a",
+    "expert-table2b",
+    "expert-fig3",
+    "expert-fig4",
 )
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from privrl.experiments.claims import KINDS
 from privrl.experiments.gpope import lstd_op_chain as op
 from privrl.experiments.gpope import minibatch_chain as mb
 from privrl.experiments.gpope.chain import (
     FIG1A_METHODS,
-    KINDS,
     _Chain,
     _read_rows,
     fig1a_claims,
@@ -80,7 +80,7 @@ def _table(op_ratio: float) -> dict:
 
 def test_fig1a_claims_carry_a_kind_and_judge_lstd_op_against_theta_zero_first():
     claims = fig1a_claims(_table(op_ratio=0.8), MS, ZERO)
-    items = claims.json_items()
+    items = [c.to_dict() for c in claims.items]
     assert all(i["kind"] in KINDS for i in items)
     assert len(claims.rows) == 2 + len(items)
     by = {i["claim"]: i for i in items}
@@ -89,14 +89,14 @@ def test_fig1a_claims_carry_a_kind_and_judge_lstd_op_against_theta_zero_first():
     vs_mb = by[next(k for k in by if k.startswith("(beyond the paper) LSTD-OP beats minibatch"))]
     assert (vs_mb["verdict"], vs_mb["kind"]) == ("does not hold", "does not hold")
     # 'beats θ = 0' means at least 10% below it: 0.95 × θ = 0 does not count
-    near = {i["claim"]: i for i in fig1a_claims(_table(op_ratio=0.95), MS, ZERO).json_items()}
+    near = {c.claim: c.to_dict() for c in fig1a_claims(_table(op_ratio=0.95), MS, ZERO).items}
     assert near[beats0["claim"]]["kind"] == "does not hold"
     # LSTD-OP worse than θ = 0 but better than a minibatch GP that is worse still: vacuous
     t = _table(op_ratio=2.0)
     for m in MS:
         for e in mb.EPSILONS:
             t[(m, mb.method(e))] = _st(ZERO * 3)
-    items = {i["claim"]: i for i in fig1a_claims(t, MS, ZERO).json_items()}
+    items = {c.claim: c.to_dict() for c in fig1a_claims(t, MS, ZERO).items}
     assert items[vs_mb["claim"]]["kind"] == "vacuous"
     assert items[beats0["claim"]]["kind"] == "does not hold"
 
@@ -105,10 +105,10 @@ def test_fig1b_kind_is_vacuous_when_gp_beats_v1_only_at_the_level_of_theta_zero(
     etas = [1e-3, 1e-2, 1e-1]
     means = np.array([ZERO, 0.5 * ZERO, 10 * ZERO])
     claims, _, _ = fig1b_claims(means, etas, 1e9, ZERO, 4e-7)
-    kinds = [i["kind"] for i in claims.json_items()]
+    kinds = [c.kind for c in claims.items]
     assert kinds == ["holds", "does not hold", "vacuous", "n/a"]
     claims, _, _ = fig1b_claims(np.array([0.5, 0.4, 0.6]) * ZERO, etas, 1e9, ZERO, 4e-7)
-    assert [i["kind"] for i in claims.json_items()][2] == "holds"
+    assert claims.items[2].kind == "holds"
 
 
 def test_ridge_is_tuned_on_public_data_from_the_grid():
@@ -135,7 +135,7 @@ def _committed(rid: str) -> list[dict]:
 def test_committed_fig1a_claims_rebuild_from_the_committed_rows():
     table, ms = _table_from("gpope-fig1a")
     zero = _Chain().zero_mspbe()
-    assert fig1a_claims(table, ms, zero).json_items() == _committed("gpope-fig1a")
+    assert [c.to_dict() for c in fig1a_claims(table, ms, zero).items] == _committed("gpope-fig1a")
 
 
 def test_committed_fig1b_claims_rebuild_from_the_committed_rows():
@@ -149,4 +149,4 @@ def test_committed_fig1b_claims_rebuild_from_the_committed_rows():
         _Chain().zero_mspbe(),
         acc.stats(method="LSTD (non-private)")["mean"],
     )
-    assert claims.json_items() == _committed("gpope-fig1b")
+    assert [c.to_dict() for c in claims.items] == _committed("gpope-fig1b")

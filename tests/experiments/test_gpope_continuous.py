@@ -9,8 +9,7 @@ import json
 import pytest
 
 from privrl.experiments import gpope
-from privrl.experiments.claims import VERDICTS
-from privrl.experiments.gpope.continuous import KINDS
+from privrl.experiments.claims import KINDS, VERDICT_OF_KIND, VERDICTS, derive_kind, write_claims
 
 EPS = (0.1, 1.0, 5.0)
 LSTD = "LSTD (non-private)"
@@ -29,7 +28,7 @@ def _table(gp: dict[float, float], nonprivate: float, lstd: float, v1: float = 1
 
 def _kinds(table: dict, zero: float = 1.0) -> dict[str, str]:
     claims = gpope._ratio_claims(table, [1000], EPS, zero, **gpope.RATIO_CLAIMS["fig2a"])
-    return {c["claim"]: c["kind"] for c in claims.records()}
+    return {c.claim: c.kind for c in claims.items}
 
 
 def test_gp_at_theta_zero_makes_the_v1_comparison_vacuous() -> None:
@@ -63,11 +62,15 @@ def test_partly_when_gp_beats_theta_zero_at_some_eps() -> None:
 
 
 def test_every_kind_maps_to_a_gallery_verdict_and_unknown_kinds_are_refused() -> None:
-    from privrl.experiments.gpope.continuous import _GALLERY, _KindClaims
+    """Property: a stated kind has a gallery verdict whose derived kind is the kind itself
+    (`derive_kind` reads vacuous from the text), and an unknown kind is refused."""
+    from privrl.experiments.gpope.common import _Claims
 
-    assert set(_GALLERY) == set(KINDS) and set(_GALLERY.values()) <= set(VERDICTS)
+    assert set(VERDICT_OF_KIND) == set(KINDS) and set(VERDICT_OF_KIND.values()) <= set(VERDICTS)
+    for kind, verdict in VERDICT_OF_KIND.items():
+        assert derive_kind(verdict, kind) == kind
     with pytest.raises(ValueError, match="kind"):
-        _KindClaims("p.png").add_kind("c", "probably", "d")
+        _Claims("p.png").add_kind("c", "probably", "d")
 
 
 def test_claims_json_carries_the_kind(tmp_path) -> None:
@@ -78,8 +81,9 @@ def test_claims_json_carries_the_kind(tmp_path) -> None:
         1.0,
         **gpope.RATIO_CLAIMS["fig2a"],
     )
-    rows = json.loads(claims.write(tmp_path).read_text())
-    assert [r["kind"] for r in rows] == claims.kinds and all(r["kind"] in KINDS for r in rows)
+    rows = json.loads(write_claims(tmp_path, claims.items).read_text())
+    assert [r["kind"] for r in rows] == [c.kind for c in claims.items]
+    assert all(r["kind"] in KINDS for r in rows)
     assert len(claims.rows) == 2 + len(rows)
 
 

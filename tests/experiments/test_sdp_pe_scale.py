@@ -10,16 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privrl.experiments.claims import read_claims
+from privrl.experiments.claims import KINDS, read_claims, write_claims
 from privrl.experiments.sdp_pe.analysis import (
-    KINDS,
     LDP_DERIVED,
     _expectations,
-    claim_kinds,
     derived_ldp,
     gallery_claims,
     sensitivity,
-    write_claims_with_kinds,
 )
 from privrl.experiments.sdp_pe.jobs import Fig4Config, _pe_cells, load_group, sens_group
 from privrl.experiments.sdp_pe.report import _all_left_gap, ldp_burn_in_end
@@ -114,9 +111,9 @@ def test_scale_verdict_and_its_kind(late_cost: float, kind: str) -> None:
     assert len(long) == len(cfg.long_epsilons)
     expected = "inconclusive at our scale" if kind == "inconclusive" else kind
     assert {e["kind"] for e in long} == {expected}
-    assert all(k in KINDS for k in claim_kinds(ex))
     claims = gallery_claims(ex)
     assert len(claims) == len(ex)
+    assert [c.kind for c in claims] == [e["kind"] for e in ex]
     assert all("K = 4e+04" in c.claim for c, e in zip(claims, ex, strict=True) if e in long)
 
 
@@ -167,10 +164,11 @@ def test_cells_of_each_group_are_distinct_runs() -> None:
 def test_claims_json_carries_kinds(tmp_path: Path) -> None:
     cfg = Fig4Config(states=3, horizon=4, episodes=2000, long_episodes=40_000, sens_episodes=20_000)
     ex = _expectations(_merged(cfg, 0.01), cfg)
-    write_claims_with_kinds(tmp_path, gallery_claims(ex), claim_kinds(ex))
+    write_claims(tmp_path, gallery_claims(ex))
     rows = json.loads((tmp_path / "claims.json").read_text())
+    assert [r["kind"] for r in rows] == [e["kind"] for e in ex]
     assert all(r["kind"] in KINDS for r in rows)
-    assert len(read_claims(tmp_path / "claims.json")) == len(rows)
+    assert read_claims(tmp_path / "claims.json") == gallery_claims(ex)
 
 
 @pytest.mark.skipif(not (ROOT / "stage_logs.json").exists(), reason="no committed run")

@@ -10,8 +10,8 @@ Each claim also has a *kind of verdict* (`KINDS`), the index's reading of it: ho
 does not hold, inconclusive at our scale (the claim may hold, but our runs are too small, too
 short or at a ceiling to tell), vacuous (met or unmet only because both sides are no better
 than a trivial baseline: no evidence either way), n/a (our own study, no paper claim). A
-report may state it (``"kind"`` in claims.json); otherwise `derive_kind` reads it from the
-verdict.
+report states it by setting `Claim.kind` (``"kind"`` in claims.json, written by
+`write_claims`); otherwise `derive_kind` reads it from the verdict.
 """
 
 from __future__ import annotations
@@ -23,6 +23,15 @@ from pathlib import Path
 VERDICTS = ("holds", "does not hold", "inconclusive", "partly", "n/a (our study)")
 KINDS = ("holds", "partly", "does not hold", "inconclusive at our scale", "vacuous", "n/a")
 CLAIMS_FILE = "claims.json"
+# the gallery verdict of a claim whose report states its kind first (the inverse of `derive_kind`)
+VERDICT_OF_KIND = {
+    "holds": "holds",
+    "partly": "partly",
+    "does not hold": "does not hold",
+    "inconclusive at our scale": "inconclusive",
+    "vacuous": "inconclusive",
+    "n/a": "n/a (our study)",
+}
 
 
 @dataclass(frozen=True)

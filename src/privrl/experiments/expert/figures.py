@@ -152,14 +152,8 @@ def fig3(
         {k.split("/")[0]: r["random"] for k, r in refs.items()},
     )
     lines += closing(ctx, "expert-fig3", cells, refs, envs)
-    kinds: list[str] = []
     gallery = gallery_claims_fig3(
-        _scores(cells),
-        envs,
-        algos,
-        ctx.scale.fig3_epsilons,
-        kinds=kinds,
-        regime=ctx.scale.is_regime,
+        _scores(cells), envs, algos, ctx.scale.fig3_epsilons, regime=ctx.scale.is_regime
     )
     return _write_outputs(
         ctx,
@@ -169,7 +163,6 @@ def fig3(
         lines,
         {"claims_hold": claims},
         claims=gallery,
-        kinds=kinds,
     )
 
 
@@ -385,7 +378,6 @@ def fig4(ctx: _Context, seed_list: list[int]) -> Path:
         + (f"m ∈ {{{', '.join(str(m) for m in ahead)}}}." if ahead else "no m."),
         "",
     ]
-    kinds: list[str] = []
     lines += _plot_fig4(ctx, cells, ms)
     lines += closing(ctx, "expert-fig4", cells, refs, [env], ("cql",), above_notes=False)
     return _write_outputs(
@@ -395,8 +387,7 @@ def fig4(ctx: _Context, seed_list: list[int]) -> Path:
         refs,
         lines,
         {"gaps": gaps, "gap_grows_with_m": grows},
-        claims=gallery_claims_fig4(_scores(cells), ms, kinds=kinds),
-        kinds=kinds,
+        claims=gallery_claims_fig4(_scores(cells), ms),
     )
 
 

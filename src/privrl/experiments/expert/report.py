@@ -153,10 +153,8 @@ def _write_outputs(
     extra_metrics: dict[str, Any],
     *,
     claims: list[Claim] | None = None,
-    kinds: list[str] | None = None,
 ) -> Path:
-    """Top-level run-directory files of a reproduction and its report; ``kinds``: the kind
-    of each claim's verdict (claims.json's ``"kind"``)."""
+    """Top-level run-directory files of a reproduction, its report and its claims.json."""
     from privrl.privacy.report import PrivacyReport
 
     run = RunDir(ctx.out)
@@ -216,11 +214,7 @@ def _write_outputs(
         run.write_privacy(privacy)
     report = run.artifact("report.md")
     report.write_text("\n".join(report_lines) + "\n")
-    if claims is not None and kinds is not None:
-        from privrl.experiments.expert.verdicts import write_claims_with_kinds
-
-        write_claims_with_kinds(run.path, claims, kinds)
-    elif claims is not None:
+    if claims is not None:
         write_claims(run.path, claims)
     return report
 

@@ -164,13 +164,8 @@ def table2a(
     ]
     lines += _plot_table2a(ctx, cells)
     lines += closing(ctx, "expert-table2a", cells, refs, envs)
-    kinds: list[str] = []
-    claims_2a = gallery_claims_table2a(
-        _scores(cells), envs, eps, kinds=kinds, regime=ctx.scale.is_regime
-    )
-    return _write_outputs(
-        ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a, kinds=kinds
-    )
+    claims_2a = gallery_claims_table2a(_scores(cells), envs, eps, regime=ctx.scale.is_regime)
+    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a)
 
 
 def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
@@ -259,9 +254,8 @@ def table2b(ctx: _Context, seed_list: list[int]) -> Path:
     ]
     lines += _plot_pairs(ctx, cells, "table2b", "Table 2b: ε1 = 3ε/4 vs ε1 = 0 (BCQ)")
     lines += closing(ctx, "expert-table2b", cells, refs, [e for e, _ in PAPER_TABLE2B], ("bcq",))
-    kinds: list[str] = []
-    claims = gallery_claims_table2b(_scores(cells), kinds=kinds)
-    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims, kinds=kinds)
+    claims = gallery_claims_table2b(_scores(cells))
+    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims)
 
 
 def _plot_pairs(ctx: _Context, cells: dict[str, Cell], name: str, title: str) -> list[str]:

@@ -11,14 +11,12 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from privrl.envs.chain import ChainDomain
-from privrl.experiments.claims import CLAIMS_FILE
 from privrl.experiments.gpope import lstd_op_chain as op
 from privrl.experiments.gpope import minibatch_chain as mb
 from privrl.experiments.gpope.common import (
@@ -62,8 +60,6 @@ from privrl.ope.gpope import (
 from privrl.ope.lstd import lstd, solve_linear
 from privrl.ope.mspbe import LinearSystem
 from privrl.ope.stats import TrajectoryStats, trajectory_stats
-
-KINDS = ("holds", "partly", "does not hold", "inconclusive at our scale", "vacuous", "n/a")
 
 
 class _Chain:
@@ -231,55 +227,14 @@ def _chain_point(
     return tuning, facts
 
 
-class KindClaims(_Claims):
-    """`_Claims` whose entries also carry the gallery's ``kind``: holds, partly, does not
-    hold, inconclusive at our scale, vacuous (met only because both sides are no better than
-    θ = 0) or n/a. Default: from the verdict (vacuous wins)."""
-
-    def __init__(self, plot: str) -> None:
-        super().__init__(plot)
-        self.kinds: list[str] = []
-
-    def add(  # type: ignore[override]
-        self,
-        text: str,
-        holds: bool | None,
-        detail: str,
-        *,
-        kind: str | None = None,
-        **kw: Any,
-    ) -> None:
-        super().add(text, holds, detail, **kw)
-        if kind is None:
-            kind = (
-                "vacuous"
-                if kw.get("vacuous")
-                else {True: "holds", False: "does not hold", None: "n/a"}[holds]
-            )
-        if kind not in KINDS:
-            raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
-        self.kinds.append(kind)
-
-    def json_items(self) -> list[dict[str, str]]:
-        return [{**asdict(c), "kind": k} for c, k in zip(self.items, self.kinds, strict=True)]
-
-    def write(self, out: Path) -> Path:
-        """claims.json with ``kind`` (the gallery reads the five `Claim` fields)."""
-        path = Path(out) / CLAIMS_FILE
-        path.write_text(
-            json.dumps(self.json_items(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
-        return path
-
-
 def _count_kind(held: int, total: int) -> str:
     return "holds" if held == total else "does not hold" if held == 0 else "partly"
 
 
-def fig1a_claims(table: dict, ms: Sequence[int], zero: float) -> KindClaims:
+def fig1a_claims(table: dict, ms: Sequence[int], zero: float) -> _Claims:
     """Figure 1(a)'s claims from its table of MSPBE statistics ((m, method) → stats)."""
     # claims: GP against θ = 0 first; a comparison with V1/V2 says nothing where it does not
-    claims = KindClaims("plots/fig1a.png")
+    claims = _Claims("plots/fig1a.png")
     beats0 = [table[(m, "GP (1× step)")]["mean"] < zero for m in ms]
     claims.add(
         "(ours) paper-mode GP beats the trivial θ = 0",
@@ -320,7 +275,7 @@ def fig1a_claims(table: dict, ms: Sequence[int], zero: float) -> KindClaims:
     return claims
 
 
-def _lstd_op_claims(claims: KindClaims, table: dict, ms: Sequence[int], zero: float) -> None:
+def _lstd_op_claims(claims: _Claims, table: dict, ms: Sequence[int], zero: float) -> None:
     """LSTD-OP against θ = 0 first, then against minibatch GP (the issue's question). 'Beats
     θ = 0' is read as at least 10% below it, as in Figure 1(b)."""
     pts = [(e, m) for e in op.EPSILONS for m in ms]
@@ -750,14 +705,14 @@ def _write_fig1a(
         },
         facts[-1],
         orders=cfg.orders,
+        claims=claims.items,
     )
-    claims.write(report.parent)
     return report
 
 
 def fig1b_claims(
     means: np.ndarray, etas: Sequence[float], v1: float, zero: float, lstd_mean: float
-) -> tuple[KindClaims, float, float]:
+) -> tuple[_Claims, float, float]:
     """Figure 1(b)'s claims from the mean MSPBE per step size (and V1's, θ = 0's, LSTD's
     level at this m); returns (claims, best MSPBE, decades of η within 2× of the best)."""
     best = float(np.nanmin(means))
@@ -767,7 +722,7 @@ def fig1b_claims(
     span = math.log10(etas[ok.max()] / etas[ok.min()]) if ok.size else 0.0
     beats = int(np.sum(means < v1))
     below0 = int(np.sum(means < 0.9 * zero))  # "beats" as in the first claim
-    claims = KindClaims("plots/fig1b.png")
+    claims = _Claims("plots/fig1b.png")
     # GP against θ = 0 first: a flat curve at the level of θ = 0 is no evidence of robustness
     vacuous = best > 0.9 * zero
     claims.add(
@@ -982,6 +937,6 @@ def _write_fig1b(
         {"mspbe": best, "stable_decades": span},
         fact,
         orders=cfg.orders,
+        claims=claims.items,
     )
-    claims.write(report.parent)
     return report

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.experiments.claims import Claim, write_claims
+from privrl.experiments.claims import VERDICT_OF_KIND, Claim, derive_kind, write_claims
 from privrl.experiments.rundir import RunDir, write_rows
 from privrl.ope.accounting import COARSE_ORDERS
 from privrl.ope.baselines import (
@@ -342,7 +342,8 @@ def _setup_lines(cfg: _Cfg, seconds: float, extra: Sequence[str]) -> list[str]:
 
 
 class _Claims:
-    """The report's claims table and, from the same strings, the gallery's claims.json."""
+    """The report's claims table and, from the same strings, the gallery's claims (each with
+    its kind of verdict, `Claim.kind`), written by `_finish` with `write_claims`."""
 
     def __init__(self, plot: str) -> None:
         self.plot = plot
@@ -358,18 +359,38 @@ class _Claims:
         claim: str | None = None,
         paper: str = "— (ours)",
         vacuous: bool = False,
+        kind: str | None = None,
     ) -> None:
         """One claim: `text` in the report (`claim` in the gallery, default `text`), checked
         `holds` (None: our observation, no verdict), measured `detail`; `paper`: the paper's
         number or statement; `vacuous`: the comparison says nothing because GP is no better than the
-        trivial θ = 0 (reported as vacuous, gallery verdict "inconclusive")."""
+        trivial θ = 0 (reported as vacuous, gallery verdict "inconclusive"); `kind`: the kind
+        of verdict when it is not the verdict's own (`derive_kind`)."""
         verdict = {True: "**holds**", False: "**does not hold**", None: "n/a"}[holds]
         gallery = {True: "holds", False: "does not hold", None: "n/a (our study)"}[holds]
         if vacuous:  # holds only because GP does not beat θ = 0: no evidence either way
             verdict, gallery = "**vacuous**", "inconclusive"
             detail = f"{detail} — vacuous: GP does not beat θ = 0 there"
         self.rows.append(f"| {text} | {verdict} | {detail} |")
-        self.items.append(Claim(claim or text, paper, detail, gallery, self.plot))
+        kind = kind or derive_kind(gallery, "vacuous" if vacuous else "")
+        self.items.append(Claim(claim or text, paper, detail, gallery, self.plot, kind=kind))
+
+    def add_kind(
+        self,
+        text: str,
+        kind: str,
+        detail: str,
+        *,
+        claim: str | None = None,
+        paper: str = "— (ours)",
+    ) -> None:
+        """One claim whose report row states its kind (one of `KINDS`) as the verdict; the
+        gallery's verdict follows from the kind (`VERDICT_OF_KIND`)."""
+        if kind not in VERDICT_OF_KIND:
+            raise ValueError(f"kind {kind!r} is not one of {', '.join(VERDICT_OF_KIND)}")
+        self.rows.append(f"| {text} | **{kind}** | {detail} |")
+        verdict = VERDICT_OF_KIND[kind]
+        self.items.append(Claim(claim or text, paper, detail, verdict, self.plot, kind=kind))
 
 
 def _finish(

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.experiments.claims import Claim
+from privrl.experiments.claims import write_claims
 from privrl.experiments.gpope.common import (
     DELTA,
     PAPER,
@@ -136,7 +136,7 @@ def _continuous(
     relative: bool,
     title: str,
     paper_lines: Sequence[str],
-    claims_fn: Callable[[dict, list[int], Sequence[float], float], _KindClaims],
+    claims_fn: Callable[[dict, list[int], Sequence[float], float], _Claims],
     notes: Sequence[str] = (),
     only: Sequence[str] | None = None,
 ) -> Path:
@@ -486,7 +486,6 @@ def _continuous(
         n_features=features.dim,
         claims=claims.items,
     )
-    claims.write(report.parent)  # the same entries, each with its kind of verdict
     return report
 
 
@@ -536,49 +535,6 @@ HIV_SCALE = _Cont(
     clip_mults=(1.0, 10.0),
 )
 
-KINDS = ("holds", "partly", "does not hold", "inconclusive at our scale", "vacuous", "n/a")
-_GALLERY = {
-    "holds": "holds",
-    "partly": "partly",
-    "does not hold": "does not hold",
-    "inconclusive at our scale": "inconclusive",
-    "vacuous": "inconclusive",
-    "n/a": "n/a (our study)",
-}
-
-
-class _KindClaims(_Claims):
-    """`_Claims` whose every entry carries the kind of verdict (one of `KINDS`), written into
-    claims.json as "kind" beside the gallery's verdict."""
-
-    def __init__(self, plot: str) -> None:
-        super().__init__(plot)
-        self.kinds: list[str] = []
-
-    def add_kind(
-        self,
-        text: str,
-        kind: str,
-        detail: str,
-        *,
-        claim: str | None = None,
-        paper: str = "— (ours)",
-    ) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
-        self.rows.append(f"| {text} | **{kind}** | {detail} |")
-        self.items.append(Claim(claim or text, paper, detail, _GALLERY[kind], self.plot))
-        self.kinds.append(kind)
-
-    def records(self) -> list[dict[str, str]]:
-        return [{**asdict(c), "kind": k} for c, k in zip(self.items, self.kinds, strict=True)]
-
-    def write(self, out: Path) -> Path:
-        path = Path(out) / "claims.json"
-        path.write_text(json.dumps(self.records(), indent=2, ensure_ascii=False) + "\n")
-        return path
-
-
 BEATS = 0.9  # GP 'beats' θ = 0 when its mean MSPBE is at least 10% below θ = 0's
 CLOSE = 10.0  # 'close to LSTD': within 10× of LSTD's mean MSPBE
 # "close to LSTD" is tested only where non-private GTD2 itself is close to LSTD by the same
@@ -598,9 +554,9 @@ def _ratio_claims(
     close_paper: str,
     plot: str,
     close_claim: str | None = None,
-) -> _KindClaims:
+) -> _Claims:
     """The verdicts at the largest m: GP against θ = 0 first, then V1, then LSTD."""
-    rows = _KindClaims(plot)
+    rows = _Claims(plot)
     m = ms[-1]
     gp = {e: table[(m, f"GP ε={e:g}")]["mean"] for e in eps_grid}
     gp0 = {e: v / zero for e, v in gp.items()}
@@ -893,7 +849,7 @@ def fig4(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = Fa
     return run_figure(FIGURES["fig4"], out, seeds=seeds, seed=seed, quick=quick)
 
 
-def claims_from_results(figure: str, run_dir: Path) -> _KindClaims:
+def claims_from_results(figure: str, run_dir: Path) -> _Claims:
     """A report's claims (with their kinds) re-derived from its per-trial results
     (results_per_trial.csv) and the θ = 0 line its report prints; nothing is rerun."""
     import csv
@@ -931,4 +887,4 @@ def rebuild_claims(figure: str, run_dir: Path) -> Path:
         stop += 1
     lines[start:stop] = claims.rows
     report.write_text("\n".join(lines), encoding="utf-8")
-    return claims.write(run_dir)
+    return write_claims(run_dir, claims.items)

@@ -35,6 +35,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from privrl.experiments.claims import write_claims
 from privrl.experiments.rundir import RunDir
 from privrl.experiments.sdp_pe.analysis import (
     LDP_DERIVED,
@@ -43,11 +44,9 @@ from privrl.experiments.sdp_pe.analysis import (
     _first_elimination,
     _plot,
     _stats,
-    claim_kinds,
     derived_ldp,
     gallery_claims,
     sensitivity,
-    write_claims_with_kinds,
 )
 from privrl.experiments.sdp_pe.jobs import (
     GROUPS,
@@ -254,5 +253,5 @@ def write_fig4(
             reused=bool(reused),
         )
     )
-    write_claims_with_kinds(run.path, gallery_claims(expectations), claim_kinds(expectations))
+    write_claims(run.path, gallery_claims(expectations))
     return report

@@ -7,14 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from privrl.experiments.claims import CLAIMS_FILE, Claim, holds
+from privrl.experiments.claims import Claim, holds
 from privrl.experiments.sdp_pe.jobs import COLORS, Fig4Config, sens_group
 from privrl.experiments.sdp_pe.report import _all_left_gap, _slope, ldp_burn_in_end
 from privrl.online.common import checkpoints
 from privrl.online.sdp_pe import stage_schedule
 from privrl.privacy.shuffle import binary_sum_error_bound, calibrate_binary_sum
 
-KINDS = ("holds", "partly", "does not hold", "inconclusive at our scale", "vacuous", "n/a")
 LDP_DERIVED = "UCBVI-LDP (derived)"
 
 
@@ -230,7 +229,8 @@ def sensitivity(merged: dict, cfg: Fig4Config) -> list[dict[str, Any]]:
 def gallery_claims(expectations: list[dict[str, Any]]) -> list[Claim]:
     """The gallery rows: the report's 'paper's expectations' table, one row per (claim, ε, K).
     A verdict between two algorithms that are both still in burn-in is not evidence either
-    way (the report says so beside it): the gallery calls it inconclusive."""
+    way (the report says so beside it): the gallery calls it inconclusive. Each row's kind is
+    the one the expectations table states (`Claim` refuses one that is not in `KINDS`)."""
     out = []
     for ex in expectations:
         burn = "; both still in burn-in: not evidence" if ex.get("burn_in") else ""
@@ -242,31 +242,10 @@ def gallery_claims(expectations: list[dict[str, Any]]) -> list[Claim]:
                 f"{ex['numbers']} (criterion: {ex['criterion']}){burn}",
                 "inconclusive" if ex.get("burn_in") else holds(ex["holds"]),
                 "plots/fig4_long.png" if scale else "plots/fig4.png",
+                kind=str(ex["kind"]),
             )
         )
     return out
-
-
-def claim_kinds(expectations: list[dict[str, Any]]) -> list[str]:
-    """The kind of each gallery row's verdict (one of `KINDS`), in `gallery_claims` order."""
-    kinds = [str(ex["kind"]) for ex in expectations]
-    for k in kinds:
-        if k not in KINDS:
-            raise ValueError(f"kind {k!r} is not one of {', '.join(KINDS)}")
-    return kinds
-
-
-def write_claims_with_kinds(out: Path, claims: list[Claim], kinds: list[str]) -> Path:
-    """claims.json: `write_claims`' rows, each with its ``"kind"``."""
-    import json
-    from dataclasses import asdict
-
-    if len(claims) != len(kinds):
-        raise ValueError("one kind per claim")
-    path = Path(out) / CLAIMS_FILE
-    rows = [{**asdict(c), "kind": k} for c, k in zip(claims, kinds, strict=True)]
-    path.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return path
 
 
 def _calibration_table(cfg: Fig4Config) -> list[dict[str, Any]]:
