@@ -582,7 +582,18 @@ CASES = [
     Case(
         "sdp-pe",
         _no_data,
-        ("online", "sdp-pe", "--episodes", "300", "--epsilon", "5", *ONLINE_ENV),
+        # the stepped simulation: each user's episode exists, so one can be replaced
+        (
+            "online",
+            "sdp-pe",
+            "--episodes",
+            "300",
+            "--epsilon",
+            "5",
+            "--simulation",
+            "episodes",
+            *ONLINE_ENV,
+        ),
         SDP_PE_RELEASED,
         ONLINE_LINES,
         neighbour_patch=_replace_first_sampled_user,

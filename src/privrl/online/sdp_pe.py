@@ -46,6 +46,7 @@ from privrl.online.common import (
     Progress,
     policy_set,
     policy_start_gaps,
+    rollout_counts,
     sample_counts,
 )
 from privrl.online.privatizers import (
@@ -225,6 +226,9 @@ def coverage_design(
 # --------------------------------------------------------------------------------------------
 
 
+SIMULATIONS = ("counts", "episodes")
+
+
 class _Runner:
     """Episode budget, simulation and exact regret bookkeeping of one run."""
 
@@ -236,7 +240,14 @@ class _Runner:
         episodes: int,
         rng: np.random.Generator,
         progress: Progress | None,
+        *,
+        simulation: str = "counts",
     ) -> None:
+        if simulation not in SIMULATIONS:
+            raise ValueError(
+                f"simulation must be one of {', '.join(SIMULATIONS)}, got {simulation!r}"
+            )
+        self.simulate = sample_counts if simulation == "counts" else rollout_counts
         self.mdp, self.policies, self.gaps = mdp, policies, gaps
         self.K = episodes
         self.done = 0
@@ -249,12 +260,13 @@ class _Runner:
         return self.K - self.done
 
     def run(self, index: IntArray) -> tuple[Counts, int]:
-        """Run policies[index[i]] for as many episodes as remain; record their regret. The
-        batch's counts are drawn from their exact law (`sample_counts`: per-episode starts,
-        then multinomial layer counts per policy), not stepped episode by episode."""
+        """Run policies[index[i]] for as many episodes as remain; record their regret. With
+        simulation "counts" the batch's counts are drawn from their exact law (`sample_counts`:
+        per-episode starts, then multinomial layer counts per policy); with "episodes" each
+        user's episode is stepped (`rollout_counts`), the same law."""
         idx = index[: self.remaining]
         n = int(idx.shape[0])
-        counts, starts = sample_counts(self.mdp, self.policies, idx, self.rng)
+        counts, starts = self.simulate(self.mdp, self.policies, idx, self.rng)
         self.regret[self.done : self.done + n] = self.gaps[idx, starts]
         self.done += n
         if self.progress is not None and n:
@@ -408,10 +420,13 @@ def sdp_pe(
     config: SDPPEConfig | None = None,
     progress: Progress | None = None,
     system: str = "sdp-pe",
+    simulation: str = "counts",
 ) -> OnlineResult:
     """Run SDP-PE (Algorithm 1) for ``episodes`` episodes with ``privatizer`` (a batch
-    privatizer: shuffle for SDP-PE, identity for PE). Returns the exact per-episode regret,
-    the privacy report and a per-stage log."""
+    privatizer: shuffle for SDP-PE, identity for PE). `simulation`: how the simulator makes
+    a batch's counts, "counts" (from their exact law) or "episodes" (each user's episode
+    stepped); see `_Runner.run`. Returns the exact per-episode regret, the privacy report and
+    a per-stage log."""
     cfg = config or SDPPEConfig()
     if privatizer.cumulative:
         raise ValueError("SDP-PE forgets between stages: give a batch privatizer (shuffle/none)")
@@ -426,7 +441,7 @@ def sdp_pe(
     gaps = policy_start_gaps(mdp, policies)
     expected_gap = gaps @ mdp.d1
     start = np.append(mdp.d1, 0.0)
-    run = _Runner(mdp, policies, gaps, K, rng, progress)
+    run = _Runner(mdp, policies, gaps, K, rng, progress, simulation=simulation)
     active = np.arange(policies.shape[0])
     log: list[dict[str, Any]] = []
     for k, T in enumerate(schedule, start=1):
@@ -498,8 +513,16 @@ def pe(
     rng: np.random.Generator,
     config: SDPPEConfig | None = None,
     progress: Progress | None = None,
+    simulation: str = "counts",
 ) -> OnlineResult:
     """Non-private policy elimination: SDP-PE with the identity privatizer."""
     return sdp_pe(
-        mdp, episodes, IdentityPrivatizer(), rng=rng, config=config, progress=progress, system="pe"
+        mdp,
+        episodes,
+        IdentityPrivatizer(),
+        rng=rng,
+        config=config,
+        progress=progress,
+        system="pe",
+        simulation=simulation,
     )

@@ -142,6 +142,13 @@ class PeConfig(OnlineConfig):
     width_scale: float = option(1.0, help="Elimination width scale c.")
     threshold_c1: float = option(1.0, help="F threshold: c1·H²·ι.")
     threshold_c2: float = option(1.0, help="F threshold: c2·H·E.")
+    simulation: Literal["counts", "episodes"] = option(
+        "counts",
+        help="How the simulator makes a batch's visit counts: counts (drawn from their exact "
+        "law, fast at 10⁸ episodes) or episodes (each user's episode stepped; the same law, "
+        "slower; a user's own trajectory exists only here).",
+        keyless_default=True,  # counts: what runs did before the option existed
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -457,6 +464,7 @@ class PeSystem(OnlineSystem):
             config=algorithm,
             progress=progress,
             system=self.name,
+            simulation=config.simulation,
         )
         return result, {"stages": result.log, "policies": result.info["policies"]}
 
