@@ -328,8 +328,9 @@ def test_quick_table2a_end_to_end(quick_cache, tmp_path, capsys) -> None:
     assert _metrics(out)["cells"] == m["cells"]
 
 
+@pytest.mark.slow  # ~80 s; table2a / table2b-fig3 end to end cover the same runner by default
 def test_quick_fig4_end_to_end(quick_cache, tmp_path, capsys) -> None:
-    """Figure 4 at quick scale (default test): m of the 50 quick Acrobot experts, δ = 1/m, ours
+    """Figure 4 at quick scale: m of the 50 quick Acrobot experts, δ = 1/m, ours
     (p = 0) vs DP-SGD; resumable."""
     quick_cache("acrobot")
     out4 = tmp_path / "expert-fig4"

@@ -195,7 +195,12 @@ def test_hiv_dataset_contract(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["acrobot", pytest.param("hiv", marks=pytest.mark.slow), "lunarlander"]
+    "name",
+    [
+        "acrobot",  # the default check of the recipe builder; the others are slow (~25 s+)
+        pytest.param("hiv", marks=pytest.mark.slow),
+        pytest.param("lunarlander", marks=pytest.mark.slow),
+    ],
 )
 def test_quick_recipes(tmp_path: Path, name: str) -> None:
     """The quick builds of the slower recipes (3 s, 18 s, 7 s on an idle 2-core machine; HIV
