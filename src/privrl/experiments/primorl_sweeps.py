@@ -267,12 +267,7 @@ def run_cells(
     outcome = run_sweep(sweep)
     out.mkdir(parents=True, exist_ok=True)
     _copy_results(sweep.out / "results.csv", out / "results.csv")
-    if outcome.failed:
-        cell, error = outcome.failed[0]
-        raise RuntimeError(
-            f"{len(outcome.failed)} cell(s) failed, e.g. {cell.label()}: {error} "
-            f"(logs in {cell.dir}/log.txt); rerun to retry them"
-        )
+    outcome.raise_failed()
     return [
         dict(r, curve=curve(sweep.out / "cells" / r["cell"]), dir=sweep.out / "cells" / r["cell"])
         for r in outcome.rows
