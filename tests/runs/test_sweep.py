@@ -287,3 +287,21 @@ def test_concurrent_cells_on_a_ledgered_dataset_never_overspend(
     assert ledger.spent() <= total + 1e-9
     for cell, _ in outcome.failed:  # a refused cell publishes no run directory
         assert not (cell.run_dir / "metrics.json").exists()
+
+
+def test_raise_failed_names_the_first_failed_cell_and_its_log(tmp_path: Path) -> None:
+    """A reproduction stops at its sweep's first failed cell with one message naming how many
+    failed, that cell, its error and its log; an outcome without failures passes."""
+    from types import SimpleNamespace
+
+    from privrl.runs.sweep import SweepOutcome
+
+    SweepOutcome().raise_failed()  # nothing failed: no error
+    cell = SimpleNamespace(label=lambda: "toy seed=1", dir=tmp_path / "c1")
+    outcome = SweepOutcome(failed=[(cell, "boom"), (cell, "again")])  # type: ignore[list-item]
+    with pytest.raises(RuntimeError) as err:
+        outcome.raise_failed("audit cell(s)")
+    assert str(err.value) == (
+        f"2 audit cell(s) failed, e.g. toy seed=1: boom (logs in {tmp_path / 'c1'}/log.txt); "
+        "rerun to retry them"
+    )

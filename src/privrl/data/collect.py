@@ -230,21 +230,9 @@ class _NoBar:
 
 class _Bar:
     def __init__(self, total: int, label: str) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from privrl.data.progress import rich_progress
 
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            transient=True,
-        )
+        self._progress = rich_progress("[bold]{task.description}", remaining=False)
         self._total = total
         self._label = label
 

@@ -53,6 +53,7 @@ import numpy as np
 from scipy import stats
 
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
+from privrl.envs.tabular import start_state
 
 __all__ = [
     "ENV_ID",
@@ -339,13 +340,8 @@ class ChainEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, Any]]:
         super().reset(seed=seed)
-        if options and "state" in options:
-            s = int(options["state"])
-            if not 0 <= s < self.mdp.absorbing:
-                raise ValueError(f"options['state'] = {s} is not a non-absorbing state")
-            self._s = s
-        else:
-            self._s = int(self.np_random.integers(0, self.mdp.absorbing))
+        s = start_state(options, self.mdp.absorbing, "is not a non-absorbing state")
+        self._s = int(self.np_random.integers(0, self.mdp.absorbing)) if s is None else s
         return self._s, {}
 
     def step(self, action: Any) -> tuple[int, float, bool, bool, dict[str, Any]]:

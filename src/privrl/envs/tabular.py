@@ -55,6 +55,7 @@ __all__ = [
     "policy_evaluation",
     "register_envs",
     "softmax_policy",
+    "start_state",
     "to_stochastic",
     "uniform_policy",
 ]
@@ -977,13 +978,8 @@ class TabularMDPEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, Any]]:
         super().reset(seed=seed)
-        if options and "state" in options:
-            s = int(options["state"])
-            if not 0 <= s < self.mdp.S:
-                raise ValueError(f"options['state'] = {s} is not in [0, {self.mdp.S})")
-            self._s = s
-        else:
-            self._s = self._draw(self._d1_cdf, 0)
+        s = start_state(options, self.mdp.S, f"is not in [0, {self.mdp.S})")
+        self._s = self._draw(self._d1_cdf, 0) if s is None else s
         self._h = 0
         return self._s, {"h": 0}
 
@@ -1041,3 +1037,14 @@ def register_envs() -> None:
     if ENV_ID in gym.registry:
         return
     gym.register(id=ENV_ID, entry_point=f"{__name__}:make_random_tabular_env")
+
+
+def start_state(options: dict[str, Any] | None, n: int, outside: str) -> int | None:
+    """The start state a reset's `options["state"]` asks for (None without one); refuses one
+    outside [0, n), the error ending with `outside`."""
+    if not (options and "state" in options):
+        return None
+    s = int(options["state"])
+    if not 0 <= s < n:
+        raise ValueError(f"options['state'] = {s} {outside}")
+    return s

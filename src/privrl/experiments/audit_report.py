@@ -150,12 +150,7 @@ def run(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(where / "results.csv", out / "results.csv")
-    if outcome.failed:
-        cell, error = outcome.failed[0]
-        raise RuntimeError(
-            f"{len(outcome.failed)} audit cell(s) failed, e.g. {cell.label()}: {error} "
-            f"(logs in {cell.dir}/log.txt); rerun to retry them"
-        )
+    outcome.raise_failed("audit cell(s)")
     return write_report(out, outcome.rows, scale, wall=time.perf_counter() - t0)
 
 

@@ -287,12 +287,7 @@ def table1(
     cells = sweep_dir(quick)
     doc = sweep_doc(paths, cells, seed_lists, quick=quick, backend=backend, workers=workers)
     outcome = run_sweep(expand(doc))
-    if outcome.failed:
-        cell, error = outcome.failed[0]
-        raise RuntimeError(
-            f"{len(outcome.failed)} run(s) failed, e.g. {cell.label()}: {error} "
-            f"(logs in {cell.dir}/log.txt); rerun to retry them"
-        )
+    outcome.raise_failed("run(s)")
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cells / "results.csv", out / "results.csv")
     runs = [_run_of(row, cells / "cells" / row["cell"]) for row in outcome.rows]

@@ -104,20 +104,16 @@ def sweep_doc(
     )
 
 
-def ablation(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
-    epochs: int | None = None,
-) -> Path:
-    """`privrl reproduce primorl-ablation`: run (or resume) the sweep, write the report."""
-    scale = Scale.of(seeds=seeds, seed=seed, epochs=epochs, quick=quick)
-    out = Path(out)
-    datasets = {"pendulum": shared.recipe_dataset("pendulum", quick, ID)}
+def ablation(out: Path, **options: Any) -> Path:
+    """`privrl reproduce primorl-ablation`: run (or resume) the sweep, write the report.
+    `options`: seeds, seed, quick, backend, workers, epochs (`shared.Request.of`; no `data`:
+    each task runs on its recipe dataset)."""
+    if "data" in options:
+        raise TypeError("ablation() got an unexpected keyword argument 'data'")
+    req = shared.Request.of(out, **options)
+    scale, out, quick = req.scale, req.out, req.scale.quick
+    backend, workers = req.backend, req.workers
+    datasets = {"pendulum": req.dataset(ID)}
     missing = {}
     for task in TASKS[1:]:
         path = shared.recipe_path(task, quick=False)
@@ -285,7 +281,7 @@ def write_report(
     (out / "plots").mkdir(parents=True, exist_ok=True)
     _plot(summary, out / "plots" / "ablation.png")
     found = claims(summary, quick=scale.quick, missing=missing)
-    shared.write_outputs(
+    return shared.write_outputs(
         out,
         found,
         {
@@ -294,9 +290,6 @@ def write_report(
             **dataclasses.asdict(scale),
         },
         {task: {_key_name(k): s for k, s in table.items()} for task, table in summary.items()},
-    )
-    path = out / "report.md"
-    path.write_text(
         _markdown(
             summary,
             found,
@@ -305,9 +298,8 @@ def write_report(
             missing=missing,
             wall=wall,
             cell_seconds=shared.cell_seconds(rows),
-        )
+        ),
     )
-    return path
 
 
 def _key_name(key: tuple) -> str:
@@ -380,13 +372,7 @@ def _markdown(
         "and primorl-table1's identical cells, are reused).",
         "",
     ]
-    if scale.quick:
-        lines += [
-            "**Quick mode (smoke scale), not the paper's scale**: tiny dataset, 3 DP-FedAvg "
-            f"rounds, {scale.epochs} × 20 SAC steps — the numbers mean nothing; every verdict "
-            "is inconclusive.",
-            "",
-        ]
+    lines += shared.smoke_lines(scale)
     for task in TASKS:
         label = TASK_LABELS[task]
         lines += [f"## {label}", ""]
@@ -398,8 +384,8 @@ def _markdown(
         if mopo is not None:
             lines += [
                 f"MOPO (ours): {mopo['return']:.1f} ± {mopo['ci']:.1f}, raw scale "
-                f"{shared.raw_text(mopo)} (normalised {_num(mopo['normalised'])}); paper: "
-                f"{PAPER_MOPO[task]}.",
+                f"{shared.raw_text(mopo)} (normalised {shared.num_text(mopo['normalised'])}); "
+                f"paper: {PAPER_MOPO[task]}.",
                 "",
             ]
         lines += [
@@ -418,12 +404,11 @@ def _markdown(
                     z = PAPER_Z[task][i]
                     lines.append(f"| {name} | {z} | {p} | — | not run | — | — | — | — |")
                     continue
-                share = f"{s['share']:.1f}%" if "share" in s else "—"
-                per_seed = ", ".join(f"{r:.1f}" for r in s["per_seed"])
+                share, per_seed = shared.share_texts(s)
                 lines.append(
                     f"| {name} | {PAPER_Z[task][i]} | {p} | {shared.eps_text(s['epsilon'])} | "
                     f"{s['return']:.1f} ± {s['ci']:.1f} | {shared.raw_text(s)} | "
-                    f"{_num(s['normalised'])} | {share} | {per_seed} |"
+                    f"{shared.num_text(s['normalised'])} | {share} | {per_seed} |"
                 )
         lines.append("")
         if shared.at_ceiling(table, CEILING):
@@ -434,16 +419,9 @@ def _markdown(
                 "differences (up to 20 points of MOPO's return on Pendulum).",
                 "",
             ]
-        if not ((mopo or {}).get("normalised") or -math.inf) >= MOPO_LEARNED:
-            lines += [
-                f"MOPO's normalised score is below {MOPO_LEARNED:g}: it did not learn, so no "
-                "share of its return is evidence (verdicts inconclusive).",
-                "",
-            ]
-    lines += ["## Verdicts", "", "| claim | paper | ours | verdict |", "|---|---|---|---|"]
-    for c in found:
-        verdict = f"**{c['verdict']}**" if c["verdict"] == "does not hold" else c["verdict"]
-        lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | {verdict} |")
+        if warning := shared.mopo_not_learned(mopo, MOPO_LEARNED):
+            lines += [*warning, ""]
+    lines += shared.verdict_lines(found)
     lines += [
         "",
         "![ablation](plots/ablation.png)",
@@ -461,7 +439,3 @@ def _markdown(
         *shared.raw_scale_notes(),
     ]
     return "\n".join(lines)
-
-
-def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}"

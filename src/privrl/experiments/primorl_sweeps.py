@@ -23,6 +23,8 @@ from typing import Any
 from privrl.runs.system import Series
 
 __all__ = [
+    "Report",
+    "Request",
     "Scale",
     "add_shares",
     "at_ceiling",
@@ -32,14 +34,19 @@ __all__ = [
     "curve_series",
     "eps_text",
     "mean_ci",
+    "mopo_not_learned",
+    "pendulum_doc",
     "raw_map",
     "raw_scale_notes",
     "raw_text",
     "recipe_dataset",
     "reuse_finished",
     "run_cells",
+    "smoke_lines",
     "sweep_dir",
     "sweep_doc",
+    "verdict_lines",
+    "verdict_section",
     "write_outputs",
 ]
 
@@ -76,6 +83,71 @@ class Scale:
             epochs=epochs or (2 if quick else 20),
             quick=quick,
         )
+
+
+@dataclass(frozen=True)
+class Request:
+    """What `privrl reproduce` asks of a PRIMORL reproduction: the report's directory, the
+    scale, the sweep's backend and workers, and the dataset given (None: the recipe's)."""
+
+    out: Path
+    scale: Scale
+    backend: str = "local"
+    workers: int | None = None
+    data: Path | None = None
+
+    @classmethod
+    def of(
+        cls,
+        out: Path,
+        *,
+        seeds: int | None = None,
+        seed: int = 0,
+        quick: bool = False,
+        backend: str = "local",
+        workers: int | None = None,
+        data: Path | None = None,
+        epochs: int | None = None,
+    ) -> Request:
+        """The request of `privrl reproduce ID` (the options every PRIMORL entry takes)."""
+        scale = Scale.of(seeds=seeds, seed=seed, epochs=epochs, quick=quick)
+        return cls(Path(out), scale, backend, workers, None if data is None else Path(data))
+
+    def dataset(self, reproduction: str, task: str = "pendulum") -> Path:
+        """The dataset given, else the recipe dataset of `task` (:func:`recipe_dataset`)."""
+        if self.data is not None:
+            return self.data
+        return recipe_dataset(task, self.scale.quick, reproduction)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a one-dataset PRIMORL report is written from: the summary, the claims, the scale,
+    the dataset, this invocation's wall time and the cells' total running time (seconds)."""
+
+    summary: Mapping[Any, Mapping[str, Any]]
+    found: Sequence[Mapping[str, str]]
+    scale: Scale
+    data: Path
+    wall: float
+    cell_seconds: float
+
+
+def pendulum_doc(
+    data: Path, out: Path, scale: Scale, primorl_grid: dict[str, list[Any]], **sweep: Any
+) -> dict[str, Any]:
+    """MOPO and PRIMORL × seeds on one dataset, PRIMORL over `primorl_grid` (one axis: the
+    plots' x); `sweep`: the backend and workers (:func:`sweep_doc`)."""
+    (x,) = primorl_grid
+    return sweep_doc(
+        scale,
+        out,
+        {"system": ["mopo", "primorl"], "seed": scale.seed_list()},
+        primorl={"grid": primorl_grid},
+        data=data,
+        x=x,
+        **sweep,
+    )
 
 
 def sweep_doc(
@@ -195,12 +267,7 @@ def run_cells(
     outcome = run_sweep(sweep)
     out.mkdir(parents=True, exist_ok=True)
     _copy_results(sweep.out / "results.csv", out / "results.csv")
-    if outcome.failed:
-        cell, error = outcome.failed[0]
-        raise RuntimeError(
-            f"{len(outcome.failed)} cell(s) failed, e.g. {cell.label()}: {error} "
-            f"(logs in {cell.dir}/log.txt); rerun to retry them"
-        )
+    outcome.raise_failed()
     return [
         dict(r, curve=curve(sweep.out / "cells" / r["cell"]), dir=sweep.out / "cells" / r["cell"])
         for r in outcome.rows
@@ -340,15 +407,23 @@ def add_shares(table: Mapping[Any, dict[str, Any]], mopo: Any, *, ci: bool = Fal
 
 
 def write_outputs(
-    out: Path, found: Sequence[Mapping[str, str]], config: Mapping[str, Any], metrics: Any
-) -> None:
-    """A reproduction's claims.json, config.json and metrics.json."""
+    out: Path,
+    found: Sequence[Mapping[str, str]],
+    config: Mapping[str, Any],
+    metrics: Any,
+    markdown: str,
+) -> Path:
+    """A reproduction's claims.json, config.json, metrics.json and report.md (`markdown`);
+    returns the report's path."""
     from privrl.experiments.rundir import RunDir
 
     (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
     run = RunDir(out)
     run.write_config(dict(config))
     run.write_metrics(metrics)
+    path = out / "report.md"
+    path.write_text(markdown)
+    return path
 
 
 def noise_multiplier(cell_dir: Path | None) -> float | None:
@@ -381,6 +456,66 @@ def curve_series(label: str, curves: Sequence[Sequence[float]]) -> Series | None
         low=[m - h for m, h in stats],
         high=[m + h for m, h in stats],
     )
+
+
+def num_text(value: float | None) -> str:
+    """A normalised score for a report table ("—" without one)."""
+    return "—" if value is None else f"{value:.1f}"
+
+
+def share_texts(stats: Mapping[str, Any]) -> tuple[str, str]:
+    """A row's share of our MOPO ("—" without one) and its per-seed returns, as table cells."""
+    share = f"{stats['share']:.1f}%" if "share" in stats else "—"
+    return share, ", ".join(f"{v:.1f}" for v in stats["per_seed"])
+
+
+def smoke_lines(scale: Scale) -> list[str]:
+    """The report's quick-mode warning (nothing outside quick mode)."""
+    if not scale.quick:
+        return []
+    return [
+        "**Quick mode (smoke scale), not the paper's scale**: tiny dataset, 3 DP-FedAvg "
+        f"rounds, {scale.epochs} × 20 SAC steps — the numbers mean nothing; every verdict "
+        "is inconclusive.",
+        "",
+    ]
+
+
+def mopo_not_learned(mopo: Mapping[str, Any] | None, threshold: float) -> list[str]:
+    """The report's warning when MOPO's normalised score is below `threshold` (or missing)."""
+    if ((mopo or {}).get("normalised") or -math.inf) >= threshold:
+        return []
+    return [
+        f"MOPO's normalised score is below {threshold:g}: it did not learn, so no share "
+        "of its return is evidence (verdicts inconclusive).",
+    ]
+
+
+def verdict_lines(found: Sequence[Mapping[str, str]]) -> list[str]:
+    """The report's verdicts: a table of claim, paper, ours, verdict (a failure in bold)."""
+    lines = ["## Verdicts", "", "| claim | paper | ours | verdict |", "|---|---|---|---|"]
+    for c in found:
+        verdict = f"**{c['verdict']}**" if c["verdict"] == "does not hold" else c["verdict"]
+        lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | {verdict} |")
+    return lines
+
+
+def verdict_section(
+    summary: Mapping[Any, Mapping[str, Any]],
+    found: Sequence[Mapping[str, str]],
+    *,
+    ceiling: float,
+    ceiling_note: str,
+    learned: float,
+) -> list[str]:
+    """The verdicts of a one-task report, then `ceiling_note` when every row is at the task's
+    `ceiling` and the warning when MOPO's normalised score is below `learned`."""
+    lines = ["", *verdict_lines(found)]
+    if at_ceiling(summary, ceiling):
+        lines += ["", ceiling_note]
+    if warning := mopo_not_learned(summary.get("mopo"), learned):
+        lines += ["", *warning]
+    return lines
 
 
 def eps_text(eps: float) -> str:

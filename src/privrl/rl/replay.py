@@ -341,24 +341,9 @@ class _ProgressCtx:
     def __enter__(self) -> tuple[Any, Any] | None:
         if not self.enabled:
             return None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from privrl.data.progress import rich_progress
 
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("return {task.fields[ret]:.1f}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            transient=True,
-        )
+        self._progress = rich_progress("[bold]{task.description}", "return {task.fields[ret]:.1f}")
         self._progress.__enter__()
         task = self._progress.add_task(self.label, total=self.total, ret=float("nan"))
         return self._progress, task

@@ -148,6 +148,16 @@ class SweepOutcome:
     summary: list[dict[str, Any]] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
+    def raise_failed(self, what: str = "cell(s)") -> None:
+        """Stop a caller that needs every cell (a reproduction) at the first failed one,
+        naming it and its log; rerunning the sweep retries the failed cells."""
+        if self.failed:
+            cell, error = self.failed[0]
+            raise RuntimeError(
+                f"{len(self.failed)} {what} failed, e.g. {cell.label()}: {error} "
+                f"(logs in {cell.dir}/log.txt); rerun to retry them"
+            )
+
 
 # ============================================================================ grid
 

@@ -105,14 +105,6 @@ def _plt() -> Any:
     return plt
 
 
-def _errorbar(ax: Any, x: Sequence[float], st: Sequence[dict[str, float]], **kw: Any) -> None:
-    """Mean ± std on a log axis (lower bar clipped to stay positive)."""
-    mean = np.array([s["mean"] for s in st])
-    std = np.array([s["std"] for s in st])
-    lower = np.minimum(std, mean * 0.999)
-    ax.errorbar(x, mean, yerr=[lower, std], capsize=3, marker="o", ms=4, **kw)
-
-
 def mspbe_figure(
     path: Path,
     x: Sequence[float],
@@ -126,49 +118,26 @@ def mspbe_figure(
     off_scale: Sequence[str] = (),
     marks: Sequence[tuple[float, str]] = (),
 ) -> None:
-    """The standard GPOPE plot: mean ± std per series on log axes, θ = 0 as a dotted line,
-    `reference` (LSTD) as a dashed grey line, the y range from the best mean to θ = 0 (so
-    the differences that matter show), series in `off_scale` (V1/V2, orders of magnitude
-    above) drawn as an arrow at the top edge with their value, the legend outside the axes.
-    `marks`: vertical dashed lines (x, label), e.g. the tuned step size."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.8, 4.2))
-    means = [s["mean"] for k, st in series.items() if k not in off_scale for s in st]
-    finite = [v for v in means if math.isfinite(v) and v > 0]
-    lo = min([*finite, zero]) / 2.0
-    hi = max(zero, *(v for v in finite if v < 10 * zero)) * 2.0 if finite else zero * 2.0
-    arrows = 0
-    for k, st in series.items():
-        if k in off_scale:
-            top = max(s["mean"] for s in st)
-            arrows += 1
-            at = x[round((len(x) - 1) * arrows / (len(off_scale) + 1))]
-            ax.annotate(
-                f"{k}: {min(s['mean'] for s in st):.2g}–{top:.2g} (off scale)",
-                xy=(at, hi),
-                xytext=(at, hi / 3.0 ** (1 + arrows)),
-                ha="center",
-                fontsize=7,
-                arrowprops={"arrowstyle": "->", "color": "tab:red"},
-                color="tab:red",
-            )
-            continue
-        if k == reference:
-            ax.plot(x, [s["mean"] for s in st], ls="--", c="grey", marker=".", label=k)
-            continue
-        _errorbar(ax, x, st, label=k)
-    ax.axhline(zero, ls=":", c="k", label="θ = 0 (trivial estimator)")
-    for xv, label in marks:
-        ax.axvline(xv, ls="--", c="grey", lw=0.8, label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    """The standard GPOPE plot, one panel of :func:`plots.mspbe_panels`: mean ± std per series
+    on log axes, θ = 0 as a dotted line, the series `reference` (LSTD) as a dashed grey line
+    through its means, the y range from the best mean to θ = 0, series in `off_scale` (V1/V2)
+    as an arrow at the top edge with their values, the legend outside the axes. `marks`:
+    vertical dashed lines (x, label), e.g. the tuned step size."""
+    from privrl.experiments.gpope.plots import Panel, mspbe_panels
+
+    drawn = {k: st for k, st in series.items() if k != reference}
+    refs = {} if reference is None else {reference: [s["mean"] for s in series[reference]]}
+    panel = Panel(
+        x=list(x),
+        series=drawn,
+        zero=zero,
+        title=title,
+        xlabel=xlabel,
+        references=refs,
+        off_scale=tuple(off_scale),
+        marks=tuple(marks),
+    )
+    mspbe_panels(path, [panel], ylabel=ylabel)
 
 
 def _lsw_noisy(theta: np.ndarray, sigma: float, rng: np.random.Generator, name: str) -> np.ndarray:

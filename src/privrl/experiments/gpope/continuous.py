@@ -27,11 +27,11 @@ from privrl.experiments.gpope.common import (
     _gp_trials,
     _log,
     _lsw_noisy,
-    _plt,
     _rng,
     _setup_lines,
     _ss,
 )
+from privrl.experiments.gpope.plots import Panel, mspbe_panels
 from privrl.experiments.rundir import RunDir
 from privrl.ope.baselines import (
     first_visit_returns,
@@ -642,45 +642,24 @@ def eps_figure(
     title: str,
     ylabel: str,
 ) -> None:
-    """MSPBE against ε at one m: GP mean ± std; θ = 0, LSTD and non-private GTD2 as
-    horizontal reference lines; log y from the best curve to θ = 0; V1 (orders of magnitude
-    above) as an arrow at the top edge with its values; the legend outside the axes."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.8, 4.2))
+    """MSPBE against ε at one m, in the GPOPE panel style (`plots.mspbe_panels`): GP mean ±
+    std; θ = 0, LSTD and non-private GTD2 as horizontal reference lines; log y from the best
+    curve to θ = 0; V1 (orders of magnitude above) as an arrow at the top edge with its values;
+    the legend outside the axes."""
     x = list(eps_grid)
-    mean = np.array([gp[e]["mean"] for e in x])
-    std = np.array([gp[e]["std"] for e in x])
-    vals = [v for v in [*mean, lstd["mean"], nonprivate["mean"], zero] if v > 0]
-    lo, hi = min(vals) / 2.0, max(zero, *mean) * 6.0  # headroom for the V1 arrow
-    ax.errorbar(
-        x, mean, yerr=[np.minimum(std, mean * 0.999), std], capsize=3, marker="o", ms=4,
-        label="GP (GPOPE, paper mode)",
-    )  # fmt: skip
-    ax.axhline(zero, ls=":", c="k", label="θ = 0 (trivial estimator)")
-    ax.axhline(lstd["mean"], ls="--", c="grey", label=lstd_label)
-    ax.axhline(nonprivate["mean"], ls="-.", c="tab:green", label="GTD2 non-private (σ = 0)")
+    series = {"GP (GPOPE, paper mode)": [gp[e] for e in x]}
     if v1 is not None:
-        vv = [v1[e]["mean"] for e in x]
-        ax.annotate(  # above the data, in axes coordinates: V1 is far off the top
-            f"V1 (approx.) {min(vv):.2g}–{max(vv):.2g}: off scale ↑",
-            xy=(0.5, 1.0),
-            xycoords="axes fraction",
-            xytext=(0.5, 0.9),
-            textcoords="axes fraction",
-            ha="center",
-            fontsize=7,
-            arrowprops={"arrowstyle": "->", "color": "tab:red"},
-            color="tab:red",
-        )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("ε (δ = 1e-5)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+        series["V1 (approx.)"] = [v1[e] for e in x]
+    panel = Panel(
+        x=x,
+        series=series,
+        zero=zero,
+        title=title,
+        xlabel="ε (δ = 1e-5)",
+        references={lstd_label: lstd["mean"], "GTD2 non-private (σ = 0)": nonprivate["mean"]},
+        off_scale=("V1 (approx.)",),
+    )
+    mspbe_panels(path, [panel], ylabel=ylabel)
 
 
 # the keywords of `_ratio_claims` per figure (shared with the tests of the claims)

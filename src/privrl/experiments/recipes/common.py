@@ -214,21 +214,7 @@ def progress_bar(
     if not enabled:
         yield Bar(None, None)
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from privrl.data.progress import rich_progress
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        transient=transient,
-    ) as p:
+    with rich_progress("{task.description}", transient=transient) as p:
         yield Bar(p, p.add_task(label, total=total))

@@ -169,24 +169,11 @@ def _cartpole(task: str, quick: bool) -> RecipeSpec:
 
 
 def _halfcheetah(quick: bool) -> RecipeSpec:
-    if quick:
-        agents = (AgentSpec("sac", 400, 200, start_steps=100),)
-        return RecipeSpec(
-            "primorl-halfcheetah",
-            "halfcheetah",
-            20,
-            agents,
-            (0.1,),
-            0.0,
-            "medium_expert",
-            shard_episodes=10,
-        )
-    agents = (AgentSpec("sac", 300_000, 10_000, start_steps=10_000),)
-    return RecipeSpec(
+    full = RecipeSpec(
         "primorl-halfcheetah",
         "halfcheetah",
         2000,
-        agents,
+        (AgentSpec("sac", 300_000, 10_000, start_steps=10_000),),
         (0.1,),
         0.0,
         "medium_expert",
@@ -194,6 +181,10 @@ def _halfcheetah(quick: bool) -> RecipeSpec:
         shard_episodes=500,
         notes="D4RL medium-expert is not reachable; own SAC medium + expert checkpoints",
     )
+    if not quick:
+        return full
+    agents = (AgentSpec("sac", 400, 200, start_steps=100),)
+    return dataclasses.replace(full, n_episodes=20, agents=agents, shard_episodes=10, notes="")
 
 
 RECIPE_SPECS: dict[str, Callable[[bool], RecipeSpec]] = {
@@ -271,34 +262,42 @@ def build_recipe(
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, int(threads)))
     try:
-        return _build(spec, Path(data_dir), seed, quick, progress, keep_shards)
+        build = _Build(spec, Path(data_dir), seed, quick, progress, keep_shards)
+        return locked_build(
+            spec.name, build.stage_dir, build.out_path, progress, lambda: _build_locked(build)
+        )
     finally:
         torch.set_num_threads(before)
 
 
-def _build(
-    spec: RecipeSpec, data_dir: Path, seed: int, quick: bool, progress: bool, keep_shards: bool
-) -> Path:
-    stem = build_stem(spec.name, seed, quick)
-    out_path = data_dir / f"{stem}.h5"
-    stage_dir = data_dir / stem
-    return locked_build(
-        spec.name,
-        stage_dir,
-        out_path,
-        progress,
-        lambda: _build_locked(spec, data_dir, seed, quick, progress, keep_shards),
-    )
+@dataclass(frozen=True)
+class _Build:
+    """One build of a recipe dataset: the spec, where, the seed and the run's switches."""
+
+    spec: RecipeSpec
+    data_dir: Path
+    seed: int
+    quick: bool
+    progress: bool
+    keep_shards: bool
+
+    @property
+    def stage_dir(self) -> Path:
+        """Where the build's shards, agents and references are staged."""
+        return self.data_dir / build_stem(self.spec.name, self.seed, self.quick)
+
+    @property
+    def out_path(self) -> Path:
+        """The dataset file."""
+        return self.data_dir / f"{build_stem(self.spec.name, self.seed, self.quick)}.h5"
 
 
-def _build_locked(
-    spec: RecipeSpec, data_dir: Path, seed: int, quick: bool, progress: bool, keep_shards: bool
-) -> Path:
+def _build_locked(build: _Build) -> Path:
     from privrl.envs.control import CONTROL_TASKS
 
-    stem = build_stem(spec.name, seed, quick)
-    out_path = data_dir / f"{stem}.h5"
-    stage_dir = data_dir / stem
+    spec, seed, quick = build.spec, build.seed, build.quick
+    progress, keep_shards = build.progress, build.keep_shards
+    out_path, stage_dir = build.out_path, build.stage_dir
     task = CONTROL_TASKS[spec.task]
     walls: dict[str, float] = {}
     skipped: list[str] = []
