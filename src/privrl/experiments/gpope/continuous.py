@@ -644,8 +644,8 @@ def eps_figure(
 ) -> None:
     """MSPBE against ε at one m, in the GPOPE panel style (`plots.mspbe_panels`): GP mean ±
     std; θ = 0, LSTD and non-private GTD2 as horizontal reference lines; log y from the best
-    curve to θ = 0; V1 (orders of magnitude above) as an arrow at the top edge with its values;
-    the legend outside the axes."""
+    curve to θ = 0 (or to GP's worst mean, when GP ends above θ = 0); V1 (orders of magnitude
+    above) as an arrow at the top edge with its values; the legend outside the axes."""
     x = list(eps_grid)
     series = {"GP (GPOPE, paper mode)": [gp[e] for e in x]}
     if v1 is not None:
@@ -658,6 +658,9 @@ def eps_figure(
         xlabel="ε (δ = 1e-5)",
         references={lstd_label: lstd["mean"], "GTD2 non-private (σ = 0)": nonprivate["mean"]},
         off_scale=("V1 (approx.)",),
+        # GP itself ends far above θ = 0 at small ε here: draw its whole curve (only V1 is
+        # off-scale), up to a decade above its worst mean
+        ceiling=max(30.0, 10.0 * max(p["mean"] for p in gp.values()) / zero),
     )
     mspbe_panels(path, [panel], ylabel=ylabel)
 
