@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privrl.runs.config import ConfigError, check, option
+from privrl.runs.config import check, option
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope import (
     DEFAULT_DELTA,
@@ -26,6 +26,7 @@ from privrl.systems.ope import (
     PrivateOpeConfig,
     _facts,
     _source,
+    declared_trajectories,
     ope_result,
     public_problem,
     value_metrics,
@@ -82,37 +83,6 @@ class LstdOpConfig(PrivateOpeConfig):
             "declared_trajectories",
             f"must be >= 1, got {self.declared_trajectories}",
         )
-
-
-def _declared_m(config: LstdOpConfig, problem: Any, header: Any | None, params: Any) -> int:
-    """m̄: --trajectories with --env; with --data a flag or the metadata, never the count of
-    the header's episodes (add/remove neighbours differ in it)."""
-    if problem.domain is not None:
-        if config.declared_trajectories is not None:
-            raise ConfigError(
-                "declared_trajectories",
-                "applies to --data only; with --env, --trajectories is the declared size",
-            )
-        return int(problem.m)
-    value = params.resolve(
-        "declared trajectories m̄",
-        flag=config.declared_trajectories,
-        metadata=header.metadata if header is not None else None,
-        key="n_trajectories",
-        fix="pass --declared-trajectories M (the number of trajectories the data were to have, "
-        "fixed before seeing them)",
-        detail="normalises A and b by max(m, m̄)",
-    )
-    try:
-        m_bar = int(value)
-    except (TypeError, ValueError):
-        m_bar = 0
-    if m_bar < 1:
-        raise ValueError(
-            f"the declared number of trajectories must be an integer >= 1, got {value!r}; pass "
-            "--declared-trajectories M"
-        )
-    return m_bar
 
 
 class LstdOp(OpeSystem):
@@ -178,7 +148,9 @@ class LstdOp(OpeSystem):
             Source.FLAG if config.ridge != 1.0 else Source.DEFAULT,
             "--ridge",
         )
-        m_bar = _declared_m(config, problem, header, params)
+        m_bar = declared_trajectories(
+            config, problem, header, params, detail="normalises A and b by max(m, m̄)"
+        )
         n = int(problem.features.dim)
         need = m_bar * (2 * n * n + n) * 8  # the per-trajectory statistics, at the public m̄
         if need > MAX_STATS_BYTES:

@@ -1249,12 +1249,13 @@ def _refuse_data_as_public(config: GpopeConfig, header: Any | None) -> None:
 # ------------------------------------------------------------------------ gpope --mode minibatch
 
 
-def _declared_trajectories(
-    config: GpopeConfig, problem: Problem, header: Any | None, params: Any
+def declared_trajectories(
+    config: Any, problem: Problem, header: Any | None, params: Any, *, detail: str
 ) -> int:
     """m̄: the declared (public) number of trajectories. With --env it is --trajectories (the
     sample size asked for); with --data a flag or the metadata's declared n_trajectories,
-    never the header's count (add/remove neighbours differ in it)."""
+    never the header's count (add/remove neighbours differ in it). `detail`: what m̄ sets,
+    for privacy.json."""
     if problem.domain is not None:
         if config.declared_trajectories is not None:
             raise ConfigError(
@@ -1265,11 +1266,11 @@ def _declared_trajectories(
     value = params.resolve(
         "declared trajectories m̄",
         flag=config.declared_trajectories,
-        metadata=header.metadata,
+        metadata=header.metadata if header is not None else None,
         key="n_trajectories",
         fix="pass --declared-trajectories M (the number of trajectories the data were to "
         "have, fixed before seeing them), or import the data with --unit episode --units M",
-        detail="sets q's default and the step normaliser 1/(q·m̄)",
+        detail=detail,
     )
     try:
         m_bar = int(value)
@@ -1314,7 +1315,9 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
     params.given(system.epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
     params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
     problem = public_problem(config, header, params, seed, count_is_public=False)
-    m_bar = _declared_trajectories(config, problem, header, params)
+    m_bar = declared_trajectories(
+        config, problem, header, params, detail="sets q's default and the step normaliser 1/(q·m̄)"
+    )
     if config.sampling_rate is not None:
         q = params.given(
             "sampling rate q", float(config.sampling_rate), Source.FLAG, "--sampling-rate"
