@@ -326,6 +326,7 @@ def test_expert_dp_filter_calibration(files, tmp_path, capsys, fake_experts) -> 
     assert_bad_input(code, err, "--filter-calibration")
 
 
+@pytest.mark.slow  # ~14 s; tests/expert/test_selective.py checks the joint budget by default
 def test_expert_dp_joint_dp_sgd_budget(files, tmp_path, capsys, fake_experts) -> None:
     argv = ["train", "expert-dp", "--data", str(files["data"]), "--experts", str(files["experts"])]
     argv += ["--epsilon", "10", "--p", "0.5", "--filter-rounds", "3", *FAST]

@@ -225,7 +225,14 @@ def test_quick_pendulum_entry_point(tmp_path):
     assert ds.metadata.extra["recipe"]["quick"] is True
 
 
-@pytest.mark.parametrize("task", ["balance", "swingup", "halfcheetah"])
+@pytest.mark.parametrize(
+    "task",
+    [
+        "balance",  # the default check of a dm_control build; the others are slow (~12 s each)
+        pytest.param("swingup", marks=pytest.mark.slow),
+        pytest.param("halfcheetah", marks=pytest.mark.slow),
+    ],
+)
 def test_quick_builds_of_the_other_tasks(tmp_path, task):
     path = getattr(rp, task)(tmp_path, seed=0, quick=True, progress=False)
     ds = load_hdf5(path)

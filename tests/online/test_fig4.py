@@ -42,6 +42,7 @@ def check_outputs(out: Path) -> dict:
     return metrics
 
 
+@pytest.mark.slow  # ~11 s; tests/experiments/test_sdp_pe_scale.py covers the report by default
 def test_quick_fig4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Quick mode end to end; PE and SDP-PE run as a sweep of the online systems (one cell
     per seed, in the cache), and a rerun skips every finished cell."""

@@ -309,6 +309,7 @@ def test_step_sizes() -> None:
         )
 
 
+@pytest.mark.slow  # ~10 s; test_gpope_chain_figures.py rebuilds both chain figures by default
 def test_chain_reproductions_quick_smoke(tmp_path) -> None:
     """`quick=True` chain reproductions run end to end: report with tables and the claims
     section, plots, and the run-directory files (numbers are not final)."""
