@@ -192,6 +192,10 @@ GPOPE_ON_POLICY = (
 )  # fmt: skip
 BASELINE_DATA = ("--data", "{data}", "--features", "onehot", "--reward-range", "1")
 BASELINE = (*BASELINE_DATA, "--epsilon", "1", "--out", "{out}", "--seed", "1")
+LSTD_OP = (
+    "--data", "{data}", "--features", "onehot", "--reward-bound", "1", "--ridge", "0.5",
+    "--declared-trajectories", "30", "--epsilon", "1", "--out", "{out}", "--seed", "1",
+)  # fmt: skip
 
 # ---------------------------------------------------------------------------------------------
 # expert-level systems: add/remove one expert with all their trajectories and their policy
@@ -516,6 +520,12 @@ CASES = [
         "dp-lsw",
         _ope,
         ("ope", "dp-lsw", *BASELINE),
+    ),
+    # LSTD-OP (add/remove; a replaced trajectory is two such steps): m̄ declared, never counted
+    Case(
+        "lstd-op",
+        _ope,
+        ("ope", "lstd-op", *LSTD_OP),
     ),
     Case(
         "dp-lsl",
