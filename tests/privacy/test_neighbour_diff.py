@@ -501,6 +501,12 @@ CASES = [
         DP_VAPVI,
         DP_VAPVI_RELEASED,
     ),
+    Case(  # pooled over h: one trajectory adds up to H terms to each statistic
+        "dp-vapvi-stationary",
+        lambda p: _linear(p, horizon_meta=H_LIN, neighbour_len=H_LIN + 3),
+        (*DP_VAPVI, "--stationary"),
+        DP_VAPVI_RELEASED,
+    ),
     Case(
         "dp-vapvi-shared-unit",
         lambda p: _linear(p, horizon_meta=H_LIN, neighbour_len=H_LIN, unit_ids=True),
