@@ -12,13 +12,9 @@ import pytest
 from privrl.experiments.claims import KINDS
 from privrl.experiments.gpope import lstd_op_chain as op
 from privrl.experiments.gpope import minibatch_chain as mb
-from privrl.experiments.gpope.chain import (
-    FIG1A_METHODS,
-    _Chain,
-    _read_rows,
-    fig1a_claims,
-    fig1b_claims,
-)
+from privrl.experiments.gpope.chain import _Chain, _read_rows
+from privrl.experiments.gpope.chain_claims import fig1a_claims, fig1b_claims
+from privrl.experiments.gpope.chain_report import FIG1A_METHODS
 from privrl.experiments.gpope.common import _Acc
 from privrl.experiments.gpope.plots import Panel, mspbe_panels, y_range
 

@@ -4,7 +4,7 @@ tables (the builders are what write the committed claims)."""
 from __future__ import annotations
 
 from privrl.experiments.gpope import minibatch_chain as mb
-from privrl.experiments.gpope.chain import fig1a_claims
+from privrl.experiments.gpope.chain_claims import fig1a_claims
 
 ZERO = 0.0367
 MS = (100, 200, 500, 1000, 2000, 5000)
