@@ -31,7 +31,7 @@ def _committed(rid: str) -> list[dict]:
 def test_ratio_claims_reproduce_the_committed_claims(fig):
     """The committed claims.json (each entry with its kind) is what the claim builder gives
     from the committed per-trial results and the report's θ = 0 line."""
-    from privrl.experiments.gpope.continuous import claims_from_results
+    from privrl.experiments.gpope.continuous_report import claims_from_results
 
     claims = claims_from_results(fig, ROOT / f"gpope-{fig}")
     committed = _committed(f"gpope-{fig}")

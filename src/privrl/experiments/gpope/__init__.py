@@ -19,9 +19,9 @@ Every figure shows θ = 0 and LSTD as references and its verdicts compare GP wit
 (a comparison that holds only because GP is no better than θ = 0 is reported as vacuous).
 Modules: `common` (trials, tuning, tables, claims, the standard plot), `plots` (the panel
 plot of the chain figures: log y from the best curve to θ = 0, off-scale arrows, reference
-lines, legend outside), `chain` (1a, 1b; rebuildable from their per-trial results),
-`minibatch_chain`, `lstd_op_chain`, `accounting_study`, `continuous` (2a, 3b, 4 from one
-`FigureSpec` each).
+lines, legend outside), `chain` (1a, 1b; rebuildable from their per-trial results), its
+`chain_claims` and `chain_report`, `minibatch_chain`, `lstd_op_chain`, `accounting_study`,
+`continuous` (2a, 3b, 4 from one `FigureSpec` each) and its `continuous_report`.
 
 Protocol (common to all): δ = 1e-5; the privacy unit is one trajectory under replace-one; σ
 is calibrated by the rigorous accountant unless stated; every hyper-parameter (clip bound h,
@@ -36,7 +36,8 @@ run-directory files into `out` and returns the report path.
 from privrl.experiments.gpope.accounting_study import _accounting_claims, accounting
 from privrl.experiments.gpope.chain import fig1a, fig1b
 from privrl.experiments.gpope.common import _Acc, _Claims
-from privrl.experiments.gpope.continuous import RATIO_CLAIMS, _ratio_claims, fig2a, fig3b, fig4
+from privrl.experiments.gpope.continuous import fig2a, fig3b, fig4
+from privrl.experiments.gpope.continuous_report import RATIO_CLAIMS, _ratio_claims
 
 __all__ = [
     "RATIO_CLAIMS",
