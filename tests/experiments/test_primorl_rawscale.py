@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from privrl.envs.control import PENDULUM_MAX_COST
-from privrl.experiments import mopo as M
+from privrl.experiments import mopo_report as M
 from privrl.experiments import primorl_ablation as A
 from privrl.experiments import primorl_fig3 as F
 from privrl.experiments import primorl_table1 as T

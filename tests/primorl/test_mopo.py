@@ -410,23 +410,23 @@ def _summary(task: str, rets: tuple[float, ...], norm: float | None = 99.0) -> d
 def test_table1_claims_name_the_papers_scale_and_our_raw_return() -> None:
     """The paper's Pendulum number is on its own scale (not 'raw': a raw Pendulum-v1 return is
     ≤ 0); ours is given on both scales with its seed count; quick mode decides nothing."""
-    from privrl.experiments import mopo as exp
+    from privrl.experiments import mopo_report as rep
 
     summary = {"pendulum": _summary("pendulum", (191.0,) * 5), "balance": _summary("b", (950.0,))}
-    pend, bal = exp.gallery_claims(summary)
+    pend, bal = rep.gallery_claims(summary)
     assert "(raw)" not in pend.paper and "paper's own Pendulum scale" in pend.paper
     assert "raw Pendulum-v1 -140.0 ± 16.3" in pend.ours and "(5 seeds)" in pend.ours
     assert "dm_control scale" in bal.paper and "raw" not in bal.ours
     assert (pend.verdict, pend.kind) == ("holds", "holds")
-    low = exp.gallery_claims({"pendulum": _summary("pendulum", (150.0,) * 5, norm=40.0)})[0]
+    low = rep.gallery_claims({"pendulum": _summary("pendulum", (150.0,) * 5, norm=40.0)})[0]
     assert (low.verdict, low.kind) == ("does not hold", "does not hold")
-    quick = exp.gallery_claims(summary, quick=True)
+    quick = rep.gallery_claims(summary, quick=True)
     assert {(c.verdict, c.kind) for c in quick} == {("inconclusive", "inconclusive at our scale")}
 
 
 def _recorded_report(out: Path) -> None:
     """A report as `table1` writes it: pendulum and balance, 2 seeds each."""
-    from privrl.experiments import mopo as exp
+    from privrl.experiments import mopo_report as rep
 
     runs = [
         {"task": t, "env_id": e, "seed": s, "return_mean": r + s, "normalised_score": 95.0,
@@ -440,7 +440,7 @@ def _recorded_report(out: Path) -> None:
             "reference_returns": {"random": 10.0, "expert": 200.0}}
         for t in ("pendulum", "balance")
     }  # fmt: skip
-    exp._write_table1(out, runs, datasets, ("pendulum", "balance"), 0, quick=False, wall=60.0)
+    rep._write_table1(out, runs, datasets, ("pendulum", "balance"), 0, quick=False, wall=60.0)
 
 
 def test_regenerate_rebuilds_the_report_from_its_runs_and_adds_finished_cells(
@@ -490,7 +490,7 @@ def test_regenerate_rebuilds_the_report_from_its_runs_and_adds_finished_cells(
 def test_report_states_the_rollout_batch_and_its_measured_cost(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from privrl.experiments import mopo as exp
+    from privrl.experiments import mopo_report as rep
 
     out = tmp_path / "out"
     cost = {
@@ -498,7 +498,7 @@ def test_report_states_the_rollout_batch_and_its_measured_cost(
         50000: {"transitions": 1_500_000, "cpu_total": 160.0, "cpu_epoch": 140.0,
                 "peak_mb": 1900.0},
     }  # fmt: skip
-    monkeypatch.setattr(exp, "ROLLOUT_BATCH_COST", cost)
+    monkeypatch.setattr(rep, "ROLLOUT_BATCH_COST", cost)
     _recorded_report(out)
     text = (out / "report.md").read_text()
     assert "not the paper's 50,000" in text
