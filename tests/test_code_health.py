@@ -3,6 +3,11 @@
 "No function with more than 6 positional parameters": a long positional call
 (``_baseline(a, b, ..., 1.0)``) is how arguments get swapped silently, so
 trailing parameters must be keyword-only (after ``*``) or grouped in a config.
+
+"No reproduction module over 600 lines" (every module under src/privrl/experiments/)
+and "cli/ under 1,500 lines" (src/privrl/cli/*.py together): a reproduction that
+grows past the limit is split into coherent modules (trials, report, claims), and
+the CLI stays thin flags over the run layer.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from pathlib import Path
 import privrl
 
 MAX_POSITIONAL = 6
+MAX_EXPERIMENT_LINES = 600
+MAX_CLI_LINES = 1500  # the total must stay below it
 SRC = Path(privrl.__file__).resolve().parent
 
 
@@ -56,4 +63,48 @@ def test_no_function_takes_more_than_six_positional_parameters() -> None:
     bad = offenders(SRC)
     assert not bad, "more than 6 positional parameters (make the rest keyword-only):\n" + "\n".join(
         bad
+    )
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def long_modules(root: Path, limit: int = MAX_EXPERIMENT_LINES) -> list[str]:
+    """The modules below `root` longer than `limit` lines, as "path (lines)"."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        n = line_count(path)
+        if n > limit:
+            found.append(f"{path.relative_to(root.parent).as_posix()} ({n})")
+    return found
+
+
+def test_long_module_checker_lists_each_offender_with_its_count(tmp_path: Path) -> None:
+    """At the limit passes; one line over is listed, with its line count, nested ones too."""
+    root = tmp_path / "experiments"
+    (root / "pkg").mkdir(parents=True)
+    (root / "ok.py").write_text("x = 1\n" * MAX_EXPERIMENT_LINES)
+    (root / "pkg" / "big.py").write_text("x = 1\n" * (MAX_EXPERIMENT_LINES + 1))
+    (root / "notes.md").write_text("x\n" * 2000)
+    assert long_modules(root) == [f"experiments/pkg/big.py ({MAX_EXPERIMENT_LINES + 1})"]
+
+
+def test_no_reproduction_module_is_over_600_lines() -> None:
+    """Every module under src/privrl/experiments/ has at most 600 lines."""
+    root = SRC / "experiments"
+    assert len(list(root.rglob("*.py"))) > 20  # the reproductions themselves, not an empty tree
+    bad = long_modules(root)
+    assert not bad, f"modules over {MAX_EXPERIMENT_LINES} lines (split them):\n" + "\n".join(bad)
+
+
+def test_cli_is_under_1500_lines() -> None:
+    """src/privrl/cli/*.py together have fewer than 1,500 lines."""
+    counts = {p.name: line_count(p) for p in sorted((SRC / "cli").glob("*.py"))}
+    assert "main.py" in counts
+    total = sum(counts.values())
+    largest = sorted(counts.items(), key=lambda kv: -kv[1])[:5]
+    assert total < MAX_CLI_LINES, (
+        f"src/privrl/cli/*.py has {total} lines, the target is under {MAX_CLI_LINES}; largest: "
+        + ", ".join(f"{k} ({n})" for k, n in largest)
     )
