@@ -33,30 +33,31 @@ def _write_continuous(
     acc: _Acc,
     facts: list[dict[str, Any]],
     *,
+    zero: float,
+    r_bar: float,
+    t0: float,
     figure: str,
+    title: str,
+    paper_lines: Sequence[str],
+    notes: Sequence[str],
+    claims_fn: Callable[[dict, list[int], Sequence[float], float], _Claims],
     domain_name: str,
     off_policy: bool,
+    features: Any,
+    gamma: float,
+    model_n: int,
+    lstd_name: str,
+    v1_note: str,
     cont: _Cont,
     cfg: _Cfg,
     eps_grid: Sequence[float],
     with_v1: bool,
     relative: bool,
-    title: str,
-    paper_lines: Sequence[str],
-    claims_fn: Callable[[dict, list[int], Sequence[float], float], _Claims],
-    notes: Sequence[str],
-    features: Any,
-    gamma: float,
-    model_n: int,
-    r_bar: float,
-    zero: float,
-    lstd_name: str,
-    v1_note: str,
-    t0: float,
 ) -> Path:
-    """One continuous-domain figure's report from its per-trial rows (`acc`) and public tuning
-    facts: table, plot, claims (`claims_fn`) and the run-directory files (`t0`: when the
-    invocation started, for its wall time)."""
+    """One continuous-domain figure's report from its per-trial rows (`acc`), public tuning
+    facts and references (θ = 0's MSPBE `zero`, r̄): table, plot, claims (`claims_fn`) and the
+    run-directory files. Keywords by role: the results, the figure's text, the domain, the
+    scale; `t0` is when the invocation started, for its wall time."""
     ms = list(cont.ms)
     methods = [f"GP ε={e:g}" for e in eps_grid] + ["GP non-private (σ = 0)", lstd_name]
     if with_v1:
