@@ -104,6 +104,7 @@ DMC_SEEDS = 3  # at most this many seeds on the cartpoles (the issue: ≥ 3; a r
 SHARE_TARGET = 90.0
 CEILING = 95.0  # normalised score at which a row is at the task's ceiling
 MOPO_LEARNED = 50.0  # MOPO's normalised score below which shares of it are not evidence
+PLOT = "plots/returns.png"  # Pendulum's learning curves (the report's first plot)
 
 # One DP-FedAvg round at each task's sizes relative to Pendulum's, and its seconds at that
 # run's load: `python benchmarks/bench_primorl_step.py --mode tasks` (one thread, rounds timed
@@ -121,7 +122,7 @@ ROUND_SECONDS = {
     "swingup": 2.123,
     "halfcheetah": 15.058,
 }
-ROUND_LOAD = 2.9  # the machine's 1-minute load average when the benchmark started
+ROUND_LOAD = 2.9  # the 1-minute load average when the benchmark started
 # Our PLD ε at the paper's z, q = 1e-3 and T of each private row, δ = 1e-5 (specs/primorl.md's
 # accounting table, checked against `privrl.primorl.dp_fedavg`'s accountant; a minute of CPU
 # each to recompute, so a row not run shows these instead of its cells' ε).
@@ -332,7 +333,8 @@ def claims(
             "" if math.isinf(paper_eps) else f" at ε = {paper_eps:g}"
         )
         claim = f"{LABELS[name]} is close to MOPO ({label}, ≥ {share_target(task, name):g}%)"
-        plot = f"plots/returns{'' if task == 'pendulum' else '-' + task}.png"
+        # the task's plot; a task with no cell (not run) has none: the report's first
+        plot = f"plots/returns-{task}.png" if summary and task != "pendulum" else PLOT
         if s is None or "share" not in s:
             found.append(
                 {
@@ -385,9 +387,9 @@ def write_report(
     for task, summary in summaries.items():
         _add_run_facts(summary, [r for r in rows if task_of(r) == task])
     (out / "plots").mkdir(parents=True, exist_ok=True)
-    for task in datasets:
-        name = "returns" if task == "pendulum" else f"returns-{task}"
-        _plot(task, summaries[task], out / "plots" / f"{name}.png")
+    for task in TASKS:
+        if task == "pendulum" or summaries[task]:
+            _plot(task, summaries[task], out / _plot_path(task))
     found = [
         c for t in TASKS for c in claims(summaries[t], quick=scale.quick or t in missing, task=t)
     ]
@@ -421,6 +423,11 @@ def write_report(
         cost,
     )
     return shared.write_outputs(out, found, config, metrics, report)
+
+
+def _plot_path(task: str) -> str:
+    """A task's learning-curve plot (Pendulum's is the report's first, `PLOT`)."""
+    return PLOT if task == "pendulum" else f"plots/returns-{task}.png"
 
 
 def _public(stats: Mapping[str, Any]) -> dict[str, Any]:
@@ -581,12 +588,18 @@ def _cost_lines(cost: Mapping[str, Any], missing: Mapping[str, str]) -> list[str
         "`privrl sweep GRID --backend ray --address HOST:PORT` (docs/sweeps.md) — "
         "`privrl reproduce` has no `--address` yet — and rerun `privrl reproduce "
         "primorl-table1`, which skips the finished cells and writes the report.",
-        "- HalfCheetah (Table 11): the paper does not report its T and the preset has none "
-        "(`--steps` is required); per 1000 rounds at q = 1e-2 the DP stage costs the hours "
-        "above, so a T of a few thousand rounds is a day of one core per run.",
-        "",
     ]
-    return lines
+    cheetah = tasks.get("halfcheetah")
+    if cheetah:
+        per_k = cheetah["dp_stage_hours_per_1000_rounds"]
+        lines.append(
+            "- HalfCheetah (Table 11): the paper does not report its T and the preset has "
+            "none (`--steps` is required); at q = 1e-2 (20 sampled trajectories of 1000 steps "
+            f"per round) its DP stage costs ≈ {per_k:.1f} h per 1000 rounds on one thread, "
+            f"e.g. ≈ {5 * per_k:.0f} h for T = 5000, before its policy stage (200 SAC epochs "
+            "in its preset)."
+        )
+    return [*lines, ""]
 
 
 # --------------------------------------------------------------------------------------------
@@ -680,7 +693,6 @@ def _task_section(
 
     p = PRESETS[task]
     label = TASK_LABELS[task]
-    plot = "returns" if task == "pendulum" else f"returns-{task}"
     seeds = len(task_seeds(task, scale))
     lines = [
         f"## {label}",
@@ -691,7 +703,7 @@ def _task_section(
         "",
         *_table_lines(task, summary),
     ]
-    lines += shared.verdict_section(
+    verdicts = shared.verdict_section(
         summary,
         found,
         ceiling=CEILING,
@@ -702,10 +714,12 @@ def _task_section(
         "smaller ε are where the rows can differ.",
         learned=MOPO_LEARNED,
     )
-    lines += ["", f"![returns]({'plots/' + plot}.png)", ""]
+    # the verdicts are a subsection of the task's
+    lines += [f"### Verdicts ({label})" if v == "## Verdicts" else v for v in verdicts]
+    lines += ["", f"![returns]({_plot_path(task)})", ""]
     if task == "pendulum":
         lines += [
-            "Notes:",
+            f"### Notes ({label})",
             "",
             "- Our ε is the PLD accountant's for the row's z, q = 1e-3 and T = 7000 rounds, "
             "trajectory-level add/remove neighbours; the paper's ε is its own accountant's.",
