@@ -99,7 +99,8 @@ def test_quick_reproduction_runs_end_to_end(
     report = table1(tmp_path / "report", quick=True, workers=2)
     assert (tmp_path / "cache" / "reproduce" / "primorl-table1" / "quick" / "cells").is_dir()
     rows = (tmp_path / "report" / "results.csv").read_text().splitlines()
-    assert len(rows) == 1 + 8  # mopo × 2 seeds + 3 PRIMORL rows × 2 seeds
+    # mopo × 2 seeds + 3 PRIMORL rows × 2 seeds + high-pld × 2 (Pendulum only in quick mode)
+    assert len(rows) == 1 + 10
     assert "Quick mode" in report.read_text()
 
 
@@ -416,5 +417,6 @@ def test_a_task_without_its_dataset_is_reported_not_run_with_its_cost(tmp_path: 
             "inconclusive at our scale",
             "not run",
         )
+        assert (tmp_path / c["plot"]).is_file()  # no plot of its own: the report's first
     assert [c["claim"] for c in found[3:]][-1] == "HIGH is close to MOPO (Swingup, ≥ 86%)"
     assert json.loads((tmp_path / "metrics.json").read_text())["not_run"] == missing
