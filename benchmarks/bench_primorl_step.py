@@ -20,9 +20,21 @@ result: the machine is shared):
 Scenarios: Pendulum (3 members × 2×64, in 4 → out 4; 30 sampled trajectories of 200 steps,
 B = 16 → 13 local steps; per-layer clipping, the spec's choice) and HalfCheetah sizes (7 × 4×200,
 in 23 → out 18; 30 trajectories of 200 steps — D4RL's have 1000; the per-step cost is what is
-compared — per-layer clipping), where all 30 copies stacked at once are also timed.
+compared — per-layer clipping), where all 30 copies stacked at once are also timed; Balance
+and Swingup (the cartpoles: 5 × 2×128, in 6 → out 6 — obs 5 + action 1 from the env, as
+`privrl.primorl.dynamics.DYNAMICS_PRESETS` sizes both; 30 trajectories of 1000 steps → 63 local
+steps; flat clipping, the task presets').
+
+``--mode tasks``: what one run of each task costs, side by side. One DP round (the new code,
+chunked automatically) at each task's sizes — Pendulum, Balance, Swingup (the sampled
+trajectories q·K = 1e-3 × 30,000 = 30 of their horizon) and HalfCheetah (q·K = 1e-2 × 2000 =
+20 trajectories of 1000 steps) — timed interleaved in one run on one thread; the result is each
+task's seconds per round and its ratio to Pendulum's (robust to the machine's load; absolute
+seconds are not), in ``results/bench_primorl_step_tasks.json``. A run's DP stage costs about
+ratio × Pendulum's measured DP stage × T/7000 (``privrl.experiments.primorl_table1``).
 
     python benchmarks/bench_primorl_step.py [--quick] [--rounds N] [--out PATH]
+    python benchmarks/bench_primorl_step.py --mode tasks [--rounds N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ from privrl.nn.ensemble import GaussianEnsemble
 from privrl.primorl import dp_fedavg as fed
 
 RESULTS = Path(__file__).parent / "results" / "bench_primorl_step.json"
+TASK_RESULTS = Path(__file__).parent / "results" / "bench_primorl_step_tasks.json"
 
 
 def _time_interleaved(fns: dict[str, Callable[[int], object]], rounds: int) -> dict[str, float]:
@@ -74,6 +87,59 @@ def _nonprivate_steps(
         opt.step()
 
 
+def _setup(
+    *,
+    members: int,
+    hidden: tuple[int, ...],
+    in_dim: int,
+    out_dim: int,
+    clients_n: int,
+    length: int,
+    clip_mode: str = "per-layer",
+    sampling_rate: float = 1e-3,
+    n_units: int = 30_000,
+    seed: int = 0,
+) -> tuple[GaussianEnsemble, torch.Tensor, fed.Clients, fed.DpFedAvgPlan, fed.EnsembleLayout]:
+    """A random ensemble of the given sizes, `clients_n` trajectories of `length` transitions
+    and a DP-FedAvg plan (z = 0.52, T = 7000, K = `n_units`, rate q)."""
+    g = torch.Generator().manual_seed(seed)
+    ens = GaussianEnsemble(in_dim, out_dim, hidden, members, 1, seed=seed)
+    x = torch.randn(clients_n * length, in_dim, generator=g)
+    y = 0.1 * torch.randn(clients_n * length, out_dim, generator=g)
+    clients = fed.Clients(x, y, np.full(clients_n, length))
+    plan = fed.plan_dp_fedavg(
+        fed.DpFedAvgConfig(
+            noise_multiplier=0.52,
+            sampling_rate=sampling_rate,
+            clip_norm=0.002,  # of the order of a client's update: the clip binds for some
+            clip_mode=clip_mode,
+            max_rounds=7000,
+            n_units=n_units,
+        )
+    )
+    layout = fed.EnsembleLayout(ens)
+    return ens, layout.flatten(ens.parameters_dict()), clients, plan, layout
+
+
+def _dp_round(
+    ens: GaussianEnsemble,
+    start: torch.Tensor,
+    clients: fed.Clients,
+    plan: fed.DpFedAvgPlan,
+    chunk: int | None,
+) -> Callable[[int], object]:
+    """One DP round over all of `clients` (local steps, clip, sum, one noise draw)."""
+    sampled = np.arange(len(clients.counts))
+
+    def run(r: int) -> object:
+        summed = fed.local_displacements(
+            ens, start, clients, sampled, plan, np.random.default_rng(r), chunk_copies=chunk
+        )
+        return fed.aggregate(start, summed, plan, torch.Generator().manual_seed(r))
+
+    return run
+
+
 def scenario(
     name: str,
     *,
@@ -86,36 +152,25 @@ def scenario(
     rounds: int,
     stacked: bool,
     naive_loop: bool,
+    clip_mode: str = "per-layer",
     chunk_sweep: tuple[int, ...] = (),
     seed: int = 0,
 ) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    ens = GaussianEnsemble(in_dim, out_dim, hidden, members, 1, seed=seed)
-    x = torch.randn(clients_n * length, in_dim, generator=g)
-    y = 0.1 * torch.randn(clients_n * length, out_dim, generator=g)
-    clients = fed.Clients(x, y, np.full(clients_n, length))
-    plan = fed.plan_dp_fedavg(
-        fed.DpFedAvgConfig(
-            noise_multiplier=0.52,
-            clip_norm=0.002,  # of the order of a client's update: the clip binds for some
-            clip_mode="per-layer",
-            max_rounds=7000,
-            n_units=30_000,
-        )
+    ens, start, clients, plan, layout = _setup(
+        members=members,
+        hidden=hidden,
+        in_dim=in_dim,
+        out_dim=out_dim,
+        clients_n=clients_n,
+        length=length,
+        clip_mode=clip_mode,
+        seed=seed,
     )
-    layout = fed.EnsembleLayout(ens)
-    start = layout.flatten(ens.parameters_dict())
     sampled = np.arange(clients_n)
     auto = fed.auto_chunk_copies(layout, clients_n)
 
     def dp_round(chunk: int | None) -> Callable[[int], object]:
-        def run(r: int) -> object:
-            summed = fed.local_displacements(
-                ens, start, clients, sampled, plan, np.random.default_rng(r), chunk_copies=chunk
-            )
-            return fed.aggregate(start, summed, plan, torch.Generator().manual_seed(r))
-
-        return run
+        return _dp_round(ens, start, clients, plan, chunk)
 
     def loop(r: int) -> object:
         disp = fed.local_displacements_loop(
@@ -176,11 +231,84 @@ def scenario(
 
 
 SCENARIOS = {
-    "pendulum": dict(members=3, hidden=(64, 64), in_dim=4, out_dim=4, stacked=False),
+    "pendulum": dict(members=3, hidden=(64, 64), in_dim=4, out_dim=4, stacked=False, length=200),
+    # the cartpoles: obs 5 + action 1 in, Δobs 5 + reward 1 out (CONTROL_TASKS); flat clipping
+    "balance": dict(
+        members=5,
+        hidden=(128, 128),
+        in_dim=6,
+        out_dim=6,
+        stacked=False,
+        length=1000,
+        clip_mode="flat",
+    ),
+    "swingup": dict(
+        members=5,
+        hidden=(128, 128),
+        in_dim=6,
+        out_dim=6,
+        stacked=False,
+        length=1000,
+        clip_mode="flat",
+    ),
     "halfcheetah": dict(
-        members=7, hidden=(200, 200, 200, 200), in_dim=23, out_dim=18, stacked=True
+        members=7, hidden=(200, 200, 200, 200), in_dim=23, out_dim=18, stacked=True, length=200
     ),
 }
+
+# One run of each task at the paper's settings (--mode tasks): the scenario's model sizes and
+# clip mode, q·K sampled trajectories of the task's horizon, and T (None: not reported).
+TASK_RUNS = {
+    "pendulum": dict(clients_n=30, length=200, sampling_rate=1e-3, n_units=30_000, rounds=7000),
+    "balance": dict(clients_n=30, length=1000, sampling_rate=1e-3, n_units=30_000, rounds=7000),
+    "swingup": dict(clients_n=30, length=1000, sampling_rate=1e-3, n_units=30_000, rounds=10_000),
+    "halfcheetah": dict(clients_n=20, length=1000, sampling_rate=1e-2, n_units=2000, rounds=None),
+}
+
+
+def task_rounds(rounds: int, seed: int = 0) -> dict:
+    """One DP round per task (:data:`TASK_RUNS`), timed interleaved; seconds per round and the
+    ratio of each to Pendulum's."""
+    fns: dict[str, Callable[[int], object]] = {}
+    facts: dict[str, dict] = {}
+    for name, run in TASK_RUNS.items():
+        sizes = {k: v for k, v in SCENARIOS[name].items() if k not in ("stacked", "length")}
+        ens, start, clients, plan, layout = _setup(
+            **sizes,
+            clients_n=run["clients_n"],
+            length=run["length"],
+            sampling_rate=run["sampling_rate"],
+            n_units=run["n_units"],
+            seed=seed,
+        )
+        fns[name] = _dp_round(ens, start, clients, plan, None)
+        steps = int(
+            fed.client_batches(clients.counts[:1], plan.B, plan.E, np.random.default_rng(0))[1][0]
+        )
+        facts[name] = {
+            "members": sizes["members"],
+            "hidden": list(sizes["hidden"]),
+            "in_dim": sizes["in_dim"],
+            "out_dim": sizes["out_dim"],
+            "clip_mode": plan.clip_mode,
+            "sampling_rate": run["sampling_rate"],
+            "n_units": run["n_units"],
+            "sampled_clients": run["clients_n"],
+            "transitions_per_client": run["length"],
+            "local_steps": steps,
+            "params_per_copy": layout.members * layout.size,
+            "auto_chunk_copies": fed.auto_chunk_copies(layout, run["clients_n"]),
+            "paper_rounds": run["rounds"],
+        }
+    for fn in fns.values():  # warm-up (allocator, lazy init)
+        fn(0)
+    times = _time_interleaved(fns, rounds)
+    for name, f in facts.items():
+        f["seconds_per_round"] = times[name]
+        f["ratio_to_pendulum"] = times[name] / times["pendulum"]
+        if f["paper_rounds"]:
+            f["dp_stage_seconds_at_this_load"] = times[name] * f["paper_rounds"]
+    return facts
 
 
 def main() -> None:
@@ -189,8 +317,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--scenario", choices=("all", *SCENARIOS), default="all")
+    parser.add_argument(
+        "--mode",
+        choices=("step", "tasks"),
+        default="step",
+        help="step: the new round vs its baselines per scenario; tasks: one DP round per task "
+        "side by side, ratios to Pendulum",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.mode == "tasks":
+        main_tasks(args.rounds or (2 if args.quick else 4), args.out, quick=args.quick)
+        return
     rounds = args.rounds or (2 if args.quick else 7)
     results: dict = {
         "benchmark": "primorl_step",
@@ -209,11 +347,11 @@ def main() -> None:
         hc = name == "halfcheetah"
         results["scenarios"][name] = scenario(
             name,
-            **SCENARIOS[name],
+            **{k: v for k, v in SCENARIOS[name].items() if k != "length"},
             clients_n=30,
-            length=200,
             rounds=max(2, rounds // 2) if hc else rounds,
             naive_loop=True,
+            length=SCENARIOS[name].get("length", 200),
             chunk_sweep=(4, 8) if hc and not args.quick else (),
         )
         print(name, json.dumps(results["scenarios"][name], indent=1), flush=True)
@@ -227,6 +365,40 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
+
+
+def main_tasks(rounds: int, out: Path, *, quick: bool) -> None:
+    """--mode tasks: one DP round per task, interleaved; the JSON in `out` (default
+    results/bench_primorl_step_tasks.json)."""
+    if out == RESULTS:
+        out = TASK_RESULTS
+    load = list(os.getloadavg())
+    t0 = time.perf_counter()
+    tasks = task_rounds(rounds)
+    results = {
+        "benchmark": "primorl_step_tasks",
+        "quick": quick,
+        "torch_threads": torch.get_num_threads(),
+        "rounds_timed": rounds,
+        "what": "median seconds of one DP-FedAvg round (local steps, clip, sum, one noise "
+        "draw) at each task's sizes, timed interleaved; ratio_to_pendulum is robust to the "
+        "machine's load, seconds are not",
+        "load_average_at_start": load,
+        "tasks": tasks,
+        "ratio_to_pendulum": {k: v["ratio_to_pendulum"] for k, v in tasks.items()},
+        "wall_seconds": time.perf_counter() - t0,
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpu_count": os.cpu_count(),
+            "load_average": list(os.getloadavg()),
+            "note": "2-core machine shared with other jobs; ratios are from interleaved timings",
+        },
+    }
+    print(json.dumps(results, indent=1), flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

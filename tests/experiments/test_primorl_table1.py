@@ -36,13 +36,15 @@ def test_the_sweep_is_mopo_the_three_primorl_rows_and_the_pld_row(tmp_path: Path
     doc = sweep_doc(Path("d.h5"), tmp_path, Scale(seeds=4, base_seed=5), backend="local", workers=1)
     cells = doc["cells"]
     assert [c for c in cells if c["system"] == "mopo"] == [
-        {"system": "mopo", "seed": s} for s in (5, 6, 7, 8)
+        {"system": "mopo", "data": "d.h5", "seed": s} for s in (5, 6, 7, 8)
     ]
     for v in ("no-privacy", "low", "high"):
         assert [c["seed"] for c in cells if c.get("variant") == v] == [5, 6, 7, 8]
     # beyond the paper: HIGH's ε as a target (z calibrated under PLD), on the first seeds
     pld = [c for c in cells if "epsilon" in c]
-    assert pld == [{"system": "primorl", "epsilon": 5.1, "seed": s} for s in (5, 6, 7)]
+    assert pld == [
+        {"system": "primorl", "data": "d.h5", "epsilon": 5.1, "seed": s} for s in (5, 6, 7)
+    ]
     assert len(cells) == 4 * 4 + 3
     assert doc["epochs"] == 20 and doc["out"] == str(tmp_path)
     with pytest.raises(SweepError, match=r"d\.h5"):  # every cell is validated, data included
@@ -97,7 +99,8 @@ def test_quick_reproduction_runs_end_to_end(
     report = table1(tmp_path / "report", quick=True, workers=2)
     assert (tmp_path / "cache" / "reproduce" / "primorl-table1" / "quick" / "cells").is_dir()
     rows = (tmp_path / "report" / "results.csv").read_text().splitlines()
-    assert len(rows) == 1 + 8  # mopo × 2 seeds + 3 PRIMORL rows × 2 seeds
+    # mopo × 2 seeds + 3 PRIMORL rows × 2 seeds + high-pld × 2 (Pendulum only in quick mode)
+    assert len(rows) == 1 + 10
     assert "Quick mode" in report.read_text()
 
 
@@ -159,3 +162,261 @@ def test_the_pld_row_and_the_run_time_are_reported(tmp_path: Path) -> None:
     assert "took 10.0–11.0 min of wall time" in report
     claimed = {c["claim"] for c in json.loads((tmp_path / "claims.json").read_text())}
     assert not any("PLD" in c for c in claimed)
+
+
+# --------------------------------------------------------------------------------------------
+# every task: Pendulum, Balance, Swingup
+# --------------------------------------------------------------------------------------------
+
+# The cells of the finished full-scale Pendulum sweep (5 seeds × MOPO, NO PRIVACY, LOW, HIGH and
+# 3 high-pld; $PRIVRL_CACHE/reproduce/primorl-table1/full/cells/, each ~12 min to rerun), named
+# by their keys for the dataset path they ran on.
+PENDULUM_DATA = "/root/.cache/privrl/data/primorl-pendulum.h5"
+PENDULUM_CELLS = {
+    "mopo-37aaa9c370ba",
+    "mopo-447d74a9defa",
+    "mopo-9fc9310e7f45",
+    "mopo-ca37d91fe770",
+    "mopo-d239a90acfd4",
+    "primorl-2a66c78911dd",
+    "primorl-317943277120",
+    "primorl-36eae0f104eb",
+    "primorl-3919b7279a5a",
+    "primorl-475d9d9b85bb",
+    "primorl-919abdc049d6",
+    "primorl-a3a9b13e12aa",
+    "primorl-a3da4bda73a1",
+    "primorl-a4e4b769f71b",
+    "primorl-a600e8ca957d",
+    "primorl-aca251d581e0",
+    "primorl-b8022aca1c15",
+    "primorl-def0751ea35e",
+    "primorl-e181b15e5036",
+    "primorl-e2d047675397",
+    "primorl-f1c0df5f7216",
+    "primorl-f417db9bd2e9",
+    "primorl-fcbdf3e8802c",
+}
+
+
+def _expand_without_files(doc: dict, monkeypatch: pytest.MonkeyPatch):
+    """The sweep's own expansion (cell keys included) without the datasets on disk: the file
+    and header checks are stubbed, nothing else."""
+    from privrl.runs import sweep
+
+    monkeypatch.setattr(sweep, "_header_problem", lambda path: "")
+    monkeypatch.setattr(Path, "is_file", lambda self: True)
+    try:
+        return sweep.expand(doc)
+    finally:
+        monkeypatch.undo()
+
+
+def _old_pendulum_doc(data: Path, out: Path, scale: Scale) -> dict:
+    """The Pendulum-only sweep document before the other tasks (data at the top level)."""
+    from privrl.experiments import primorl_sweeps as shared
+
+    seeds = scale.seed_list()
+    entries = [{"system": "mopo", "seed": s} for s in seeds]
+    entries += [
+        {"system": "primorl", "variant": v, "seed": s}
+        for v in ("no-privacy", "low", "high")
+        for s in seeds
+    ]
+    entries += [{"system": "primorl", "epsilon": 5.1, "seed": s} for s in seeds[:3]]
+    return shared.sweep_doc(
+        scale, out, {}, primorl={}, backend="local", workers=None, data=data, cells=entries
+    )
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_pendulum_cell_keys_are_unchanged(
+    quick: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the per-task sweep gives Pendulum's cells exactly the keys (run identities)
+    of the Pendulum-only sweep — and, at full scale, those of the 23 finished cells — so no
+    finished cell is run again."""
+    scale = Scale(seeds=5, quick=quick, epochs=2 if quick else 20)
+    data = Path(PENDULUM_DATA)
+    new = _expand_without_files(
+        sweep_doc({"pendulum": data}, tmp_path, scale, backend="local", workers=None),
+        monkeypatch,
+    )
+    old = _expand_without_files(_old_pendulum_doc(data, tmp_path, scale), monkeypatch)
+    assert [c.key for c in new.cells] == [c.key for c in old.cells]
+    if not quick:
+        assert {c.name for c in new.cells} == PENDULUM_CELLS
+    # the cartpoles' cells do not change Pendulum's
+    both = _expand_without_files(
+        sweep_doc(
+            {"pendulum": data, "balance": tmp_path / "b.h5"},
+            tmp_path,
+            scale,
+            backend="local",
+            workers=None,
+        ),
+        monkeypatch,
+    )
+    assert [c.key for c in both.cells][: len(old.cells)] == [c.key for c in old.cells]
+
+
+def _recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *tasks: str) -> dict[str, Path]:
+    """Recipe datasets of `tasks` present (empty files) in a tmp data directory."""
+    from privrl.experiments import primorl_sweeps as shared
+
+    def path(task: str, quick: bool) -> Path:
+        return tmp_path / "data" / f"primorl-{task}{'-quick' if quick else ''}.h5"
+
+    monkeypatch.setattr(shared, "recipe_path", path)
+    (tmp_path / "data").mkdir(exist_ok=True)
+    made = {}
+    for task in tasks:
+        for quick in (False, True):
+            path(task, quick).touch()
+        made[task] = path(task, False)
+    return made
+
+
+def test_each_task_with_a_dataset_gets_its_cells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pendulum on the scale's seeds (with the high-pld row); a cartpole whose recipe dataset is
+    present on at most DMC_SEEDS seeds, its z, q and T left to the task preset (`variant`); a
+    cartpole without one is not run, and quick mode runs Pendulum only."""
+    from privrl.experiments import primorl_sweeps as shared
+    from privrl.experiments.primorl_table1 import DMC_SEEDS, available_datasets
+
+    made = _recipes(tmp_path, monkeypatch, "pendulum", "balance")
+    req = shared.Request.of(tmp_path / "out", seeds=5)
+    datasets, missing = available_datasets(req)
+    assert datasets == made
+    assert list(missing) == ["swingup"] and "primorl-swingup.h5" in missing["swingup"]
+    doc = sweep_doc(datasets, tmp_path / "cells", req.scale, backend="local", workers=None)
+    by_task = {t: [c for c in doc["cells"] if c["data"] == str(p)] for t, p in datasets.items()}
+    assert len(by_task["pendulum"]) == 5 * 4 + 3
+    balance = by_task["balance"]
+    assert len(balance) == DMC_SEEDS * 4 == 12
+    assert {c["seed"] for c in balance} == {0, 1, 2}
+    assert sorted({c.get("variant") or "mopo" for c in balance}) == [
+        "high",
+        "low",
+        "mopo",
+        "no-privacy",
+    ]
+    for c in balance:  # the preset's z, q, T: nothing else set
+        assert set(c) <= {"system", "data", "variant", "seed"}
+    quick, why = available_datasets(shared.Request.of(tmp_path / "out", quick=True))
+    assert list(quick) == ["pendulum"] and quick["pendulum"].name == "primorl-pendulum-quick.h5"
+    assert why == {"balance": "quick mode runs Pendulum only", "swingup": why["balance"]}
+
+
+def test_a_given_dataset_is_the_task_its_header_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from privrl.experiments import primorl_sweeps as shared
+    from privrl.experiments import primorl_table1 as T
+
+    monkeypatch.setattr(T, "_task_of", lambda path: "swingup")
+    datasets, missing = T.available_datasets(shared.Request.of(tmp_path, data=tmp_path / "mine.h5"))
+    assert datasets == {"swingup": tmp_path / "mine.h5"}
+    assert set(missing) == {"pendulum", "balance"} and "--data" in missing["pendulum"]
+
+
+def test_share_targets_come_from_the_papers_own_shares() -> None:
+    """≥ 90% of MOPO, or the paper's share rounded down where the paper reports less."""
+    from privrl.experiments.primorl_table1 import share_target
+
+    assert [share_target("pendulum", r) for r in ("no-privacy", "low", "high")] == [90, 90, 90]
+    assert [share_target("balance", r) for r in ("no-privacy", "low", "high")] == [90, 83, 77]
+    assert [share_target("swingup", r) for r in ("no-privacy", "low", "high")] == [90, 90, 86]
+
+
+def _task_row(task: str, system: str, variant: str | None, ret: float, eps: float | None) -> dict:
+    return {**_row(system, variant, ret, 90.0, eps), "task": task, "env_id": ""}
+
+
+def test_a_cartpole_that_ran_gets_its_section_and_its_own_targets(tmp_path: Path) -> None:
+    """The same share of MOPO (80%) holds against Balance HIGH's target (the paper: 77.7%) and
+    not against Pendulum's 90%; each task's rows are summarised apart."""
+    rows = [
+        *(_task_row("pendulum", "mopo", None, r, None) for r in (100.0, 100.0)),
+        *(_task_row("pendulum", "primorl", "high", r, 4.07) for r in (79.0, 81.0)),
+        *(_task_row("balance", "mopo", None, r, None) for r in (900.0, 1000.0)),
+        *(_task_row("balance", "primorl", "high", r, 7.2) for r in (750.0, 770.0)),
+    ]
+    report = write_report(
+        tmp_path,
+        rows,
+        Scale(seeds=2),
+        data={"pendulum": Path("p.h5"), "balance": Path("b.h5")},
+        missing={"swingup": "its recipe dataset is not built"},
+        wall=1.0,
+    )
+    found = {c["claim"]: c for c in json.loads((tmp_path / "claims.json").read_text())}
+    assert found["HIGH is close to MOPO (Pendulum, ≥ 90%)"]["verdict"] == "does not hold"
+    balance = found["HIGH is close to MOPO (Balance, ≥ 77%)"]
+    assert balance["verdict"] == balance["kind"] == "holds"
+    assert balance["ours"] == "80.0% of MOPO at ε = 7.20 (2 seeds)"
+    assert balance["plot"] == "plots/returns-balance.png"
+    assert (tmp_path / "plots" / "returns-balance.png").stat().st_size > 1000
+    assert found["LOW is close to MOPO (Balance, ≥ 83%)"]["ours"] == "not run"
+    text = report.read_text()
+    assert "## Balance\n" in text and "## Swingup: not run" in text
+    assert "| HIGH | 8.20 | 7.20 | 758.2 (77.7%) | 760.0 ± " in text
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["high"]["share"] == pytest.approx(80.0)  # Pendulum's rows at the top
+    assert metrics["balance"]["high"]["share"] == pytest.approx(80.0)
+    assert metrics["not_run"] == {"swingup": "its recipe dataset is not built"}
+
+
+def test_a_task_without_its_dataset_is_reported_not_run_with_its_cost(tmp_path: Path) -> None:
+    """Balance and Swingup absent: a section each saying so, how to build the dataset and what
+    a run costs (measured round ratio × Pendulum's DP stage from its finished cells); their
+    claims are inconclusive, kind "inconclusive at our scale", ours "not run"."""
+    from privrl.experiments.primorl_table1 import ROUND_RATIO, run_costs
+
+    def cell(variant: str, seconds: float, policy: float) -> dict:
+        return {
+            **_task_row("pendulum", "primorl", variant, 190.0, 4.07),
+            "seconds": seconds,
+            "policy_stage_seconds": policy,
+            "rounds": 7000,
+        }
+
+    rows = [
+        *(_task_row("pendulum", "mopo", None, r, None) for r in (190.0, 191.0)),
+        cell("high", 650.0, 300.0),  # DP stage 350 s / 7000 = 0.05 s per round
+        cell("high", 1050.0, 350.0),  # 0.1 s per round
+        cell("low", 650.0, 300.0),
+    ]
+    cost = run_costs(rows)
+    assert cost["pendulum_dp_seconds_per_round"]["median"] == pytest.approx(0.05)
+    balance = cost["tasks"]["balance"]
+    assert balance["seconds_per_round"] == pytest.approx(ROUND_RATIO["balance"] * 0.05)
+    assert balance["dp_stage_hours"] == pytest.approx(ROUND_RATIO["balance"] * 0.05 * 7000 / 3600)
+    assert cost["tasks"]["swingup"]["rounds"] == 10_000
+    assert balance["table_runs"] == {"primorl": 9, "mopo": 3}
+    assert "dp_stage_hours_per_1000_rounds" in cost["tasks"]["halfcheetah"]  # T not reported
+    missing = {t: "its recipe dataset is not built on this machine" for t in ("balance", "swingup")}
+    text = write_report(
+        tmp_path, rows, Scale(seeds=2), data={"pendulum": Path("p.h5")}, missing=missing, wall=1.0
+    ).read_text()
+    for task in ("balance", "swingup"):
+        label = task.capitalize()
+        assert f"## {label}: not run" in text
+        assert f"privrl data collect --recipe primorl-{task}" in text
+    assert "## What did not fit" in text and "HalfCheetah (Table 11)" in text
+    assert "--backend ray --address" in text
+    assert f"{ROUND_RATIO['balance']:.1f}×" in text
+    assert "| HIGH | 17.00 | 16.01 | 698.3 (86.75%) | not run |" in text  # ε: our accountant's
+    found = json.loads((tmp_path / "claims.json").read_text())
+    assert len(found) == 9
+    for c in found[3:]:
+        assert (c["verdict"], c["kind"], c["ours"]) == (
+            "inconclusive",
+            "inconclusive at our scale",
+            "not run",
+        )
+        assert (tmp_path / c["plot"]).is_file()  # no plot of its own: the report's first
+    assert [c["claim"] for c in found[3:]][-1] == "HIGH is close to MOPO (Swingup, ≥ 86%)"
+    assert json.loads((tmp_path / "metrics.json").read_text())["not_run"] == missing
