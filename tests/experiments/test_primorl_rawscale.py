@@ -16,6 +16,7 @@ from privrl.experiments import mopo_report as M
 from privrl.experiments import primorl_ablation as A
 from privrl.experiments import primorl_fig3 as F
 from privrl.experiments import primorl_table1 as T
+from privrl.experiments import primorl_table1_report as R
 from privrl.experiments.primorl_sweeps import Scale, raw_map
 
 PENDULUM = "privrl/Pendulum-v0"
@@ -109,7 +110,7 @@ def test_table1_raw_column_is_the_inverse_map(tmp_path: Path) -> None:
     for s in summary.values():
         assert s["raw_return"] == pytest.approx(_inverse(s["return"]))
         assert s["raw_ci"] == pytest.approx(PENDULUM_MAX_COST * s["ci"])
-    text = T.write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=1.0).read_text()
+    text = R.write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=1.0).read_text()
     _check(_raw_cells(text, "raw Pendulum-v1 return ± 95% CI"), 4)
     assert "R = c_max·(R' − H)" in text and "cannot be mapped" in text
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -120,7 +121,7 @@ def test_rows_without_an_env_id_have_no_raw_column_value(tmp_path: Path) -> None
     rows = [{**_cell("mopo", None, r, None), "env_id": ""} for r in (190.0, 191.0)]
     s = T.summarise(rows)["mopo"]
     assert "raw_return" not in s
-    text = T.write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=1.0).read_text()
+    text = R.write_report(tmp_path, rows, Scale(seeds=2), data=Path("d.h5"), wall=1.0).read_text()
     assert "| 190.5 ± " in text and "| — |" in text
 
 

@@ -14,8 +14,8 @@ from privrl.experiments.primorl_table1 import (
     claims,
     summarise,
     sweep_doc,
-    write_report,
 )
+from privrl.experiments.primorl_table1_report import write_report
 
 
 def _row(system: str, variant: str | None, ret: float, score: float, eps: float | None) -> dict:
@@ -134,7 +134,7 @@ def test_rows_at_the_ceiling_are_called_out(tmp_path: Path) -> None:
 def test_the_pld_row_and_the_run_time_are_reported(tmp_path: Path) -> None:
     """The high-pld cells (no variant, a target ε) form their own row; the report states its
     z against HIGH's and the time of one HIGH run; no paper claim is made for it."""
-    from privrl.experiments.primorl_table1 import row_of, write_report
+    from privrl.experiments.primorl_table1 import row_of
 
     def cell(variant: str | None, z: float, eps: float, seconds: float, i: int) -> dict:
         run = tmp_path / f"c{variant}{i}" / "run"
@@ -303,8 +303,10 @@ def test_each_task_with_a_dataset_gets_its_cells(
         "mopo",
         "no-privacy",
     ]
-    for c in balance:  # the preset's z, q, T: nothing else set
-        assert set(c) <= {"system", "data", "variant", "seed"}
+    for c in balance:  # the preset's z, q, T; the preset's SAC epochs (40, as mopo-table1)
+        assert set(c) <= {"system", "data", "variant", "seed", "epochs"}
+        assert c["epochs"] == 40
+    assert all("epochs" not in c for c in by_task["pendulum"])  # the scale's 20, keys kept
     quick, why = available_datasets(shared.Request.of(tmp_path / "out", quick=True))
     assert list(quick) == ["pendulum"] and quick["pendulum"].name == "primorl-pendulum-quick.h5"
     assert why == {"balance": "quick mode runs Pendulum only", "swingup": why["balance"]}
@@ -373,7 +375,7 @@ def test_a_task_without_its_dataset_is_reported_not_run_with_its_cost(tmp_path: 
     """Balance and Swingup absent: a section each saying so, how to build the dataset and what
     a run costs (measured round ratio × Pendulum's DP stage from its finished cells); their
     claims are inconclusive, kind "inconclusive at our scale", ours "not run"."""
-    from privrl.experiments.primorl_table1 import ROUND_RATIO, run_costs
+    from privrl.experiments.primorl_table1_report import ROUND_RATIO, run_costs
 
     def cell(variant: str, seconds: float, policy: float) -> dict:
         return {
