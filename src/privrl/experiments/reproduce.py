@@ -66,18 +66,21 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 2(a): Mountain Car on-policy, GPOPE vs DP-LSW vs LSTD",
             "privrl.experiments.gpope:fig2a",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig3b",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 3(b): Mountain Car off-policy, GPOPE at several ε vs LSTD(0)",
             "privrl.experiments.gpope:fig3b",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig4",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 4: HIV treatment, relative MSPBE",
             "privrl.experiments.gpope:fig4",
+            sweep=True,
         ),
         Reproduction(
             "gpope-accounting",

@@ -99,9 +99,11 @@ def resolve(target: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def call_unit(task: Mapping[str, Any]) -> dict[str, Any]:
-    """Run one unit in this process; its record carries the result as JSON text. A failure is
-    returned (status "failed", one-line error), not raised."""
+def run_unit(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one unit in this worker (local pool or Ray) with one BLAS/OpenMP/torch thread; its
+    record carries the result as JSON text. A failure is returned (status "failed", one-line
+    error), not raised."""
+    limit_threads()
     record: dict[str, Any] = {"index": task["index"], "status": "ok", "error": None}
     start = time.perf_counter()
     try:
@@ -113,12 +115,6 @@ def call_unit(task: Mapping[str, Any]) -> dict[str, Any]:
         record.update(status="failed", error=f"{type(exc).__name__}: {_one_line(exc)}")
     record["seconds"] = round(time.perf_counter() - start, 3)
     return record
-
-
-def run_unit(task: Mapping[str, Any]) -> dict[str, Any]:
-    """`call_unit` in a worker (local pool or Ray): one BLAS/OpenMP/torch thread."""
-    limit_threads()
-    return call_unit(task)
 
 
 def _lost(task: Mapping[str, Any], exc: BaseException) -> dict[str, Any]:
@@ -142,10 +138,12 @@ def run_units(
     all results in the order of `units` (a stored result is read back, a new one is returned
     as it reads back from its file).
 
-    backend "local": a process pool of `workers` (default: the CPU count); one unit to run, or
-    one worker, runs in this process. backend "ray": Ray tasks (`address`: a cluster, else a
-    local instance). `progress(unit, record)` is called as each unit finishes (record: status,
-    error, seconds). Raises `UnitsFailed` once every unit has finished if any failed."""
+    backend "local": a process pool of `workers` (default: the CPU count), also for one worker,
+    so that every unit runs with one BLAS thread and its result does not depend on the number
+    of workers (a multi-threaded BLAS rounds differently). backend "ray": Ray tasks
+    (`address`: a cluster, else a local instance). `progress(unit, record)` is called as each
+    unit finishes (record: status, error, seconds). Raises `UnitsFailed` once every unit has
+    finished if any failed."""
     if backend not in BACKENDS:
         raise SweepError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     paths = [os.path.abspath(u.path) for u in units]
@@ -170,9 +168,6 @@ def run_units(
     n = workers or os.cpu_count() or 1
     if backend == "ray":
         run_ray(tasks, n, address, report, fn=run_unit, lost=_lost)
-    elif min(n, len(tasks)) <= 1:
-        for task in tasks:
-            report(call_unit(task))
     else:
         run_local(tasks, n, [], report, fn=run_unit, lost=_lost)
     if failed:
