@@ -36,12 +36,14 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Qiao & Wang, Offline RL with Differential Privacy",
             "Figure 1(a): suboptimality vs K of PEVI, VAPVI and DP-VAPVI on the linear MDP",
             "privrl.experiments.qiao_wang:fig1a",
+            sweep=True,
         ),
         Reproduction(
             "qiao-wang-fig1b",
             "Qiao & Wang, Offline RL with Differential Privacy",
             "Figure 1(b): DP-VAPVI at ρ ∈ {0.5, 1, 5, 10, 50} vs K on the linear MDP",
             "privrl.experiments.qiao_wang:fig1b",
+            sweep=True,
         ),
         Reproduction(
             "dp-apvi-tabular",
