@@ -20,6 +20,7 @@ This module imports nothing heavy at import time (worker processes import it fir
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -173,6 +174,15 @@ def run_units(
     if failed:
         raise UnitsFailed([(units[i], failed[i]) for i in sorted(failed)])
     return results
+
+
+def keyed_unit(root: str | Path, name: str, target: str, kwargs: Mapping[str, Any]) -> Unit:
+    """A unit whose result file is `root/NAME-HASH.json`, HASH a digest of its target and
+    arguments: a changed unit never reads another's result, an unchanged one is reused."""
+    plain = json.loads(json.dumps(kwargs))
+    text = json.dumps([target, plain], sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return Unit(Path(root) / f"{name}-{digest}.json", target, plain)
 
 
 def log_progress(prefix: str) -> Callable[[Unit, dict[str, Any]], None]:
