@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from privrl.runs.sweep import SweepError
-from privrl.runs.units import Unit, UnitsFailed, pending, run_units
+from privrl.runs.units import Unit, UnitsFailed, keyed_unit, pending, run_units
 from tests.runs import unit_toys
 
 DRAW = "tests.runs.unit_toys:draw"
@@ -82,3 +82,11 @@ def test_ray_backend_gives_the_same_results(tmp_path: Path) -> None:
     ray = run_units(_units(tmp_path / "ray", [5, 6]), backend="ray", workers=2)
     assert ray == local
     assert json.loads((tmp_path / "ray" / "draw-6.json").read_text()) == local[1]
+
+
+def test_keyed_units_are_named_by_their_arguments(tmp_path: Path) -> None:
+    a = keyed_unit(tmp_path, "draw", DRAW, {"seed": 1})
+    assert a == keyed_unit(tmp_path, "draw", DRAW, {"seed": 1})  # stable: reused on a rerun
+    b = keyed_unit(tmp_path, "draw", DRAW, {"seed": 2})
+    assert a.path != b.path and a.path.name.startswith("draw-") and a.path.suffix == ".json"
+    assert run_units([a, b], workers=1) == [unit_toys.draw(1), unit_toys.draw(2)]

@@ -21,7 +21,7 @@ class Reproduction:
     paper: str
     what: str
     target: str  # "module:function"; the function takes (out: Path, *, seeds, quick, ...)
-    sweep: bool = False  # runs on the sweep runner: also takes backend= and workers=
+    sweep: bool = False  # runs on the sweep runner (system or function cells): backend=, workers=
 
     def load(self) -> Callable[..., object]:
         module, func = self.target.split(":")
@@ -50,18 +50,21 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Qiao & Wang, Offline RL with Differential Privacy",
             "our study: APVI vs DP-APVI (Gaussian/Laplace, Bernstein/Hoeffding) vs n, random MDPs",
             "privrl.experiments.dp_apvi_tabular:run",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig1a",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 1(a): chain, MSPBE vs m for GPOPE, DP-LSW, DP-LSL",
             "privrl.experiments.gpope:fig1a",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig1b",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 1(b): chain, MSPBE vs step size at fixed m",
             "privrl.experiments.gpope:fig1b",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig2a",
@@ -89,6 +92,7 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "ours: GPOPE with the paper's Lemma 1 vs rigorous accounting",
             "privrl.experiments.gpope:accounting",
+            sweep=True,
         ),
         Reproduction(
             "sdp-pe-fig4",
@@ -190,8 +194,10 @@ def reproduce(
     seeds (default: the report's) from base seed `seed`; returns the report's path.
 
     `target` "all" regenerates every reproduction in turn (into docs/reproductions/ID), then
-    the gallery. `backend` ("local" | "ray") and `workers` apply to the reproductions that run
-    on the sweep runner; the others run in this process."""
+    the gallery. `backend` ("local" | "ray") and `workers` say where the reproduction's cells
+    run: every reproduction runs on the sweep runner (system cells, or function cells for the
+    Monte-Carlo studies, `privrl.runs.units`), so `reproduce("all", backend="ray")` regenerates
+    every report on Ray."""
     from privrl.experiments.checks import InputError, check_int, check_out_dir
 
     if target == "all":
