@@ -72,21 +72,15 @@ __all__ = ["StudyConfig", "run"]
 
 
 def run(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
 ) -> Path:
     """Run the study and write ``report.md``, plots and metrics to ``out``; returns the report.
     Each tuning instance, then each evaluation seed, is a function cell on the sweep runner
-    (`backend`, `workers`), cached in ``$PRIVRL_CACHE/reproduce/dp-apvi-tabular/``."""
+    (`where`: backend=, workers=), cached in ``$PRIVRL_CACHE/reproduce/dp-apvi-tabular/``."""
     cfg = StudyConfig.quick(seed) if quick else StudyConfig(base_seed=seed)
     if seeds is not None:
         cfg.seeds = int(seeds)
-    return run_study(cfg, Path(out), quick=quick, backend=backend, workers=workers)
+    return run_study(cfg, Path(out), quick=quick, **where)
 
 
 def run_study(
@@ -94,21 +88,21 @@ def run_study(
     out: Path,
     *,
     quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
+    **where: Any,
 ) -> Path:
+    """The study at `cfg` into `out`; `where`: the sweep runner's backend= and workers=."""
     console = Console()
     t_start = time.perf_counter()
     rundir = RunDir(out)
     variants = _variants(cfg)
-    tuned, tuning_table, tuning_runs = _tune(cfg, backend=backend, workers=workers)
+    tuned, tuning_table, tuning_runs = _tune(cfg, **where)
     args = {"cfg": asdict(cfg), "tuned": tuned}
     units = [
         keyed_unit(_root(), f"seed{i}", UNITS + "unit_seed", {**args, "seed": i})
         for i in range(cfg.seeds)
     ]
     progress = log_progress("dp-apvi-tabular: evaluating")
-    results = run_units(units, backend=backend, workers=workers, progress=progress)
+    results = run_units(units, **where, progress=progress)
     rows: list[dict[str, Any]] = [r for res in results for r in res["rows"]]
     ablation_rows: list[dict[str, Any]] = [r for res in results for r in res["ablation"]]
     agg = _aggregate(rows)

@@ -6,6 +6,7 @@ import functools
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from privrl.experiments.claims import with_kinds
 from privrl.experiments.gpope.chain import _Chain
@@ -102,13 +103,7 @@ def relation_table(rows: Sequence[dict[str, float]]) -> list[str]:
 
 
 def accounting(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
 ) -> Path:
     """Paper vs rigorous accounting: σ each needs, the true ε of the paper's σ, and MSPBE (each
     (ε, m, mode) point a function cell on the sweep runner, `chain_units`)."""
@@ -163,7 +158,7 @@ def accounting(
         }
         name = f"point-m{m}-eps{eps:g}-{mode}"
         specs.append((name, "unit_point", {"cfg": plain, "m": m, "fig": 3, **point}))
-    results = run_chain_units("accounting", quick, specs, backend=backend, workers=workers)
+    results = run_chain_units("accounting", quick, specs, **where)
     for (eps, m, mode), res in zip(points, results, strict=True):
         for row in res["rows"]:
             acc.add(**row)

@@ -212,13 +212,7 @@ def _chain_point(
 
 
 def fig1a(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
 ) -> Path:
     """Figure 1(a): chain, MSPBE vs m for GPOPE (tuned, 0.1×, 10×), V1, V2 at ε = 0.1, with
     minibatch GPOPE and LSTD-OP at ε ∈ {0.1, 1} beside them. Each m's paper-mode point, each
@@ -245,7 +239,7 @@ def fig1a(
         for m in ms
     ]
     specs += [(f"lstd-op-m{m}", "unit_lstd_op", {"cfg": plain, "m": m}) for m in ms]
-    results = run_chain_units("fig1a", quick, specs, backend=backend, workers=workers)
+    results = run_chain_units("fig1a", quick, specs, **where)
     acc = _Acc([r for res in results for r in res["rows"]])
     facts = [res["facts"] for res in results[: len(ms)]]
     mb_facts = [res["facts"] for res in results[len(ms) : len(specs) - len(ms)]]
@@ -336,13 +330,7 @@ def _report_wall_time(path: Path) -> float:
 
 
 def fig1b(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
 ) -> Path:
     """Figure 1(b): chain, MSPBE vs step size at fixed m (ε = 0.1); the GP trials and the
     references are two function cells (`chain_units`)."""
@@ -356,7 +344,7 @@ def fig1b(
         ("fig1b-gp", "unit_fig1b_gp", {"cfg": plain, "m": m, "etas": etas}),
         ("fig1b-refs", "unit_fig1b_refs", {"cfg": plain, "m": m}),
     ]
-    gp, refs = run_chain_units("fig1b", quick, specs, backend=backend, workers=workers)
+    gp, refs = run_chain_units("fig1b", quick, specs, **where)
     acc = _Acc([*gp["rows"], *refs["rows"]])
     return _write_fig1b(out, chain, cfg, acc, gp["facts"], seconds=time.time() - t0)
 

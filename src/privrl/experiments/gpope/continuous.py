@@ -268,19 +268,12 @@ FIGURES: dict[str, FigureSpec] = {
 
 
 def run_figure(
-    spec: FigureSpec,
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
-    dry: bool = False,
+    spec: FigureSpec, out: Path, *, seeds: int | None = None, seed: int = 0, **options: Any
 ) -> Any:
-    """One continuous-domain figure from its spec (quick: a smoke scale, numbers not final);
-    its units run on the sweep runner (`backend`, `workers`). `dry`: the number of units that
-    would be computed (none is)."""
+    """One continuous-domain figure from its spec. `options`: quick (a smoke scale, numbers
+    not final), backend and workers (where its units run on the sweep runner), dry (return the
+    number of units that would be computed, computing none)."""
+    quick = bool(options.pop("quick", False))
     cont = _cont_scale(quick, spec.scale)
     cfg = _cfg(seeds, seed, quick, cont.trials)
     return _continuous(
@@ -298,52 +291,27 @@ def run_figure(
         paper_lines=[spec.paper_line],
         claims_fn=lambda t, ms, eg, z: _ratio_claims(t, ms, eg, z, **RATIO_CLAIMS[spec.figure]),
         notes=spec.notes,
-        backend=backend,
-        workers=workers,
-        dry=dry,
+        **options,
     )
 
 
-def fig2a(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
-) -> Path:
-    """Figure 2(a): Mountain Car on-policy — GP vs V1 (aggregation, approximate) vs LSTD."""
-    return run_figure(
-        FIGURES["fig2a"], out, seeds=seeds, seed=seed, quick=quick, backend=backend, workers=workers
-    )
+def _entry(name: str, doc: str) -> Callable[..., Path]:
+    """The `privrl reproduce gpope-NAME` entry point of a figure spec."""
+
+    def entry(
+        out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
+    ) -> Path:
+        return run_figure(FIGURES[name], out, seeds=seeds, seed=seed, quick=quick, **where)
+
+    entry.__name__ = entry.__qualname__ = name
+    entry.__doc__ = doc
+    return entry
 
 
-def fig3b(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
-) -> Path:
-    """Figure 3(b): Mountain Car off-policy — GP at several ε vs off-policy LSTD."""
-    return run_figure(
-        FIGURES["fig3b"], out, seeds=seeds, seed=seed, quick=quick, backend=backend, workers=workers
-    )
-
-
-def fig4(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
-) -> Path:
-    """Figure 4: HIV off-policy, relative MSPBE = MSPBE / r̄²."""
-    return run_figure(
-        FIGURES["fig4"], out, seeds=seeds, seed=seed, quick=quick, backend=backend, workers=workers
-    )
+fig2a = _entry(
+    "fig2a", "Figure 2(a): Mountain Car on-policy — GP vs V1 (aggregation, approximate) vs LSTD."
+)
+fig3b = _entry(
+    "fig3b", "Figure 3(b): Mountain Car off-policy — GP at several ε vs off-policy LSTD."
+)
+fig4 = _entry("fig4", "Figure 4: HIV off-policy, relative MSPBE = MSPBE / r̄².")

@@ -84,16 +84,11 @@ __all__ = ["fig1a", "fig1b"]
 
 
 def fig1a(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
 ) -> Path:
     """Figure 1(a): PEVI, VAPVI and DP-VAPVI (ρ = 1) vs K; writes report.md and returns it.
-    Each (instance, seed) of its grids is a function cell on the sweep runner (`backend`)."""
+    Each (instance, seed) of its grids is a function cell on the sweep runner (`where`:
+    backend=, workers=)."""
     run = RunDir(out)
     setup = _setup(seeds, seed, quick, extended=True)
     algorithms: dict[str, list[Any]] = {
@@ -107,7 +102,6 @@ def fig1a(
         "diag: DP-VAPVI unscaled φ": ["dp-unscaled", RHO_A],
     }
     extended = tuple(a for a in EXTENDED_ALGORITHMS if a != DK_ON)
-    where = {"backend": backend, "workers": workers}
     t0 = time.perf_counter()
     # Full runs are cached per (instance, seed) and resume: the grid without the D/K term, the
     # D/K constant on its own public instances, then DP-VAPVI + D/K at that constant (same
@@ -367,13 +361,7 @@ def _dk_section(
 
 
 def fig1b(
-    out: Path,
-    *,
-    seeds: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    backend: str = "local",
-    workers: int | None = None,
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
 ) -> Path:
     """Figure 1(b): DP-VAPVI at ρ ∈ {0.5, 1, 5, 10, 50} vs K (VAPVI as reference)."""
     run = RunDir(out)
@@ -383,7 +371,7 @@ def fig1b(
     for r in rhos:
         algorithms[_rho_name(r)] = ["dp", r]
     t0 = time.perf_counter()
-    rows = _run_grid(setup, algorithms, label="qiao-wang-fig1b", backend=backend, workers=workers)
+    rows = _run_grid(setup, algorithms, label="qiao-wang-fig1b", **where)
     seconds = time.perf_counter() - t0
     agg = _aggregate(rows)
     zero = _aggregate(rows, "zero_q")
