@@ -87,25 +87,37 @@ def test_claims_json_carries_the_kind(tmp_path) -> None:
     assert len(claims.rows) == 2 + len(rows)
 
 
-def test_point_cache_resumes_and_skips(tmp_path, monkeypatch) -> None:
-    """A finished unit is computed once and then read back (an interrupted run resumes);
-    with `only`, other missing units are skipped, not computed; another configuration has
-    its own folder."""
-    from privrl.experiments.gpope.continuous import _PointCache
+def test_units_keep_the_cache_layout_and_a_dry_run_computes_nothing(tmp_path, monkeypatch) -> None:
+    """The units of a figure are function cells whose result files keep the historic layout
+    (reproduce/gpope-FIG/{quick,full}/DIGEST/{tune,refs,gp,np}-*.json, DIGEST from the run's
+    key), so finished full-scale units are reused unchanged; a dry run counts the units to
+    compute and computes none (here: every unit of an empty cache)."""
+    from privrl.experiments.gpope.continuous import FIGURES, run_figure
+    from privrl.experiments.gpope.continuous_units import _stages
 
     monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path))
-    calls: list[str] = []
-
-    def unit(name: str):
-        return lambda: calls.append(name) or [1.0, 2.0]
-
-    c = _PointCache("fig2a", False, {"a": 1})
-    assert c.get("gp-x", unit("gp-x")) == [1.0, 2.0]
-    again = _PointCache("fig2a", False, {"a": 1})
-    assert again.get("gp-x", unit("gp-x")) == [1.0, 2.0] and calls == ["gp-x"]
-    part = _PointCache("fig2a", False, {"a": 1}, only=["np"])
-    assert part.get("tune", unit("tune")) is None and part.skipped == {"tune"}
-    assert part.get("gp-x", unit("gp-x")) == [1.0, 2.0] and calls == ["gp-x"]
-    other = _PointCache("fig2a", False, {"a": 2})
-    assert other.root != c.root and other.get("gp-x", unit("gp-x")) == [1.0, 2.0]
-    assert calls == ["gp-x", "gp-x"]
+    # the digests of the committed full-scale reports' unit folders
+    digests = {"fig2a": "2b08678796284f1d", "fig3b": "03d224e8231e39eb", "fig4": "1681065244e2d898"}
+    for name, digest in digests.items():
+        # full scale: 3 ε → 3 tunings + refs, then 3 trial units + non-private
+        assert run_figure(FIGURES[name], tmp_path / name, dry=True) == 8
+        root = tmp_path / "reproduce" / f"gpope-{name}" / "full" / digest
+        assert (root / "key.json").is_file() and not list(root.glob("*-m*.json"))
+    assert run_figure(FIGURES["fig2a"], tmp_path / "q", quick=True, dry=True) == 6
+    root = next((tmp_path / "reproduce" / "gpope-fig2a" / "quick").iterdir())
+    ctx = json.loads((root / "key.json").read_text())
+    first = [u.path.name for u in _stages(ctx, root)]
+    assert first == ["tune-m50-eps0.1.json", "tune-m50-eps1.json", "refs-m50.json"]
+    fact = {"eta": 0.01, "h": 1.0, "nonprivate_eta": 0.1}
+    tuned = {(50, 0.1): fact, (50, 1.0): fact}
+    second = _stages(ctx, root, tuned)
+    assert [u.path.name for u in second] == [
+        "gp-m50-eps0.1.json",
+        "gp-m50-eps1.json",
+        "np-m50.json",
+    ]
+    assert all(u.target.startswith("privrl.experiments.gpope.continuous_units:") for u in second)
+    # finished stage-1 units: the dry run counts only stage 2's missing units
+    for name in first:
+        (root / name).write_text(json.dumps(fact if name.startswith("tune") else []))
+    assert run_figure(FIGURES["fig2a"], tmp_path / "q", quick=True, dry=True) == 3

@@ -29,11 +29,11 @@ def reproduce(
     backend: str = typer.Option(
         "local",
         "--backend",
-        help="local | ray: where a sweep-based reproduction runs its cells (the others run "
-        "in this process).",
+        help="local | ray: where the reproduction runs its cells (every reproduction runs on "
+        "the sweep runner; `reproduce all --backend ray` regenerates every report on Ray).",
     ),
     workers: int = typer.Option(
-        None, "--workers", "-j", help="Parallel cells of a sweep-based reproduction."
+        None, "--workers", "-j", help="Parallel cells (default: the CPU count)."
     ),
     list_: bool = typer.Option(False, "--list", help="List the available reproductions."),
     index: bool = typer.Option(

@@ -21,7 +21,7 @@ class Reproduction:
     paper: str
     what: str
     target: str  # "module:function"; the function takes (out: Path, *, seeds, quick, ...)
-    sweep: bool = False  # runs on the sweep runner: also takes backend= and workers=
+    sweep: bool = False  # runs on the sweep runner (system or function cells): backend=, workers=
 
     def load(self) -> Callable[..., object]:
         module, func = self.target.split(":")
@@ -36,54 +36,63 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "Qiao & Wang, Offline RL with Differential Privacy",
             "Figure 1(a): suboptimality vs K of PEVI, VAPVI and DP-VAPVI on the linear MDP",
             "privrl.experiments.qiao_wang:fig1a",
+            sweep=True,
         ),
         Reproduction(
             "qiao-wang-fig1b",
             "Qiao & Wang, Offline RL with Differential Privacy",
             "Figure 1(b): DP-VAPVI at ρ ∈ {0.5, 1, 5, 10, 50} vs K on the linear MDP",
             "privrl.experiments.qiao_wang:fig1b",
+            sweep=True,
         ),
         Reproduction(
             "dp-apvi-tabular",
             "Qiao & Wang, Offline RL with Differential Privacy",
             "our study: APVI vs DP-APVI (Gaussian/Laplace, Bernstein/Hoeffding) vs n, random MDPs",
             "privrl.experiments.dp_apvi_tabular:run",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig1a",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 1(a): chain, MSPBE vs m for GPOPE, DP-LSW, DP-LSL",
             "privrl.experiments.gpope:fig1a",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig1b",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 1(b): chain, MSPBE vs step size at fixed m",
             "privrl.experiments.gpope:fig1b",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig2a",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 2(a): Mountain Car on-policy, GPOPE vs DP-LSW vs LSTD",
             "privrl.experiments.gpope:fig2a",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig3b",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 3(b): Mountain Car off-policy, GPOPE at several ε vs LSTD(0)",
             "privrl.experiments.gpope:fig3b",
+            sweep=True,
         ),
         Reproduction(
             "gpope-fig4",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "Figure 4: HIV treatment, relative MSPBE",
             "privrl.experiments.gpope:fig4",
+            sweep=True,
         ),
         Reproduction(
             "gpope-accounting",
             "Xie, Thomas & Miklau, Privacy Preserving Off-Policy Evaluation",
             "ours: GPOPE with the paper's Lemma 1 vs rigorous accounting",
             "privrl.experiments.gpope:accounting",
+            sweep=True,
         ),
         Reproduction(
             "sdp-pe-fig4",
@@ -185,8 +194,10 @@ def reproduce(
     seeds (default: the report's) from base seed `seed`; returns the report's path.
 
     `target` "all" regenerates every reproduction in turn (into docs/reproductions/ID), then
-    the gallery. `backend` ("local" | "ray") and `workers` apply to the reproductions that run
-    on the sweep runner; the others run in this process."""
+    the gallery. `backend` ("local" | "ray") and `workers` say where the reproduction's cells
+    run: every reproduction runs on the sweep runner (system cells, or function cells for the
+    Monte-Carlo studies, `privrl.runs.units`), so `reproduce("all", backend="ray")` regenerates
+    every report on Ray."""
     from privrl.experiments.checks import InputError, check_int, check_out_dir
 
     if target == "all":

@@ -514,9 +514,18 @@ def _thread_env() -> Iterator[None]:
 
 
 def run_local(
-    tasks: list[dict[str, Any]], workers: int, imports: Sequence[str], report: Report
+    tasks: list[dict[str, Any]],
+    workers: int,
+    imports: Sequence[str],
+    report: Report,
+    *,
+    fn: Callable[[Any], dict[str, Any]] | None = None,
+    lost: Callable[[Any, BaseException], dict[str, Any]] | None = None,
 ) -> None:
-    """Run the tasks on a process pool ("spawn": torch and fork do not mix)."""
+    """Run the tasks on a process pool ("spawn": torch and fork do not mix).
+
+    `fn` (default `run_cell`, a top-level function) runs one task and returns its record;
+    `lost(task, exc)` (default `_lost`) is the record of a task whose worker died."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -531,7 +540,7 @@ def run_local(
             initargs=(list(imports),),
         )
         try:
-            pending = {pool.submit(run_cell, t): t for t in tasks}
+            pending = {pool.submit(fn or run_cell, t): t for t in tasks}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -539,7 +548,7 @@ def run_local(
                     try:
                         record = future.result()
                     except Exception as exc:  # the worker died (killed, out of memory)
-                        record = _lost(task, exc)
+                        record = (lost or _lost)(task, exc)
                     report(record)
         except BaseException:  # Ctrl-C or SIGTERM: stop the workers, keep what finished
             for process in list(getattr(pool, "_processes", {}).values()):
@@ -585,8 +594,12 @@ def run_ray(
     workers: int,
     address: str | None,
     report: Report,
+    *,
+    fn: Callable[[Any], dict[str, Any]] | None = None,
+    lost: Callable[[Any, BaseException], dict[str, Any]] | None = None,
 ) -> None:
-    """Run the tasks as Ray tasks (one CPU each), gathered as they finish (`ray.wait`).
+    """Run the tasks as Ray tasks (one CPU each), gathered as they finish (`ray.wait`);
+    `fn` and `lost` as in `run_local`.
 
     Uses the Ray session of this process if there is one (then leaves it running), else
     starts one with `ray_init` and shuts it down at the end."""
@@ -598,7 +611,7 @@ def run_ray(
         ray_init(workers, address)
     pending: dict[Any, dict[str, Any]] = {}
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_cell)
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn or run_cell)
         pending = {remote.remote(t): t for t in tasks}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -607,7 +620,7 @@ def run_ray(
                 try:
                     record = ray.get(ref)
                 except Exception as exc:  # the worker died
-                    record = _lost(task, exc)
+                    record = (lost or _lost)(task, exc)
                 report(record)
     except BaseException:
         for ref in pending:  # Ctrl-C: stop the running cells (they stay unfinished)

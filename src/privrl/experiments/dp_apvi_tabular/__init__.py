@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import Progress
 
 from privrl.experiments.claims import write_claims
 from privrl.experiments.dp_apvi_tabular.plots import _plot_curves, _plot_gaps, _plot_tuning
@@ -53,10 +52,8 @@ from privrl.experiments.dp_apvi_tabular.study import (
     StudyConfig,
     _aggregate,
     _aggregate_ablation,
-    _evaluate,
     _fit_slope,
-    _Instance,
-    _threshold_ablation,
+    _root,
     _tune,
     _variants,
 )
@@ -67,36 +64,47 @@ from privrl.experiments.dp_apvi_tabular.summary import (
     gallery_claims,
 )
 from privrl.experiments.rundir import RunDir
+from privrl.runs.units import keyed_unit, log_progress, run_units
+
+UNITS = "privrl.experiments.dp_apvi_tabular.study:"
 
 __all__ = ["StudyConfig", "run"]
 
 
-def run(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
-    """Run the study and write ``report.md``, plots and metrics to ``out``; returns the report."""
+def run(
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
+) -> Path:
+    """Run the study and write ``report.md``, plots and metrics to ``out``; returns the report.
+    Each tuning instance, then each evaluation seed, is a function cell on the sweep runner
+    (`where`: backend=, workers=), cached in ``$PRIVRL_CACHE/reproduce/dp-apvi-tabular/``."""
     cfg = StudyConfig.quick(seed) if quick else StudyConfig(base_seed=seed)
     if seeds is not None:
         cfg.seeds = int(seeds)
-    return run_study(cfg, Path(out), quick=quick)
+    return run_study(cfg, Path(out), quick=quick, **where)
 
 
-def run_study(cfg: StudyConfig, out: Path, *, quick: bool = False) -> Path:
+def run_study(
+    cfg: StudyConfig,
+    out: Path,
+    *,
+    quick: bool = False,
+    **where: Any,
+) -> Path:
+    """The study at `cfg` into `out`; `where`: the sweep runner's backend= and workers=."""
     console = Console()
     t_start = time.perf_counter()
     rundir = RunDir(out)
     variants = _variants(cfg)
-    with Progress(console=console, transient=True) as progress:
-        tuned, tuning_table, tuning_runs = _tune(cfg, variants, progress)
-        settings = [(b, "theory", 1.0) for b in cfg.bonuses] + [
-            (b, "tuned", tuned[b]) for b in cfg.bonuses
-        ]
-        task = progress.add_task("evaluating", total=cfg.seeds)
-        rows: list[dict[str, Any]] = []
-        ablation_rows: list[dict[str, Any]] = []
-        for i in range(cfg.seeds):
-            inst = _Instance(cfg, i)
-            rows.extend(_evaluate(inst, cfg, variants, settings))
-            ablation_rows.extend(_threshold_ablation(inst, cfg, cfg.bonuses[0], tuned))
-            progress.advance(task)
+    tuned, tuning_table, tuning_runs = _tune(cfg, **where)
+    args = {"cfg": asdict(cfg), "tuned": tuned}
+    units = [
+        keyed_unit(_root(), f"seed{i}", UNITS + "unit_seed", {**args, "seed": i})
+        for i in range(cfg.seeds)
+    ]
+    progress = log_progress("dp-apvi-tabular: evaluating")
+    results = run_units(units, **where, progress=progress)
+    rows: list[dict[str, Any]] = [r for res in results for r in res["rows"]]
+    ablation_rows: list[dict[str, Any]] = [r for res in results for r in res["ablation"]]
     agg = _aggregate(rows)
     ablation = _aggregate_ablation(ablation_rows, agg, cfg.bonuses[0])
     slopes = [

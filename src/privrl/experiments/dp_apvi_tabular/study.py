@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from rich.progress import Progress
 
 from privrl.envs.tabular import Episodes, TabularMDP, behaviour_policy_full_support
 from privrl.offline.apvi import (
@@ -226,18 +225,54 @@ def _aggregate_ablation(
     return out
 
 
+def _root() -> Any:
+    """The folder of the study's unit results in the project cache (each file is named by its
+    unit's full configuration, `keyed_unit`)."""
+    from privrl.data.paths import cache_dir
+
+    return cache_dir() / "reproduce" / "dp-apvi-tabular"
+
+
+def _config_of(cfg: dict[str, Any]) -> StudyConfig:
+    return StudyConfig(**cfg)
+
+
+def unit_tuning(cfg: dict[str, Any], j: int) -> list[dict[str, Any]]:
+    """Tuning instance j (seed TUNING_SEED_OFFSET + j): every variant at every grid scale."""
+    c = _config_of(cfg)
+    settings = [(b, "grid", s) for b in c.bonuses for s in c.scale_grid]
+    return _evaluate(_Instance(c, TUNING_SEED_OFFSET + j), c, _variants(c), settings)
+
+
+def unit_seed(cfg: dict[str, Any], seed: int, tuned: dict[str, float]) -> dict[str, Any]:
+    """Evaluation seed i: every variant at the theory and the tuned scales, and the
+    threshold-only ablation."""
+    c = _config_of(cfg)
+    inst = _Instance(c, seed)
+    settings = [(b, "theory", 1.0) for b in c.bonuses] + [(b, "tuned", tuned[b]) for b in c.bonuses]
+    return {
+        "rows": _evaluate(inst, c, _variants(c), settings),
+        "ablation": _threshold_ablation(inst, c, c.bonuses[0], tuned),
+    }
+
+
 def _tune(
-    cfg: StudyConfig, variants: list[Variant], progress: Progress | None
+    cfg: StudyConfig, *, backend: str = "local", workers: int | None = None
 ) -> tuple[dict[str, float], list[dict[str, Any]], int]:
-    """Pick one bonus scale per bonus type on separate instances (never the evaluation data)."""
-    settings = [(b, "grid", s) for b in cfg.bonuses for s in cfg.scale_grid]
-    rows: list[dict[str, Any]] = []
-    task = progress.add_task("tuning the bonus scale", total=cfg.tuning_seeds) if progress else None
-    for j in range(cfg.tuning_seeds):
-        inst = _Instance(cfg, TUNING_SEED_OFFSET + j)
-        rows.extend(_evaluate(inst, cfg, variants, settings))
-        if progress is not None and task is not None:
-            progress.advance(task)
+    """Pick one bonus scale per bonus type on separate instances (never the evaluation data);
+    each tuning instance is a function cell (`unit_tuning`) on the sweep runner."""
+    from dataclasses import asdict
+
+    from privrl.runs.units import keyed_unit, log_progress, run_units
+
+    target = f"{__name__}:unit_tuning"
+    units = [
+        keyed_unit(_root(), f"tuning{j}", target, {"cfg": asdict(cfg), "j": j})
+        for j in range(cfg.tuning_seeds)
+    ]
+    progress = log_progress("dp-apvi-tabular: tuning the bonus scale")
+    results = run_units(units, backend=backend, workers=workers, progress=progress)
+    rows: list[dict[str, Any]] = [r for res in results for r in res]
     chosen: dict[str, float] = {}
     table = []
     for b in cfg.bonuses:

@@ -6,9 +6,11 @@ import functools
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from privrl.experiments.claims import with_kinds
-from privrl.experiments.gpope.chain import _Chain, _chain_point
+from privrl.experiments.gpope.chain import _Chain
+from privrl.experiments.gpope.chain_units import cfg_json, run_chain_units
 from privrl.experiments.gpope.common import (
     CHAIN_EPS,
     CHAIN_TRIALS,
@@ -100,8 +102,11 @@ def relation_table(rows: Sequence[dict[str, float]]) -> list[str]:
     return lines
 
 
-def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
-    """Paper vs rigorous accounting: σ each needs, the true ε of the paper's σ, and MSPBE."""
+def accounting(
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
+) -> Path:
+    """Paper vs rigorous accounting: σ each needs, the true ε of the paper's σ, and MSPBE (each
+    (ε, m, mode) point a function cell on the sweep runner, `chain_units`)."""
     t0 = time.time()
     cfg = _cfg(seeds, seed, quick, CHAIN_TRIALS)
     chain = _Chain()
@@ -137,40 +142,43 @@ def accounting(out: Path, *, seeds: int | None = None, seed: int = 0, quick: boo
     eps_list = (CHAIN_EPS,) if quick else (0.1, 1.0)
     acc = _Acc([])
     sig_rows = []
-    for eps in eps_list:
-        for m in ms:
-            n_iter = (2 if quick else ITER_PER_TRAJ) * m
-            for mode in ("paper", "rigorous"):
-                tuning, _ = _chain_point(
-                    chain,
-                    cfg,
-                    m,
-                    3,
-                    acc,
-                    step_factors=(1.0,),
-                    epsilon=eps,
-                    iterations=n_iter,
-                    repeats=1 if quick else 4,
-                    etas=ETAS[::3] if quick else ETAS,
-                    baselines=False,
-                    accounting=mode,
-                    label=f" {mode} ε={eps:g}",
-                )
-                for r in acc.rows:
-                    r.setdefault("epsilon", eps)
-                sig = tuning.sigma
-                sig_rows.append(
-                    {
-                        "epsilon": eps,
-                        "m": m,
-                        "N": n_iter,
-                        "mode": mode,
-                        "sigma": sig,
-                        "true_epsilon": rigorous_epsilon(sig, m, n_iter, DELTA, orders=cfg.orders),
-                        "h": tuning.clip,
-                        "eta": tuning.step.eta,
-                    }
-                )
+    plain = cfg_json(cfg)
+    points = [(eps, m, mode) for eps in eps_list for m in ms for mode in ("paper", "rigorous")]
+    specs = []
+    for eps, m, mode in points:
+        point = {
+            "step_factors": (1.0,),
+            "epsilon": eps,
+            "iterations": (2 if quick else ITER_PER_TRAJ) * m,
+            "repeats": 1 if quick else 4,
+            "etas": ETAS[::3] if quick else ETAS,
+            "baselines": False,
+            "accounting": mode,
+            "label": f" {mode} ε={eps:g}",
+        }
+        name = f"point-m{m}-eps{eps:g}-{mode}"
+        specs.append((name, "unit_point", {"cfg": plain, "m": m, "fig": 3, **point}))
+    results = run_chain_units("accounting", quick, specs, **where)
+    for (eps, m, mode), res in zip(points, results, strict=True):
+        for row in res["rows"]:
+            acc.add(**row)
+        for r in acc.rows:
+            r.setdefault("epsilon", eps)
+        tuning = res["facts"]
+        n_iter = tuning["N"]
+        sig = tuning["sigma"]
+        sig_rows.append(
+            {
+                "epsilon": eps,
+                "m": m,
+                "N": n_iter,
+                "mode": mode,
+                "sigma": sig,
+                "true_epsilon": rigorous_epsilon(sig, m, n_iter, DELTA, orders=cfg.orders),
+                "h": tuning["h"],
+                "eta": tuning["eta"],
+            }
+        )
     run = RunDir(out)
     series = {
         f"GP {mode}, ε = {eps:g}": [

@@ -1,8 +1,9 @@
 """GPOPE on the chain: Figure 1(a) (MSPBE vs m) and 1(b) (MSPBE vs step size).
 
 The chain with its exact model (`_Chain`), the trials of each figure (`_chain_point`: tune on a
-public sample, run GPOPE and the baselines at one m) and the entry points. Each figure can be
-rebuilt from its committed per-trial results (`fig1a_from_results`, `fig1b_from_results`): plot,
+public sample, run GPOPE and the baselines at one m) and the entry points, which run each
+point as a function cell on the sweep runner (`chain_units`). Each figure can be rebuilt
+from its committed per-trial results (`fig1a_from_results`, `fig1b_from_results`): plot,
 tables and claims come from the same writer as a full run (`chain_report`; the verdicts are
 `chain_claims`)."""
 
@@ -23,6 +24,7 @@ from privrl.envs.chain import ChainDomain
 from privrl.experiments.gpope import lstd_op_chain as op
 from privrl.experiments.gpope import minibatch_chain as mb
 from privrl.experiments.gpope.chain_report import _write_fig1a, _write_fig1b
+from privrl.experiments.gpope.chain_units import cfg_json, run_chain_units
 from privrl.experiments.gpope.common import (
     CHAIN_EPS,
     CHAIN_M,
@@ -209,33 +211,39 @@ def _chain_point(
     return tuning, facts
 
 
-def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
+def fig1a(
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
+) -> Path:
     """Figure 1(a): chain, MSPBE vs m for GPOPE (tuned, 0.1×, 10×), V1, V2 at ε = 0.1, with
-    minibatch GPOPE and LSTD-OP at ε ∈ {0.1, 1} beside them."""
+    minibatch GPOPE and LSTD-OP at ε ∈ {0.1, 1} beside them. Each m's paper-mode point, each
+    (m, ε) minibatch point and each m's LSTD-OP points is a function cell (`chain_units`)."""
     t0 = time.time()
     cfg = _cfg(seeds, seed, quick, CHAIN_TRIALS)
     chain = _Chain()
     ms = (100,) if quick else CHAIN_M
     factors = (1.0, 0.1, 10.0)
-    acc = _Acc([])
-    facts = []
+    plain = cfg_json(cfg)
+    specs = []
     for m in ms:
-        n_iter = (2 if quick else ITER_PER_TRAJ) * m
-        _, f = _chain_point(
-            chain,
-            cfg,
-            m,
-            1,
-            acc,
-            step_factors=factors,
-            epsilon=CHAIN_EPS,
-            iterations=n_iter,
-            repeats=1 if quick else 4,
-            etas=ETAS[::3] if quick else ETAS,
-        )
-        facts.append(f)
-    mb_facts = [mb.minibatch_point(chain, cfg, m, e, acc) for e in mb.EPSILONS for m in ms]
-    op_facts = op.lstd_op_points(chain, cfg, ms, acc)
+        point = {
+            "step_factors": factors,
+            "epsilon": CHAIN_EPS,
+            "iterations": (2 if quick else ITER_PER_TRAJ) * m,
+            "repeats": 1 if quick else 4,
+            "etas": ETAS[::3] if quick else ETAS,
+        }
+        specs.append((f"point-m{m}", "unit_point", {"cfg": plain, "m": m, "fig": 1, **point}))
+    specs += [
+        (f"minibatch-m{m}-eps{e:g}", "unit_minibatch", {"cfg": plain, "m": m, "epsilon": e})
+        for e in mb.EPSILONS
+        for m in ms
+    ]
+    specs += [(f"lstd-op-m{m}", "unit_lstd_op", {"cfg": plain, "m": m}) for m in ms]
+    results = run_chain_units("fig1a", quick, specs, **where)
+    acc = _Acc([r for res in results for r in res["rows"]])
+    facts = [res["facts"] for res in results[: len(ms)]]
+    mb_facts = [res["facts"] for res in results[len(ms) : len(specs) - len(ms)]]
+    op_facts = [f for res in results[len(specs) - len(ms) :] for f in res["facts"]]
     return _write_fig1a(
         out,
         chain,
@@ -321,14 +329,30 @@ def _report_wall_time(path: Path) -> float:
     return float(found.group(1)) if found else math.nan
 
 
-def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
-    """Figure 1(b): chain, MSPBE vs step size at fixed m (ε = 0.1)."""
+def fig1b(
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
+) -> Path:
+    """Figure 1(b): chain, MSPBE vs step size at fixed m (ε = 0.1); the GP trials and the
+    references are two function cells (`chain_units`)."""
     t0 = time.time()
     cfg = _cfg(seeds, seed, quick, CHAIN_TRIALS)
     chain = _Chain()
     m = 200 if quick else 1000
-    n_iter = (2 if quick else ITER_PER_TRAJ) * m
     etas = ETAS[::2] if quick else tuple(float(x) for x in np.geomspace(1e-5, 10.0, 13))
+    plain = cfg_json(cfg)
+    specs = [
+        ("fig1b-gp", "unit_fig1b_gp", {"cfg": plain, "m": m, "etas": etas}),
+        ("fig1b-refs", "unit_fig1b_refs", {"cfg": plain, "m": m}),
+    ]
+    gp, refs = run_chain_units("fig1b", quick, specs, **where)
+    acc = _Acc([*gp["rows"], *refs["rows"]])
+    return _write_fig1b(out, chain, cfg, acc, gp["facts"], seconds=time.time() - t0)
+
+
+def fig1b_gp(chain: _Chain, cfg: _Cfg, m: int, etas: Sequence[float], acc: _Acc) -> dict[str, Any]:
+    """Figure 1(b)'s GP trials: tune (h, η) on a public sample, run every step size; rows
+    into `acc`; returns the figure's configuration facts."""
+    n_iter = (2 if cfg.quick else ITER_PER_TRAJ) * m
     public = chain.sample(m, cfg.base, 2, 0, m)
     tuning = _tune(
         chain.stats(public),
@@ -336,9 +360,9 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         m=m,
         epsilon=CHAIN_EPS,
         iterations=n_iter,
-        repeats=1 if quick else 4,
+        repeats=1 if cfg.quick else 4,
         seed=cfg.base * 1000 + 2,
-        etas=ETAS[::3] if quick else ETAS,
+        etas=ETAS[::3] if cfg.quick else ETAS,
         source="sampled from the chain",
         orders=cfg.orders,
     )
@@ -354,12 +378,10 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         orders=cfg.orders,
     )
     vals = np.asarray(chain.system.mspbe(theta))
-    acc = _Acc([])
     for t in range(cfg.trials):
         for v, e in enumerate(etas):
             acc.add(m=m, method="GP", eta=e, trial=t, mspbe=float(vals[t, v]))
-    _fig1b_references(chain, cfg, m, acc)
-    conf = {
+    return {
         "figure": "fig1b",
         "m": m,
         "N": n_iter,
@@ -371,7 +393,6 @@ def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         "eta_tuned": tuning.step.eta,
         "sigma": tuning.sigma,
     }
-    return _write_fig1b(out, chain, cfg, acc, conf, seconds=time.time() - t0)
 
 
 def _fig1b_references(chain: _Chain, cfg: _Cfg, m: int, acc: _Acc) -> None:

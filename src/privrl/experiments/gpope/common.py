@@ -306,7 +306,7 @@ def _setup_lines(cfg: _Cfg, seconds: float, extra: Sequence[str]) -> list[str]:
         "for its data and SeedSequence([base, figure, 2, m]) for the GPOPE draws (recorded).",
         f"- δ = {DELTA:g}; unit: one trajectory; relation: replace-one (sensitivity 2h).",
         *extra,
-        f"- wall time: {seconds:.0f} s on this machine (2 cores, single process).",
+        f"- wall time: {seconds:.0f} s on this machine (2 cores; units on the sweep runner).",
     ]
 
 

@@ -25,7 +25,7 @@ from privrl.experiments.gpope.plots import Panel, mspbe_panels
 from privrl.experiments.rundir import RunDir
 
 if TYPE_CHECKING:
-    from privrl.experiments.gpope.continuous import _Cont
+    from privrl.experiments.gpope.continuous_units import _Cont
 
 
 def _write_continuous(

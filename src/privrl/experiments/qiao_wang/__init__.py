@@ -13,8 +13,9 @@ first K episodes, shared by every algorithm (common random numbers); DP-VAPVI's 
 C ∈ {0.1, 0.5, 1} is applied to all three algorithms alike (VAPVI/DP-VAPVI: C·√d; PEVI: C·dH√ζ,
 its theory coefficient); every C is reported, none is tuned. Matrix noise is ``strict``; λ = 1;
 no additive D/K bonus except in the D/K-on variant; no data split. Mean ± standard error over
-seeds. Full runs cache each (instance, seed) in ``$PRIVRL_CACHE/reproduce/qiao-wang/`` and
-resume after an interruption.
+seeds. Each (instance, seed) of a grid is a function cell (`privrl.runs.units`) run on the
+sweep runner's local pool or Ray (``--backend``, ``--workers``); full runs cache each in
+``$PRIVRL_CACHE/reproduce/qiao-wang/`` and resume after an interruption.
 
 Besides the paper's curves, ``fig1a`` runs pre-registered diagnostics that explain the
 results: DP-VAPVI with only its PD shift E/2 (no noise) and with only its noise (no shift);
@@ -48,21 +49,13 @@ from privrl.experiments.qiao_wang.grid import (
     PEVI_XI,
     RHO_A,
     RHOS_B,
-    Runner,
     _aggregate,
-    _diag_runner,
-    _dp_dk_runner,
-    _dp_runner,
-    _dp_unscaled,
     _mean,
-    _pevi_matched_runner,
-    _pevi_runner,
-    _run_with_progress,
+    _run_grid,
     _Setup,
     _setup,
-    _vapvi_runner,
-    _vapvi_unscaled,
     cell_cpu_seconds,
+    dk_spec,
     grid_cache,
 )
 from privrl.experiments.qiao_wang.investigation import _investigation_a
@@ -90,19 +83,23 @@ from privrl.privacy.accounting import zcdp_to_dp
 __all__ = ["fig1a", "fig1b"]
 
 
-def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
-    """Figure 1(a): PEVI, VAPVI and DP-VAPVI (ρ = 1) vs K; writes report.md and returns it."""
+def fig1a(
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
+) -> Path:
+    """Figure 1(a): PEVI, VAPVI and DP-VAPVI (ρ = 1) vs K; writes report.md and returns it.
+    Each (instance, seed) of its grids is a function cell on the sweep runner (`where`:
+    backend=, workers=)."""
     run = RunDir(out)
     setup = _setup(seeds, seed, quick, extended=True)
-    algorithms: dict[str, Runner] = {
-        "PEVI": _pevi_runner,
-        "VAPVI": _vapvi_runner,
-        "DP-VAPVI": _dp_runner(RHO_A),
-        "diag: DP-VAPVI shift only": _diag_runner("shift", RHO_A),
-        "diag: DP-VAPVI noise only": _diag_runner("noise", RHO_A),
-        "diag: PEVI β=C√d": _pevi_matched_runner,
-        "diag: VAPVI unscaled φ": _vapvi_unscaled,
-        "diag: DP-VAPVI unscaled φ": _dp_unscaled(RHO_A),
+    algorithms: dict[str, list[Any]] = {
+        "PEVI": ["pevi"],
+        "VAPVI": ["vapvi"],
+        "DP-VAPVI": ["dp", RHO_A],
+        "diag: DP-VAPVI shift only": ["diag", "shift", RHO_A],
+        "diag: DP-VAPVI noise only": ["diag", "noise", RHO_A],
+        "diag: PEVI β=C√d": ["pevi-matched"],
+        "diag: VAPVI unscaled φ": ["vapvi-unscaled"],
+        "diag: DP-VAPVI unscaled φ": ["dp-unscaled", RHO_A],
     }
     extended = tuple(a for a in EXTENDED_ALGORITHMS if a != DK_ON)
     t0 = time.perf_counter()
@@ -110,15 +107,17 @@ def fig1a(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
     # D/K constant on its own public instances, then DP-VAPVI + D/K at that constant (same
     # data and noise seeds as DP-VAPVI).
     cache = None if setup.quick else grid_cache("fig1a", setup, [*algorithms, "|", *extended])
-    rows = _run_with_progress(
-        "qiao-wang-fig1a", setup, algorithms, extended_algorithms=extended, cache=cache
-    )
-    tuning = tune(setup.quick, setup.scales, cache=not setup.quick)
-    dk: dict[str, Runner] = {DK_ON: _dp_dk_runner(RHO_A, tuning.chosen)}
+    rows = _run_grid(
+        setup, algorithms, extended_algorithms=extended, cache=cache, label="qiao-wang-fig1a",
+        **where,
+    )  # fmt: skip
+    tuning = tune(setup.quick, setup.scales, cache=not setup.quick, **where)
+    dk = {DK_ON: dk_spec(RHO_A, tuning.chosen)}
     cache = None if setup.quick else grid_cache("fig1a-dk", setup, [DK_ON], dk=tuning.chosen)
-    dk_rows = _run_with_progress(
-        "qiao-wang-fig1a: D/K on", setup, dk, extended_algorithms=(DK_ON,), cache=cache
-    )
+    dk_rows = _run_grid(
+        setup, dk, extended_algorithms=(DK_ON,), cache=cache, label="qiao-wang-fig1a: D/K on",
+        **where,
+    )  # fmt: skip
     cell_cpu = cell_cpu_seconds(rows) + cell_cpu_seconds(dk_rows)
     rows += dk_rows
     seconds = time.perf_counter() - t0
@@ -361,16 +360,18 @@ def _dk_section(
     return md
 
 
-def fig1b(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False) -> Path:
+def fig1b(
+    out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = False, **where: Any
+) -> Path:
     """Figure 1(b): DP-VAPVI at ρ ∈ {0.5, 1, 5, 10, 50} vs K (VAPVI as reference)."""
     run = RunDir(out)
     setup = _setup(seeds, seed, quick, extended=False)
     rhos = RHOS_B
-    algorithms: dict[str, Runner] = {"VAPVI": _vapvi_runner}
+    algorithms: dict[str, list[Any]] = {"VAPVI": ["vapvi"]}
     for r in rhos:
-        algorithms[_rho_name(r)] = _dp_runner(r)
+        algorithms[_rho_name(r)] = ["dp", r]
     t0 = time.perf_counter()
-    rows = _run_with_progress("qiao-wang-fig1b", setup, algorithms)
+    rows = _run_grid(setup, algorithms, label="qiao-wang-fig1b", **where)
     seconds = time.perf_counter() - t0
     agg = _aggregate(rows)
     zero = _aggregate(rows, "zero_q")

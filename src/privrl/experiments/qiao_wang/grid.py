@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -28,6 +27,7 @@ from privrl.offline.vapvi import (
     vapvi,
     variance_aware_pvi,
 )
+from privrl.runs.units import Unit, pending, run_units
 
 K_GRID = (5, 10, 20, 50, 100, 200, 500, 1000)
 K_EXTENDED = (2000, 5000, 10000, 20000)
@@ -214,76 +214,140 @@ def _nested_episodes(
     return joined.subset(np.arange(k_max))
 
 
+def runner_of(spec: Sequence[Any]) -> Runner:
+    """The runner an algorithm spec names (a JSON list, so that a unit can carry it):
+    ["pevi"], ["vapvi"], ["dp", ρ], ["dp-dk", ρ, [[C, c], ...]], ["diag", "shift"|"noise", ρ],
+    ["pevi-matched"], ["vapvi-unscaled"], ["dp-unscaled", ρ]."""
+    kind, *args = spec
+    if kind == "dp-dk":
+        return _dp_dk_runner(float(args[0]), {float(c): float(m) for c, m in args[1]})
+    makers: dict[str, Callable[..., Runner]] = {
+        "pevi": lambda: _pevi_runner,
+        "vapvi": lambda: _vapvi_runner,
+        "dp": _dp_runner,
+        "diag": _diag_runner,
+        "pevi-matched": lambda: _pevi_matched_runner,
+        "vapvi-unscaled": lambda: _vapvi_unscaled,
+        "dp-unscaled": _dp_unscaled,
+    }
+    return makers[kind](*args)
+
+
+def dk_spec(rho: float, multipliers: Mapping[float, float]) -> list[Any]:
+    """The spec of `_dp_dk_runner(rho, multipliers)`."""
+    return ["dp-dk", rho, [[c, m] for c, m in multipliers.items()]]
+
+
+def _grid_cell(
+    setup: _Setup,
+    algorithms: Mapping[str, Runner],
+    extended_algorithms: Sequence[str],
+    instance: int,
+    s: int,
+) -> list[dict[str, Any]]:
+    """Every (K, C, algorithm) of one (instance, seed): one row per run with the exact
+    suboptimality and the fraction of Q̂ entries clipped at 0."""
+    k_all = tuple(sorted({*setup.ks, *setup.k_extended}))
+    cap = (HORIZON - np.arange(HORIZON))[:, None, None]  # Q̂_h ≤ H − h + 1 (1-based h)
+    mdp = LinearMDP.qiao_wang(instance)
+    # φ is already divided by mdp.scale (= √7); record the factor for the unscaled diagnostic.
+    table = FeatureTable(phi=mdp.phi, scale=mdp.scale, source=f"linear-mdp:{instance}")
+    cpu0 = time.process_time()
+    episodes = _nested_episodes(mdp, max(k_all), setup.base_seed, instance, s)
+    policies: list[np.ndarray] = []
+    meta: list[dict[str, Any]] = []
+    for K in k_all:
+        data = episodes.subset(np.arange(K))  # nested datasets: first K episodes
+        noise_seed = int(
+            np.random.SeedSequence([setup.base_seed, instance, s, K, 1]).generate_state(1)[0]
+        )
+        names = algorithms if K in setup.ks else extended_algorithms
+        for name in names:
+            for scale in setup.scales:
+                policy = algorithms[name](data, table, scale, noise_seed)
+                policies.append(policy.actions)
+                meta.append(
+                    {
+                        "algorithm": name,
+                        "instance": instance,
+                        "seed": s,
+                        "K": K,
+                        "C": scale,
+                        "zero_q": float(np.mean(policy.q == 0.0)),
+                        "cap_q": float(np.mean(np.isclose(policy.q, cap))),
+                        "v_hat": float(mdp.d1 @ policy.q[0].max(axis=1)),
+                    }
+                )
+    subopt = mdp.suboptimality(np.stack(policies))  # exact, one vectorised evaluation
+    cpu = time.process_time() - cpu0  # this (instance, seed)'s CPU time, all K
+    return [
+        {**m, "suboptimality": float(v), "cell_cpu_seconds": cpu}
+        for m, v in zip(meta, subopt, strict=True)
+    ]
+
+
+def grid_unit(
+    setup: dict[str, Any],
+    algorithms: dict[str, list[Any]],
+    extended: list[str],
+    instance: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """One (instance, seed) of a grid as a function cell (`privrl.runs.units`)."""
+    plain = {k: tuple(v) if isinstance(v, list) else v for k, v in setup.items()}
+    runners = {name: runner_of(spec) for name, spec in algorithms.items()}
+    return _grid_cell(_Setup(**plain), runners, extended, instance, seed)
+
+
 def _run_grid(
     setup: _Setup,
-    algorithms: dict[str, Runner],
+    algorithms: Mapping[str, Sequence[Any]],
     *,
     extended_algorithms: Sequence[str] = (),
-    progress: Callable[[], None] | None = None,
     cache: Path | None = None,
+    label: str | None = None,
+    backend: str = "local",
+    workers: int | None = None,
+    progress: Callable[[Unit, dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every (instance, seed, K, C, algorithm); returns one row per run with the exact
-    suboptimality and the fraction of Q̂ entries clipped at 0.
+    """Run every (instance, seed, K, C, algorithm) (`algorithms`: name → spec, see
+    `runner_of`); one (instance, seed) is a function cell run on the sweep runner's `backend`.
 
     With ``cache`` (a directory named by `grid_cache`), each (instance, seed) is stored there
-    as it finishes and read back instead of recomputed: an interrupted run resumes."""
-    rows: list[dict[str, Any]] = []
-    k_all = tuple(sorted({*setup.ks, *setup.k_extended}))
-    k_max = max(k_all)
-    cap = (HORIZON - np.arange(HORIZON))[:, None, None]  # Q̂_h ≤ H − h + 1 (1-based h)
-    for instance in setup.instances:
-        mdp = LinearMDP.qiao_wang(instance)
-        # φ is already divided by mdp.scale (= √7); record the factor for the unscaled diagnostic.
-        table = FeatureTable(phi=mdp.phi, scale=mdp.scale, source=f"linear-mdp:{instance}")
-        for s in range(setup.seeds):
-            stored = None if cache is None else cache / f"instance{instance}-seed{s}.json"
-            if stored is not None and stored.is_file():
-                rows += json.loads(stored.read_text(encoding="utf-8"))
+    as it finishes and read back instead of recomputed: an interrupted run resumes (without,
+    the cells go to a temporary directory). `label`: a progress bar on stderr."""
+    import tempfile
+    from contextlib import nullcontext
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    args = {
+        "setup": json.loads(json.dumps(asdict(setup))),
+        "algorithms": {name: list(spec) for name, spec in algorithms.items()},
+        "extended": list(extended_algorithms),
+    }
+    with tempfile.TemporaryDirectory() if cache is None else nullcontext(cache) as where:
+        units = [
+            Unit(
+                Path(where) / f"instance{i}-seed{s}.json",
+                f"{__name__}:grid_unit",
+                {**args, "instance": i, "seed": s},
+            )
+            for i in setup.instances
+            for s in range(setup.seeds)
+        ]
+        with Progress(console=Console(stderr=True), transient=True, disable=not label) as bar:
+            done = len(units) - len(pending(units))
+            task = bar.add_task(label or "", total=len(units), completed=done)
+
+            def tick(unit: Unit, record: dict[str, Any]) -> None:
+                bar.advance(task)
                 if progress is not None:
-                    progress()
-                continue
-            cpu0 = time.process_time()
-            episodes = _nested_episodes(mdp, k_max, setup.base_seed, instance, s)
-            policies: list[np.ndarray] = []
-            meta: list[dict[str, Any]] = []
-            for K in k_all:
-                data = episodes.subset(np.arange(K))  # nested datasets: first K episodes
-                noise_seed = int(
-                    np.random.SeedSequence([setup.base_seed, instance, s, K, 1]).generate_state(1)[
-                        0
-                    ]
-                )
-                names = algorithms if K in setup.ks else extended_algorithms
-                for name in names:
-                    for scale in setup.scales:
-                        policy = algorithms[name](data, table, scale, noise_seed)
-                        policies.append(policy.actions)
-                        meta.append(
-                            {
-                                "algorithm": name,
-                                "instance": instance,
-                                "seed": s,
-                                "K": K,
-                                "C": scale,
-                                "zero_q": float(np.mean(policy.q == 0.0)),
-                                "cap_q": float(np.mean(np.isclose(policy.q, cap))),
-                                "v_hat": float(mdp.d1 @ policy.q[0].max(axis=1)),
-                            }
-                        )
-            subopt = mdp.suboptimality(np.stack(policies))  # exact, one vectorised evaluation
-            cpu = time.process_time() - cpu0  # this (instance, seed)'s CPU time, all K
-            new = [
-                {**m, "suboptimality": float(v), "cell_cpu_seconds": cpu}
-                for m, v in zip(meta, subopt, strict=True)
-            ]
-            if stored is not None:
-                tmp = stored.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_text(json.dumps(new), encoding="utf-8")
-                tmp.replace(stored)  # atomic: a killed run never leaves half a file
-            rows += new
-            if progress is not None:
-                progress()
-    return rows
+                    progress(unit, record)
+
+            results = run_units(units, backend=backend, workers=workers, progress=tick)
+    return [row for cell in results for row in cell]
 
 
 def grid_cache(label: str, setup: _Setup, algorithms: Sequence[str], **extra: Any) -> Path:
@@ -300,28 +364,6 @@ def grid_cache(label: str, setup: _Setup, algorithms: Sequence[str], **extra: An
     path = cache_dir() / "reproduce" / "qiao-wang" / f"{label}-{key[:16]}"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _run_with_progress(
-    label: str,
-    setup: _Setup,
-    algorithms: dict[str, Runner],
-    extended_algorithms: Sequence[str] = (),
-    cache: Path | None = None,
-) -> list[dict[str, Any]]:
-    """`_run_grid` with a progress bar (one tick per instance × seed) on stderr."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=len(setup.instances) * setup.seeds)
-        return _run_grid(
-            setup,
-            algorithms,
-            extended_algorithms=extended_algorithms,
-            progress=lambda: bar.advance(task),
-            cache=cache,
-        )
 
 
 def cell_cpu_seconds(rows: list[dict[str, Any]]) -> float:

@@ -26,11 +26,10 @@ from privrl.experiments.qiao_wang.grid import (
     BONUS_SCALES,
     DK_UNIT,
     RHO_A,
-    Runner,
-    _dp_dk_runner,
-    _run_with_progress,
+    _run_grid,
     _Setup,
     cell_cpu_seconds,
+    dk_spec,
     grid_cache,
 )
 
@@ -93,21 +92,30 @@ def tuning_setup(quick: bool, scales: Sequence[float] = BONUS_SCALES) -> _Setup:
                   instances=TUNING_INSTANCES)  # fmt: skip
 
 
-def tune(quick: bool, scales: Sequence[float], *, cache: bool) -> Tuning:
+def tune(
+    quick: bool,
+    scales: Sequence[float],
+    *,
+    cache: bool,
+    backend: str = "local",
+    workers: int | None = None,
+) -> Tuning:
     """Run the tuning grid (DP-VAPVI at ρ = 1 with D = c·2H³√d for every c and C) and apply
-    the rule. With ``cache`` each (instance, seed) is stored and a rerun resumes."""
+    the rule. With ``cache`` each (instance, seed) is stored and a rerun resumes; each is a
+    function cell on the sweep runner's `backend`."""
     import time
 
     setup = tuning_setup(quick, scales)
     multipliers = QUICK_TUNING["multipliers"] if quick else DK_MULTIPLIERS
-    algorithms: dict[str, Runner] = {
-        _name(m): _dp_dk_runner(RHO_A, dict.fromkeys(setup.scales, m)) for m in multipliers
-    }
+    algorithms = {_name(m): dk_spec(RHO_A, dict.fromkeys(setup.scales, m)) for m in multipliers}
     where: Path | None = (
         grid_cache("fig1a-dk-tuning", setup, list(algorithms), rho=RHO_A) if cache else None
     )
     t0 = time.perf_counter()
-    rows = _run_with_progress("qiao-wang-fig1a: D/K tuning", setup, algorithms, cache=where)
+    rows = _run_grid(
+        setup, algorithms, cache=where, label="qiao-wang-fig1a: D/K tuning", backend=backend,
+        workers=workers,
+    )  # fmt: skip
     seconds = time.perf_counter() - t0
     score: dict[float, dict[float, float]] = {}
     for c in setup.scales:

@@ -1,0 +1,92 @@
+"""Function cells (`privrl.runs.units.run_units`): skip finished units, recompute a unit cut off
+mid-write, capture a failed unit while the others finish, keep the order of results, and give
+the same results serially, on a 2-worker local pool and on Ray."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from privrl.runs.sweep import SweepError
+from privrl.runs.units import Unit, UnitsFailed, keyed_unit, pending, run_units
+from tests.runs import unit_toys
+
+DRAW = "tests.runs.unit_toys:draw"
+
+
+def _units(root: Path, seeds: list[int]) -> list[Unit]:
+    return [Unit(root / f"draw-{s}.json", DRAW, {"seed": s}) for s in seeds]
+
+
+def test_results_in_order_and_finished_units_are_not_recomputed(tmp_path: Path) -> None:
+    units = _units(tmp_path, [3, 1, 2])
+    seen: list[str] = []
+    results = run_units(units, workers=1, progress=lambda u, r: seen.append(u.name))
+    assert [r["seed"] for r in results] == [3, 1, 2]
+    assert results == [unit_toys.draw(s) for s in (3, 1, 2)]
+    assert json.loads((tmp_path / "draw-1.json").read_text()) == results[1]
+    assert sorted(seen) == ["draw-1", "draw-2", "draw-3"]
+    # a stored result is returned as stored: the function is not called again
+    (tmp_path / "draw-2.json").write_text(json.dumps({"seed": 2, "stored": True}))
+    seen.clear()
+    again = run_units(units, workers=1, progress=lambda u, r: seen.append(u.name))
+    assert seen == [] and pending(units) == []
+    assert again[2] == {"seed": 2, "stored": True} and again[0] == results[0]
+
+
+def test_a_unit_cut_off_mid_write_is_recomputed(tmp_path: Path) -> None:
+    units = _units(tmp_path, [0, 1])
+    first = run_units(units, workers=1)
+    (tmp_path / "draw-1.json").write_text('{"seed": 1, "val')  # truncated JSON
+    assert pending(units) == [units[1]]
+    assert run_units(units, workers=1) == first
+    assert json.loads((tmp_path / "draw-1.json").read_text()) == first[1]
+    assert not list(tmp_path.glob("*.tmp*"))  # written through tmp + rename
+
+
+def test_a_failed_unit_is_one_line_and_the_others_finish(tmp_path: Path) -> None:
+    units = [
+        *_units(tmp_path, [0]),
+        Unit(tmp_path / "bad.json", "tests.runs.unit_toys:fail", {"message": "no\nway"}),
+        *_units(tmp_path, [1]),
+    ]
+    with pytest.raises(UnitsFailed, match=r"1 unit\(s\) failed, e.g. bad .*ValueError: no way"):
+        run_units(units, workers=2)
+    assert (tmp_path / "draw-0.json").is_file() and (tmp_path / "draw-1.json").is_file()
+    assert not (tmp_path / "bad.json").exists()
+    assert pending(units) == [units[1]]  # a rerun retries only the failed unit
+
+
+def test_two_workers_give_the_serial_results_with_one_blas_thread(tmp_path: Path) -> None:
+    serial = run_units(_units(tmp_path / "serial", [0, 1, 2, 3]), workers=1)
+    pooled = run_units(_units(tmp_path / "pool", [0, 1, 2, 3]), workers=2)
+    assert pooled == serial
+    probes = [Unit(tmp_path / f"t{i}.json", "tests.runs.unit_toys:threads") for i in range(2)]
+    assert {r["omp"] for r in run_units(probes, workers=2)} == {"1"}
+
+
+def test_bad_calls_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SweepError, match="backend must be one of local, ray"):
+        run_units(_units(tmp_path, [0]), backend="slurm")
+    with pytest.raises(SweepError, match="own result path"):
+        run_units(_units(tmp_path, [0, 0]))
+    with pytest.raises(UnitsFailed, match="module:function"):
+        run_units([Unit(tmp_path / "x.json", "no_colon")], workers=1)
+
+
+def test_ray_backend_gives_the_same_results(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    local = run_units(_units(tmp_path / "local", [5, 6]), workers=1)
+    ray = run_units(_units(tmp_path / "ray", [5, 6]), backend="ray", workers=2)
+    assert ray == local
+    assert json.loads((tmp_path / "ray" / "draw-6.json").read_text()) == local[1]
+
+
+def test_keyed_units_are_named_by_their_arguments(tmp_path: Path) -> None:
+    a = keyed_unit(tmp_path, "draw", DRAW, {"seed": 1})
+    assert a == keyed_unit(tmp_path, "draw", DRAW, {"seed": 1})  # stable: reused on a rerun
+    b = keyed_unit(tmp_path, "draw", DRAW, {"seed": 2})
+    assert a.path != b.path and a.path.name.startswith("draw-") and a.path.suffix == ".json"
+    assert run_units([a, b], workers=1) == [unit_toys.draw(1), unit_toys.draw(2)]

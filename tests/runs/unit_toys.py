@@ -1,0 +1,22 @@
+"""Top-level unit functions for tests/runs/test_units.py (workers import them by name)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+
+def draw(seed: int, n: int = 5) -> dict:
+    """A seeded Monte-Carlo unit: n standard normals and their mean."""
+    values = np.random.default_rng(seed).standard_normal(n)
+    return {"seed": seed, "values": [float(v) for v in values], "mean": float(values.mean())}
+
+
+def threads() -> dict:
+    """The worker's BLAS thread limit and process id."""
+    return {"omp": os.environ.get("OMP_NUM_THREADS"), "pid": os.getpid()}
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
