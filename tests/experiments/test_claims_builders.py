@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from privrl.experiments import dp_apvi_tabular, expert, mopo, qiao_wang, sdp_pe
+from privrl.experiments import dp_apvi_tabular, expert, mopo_report, qiao_wang, sdp_pe
 
 ROOT = Path(__file__).resolve().parents[2] / "docs" / "reproductions"
 
@@ -79,7 +79,7 @@ def test_sdp_pe_fig4():
 
 
 def test_mopo_table1():
-    claims = mopo.gallery_claims(_metrics("mopo-table1")["tasks"])
+    claims = mopo_report.gallery_claims(_metrics("mopo-table1")["tasks"])
     assert [c.to_dict() for c in claims] == _committed("mopo-table1")
 
 
