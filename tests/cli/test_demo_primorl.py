@@ -127,3 +127,62 @@ def test_a_foreign_run_directory_is_not_replaced(
     code = main(["demo", "--system", "primorl", "--out", str(tmp_path / "o")])
     assert code == 2 and "not an earlier demo run" in capsys.readouterr().err
     assert (tmp_path / "o" / "run" / "notes.txt").read_text() == "mine"
+
+
+def test_the_demo_recipe_comes_from_the_recipe_package_and_declares_k() -> None:
+    """The demo's recipe is importable (it named a module that a package split had removed,
+    so `privrl demo --system primorl` stopped with an internal error) and declares the K that
+    its name carries: the cached build of the earlier 1,000-episode demo set, kept under the
+    old name, can never be read as this one."""
+    from privrl.experiments.recipes.primorl import RecipeSpec
+
+    spec = lib.demo_recipe()
+    assert isinstance(spec, RecipeSpec) and spec.task == "pendulum"
+    assert spec.n_episodes == lib.DEMO_EPISODES == 10_000
+    assert spec.name == "primorl-pendulum-demo-10k"
+
+
+def test_a_cached_demo_set_that_declares_another_k_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached file under the demo recipe's name whose declared K differs from the recipe's
+    (an older build) is refused from its public header with one `error:` line naming the fix,
+    before it is copied or a ledger is bound; a file declaring the recipe's K is used."""
+    from privrl.experiments.recipes import primorl as recipes
+
+    stale = tmp_path / "stale.h5"
+    save_hdf5(pendulum_data(30, seed=0, extra={"n_trajectories": 1000}), stale)
+    monkeypatch.setattr(recipes, "build_recipe", lambda *a, **k: stale)
+    monkeypatch.setenv("PRIVRL_LEDGER_REGISTRY", str(tmp_path / "registry"))
+    code = main(["demo", "--system", "primorl", "--out", str(tmp_path / "o")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), lines
+    assert "declares K = 1000" in lines[0] and "delete it" in lines[0]
+    assert not (tmp_path / "o" / "data.h5").exists()
+
+    fresh = tmp_path / "fresh.h5"
+    save_hdf5(pendulum_data(30, seed=0, extra={"n_trajectories": lib.DEMO_EPISODES}), fresh)
+    monkeypatch.setattr(recipes, "build_recipe", lambda *a, **k: fresh)
+    assert lib.demo_dataset(tmp_path) == fresh
+
+
+@pytest.mark.parametrize(("ret", "learned"), [(185.7, True), (130.0, False)])
+def test_the_summary_states_the_return_and_the_full_scale(ret: float, learned: bool) -> None:
+    """The closing message states the return reached (and its normalised score) beside what
+    the full scale reaches; it says plainly when the policy did not learn (below a quarter of
+    the way from random to expert) and only then."""
+    from types import SimpleNamespace
+
+    report = SimpleNamespace(epsilon=4.9999)  # the verdict reads only the report's ε
+    norm = 100 * (ret - 122.2) / (187.9 - 122.2)
+    metrics = {
+        "return_mean": ret,
+        "normalised_score": norm,
+        "final_epochs": 10,
+        "reference_returns": {"random": 122.2, "expert": 187.9},
+    }
+    text = lib._primorl_verdict(metrics, report)
+    assert f"return is {ret:.1f}, normalised {norm:.0f}" in text and "ε = 5" in text
+    assert "At full scale" in text and lib.FULL_SCALE in text
+    assert ("did not learn" in text) is (not learned)
+    assert "barely beats random" not in text

@@ -57,7 +57,7 @@ def demo(
         if episodes is not None:
             raise CliError(
                 "--episodes goes with --system apvi; the primorl demo's dataset is fixed "
-                "(1,000 Pendulum trajectories)"
+                "(10,000 Pendulum trajectories)"
             )
         out = out or Path("runs/demo-primorl")
         cfg = lib.primorl_demo_config(out, seed=seed, epsilon=epsilon, total_epsilon=total_epsilon)

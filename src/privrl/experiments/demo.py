@@ -302,29 +302,47 @@ def _print_summary(
 # =============================================================================================
 #
 # A short private PRIMORL run on Pendulum, as a user would make it with their own logs:
-# 1. a small replay-style Pendulum dataset built with the PRIMORL recipe code (`DEMO_RECIPE`,
-#    built once into ``$PRIVRL_CACHE/data``, K = 1,000 declared in its public metadata);
+# 1. a replay-style Pendulum dataset built with the PRIMORL recipe code (`demo_recipe`, built
+#    once into ``$PRIVRL_CACHE/data`` in about a minute, K = 10,000 declared in its public
+#    metadata);
 # 2. a copy in ``OUT/data.h5`` with a fresh budget ledger (the demo's own simulated data, so
 #    every demo run starts a new budget, as the tabular demo does with its sampled data);
 # 3. `privrl train primorl` on it through the run layer (header-only plan, the ledger checked
-#    before the episodes are read, DP-FedAvg with z calibrated for a short T_max, SAC in the
+#    before the episodes are read, DP-FedAvg with z calibrated for T_max, SAC in the
 #    pessimistic model, the run directory ``OUT/run/``, the spend recorded in the ledger);
 # 4. what was released and its ε, the ledger, and the return beside the dataset's references.
 #
-# Sizes run in a few minutes on 2 cores; they are far below the paper's (30,000 trajectories,
-# T = 7,000 rounds), so the policy is a demonstration, not a reproduction.
+# The demo's sizes (K, T_max, q, the SAC schedule) were chosen by measurement on the demo's
+# own data, which we generate from the public simulator, so choosing them there spends no
+# one's privacy (docs/primorl.md, "The demo", has the table of what was tried). What decided:
+# - DP-FedAvg at Pendulum's C = 0.02 is bound by optimisation, not noise: the full-scale runs
+#   (7,000 rounds) end at the same public-split MSE, ≈ 0.0028, at z = 0 as at z = 0.52, while
+#   the MSE keeps falling with the rounds; SAC learns nothing in a model far from that level
+#   (300 rounds: MSE 0.06; 1,000 rounds: 0.007, no learning in 10,000 SAC updates; 3,000
+#   rounds: 0.001-0.002, expert returns).
+# - A round costs about 13 ms + 1.4 ms per sampled trajectory on one core, so the demo samples
+#   few trajectories per round (qK = 10) and runs many rounds; a larger K at a small q keeps
+#   the noise multiplier low (z ≈ 0.47 for ε = 5 at T = 3,000, q = 1e-3) and costs only
+#   loading time (the rollouts of 10,000 episodes take ~7 s).
+# - SAC in the model needs ~4,000-6,000 updates before Pendulum swings up (the entropy
+#   temperature starts at 1 and falls at Adam's step rate); the reported return is the mean of
+#   the last 10 epochs' evaluations, so the demo runs 20 short epochs of 400 updates.
+
+
+DEMO_EPISODES = 10_000  # K, declared in the demo dataset's public metadata
 
 
 def demo_recipe() -> Any:
     """The demo's dataset recipe: one SAC agent trained for 6,000 steps (it reaches expert
     returns from ~5,000), its checkpoints rolled out with action noise plus 10% uniform-random
-    episodes; 1,000 trajectories of 200 steps."""
-    from privrl.experiments.recipes_primorl import AgentSpec, RecipeSpec
+    episodes; 10,000 trajectories of 200 steps (the name carries the size, so a cached build
+    of an earlier, smaller demo set is never taken for this one)."""
+    from privrl.experiments.recipes.primorl import AgentSpec, RecipeSpec
 
     return RecipeSpec(
-        "primorl-pendulum-demo",
+        "primorl-pendulum-demo-10k",
         "pendulum",
-        1000,
+        DEMO_EPISODES,
         (AgentSpec("sac", 6000, 1500, start_steps=500),),
         (0.1, 0.3, 0.6),
         0.1,
@@ -337,16 +355,18 @@ def demo_recipe() -> Any:
 @dataclass(frozen=True)
 class PrimorlDemoConfig:
     """The PRIMORL demo's public settings: target ε at δ, the ledger's total budget, T_max
-    DP-FedAvg rounds at Poisson rate q, and a short SAC stage (epochs × steps_per_epoch)."""
+    DP-FedAvg rounds at Poisson rate q (qK = 10 trajectories a round), and a short SAC stage
+    (epochs × steps_per_epoch = 8,000 updates). Chosen on the demo's own simulated data (see
+    the comment above `demo_recipe`); the task preset fills the rest (C, B, η, h, λ)."""
 
     epsilon: float = 5.0
     delta: float = 1e-5
     total_epsilon: float = 6.0
-    rounds: int = 300
-    sampling_rate: float = 0.02
+    rounds: int = 3000
+    sampling_rate: float = 0.001
     eval_every: int = 50
-    epochs: int = 5
-    steps_per_epoch: int = 500
+    epochs: int = 20
+    steps_per_epoch: int = 400
     rollout_batch_size: int = 1000
     rollout_length: int | None = None
     holdout_fraction: float | None = None
@@ -413,13 +433,24 @@ def _is_demo_run(run: Path) -> bool:
 
 def demo_dataset(data_dir: Path | None = None, *, progress: bool = True) -> Path:
     """The demo's Pendulum dataset (built by the recipe code if missing, then cached)."""
-    from privrl.experiments.recipes_primorl import build_recipe
+    from privrl.experiments.recipes.primorl import build_recipe
 
     if data_dir is None:
         from privrl.data.paths import data_dir as default_data_dir
 
         data_dir = default_data_dir()
-    return build_recipe(demo_recipe(), data_dir, seed=0, progress=progress)
+    from privrl.data.io import read_header
+    from privrl.experiments.checks import InputError
+
+    spec = demo_recipe()
+    path = build_recipe(spec, data_dir, seed=0, progress=progress)
+    declared = read_header(path).metadata.extra.get("n_trajectories")  # public metadata only
+    if declared != spec.n_episodes:  # a build of another recipe left under this name
+        raise InputError(
+            f"the cached demo dataset {path} declares K = {declared}, not the demo recipe's "
+            f"{spec.n_episodes}; delete it and its directory {path.with_suffix('')} to rebuild"
+        )
+    return path
 
 
 def run_primorl_demo(
@@ -504,16 +535,7 @@ def _print_primorl_summary(
             "best behaviour checkpoint (non-private, for scale)", f"{reference['expert']:.1f}"
         )
     console.print(returns)
-    random, expert = reference.get("random"), reference.get("expert")
-    if random is not None and expert is not None:
-        if metrics["return_mean"] < random + 0.25 * (expert - random):
-            console.print(
-                "At this demo's size (1,000 trajectories, a few hundred rounds) the private "
-                "model is coarse and the policy learned in it barely beats random actions; at "
-                "the paper's scale (30,000 trajectories, 7,000 rounds) PRIMORL matches MOPO "
-                "(docs/reproductions/primorl-table1).",
-                highlight=False,
-            )
+    console.print(_primorl_verdict(metrics, report), highlight=False)
     ledger = BudgetLedger.for_dataset(data)
     if ledger is not None:
         console.print(ledger.to_table())
@@ -531,3 +553,40 @@ def _print_primorl_summary(
         f"`privrl ledger show {data}`.",
         highlight=False,
     )
+
+
+# PRIMORL HIGH at full scale on Pendulum (docs/reproductions/primorl-table1, 5 seeds): 30,000
+# trajectories, T = 7,000 rounds at q = 1e-3, 20 SAC epochs of 1,000 updates
+FULL_SCALE = "191.2 (normalised ≈ 100) at ε = 4.07"
+
+
+def _primorl_verdict(metrics: dict[str, Any], report: PrivacyReport) -> str:
+    """What the demo's policy reached, beside the full scale's; honest when it did not learn.
+    Everything in it is published anyway: the return is measured in the public simulator on a
+    policy learned from the release alone (post-processing), the references are the dataset's
+    declared metadata."""
+    ret = metrics["return_mean"]
+    reached = f"The private policy's return is {ret:.1f}"
+    norm = metrics.get("normalised_score")
+    if norm is not None and np.isfinite(norm):
+        reached += (
+            f", normalised {norm:.0f} (0 = uniform random actions, 100 = the best behaviour "
+            "checkpoint)"
+        )
+    reached += (
+        f", at ε = {report.epsilon:.3g} (mean of the last {metrics.get('final_epochs', 10)} "
+        "SAC epochs' evaluations)."
+    )
+    scale = (
+        f" At full scale (30,000 trajectories, 7,000 rounds, 20,000 SAC updates) PRIMORL HIGH "
+        f"reaches {FULL_SCALE} (docs/reproductions/primorl-table1)."
+    )
+    reference = metrics.get("reference_returns") or {}
+    random, expert = reference.get("random"), reference.get("expert")
+    if random is not None and expert is not None and ret < random + 0.25 * (expert - random):
+        return (
+            reached + " This run's policy did not learn to swing the pendulum up within the "
+            "demo's short SAC stage; that happens on some seeds (docs/primorl.md, 'The demo', "
+            "lists the seeds measured)." + scale
+        )
+    return reached + scale
