@@ -108,7 +108,7 @@ def test_reproduce_checks_backend_and_all_before_any_work(tmp_path: Path) -> Non
     from privrl.experiments.checks import InputError
     from privrl.experiments.reproduce import REPRODUCTIONS, reproduce
 
-    assert REPRODUCTIONS["primorl-table1"].sweep and not REPRODUCTIONS["gpope-fig1a"].sweep
+    assert all(r.sweep for r in REPRODUCTIONS.values())  # every one runs on the sweep runner
     with pytest.raises(InputError, match="--backend must be local or ray"):
         reproduce("primorl-table1", tmp_path, backend="slurm")
     with pytest.raises(InputError, match="drop --out"):
