@@ -305,3 +305,30 @@ def test_raise_failed_names_the_first_failed_cell_and_its_log(tmp_path: Path) ->
         f"2 audit cell(s) failed, e.g. toy seed=1: boom (logs in {tmp_path / 'c1'}/log.txt); "
         "rerun to retry them"
     )
+
+
+def test_reproduce_address_goes_to_ray_init(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`privrl reproduce --address` needs --backend ray, and every Ray start of the run
+    connects to that cluster (through $PRIVRL_RAY_ADDRESS) instead of starting a local one."""
+    from privrl.runs import sweep
+
+    monkeypatch.delenv(sweep.RAY_ADDRESS_ENV, raising=False)
+    assert main(["reproduce", "primorl-table1", "--address", "h:1", "--quick"]) == 2
+    assert "--backend ray" in capsys.readouterr().err
+    assert sweep.RAY_ADDRESS_ENV not in os.environ  # refused before anything was set
+
+    calls: list[dict] = []
+
+    class FakeRay:
+        def init(self, **kw: object) -> None:
+            calls.append(kw)
+
+    monkeypatch.setattr(sweep, "_import_ray", lambda: FakeRay())
+    monkeypatch.setenv(sweep.RAY_ADDRESS_ENV, "head:6379")
+    sweep.ray_init(2)
+    assert calls[-1]["address"] == "head:6379" and "num_cpus" not in calls[-1]
+    monkeypatch.delenv(sweep.RAY_ADDRESS_ENV)
+    sweep.ray_init(2)
+    assert "address" not in calls[-1] and calls[-1]["num_cpus"] == 2

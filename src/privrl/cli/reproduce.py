@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -35,6 +36,12 @@ def reproduce(
     workers: int = typer.Option(
         None, "--workers", "-j", help="Parallel cells (default: the CPU count)."
     ),
+    address: str = typer.Option(
+        None,
+        "--address",
+        help="With --backend ray: the Ray cluster to send the cells to (HOST:PORT, as `ray "
+        "start --head` prints), instead of a local instance.",
+    ),
     list_: bool = typer.Option(False, "--list", help="List the available reproductions."),
     index: bool = typer.Option(
         False,
@@ -60,6 +67,12 @@ def reproduce(
     if list_ or target is None:
         Console().print(registry.reproductions_table())
         return
+    if address is not None:
+        if backend != "ray":
+            raise ValueError("--address is for the Ray backend; add --backend ray")
+        from privrl.runs.sweep import RAY_ADDRESS_ENV
+
+        os.environ[RAY_ADDRESS_ENV] = address  # every sweep and unit batch of the run
     report = registry.reproduce(
         target, out, seeds=seeds, seed=seed, quick=quick, backend=backend, workers=workers
     )

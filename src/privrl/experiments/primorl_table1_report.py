@@ -288,10 +288,9 @@ def _cost_lines(cost: Mapping[str, Any], missing: Mapping[str, str]) -> list[str
         "runs their cells and fills their sections; the Pendulum cells are skipped.",
         "- The cells are independent runs: on 2 shared cores a cartpole table is days of "
         "wall time. `privrl reproduce primorl-table1 --backend ray` runs them on a local Ray "
-        "instance; to spread them over several machines, run the same cells as a sweep with "
-        "`privrl sweep GRID --backend ray --address HOST:PORT` (docs/sweeps.md) — "
-        "`privrl reproduce` has no `--address` yet — and rerun `privrl reproduce "
-        "primorl-table1`, which skips the finished cells and writes the report.",
+        "instance, and `privrl reproduce primorl-table1 --backend ray --address HOST:PORT` "
+        "spreads them over a Ray cluster's machines (docs/sweeps.md); a rerun skips the "
+        "finished cells and writes the report.",
     ]
     cheetah = tasks.get("halfcheetah")
     if cheetah:

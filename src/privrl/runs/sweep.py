@@ -48,6 +48,9 @@ from typing import Any
 from privrl.runs.config import ConfigError, fingerprint
 
 SECTIONS = ("grid", "sweep", "cells", "systems")
+# The Ray cluster a reproduction's cells go to (`privrl reproduce --backend ray --address A`
+# sets it, so every reproduction's sweeps and units reach the same cluster).
+RAY_ADDRESS_ENV = "PRIVRL_RAY_ADDRESS"
 SWEEP_KEYS = ("backend", "workers", "address", "x", "metrics", "imports")
 BACKENDS = ("local", "ray")
 # One BLAS/OpenMP/torch thread per worker, so that N workers use N cores.
@@ -569,9 +572,11 @@ def _import_ray() -> Any:
 
 
 def ray_init(workers: int, address: str | None = None) -> None:
-    """Connect to the Ray cluster at `address`, or start a local instance with `workers` CPUs
+    """Connect to the Ray cluster at `address` (else `$PRIVRL_RAY_ADDRESS`, which
+    `privrl reproduce --address` sets), or start a local instance with `workers` CPUs
     (dashboard off, quiet). Workers get one BLAS/OpenMP thread each; a local instance's
     workers also get this interpreter's import path (for the systems and `imports`)."""
+    address = address or os.environ.get(RAY_ADDRESS_ENV) or None
     ray = _import_ray()
     env = {"env_vars": dict(THREAD_ENV)}
     with _thread_env():
