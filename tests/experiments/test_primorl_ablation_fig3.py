@@ -148,6 +148,19 @@ def test_ablation_verdicts_and_ceiling(tmp_path: Path) -> None:
     assert kinds == ["holds", "inconclusive at our scale"] + ["inconclusive at our scale"] * 2
     assert {c["verdict"] for c in claims if "Balance" in c["claim"]} == {"inconclusive"}
     assert (tmp_path / "plots" / "ablation.png").stat().st_size > 1000
+    assert "core-hours" not in text  # no timed cells: no cost claimed
+    # timed Pendulum cells: the missing task's cost is stated from them (ratio × DP stage)
+    from privrl.experiments.primorl_table1_report import ROUND_RATIO
+
+    for r in rows:
+        r.update(seconds=1000.0, policy_stage_seconds=300.0, rounds=7000)
+    text = A.write_report(
+        tmp_path, rows, Scale(seeds=2), datasets={"pendulum": Path("d.h5")},
+        missing={"balance": "dataset missing"}, wall=1.0,
+    ).read_text()  # fmt: skip
+    run_h = ROUND_RATIO["balance"] * 0.1 * 7000 / 3600 + 300.0 * 40 / 20 / 3600
+    assert f"one PRIMORL run is ≈ {run_h:.1f} h" in text
+    assert f"≈ {2 * (8 * run_h + 13.1 / 60):.0f} core-hours at 2 seeds" in text
     # quick mode: everything inconclusive, and the report says it is not the paper's scale
     text = A.write_report(
         tmp_path, rows, Scale(seeds=2, quick=True), datasets={"pendulum": Path("d.h5")},

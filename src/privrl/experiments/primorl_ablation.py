@@ -26,6 +26,7 @@ from typing import Any
 
 from privrl.experiments import primorl_sweeps as shared
 from privrl.experiments.primorl_sweeps import Scale
+from privrl.experiments.primorl_table1_report import MOPO_MINUTES, run_costs
 from privrl.runs.plots import draw
 from privrl.runs.system import PlotSpec, Series
 
@@ -298,8 +299,28 @@ def write_report(
             missing=missing,
             wall=wall,
             cell_seconds=shared.cell_seconds(rows),
+            cost=run_costs(rows),
         ),
     )
+
+
+def _cost_lines(task: str, scale: Scale, cost: Mapping[str, Any]) -> list[str]:
+    """What the task's half of the table would cost on one thread (primorl-table1's measured
+    ratio of its DP round to Pendulum's × Pendulum's DP stage in this sweep's cells)."""
+    entry = (cost.get("tasks") or {}).get(task)
+    if scale.quick or not entry or "run_hours" not in entry:
+        return []
+    runs = len(COMBOS) * len(VARIANTS)
+    hours = scale.seeds * (runs * entry["run_hours"] + MOPO_MINUTES[task] / 60)
+    return [
+        f"Its cost, measured: one DP round at {TASK_LABELS[task]}'s sizes is "
+        f"{entry['ratio_to_pendulum']:.1f}× Pendulum's (primorl-table1, *What did not fit*), so "
+        f"one PRIMORL run is ≈ {entry['run_hours']:.1f} h on one thread, and this table's "
+        f"{runs} PRIMORL runs + 1 MOPO per seed are ≈ {hours:.0f} core-hours at "
+        f"{scale.seeds} seeds — beyond this 2-core machine; `--backend ray --address` spreads "
+        "the cells over a cluster (docs/sweeps.md).",
+        "",
+    ]
 
 
 def _key_name(key: tuple) -> str:
@@ -355,6 +376,7 @@ def _markdown(
     missing: Mapping[str, str],
     wall: float,
     cell_seconds: float,
+    cost: Mapping[str, Any],
 ) -> str:
     names = ", ".join(f"`{p.name}`" for p in datasets.values())
     lines = [
@@ -379,6 +401,7 @@ def _markdown(
         table = summary.get(task)
         if table is None:
             lines += [f"Not run: {missing.get(task, 'no finished cell')}.", ""]
+            lines += _cost_lines(task, scale, cost)
             continue
         mopo = table.get(("mopo", "", ""))
         if mopo is not None:
