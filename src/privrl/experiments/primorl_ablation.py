@@ -314,8 +314,11 @@ def _cost_lines(task: str, scale: Scale, cost: Mapping[str, Any]) -> list[str]:
     hours = scale.seeds * (runs * entry["run_hours"] + MOPO_MINUTES[task] / 60)
     return [
         f"Its cost, measured: one DP round at {TASK_LABELS[task]}'s sizes is "
-        f"{entry['ratio_to_pendulum']:.1f}× Pendulum's (primorl-table1, *What did not fit*), so "
-        f"one PRIMORL run is ≈ {entry['run_hours']:.1f} h on one thread, and this table's "
+        f"{entry['ratio_to_pendulum']:.1f}× Pendulum's (primorl-table1, *What did not fit*); "
+        "with Pendulum's DP stage per round in this sweep's cells (median "
+        f"{cost['pendulum_dp_seconds_per_round']['median']:.3f} s, "
+        f"{cost['pendulum_dp_seconds_per_round']['cells']} cells; the machine's load moves "
+        f"it), one PRIMORL run is ≈ {entry['run_hours']:.1f} h on one thread, and this table's "
         f"{runs} PRIMORL runs + 1 MOPO per seed are ≈ {hours:.0f} core-hours at "
         f"{scale.seeds} seeds — beyond this 2-core machine; `--backend ray --address` spreads "
         "the cells over a cluster (docs/sweeps.md).",
