@@ -360,11 +360,11 @@ def _plot(summary: Mapping[str, Mapping[tuple, Mapping[str, Any]]], path: Path) 
         PlotSpec(
             "ablation",
             "PRIMORL Table 10: share of MOPO's return, ours and the paper's",
-            "combination: "
-            + ", ".join(f"{i} = {COMBO_LABELS[c]}" for i, c in zip(x, COMBOS, strict=True)),
+            "penalty + clipping (LC: per-layer, FC: flat)",
             "% of MOPO's return",
             series,
             hlines=[("MOPO (100%)", 100.0)],
+            xticks=[(i, COMBO_LABELS[c]) for i, c in zip(x, COMBOS, strict=True)],
         ),
         path,
     )

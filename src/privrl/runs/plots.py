@@ -32,6 +32,8 @@ def draw(spec: PlotSpec, path: Path) -> Path:
             ax.set_yscale("log")
         ax.set_title(spec.title)
         ax.set_xlabel(spec.xlabel)
+        if spec.xticks:
+            ax.set_xticks([x for x, _ in spec.xticks], [label for _, label in spec.xticks])
         ax.set_ylabel(spec.ylabel)
         ax.grid(alpha=0.3)
         if len(spec.series) + len(spec.hlines) > 1:

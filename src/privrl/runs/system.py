@@ -70,6 +70,7 @@ class PlotSpec:
     hlines: Sequence[tuple[str, float]] = ()
     logx: bool = False
     logy: bool = False
+    xticks: Sequence[tuple[float, str]] = ()  # labelled x positions (categories), if any
 
 
 # An artefact is an array (saved .npy), a JSON-able mapping (.json), bytes, or a callable
