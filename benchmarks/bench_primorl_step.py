@@ -230,27 +230,15 @@ def scenario(
     return out
 
 
+# the cartpoles (Balance and Swingup share their sizes): obs 5 + action 1 in, Δobs 5 + reward 1
+# out (CONTROL_TASKS); flat clipping
+CARTPOLE = dict(
+    members=5, hidden=(128, 128), in_dim=6, out_dim=6, stacked=False, length=1000, clip_mode="flat"
+)
 SCENARIOS = {
     "pendulum": dict(members=3, hidden=(64, 64), in_dim=4, out_dim=4, stacked=False, length=200),
-    # the cartpoles: obs 5 + action 1 in, Δobs 5 + reward 1 out (CONTROL_TASKS); flat clipping
-    "balance": dict(
-        members=5,
-        hidden=(128, 128),
-        in_dim=6,
-        out_dim=6,
-        stacked=False,
-        length=1000,
-        clip_mode="flat",
-    ),
-    "swingup": dict(
-        members=5,
-        hidden=(128, 128),
-        in_dim=6,
-        out_dim=6,
-        stacked=False,
-        length=1000,
-        clip_mode="flat",
-    ),
+    "balance": dict(CARTPOLE),
+    "swingup": dict(CARTPOLE),
     "halfcheetah": dict(
         members=7, hidden=(200, 200, 200, 200), in_dim=23, out_dim=18, stacked=True, length=200
     ),

@@ -219,10 +219,7 @@ def _write_fig1a(
         "",
         *grid([mb.method(e) for e in mb.EPSILONS] + ["LSTD (non-private)"], f"{zero:.4g}"),
         "",
-        "Privacy and tuning facts (all public); the replace-one ε is that of the same σ with "
-        "sensitivity 2h:",
-        "",
-        *mb.fact_lines(mb_facts),
+        *mb.facts_section(mb_facts),
         "",
         "### LSTD-OP: output-perturbed ridge LSTD (beyond the paper)",
         "",

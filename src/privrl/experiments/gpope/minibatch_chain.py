@@ -91,6 +91,16 @@ def minibatch_point(
     }
 
 
+def facts_section(facts: Sequence[dict[str, Any]]) -> list[str]:
+    """The report's privacy and tuning facts, with their one-line preamble."""
+    return [
+        "Privacy and tuning facts (all public); the replace-one ε is that of the same σ with "
+        "sensitivity 2h:",
+        "",
+        *fact_lines(facts),
+    ]
+
+
 def fact_lines(facts: Sequence[dict[str, Any]]) -> list[str]:
     lines = [
         "| ε | m | q | T | σ (PLD, add/remove) | ε add/remove | ε replace-one (σ/2) | h | η "
@@ -216,10 +226,7 @@ def study(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         "",
         *lines,
         "",
-        "Privacy and tuning facts (all public); the replace-one ε is that of the same σ with "
-        "sensitivity 2h:",
-        "",
-        *fact_lines(facts),
+        *facts_section(facts),
         "",
         "## Targets",
         "",
