@@ -581,6 +581,7 @@ def test_quick_regime_fig3_end_to_end(quick_cache, tmp_path) -> None:
     assert cfg["protocol"] == "budget" and cfg["noise_multiplier"] == E.Scale.quick().fixed_noise
     assert {"cartpole/cql/eps10/ours-pld", "cartpole/bcq/eps10/ours-pld"} <= set(m["cells"])
     assert "### Steps and ε spent" in text and "Not run in this regime: Acrobot" in text
+    assert "Regenerate with `privrl reproduce expert-fig3/regime`" in text
     assert "| 1.03; 0.92 |" in text  # the paper's CartPole CQL ε = 10 values
     claims = json.loads((out / "claims.json").read_text(encoding="utf-8"))
     assert claims and all(c["kind"] in ("holds", "does not hold", "inconclusive at our scale")
@@ -588,3 +589,23 @@ def test_quick_regime_fig3_end_to_end(quick_cache, tmp_path) -> None:
     for cell in m["cells"].values():  # every capped run stays within its budget
         assert all(e is None or e <= cell["config"]["epsilon"] + 1e-6
                    for e in cell["epsilon_reported"])  # fmt: skip
+
+
+def test_the_regime_report_is_a_registered_reproduction(monkeypatch, tmp_path) -> None:
+    """`privrl reproduce expert-fig3/regime` runs Figure 3 in the paper's noise regime on
+    CartPole and LunarLander and writes to docs/reproductions/expert-fig3/regime by default."""
+    from privrl.experiments import reproduce as registry
+    from privrl.experiments.expert import figures
+
+    seen: dict = {}
+
+    def fake(out, **kwargs):
+        seen.update(out=out, **kwargs)
+        return out / "report.md"
+
+    monkeypatch.setattr(figures, "fig3", fake)
+    monkeypatch.chdir(tmp_path)
+    registry.reproduce("expert-fig3/regime", seeds=1, workers=2)
+    assert seen["regime"] is True and seen["envs"] == ("cartpole", "lunarlander")
+    assert seen["out"] == Path("docs") / "reproductions" / "expert-fig3" / "regime"
+    assert seen["seeds"] == 1 and seen["workers"] == 2

@@ -151,6 +151,14 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             sweep=True,
         ),
         Reproduction(
+            "expert-fig3/regime",
+            "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
+            "Figure 3 at ε = 10 in the paper's noise regime (z = 10, steps from the budget, "
+            "capped): CartPole and LunarLander, ours vs DP-SGD vs ours with PLD + joint budget",
+            "privrl.experiments.expert:fig3_regime",
+            sweep=True,
+        ),
+        Reproduction(
             "expert-fig4",
             "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
             "Figure 4: Acrobot ε = 10 CQL, ours vs DP-SGD as the number of experts m grows",

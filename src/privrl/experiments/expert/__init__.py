@@ -53,7 +53,7 @@ entry points' options), `tables` (Tables 2a/2b) and `figures` (Figures 3/4).
 """
 
 from privrl.experiments.expert.configs import RunConfig, dataset_path
-from privrl.experiments.expert.figures import fig3, fig4
+from privrl.experiments.expert.figures import fig3, fig3_regime, fig4
 from privrl.experiments.expert.paper import (
     ENVS,
     PAPER_TABLE1_P,
@@ -85,6 +85,7 @@ __all__ = [
     "dataset_path",
     "eval_env_factory",
     "fig3",
+    "fig3_regime",
     "fig4",
     "gallery_claims_fig3",
     "gallery_claims_fig4",

@@ -15,6 +15,7 @@ from privrl.experiments.expert.paper import (
     OURS_PLD,
     PAPER_FIG3_POINTS,
     PAPER_TABLE1_P,
+    REGIME_ENVS,
     _fmt,
     _nearest,
 )
@@ -164,6 +165,14 @@ def fig3(
         {"claims_hold": claims},
         claims=gallery,
     )
+
+
+def fig3_regime(out: Path, **options: Any) -> Path:
+    """``expert-fig3/regime``: Figure 3 at ε = 10 in the paper's noise regime (`Scale.regime`:
+    z fixed, steps from the budget up to a cap) on the environments of ``REGIME_ENVS``;
+    ``options``: `fig3`'s (seeds, seed, quick, backend, workers, envs, algos, ...)."""
+    options.setdefault("envs", REGIME_ENVS)
+    return fig3(out, regime=True, **options)
 
 
 def _spent_section(cells: dict[str, Cell]) -> list[str]:

@@ -107,6 +107,8 @@ METHOD_LABEL = {
 # capped at the largest length that fits on the machine (see the regime report).
 REGIME_NOISE = 10.0
 REGIME_STEPS = 6000
+# the environments `expert-fig3/regime` runs (issue 19: at least CartPole and LunarLander)
+REGIME_ENVS = ("cartpole", "lunarlander")
 # Figure 3's extra series: the PLD filter calibration and (for 0 < p < 1) the joint budget
 OURS_PLD = {"calibration": "pld", "dpsgd_budget": "joint"}
 

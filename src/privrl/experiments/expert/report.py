@@ -246,9 +246,8 @@ def _header(title: str, name: str, ctx: _Context, seeds: Sequence[int]) -> list[
         lines += [
             f"**The paper's noise regime**: every private run at z = {scale.fixed_noise:g}, "
             f"b = {scale.batch_size}, as many steps as its budget allows up to "
-            f"{scale.steps:,}. Regenerate with `{name.split('-')[0]}.{name.split('-')[1]}"
-            "(OUT, regime=True, envs=…)` from `privrl.experiments` (`privrl reproduce` runs "
-            "the equal-steps scale).",
+            f"{scale.steps:,}. Regenerate with `privrl reproduce {name}/regime` (resumable: "
+            f"finished runs are skipped; `privrl reproduce {name}` runs the equal-steps scale).",
             "",
         ]
     if scale.is_quick:
@@ -432,19 +431,12 @@ def _tail(
         lines += ["", "Failed runs (retried on the next invocation):", ""]
         for key, msg in ctx.failed.items():
             lines.append(f"- `{key}`: {msg}")
-    if (n_done < n_total or ctx.missing) and ctx.scale.is_regime:
-        module, func = name.split("-", 1)
-        lines += [
-            "",
-            f"To finish: rerun `{module}.{func}(OUT, regime=True)` from `privrl.experiments` "
-            "under `nice` with the same OUT and options (resumable: finished runs are "
-            "skipped).",
-        ]
-    elif n_done < n_total or ctx.missing:
+    if n_done < n_total or ctx.missing:
         quick = " --quick" if ctx.scale.is_quick else ""
+        target = f"{name}/regime" if ctx.scale.is_regime else name
         lines += [
             "",
-            f"To finish: `nice -n 10 privrl reproduce {name}{quick} --out {ctx.out}` "
+            f"To finish: `nice -n 10 privrl reproduce {target}{quick} --out {ctx.out}` "
             "(resumable; builds nothing itself — build missing datasets first).",
         ]
     lines.append("")
