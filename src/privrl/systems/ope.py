@@ -141,6 +141,25 @@ def check_gamma_confidence(gamma: float | None, confidence: float) -> None:
     check(0.0 < confidence < 1.0, "confidence", f"must be in (0, 1), got {confidence}")
 
 
+def check_on_policy(config: Any, why: str) -> None:
+    """An on-policy estimator refuses any target policy but the behaviour (`why` says why)."""
+    check(
+        config.target_policy in ON_POLICY,
+        "target_policy",
+        f"must be behaviour: {config.system} is on-policy only ({why}); use gpope for "
+        "off-policy evaluation",
+    )
+
+
+def check_declared_trajectories(config: Any) -> None:
+    """--declared-trajectories, where given, is at least 1."""
+    check(
+        config.declared_trajectories is None or config.declared_trajectories >= 1,
+        "declared_trajectories",
+        f"must be >= 1, got {config.declared_trajectories}",
+    )
+
+
 def _positive(value: float | None, key: str) -> None:
     check(
         value is None or (math.isfinite(value) and value > 0),
@@ -304,11 +323,7 @@ class GpopeConfig(PrivateOpeConfig):
             "steps",
             f"must be at least 1 and at most {MAX_ITERATIONS:,}, got {self.steps}",
         )
-        check(
-            self.declared_trajectories is None or self.declared_trajectories >= 1,
-            "declared_trajectories",
-            f"must be >= 1, got {self.declared_trajectories}",
-        )
+        check_declared_trajectories(self)
         check(
             0.5 <= self.clip_quantile < 1,
             "clip_quantile",
@@ -368,12 +383,7 @@ class BaselineConfig(PrivateOpeConfig):
 
     def validate(self) -> None:
         super().validate()
-        check(
-            self.target_policy in ON_POLICY,
-            "target_policy",
-            f"must be behaviour: {self.system} is on-policy only (Balle et al. 2016); use gpope "
-            "for off-policy evaluation",
-        )
+        check_on_policy(self, "Balle et al. 2016")
         check(
             self.aggregation >= 1,
             "aggregation",
@@ -1000,14 +1010,23 @@ class OpeSystem(System):
 
     epsilon_label: ClassVar[str] = "ε"
 
-    def start(self, config: PrivateOpeConfig, header: Any | None, seed: int) -> tuple[Any, Problem]:
-        """PublicParameters with ε and δ, and the public problem."""
+    def start(
+        self,
+        config: PrivateOpeConfig,
+        header: Any | None,
+        seed: int,
+        *,
+        count_is_public: bool = True,
+    ) -> tuple[Any, Problem]:
+        """PublicParameters with ε and δ, and the public problem (`count_is_public`: as in
+        `public_problem`)."""
         from privrl.privacy.public import PublicParameters, Source
 
         params = PublicParameters()
         params.given(self.epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
         params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
-        return params, public_problem(config, header, params, seed)
+        problem = public_problem(config, header, params, seed, count_is_public=count_is_public)
+        return params, problem
 
 
 # ------------------------------------------------------------------------ gpope
@@ -1069,16 +1088,15 @@ class Gpope(OpeSystem):
                 source=pub_source,
             )
             public.append(tuned.report_line())
-        if config.clip is not None:
-            h = params.given("clip bound h", float(config.clip), Source.FLAG, "--clip")
-        else:
-            assert tuned is not None
-            h = params.given(
-                "clip bound h",
-                tuned.clip,
-                Source.PUBLIC_SPLIT,
-                f"{tuned.clip_quantile:.0%} quantile of ‖B_i‖ on a non-private run, {tuned.source}",
-            )
+        h = flag_or_tuned(
+            params,
+            "clip bound h",
+            config.clip,
+            "--clip",
+            tuned and tuned.clip,
+            tuned
+            and f"{tuned.clip_quantile:.0%} quantile of ‖B_i‖ on a non-private run, {tuned.source}",
+        )
         if config.step_size is not None:
             lam = config.lambda_min
             if config.schedule == "diminishing" and lam is None:
@@ -1233,6 +1251,19 @@ class Gpope(OpeSystem):
         return _public_sample(config, problem, problem.m, seed)
 
 
+def flag_or_tuned(
+    params: Any, name: str, flag: Any, flag_name: str, tuned: Any, detail: str
+) -> Any:
+    """A tuning setting (GPOPE's h, η): its flag, else the value tuned on public data
+    (`detail` says how), recorded in `params`."""
+    from privrl.privacy.public import Source
+
+    if flag is not None:
+        return params.given(name, float(flag), Source.FLAG, flag_name)
+    assert tuned is not None  # `_check_gpope_inputs` asked for tuning
+    return params.given(name, tuned, Source.PUBLIC_SPLIT, detail)
+
+
 def _refuse_data_as_public(config: GpopeConfig, header: Any | None) -> None:
     if (
         config.public_data is not None
@@ -1309,12 +1340,9 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
     add/remove, before any private byte is read."""
     from privrl.ope import minibatch as mb
     from privrl.ope.mspbe import LinearSystem
-    from privrl.privacy.public import PublicParameters, Source
+    from privrl.privacy.public import Source
 
-    params = PublicParameters()
-    params.given(system.epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
-    params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
-    problem = public_problem(config, header, params, seed, count_is_public=False)
+    params, problem = system.start(config, header, seed, count_is_public=False)
     m_bar = declared_trajectories(
         config, problem, header, params, detail="sets q's default and the step normaliser 1/(q·m̄)"
     )
@@ -1376,27 +1404,24 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
             source=pub_source,
         )
         public.append(tuned.report_line())
-    if config.clip is not None:
-        h = params.given("clip bound h", float(config.clip), Source.FLAG, "--clip")
-    else:
-        assert tuned is not None
-        h = params.given(
-            "clip bound h",
-            tuned.config.clip,
-            Source.PUBLIC_SPLIT,
-            f"best of {mb.TUNING_CLIP_MULTIPLIERS} × the median ‖B_i‖ of a noiseless run, "
-            f"{tuned.source}",
-        )
-    if config.step_size is not None:
-        eta = params.given("step size η", float(config.step_size), Source.FLAG, "--step-size")
-    else:
-        assert tuned is not None
-        eta = params.given(
-            "step size η",
-            tuned.config.eta,
-            Source.PUBLIC_SPLIT,
-            f"best mean MSPBE of {mb.TUNING_ETAS}, {tuned.source}",
-        )
+    h = flag_or_tuned(
+        params,
+        "clip bound h",
+        config.clip,
+        "--clip",
+        tuned and tuned.config.clip,
+        tuned
+        and f"best of {mb.TUNING_CLIP_MULTIPLIERS} × the median ‖B_i‖ of a noiseless "
+        f"run, {tuned.source}",
+    )
+    eta = flag_or_tuned(
+        params,
+        "step size η",
+        config.step_size,
+        "--step-size",
+        tuned and tuned.config.eta,
+        tuned and f"best mean MSPBE of {mb.TUNING_ETAS}, {tuned.source}",
+    )
     cfg = base.with_(clip=h, eta=eta)
     eps_ro = mb.replace_one_epsilon(sigma, q, T, config.delta)
     planned = mb.minibatch_report(
@@ -1574,23 +1599,24 @@ def tabular_view(problem: Problem, aggregation: int) -> tuple[Any, np.ndarray, A
     return agg.cell, np.eye(agg.dim), agg, note
 
 
+def resolve_reward_scale(
+    params: Any, problem: Problem, name: str, flag: float | None, **where: str
+) -> float:
+    """A public reward bound or range: flag > metadata (`where`: key, fix, detail for
+    `PublicParameters.resolve`) > the built-in domain's largest reward."""
+    domain_r = getattr(problem.domain, "r_max", None)
+    default_r: dict[str, Any] = {} if domain_r is None else {"default": float(domain_r)}
+    return float(params.resolve(name, flag=flag, metadata=problem.metadata, **where, **default_r))
+
+
 def _reward_bounds(config: BaselineConfig, problem: Problem, params: Any) -> tuple[float, float]:
     """The public interval [L, L + R] every reward is clipped into, R and L resolved publicly."""
     fix = (
         "pass --reward-range R (the width of the public interval [--reward-min, "
         "--reward-min + R] that holds every reward)"
     )
-    domain_r = getattr(problem.domain, "r_max", None)
-    default_r: dict[str, Any] = {} if domain_r is None else {"default": float(domain_r)}
-    R = float(
-        params.resolve(
-            "reward range R",
-            flag=config.reward_range,
-            metadata=problem.metadata,
-            key="reward_range",
-            fix=fix,
-            **default_r,
-        )
+    R = resolve_reward_scale(
+        params, problem, "reward range R", config.reward_range, key="reward_range", fix=fix
     )
     if not (math.isfinite(R) and R > 0):
         raise ValueError(f"the reward range must be a finite number > 0, got {R}; {fix}")
@@ -1804,18 +1830,24 @@ class Lstd(OpeSystem):
         return ope_result(problem, theta, ctx.plan.report, metrics=metrics)
 
 
+def check_statistics_fit(estimator: str, m: int, n: int, what: str) -> None:
+    """Before the data: m per-trajectory statistics (Â, b̂, Ĉ: 2n² + n numbers each) fit in
+    memory; `m` is a public count, which `what` names."""
+    need = m * (2 * n * n + n) * 8
+    if need > MAX_STATS_BYTES:
+        raise ValueError(
+            f"{estimator}'s per-trajectory statistics would need {need / 2**30:.1f} GiB "
+            f"(m·(2n²+n) numbers for {what} and n = {n} features), above the "
+            f"limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
+        )
+
+
 def _check_gpope_inputs(config: Any, problem: Any, m: int, what: str) -> tuple[int, bool]:
     """Before the data: the per-trajectory statistics fit in memory for the public count `m`
     (`what` names it, formatted with m), and (clip, step size) are given or tunable on public
     data (never on the private data). Returns n (features) and whether tuning is needed."""
     n = int(problem.features.dim)
-    need = m * (2 * n * n + n) * 8
-    if need > MAX_STATS_BYTES:
-        raise ValueError(
-            f"GPOPE's per-trajectory statistics would need {need / 2**30:.1f} GiB "
-            f"(m·(2n²+n) numbers for {what.format(m=m)} and n = {n} features), above the "
-            f"limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
-        )
+    check_statistics_fit("GPOPE", m, n, what.format(m=m))
     needs_tuning = config.clip is None or config.step_size is None
     if needs_tuning and config.public_data is None and problem.domain is None:
         raise ValueError(
