@@ -1088,15 +1088,15 @@ class Gpope(OpeSystem):
                 source=pub_source,
             )
             public.append(tuned.report_line())
-        h = flag_or_tuned(
-            params,
-            "clip bound h",
-            config.clip,
-            "--clip",
-            tuned and tuned.clip,
-            tuned
-            and f"{tuned.clip_quantile:.0%} quantile of ‖B_i‖ on a non-private run, {tuned.source}",
+        tuned_h = (
+            None
+            if tuned is None
+            else (
+                tuned.clip,
+                f"{tuned.clip_quantile:.0%} quantile of ‖B_i‖ on a non-private run, {tuned.source}",
+            )
         )
+        h = flag_or_tuned(params, "clip bound h", config.clip, "--clip", tuned_h)
         if config.step_size is not None:
             lam = config.lambda_min
             if config.schedule == "diminishing" and lam is None:
@@ -1184,12 +1184,7 @@ class Gpope(OpeSystem):
             "clip": f["h"],
             "iterations": f["n_iter"],
         }
-        tuned = f["tuned"]
-        if tuned is not None:
-            metrics["public_clipped_fraction"] = tuned.clipped_fraction
-            metrics["public_clipped_fraction_note"] = (
-                "fraction of clipped steps on the PUBLIC tuning run, not on the private data"
-            )
+        metrics.update(public_clipping(f["tuned"], "steps on the PUBLIC tuning run"))
         n_rep = value_replicas(f["n_iter"], int(problem.features.dim))
         pub_stats, pub_source = (
             self.public_stats(config, problem, f, ctx.seed) if n_rep else (None, "")
@@ -1213,10 +1208,7 @@ class Gpope(OpeSystem):
             return np.asarray(theta_r) @ w
 
         if pub_stats is not None:
-            covers = (
-                f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
-                f"same mechanism on public data ({pub_source}); not sampling error"
-            )
+            covers = measured_on_public(n_rep, pub_source)
         elif not n_rep:
             covers = (
                 "nothing: measuring GPOPE's noise on public replica runs would cost more than "
@@ -1224,10 +1216,7 @@ class Gpope(OpeSystem):
                 f"n = {problem.features.dim} features; use fewer iterations or features"
             )
         else:
-            covers = (
-                "nothing: GPOPE's noise passes through data-dependent dynamics, so its spread "
-                "is measured on public data; give --public-data FILE for an interval"
-            )
+            covers = needs_public_data("GPOPE's noise")
         metrics.update(
             value_metrics(
                 problem,
@@ -1252,16 +1241,44 @@ class Gpope(OpeSystem):
 
 
 def flag_or_tuned(
-    params: Any, name: str, flag: Any, flag_name: str, tuned: Any, detail: str
-) -> Any:
-    """A tuning setting (GPOPE's h, η): its flag, else the value tuned on public data
-    (`detail` says how), recorded in `params`."""
+    params: Any, name: str, flag: float | None, flag_name: str, tuned: tuple[float, str] | None
+) -> float:
+    """A tuning setting (GPOPE's h, η): its flag, else `tuned` = (the value tuned on public
+    data, how), recorded in `params`."""
     from privrl.privacy.public import Source
 
     if flag is not None:
         return params.given(name, float(flag), Source.FLAG, flag_name)
     assert tuned is not None  # `_check_gpope_inputs` asked for tuning
-    return params.given(name, tuned, Source.PUBLIC_SPLIT, detail)
+    return params.given(name, tuned[0], Source.PUBLIC_SPLIT, tuned[1])
+
+
+def public_clipping(tuned: Any, where: str) -> dict[str, Any]:
+    """metrics.json's clipped fraction of the PUBLIC tuning run(s) (`where`: of what, where),
+    never of the private run (it is not noised); nothing without tuning."""
+    if tuned is None:
+        return {}
+    return {
+        "public_clipped_fraction": tuned.clipped_fraction,
+        "public_clipped_fraction_note": f"fraction of clipped {where}, not on the private data",
+    }
+
+
+def measured_on_public(n_rep: int, pub_source: str) -> str:
+    """What the value's interval covers when the noise is measured on public replica runs."""
+    return (
+        f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
+        f"same mechanism on public data ({pub_source}); not sampling error"
+    )
+
+
+def needs_public_data(noise: str) -> str:
+    """What the interval covers without public data: nothing (`noise` passes through the
+    private data's dynamics, so only public replicas could measure it)."""
+    return (
+        f"nothing: {noise} passes through data-dependent dynamics, so its spread is measured "
+        "on public data; give --public-data FILE for an interval"
+    )
 
 
 def _refuse_data_as_public(config: GpopeConfig, header: Any | None) -> None:
@@ -1404,24 +1421,16 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
             source=pub_source,
         )
         public.append(tuned.report_line())
-    h = flag_or_tuned(
-        params,
-        "clip bound h",
-        config.clip,
-        "--clip",
-        tuned and tuned.config.clip,
-        tuned
-        and f"best of {mb.TUNING_CLIP_MULTIPLIERS} × the median ‖B_i‖ of a noiseless "
-        f"run, {tuned.source}",
-    )
-    eta = flag_or_tuned(
-        params,
-        "step size η",
-        config.step_size,
-        "--step-size",
-        tuned and tuned.config.eta,
-        tuned and f"best mean MSPBE of {mb.TUNING_ETAS}, {tuned.source}",
-    )
+    tuned_h = tuned_eta = None
+    if tuned is not None:
+        tuned_h = (
+            tuned.config.clip,
+            f"best of {mb.TUNING_CLIP_MULTIPLIERS} × the median ‖B_i‖ of a noiseless run, "
+            f"{tuned.source}",
+        )
+        tuned_eta = (tuned.config.eta, f"best mean MSPBE of {mb.TUNING_ETAS}, {tuned.source}")
+    h = flag_or_tuned(params, "clip bound h", config.clip, "--clip", tuned_h)
+    eta = flag_or_tuned(params, "step size η", config.step_size, "--step-size", tuned_eta)
     cfg = base.with_(clip=h, eta=eta)
     eps_ro = mb.replace_one_epsilon(sigma, q, T, config.delta)
     planned = mb.minibatch_report(
@@ -1494,12 +1503,7 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
         "steps": cfg.iterations,
         "epsilon_replace_one": f["epsilon_replace_one"],
     }
-    tuned = f["tuned"]
-    if tuned is not None:
-        metrics["public_clipped_fraction"] = tuned.clipped_fraction
-        metrics["public_clipped_fraction_note"] = (
-            "fraction of clipped gradients on the PUBLIC tuning runs, not on the private data"
-        )
+    metrics.update(public_clipping(f["tuned"], "gradients on the PUBLIC tuning runs"))
     pub_stats, pub_source = f["pub_stats"], f["pub_source"]
     if pub_stats is None:
         pub_stats, pub_source = _public_sample(config, problem, cfg.public_m, ctx.seed)
@@ -1518,15 +1522,9 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
         return runs.theta_avg @ w
 
     if pub_stats is None:
-        covers = (
-            "nothing: the noise passes through data-dependent dynamics, so its spread is "
-            "measured on public data; give --public-data FILE for an interval"
-        )
+        covers = needs_public_data("the noise")
     elif n_rep:
-        covers = (
-            f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
-            f"same mechanism on public data ({pub_source}); not sampling error"
-        )
+        covers = measured_on_public(n_rep, pub_source)
     else:
         covers = (
             "nothing: measuring the noise on public replica runs would cost too much for "
