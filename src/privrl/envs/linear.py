@@ -91,26 +91,8 @@ def feature_table_sha256(phi: npt.ArrayLike) -> str:
     return h.hexdigest()
 
 
-class FeatureShape:
-    """S, A and d of a feature table ``phi [S, A, d]``, for the classes that hold one."""
-
-    phi: FloatArray
-
-    @property
-    def S(self) -> int:
-        return int(self.phi.shape[0])
-
-    @property
-    def A(self) -> int:
-        return int(self.phi.shape[1])
-
-    @property
-    def d(self) -> int:
-        return int(self.phi.shape[2])
-
-
 @dataclass(frozen=True, eq=False)
-class LinearMDP(FeatureShape):
+class LinearMDP:
     """A finite-state linear MDP: features ``φ [S, A, d]`` (‖φ‖ ≤ 1), ``ν [H, S, d]``
     (``ν[h, s']`` = ν_h(s')), ``θ [H, d]`` and ``d1 [S]``.
 
@@ -207,6 +189,18 @@ class LinearMDP(FeatureShape):
     @property
     def H(self) -> int:
         return int(self.nu.shape[0])
+
+    @property
+    def S(self) -> int:
+        return int(self.phi.shape[0])
+
+    @property
+    def A(self) -> int:
+        return int(self.phi.shape[1])
+
+    @property
+    def d(self) -> int:
+        return int(self.phi.shape[2])
 
     def __repr__(self) -> str:
         return f"LinearMDP(H={self.H}, S={self.S}, A={self.A}, d={self.d}, recipe={self.recipe})"

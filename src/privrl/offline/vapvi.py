@@ -70,7 +70,6 @@ from scipy import linalg
 from privrl.arrays import FloatArray, IntArray
 from privrl.data.dataset import DatasetError
 from privrl.data.padding import entries_per_trajectory, step_rows
-from privrl.envs.linear import FeatureShape
 from privrl.offline.common import (
     DATA_RULES,
     GreedyTableActions,
@@ -127,7 +126,7 @@ POLICY_KIND = "privrl.linear_greedy_q"
 
 
 @dataclass(frozen=True, eq=False)
-class FeatureTable(FeatureShape):
+class FeatureTable:
     """A public feature map over integer states: ``φ [S, A, d]`` with ``‖φ(s,a)‖ ≤ 1``.
 
     ``scale`` is the factor the given table was divided by (its max norm, if > 1: a public,
@@ -158,6 +157,18 @@ class FeatureTable(FeatureShape):
         phi = phi / scale
         phi.flags.writeable = False
         return cls(phi=phi, scale=scale, source=source)
+
+    @property
+    def S(self) -> int:
+        return int(self.phi.shape[0])
+
+    @property
+    def A(self) -> int:
+        return int(self.phi.shape[1])
+
+    @property
+    def d(self) -> int:
+        return int(self.phi.shape[2])
 
 
 @dataclass(frozen=True, eq=False)
