@@ -441,24 +441,37 @@ def _release_record(plan: NoisePlan, family: str, size: int) -> Release:
     name = _FAMILY_NAMES[family]
     if plan.mechanism == "gaussian":
         z = plan.scale / plan.sensitivity
-        norm, noise = "l2", {"sigma": plan.scale, "noise_multiplier": z}
-        event: Any = dp_event.GaussianDpEvent(noise_multiplier=z)
-    elif plan.mechanism == "laplace":
+        return Release(
+            name=name,
+            mechanism="gaussian",
+            sensitivity=plan.sensitivity,
+            norm="l2",
+            noise={"sigma": plan.scale, "noise_multiplier": z},
+            size=size,
+            event=dp_event.GaussianDpEvent(noise_multiplier=z),
+            extra=_release_extra(family, plan.stationary),
+        )
+    if plan.mechanism == "laplace":
         eps = plan.sensitivity / plan.scale
-        norm, noise = "l1", {"scale": plan.scale, "epsilon": eps}
-        event = PureDpEvent(epsilon=eps)
-    else:  # "none": APVI, the same counts with the noise off (sensitivity 0 in its plan)
-        norm, noise, event = "l2", {}, None
-    private = plan.mechanism != "none"
+        return Release(
+            name=name,
+            mechanism="laplace",
+            sensitivity=plan.sensitivity,
+            norm="l1",
+            noise={"scale": plan.scale, "epsilon": eps},
+            size=size,
+            event=PureDpEvent(epsilon=eps),
+            extra=_release_extra(family, plan.stationary),
+        )
     return Release(
         name=name,
-        mechanism=plan.mechanism,
-        sensitivity=plan.sensitivity,
-        norm=norm,
-        noise=noise,
+        mechanism="none",
+        sensitivity=0.0,
+        norm="l2",
+        noise={},
         size=size,
-        event=event,
-        extra=_release_extra(family, plan.stationary) if private else {"non_private": True},
+        event=None,
+        extra={"non_private": True},
     )
 
 
