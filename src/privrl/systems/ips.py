@@ -36,6 +36,7 @@ from privrl.systems.ope import (
     DEFAULT_DELTA,
     check_gamma_confidence,
     check_target,
+    refuse_inferred_spaces,
     target_delta,
     target_epsilon,
 )
@@ -145,21 +146,6 @@ class DrConfig(ImportanceConfig):
 # ------------------------------------------------------------------------ the public side
 
 
-def _refuse_inferred_spaces(meta: Any, path: Path) -> None:
-    """π, q̂ and the action index are read in the dataset's spaces; a space inferred from the
-    data at import (max index + 1) would make every trajectory's weight depend on all the
-    others, so it is refused."""
-    from privrl.privacy.public import inferred_fields
-
-    inferred = [f for f in ("observation_space", "action_space") if f in inferred_fields(meta)]
-    if inferred:
-        raise ValueError(
-            f"{path}: the {' and '.join(inferred)} in its metadata were inferred from the "
-            "private data at import, so they cannot index the policies; re-import it with "
-            "--observation-space and --action-space (public values)"
-        )
-
-
 def _reward_range(config: ImportanceConfig, meta: Any, params: Any) -> tuple[float, float]:
     fix = (
         "pass --reward-range LOW,HIGH (a public interval holding every reward; rewards are "
@@ -216,7 +202,9 @@ class ImportanceSystem(System):
 
         assert header is not None
         meta = header.metadata
-        _refuse_inferred_spaces(meta, header.path)
+        # π, q̂ and the action index are read in the dataset's spaces; a space inferred from
+        # the data would make every trajectory's weight depend on all the others
+        refuse_inferred_spaces(meta, header.path, "index the policies")
         if header.n_episodes < 1:
             raise DatasetError(f"{header.path} has no episodes")
         params = PublicParameters()

@@ -694,18 +694,18 @@ def _features(spec: str | None, env: str | None, domain: Any, space: Any) -> Any
     return _check_dim(feats, spec)
 
 
-def _refuse_inferred_spaces(meta: Any, data_path: Path) -> None:
-    """The features (hence the size of θ and of every release) and the target policy are built
-    from the dataset's spaces, so they must be public: a space `privrl data import` guessed
-    from the data (max index + 1, observed bounds) is not."""
+def refuse_inferred_spaces(meta: Any, data_path: Path, use: str) -> None:
+    """The estimator's public side is built from the dataset's spaces (`use`: what they would
+    do), so they must be public: a space `privrl data import` guessed from the data (max
+    index + 1, observed bounds) is not."""
     from privrl.privacy.public import inferred_fields
 
     inferred = [f for f in ("observation_space", "action_space") if f in inferred_fields(meta)]
     if inferred:
         raise ValueError(
             f"{data_path}: the {' and '.join(inferred)} in its metadata were inferred from the "
-            "private data at import, so they cannot size the features or the releases; "
-            "re-import it with --observation-space and --action-space (public values)"
+            f"private data at import, so they cannot {use}; re-import it with "
+            "--observation-space and --action-space (public values)"
         )
 
 
@@ -791,7 +791,8 @@ def public_problem(
     from privrl.data.dataset import DatasetError
 
     meta = header.metadata
-    _refuse_inferred_spaces(meta, header.path)
+    # the features (hence the size of θ and of every release) and the target policy
+    refuse_inferred_spaces(meta, header.path, "size the features or the releases")
     H = _horizon(config, meta, params)
     policy = _policy(None, config.target_policy, meta.action_space, meta.observation_space, H)
     feats = _features(config.features, None, None, meta.observation_space)
