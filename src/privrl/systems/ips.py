@@ -33,12 +33,12 @@ import numpy as np
 from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.ope import (
-    DEFAULT_DELTA,
     check_gamma_confidence,
     check_target,
     refuse_inferred_spaces,
     target_delta,
     target_epsilon,
+    target_parameters,
 )
 
 NOISE_STREAM = 5
@@ -197,7 +197,7 @@ class ImportanceSystem(System):
     def plan(self, config: ImportanceConfig, header: Any | None) -> Plan:
         from privrl.data.dataset import DatasetError
         from privrl.ope import importance as imp
-        from privrl.privacy.public import PublicParameters, Source
+        from privrl.privacy.public import Source
         from privrl.privacy.report import PrivacyReport
 
         assert header is not None
@@ -207,10 +207,7 @@ class ImportanceSystem(System):
         refuse_inferred_spaces(meta, header.path, "index the policies")
         if header.n_episodes < 1:
             raise DatasetError(f"{header.path} has no episodes")
-        params = PublicParameters()
-        params.given("ε", float(config.epsilon), Source.FLAG, "--epsilon")
-        delta_source = Source.DEFAULT if config.delta == DEFAULT_DELTA else Source.FLAG
-        params.given("δ", float(config.delta), delta_source, "--delta")
+        params = target_parameters(config)
         m = params.given(
             "trajectories m",
             int(header.n_episodes),

@@ -123,6 +123,16 @@ def target_delta() -> Any:
     return option(DEFAULT_DELTA, "--delta", "-d", allow_nan=True, help="Target δ in (0, 1).")
 
 
+def target_parameters(config: Any, epsilon_label: str = "ε") -> Any:
+    """`PublicParameters` holding the target ε (its flag) and δ (its flag, or the default)."""
+    from privrl.privacy.public import PublicParameters, Source
+
+    params = PublicParameters()
+    params.given(epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
+    params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
+    return params
+
+
 def check_target(epsilon: float, delta: float) -> None:
     """The target (ε, δ): ε by the CLI's shared check (its message without the flag's name),
     δ in (0, 1)."""
@@ -1021,11 +1031,7 @@ class OpeSystem(System):
     ) -> tuple[Any, Problem]:
         """PublicParameters with ε and δ, and the public problem (`count_is_public`: as in
         `public_problem`)."""
-        from privrl.privacy.public import PublicParameters, Source
-
-        params = PublicParameters()
-        params.given(self.epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
-        params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
+        params = target_parameters(config, self.epsilon_label)
         problem = public_problem(config, header, params, seed, count_is_public=count_is_public)
         return params, problem
 
