@@ -33,6 +33,7 @@ import numpy as np
 from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.ope import (
+    HEADER_COUNT_DETAIL,
     check_gamma_confidence,
     check_target,
     refuse_inferred_spaces,
@@ -40,6 +41,7 @@ from privrl.systems.ope import (
     target_epsilon,
     target_parameters,
 )
+from privrl.systems.tabular import header_trajectories
 
 NOISE_STREAM = 5
 
@@ -208,13 +210,7 @@ class ImportanceSystem(System):
         if header.n_episodes < 1:
             raise DatasetError(f"{header.path} has no episodes")
         params = target_parameters(config)
-        m = params.given(
-            "trajectories m",
-            int(header.n_episodes),
-            Source.METADATA,
-            "the dataset header's episode count; replace-one neighbours have the same m, so it "
-            "is public",
-        )
+        m = header_trajectories(params, "trajectories m", header, HEADER_COUNT_DETAIL)
         W = params.given("weight clip W", float(config.weight_clip), Source.FLAG, "--weight-clip")
         r_lo, r_hi = _reward_range(config, meta, params)
         H = int(

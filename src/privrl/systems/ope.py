@@ -52,6 +52,7 @@ import numpy as np
 
 from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
+from privrl.systems.tabular import header_trajectories
 
 ENVS = ("chain", "mountain-car", "hiv")
 _UNSET: Any = object()
@@ -95,6 +96,9 @@ def minibatch_value_replicas(iterations: int, n: int, batch: int) -> int:
 
 ON_POLICY = ("behaviour", "behavior", "on-policy")
 DEFAULT_DELTA = 1e-5
+HEADER_COUNT_DETAIL = (
+    "the dataset header's episode count; replace-one neighbours have the same m, so it is public"
+)
 DEFAULT_TRAJECTORIES = 1000
 
 # Sizes refused up front (they cannot fit in memory or finish in reasonable time).
@@ -819,13 +823,7 @@ def public_problem(
         raise DatasetError(f"{header.path} has no episodes")
     m = int(header.n_episodes)
     if count_is_public:
-        params.given(
-            "trajectories m",
-            m,
-            Source.METADATA,
-            "the dataset header's episode count; replace-one neighbours have the same m, so it "
-            "is public",
-        )
+        header_trajectories(params, "trajectories m", header, HEADER_COUNT_DETAIL)
     out = Problem(
         features=feats, gamma=g, target_policy=policy, domain=None, m=m, horizon=H, **problem
     )
