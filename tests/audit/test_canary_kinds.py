@@ -375,3 +375,21 @@ def test_primorl_gradient_statistic_needs_worst_canaries(
     argv = ["audit", "primorl", *ONE_RUN["primorl"], "--canary", "random", "--statistic"]
     line = _err([*argv, "gradient", "--out", str(tmp_path / "o")], capsys)
     assert "--statistic loss with --canary random" in line
+
+
+def test_synthetic_episodes_end_as_declared_and_background_walks_leave_canaries_alone() -> None:
+    """Structural rule of the one-run audits' synthetic data: an episode's last step is
+    terminated or truncated (never both), its unit id is kept, and a background unit's
+    observations are 0 on the m canaries' own coordinates (no canary's data is touched)."""
+    from privrl.audit.canary import background_walk, synthetic_episode
+
+    rng = np.random.default_rng(0)
+    obs = background_walk(8, 5, 2, rng)
+    assert obs.shape == (9, 7) and obs.dtype == np.float32
+    assert not obs[:, :5].any() and obs[:, 5:].any()
+    ep = synthetic_episode(obs, np.zeros(8, np.int64), 0.5, unit=3)
+    assert ep["unit_id"] == 3 and ep["rewards"].tolist() == [0.5] * 8
+    assert ep["truncated"].tolist() == [False] * 7 + [True] and not ep["terminated"].any()
+    end = synthetic_episode(obs[:2], np.zeros(1, np.int64), np.array([1.0]), terminal=True)
+    assert end["terminated"].tolist() == [True] and not end["truncated"].any()
+    assert "unit_id" not in end

@@ -5,6 +5,7 @@ reports state the model and the budget."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -176,3 +177,24 @@ def test_identity_privatizer() -> None:
     cum.release(truth)
     assert np.array_equal(cum.release(truth).n_sa, 2 * truth.n_sa)
     assert not cum.report(system="pe").private
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda: ShufflePrivatizer(H, S, A, epsilon=0.0, delta=1e-5, rng=_rng()), "epsilon"),
+        (lambda: ShufflePrivatizer(H, S, A, epsilon=1.0, delta=1.0, rng=_rng()), "delta"),
+        (lambda: ShufflePrivatizer(H, S, A, epsilon=1.0, delta=1e-5, rng=_rng(), beta=1), "beta"),
+        (lambda: CentralPrivatizer(H, S, A, epsilon=math.inf, episodes=2, rngs=[_rng()]), "eps"),
+        (lambda: LocalPrivatizer(H, S, A, epsilon=1.0, episodes=2, rngs=[_rng()], beta=0), "beta"),
+    ],
+)
+def test_every_privatizer_refuses_a_budget_outside_its_range(make: Any, problem: str) -> None:
+    """Noise scale: ε finite and > 0, δ (shuffle) and β in (0, 1), checked before any noise
+    is calibrated, by every privatizer alike."""
+    with pytest.raises(ValueError, match=f"^{problem}"):
+        make()
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)

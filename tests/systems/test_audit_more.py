@@ -142,3 +142,75 @@ def test_bad_input_is_one_error_line(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], lines
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the helpers the audits share (privrl.systems.audit)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_noise_multiplier_is_resolved_once_for_every_dp_sgd_style_audit() -> None:
+    """Public parameters: the target ε is a flag and z is derived from (ε, δ, q, N) by PLD —
+    the same z `dp_sgd_noise_multiplier` gives; a given z is a flag; non-private gives None."""
+    from privrl.audit.dpsgd import dp_sgd_noise_multiplier
+    from privrl.privacy.public import PublicParameters
+    from privrl.systems.audit import resolve_noise_multiplier
+
+    config = AuditDpSgdConfig(epsilon=2.0, rate=0.5, steps=3)
+    params = PublicParameters()
+    z = resolve_noise_multiplier(params, config, config.rate, config.steps)
+    assert z == dp_sgd_noise_multiplier(2.0, config.delta, 0.5, 3)
+    sources = {p.name: p.source.value for p in params}
+    assert sources == {"target ε": "flag", "noise multiplier z": "derived"}
+    params = PublicParameters()
+    given = AuditDpSgdConfig(noise_multiplier=1.5)
+    assert resolve_noise_multiplier(params, given, 1.0, 1) == 1.5
+    assert [p.source.value for p in params] == ["flag"]
+    twin = AuditDpSgdConfig(non_private=True)
+    assert resolve_noise_multiplier(PublicParameters(), twin, 1.0, 1) is None
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"epsilon": 1.0, "noise_multiplier": 1.0},
+        {"epsilon": 1.0, "delta": 1.0},
+        {"noise_multiplier": -1.0},
+        {"noise_multiplier": 1.0, "clip": float("inf")},
+        {"noise_multiplier": 1.0, "rate": 0.0},
+    ],
+)
+def test_dp_sgd_audit_refuses_bad_noise_settings(values: dict[str, Any]) -> None:
+    """`check_noise_flags` and `check_rate`: one noise setting, δ in (0, 1), ε, z, C finite and
+    positive, q in (0, 1] — refused when the config is built."""
+    with pytest.raises(ValueError):
+        AuditDpSgdConfig(**values)
+
+
+def test_one_run_result_names_its_statistic_only_when_there_is_a_choice() -> None:
+    """The one-run summary line and metrics: dp-sgd (no choice of statistic) has no
+    `statistic` key; primorl-style audits add it to both."""
+    import numpy as np
+
+    from privrl.audit.dpsgd import OneRunAudit
+    from privrl.privacy.report import PrivacyReport
+    from privrl.systems.audit import one_run_result
+
+    report = PrivacyReport.non_private("trajectory", "add_remove", system="sgd")
+    included = np.array([True, False] * 10)
+    audit = OneRunAudit.from_guesses(
+        np.where(included, 1.0, -1.0),
+        included,
+        guesses=10,
+        confidence=0.95,
+        report=report,
+        delta=1e-5,
+        params={"system": "sgd", "confidence": 0.95},
+    )
+    plain = one_run_result(audit, report, 0.95)
+    assert "statistic" not in plain.metrics
+    assert plain.summary[0].startswith("sgd (one run, 20 canaries): claimed ε = ")
+    assert "10 of 10 guesses correct" in plain.summary[0]
+    named = one_run_result(audit, report, 0.95, "loss")
+    assert named.metrics["statistic"] == "loss"
+    assert named.summary[0].startswith("sgd (one run, 20 canaries, loss statistic): ")

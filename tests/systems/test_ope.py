@@ -245,3 +245,39 @@ def test_a_config_file_is_refused_by_a_spent_ledger_before_the_data(tmp_path: Pa
     line = error_line(err)
     assert "ledger has" in line and "budget" in line
     assert not (tmp_path / "o" / "config.json").exists()
+
+
+def test_tuning_settings_come_from_the_flag_or_the_public_tuning() -> None:
+    """Public parameters: GPOPE's h and η are a flag (the tuned value is ignored) or, without
+    one, the value tuned on public data, recorded as a public split with how it was tuned."""
+    from privrl.privacy.public import PublicParameters
+    from privrl.systems.ope import flag_or_tuned
+
+    params = PublicParameters()
+    assert flag_or_tuned(params, "clip bound h", 2.0, "--clip", (9.0, "tuned")) == 2.0
+    assert flag_or_tuned(params, "step size η", None, "--step-size", (0.3, "best MSPBE")) == 0.3
+    recorded = {p.name: (p.source.value, p.detail) for p in params}
+    assert recorded == {
+        "clip bound h": ("flag", "--clip"),
+        "step size η": ("public split", "best MSPBE"),
+    }
+
+
+def test_target_delta_is_a_flag_only_when_it_differs_from_the_default() -> None:
+    """Public parameters: ε is always a flag; δ is the default unless the user changed it."""
+    from privrl.systems.ope import target_parameters
+
+    default = target_parameters(DpLswConfig(env="chain", epsilon=1.0))
+    assert {p.name: p.source.value for p in default} == {"ε": "flag", "δ": "default"}
+    given = target_parameters(DpLswConfig(env="chain", epsilon=1.0, delta=1e-3), "ε (target)")
+    assert {p.name: p.source.value for p in given} == {"ε (target)": "flag", "δ": "flag"}
+
+
+def test_statistics_memory_refusal_names_the_estimator_and_the_public_count() -> None:
+    """Before the data: m per-trajectory statistics that would not fit are refused, from the
+    public count and the feature dimension only."""
+    from privrl.systems.ope import check_statistics_fit
+
+    check_statistics_fit("lstd-op", 1_000, 10, "m̄ = 1,000 declared trajectories")
+    with pytest.raises(ValueError, match=r"^lstd-op's per-trajectory statistics .*m̄ = 10"):
+        check_statistics_fit("lstd-op", 10, 100_000, "m̄ = 10 declared trajectories")

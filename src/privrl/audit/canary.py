@@ -339,6 +339,40 @@ def load_one_run_canaries(
     return units
 
 
+def synthetic_episode(
+    obs: np.ndarray,
+    act: np.ndarray,
+    reward: Any,
+    *,
+    terminal: bool = False,
+    unit: int | None = None,
+) -> dict[str, Any]:
+    """One synthetic (public) episode for `TrajectoryDataset.from_episodes`: `reward` (a
+    number or one per step) on every step, its last step terminated or truncated, and its
+    unit id where given."""
+    n = act.shape[0]
+    end = np.zeros(n, bool)
+    end[-1] = True
+    episode = {
+        "observations": obs,
+        "actions": act,
+        "rewards": np.broadcast_to(np.asarray(reward, np.float32), (n,)).copy(),
+        "terminated": end if terminal else np.zeros(n, bool),
+        "truncated": np.zeros(n, bool) if terminal else end,
+    }
+    if unit is not None:
+        episode["unit_id"] = unit
+    return episode
+
+
+def background_walk(steps: int, m: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    """Observations [steps + 1, m + dim] of a background unit of a one-run audit: 0 on the m
+    canaries' own coordinates, a Gaussian random walk (step sd 0.3) on the last `dim`."""
+    s = np.zeros((steps + 1, m + dim), np.float32)
+    s[:, m:] = np.cumsum(rng.normal(0.0, 0.3, size=(steps + 1, dim)), axis=0)
+    return s
+
+
 def place_on_own_coordinate(episode: CanaryEpisode, j: int, m: int) -> np.ndarray:
     """Observations [T + 1, m + k] of canary j's episode: its first input on coordinate j (the
     unit's own, no other unit's data touch it), its other k inputs on the last k coordinates

@@ -256,7 +256,7 @@ def _expert_dataset(
     its own episodes placed on its own coordinate j; background expert: one random-walk
     episode of 8 steps in the last `dim` coordinates (its first m coordinates are 0), random
     actions, reward 0."""
-    from privrl.audit.canary import place_on_own_coordinate
+    from privrl.audit.canary import background_walk, place_on_own_coordinate, synthetic_episode
     from privrl.data.dataset import TrajectoryDataset
 
     p = canaries + dim
@@ -265,22 +265,23 @@ def _expert_dataset(
         if file is not None:
             for ep in file[j]:
                 obs = place_on_own_coordinate(ep, int(j), canaries)
-                e = _step_episode(obs, ep.actions, 0.0, int(j), terminal=ep.terminated)
+                e = synthetic_episode(obs, ep.actions, 0.0, terminal=ep.terminated, unit=int(j))
                 e["rewards"] = ep.rewards.astype(np.float32)
                 episodes.append(e)
             continue
         if drawn is not None:
             obs, act = drawn
-            episodes.append(_step_episode(obs[j], act[j], 0.0, int(j), terminal=False))
+            episodes.append(synthetic_episode(obs[j], act[j], 0.0, unit=int(j)))
             continue
         s = np.zeros((2, p), np.float32)
         s[:, j] = scale
-        episodes.append(_step_episode(s, np.zeros(1, np.int64), 1.0, int(j), terminal=True))
+        episodes.append(
+            synthetic_episode(s, np.zeros(1, np.int64), 1.0, terminal=True, unit=int(j))
+        )
     for u in range(background):
-        s = np.zeros((9, p), np.float32)
-        s[:, canaries:] = np.cumsum(rng.normal(0.0, 0.3, size=(9, dim)), axis=0)
+        s = background_walk(8, canaries, dim, rng)
         a = rng.integers(0, 2, size=8)
-        episodes.append(_step_episode(s, a, 0.0, canaries + u, terminal=False))
+        episodes.append(synthetic_episode(s, a, 0.0, unit=canaries + u))
     return TrajectoryDataset.from_episodes(episodes)
 
 
@@ -290,22 +291,6 @@ def _random_canaries(canaries: int, dim: int, rng: Any) -> tuple[np.ndarray, np.
     obs = np.zeros((canaries, 9, canaries + dim), np.float32)
     obs[:, :, canaries:] = np.cumsum(rng.normal(0.0, 0.3, size=(canaries, 9, dim)), axis=1)
     return obs, rng.integers(0, 2, size=(canaries, 8))
-
-
-def _step_episode(
-    obs: np.ndarray, act: np.ndarray, reward: float, unit: int, *, terminal: bool
-) -> dict[str, Any]:
-    n = act.shape[0]
-    end = np.zeros(n, bool)
-    end[-1] = True
-    return {
-        "observations": obs,
-        "actions": act,
-        "rewards": np.full(n, reward, np.float32),
-        "terminated": end if terminal else np.zeros(n, bool),
-        "truncated": np.zeros(n, bool) if terminal else end,
-        "unit_id": unit,
-    }
 
 
 def expert_dp_sgd_claimed(

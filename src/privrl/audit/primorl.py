@@ -164,6 +164,7 @@ def _episodes(
 ) -> Any:
     """The training set: the included canaries (one step each, or their `drawn` trajectories),
     then the background."""
+    from privrl.audit.canary import background_walk, synthetic_episode
     from privrl.data.dataset import TrajectoryDataset
 
     m, d = setup.canaries, setup.dim
@@ -171,30 +172,16 @@ def _episodes(
     episodes = []
     for j in np.flatnonzero(included):  # a few hundred short episodes (set-up, not a hot path)
         if drawn is not None:
-            episodes.append(_episode(*drawn[j]))
+            episodes.append(synthetic_episode(*drawn[j]))
             continue
         s = np.zeros((2, p), np.float32)
         s[:, j] = setup.scale
-        episodes.append(_episode(s, np.zeros((1, 1), np.float32), setup.reward))
+        episodes.append(synthetic_episode(s, np.zeros((1, 1), np.float32), setup.reward))
     for _ in range(setup.background):
-        s = np.zeros((setup.length + 1, p), np.float32)
-        s[:, m:] = np.cumsum(rng.normal(0.0, 0.3, size=(setup.length + 1, d)), axis=0)
+        s = background_walk(setup.length, m, d, rng)
         a = rng.uniform(-1.0, 1.0, size=(setup.length, 1)).astype(np.float32)
-        episodes.append(_episode(s, a, -np.square(s[:-1, m])))
+        episodes.append(synthetic_episode(s, a, -np.square(s[:-1, m])))
     return TrajectoryDataset.from_episodes(episodes)
-
-
-def _episode(obs: np.ndarray, act: np.ndarray, reward: Any) -> dict[str, Any]:
-    n = act.shape[0]
-    trunc = np.zeros(n, bool)
-    trunc[-1] = True
-    return {
-        "observations": obs,
-        "actions": act,
-        "rewards": np.broadcast_to(np.asarray(reward, np.float32), (n,)).copy(),
-        "terminated": np.zeros(n, bool),
-        "truncated": trunc,
-    }
 
 
 def _canary_inputs(

@@ -140,6 +140,17 @@ def consistent_counts(
     return n_sa, n_sas
 
 
+def _check_budget(epsilon: float, beta: float, delta: float | None = None) -> None:
+    """A privatizer's ε is finite and > 0, its δ (where it has one) in (0, 1) and the
+    utility failure probability β in (0, 1)."""
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
+    if delta is not None and not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not 0 < beta < 1:
+        raise ValueError(f"beta must be in (0, 1), got {beta}")
+
+
 class Privatizer(ABC):
     """Turns users' counts into `PrivateCounts`; ``model`` is the trust model, ``cumulative``
     says whether `release` returns the counts of all users so far (streaming) or of this batch."""
@@ -232,12 +243,7 @@ class ShufflePrivatizer(Privatizer):
         beta: float = 0.1,
         n_releases: int = 1,
     ) -> None:
-        if not (math.isfinite(epsilon) and epsilon > 0):
-            raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
-        if not 0 < delta < 1:
-            raise ValueError(f"delta must be in (0, 1), got {delta}")
-        if not 0 < beta < 1:
-            raise ValueError(f"beta must be in (0, 1), got {beta}")
+        _check_budget(epsilon, beta, delta)
         if calibration not in ("tight", "theory"):
             raise ValueError(f"calibration must be 'tight' or 'theory', got {calibration!r}")
         self.H, self.S, self.A = H, S, A
@@ -409,10 +415,7 @@ class _StreamingPrivatizer(Privatizer):
         beta: float = 0.1,
     ) -> None:
         """`rngs`: one generator per parallel run (the runs share nothing)."""
-        if not (math.isfinite(epsilon) and epsilon > 0):
-            raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
-        if not 0 < beta < 1:
-            raise ValueError(f"beta must be in (0, 1), got {beta}")
+        _check_budget(epsilon, beta)
         self.H, self.S, self.A = H, S, A
         self.epsilon = float(epsilon)
         self.episodes = int(episodes)

@@ -20,6 +20,7 @@ audit (`failure`: exit code 1 on the command line, after the run directory is wr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -168,14 +169,21 @@ def check_canary(config: Any, file_ok: bool) -> None:
     )
 
 
-def _canary_episode(config: Any, H: int, S: int, A: int, *, binary: bool = False) -> Any:
-    """The `--canary FILE` episode (public: the auditor's own input), checked against H, S, A;
-    None for 'worst' / 'random'."""
-    from privrl.audit.canary import is_canary_file, load_tabular_canary
+def load_file_canary(config: Any, load: Callable[..., Any], **shape: Any) -> Any:
+    """The `--canary FILE.h5` input, `load(FILE, **shape)` (public: the auditor's own input,
+    checked in `plan`, before any trial); None for 'worst' / 'random'."""
+    from privrl.audit.canary import is_canary_file
 
     if not is_canary_file(config.canary):
         return None
-    return load_tabular_canary(config.canary, H=H, S=S, A=A, binary_rewards=binary)
+    return load(config.canary, **shape)
+
+
+def _canary_episode(config: Any, H: int, S: int, A: int, *, binary: bool = False) -> Any:
+    """The `--canary FILE` episode, checked against H, S, A; None for 'worst' / 'random'."""
+    from privrl.audit.canary import load_tabular_canary
+
+    return load_file_canary(config, load_tabular_canary, H=H, S=S, A=A, binary_rewards=binary)
 
 
 def flag_parameters(*named: tuple[str, Any]) -> Any:
@@ -198,6 +206,70 @@ def synthetic_report(report: Any, params: Any) -> Any:
 def _positive(value: float | None, key: str) -> None:
     if value is not None:
         check(math.isfinite(value) and value > 0, key, f"must be finite and > 0, got {value}")
+
+
+def check_rate(config: Any) -> None:
+    """The Poisson sampling rate q is in (0, 1]."""
+    check(
+        math.isfinite(config.rate) and 0.0 < config.rate <= 1.0,
+        "rate",
+        f"must be in (0, 1], got {config.rate}",
+    )
+
+
+def check_noise_flags(config: Any) -> None:
+    """Audits of noisy training (DP-SGD, DP-FedAvg): exactly one of --epsilon,
+    --noise-multiplier and --non-private; δ in (0, 1); ε, z and the clip C finite and > 0."""
+    _one_of(
+        config,
+        ("epsilon", "noise_multiplier", "non_private"),
+        "--epsilon E, --noise-multiplier Z or --non-private",
+    )
+    check(0.0 < config.delta < 1.0, "delta", f"must be in (0, 1), got {config.delta}")
+    _positive(config.epsilon, "epsilon")
+    _positive(config.noise_multiplier, "noise_multiplier")
+    _positive(config.clip, "clip")
+
+
+def resolve_noise_multiplier(params: Any, config: Any, rate: float, steps: int) -> float | None:
+    """z from --noise-multiplier, or the smallest z meeting the target (ε, δ) under PLD for
+    `steps` Poisson-sampled steps at rate `rate`, recorded in `params`; None when
+    non-private."""
+    from privrl.audit.dpsgd import dp_sgd_noise_multiplier
+
+    z = config.noise_multiplier
+    if config.epsilon is not None:
+        params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
+        z = params.derive(
+            "noise multiplier z",
+            dp_sgd_noise_multiplier(config.epsilon, config.delta, rate, steps),
+            "smallest z meeting (ε, δ) under PLD",
+        )
+    elif z is not None:
+        params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
+    return z
+
+
+def one_run_result(
+    audit: Any, report: Any, confidence: float, statistic: str | None = None
+) -> Result:
+    """The `Result` of a one-run audit (Steinke, Nasr & Jagielski 2023): its metrics (with
+    the attack's `statistic` where the audit offers a choice), the claimed report, the ROC."""
+    from privrl.audit.run import roc_plot
+
+    metrics = audit.metrics()
+    kind = f"one run, {metrics['canaries']} canaries"
+    if statistic is not None:
+        metrics["statistic"] = statistic
+        kind += f", {statistic} statistic"
+    line = (
+        f"{metrics['system']} ({kind}): claimed ε = {metrics['epsilon_claimed']:.4g} at "
+        f"δ = {audit.delta:.3g}; {metrics['correct']} of {metrics['guesses']} guesses correct; "
+        f"one-run lower bound ε ≥ {metrics['epsilon_lower_bound']:.4g} ({confidence:.0%})"
+    )
+    trials = audit.as_trials()
+    plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}
+    return Result(metrics=metrics, privacy=report, plots=plots, summary=[line])
 
 
 @dataclass(frozen=True)
@@ -477,7 +549,7 @@ class AuditGpope(AuditSystem):
 
     def plan(self, config: AuditGpopeConfig, header: Any | None) -> Plan:
         from privrl.audit.attacks import GPOPE_AUDIT_GAMMA, gpope_report
-        from privrl.audit.canary import is_canary_file, load_gpope_canary
+        from privrl.audit.canary import load_gpope_canary
         from privrl.ope.gpope import calibrated_sigma
 
         params = flag_parameters(
@@ -512,14 +584,13 @@ class AuditGpope(AuditSystem):
             ),
             params,
         )
-        statistic = None
-        if is_canary_file(config.canary):  # the auditor's own public input, checked first
-            statistic = load_gpope_canary(
-                config.canary,
-                feature_map=config.feature_map,
-                n=config.features,
-                gamma=GPOPE_AUDIT_GAMMA,
-            )
+        statistic = load_file_canary(
+            config,
+            load_gpope_canary,
+            feature_map=config.feature_map,
+            n=config.features,
+            gamma=GPOPE_AUDIT_GAMMA,
+        )
         public = {
             "command": "audit gpope",
             "audit": {

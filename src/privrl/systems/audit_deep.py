@@ -36,13 +36,17 @@ from privrl.systems.audit import (
     _epsilon,
     _noise_multiplier,
     _non_private,
-    _one_of,
     _positive,
     _trials,
     check_canary,
     check_confidence,
     check_guesses,
+    check_noise_flags,
+    check_rate,
     flag_parameters,
+    load_file_canary,
+    one_run_result,
+    resolve_noise_multiplier,
     synthetic_report,
 )
 
@@ -110,7 +114,7 @@ class AuditExpertDp(AuditSystem):
     summary = "expert-dp's consensus filter (one DataRelease round), add/remove one expert."
 
     def plan(self, config: AuditExpertDpConfig, header: Any | None) -> Plan:
-        from privrl.audit.canary import is_canary_file, load_expert_canary
+        from privrl.audit.canary import load_expert_canary
         from privrl.audit.expert import filter_calibration, filter_claimed
 
         params = flag_parameters(
@@ -140,9 +144,7 @@ class AuditExpertDp(AuditSystem):
                 "audited_release": "the stable-prefix length of one DataRelease round",
             },
         }
-        greedy = None
-        if is_canary_file(config.canary):  # the auditor's own public input, checked first
-            greedy = load_expert_canary(config.canary, L=config.max_len, A=config.actions)
+        greedy = load_file_canary(config, load_expert_canary, L=config.max_len, A=config.actions)
         return Plan(report=report, public=public, facts={"greedy": greedy})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
@@ -195,15 +197,7 @@ class AuditExpertDpSgdConfig(RunConfig):
     confidence: float = _confidence()
 
     def validate(self) -> None:
-        _one_of(
-            self,
-            ("epsilon", "noise_multiplier", "non_private"),
-            "--epsilon E, --noise-multiplier Z or --non-private",
-        )
-        check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
-        _positive(self.epsilon, "epsilon")
-        _positive(self.noise_multiplier, "noise_multiplier")
-        _positive(self.clip, "clip")
+        check_noise_flags(self)
         _at_least(self, {"steps": 1, "canaries": 2, "guesses": 2, "background": 0})
         check_guesses(self)
         check(
@@ -223,8 +217,7 @@ class AuditExpertDpSgd(AuditSystem):
     summary = "expert-dp's private DP-SGD steps, one run with canary experts (Steinke et al.)."
 
     def plan(self, config: AuditExpertDpSgdConfig, header: Any | None) -> Plan:
-        from privrl.audit.canary import is_canary_file, load_one_run_canaries
-        from privrl.audit.dpsgd import dp_sgd_noise_multiplier
+        from privrl.audit.canary import load_one_run_canaries
         from privrl.audit.expert import expert_dp_sgd_claimed
 
         params = flag_parameters(
@@ -234,16 +227,7 @@ class AuditExpertDpSgd(AuditSystem):
             ("experts m (declared: canaries + background)", config.canaries + config.background),
         )
         params.derive("sampling rate q", 1.0, "b = m: every expert is sampled each step")
-        z = config.noise_multiplier
-        if config.epsilon is not None:
-            params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
-            z = params.derive(
-                "noise multiplier z",
-                dp_sgd_noise_multiplier(config.epsilon, config.delta, 1.0, config.steps),
-                "smallest z meeting (ε, δ) under PLD",
-            )
-        elif z is not None:
-            params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
+        z = resolve_noise_multiplier(params, config, 1.0, config.steps)
         report = synthetic_report(
             expert_dp_sgd_claimed(
                 noise_multiplier=z,
@@ -256,11 +240,9 @@ class AuditExpertDpSgd(AuditSystem):
             ),
             params,
         )
-        units = None
-        if is_canary_file(config.canary):  # the auditor's own public input, checked first
-            units = load_one_run_canaries(
-                config.canary, m=config.canaries, inputs=3, actions=2, unit="expert"
-            )
+        units = load_file_canary(
+            config, load_one_run_canaries, m=config.canaries, inputs=3, actions=2, unit="expert"
+        )
         public = {
             "command": "audit expert-dp-sgd",
             "audit": {"noise_multiplier": z, "mode": "one-run", "learner": "discrete CQL"},
@@ -284,22 +266,7 @@ class AuditExpertDpSgd(AuditSystem):
             units=ctx.plan.facts["units"],
             rng=rng,
         )
-        return _one_run_result(audit, ctx.plan.report, config, "loss")
-
-
-def _one_run_result(audit: Any, report: Any, config: Any, statistic: str) -> Result:
-    from privrl.audit.run import roc_plot
-
-    metrics = {**audit.metrics(), "statistic": statistic}
-    line = (
-        f"{metrics['system']} (one run, {metrics['canaries']} canaries, {statistic} "
-        f"statistic): claimed ε = {metrics['epsilon_claimed']:.4g} at δ = {audit.delta:.3g}; "
-        f"{metrics['correct']} of {metrics['guesses']} guesses correct; one-run lower bound "
-        f"ε ≥ {metrics['epsilon_lower_bound']:.4g} ({config.confidence:.0%})"
-    )
-    trials = audit.as_trials()
-    plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}
-    return Result(metrics=metrics, privacy=report, plots=plots, summary=[line])
+        return one_run_result(audit, ctx.plan.report, config.confidence, "loss")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,21 +310,9 @@ class AuditPrimorlConfig(RunConfig):
     confidence: float = _confidence()
 
     def validate(self) -> None:
-        _one_of(
-            self,
-            ("epsilon", "noise_multiplier", "non_private"),
-            "--epsilon E, --noise-multiplier Z or --non-private",
-        )
-        check(self.delta > 0 and self.delta < 1, "delta", f"must be in (0, 1), got {self.delta}")
-        _positive(self.epsilon, "epsilon")
-        _positive(self.noise_multiplier, "noise_multiplier")
-        _positive(self.clip, "clip")
+        check_noise_flags(self)
         _positive(self.local_lr, "local_lr")
-        check(
-            math.isfinite(self.rate) and 0.0 < self.rate <= 1.0,
-            "rate",
-            f"must be in (0, 1], got {self.rate}",
-        )
+        check_rate(self)
         _at_least(self, {"rounds": 1, "canaries": 2, "guesses": 2, "background": 0})
         for key in ("members", "hidden"):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
@@ -390,19 +345,19 @@ class AuditPrimorl(AuditSystem):
     summary = "PRIMORL's DP-FedAvg ensemble, one run with canary trajectories (Steinke et al.)."
 
     def _setup(self, config: AuditPrimorlConfig) -> Any:
-        from privrl.audit.canary import is_canary_file, load_one_run_canaries
+        from privrl.audit.canary import load_one_run_canaries
         from privrl.audit.primorl import PrimorlAuditSetup
 
-        units = None
-        if is_canary_file(config.canary):  # the auditor's own public input, checked first
-            units = load_one_run_canaries(
-                config.canary,
-                m=config.canaries,
-                inputs=3,
-                actions=1,
-                unit="trajectory",
-                continuous=True,
-            )
+        units = load_file_canary(
+            config,
+            load_one_run_canaries,
+            m=config.canaries,
+            inputs=3,
+            actions=1,
+            unit="trajectory",
+            continuous=True,
+        )
+        if units is not None:
             blind = [j for j, (ep,) in enumerate(units) if not ep.observations[:-1, 0].any()]
             if config.statistic == "gradient" and blind:
                 raise ValueError(
@@ -459,6 +414,6 @@ class AuditPrimorl(AuditSystem):
             confidence=config.confidence,
             rng=rng,
         )
-        result = _one_run_result(audit, ctx.plan.report, config, config.statistic)
+        result = one_run_result(audit, ctx.plan.report, config.confidence, config.statistic)
         result.metrics["rounds"] = config.rounds
         return result

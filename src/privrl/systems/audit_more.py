@@ -12,7 +12,6 @@ code with the noise switched off.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,7 +35,12 @@ from privrl.systems.audit import (
     _positive,
     _trials,
     check_guesses,
+    check_noise_flags,
+    check_rate,
     flag_parameters,
+    load_file_canary,
+    one_run_result,
+    resolve_noise_multiplier,
     synthetic_report,
 )
 
@@ -94,7 +98,7 @@ class AuditDpVapvi(AuditSystem):
     summary = "DP-VAPVI's Gaussian vector releases (Algorithm 2), replace-one on trajectories."
 
     def plan(self, config: AuditDpVapviConfig, header: Any | None) -> Plan:
-        from privrl.audit.canary import is_canary_file, load_feature_canary
+        from privrl.audit.canary import load_feature_canary
         from privrl.audit.releases import calibrate, vapvi_claimed
         from privrl.privacy.public import PublicParameters
 
@@ -113,9 +117,7 @@ class AuditDpVapvi(AuditSystem):
         elif rho is not None:
             params.resolve("zCDP budget ρ", flag=rho, fix="pass --rho")
         report = synthetic_report(vapvi_claimed(rho, d), params)
-        feature = None
-        if is_canary_file(config.canary):  # the auditor's own public input, checked first
-            feature = load_feature_canary(config.canary, d=config.features, H=H)
+        feature = load_file_canary(config, load_feature_canary, d=config.features, H=H)
         public = {"command": "audit dp-vapvi", "audit": {"H": H, "rho": rho}}
         return Plan(report=report, public=public, facts={"rho": rho, "feature": feature})
 
@@ -175,7 +177,7 @@ class AuditDpLsw(AuditSystem):
     summary = "DP-LSW's released θ (Balle et al. 2016, smooth sensitivity), replace-one."
 
     def plan(self, config: AuditDpLswConfig, header: Any | None) -> Plan:
-        from privrl.audit.canary import is_canary_file, load_lsw_canary
+        from privrl.audit.canary import load_lsw_canary
         from privrl.audit.releases import lsw_claimed
 
         params = flag_parameters(
@@ -196,11 +198,9 @@ class AuditDpLsw(AuditSystem):
             ),
             params,
         )
-        returns = None
-        if is_canary_file(config.canary):  # the auditor's own public input, checked first
-            returns = load_lsw_canary(
-                config.canary, S=config.states, return_range=config.return_range
-            )
+        returns = load_file_canary(
+            config, load_lsw_canary, S=config.states, return_range=config.return_range
+        )
         return Plan(report=report, public={"command": "audit dp-lsw"}, facts={"returns": returns})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
@@ -339,21 +339,9 @@ class AuditDpSgdConfig(AuditConfig):
     confidence: float = _confidence()
 
     def validate(self) -> None:
-        _one_of(
-            self,
-            ("epsilon", "noise_multiplier", "non_private"),
-            "--epsilon E, --noise-multiplier Z or --non-private",
-        )
+        check_noise_flags(self)
         self.check_common()
-        self.check_delta(self.delta)
-        _positive(self.epsilon, "epsilon")
-        _positive(self.noise_multiplier, "noise_multiplier")
-        _positive(self.clip, "clip")
-        check(
-            math.isfinite(self.rate) and 0.0 < self.rate <= 1.0,
-            "rate",
-            f"must be in (0, 1], got {self.rate}",
-        )
+        check_rate(self)
         _at_least(self, {"steps": 1, "background": 0, "canaries": 2, "guesses": 2})
         check(
             self.mode in ("two-run", "one-run"),
@@ -376,12 +364,8 @@ class AuditDpSgd(AuditSystem):
     summary = "DP-SGD's final parameters with a gradient canary (many runs or one run)."
 
     def plan(self, config: AuditDpSgdConfig, header: Any | None) -> Plan:
-        from privrl.audit.canary import (
-            is_canary_file,
-            load_gradient_canaries,
-            load_gradient_canary,
-        )
-        from privrl.audit.dpsgd import dp_sgd_claimed, dp_sgd_noise_multiplier
+        from privrl.audit.canary import load_gradient_canaries, load_gradient_canary
+        from privrl.audit.dpsgd import dp_sgd_claimed
 
         params = flag_parameters(
             ("δ", config.delta),
@@ -389,16 +373,7 @@ class AuditDpSgd(AuditSystem):
             ("steps N", config.steps),
             ("clip C", config.clip),
         )
-        z = config.noise_multiplier
-        if config.epsilon is not None:
-            params.resolve("target ε", flag=config.epsilon, fix="pass --epsilon")
-            z = params.derive(
-                "noise multiplier z",
-                dp_sgd_noise_multiplier(config.epsilon, config.delta, config.rate, config.steps),
-                "smallest z meeting (ε, δ) under PLD",
-            )
-        elif z is not None:
-            params.resolve("noise multiplier z", flag=z, fix="pass --noise-multiplier")
+        z = resolve_noise_multiplier(params, config, config.rate, config.steps)
         canaries = config.canaries if config.mode == "one-run" else 1
         report = synthetic_report(
             dp_sgd_claimed(
@@ -412,13 +387,11 @@ class AuditDpSgd(AuditSystem):
             ),
             params,
         )
-        unit = None
-        if is_canary_file(config.canary):  # the auditor's own public input, checked first
-            unit = (
-                load_gradient_canaries(config.canary, p=3, m=canaries)
-                if config.mode == "one-run"
-                else load_gradient_canary(config.canary, p=3)
-            )
+        unit = (
+            load_file_canary(config, load_gradient_canaries, p=3, m=canaries)
+            if config.mode == "one-run"
+            else load_file_canary(config, load_gradient_canary, p=3)
+        )
         public = {"command": "audit dp-sgd", "audit": {"noise_multiplier": z, "mode": config.mode}}
         return Plan(report=report, public=public, facts={"z": z, "unit": unit})
 
@@ -439,7 +412,6 @@ class AuditDpSgd(AuditSystem):
         if config.mode == "two-run":
             return super().run(config, data, rng, ctx)
         from privrl.audit.dpsgd import audit_dp_sgd_one_run
-        from privrl.audit.run import roc_plot
 
         assert ctx.plan is not None
         audit = audit_dp_sgd_one_run(
@@ -456,13 +428,4 @@ class AuditDpSgd(AuditSystem):
             units=ctx.plan.facts["unit"],
             rng=rng,
         )
-        metrics = audit.metrics()
-        line = (
-            f"{metrics['system']} (one run, {metrics['canaries']} canaries): claimed ε = "
-            f"{metrics['epsilon_claimed']:.4g} at δ = {audit.delta:.3g}; {metrics['correct']} of "
-            f"{metrics['guesses']} guesses correct; one-run lower bound ε ≥ "
-            f"{metrics['epsilon_lower_bound']:.4g} ({config.confidence:.0%})"
-        )
-        trials = audit.as_trials()
-        plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}
-        return Result(metrics=metrics, privacy=ctx.plan.report, plots=plots, summary=[line])
+        return one_run_result(audit, ctx.plan.report, config.confidence)

@@ -33,12 +33,15 @@ import numpy as np
 from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.ope import (
-    DEFAULT_DELTA,
+    HEADER_COUNT_DETAIL,
     check_gamma_confidence,
     check_target,
+    refuse_inferred_spaces,
     target_delta,
     target_epsilon,
+    target_parameters,
 )
+from privrl.systems.tabular import header_trajectories
 
 NOISE_STREAM = 5
 
@@ -145,21 +148,6 @@ class DrConfig(ImportanceConfig):
 # ------------------------------------------------------------------------ the public side
 
 
-def _refuse_inferred_spaces(meta: Any, path: Path) -> None:
-    """π, q̂ and the action index are read in the dataset's spaces; a space inferred from the
-    data at import (max index + 1) would make every trajectory's weight depend on all the
-    others, so it is refused."""
-    from privrl.privacy.public import inferred_fields
-
-    inferred = [f for f in ("observation_space", "action_space") if f in inferred_fields(meta)]
-    if inferred:
-        raise ValueError(
-            f"{path}: the {' and '.join(inferred)} in its metadata were inferred from the "
-            "private data at import, so they cannot index the policies; re-import it with "
-            "--observation-space and --action-space (public values)"
-        )
-
-
 def _reward_range(config: ImportanceConfig, meta: Any, params: Any) -> tuple[float, float]:
     fix = (
         "pass --reward-range LOW,HIGH (a public interval holding every reward; rewards are "
@@ -211,25 +199,18 @@ class ImportanceSystem(System):
     def plan(self, config: ImportanceConfig, header: Any | None) -> Plan:
         from privrl.data.dataset import DatasetError
         from privrl.ope import importance as imp
-        from privrl.privacy.public import PublicParameters, Source
+        from privrl.privacy.public import Source
         from privrl.privacy.report import PrivacyReport
 
         assert header is not None
         meta = header.metadata
-        _refuse_inferred_spaces(meta, header.path)
+        # π, q̂ and the action index are read in the dataset's spaces; a space inferred from
+        # the data would make every trajectory's weight depend on all the others
+        refuse_inferred_spaces(meta, header.path, "index the policies")
         if header.n_episodes < 1:
             raise DatasetError(f"{header.path} has no episodes")
-        params = PublicParameters()
-        params.given("ε", float(config.epsilon), Source.FLAG, "--epsilon")
-        delta_source = Source.DEFAULT if config.delta == DEFAULT_DELTA else Source.FLAG
-        params.given("δ", float(config.delta), delta_source, "--delta")
-        m = params.given(
-            "trajectories m",
-            int(header.n_episodes),
-            Source.METADATA,
-            "the dataset header's episode count; replace-one neighbours have the same m, so it "
-            "is public",
-        )
+        params = target_parameters(config)
+        m = header_trajectories(params, "trajectories m", header, HEADER_COUNT_DETAIL)
         W = params.given("weight clip W", float(config.weight_clip), Source.FLAG, "--weight-clip")
         r_lo, r_hi = _reward_range(config, meta, params)
         H = int(

@@ -49,6 +49,7 @@ from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.tabular import (
     check_budget,
     check_nonnegative,
+    header_trajectories,
     seed_streams,
     stationary_option,
 )
@@ -538,12 +539,7 @@ def _prepare(config: Any, header: Any, params: Any) -> _Public:
             key="horizon",
             fix="pass --horizon H (the steps of an episode; longer episodes are truncated to H)",
         )
-        K = params.given(
-            "number of trajectories K",
-            int(header.n_episodes),
-            Source.METADATA,
-            "the file's header; fixed under replace-one neighbours",
-        )
+        K = header_trajectories(params, "number of trajectories K", header)
         if K < 1:
             raise ValueError(f"the dataset {header.path} has no episodes")
         h_flag = "--horizon" if config.horizon is not None else "the metadata's horizon H"

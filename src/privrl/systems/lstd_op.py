@@ -19,16 +19,15 @@ import numpy as np
 from privrl.runs.config import check, option
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope import (
-    DEFAULT_DELTA,
-    MAX_STATS_BYTES,
-    ON_POLICY,
     OpeSystem,
     PrivateOpeConfig,
     _facts,
-    _source,
+    check_declared_trajectories,
+    check_on_policy,
+    check_statistics_fit,
     declared_trajectories,
     ope_result,
-    public_problem,
+    resolve_reward_scale,
     value_metrics,
 )
 
@@ -65,12 +64,7 @@ class LstdOpConfig(PrivateOpeConfig):
 
     def validate(self) -> None:
         super().validate()
-        check(
-            self.target_policy in ON_POLICY,
-            "target_policy",
-            "must be behaviour: lstd-op is on-policy only (its sensitivity bound needs "
-            "ρ_t = 1); use gpope for off-policy evaluation",
-        )
+        check_on_policy(self, "its sensitivity bound needs ρ_t = 1")
         for key in ("ridge", "feature_bound", "reward_bound"):
             v = getattr(self, key)
             check(
@@ -78,11 +72,7 @@ class LstdOpConfig(PrivateOpeConfig):
                 key,
                 f"must be a finite number > 0, got {v}",
             )
-        check(
-            self.declared_trajectories is None or self.declared_trajectories >= 1,
-            "declared_trajectories",
-            f"must be >= 1, got {self.declared_trajectories}",
-        )
+        check_declared_trajectories(self)
 
 
 class LstdOp(OpeSystem):
@@ -101,13 +91,10 @@ class LstdOp(OpeSystem):
         from privrl.ope.lstd_op import (
             LstdOpConfig as Core,
         )
-        from privrl.privacy.public import PublicParameters, Source
+        from privrl.privacy.public import Source
 
-        params = PublicParameters()
-        params.given("ε", float(config.epsilon), Source.FLAG, "--epsilon")
-        params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
         # add/remove neighbours differ in the header's count: it is not a public parameter
-        problem = public_problem(config, header, params, seed, count_is_public=False)
+        params, problem = self.start(config, header, seed, count_is_public=False)
         if problem.gamma >= 1.0:
             raise ValueError(
                 f"lstd-op needs γ < 1 (its sensitivity has 1 + 3γ/2 and a ridge), got "
@@ -124,18 +111,14 @@ class LstdOp(OpeSystem):
                 detail="‖φ(s)‖₂ ≤ Φ̄ enforced by scaling longer vectors down",
             )
         )
-        domain_r = getattr(problem.domain, "r_max", None)
-        default_r: dict[str, Any] = {} if domain_r is None else {"default": float(domain_r)}
-        rbar = float(
-            params.resolve(
-                "reward bound R̄",
-                flag=config.reward_bound,
-                metadata=problem.metadata,
-                key="reward_bound",
-                fix="pass --reward-bound R (every reward is clipped to [−R, R])",
-                detail="rewards clipped to [−R̄, R̄]",
-                **default_r,
-            )
+        rbar = resolve_reward_scale(
+            params,
+            problem,
+            "reward bound R̄",
+            config.reward_bound,
+            key="reward_bound",
+            fix="pass --reward-bound R (every reward is clipped to [−R, R])",
+            detail="rewards clipped to [−R̄, R̄]",
         )
         if not (math.isfinite(rbar) and rbar > 0 and math.isfinite(phi) and phi > 0):
             raise ValueError(
@@ -152,13 +135,7 @@ class LstdOp(OpeSystem):
             config, problem, header, params, detail="normalises A and b by max(m, m̄)"
         )
         n = int(problem.features.dim)
-        need = m_bar * (2 * n * n + n) * 8  # the per-trajectory statistics, at the public m̄
-        if need > MAX_STATS_BYTES:
-            raise ValueError(
-                f"lstd-op's per-trajectory statistics would need {need / 2**30:.1f} GiB for "
-                f"m̄ = {m_bar:,} trajectories and n = {n} features, above the limit of "
-                f"{MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
-            )
+        check_statistics_fit("lstd-op", m_bar, n, f"m̄ = {m_bar:,} declared trajectories")
         core = Core(
             feature_bound=phi,
             reward_bound=rbar,

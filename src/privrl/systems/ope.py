@@ -52,6 +52,7 @@ import numpy as np
 
 from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
+from privrl.systems.tabular import header_trajectories
 
 ENVS = ("chain", "mountain-car", "hiv")
 _UNSET: Any = object()
@@ -95,6 +96,9 @@ def minibatch_value_replicas(iterations: int, n: int, batch: int) -> int:
 
 ON_POLICY = ("behaviour", "behavior", "on-policy")
 DEFAULT_DELTA = 1e-5
+HEADER_COUNT_DETAIL = (
+    "the dataset header's episode count; replace-one neighbours have the same m, so it is public"
+)
 DEFAULT_TRAJECTORIES = 1000
 
 # Sizes refused up front (they cannot fit in memory or finish in reasonable time).
@@ -123,6 +127,16 @@ def target_delta() -> Any:
     return option(DEFAULT_DELTA, "--delta", "-d", allow_nan=True, help="Target δ in (0, 1).")
 
 
+def target_parameters(config: Any, epsilon_label: str = "ε") -> Any:
+    """`PublicParameters` holding the target ε (its flag) and δ (its flag, or the default)."""
+    from privrl.privacy.public import PublicParameters, Source
+
+    params = PublicParameters()
+    params.given(epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
+    params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
+    return params
+
+
 def check_target(epsilon: float, delta: float) -> None:
     """The target (ε, δ): ε by the CLI's shared check (its message without the flag's name),
     δ in (0, 1)."""
@@ -139,6 +153,25 @@ def check_gamma_confidence(gamma: float | None, confidence: float) -> None:
     """γ in [0, 1] (None: from the data's metadata) and the interval's level in (0, 1)."""
     check(gamma is None or 0.0 <= gamma <= 1.0, "gamma", f"must be in [0, 1], got {gamma}")
     check(0.0 < confidence < 1.0, "confidence", f"must be in (0, 1), got {confidence}")
+
+
+def check_on_policy(config: Any, why: str) -> None:
+    """An on-policy estimator refuses any target policy but the behaviour (`why` says why)."""
+    check(
+        config.target_policy in ON_POLICY,
+        "target_policy",
+        f"must be behaviour: {config.system} is on-policy only ({why}); use gpope for "
+        "off-policy evaluation",
+    )
+
+
+def check_declared_trajectories(config: Any) -> None:
+    """--declared-trajectories, where given, is at least 1."""
+    check(
+        config.declared_trajectories is None or config.declared_trajectories >= 1,
+        "declared_trajectories",
+        f"must be >= 1, got {config.declared_trajectories}",
+    )
 
 
 def _positive(value: float | None, key: str) -> None:
@@ -304,11 +337,7 @@ class GpopeConfig(PrivateOpeConfig):
             "steps",
             f"must be at least 1 and at most {MAX_ITERATIONS:,}, got {self.steps}",
         )
-        check(
-            self.declared_trajectories is None or self.declared_trajectories >= 1,
-            "declared_trajectories",
-            f"must be >= 1, got {self.declared_trajectories}",
-        )
+        check_declared_trajectories(self)
         check(
             0.5 <= self.clip_quantile < 1,
             "clip_quantile",
@@ -368,12 +397,7 @@ class BaselineConfig(PrivateOpeConfig):
 
     def validate(self) -> None:
         super().validate()
-        check(
-            self.target_policy in ON_POLICY,
-            "target_policy",
-            f"must be behaviour: {self.system} is on-policy only (Balle et al. 2016); use gpope "
-            "for off-policy evaluation",
-        )
+        check_on_policy(self, "Balle et al. 2016")
         check(
             self.aggregation >= 1,
             "aggregation",
@@ -684,18 +708,18 @@ def _features(spec: str | None, env: str | None, domain: Any, space: Any) -> Any
     return _check_dim(feats, spec)
 
 
-def _refuse_inferred_spaces(meta: Any, data_path: Path) -> None:
-    """The features (hence the size of θ and of every release) and the target policy are built
-    from the dataset's spaces, so they must be public: a space `privrl data import` guessed
-    from the data (max index + 1, observed bounds) is not."""
+def refuse_inferred_spaces(meta: Any, data_path: Path, use: str) -> None:
+    """The estimator's public side is built from the dataset's spaces (`use`: what they would
+    do), so they must be public: a space `privrl data import` guessed from the data (max
+    index + 1, observed bounds) is not."""
     from privrl.privacy.public import inferred_fields
 
     inferred = [f for f in ("observation_space", "action_space") if f in inferred_fields(meta)]
     if inferred:
         raise ValueError(
             f"{data_path}: the {' and '.join(inferred)} in its metadata were inferred from the "
-            "private data at import, so they cannot size the features or the releases; "
-            "re-import it with --observation-space and --action-space (public values)"
+            f"private data at import, so they cannot {use}; re-import it with "
+            "--observation-space and --action-space (public values)"
         )
 
 
@@ -781,7 +805,8 @@ def public_problem(
     from privrl.data.dataset import DatasetError
 
     meta = header.metadata
-    _refuse_inferred_spaces(meta, header.path)
+    # the features (hence the size of θ and of every release) and the target policy
+    refuse_inferred_spaces(meta, header.path, "size the features or the releases")
     H = _horizon(config, meta, params)
     policy = _policy(None, config.target_policy, meta.action_space, meta.observation_space, H)
     feats = _features(config.features, None, None, meta.observation_space)
@@ -798,13 +823,7 @@ def public_problem(
         raise DatasetError(f"{header.path} has no episodes")
     m = int(header.n_episodes)
     if count_is_public:
-        params.given(
-            "trajectories m",
-            m,
-            Source.METADATA,
-            "the dataset header's episode count; replace-one neighbours have the same m, so it "
-            "is public",
-        )
+        header_trajectories(params, "trajectories m", header, HEADER_COUNT_DETAIL)
     out = Problem(
         features=feats, gamma=g, target_policy=policy, domain=None, m=m, horizon=H, **problem
     )
@@ -1000,14 +1019,19 @@ class OpeSystem(System):
 
     epsilon_label: ClassVar[str] = "ε"
 
-    def start(self, config: PrivateOpeConfig, header: Any | None, seed: int) -> tuple[Any, Problem]:
-        """PublicParameters with ε and δ, and the public problem."""
-        from privrl.privacy.public import PublicParameters, Source
-
-        params = PublicParameters()
-        params.given(self.epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
-        params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
-        return params, public_problem(config, header, params, seed)
+    def start(
+        self,
+        config: PrivateOpeConfig,
+        header: Any | None,
+        seed: int,
+        *,
+        count_is_public: bool = True,
+    ) -> tuple[Any, Problem]:
+        """PublicParameters with ε and δ, and the public problem (`count_is_public`: as in
+        `public_problem`)."""
+        params = target_parameters(config, self.epsilon_label)
+        problem = public_problem(config, header, params, seed, count_is_public=count_is_public)
+        return params, problem
 
 
 # ------------------------------------------------------------------------ gpope
@@ -1069,16 +1093,15 @@ class Gpope(OpeSystem):
                 source=pub_source,
             )
             public.append(tuned.report_line())
-        if config.clip is not None:
-            h = params.given("clip bound h", float(config.clip), Source.FLAG, "--clip")
-        else:
-            assert tuned is not None
-            h = params.given(
-                "clip bound h",
+        tuned_h = (
+            None
+            if tuned is None
+            else (
                 tuned.clip,
-                Source.PUBLIC_SPLIT,
                 f"{tuned.clip_quantile:.0%} quantile of ‖B_i‖ on a non-private run, {tuned.source}",
             )
+        )
+        h = flag_or_tuned(params, "clip bound h", config.clip, "--clip", tuned_h)
         if config.step_size is not None:
             lam = config.lambda_min
             if config.schedule == "diminishing" and lam is None:
@@ -1166,12 +1189,7 @@ class Gpope(OpeSystem):
             "clip": f["h"],
             "iterations": f["n_iter"],
         }
-        tuned = f["tuned"]
-        if tuned is not None:
-            metrics["public_clipped_fraction"] = tuned.clipped_fraction
-            metrics["public_clipped_fraction_note"] = (
-                "fraction of clipped steps on the PUBLIC tuning run, not on the private data"
-            )
+        metrics.update(public_clipping(f["tuned"], "steps on the PUBLIC tuning run"))
         n_rep = value_replicas(f["n_iter"], int(problem.features.dim))
         pub_stats, pub_source = (
             self.public_stats(config, problem, f, ctx.seed) if n_rep else (None, "")
@@ -1195,10 +1213,7 @@ class Gpope(OpeSystem):
             return np.asarray(theta_r) @ w
 
         if pub_stats is not None:
-            covers = (
-                f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
-                f"same mechanism on public data ({pub_source}); not sampling error"
-            )
+            covers = measured_on_public(n_rep, pub_source)
         elif not n_rep:
             covers = (
                 "nothing: measuring GPOPE's noise on public replica runs would cost more than "
@@ -1206,10 +1221,7 @@ class Gpope(OpeSystem):
                 f"n = {problem.features.dim} features; use fewer iterations or features"
             )
         else:
-            covers = (
-                "nothing: GPOPE's noise passes through data-dependent dynamics, so its spread "
-                "is measured on public data; give --public-data FILE for an interval"
-            )
+            covers = needs_public_data("GPOPE's noise")
         metrics.update(
             value_metrics(
                 problem,
@@ -1231,6 +1243,47 @@ class Gpope(OpeSystem):
         if facts.get("pub_stats") is not None:
             return facts["pub_stats"], facts["pub_source"]
         return _public_sample(config, problem, problem.m, seed)
+
+
+def flag_or_tuned(
+    params: Any, name: str, flag: float | None, flag_name: str, tuned: tuple[float, str] | None
+) -> float:
+    """A tuning setting (GPOPE's h, η): its flag, else `tuned` = (the value tuned on public
+    data, how), recorded in `params`."""
+    from privrl.privacy.public import Source
+
+    if flag is not None:
+        return params.given(name, float(flag), Source.FLAG, flag_name)
+    assert tuned is not None  # `_check_gpope_inputs` asked for tuning
+    return params.given(name, tuned[0], Source.PUBLIC_SPLIT, tuned[1])
+
+
+def public_clipping(tuned: Any, where: str) -> dict[str, Any]:
+    """metrics.json's clipped fraction of the PUBLIC tuning run(s) (`where`: of what, where),
+    never of the private run (it is not noised); nothing without tuning."""
+    if tuned is None:
+        return {}
+    return {
+        "public_clipped_fraction": tuned.clipped_fraction,
+        "public_clipped_fraction_note": f"fraction of clipped {where}, not on the private data",
+    }
+
+
+def measured_on_public(n_rep: int, pub_source: str) -> str:
+    """What the value's interval covers when the noise is measured on public replica runs."""
+    return (
+        f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
+        f"same mechanism on public data ({pub_source}); not sampling error"
+    )
+
+
+def needs_public_data(noise: str) -> str:
+    """What the interval covers without public data: nothing (`noise` passes through the
+    private data's dynamics, so only public replicas could measure it)."""
+    return (
+        f"nothing: {noise} passes through data-dependent dynamics, so its spread is measured "
+        "on public data; give --public-data FILE for an interval"
+    )
 
 
 def _refuse_data_as_public(config: GpopeConfig, header: Any | None) -> None:
@@ -1309,12 +1362,9 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
     add/remove, before any private byte is read."""
     from privrl.ope import minibatch as mb
     from privrl.ope.mspbe import LinearSystem
-    from privrl.privacy.public import PublicParameters, Source
+    from privrl.privacy.public import Source
 
-    params = PublicParameters()
-    params.given(system.epsilon_label, float(config.epsilon), Source.FLAG, "--epsilon")
-    params.given("δ", float(config.delta), _source(config.delta, DEFAULT_DELTA), "--delta")
-    problem = public_problem(config, header, params, seed, count_is_public=False)
+    params, problem = system.start(config, header, seed, count_is_public=False)
     m_bar = declared_trajectories(
         config, problem, header, params, detail="sets q's default and the step normaliser 1/(q·m̄)"
     )
@@ -1376,27 +1426,16 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
             source=pub_source,
         )
         public.append(tuned.report_line())
-    if config.clip is not None:
-        h = params.given("clip bound h", float(config.clip), Source.FLAG, "--clip")
-    else:
-        assert tuned is not None
-        h = params.given(
-            "clip bound h",
+    tuned_h = tuned_eta = None
+    if tuned is not None:
+        tuned_h = (
             tuned.config.clip,
-            Source.PUBLIC_SPLIT,
             f"best of {mb.TUNING_CLIP_MULTIPLIERS} × the median ‖B_i‖ of a noiseless run, "
             f"{tuned.source}",
         )
-    if config.step_size is not None:
-        eta = params.given("step size η", float(config.step_size), Source.FLAG, "--step-size")
-    else:
-        assert tuned is not None
-        eta = params.given(
-            "step size η",
-            tuned.config.eta,
-            Source.PUBLIC_SPLIT,
-            f"best mean MSPBE of {mb.TUNING_ETAS}, {tuned.source}",
-        )
+        tuned_eta = (tuned.config.eta, f"best mean MSPBE of {mb.TUNING_ETAS}, {tuned.source}")
+    h = flag_or_tuned(params, "clip bound h", config.clip, "--clip", tuned_h)
+    eta = flag_or_tuned(params, "step size η", config.step_size, "--step-size", tuned_eta)
     cfg = base.with_(clip=h, eta=eta)
     eps_ro = mb.replace_one_epsilon(sigma, q, T, config.delta)
     planned = mb.minibatch_report(
@@ -1469,12 +1508,7 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
         "steps": cfg.iterations,
         "epsilon_replace_one": f["epsilon_replace_one"],
     }
-    tuned = f["tuned"]
-    if tuned is not None:
-        metrics["public_clipped_fraction"] = tuned.clipped_fraction
-        metrics["public_clipped_fraction_note"] = (
-            "fraction of clipped gradients on the PUBLIC tuning runs, not on the private data"
-        )
+    metrics.update(public_clipping(f["tuned"], "gradients on the PUBLIC tuning runs"))
     pub_stats, pub_source = f["pub_stats"], f["pub_source"]
     if pub_stats is None:
         pub_stats, pub_source = _public_sample(config, problem, cfg.public_m, ctx.seed)
@@ -1493,15 +1527,9 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
         return runs.theta_avg @ w
 
     if pub_stats is None:
-        covers = (
-            "nothing: the noise passes through data-dependent dynamics, so its spread is "
-            "measured on public data; give --public-data FILE for an interval"
-        )
+        covers = needs_public_data("the noise")
     elif n_rep:
-        covers = (
-            f"privacy noise only, approximately: its spread measured on {n_rep} runs of the "
-            f"same mechanism on public data ({pub_source}); not sampling error"
-        )
+        covers = measured_on_public(n_rep, pub_source)
     else:
         covers = (
             "nothing: measuring the noise on public replica runs would cost too much for "
@@ -1574,23 +1602,24 @@ def tabular_view(problem: Problem, aggregation: int) -> tuple[Any, np.ndarray, A
     return agg.cell, np.eye(agg.dim), agg, note
 
 
+def resolve_reward_scale(
+    params: Any, problem: Problem, name: str, flag: float | None, **where: str
+) -> float:
+    """A public reward bound or range: flag > metadata (`where`: key, fix, detail for
+    `PublicParameters.resolve`) > the built-in domain's largest reward."""
+    domain_r = getattr(problem.domain, "r_max", None)
+    default_r: dict[str, Any] = {} if domain_r is None else {"default": float(domain_r)}
+    return float(params.resolve(name, flag=flag, metadata=problem.metadata, **where, **default_r))
+
+
 def _reward_bounds(config: BaselineConfig, problem: Problem, params: Any) -> tuple[float, float]:
     """The public interval [L, L + R] every reward is clipped into, R and L resolved publicly."""
     fix = (
         "pass --reward-range R (the width of the public interval [--reward-min, "
         "--reward-min + R] that holds every reward)"
     )
-    domain_r = getattr(problem.domain, "r_max", None)
-    default_r: dict[str, Any] = {} if domain_r is None else {"default": float(domain_r)}
-    R = float(
-        params.resolve(
-            "reward range R",
-            flag=config.reward_range,
-            metadata=problem.metadata,
-            key="reward_range",
-            fix=fix,
-            **default_r,
-        )
+    R = resolve_reward_scale(
+        params, problem, "reward range R", config.reward_range, key="reward_range", fix=fix
     )
     if not (math.isfinite(R) and R > 0):
         raise ValueError(f"the reward range must be a finite number > 0, got {R}; {fix}")
@@ -1804,18 +1833,24 @@ class Lstd(OpeSystem):
         return ope_result(problem, theta, ctx.plan.report, metrics=metrics)
 
 
+def check_statistics_fit(estimator: str, m: int, n: int, what: str) -> None:
+    """Before the data: m per-trajectory statistics (Â, b̂, Ĉ: 2n² + n numbers each) fit in
+    memory; `m` is a public count, which `what` names."""
+    need = m * (2 * n * n + n) * 8
+    if need > MAX_STATS_BYTES:
+        raise ValueError(
+            f"{estimator}'s per-trajectory statistics would need {need / 2**30:.1f} GiB "
+            f"(m·(2n²+n) numbers for {what} and n = {n} features), above the "
+            f"limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
+        )
+
+
 def _check_gpope_inputs(config: Any, problem: Any, m: int, what: str) -> tuple[int, bool]:
     """Before the data: the per-trajectory statistics fit in memory for the public count `m`
     (`what` names it, formatted with m), and (clip, step size) are given or tunable on public
     data (never on the private data). Returns n (features) and whether tuning is needed."""
     n = int(problem.features.dim)
-    need = m * (2 * n * n + n) * 8
-    if need > MAX_STATS_BYTES:
-        raise ValueError(
-            f"GPOPE's per-trajectory statistics would need {need / 2**30:.1f} GiB "
-            f"(m·(2n²+n) numbers for {what.format(m=m)} and n = {n} features), above the "
-            f"limit of {MAX_STATS_BYTES / 2**30:.0f} GiB; use fewer features"
-        )
+    check_statistics_fit("GPOPE", m, n, what.format(m=m))
     needs_tuning = config.clip is None or config.step_size is None
     if needs_tuning and config.public_data is None and problem.domain is None:
         raise ValueError(

@@ -25,7 +25,8 @@ sets the error bound E and ι, hence how pessimistic the learner is), `--privacy
 at which the zCDP guarantee is stated as (ε, δ). Tying them would invite a large privacy δ
 to shrink the bonuses.
 
-Shared with `privrl.systems.linear`: `check_budget`, `check_positive`, `seed_streams`.
+Shared with `privrl.systems.linear`: `check_budget`, `check_positive`, `seed_streams`;
+with every system on a replace-one dataset: `header_trajectories`.
 """
 
 from __future__ import annotations
@@ -84,6 +85,19 @@ def check_positive(config: RunConfig, *keys: str) -> None:
     for key in keys:
         value = getattr(config, key)
         check(value is None or value >= 1, key, f"must be >= 1, got {value}")
+
+
+def header_trajectories(
+    params: Any,
+    name: str,
+    header: Any,
+    detail: str = "the file's header; fixed under replace-one neighbours",
+) -> int:
+    """The header's episode count as a public parameter (replace-one neighbours have the
+    same count; under add/remove it is not public and is never asked for)."""
+    from privrl.privacy.public import Source
+
+    return params.given(name, int(header.n_episodes), Source.METADATA, detail)
 
 
 def seed_streams(rng: np.random.Generator, n: int) -> list[np.random.SeedSequence]:
@@ -515,7 +529,7 @@ def _public_sizes(config: Any, header: Any, params: Any) -> tuple[int, int, int,
     """H, S, A and n from flags and the file's header only (never from the episodes)."""
     from gymnasium import spaces
 
-    from privrl.privacy.public import Source, inferred_fields
+    from privrl.privacy.public import inferred_fields
 
     meta = header.metadata
     inferred = set(inferred_fields(meta))
@@ -570,12 +584,7 @@ def _public_sizes(config: Any, header: Any, params: Any) -> tuple[int, int, int,
                 fix=f"pass {flag} N (the size of the {key.replace('_', ' ')})",
             )
         )
-    n = params.given(
-        "number of trajectories n",
-        int(header.n_episodes),
-        Source.METADATA,
-        "the file's header; fixed under replace-one neighbours",
-    )
+    n = header_trajectories(params, "number of trajectories n", header)
     return int(H), int(sizes[0]), int(sizes[1]), n
 
 

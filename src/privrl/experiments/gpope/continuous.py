@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,24 +155,9 @@ MC_SCALE = _Cont(
     repeats=2,
     clip_mults=(1.0, 10.0),
 )
-MC_OFF_SCALE = _Cont(
-    ms=(1000,),
-    trials=6,
-    model_trajectories=20_000,
-    iter_per_traj=200,
-    etas=(0.001, 0.01, 0.03, 0.1, 0.3),
-    repeats=2,
-    clip_mults=(1.0, 10.0),
-)
-HIV_SCALE = _Cont(
-    ms=(500,),
-    trials=6,
-    model_trajectories=20_000,
-    iter_per_traj=400,
-    etas=(0.001, 0.01, 0.03, 0.1, 0.3),
-    repeats=2,
-    clip_mults=(1.0, 10.0),
-)
+# off-policy and HIV: a smaller public model and one more (smaller) step size in the grid
+MC_OFF_SCALE = replace(MC_SCALE, model_trajectories=20_000, etas=(0.001, *MC_SCALE.etas))
+HIV_SCALE = replace(MC_OFF_SCALE, ms=(500,), iter_per_traj=400)
 
 MC_NOTE = (
     "Choice of N (measured on the public model before the run, one public dataset of "
