@@ -18,7 +18,15 @@ from privrl.experiments.sdp_pe.analysis import (
     gallery_claims,
     sensitivity,
 )
-from privrl.experiments.sdp_pe.jobs import Fig4Config, _pe_cells, load_group, sens_group
+from privrl.experiments.sdp_pe.jobs import (
+    Fig4Config,
+    _pe_cells,
+    jdp_long_output,
+    jdp_long_unit,
+    jdp_long_units,
+    load_group,
+    sens_group,
+)
 from privrl.experiments.sdp_pe.report import _all_left_gap, ldp_burn_in_end
 from privrl.online.common import make_env
 from privrl.online.ucbvi import UCBVIConfig, ucbvi
@@ -179,3 +187,57 @@ def test_committed_main_group_reads_back() -> None:
     assert ("main", "UCB-VI", None) in main and ("main", "UCBVI-LDP", 10.0) in main
     for m in main.values():
         assert m["mean"][-1] == pytest.approx(float(np.mean(m["finals"])), rel=1e-6)
+
+
+def test_jdp_long_unit_records_where_each_plan_left_all_left(tmp_path: Path) -> None:
+    """The jdp-long unit is `ucbvi(privatizer="central")` vectorised over its seeds: its curves
+    are the runs' cumulative regret on the checkpoint grid, and 'burn_in_measured' is, per
+    seed, the first episode whose regret differs from the all-left cost (C = 0.03, ε = 100
+    put that episode inside a short run; None where a run stays all-left, as at C = 1)."""
+    K, seeds = 2500, [0, 1, 2]
+    kw = {"epsilon": 100.0, "episodes": K, "seeds": seeds, "states": 3, "horizon": 4}
+    out = jdp_long_output(jdp_long_unit(points=K, bonus_scale=0.03, **kw))
+    mdp = make_env("riverswim", states=3, horizon=4)
+    runs = ucbvi(mdp, K, seeds=seeds, privatizer="central", epsilon=100.0, config=UCBVIConfig(0.03))
+    gap = _all_left_gap(Fig4Config(states=3, horizon=4))
+    for r, curve, moved in zip(runs, out["curves"], out["burn_in_measured"], strict=True):
+        np.testing.assert_allclose(curve, r.cumulative_regret[out["grid"] - 1])
+        off = np.flatnonzero(np.abs(r.regret - gap) > 1e-9)
+        assert moved == (int(off[0]) + 1 if off.size else None)
+    assert any(m is not None for m in out["burn_in_measured"])  # not vacuous
+    flat = jdp_long_unit(points=50, **kw)
+    assert flat["burn_in_measured"] == [None] * 3
+    np.testing.assert_allclose(flat["finals"], K * gap)
+    units = jdp_long_units(Fig4Config(), tmp_path)
+    assert [u.kwargs["epsilon"] for u in units] == [1.0, 10.0]
+    assert all(u.kwargs["episodes"] == 31_457_160 and u.kwargs["seeds"] == [0, 1, 2]
+               for u in units)  # fmt: skip
+    assert len({u.path for u in units}) == 2
+
+
+@pytest.mark.parametrize(
+    ("sdp_cost", "jdp_cost", "kind"),
+    [(0.01, 0.03, "holds"), (0.05, 0.01, "does not hold"), (0.2152, 0.2152, "inconclusive")],
+)
+def test_jdp_verdict_at_the_long_scale(sdp_cost: float, jdp_cost: float, kind: str) -> None:
+    """'SDP-PE is slightly above UCBVI-JDP' at K = jdp_long_episodes, both measured: holds when
+    JDP < SDP-PE ≤ 1.5 × JDP, does not hold otherwise, inconclusive when both still pay the
+    all-left cost per episode."""
+    cfg = Fig4Config(states=3, horizon=4, episodes=2000, long_episodes=40_000,
+                     sens_episodes=20_000, jdp_long_episodes=20_000)  # fmt: skip
+    cfg.points = 400
+    scale = _all_left_gap(cfg) / 0.2152
+    merged = _merged(cfg, sdp_cost * scale)
+    KJ = cfg.jdp_long_episodes
+    gj = np.unique(np.linspace(1, KJ, 400).astype(int))
+    late = np.where(np.arange(KJ) < KJ // 10, _all_left_gap(cfg), jdp_cost * scale)
+    for eps in cfg.jdp_long_epsilons:
+        merged[("jdp-long", "UCBVI-JDP", eps)] = _entry(gj, late)
+    # SDP-PE's long curve drops after KL/10 = 4,000 episodes, JDP's after 2,000: compare at KJ
+    ex = [e for e in _expectations(merged, cfg) if e.get("jdp")]
+    assert len(ex) == len(cfg.jdp_long_epsilons)
+    expected = "inconclusive at our scale" if kind == "inconclusive" else kind
+    assert {e["kind"] for e in ex} == {expected}
+    assert all(e["episodes"] == KJ for e in ex)
+    claims = [c for c in gallery_claims(ex)]
+    assert all("K = 2e+04" in c.claim and c.plot == "plots/fig4_long.png" for c in claims)

@@ -60,6 +60,9 @@ def test_quick_fig4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "main|UCBVI-LDP|1",
     } <= set(finals)
     assert all(len(f["per_seed"]) == 2 for k, f in finals.items() if k.startswith("main"))
+    # UCBVI-JDP at the long scale: one cached vectorised run per ε, where its plan left all-left
+    assert finals["jdp-long|UCBVI-JDP|10"]["burn_in_measured"] == [None]
+    assert (sdp_pe.sweep_dir(quick=True) / "jdp-long").is_dir()
     assert all(r["variance_ratio"] > 1 for r in metrics["calibration"])
     # main: 2 seeds × (PE + SDP-PE tight/theory at ε = 1, 10); long: 1 seed × 2 ε; longer:
     # 1 seed × ε = 1; sensitivity: 2 ε × (defaults + width scale × ¼, × 4)

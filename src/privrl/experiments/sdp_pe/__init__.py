@@ -56,6 +56,8 @@ from privrl.experiments.sdp_pe.jobs import (
     _jobs,
     _merge,
     _pe_cells,
+    jdp_long_output,
+    jdp_long_units,
     load_group,
     sweep_doc,
 )
@@ -99,6 +101,7 @@ def run_fig4(
     one vectorised job per (algorithm, ε). ``reuse_main``: read the main group (K =
     ``episodes``, every algorithm) back from ``out``'s previous run instead of running it."""
     from privrl.runs.sweep import expand, run_sweep
+    from privrl.runs.units import run_units
 
     t0 = time.perf_counter()
     cells = sweep_dir(quick)
@@ -118,6 +121,9 @@ def run_fig4(
         )
     cell_groups = [group for group, _ in _pe_cells(cfg, groups)]
     outputs = [] if reuse_main else _execute(_jobs(cfg), cfg, log)
+    jdp = jdp_long_units(cfg, cells)
+    log(f"UCBVI-JDP at K = {cfg.jdp_long_episodes:,}: {len(jdp)} vectorised run(s) (cached)")
+    outputs += [jdp_long_output(r) for r in run_units(jdp, backend=backend, workers=cfg.workers)]
     outputs += [
         _cell_output(cell.values, group, cell.run_dir)
         for cell, group in zip(sweep.cells, cell_groups, strict=True)
@@ -184,6 +190,7 @@ def write_fig4(
             "cpu_seconds": m["seconds"],
             "episodes": int(m["grid"][-1]),
             **({"derived": True, "burn_in_end": m["burn_in_end"]} if m.get("derived") else {}),
+            **({"burn_in_measured": m["burn_in_measured"]} if "burn_in_measured" in m else {}),
             **first_elim(m),
         }
         for (g, a, e), m in merged.items()

@@ -81,7 +81,7 @@ def _expectations(merged: dict, cfg: Fig4Config) -> list[dict[str, Any]]:
             if ex["burn_in"]
             else ("holds" if ex["holds"] else "does not hold")
         )
-    return out + _scale_expectations(merged, cfg)
+    return out + _scale_expectations(merged, cfg) + _jdp_expectations(merged, cfg)
 
 
 def _value_at(m: dict[str, Any], k: int) -> float:
@@ -139,6 +139,46 @@ def _scale_expectations(merged: dict, cfg: Fig4Config) -> list[dict[str, Any]]:
                     ),
                 }
             )
+    return out
+
+
+def _jdp_expectations(merged: dict, cfg: Fig4Config) -> list[dict[str, Any]]:
+    """'SDP-PE is slightly above UCBVI-JDP' where the stages act: both measured at K =
+    ``jdp_long_episodes`` (UCBVI-JDP: the jdp-long group; SDP-PE: its long curves at that K)."""
+    out = []
+    gap = _all_left_gap(cfg)
+    K = cfg.jdp_long_episodes
+    for eps in cfg.jdp_long_epsilons:
+        jdp = merged.get(("jdp-long", "UCBVI-JDP", eps))
+        sdp = merged.get(("long", "SDP-PE", eps))
+        if jdp is None or sdp is None or K > int(sdp["grid"][-1]):
+            continue
+        s_val, j_val = _value_at(sdp, K), _value_at(jdp, K)
+        s_slope, j_slope = _slope_at(sdp, K), _slope_at(jdp, K)
+        burn = s_slope >= 0.8 * gap and j_slope >= 0.8 * gap
+        ok = j_val < s_val <= 1.5 * j_val
+        out.append(
+            {
+                "epsilon": eps,
+                "episodes": K,
+                "claim": "SDP-PE is slightly above UCBVI-JDP",
+                "criterion": "JDP < SDP-PE ≤ 1.5 × JDP",
+                "numbers": (
+                    f"SDP-PE / JDP = {s_val / j_val:.3g} at K = {K:.3g} (both measured: SDP-PE "
+                    f"{len(sdp['seeds'])} seed(s), JDP {len(jdp['seeds'])} seed(s); regret/"
+                    f"episode at K: SDP-PE {s_slope:.3f}, JDP {j_slope:.3f})"
+                ),
+                "holds": bool(ok),
+                "jdp": True,
+                "burn_in": bool(burn),
+                "sdp_pe": s_val,
+                "jdp_measured": j_val,
+                "ratio": s_val / j_val,
+                "kind": (
+                    "inconclusive at our scale" if burn else ("holds" if ok else "does not hold")
+                ),
+            }
+        )
     return out
 
 
@@ -234,7 +274,7 @@ def gallery_claims(expectations: list[dict[str, Any]]) -> list[Claim]:
     out = []
     for ex in expectations:
         burn = "; both still in burn-in: not evidence" if ex.get("burn_in") else ""
-        scale = f", K = {ex['episodes']:.3g}" if ex.get("long") else ""
+        scale = f", K = {ex['episodes']:.3g}" if ex.get("long") or ex.get("jdp") else ""
         out.append(
             Claim(
                 f"{ex['claim']} (ε = {ex['epsilon']:g}{scale})",
@@ -319,7 +359,7 @@ def _plot(merged: dict, cfg: Fig4Config, path: Path, group: str = "main") -> Non
         shown = [
             (g, a, e, m)
             for (g, a, e), m in merged.items()
-            if (g == group or (group == "long" and g in ("main", "longer")))
+            if (g == group or (group == "long" and g in ("main", "longer", "jdp-long")))
             and (e is None or e == eps)
             and a in order
             # one derived LDP line per panel: the longest run's

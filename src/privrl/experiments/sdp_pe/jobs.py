@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from privrl.online.common import checkpoints, make_env
-from privrl.online.ucbvi import ucbvi
+from privrl.online.ucbvi import UCBVIConfig, ucbvi
 
 COLORS = {
     "SDP-PE": "tab:red",
@@ -50,6 +50,11 @@ class Fig4Config:
         default_factory=lambda: ["threshold_c1", "threshold_c2", "width_scale"]
     )
     sens_factors: list[float] = field(default_factory=lambda: [0.25, 4.0])
+    # UCBVI-JDP measured at the scale where the stages act (its per-episode loop: ~1 CPU-hour
+    # per ε for 3 seeds vectorised), beside SDP-PE's long group at the same K
+    jdp_long_episodes: int = 31_457_160  # 3·B·(2^18 − 1), a point of SDP-PE's long curves
+    jdp_long_seeds: int = 3
+    jdp_long_epsilons: list[float] = field(default_factory=lambda: [1.0, 10.0])
     points: int = 1000  # curve points: the online systems' grid (`checkpoints(K)`)
     base_seed: int = 0
     workers: int = 1
@@ -68,6 +73,8 @@ class Fig4Config:
             longer_seeds=1,
             sens_episodes=2160,  # 3·24·(2^5 − 1)
             sens_constants=["width_scale"],
+            jdp_long_episodes=4536,
+            jdp_long_seeds=1,
             base_seed=seed,
         )
 
@@ -116,6 +123,84 @@ def _jobs(cfg: Fig4Config) -> list[Job]:
         jobs.append(Job("UCBVI-LDP", eps, K, seeds, "ucbvi", privatizer="local"))
     jobs.append(Job("UCB-VI", None, K, seeds, "ucbvi"))
     return jobs
+
+
+def jdp_long_unit(
+    *,
+    epsilon: float,
+    episodes: int,
+    seeds: list[int],
+    states: int,
+    horizon: int,
+    points: int,
+    bonus_scale: float = 1.0,
+) -> dict[str, Any]:
+    """UCBVI-JDP (DP-UCBVI, central binary-tree counts) for ``episodes`` episodes on RiverSwim,
+    vectorised over ``seeds`` (a function cell, `privrl.runs.units`): the regret curves on the
+    checkpoint grid, the finals, the privacy report and, per seed, the first episode whose
+    regret differs from episode 1's (the all-left plan every uninformed run starts with), i.e.
+    where its burn-in ended (None: never within ``episodes``)."""
+    mdp = make_env("riverswim", states=states, horizon=horizon)
+    grid = checkpoints(episodes, points)
+    t0 = time.perf_counter()
+    results = ucbvi(
+        mdp,
+        episodes,
+        seeds=list(seeds),
+        privatizer="central",
+        epsilon=epsilon,
+        config=UCBVIConfig(bonus_scale),
+    )
+    job = Job("UCBVI-JDP", epsilon, episodes, tuple(seeds), "ucbvi", "tight", "central", "jdp-long")
+    burn_in_end = []
+    for r in results:
+        moved = np.flatnonzero(np.abs(r.regret - r.regret[0]) > 1e-9)
+        burn_in_end.append(int(moved[0]) + 1 if moved.size else None)
+    return {
+        "job": asdict(job),
+        "grid": grid.tolist(),
+        "curves": [r.cumulative_regret[grid - 1].tolist() for r in results],
+        "finals": [float(r.cumulative_regret[-1]) for r in results],
+        "logs": [],
+        "burn_in_measured": burn_in_end,
+        "report": results[0].report.to_dict(),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def jdp_long_units(cfg: Fig4Config, root: Path) -> list[Any]:
+    """The ``jdp-long`` group's function cells, one per ε of ``jdp_long_epsilons`` (all seeds
+    in one vectorised run), cached under ``root/jdp-long/``."""
+    from privrl.runs.units import Unit
+
+    seeds = [cfg.base_seed + i for i in range(cfg.jdp_long_seeds)]
+    if cfg.jdp_long_seeds < 1 or cfg.jdp_long_episodes < 1:
+        return []
+    return [
+        Unit(
+            Path(root)
+            / "jdp-long"
+            / (
+                f"ucbvi-jdp-S{cfg.states}-H{cfg.horizon}-eps{eps:g}-K{cfg.jdp_long_episodes}"
+                f"-seeds{seeds[0]}-{seeds[-1]}.json"
+            ),
+            "privrl.experiments.sdp_pe.jobs:jdp_long_unit",
+            {
+                "epsilon": float(eps),
+                "episodes": int(cfg.jdp_long_episodes),
+                "seeds": seeds,
+                "states": cfg.states,
+                "horizon": cfg.horizon,
+                "points": cfg.points,
+            },
+        )
+        for eps in cfg.jdp_long_epsilons
+    ]
+
+
+def jdp_long_output(result: dict[str, Any]) -> dict[str, Any]:
+    """A ``jdp-long`` unit's stored result in the form of a job's output (numpy curves)."""
+    return {**result, "grid": np.asarray(result["grid"]), "curves": np.asarray(result["curves"])}
 
 
 GROUPS = ("main", "long", "longer", "sens")
@@ -256,6 +341,8 @@ def _merge(outputs: list[dict[str, Any]]) -> dict[tuple[str, str, float | None],
         m["logs"].extend(o["logs"])
         m["seeds"].extend(j["seeds"])
         m["seconds"] += o["seconds"]
+        if "burn_in_measured" in o:  # jdp-long: per seed, the episode its plan left all-left
+            m.setdefault("burn_in_measured", []).extend(o["burn_in_measured"])
     for m in merged.values():
         order = np.argsort(m["seeds"])
         m["curves"] = np.array(m["curves"])[order]

@@ -362,6 +362,37 @@ def _worst_gap(cfg: Fig4Config) -> float:
     return float(mdp.optimal_value() - mdp.value(policy_set(mdp)).min())
 
 
+def _jdp_lines(cfg: Fig4Config, merged: dict, expectations: list[dict[str, Any]]) -> list[str]:
+    """UCBVI-JDP measured at K = ``jdp_long_episodes`` beside SDP-PE's long runs."""
+    from privrl.experiments.sdp_pe.analysis import _slope_at
+
+    rows = [ex for ex in expectations if ex.get("jdp")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"**UCBVI-JDP measured at K = {cfg.jdp_long_episodes:,}** ({cfg.jdp_long_seeds} "
+        "seed(s), one run per ε vectorised over the seeds; solid green in the plot). 'Plan "
+        "left all-left at' is, per seed, the first episode whose regret differs from the "
+        "all-left cost (None: all-left throughout).",
+        "",
+        "| ε | UCBVI-JDP regret (mean ± std) | JDP regret/episode (last 10%) | plan left "
+        "all-left at (per seed) | SDP-PE regret at K | SDP-PE / JDP | JDP < SDP-PE ≤ 1.5 × JDP "
+        "| kind |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for ex in rows:
+        m = merged[("jdp-long", "UCBVI-JDP", ex["epsilon"])]
+        sd = float(np.interp(ex["episodes"], m["grid"], m["std"]))
+        lines.append(
+            f"| {ex['epsilon']:g} | {_fmt(ex['jdp_measured'])} ± {_fmt(sd)} | "
+            f"{_slope_at(m, ex['episodes']):.4f} | {m.get('burn_in_measured')} | "
+            f"{_fmt(ex['sdp_pe'])} | {ex['ratio']:.3g} | {'yes' if ex['holds'] else 'no'} | "
+            f"{ex['kind']} |"
+        )
+    return lines
+
+
 def _scale_lines(
     cfg: Fig4Config, merged: dict, expectations: list[dict[str, Any]], sens: list[dict[str, Any]]
 ) -> list[str]:
@@ -446,6 +477,7 @@ def _scale_lines(
                 )
                 + " while UCBVI-LDP stays in burn-in."
             )
+        lines += _jdp_lines(cfg, merged, expectations)
         lines += ["", "SDP-PE stages at this scale (seed 0):", ""]
         lines += [
             "| ε | run of K | stage | T | size of F | E (fine batch) | active policies after | "
