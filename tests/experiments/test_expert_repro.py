@@ -582,6 +582,9 @@ def test_quick_regime_fig3_end_to_end(quick_cache, tmp_path) -> None:
     assert {"cartpole/cql/eps10/ours-pld", "cartpole/bcq/eps10/ours-pld"} <= set(m["cells"])
     assert "### Steps and ε spent" in text and "Not run in this regime: Acrobot" in text
     assert "Regenerate with `privrl reproduce expert-fig3/regime`" in text
+    assert "wall time of this invocation" in text
+    again = E.fig3(out, quick=True, regime=True, envs=("cartpole",)).read_text()
+    assert "this invocation trained nothing" in again  # every run reused: nothing retrained
     assert "| 1.03; 0.92 |" in text  # the paper's CartPole CQL ε = 10 values
     claims = json.loads((out / "claims.json").read_text(encoding="utf-8"))
     assert claims and all(c["kind"] in ("holds", "does not hold", "inconclusive at our scale")

@@ -204,7 +204,7 @@ class _Context:
         self.failed: dict[str, str] = {}
         self.stopped = False
         self.started = time.perf_counter()
-        self.n_run = 0
+        self.n_run = 0  # runs trained by this invocation (not the reused ones)
 
     def load(self, env: str) -> _Data | None:
         if env in self.data:

@@ -317,14 +317,18 @@ def _plot_fig3(ctx: _Context, cells: dict[str, Cell], envs: Sequence[str]) -> li
                 ax.set_ylabel("normalised score")
             if i == 1:
                 ax.set_xlabel("ε")
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
+    legend: dict[str, Any] = {}  # one legend below the panels, off the data
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=3, fontsize=7,
+               frameon=False)  # fmt: skip
     fig.suptitle(
         "Figure 3: ours vs expert-level DP-SGD\n(mean ± 95% CI over seeds; stars: the paper's "
         "printed values, Tables 2a/2b)",
         fontsize=8,
     )
-    return _save_plot(ctx, fig, "fig3", "Figure 3")
+    return _save_plot(ctx, fig, "fig3", "Figure 3", rect=(0, 0.08, 1, 1))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -305,7 +305,8 @@ def _protocol(ctx: _Context) -> list[str]:
     if len(s.lr_grid) == 1:
         hyper = (
             f"- Hyper-parameters: η = {s.lr_grid[0]:g} fixed for every method (at the full "
-            "scale the search chose it for every CartPole method; no search at this scale); "
+            "scale the search chose it for every CartPole method and for LunarLander's "
+            "private methods; no search at this scale); "
             f"b = {s.batch_size}; z fixed; p as in the paper's Table 1 unless the table "
             "varies it."
         )
@@ -417,11 +418,15 @@ def _tail(
 ) -> list[str]:
     lines = ["## Status", ""]
     runs = {r["key"]: r["wall_s"] for cell in (cells or {}).values() for r in cell.runs}
+    this = (
+        f"wall time of this invocation {(time.perf_counter() - ctx.started) / 60:.1f} min"
+        if ctx.n_run
+        else "this invocation trained nothing (every run was finished: the report was rebuilt)"
+    )
     lines.append(
         f"{n_done} of {n_total} runs finished ({sum(runs.values()) / 60:.0f} min of training "
-        "and evaluation, not counting the reference and search runs); wall time of this "
-        f"invocation {(time.perf_counter() - ctx.started) / 60:.1f} min; a shared 2-core "
-        "machine."
+        f"and evaluation, not counting the reference and search runs); {this}; a shared "
+        "2-core machine."
     )
     if ctx.missing:
         lines += ["", "Missing datasets (their rows are empty):", ""]
@@ -473,9 +478,12 @@ def closing(
     return lines + _tail(ctx, name, n_done, n_total, cells)
 
 
-def _save_plot(ctx: _Context, fig: Any, name: str, caption: str) -> list[str]:
-    """Save ``fig`` as ``plots/<name>.png`` of the reproduction; the report's image line."""
-    fig.tight_layout()
+def _save_plot(
+    ctx: _Context, fig: Any, name: str, caption: str, rect: tuple[float, ...] | None = None
+) -> list[str]:
+    """Save ``fig`` as ``plots/<name>.png`` of the reproduction; the report's image line
+    (``rect``: the part of the figure the panels fill, leaving room for a figure legend)."""
+    fig.tight_layout(rect=rect)
     fig.savefig(RunDir(ctx.out).plot_path(name), dpi=110)
     _plt().close(fig)
     return [f"![{caption}](plots/{name}.png)", ""]

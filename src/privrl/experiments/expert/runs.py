@@ -197,10 +197,12 @@ def _run_all(ctx: _Context, cfgs: Sequence[RunConfig], where: str) -> dict[str, 
         if not finished(cell):
             _adopt_sibling(ctx, where, cell)
     todo = [c for c in sweep.cells if not finished(c)]
+    ran: list[Any] = []
     if todo and not ctx.out_of_time():
         _log(f"[{where}] {len(todo)} of {len(sweep.cells)} runs to go …")
         # the time budget stops new runs only: cells already started finish
         run_sweep(sweep, on_cell=lambda r: _log(_done_line(where, r)))
+        ran = todo
     rows = _rows(sweep)
     done = {}
     for cfg, cell, row in zip(unique, sweep.cells, rows, strict=True):
@@ -208,7 +210,7 @@ def _run_all(ctx: _Context, cfgs: Sequence[RunConfig], where: str) -> dict[str, 
             done[cfg.key()] = _metrics(cfg, row, cell, ctx.data[cfg.env].random_return)
         elif row.get("status") == "failed":
             ctx.failed[cfg.key()] = str(row.get("error"))
-    ctx.n_run += sum(1 for r in rows if r.get("status") == "ok")
+    ctx.n_run += sum(1 for c in ran if finished(c))  # trained by this invocation
     return done
 
 
