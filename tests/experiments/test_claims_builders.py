@@ -120,10 +120,14 @@ def test_expert_fig3():
 
 
 def test_expert_fig3_regime():
-    """The regime sub-report (CartPole at ε = 10, the paper's noise regime): each verdict is
-    its own kind only where the means differ by more than the wider CI."""
+    """The regime sub-report (CartPole and LunarLander at ε = 10, the paper's noise regime):
+    each verdict is its own kind only where the means differ by more than the wider CI."""
     claims = expert.gallery_claims_fig3(
-        _scores("expert-fig3/regime"), ("cartpole",), ("cql", "bcq"), (10.0,), regime=True
+        _scores("expert-fig3/regime"),
+        expert.REGIME_ENVS,
+        ("cql", "bcq"),
+        (10.0,),
+        regime=True,
     )
     assert [c.to_dict() for c in claims] == _committed("expert-fig3/regime")
 
