@@ -5,6 +5,7 @@ the same results serially, on a 2-worker local pool and on Ray."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,45 @@ def test_keyed_units_are_named_by_their_arguments(tmp_path: Path) -> None:
     b = keyed_unit(tmp_path, "draw", DRAW, {"seed": 2})
     assert a.path != b.path and a.path.name.startswith("draw-") and a.path.suffix == ".json"
     assert run_units([a, b], workers=1) == [unit_toys.draw(1), unit_toys.draw(2)]
+
+
+def test_sigterm_stops_the_workers_too(tmp_path: Path) -> None:
+    """SIGTERM to a process running units (e.g. `pkill` on a reproduction) stops its pool's
+    workers as well: without the handler the parent alone dies and a worker keeps computing."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "worker.pid"
+    script = (
+        "from privrl.runs.units import Unit, run_units\n"
+        "if __name__ == '__main__':\n"
+        f"    run_units([Unit({str(tmp_path / 'r.json')!r}, 'tests.runs.unit_toys:sleep_forever',"
+        f" {{'marker': {str(marker)!r}}})], workers=1)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=root, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), "the unit never started"
+        worker = int(marker.read_text())
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(worker), "the worker outlived its terminated parent"
+    finally:
+        proc.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"  # a zombie has exited
+    except OSError:
+        return False

@@ -20,3 +20,12 @@ def threads() -> dict:
 
 def fail(message: str) -> None:
     raise ValueError(message)
+
+
+def sleep_forever(marker: str) -> None:
+    """Write this worker's pid to ``marker``, then sleep (a unit to be interrupted)."""
+    import time
+    from pathlib import Path
+
+    Path(marker).write_text(str(os.getpid()))
+    time.sleep(600)

@@ -501,6 +501,31 @@ def _one_line(exc: BaseException) -> str:
 Report = Callable[[dict[str, Any]], None]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received while a pool ran: raised in the main thread so the workers are stopped
+    (the default SIGTERM action kills the parent alone and leaves its workers running)."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs (main thread only), SIGTERM raises `Terminated`."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextlib.contextmanager
 def _thread_env() -> Iterator[None]:
     """Set the thread limits in os.environ while workers start (they inherit it), then restore."""
@@ -535,7 +560,7 @@ def run_local(
     if not tasks:
         return
     context = multiprocessing.get_context("spawn")
-    with _thread_env():
+    with _thread_env(), _sigterm_raises():
         pool = ProcessPoolExecutor(
             max_workers=min(workers, len(tasks)),
             mp_context=context,
