@@ -11,6 +11,7 @@ import pytest
 
 from privrl.experiments import primorl_table11 as T11
 from privrl.experiments.primorl_sweeps import Scale
+from privrl.experiments.primorl_table11_report import write_report
 
 
 def _plan(cell: dict, steps: int):
@@ -146,7 +147,7 @@ def test_report_without_the_dataset_says_what_would_run(tmp_path: Path) -> None:
     """Dataset absent: no cell runs; the report says how to build it and what the table would
     cost, states our ε for every private row, and its return claims are inconclusive."""
     why = "its recipe dataset primorl-halfcheetah.h5 is not built on this machine"
-    path = T11.write_report(tmp_path, [], Scale(seeds=1), data=None, wall=0.0, missing=why)
+    path = write_report(tmp_path, [], Scale(seeds=1), data=None, wall=0.0, missing=why)
     text = path.read_text()
     assert "privrl data collect --recipe primorl-halfcheetah" in text and why in text
     assert "What did not fit" in text and f"T = {T11.ROUNDS} DP-FedAvg rounds" in text
@@ -162,7 +163,7 @@ def test_report_without_the_dataset_says_what_would_run(tmp_path: Path) -> None:
 
 def test_report_with_rows(tmp_path: Path) -> None:
     rows = [_row(r, v + d, seed=s) for r, v in RETURNS.items() for s, d in ((0, -50), (1, 50))]
-    text = T11.write_report(tmp_path, rows, Scale(seeds=2), data=Path("h.h5"), wall=60.0)
+    text = write_report(tmp_path, rows, Scale(seeds=2), data=Path("h.h5"), wall=60.0)
     text = text.read_text()
     assert "| z = 1e-4 | 1e-4 |" in text and "90.0%" in text and "9729 ± 2018" in text
     assert (tmp_path / T11.PLOT_RETURNS).stat().st_size > 1000
@@ -188,3 +189,45 @@ def test_quick_reproduction_runs_end_to_end(
     assert "Quick mode" in text and "not run" not in text.split("## Table 11")[1].split("\n\n")[1]
     found = json.loads((tmp_path / "report" / "claims.json").read_text())
     assert [c["kind"] for c in found][:4] == ["inconclusive at our scale"] * 4
+
+
+def test_a_given_dataset_must_be_halfcheetah(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--data` is checked against its public header's env id before anything runs."""
+    from types import SimpleNamespace
+
+    import privrl.data.io as io
+    from privrl.experiments.primorl_sweeps import Request
+
+    def header(env_id: str):
+        return lambda path: SimpleNamespace(metadata=SimpleNamespace(env_id=env_id))
+
+    monkeypatch.setattr(io, "read_header", header("privrl/Pendulum-v0"))
+    with pytest.raises(ValueError, match="Table 11 is HalfCheetah"):
+        T11.dataset(Request.of(Path("out"), data=Path("p.h5")))
+    monkeypatch.setattr(io, "read_header", header("privrl/HalfCheetah-v0"))
+    assert T11.dataset(Request.of(Path("out"), data=Path("h.h5"))) == (Path("h.h5"), "")
+
+
+def test_a_diverged_model_is_a_result_of_its_row(tmp_path: Path) -> None:
+    """Seeds whose released model sent every rollout to non-finite values (the noise drowned
+    the model) have no return: the row says "model diverged", a share claim on it does not
+    hold, z = 1e-3's decline does; they are not counted as returns."""
+    rows = [_row(r, v + d, seed=s) for r, v in RETURNS.items() for s, d in ((0, -50), (1, 50))]
+    rows = [r for r in rows if T11.row_of(r) not in ("z-1e-3", "eps")]
+    for s in (0, 1):
+        for row in ("z-1e-3", "eps"):
+            failed = {**_row(row, 0.0, seed=s), "status": "failed", "return_mean": None}
+            rows.append({**failed, "error": f"no model transitions: {T11.DIVERGED}"})
+    summary = T11.summarise(rows)
+    assert summary["z-1e-3"] == {"seeds": 0, "curves": [], "diverged": 2}
+    assert list(summary) == list(T11.ROWS)
+    decline = T11.claims(summary)[3]
+    assert (decline["verdict"], decline["ours"]) == (
+        "holds",
+        f"model diverged on all 2 seed(s): no policy at T = {T11.ROUNDS}",
+    )
+    text = write_report(tmp_path, rows, Scale(seeds=2), data=Path("h.h5"), wall=1.0).read_text()
+    assert (
+        "| z = 1e-3 | 1e-3 | 1.27e+08 (RDP; no meaningful ε) | 3697 ± 1465 | 33.8% | model " in text
+    )
+    assert "model diverged (2 seed(s))" in text
