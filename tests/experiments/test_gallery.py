@@ -69,6 +69,7 @@ STATES_KIND = (
     "primorl-table1",
     "primorl-ablation",
     "primorl-fig3",
+    "primorl-table11",
     "dp-apvi-tabular",
     "audit",
     "gpope-accounting",

@@ -254,20 +254,25 @@ def _record(path: Path) -> Any:
 
 
 def run_cells(
-    doc: Mapping[str, Any], out: Path, *, reuse: Sequence[Path] = ()
+    doc: Mapping[str, Any],
+    out: Path,
+    *,
+    reuse: Sequence[Path] = (),
+    tolerate: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Expand `doc`, reuse finished cells of the sweeps `reuse`, run (or resume) the others,
     copy the results table to `out`; the rows, each with its cell's learning curve (`curve`)
-    and directory (`dir`). A failed
-    cell stops the report (rerunning retries it)."""
-    from privrl.runs.sweep import expand, run_sweep
+    and directory (`dir`). A failed cell stops the report (rerunning retries it), unless its
+    error contains one of `tolerate` (an outcome the report states, e.g. a diverged model)."""
+    from privrl.runs.sweep import SweepOutcome, expand, run_sweep
 
     sweep = expand(doc)
     reuse_finished(sweep, [p for p in reuse if p != sweep.out])
     outcome = run_sweep(sweep)
     out.mkdir(parents=True, exist_ok=True)
     _copy_results(sweep.out / "results.csv", out / "results.csv")
-    outcome.raise_failed()
+    failed = [(c, e) for c, e in outcome.failed if not any(t in e for t in tolerate)]
+    SweepOutcome(failed=failed).raise_failed()
     return [
         dict(r, curve=curve(sweep.out / "cells" / r["cell"]), dir=sweep.out / "cells" / r["cell"])
         for r in outcome.rows

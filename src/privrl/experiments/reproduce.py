@@ -130,6 +130,14 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             sweep=True,
         ),
         Reproduction(
+            "primorl-table11",
+            "Differentially Private Deep Model-Based RL (PRIMORL)",
+            "Table 11, HalfCheetah at this machine's scale: MOPO, NO CLIP, NO NOISE, z = 1e-4, "
+            "z = 1e-3 and ε = 10 (ours), T and SAC epochs chosen from measured costs",
+            "privrl.experiments.primorl_table11:table11",
+            sweep=True,
+        ),
+        Reproduction(
             "expert-table2a",
             "Sharma et al., Preserving Expert-Level Privacy in Offline RL",
             "Table 2a: mixing rate p at ε = 10 (CartPole, LunarLander; CQL, BCQ) vs DP-SGD",

@@ -261,6 +261,13 @@ def _default_kw(value: Any, detail: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=256)
 def _epsilon_cached(z: float, q: float, rounds: int, delta: float, backend: str) -> float:
     event = sampled_gaussian_event(z, rounds, sampling_probability=q)
+    if backend == "pld":
+        # a tiny z (Table 11's 1e-3, 1e-4) has a privacy loss whose PLD grid does not fit in
+        # memory: refuse with the fix instead of failing to allocate it (public: z, q, T)
+        from privrl.privacy.calculator import pld_too_large, rdp_epsilon
+
+        if reason := pld_too_large(rdp_epsilon(event, delta, RELATION)):
+            raise ValueError(reason.replace("use --backend rdp", "pass --accountant rdp"))
     return float(accountant_epsilon(event, delta, relation=RELATION, backend=backend))  # type: ignore[arg-type]
 
 
@@ -324,6 +331,14 @@ class DpFedAvgPlan:
             return 0.0
         return _epsilon_cached(self.z, self.q, int(rounds), self.delta, backend or self.accountant)
 
+    def _beside(self, rounds: int, backend: Backend) -> str:
+        """ε under the other accountant, for the notes ("not computed" where its PLD grid
+        would not fit in memory: a tiny z)."""
+        try:
+            return f"{self.epsilon(rounds, backend):.4g}"
+        except ValueError:
+            return "not computed (its grid would not fit in memory)"
+
     def release(self, rounds: int, n_params: int) -> Release:
         """The one release of a run: the ensemble's parameters after ``rounds`` rounds."""
         extra: dict[str, Any] = {
@@ -382,13 +397,13 @@ class DpFedAvgPlan:
             other: Backend = "rdp" if self.accountant == "pld" else "pld"
             notes.append(
                 f"ε for the T = {rounds} rounds run: {self.epsilon(rounds):.4g} "
-                f"({self.accountant.upper()}), {self.epsilon(rounds, other):.4g} "
+                f"({self.accountant.upper()}), {self._beside(rounds, other)} "
                 f"({other.upper()}) at δ = {self.delta:g}"
             )
             notes.append(
                 f"a-priori guarantee for T_max = {self.T_max} rounds (fixed in advance): "
                 f"ε = {self.epsilon(self.T_max):.4g} ({self.accountant.upper()}), "
-                f"{self.epsilon(self.T_max, other):.4g} ({other.upper()})"
+                f"{self._beside(self.T_max, other)} ({other.upper()})"
             )
         report = PrivacyReport.build(
             self.privacy_unit,
