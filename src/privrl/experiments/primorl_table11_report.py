@@ -83,7 +83,9 @@ def write_report(
         "target_epsilon": TARGET_EPSILON,
         "mopo_model_epochs": 1 if scale.quick else MOPO_MODEL_EPOCHS,
     }
-    text = _markdown(summary, found, acc, cost, scale, data, missing, wall, rows)
+    text = _markdown(
+        summary, found, acc, cost, scale, data=data, missing=missing, wall=wall, rows=rows
+    )
     return shared.write_outputs(out, found, config, metrics, text)
 
 
@@ -232,6 +234,7 @@ def _markdown(
     acc: Mapping[str, Any],
     cost: Mapping[str, Any],
     scale: Scale,
+    *,
     data: Path | None,
     missing: str,
     wall: float,
