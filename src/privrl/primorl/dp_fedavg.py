@@ -266,8 +266,10 @@ def _epsilon_cached(z: float, q: float, rounds: int, delta: float, backend: str)
         # memory: refuse with the fix instead of failing to allocate it (public: z, q, T)
         from privrl.privacy.calculator import pld_too_large, rdp_epsilon
 
-        if reason := pld_too_large(rdp_epsilon(event, delta, RELATION)):
-            raise ValueError(reason.replace("use --backend rdp", "pass --accountant rdp"))
+        if reason := pld_too_large(
+            rdp_epsilon(event, delta, RELATION), fix="pass --accountant rdp"
+        ):
+            raise ValueError(reason)
     return float(accountant_epsilon(event, delta, relation=RELATION, backend=backend))  # type: ignore[arg-type]
 
 

@@ -91,8 +91,9 @@ def _pld_bytes(eps: float) -> float:
     return _PLD_BYTES_PER_POINT * max(eps, 1.0) / _PLD_DISCRETIZATION
 
 
-def pld_too_large(eps: float | None) -> str | None:
-    """Why a PLD for an event with RDP ε `eps` cannot be built here, or None if it can."""
+def pld_too_large(eps: float | None, *, fix: str = "use --backend rdp") -> str | None:
+    """Why a PLD for an event with RDP ε `eps` cannot be built here, or None if it can;
+    ``fix`` ends the reason (the flag that selects RDP in the caller's command)."""
     if eps is None:
         return None
     budget = machine_memory() / 2
@@ -102,7 +103,7 @@ def pld_too_large(eps: float | None) -> str | None:
     return (
         f"the PLD accountant is not run for this event: its privacy loss reaches ε ≈ {eps:.4g} "
         f"(RDP bound), whose PLD grid at discretisation {_PLD_DISCRETIZATION:g} needs {need} "
-        f"(more than half of this machine's {format_bytes(machine_memory())}); use --backend rdp"
+        f"(more than half of this machine's {format_bytes(machine_memory())}); {fix}"
     )
 
 
