@@ -300,7 +300,11 @@ def test_quick_table2a_end_to_end(quick_cache, tmp_path, capsys) -> None:
     for paper in ("1.03", "0.92", "0.67", "0.99", "0.31"):  # the paper's numbers beside ours
         assert f"| {paper} |" in text
     assert "NOT certified" in text and "tight filter calibration" in text
-    assert "not privacy-accounted" in text
+    # the quick scale fixes η (one value): no search, so no search table
+    assert "## Learning-rate search" not in text and "fixed for every method" in text
+    # the note on scale is generated (no regime report beside a tmp out)
+    assert "**Scale and the paper's noise regime.**" in text
+    assert "It has not been run beside this report." in text
     # the normalised score of every run uses the reference of its (env, algo)
     ref = m["references"]["cartpole/cql"]
     cell = m["cells"]["cartpole/cql/p1/main"]
@@ -316,10 +320,10 @@ def test_quick_table2a_end_to_end(quick_cache, tmp_path, capsys) -> None:
         for eps in v["epsilon_reported"]:
             assert eps is None or eps <= 10.0 + 1e-9
     assert (out / "plots" / "table2a.png").is_file()
-    # the per-dataset cache next to the dataset holds the reference and the search
+    # the per-dataset cache next to the dataset holds the reference (no search: η is fixed)
     cache = E.dataset_path("cartpole", True).with_name("experts-cartpole-quick.expert-repro.json")
     cached = json.loads(cache.read_text())
-    assert {"reference", "search"} <= set(cached)
+    assert "reference" in cached and "search" not in cached
 
     # resumable: a second invocation runs nothing and reproduces the report's numbers
     capsys.readouterr()
@@ -466,6 +470,29 @@ def test_a_ledgered_dataset_gets_no_expert_subsets(quick_cache, tmp_path) -> Non
 # ---------------------------------------------------------------------------------------------
 # the paper's noise regime, the paper's printed values, the kind of each verdict
 # ---------------------------------------------------------------------------------------------
+
+
+def test_scale_note_reads_the_regime_report_beside_it(tmp_path: Path) -> None:
+    from privrl.experiments.expert.verdicts import scale_note
+
+    out = tmp_path / "expert-table2a"
+    (regime := tmp_path / "expert-fig3" / "regime").mkdir(parents=True)
+    cells = {
+        "cartpole/cql/eps10/ours": {"normalised_mean": 0.9, "normalised_ci95": 0.1},
+        "cartpole/cql/eps10/dp-sgd": {"normalised_mean": 0.2, "normalised_ci95": 0.1},
+        "lunarlander/bcq/eps10/ours": {"normalised_mean": -0.07, "normalised_ci95": 1.9},
+        "lunarlander/bcq/eps10/dp-sgd": {"normalised_mean": -0.03, "normalised_ci95": 2.4},
+        "lunarlander/cql/eps10/ours": {"normalised_mean": 0.5},  # its DP-SGD did not run
+    }
+    (regime / "metrics.json").write_text(json.dumps({"cells": cells}))
+    text = scale_note(out, [1.47, 1.47], [3.37, 4.22])[0]
+    assert "1.47 for DP-SGD, 3.37–4.22 for ours" in text
+    assert "(../expert-fig3/regime/report.md)" in text
+    assert "ours ≥ DP-SGD in 1 of 2 comparisons" in text
+    assert "CartPole CQL 0.90 vs 0.20, LunarLander BCQ -0.07 vs -0.03" in text
+    assert "the 95% intervals apart in 1 of them" in text
+    (regime / "metrics.json").unlink()
+    assert scale_note(out, [], [])[0].endswith("It has not been run beside this report.")
 
 
 def test_regime_runs_use_the_papers_protocol_with_a_fixed_public_z() -> None:

@@ -35,9 +35,14 @@ from privrl.experiments.expert.report import (
     raw_return_section,
     reproduction,
     run_cells,
+    z_by_method,
 )
 from privrl.experiments.expert.runs import lr_method_of, prefetch
-from privrl.experiments.expert.verdicts import gallery_claims_fig3, gallery_claims_fig4
+from privrl.experiments.expert.verdicts import (
+    gallery_claims_fig3,
+    gallery_claims_fig4,
+    scale_note,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Figure 3: ours vs DP-SGD over ε
@@ -136,6 +141,8 @@ def fig3(
         "(means only; see the CIs).",
         "",
     ]
+    if not ctx.scale.is_regime:
+        lines += scale_note(ctx.out, *z_by_method(cells))
     lines += _fig3_pld_section(ctx, cells, envs, algos)
     if ctx.scale.is_regime:
         lines += _spent_section(cells)

@@ -136,6 +136,14 @@ def _z_text(cell: Cell) -> str:
     return "—" if z is None else f"{z:.3g}"
 
 
+def z_by_method(cells: Mapping[str, Cell]) -> tuple[list[float], list[float]]:
+    """z of the DP-SGD cells (p = 1) and of ours that filter (0 < p < 1), run or not."""
+    cfgs = [c.cfgs[0] for c in cells.values() if c.cfgs[0].noise_multiplier is not None]
+    dp_sgd = [c.noise_multiplier for c in cfgs if c.method == "dp-sgd" or c.p == 1]
+    ours = [c.noise_multiplier for c in cfgs if c.method == "ours" and 0 < (c.p or 0) < 1]
+    return dp_sgd, ours
+
+
 def _private_steps_text(cell: Cell) -> str:
     if not cell.runs:
         return "—"

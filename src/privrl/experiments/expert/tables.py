@@ -33,9 +33,14 @@ from privrl.experiments.expert.report import (
     private_cells,
     reproduction,
     run_cells,
+    z_by_method,
 )
 from privrl.experiments.expert.runs import lr_method_of, prefetch
-from privrl.experiments.expert.verdicts import gallery_claims_table2a, gallery_claims_table2b
+from privrl.experiments.expert.verdicts import (
+    gallery_claims_table2a,
+    gallery_claims_table2b,
+    scale_note,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Table 2a: p ablation at ε = 10
@@ -138,6 +143,9 @@ def table2a(
                 f"{'holds' if diff >= 0 else 'fails'} on the means"
             )
     lines += ["", "Claim check (paper: ours > DP-SGD at ε = 10):", "", *claims] if claims else []
+    if not ctx.scale.is_regime:
+        main = {k: c for k, c in cells.items() if k.endswith("/main")}
+        lines += ["", *scale_note(ctx.out, *z_by_method(main))][:-1]
     lines += [
         "",
         "p = 1 is plain expert-level DP-SGD (Algorithm 4) with all of (ε, δ); p = 0 trains on "

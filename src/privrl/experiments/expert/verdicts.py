@@ -10,8 +10,11 @@ another trade-off than the paper's (z = 10–80 over up to 10⁶ steps), so its 
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from privrl.experiments.claims import Claim, count_verdict, holds
 from privrl.experiments.expert.paper import (
@@ -20,6 +23,8 @@ from privrl.experiments.expert.paper import (
     PAPER_TABLE1_P,
     PAPER_TABLE2A,
     PAPER_TABLE2B,
+    REGIME_NOISE,
+    REGIME_STEPS,
     _fmt,
     _nearest,
 )
@@ -181,4 +186,78 @@ def gallery_claims_fig4(scores: Scores, ms: Sequence[int]) -> list[Claim]:
             "plots/fig4.png",
             kind=AT_OUR_SCALE,
         ),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the equal-steps reports' note on scale, with what the noise-regime report found
+# ---------------------------------------------------------------------------------------------
+
+REGIME_ID = "expert-fig3/regime"  # its report is OUT/../expert-fig3/regime (a sibling folder)
+
+
+def _span(values: Sequence[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}–{hi:.3g}"
+
+
+def _regime_pairs(metrics: Mapping[str, object]) -> list[tuple[str, float, float, bool]]:
+    """(label, ours, DP-SGD, intervals overlap) of every (env, algo) the regime report ran."""
+    cells = metrics.get("cells", {})
+    assert isinstance(cells, Mapping)
+    pairs = []
+    for key in cells:
+        if not key.endswith("/ours"):
+            continue
+        o, d = cells[key], cells.get(key[: -len("ours")] + "dp-sgd")
+        if d is None or "normalised_mean" not in o or "normalised_mean" not in d:
+            continue
+        a, b = float(o["normalised_mean"]), float(d["normalised_mean"])
+        width = max(float(o.get("normalised_ci95", math.inf)), float(d.get("normalised_ci95", 0)))
+        env, algo = key.split("/")[:2]
+        pairs.append((f"{ENVS[env].label} {algo.upper()}", a, b, abs(a - b) <= width))
+    return pairs
+
+
+def scale_note(out: Path, z_dp_sgd: Sequence[float], z_ours: Sequence[float]) -> list[str]:
+    """The paragraph of an equal-steps report (N = 5,000, z calibrated to the budget) on its
+    scale: its z beside the paper's, why its verdicts are "inconclusive at our scale", and what
+    the noise-regime report beside it (`REGIME_ID`) found, read from its metrics.json."""
+    zs = []
+    if z_dp_sgd:
+        zs.append(f"{_span(z_dp_sgd)} for DP-SGD")
+    if z_ours:
+        zs.append(f"{_span(z_ours)} for ours")
+    regime = out.parent / "expert-fig3" / "regime"
+    link = f"[{REGIME_ID}]({os.path.relpath(regime / 'report.md', out)})"
+    text = (
+        "**Scale and the paper's noise regime.** The runs of this report train N = 5,000 steps "
+        f"with z calibrated to the budget{': ' + ', '.join(zs) if zs else ''}, far below the "
+        "paper's z = 10–80 over up to 10⁶ steps, so they test another trade-off than the "
+        f"paper's; the kind of every verdict in claims.json is therefore *{AT_OUR_SCALE}*. The "
+        "same CartPole and LunarLander comparison at ε = 10 in the paper's noise regime (every "
+        f"private run at z = {REGIME_NOISE:g}, b = 256, trained as long as its budget allows up "
+        f"to {REGIME_STEPS:,} steps; the cap binds, so the methods are compared at equal z and "
+        "steps, not at equal ε spent), with all three series (ours, DP-SGD, ours with the PLD "
+        "filter calibration + joint budget) and the paper's printed values beside ours, is "
+        f"{link} (`privrl reproduce {REGIME_ID}`)."
+    )
+    try:
+        pairs = _regime_pairs(json.loads((regime / "metrics.json").read_text()))
+    except (OSError, ValueError):
+        pairs = []
+    if not pairs:
+        return [text + " It has not been run beside this report.", ""]
+    held = sum(a >= b for _, a, b, _ in pairs)
+    listed = ", ".join(f"{label} {a:.2f} vs {b:.2f}" for label, a, b, _ in pairs)
+    overlap = sum(o for *_, o in pairs)
+    apart = (
+        "every interval overlapping"
+        if overlap == len(pairs)
+        else f"the 95% intervals apart in {len(pairs) - overlap} of them"
+    )
+    return [
+        text + f" There, on the means, ours ≥ DP-SGD in {held} of {len(pairs)} comparisons "
+        f"({listed}), {apart}.",
+        "",
     ]
