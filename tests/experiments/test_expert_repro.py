@@ -99,9 +99,12 @@ def _write_finished(cell_dir: Path, key: str, ret: float) -> None:
     (cell_dir / "cell.json").write_text(json.dumps({"status": "ok", "key": key, "seconds": 1}))
 
 
-def test_finished_runs_of_sibling_reproductions_are_reused(quick_cache, tmp_path: Path) -> None:
-    """A finished cell of exactly this run in another reproduction directory is copied and
-    reused (no training); a cell directory of the same name holding another run is not."""
+def test_finished_runs_of_the_earlier_layout_are_reused(
+    quick_cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished cell of exactly this run left in a reproduction directory by the earlier
+    layout (cells under OUT/<phase>/) is copied into the cache and reused (no training); a cell
+    directory of the same name holding another run is not."""
     from privrl.runs.sweep import expand
 
     quick_cache("cartpole")
@@ -112,13 +115,18 @@ def test_finished_runs_of_sibling_reproductions_are_reused(quick_cache, tmp_path
     other = replace(cfg, seed=1)
     doc = {"out": str(tmp_path / "x"), "cells": [R.cell_values(c, data.path) for c in (cfg, other)]}
     cell, cell_other = expand(doc).cells
+    # the cells' cache of this test alone (the module's cache serves the end-to-end tests)
+    monkeypatch.setattr("privrl.data.paths.cache_dir", lambda: tmp_path / "cache")
     sibling = tmp_path / "expert-table2a" / "runs" / "cells"
     _write_finished(sibling / cell.name, cell.key, 123.0)
     _write_finished(sibling / cell_other.name, "another-run", 9.0)
     done = R._run_all(ctx, [cfg, other], "runs")
     assert list(done) == [cfg.key()] and done[cfg.key()]["return_mean"] == 123.0
-    assert (ctx.out / "runs" / "cells" / cell.name / "run" / "metrics.json").is_file()
-    assert not (ctx.out / "runs" / "cells" / cell_other.name).exists()
+    cells = R.cells_dir(ctx, "runs") / "cells"
+    assert cells == tmp_path / "cache" / "reproduce" / "expert" / "quick" / "runs" / "cells"
+    assert (cells / cell.name / "run" / "metrics.json").is_file()
+    assert not (cells / cell_other.name).exists()
+    assert not (ctx.out / "runs").exists()  # OUT holds the report alone
 
 
 def test_a_run_is_a_cell_of_a_registered_system() -> None:
@@ -261,8 +269,11 @@ def _metrics(out: Path) -> dict:
 
 
 def _check_run_dirs(out: Path) -> None:
-    runs = [cell / "run" for cell in (out / "runs" / "cells").iterdir()]
-    assert runs and (out / "runs" / "results.csv").is_file()  # the sweep's results table
+    """The cells in the cache's shared sweep of runs; OUT holds the report alone."""
+    sweep = Path(os.environ["PRIVRL_CACHE"]) / "reproduce" / "expert" / "quick" / "runs"
+    runs = [cell / "run" for cell in (sweep / "cells").iterdir()]
+    assert runs and (sweep / "results.csv").is_file()  # the sweep's results table
+    assert not (out / "runs").exists()
     for run in runs:
         for name in ("config.json", "metrics.json", "metrics.csv", "privacy.json"):
             assert (run / name).is_file(), (run, name)
@@ -357,10 +368,16 @@ def test_quick_fig4_end_to_end(quick_cache, tmp_path, capsys) -> None:
     # a zero time budget starts nothing but still reports every finished cell
     E.fig4(out4, quick=True, time_budget_s=0)
     assert _metrics(out4)["cells"] == m4["cells"]
-    # and on a fresh output directory (no sibling reproduction to reuse runs from) it lists
-    # the runs as pending, with the resume command
-    fresh = tmp_path / "elsewhere" / "fresh"
-    text = E.fig4(fresh, quick=True, time_budget_s=0).read_text()
+    # another output directory reports the same cells (they live in the cache, not in OUT)
+    elsewhere = tmp_path / "elsewhere" / "fig4"
+    E.fig4(elsewhere, quick=True, time_budget_s=0)
+    assert _metrics(elsewhere)["cells"] == m4["cells"]
+    # with no finished cell (an empty cache of cells) it lists the runs as pending, with the
+    # resume command
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(R, "cells_dir", lambda ctx, where: tmp_path / "empty" / where)
+        fresh = tmp_path / "elsewhere" / "fresh"
+        text = E.fig4(fresh, quick=True, time_budget_s=0).read_text()
     m_fresh = _metrics(fresh)
     assert m_fresh["finished_runs"] == 0 and m_fresh["total_runs"] == 12
     assert "To finish: `nice -n 10 privrl reproduce expert-fig4 --quick" in text

@@ -34,12 +34,14 @@ search, noise calibrations).
 
 Every run is a cell of a registered system — `dp-sgd` (its ``non_private`` twin for the
 references and the non-private search), `expert-dp` for ours — run by the sweep runner
-(`privrl.runs.sweep`): one sweep per phase under ``OUT/{search,reference,runs}/`` (each cell's
-run directory, the results table), on a local process pool or on Ray (``backend="ray"``). The
-run layer checks the dataset's ledger before a cell reads data, a finished cell is skipped and
-a finished cell of a sibling reproduction (Figure 3's ε = 10 runs are Table 2a's) is copied,
-so an interrupted reproduction resumes where it stopped. The driver reads only the datasets'
-headers, and Figure 4's public subsets of experts are written once beside the dataset.
+(`privrl.runs.sweep`): one sweep per phase in the cache,
+``$PRIVRL_CACHE/reproduce/expert/{full,quick}/{search,reference,runs}/`` (each cell's run
+directory, the results table), shared by every expert report, on a local process pool or on Ray
+(``backend="ray"``). The run layer checks the dataset's ledger before a cell reads data; a
+finished cell is skipped, whichever report ran it (Figure 3's ε = 10 runs are Table 2a's), so
+an interrupted reproduction resumes where it stopped. OUT holds the report alone. The driver
+reads only the datasets' headers, and Figure 4's public subsets of experts are written once
+beside the dataset.
 
 BCQ: linear imitation logits (the `privrl.rl.bcq` default): Fujimoto's final ReLU on the
 imitation logits (`imitation_logits="relu"`) can kill an output unit at initialisation when

@@ -155,13 +155,23 @@ def _float(value: Any) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def _adopt_sibling(ctx: _Context, where: str, cell: Any) -> None:
-    """A finished cell of exactly this run in a sibling reproduction directory (e.g. Figure
-    3's ε = 10 cells are Table 2a's runs): copied here, so the sweep skips it."""
+def cells_dir(ctx: _Context, where: str) -> Path:
+    """Where the expert reproductions keep the cells of one phase (search, reference, runs):
+    the cache (``$PRIVRL_CACHE/reproduce/expert/{full,quick}/<where>``), shared by every
+    report, so a run that two reports need (Figure 3's ε = 10 cells are Table 2a's) is
+    trained once; a cell's name carries its configuration's fingerprint."""
+    from privrl.data.paths import cache_dir
+
+    scale = "quick" if ctx.scale.is_quick else "full"
+    return cache_dir() / "reproduce" / "expert" / scale / where
+
+
+def _adopt_earlier(ctx: _Context, where: str, cell: Any) -> None:
+    """A finished cell of exactly this run left by an earlier layout, in which each report
+    kept its cells under ``OUT/<where>/`` (this report's or a sibling's, e.g. Table 2a's
+    beside Figure 3's): copied into the cache, so the sweep skips it."""
     parent = ctx.out.resolve().parent
     for other in sorted(parent.glob(f"*/{where}/cells/{cell.name}")):
-        if other.parent.parent.parent.resolve() == ctx.out.resolve():
-            continue
         record = _read_json(other / "cell.json")
         if record.get("status") == "ok" and record.get("key") == cell.key:
             shutil.copytree(other, cell.dir, dirs_exist_ok=True)
@@ -177,8 +187,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _run_all(ctx: _Context, cfgs: Sequence[RunConfig], where: str) -> dict[str, dict[str, Any]]:
-    """Run (or reuse) every configuration as a cell of one sweep under ``OUT/<where>/``;
-    returns the metrics of the finished runs by configuration key."""
+    """Run (or reuse) every configuration as a cell of one sweep in `cells_dir`; returns the
+    metrics of the finished runs by configuration key."""
     from privrl.runs.sweep import expand, finished, run_sweep
 
     unique = list({c.key(): c for c in cfgs}.values())
@@ -186,7 +196,7 @@ def _run_all(ctx: _Context, cfgs: Sequence[RunConfig], where: str) -> dict[str, 
         return {}
     values = [cell_values(c, ctx.data[c.env].path_for(c.m, c.subset_seed)) for c in unique]
     doc: dict[str, Any] = {
-        "out": str(ctx.out / where),
+        "out": str(cells_dir(ctx, where)),
         "cells": values,
         "sweep": {"backend": ctx.backend, "metrics": ["return_mean"]},
     }
@@ -195,7 +205,7 @@ def _run_all(ctx: _Context, cfgs: Sequence[RunConfig], where: str) -> dict[str, 
     sweep = expand(doc)
     for cell in sweep.cells:
         if not finished(cell):
-            _adopt_sibling(ctx, where, cell)
+            _adopt_earlier(ctx, where, cell)
     todo = [c for c in sweep.cells if not finished(c)]
     ran: list[Any] = []
     if todo and not ctx.out_of_time():
