@@ -133,3 +133,29 @@ def _alive(pid: int) -> bool:
             return fh.read().split()[2] != "Z"  # a zombie has exited
     except OSError:
         return False
+
+
+def _pid(path: Path) -> int:
+    return run_units([Unit(path, "tests.runs.unit_toys:threads", {})], workers=1)[0]["pid"]
+
+
+def test_the_pool_is_reused_while_nothing_a_worker_inherits_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second stage reuses the first stage's worker (no new interpreter, no new imports); a
+    changed environment gets a new pool, so a reused worker never sees stale settings; and
+    PRIVRL_POOL_REUSE=0 gives every call a fresh pool."""
+    first = _pid(tmp_path / "a.json")
+    assert _pid(tmp_path / "b.json") == first
+    monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path / "cache"))
+    changed = _pid(tmp_path / "c.json")
+    assert changed != first and _pid(tmp_path / "d.json") == changed
+    monkeypatch.setenv("PRIVRL_POOL_REUSE", "0")
+    assert len({_pid(tmp_path / f"e{i}.json") for i in range(2)} | {changed}) == 3
+
+
+def test_a_pool_whose_worker_died_is_not_reused(tmp_path: Path) -> None:
+    died = Unit(tmp_path / "died.json", "tests.runs.unit_toys:die", {})
+    with pytest.raises(UnitsFailed, match="the worker died"):
+        run_units([died], workers=1)
+    assert run_units(_units(tmp_path, [4]), workers=1) == [unit_toys.draw(4)]

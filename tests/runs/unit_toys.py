@@ -29,3 +29,8 @@ def sleep_forever(marker: str) -> None:
 
     Path(marker).write_text(str(os.getpid()))
     time.sleep(600)
+
+
+def die(code: int = 3) -> None:
+    """Kill this worker process outright (a worker lost mid-unit, as on out-of-memory)."""
+    os._exit(code)

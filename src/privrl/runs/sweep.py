@@ -550,23 +550,20 @@ def run_local(
     fn: Callable[[Any], dict[str, Any]] | None = None,
     lost: Callable[[Any, BaseException], dict[str, Any]] | None = None,
 ) -> None:
-    """Run the tasks on a process pool ("spawn": torch and fork do not mix).
+    """Run the tasks on a process pool ("spawn": torch and fork do not mix), the one the
+    previous call used when nothing a worker inherits changed (`privrl.runs.pool`).
 
     `fn` (default `run_cell`, a top-level function) runs one task and returns its record;
     `lost(task, exc)` (default `_lost`) is the record of a task whose worker died."""
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    from privrl.runs import pool as pools
 
     if not tasks:
         return
-    context = multiprocessing.get_context("spawn")
     with _thread_env(), _sigterm_raises():
-        pool = ProcessPoolExecutor(
-            max_workers=min(workers, len(tasks)),
-            mp_context=context,
-            initializer=_worker_init,
-            initargs=(list(imports),),
-        )
+        pool = pools.get_pool(workers, imports, _worker_init)
+        broken = False
         try:
             pending = {pool.submit(fn or run_cell, t): t for t in tasks}
             while pending:
@@ -577,13 +574,12 @@ def run_local(
                         record = future.result()
                     except Exception as exc:  # the worker died (killed, out of memory)
                         record = (lost or _lost)(task, exc)
+                        broken = True
                     report(record)
         except BaseException:  # Ctrl-C or SIGTERM: stop the workers, keep what finished
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            pools.abort(pool)
             raise
-        pool.shutdown(wait=True)
+        pools.release(pool, broken=broken)
 
 
 def _import_ray() -> Any:
