@@ -422,3 +422,18 @@ def test_a_task_without_its_dataset_is_reported_not_run_with_its_cost(tmp_path: 
         assert (tmp_path / c["plot"]).is_file()  # no plot of its own: the report's first
     assert [c["claim"] for c in found[3:]][-1] == "HIGH is close to MOPO (Swingup, ≥ 86%)"
     assert json.loads((tmp_path / "metrics.json").read_text())["not_run"] == missing
+
+
+def test_the_stored_pld_epsilons_are_the_slowly_verified_ones() -> None:
+    """`PLD_EPSILON` (shown for rows not run) is, for each row, the ε of the task preset's z, T
+    and q in the spec's table that tests/privacy/test_accounting_slow.py recomputes with our
+    PLD accountant (±2%): the constant cannot drift from the preset it describes."""
+    from privrl.experiments.primorl_table1 import PLD_EPSILON
+    from privrl.primorl.primorl import PRESETS
+    from tests.privacy.test_accounting_slow import PRIMORL_PLD
+
+    verified = {(z, t): eps for z, t, eps in PRIMORL_PLD}
+    for (task, row), eps in PLD_EPSILON.items():
+        p = PRESETS[task]
+        assert p.sampling_rate == 1e-3  # the slow table's q
+        assert verified[(p.low if row == "low" else p.high, p.max_rounds)] == eps, (task, row)
