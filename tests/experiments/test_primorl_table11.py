@@ -231,3 +231,36 @@ def test_a_diverged_model_is_a_result_of_its_row(tmp_path: Path) -> None:
         "| z = 1e-3 | 1e-3 | 1.27e+08 (RDP; no meaningful ε) | 3697 ± 1465 | 33.8% | model " in text
     )
     assert "model diverged (2 seed(s))" in text
+
+
+def test_cells_left_by_a_time_budget_are_pending(tmp_path: Path) -> None:
+    """A time budget stopped the sweep: the unfinished cells' rows say *pending* (not "not
+    run", which means the dataset is absent), the report says how to finish, metrics.json says
+    it is incomplete, and the claims on those rows are inconclusive."""
+    done = [_row(r, RETURNS[r]) for r in ("mopo", "no-clip")]
+    left = [{**_row(r, 0.0), "status": "missing"} for r in ("no-noise", "z-1e-4", "z-1e-3", "eps")]
+    text = write_report(tmp_path, done + left, Scale(seeds=1), data=Path("h.h5"), wall=1.0)
+    text = text.read_text()
+    assert "**Incomplete**: 4 of 6 cells have not run yet" in text
+    assert "| NO NOISE (z = 0, C = 15) | 0 | ∞ | 8792 ± 2053 | 80.4% | pending |" in text
+    assert "| 4000 ± 0 |" in text and "not run" not in text.split("## Table 11")[1]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["pending_cells"] == 4 and metrics["complete"] is False
+    found = json.loads((tmp_path / "claims.json").read_text())
+    assert found[1]["ours"] == f"pending (T = {T11.ROUNDS})"
+    assert found[1]["kind"] == "inconclusive at our scale"
+
+
+def test_the_time_budget_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.delenv(T11.BUDGET_ENV, raising=False)
+    assert T11.budget_deadline() is None
+    monkeypatch.setenv(T11.BUDGET_ENV, "0")
+    assert T11.budget_deadline() <= time.monotonic()
+    monkeypatch.setenv(T11.BUDGET_ENV, "3600")
+    assert T11.budget_deadline() > time.monotonic() + 3500
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv(T11.BUDGET_ENV, bad)
+        with pytest.raises(ValueError, match=T11.BUDGET_ENV):
+            T11.budget_deadline()

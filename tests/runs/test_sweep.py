@@ -231,6 +231,28 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
     assert [[r[k] for k in keep] for r in _rows(out)] == [[r[k] for k in keep] for r in again[:4]]
 
 
+def test_no_cell_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deadline already past starts nothing; one that passes while the first cell runs lets
+    that cell finish and starts no other (cells go to a worker only when one is free); a
+    later call without a deadline runs the cells left."""
+    import time
+
+    from privrl.runs import sweep as sweep_module
+
+    out = tmp_path / "o"
+    text = f'system = "toy-work"\nout = "{out}"\nwork = 100\n[grid]\nseeds = 3\n{IMPORTS}'
+    sweep = load_sweep(_grid(tmp_path, text + "workers = 1\n"))
+    outcome = run_sweep(sweep, deadline=time.monotonic() - 1.0)
+    assert outcome.ran == 0 and [r["status"] for r in outcome.rows] == ["missing"] * 3
+    # the deadline passes when the first cell reports (whatever the machine's speed)
+    passed = {"now": False}
+    monkeypatch.setattr(sweep_module, "_past", lambda d: d is not None and passed["now"])
+    outcome = run_sweep(sweep, deadline=0.0, on_cell=lambda record: passed.update(now=True))
+    assert outcome.ran == 1 and [r["status"] for r in outcome.rows] == ["ok"] + ["missing"] * 2
+    outcome = run_sweep(sweep)
+    assert outcome.ran == 2 and [r["status"] for r in outcome.rows] == ["ok"] * 3
+
+
 def test_ray_backend_runs_the_same_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
     monkeypatch.chdir(tmp_path)  # a relative out: Ray workers need not share the driver's cwd

@@ -15,6 +15,7 @@ from privrl.experiments import primorl_sweeps as shared
 from privrl.experiments.primorl_sweeps import Scale
 from privrl.experiments.primorl_table11 import (
     BUDGET_CORE_HOURS,
+    BUDGET_ENV,
     BUILD_MINUTES,
     BUSY,
     CALIBRATED_Z,
@@ -40,6 +41,7 @@ from privrl.experiments.primorl_table11 import (
     claims,
     projected_cost,
     rounds,
+    row_of,
     summarise,
 )
 
@@ -59,12 +61,13 @@ def write_report(
     learning curves when cells ran)."""
     T = rounds(scale)
     summary = summarise(rows)
+    pending = _pending(rows)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     acc = accounting(T)
     _plot_epsilon(acc, T, out / PLOT_EPSILON)
     if summary:
         _plot_returns(summary, out / PLOT_RETURNS)
-    found = claims(summary, quick=scale.quick, T=T)
+    found = claims(summary, quick=scale.quick, T=T, pending=bool(pending))
     cost = projected_cost(seeds=scale.seeds, epochs=EPOCHS if scale.quick else scale.epochs)
     metrics = {
         "rows": {k: {n: v for n, v in s.items() if n != "curves"} for k, s in summary.items()},
@@ -72,6 +75,8 @@ def write_report(
         "measured_seconds": MEASURED,
         "projected": cost,
         "not_run": missing or None,
+        "pending_cells": len(pending),
+        "complete": data is not None and not pending,
     }
     config = {
         "reproduction": ID,
@@ -87,6 +92,12 @@ def write_report(
         summary, found, acc, cost, scale, data=data, missing=missing, wall=wall, rows=rows
     )
     return shared.write_outputs(out, found, config, metrics, text)
+
+
+def _pending(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The cells left unfinished (a time budget stopped the sweep before them): neither a
+    result nor a tolerated outcome (a diverged model)."""
+    return [r for r in rows if r.get("status") not in ("ok", "failed")]
 
 
 def _plot_epsilon(acc: Mapping[str, Mapping[str, Any]], T: int, path: Path) -> None:
@@ -143,7 +154,9 @@ def _eps_cell(row: str, acc: Mapping[str, Mapping[str, Any]], s: Mapping[str, An
     return f"{a['pld']:.2f} (PLD, z = {a['z']:.3f}); RDP {a['rdp']:.2f}"
 
 
-def _table(summary: Mapping[str, Mapping[str, Any]], acc: Mapping[str, Any]) -> list[str]:
+def _table(
+    summary: Mapping[str, Mapping[str, Any]], acc: Mapping[str, Any], pending: set[str]
+) -> list[str]:
     lines = [
         "| method | z | our ε at δ = 1e-5 | paper return | paper % of MOPO | our return ± 95% CI "
         "| % of our MOPO | normalised | per seed |",
@@ -156,7 +169,7 @@ def _table(summary: Mapping[str, Mapping[str, Any]], acc: Mapping[str, Any]) -> 
         paper = "—", "—"
         if row in PAPER:
             paper = f"{PAPER[row][0]:.0f} ± {PAPER[row][1]:.0f}", f"{_paper_share(row):.1f}%"
-        ours = ("not run", "—", "—", "—")
+        ours = ("pending" if row in pending else "not run", "—", "—", "—")
         if s is not None and "return" not in s:
             ours = (f"model diverged ({s['diverged']} seed(s))", "—", "—", "—")
         elif s is not None:
@@ -274,7 +287,15 @@ def _markdown(
             "skipped).",
             "",
         ]
-    lines += ["## Table 11", "", *_table(summary, acc), ""]
+    left = _pending(rows)
+    if left:
+        lines += [
+            f"**Incomplete**: {len(left)} of {len(rows)} cells have not run yet (a time budget, "
+            f"`${BUDGET_ENV}`, stopped the sweep before them); their rows are *pending*. Rerun "
+            f"`privrl reproduce {ID}` to finish: the finished cells are skipped.",
+            "",
+        ]
+    lines += ["## Table 11", "", *_table(summary, acc, {row_of(r) for r in left}), ""]
     lines += [
         "The paper's returns are raw HalfCheetah returns (D4RL medium-expert, K = 2,003; its "
         "± is its reported spread over runs); ours are on the same simulator scale (privrl "

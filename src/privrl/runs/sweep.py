@@ -549,23 +549,38 @@ def run_local(
     *,
     fn: Callable[[Any], dict[str, Any]] | None = None,
     lost: Callable[[Any, BaseException], dict[str, Any]] | None = None,
+    deadline: float | None = None,
 ) -> None:
     """Run the tasks on a process pool ("spawn": torch and fork do not mix), the one the
     previous call used when nothing a worker inherits changed (`privrl.runs.pool`).
 
     `fn` (default `run_cell`, a top-level function) runs one task and returns its record;
-    `lost(task, exc)` (default `_lost`) is the record of a task whose worker died."""
+    `lost(task, exc)` (default `_lost`) is the record of a task whose worker died. A task is
+    handed to a worker only when one is free, and none after `deadline` (a `time.monotonic()`
+    value): the tasks left are not run (their cells stay unfinished)."""
     from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     from privrl.runs import pool as pools
 
-    if not tasks:
+    if not tasks or _past(deadline):
         return
     with _thread_env(), _sigterm_raises():
         pool = pools.get_pool(workers, imports, _worker_init)
         broken = False
+        queue = list(reversed(tasks))
+        pending: dict[Any, Any] = {}
+
+        def hand_out() -> None:
+            while queue and len(pending) < workers and not _past(deadline):
+                task = queue.pop()
+                try:
+                    pending[pool.submit(fn or run_cell, task)] = task
+                except BrokenProcessPool as exc:  # a worker died earlier: no task can run
+                    report((lost or _lost)(task, exc))
+
         try:
-            pending = {pool.submit(fn or run_cell, t): t for t in tasks}
+            hand_out()
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -576,10 +591,15 @@ def run_local(
                         record = (lost or _lost)(task, exc)
                         broken = True
                     report(record)
+                hand_out()
         except BaseException:  # Ctrl-C or SIGTERM: stop the workers, keep what finished
             pools.abort(pool)
             raise
         pools.release(pool, broken=broken)
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def _import_ray() -> Any:
@@ -681,9 +701,12 @@ def run_sweep(
     *,
     on_start: Callable[[int, int], None] | None = None,
     on_cell: Report | None = None,
+    deadline: float | None = None,
 ) -> SweepOutcome:
     """Run the unfinished cells of `sweep`, then write results.csv/.parquet, plots and
-    sweep.json. `on_start(total, to_run)` and `on_cell(record)` report progress."""
+    sweep.json. `on_start(total, to_run)` and `on_cell(record)` report progress. No cell
+    starts after `deadline` (a `time.monotonic()` value; on Ray it is checked once, before
+    the cells are sent: Ray queues them all at once); the cells left stay unfinished."""
     from privrl.experiments.rundir import check_out_dir
 
     options = sweep.options
@@ -708,9 +731,9 @@ def run_sweep(
 
     tasks = [c.task(options.imports) for c in todo]
     if options.backend == "ray":
-        run_ray(tasks, options.n_workers(), options.address, report)
+        run_ray([] if _past(deadline) else tasks, options.n_workers(), options.address, report)
     else:
-        run_local(tasks, options.n_workers(), options.imports, report)
+        run_local(tasks, options.n_workers(), options.imports, report, deadline=deadline)
     outcome.rows = collect_rows(sweep)
     write_table(outcome.rows, sweep.out)
     metrics = list(options.metrics) or numeric_metrics(outcome.rows, sweep)
