@@ -241,7 +241,7 @@ def test_cells_left_by_a_time_budget_are_pending(tmp_path: Path) -> None:
     left = [{**_row(r, 0.0), "status": "missing"} for r in ("no-noise", "z-1e-4", "z-1e-3", "eps")]
     text = write_report(tmp_path, done + left, Scale(seeds=1), data=Path("h.h5"), wall=1.0)
     text = text.read_text()
-    assert "**Incomplete**: 4 of 6 cells have not run yet" in text
+    assert "**Incomplete**: 4 of 6 cells have not finished" in text
     assert "| NO NOISE (z = 0, C = 15) | 0 | ∞ | 8792 ± 2053 | 80.4% | pending |" in text
     assert "| 4000 ± 0 |" in text and "not run" not in text.split("## Table 11")[1]
     metrics = json.loads((tmp_path / "metrics.json").read_text())

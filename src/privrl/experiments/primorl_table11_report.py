@@ -290,9 +290,10 @@ def _markdown(
     left = _pending(rows)
     if left:
         lines += [
-            f"**Incomplete**: {len(left)} of {len(rows)} cells have not run yet (a time budget, "
-            f"`${BUDGET_ENV}`, stopped the sweep before them); their rows are *pending*. Rerun "
-            f"`privrl reproduce {ID}` to finish: the finished cells are skipped.",
+            f"**Incomplete**: {len(left)} of {len(rows)} cells have not finished (a time "
+            f"budget, `${BUDGET_ENV}`, ended this invocation before them, or another one is "
+            f"still running them); their rows are *pending*. Rerun `privrl reproduce {ID}` to "
+            "finish: the finished cells are skipped.",
             "",
         ]
     lines += ["## Table 11", "", *_table(summary, acc, {row_of(r) for r in left}), ""]
