@@ -264,3 +264,22 @@ def test_the_time_budget_comes_from_the_environment(monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv(T11.BUDGET_ENV, bad)
         with pytest.raises(ValueError, match=T11.BUDGET_ENV):
             T11.budget_deadline()
+
+
+def test_the_model_error_column_reads_each_cells_public_split_mse(tmp_path: Path) -> None:
+    """PRIMORL's released model and MOPO's trained one report the same public-split MSE in
+    different places of metrics.json; the row shows the members' mean, averaged over seeds."""
+    cells = {}
+    for name, metrics in (
+        ("mopo", {"dynamics": {"best_holdout_mse": [0.2, 0.3]}}),
+        ("no-clip", {"best_holdout_mse": [45.0, 46.0, None]}),
+    ):
+        (tmp_path / name / "run").mkdir(parents=True)
+        (tmp_path / name / "run" / "metrics.json").write_text(json.dumps(metrics))
+        cells[name] = {**_row(name, RETURNS[name]), "dir": str(tmp_path / name)}
+    assert T11.model_mse(cells["mopo"]) == pytest.approx(0.25)
+    assert T11.model_mse(cells["no-clip"]) == pytest.approx(45.5)
+    assert T11.model_mse(_row("eps", 1.0)) is None  # no cell directory
+    text = write_report(tmp_path / "r", list(cells.values()), Scale(seeds=1), data=None, wall=0)
+    report = text.read_text()
+    assert "| 0.25 |" in report and "| 45.5 |" in report

@@ -295,7 +295,11 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         elif DIVERGED in str(r.get("error") or ""):
             diverged[row_of(r)] = diverged.get(row_of(r), 0) + 1
     out: dict[str, dict[str, Any]] = {
-        name: {**shared.cell_stats(c), "curves": [x.get("curve") or [] for x in c]}
+        name: {
+            **shared.cell_stats(c),
+            "curves": [x.get("curve") or [] for x in c],
+            "model_mse": _mean_or_none([model_mse(x) for x in c]),
+        }
         for name in ROWS
         if (c := by_row.get(name))
     }
@@ -303,6 +307,30 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     for name, n in diverged.items():  # seeds whose model diverged: no policy, no return
         out.setdefault(name, {"seeds": 0, "curves": []})["diverged"] = n
     return {name: out[name] for name in ROWS if name in out}
+
+
+def model_mse(cell: Mapping[str, Any]) -> float | None:
+    """The released (PRIMORL) or trained (MOPO) dynamics model's error: the members' mean
+    MSE of [s' − s, r] on the public split, data units, from the cell's metrics.json (None
+    without one). Both systems measure it the same way (`privrl.primorl.dynamics`)."""
+    import json
+
+    if cell.get("dir") is None:
+        return None
+    try:
+        metrics = json.loads((Path(cell["dir"]) / "run" / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    mses = metrics.get("best_holdout_mse") or (metrics.get("dynamics") or {}).get(
+        "best_holdout_mse"
+    )
+    finite = [float(m) for m in mses or [] if m is not None and math.isfinite(float(m))]
+    return sum(finite) / len(finite) if finite else None
+
+
+def _mean_or_none(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _paper_share(row: str) -> float:

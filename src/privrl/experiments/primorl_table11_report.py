@@ -159,8 +159,8 @@ def _table(
 ) -> list[str]:
     lines = [
         "| method | z | our ε at δ = 1e-5 | paper return | paper % of MOPO | our return ± 95% CI "
-        "| % of our MOPO | normalised | per seed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| % of our MOPO | normalised | per seed | model MSE |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     zs = {"mopo": "—", "no-clip": "0", "no-noise": "0", "z-1e-4": "1e-4", "z-1e-3": "1e-3"}
     for row in ROWS:
@@ -169,9 +169,9 @@ def _table(
         paper = "—", "—"
         if row in PAPER:
             paper = f"{PAPER[row][0]:.0f} ± {PAPER[row][1]:.0f}", f"{_paper_share(row):.1f}%"
-        ours = ("pending" if row in pending else "not run", "—", "—", "—")
+        ours = ("pending" if row in pending else "not run", "—", "—", "—", "—")
         if s is not None and "return" not in s:
-            ours = (f"model diverged ({s['diverged']} seed(s))", "—", "—", "—")
+            ours = (f"model diverged ({s['diverged']} seed(s))", "—", "—", "—", "—")
         elif s is not None:
             share, per_seed = shared.share_texts(s)
             lost = f"; {s['diverged']} diverged" if s.get("diverged") else ""
@@ -180,6 +180,7 @@ def _table(
                 share,
                 _num(s["normalised"]),
                 per_seed + lost,
+                "—" if s.get("model_mse") is None else f"{s['model_mse']:.3g}",
             )
         lines.append(
             f"| {LABELS[row]} | {z} | {_eps_cell(row, acc, s)} | {' | '.join(paper)} | "
@@ -307,7 +308,10 @@ def _markdown(
         "that a PLD grid for it would need terabytes (`privrl train primorl` refuses PLD there "
         "and names `--accountant rdp`); their RDP ε is astronomically large: no meaningful "
         "ε, as the paper says. The ε row is ours: z calibrated under PLD for "
-        f"ε = {TARGET_EPSILON:g} at the same q and T.",
+        f"ε = {TARGET_EPSILON:g} at the same q and T. Model MSE: the members' mean MSE of "
+        "[s' − s, r] (data units) on the declared-public split, of the released model "
+        "(PRIMORL, after its T rounds: post-processing of the release) or of MOPO's trained "
+        "one, the same measure for both: whether the model learned before the policy stage.",
         "",
         *shared.verdict_lines(found),
         "",
