@@ -143,6 +143,7 @@ def test_run_directory_contract_and_model_reuse(
         (["--start-states", "dataset", "-z", "1"], "private states"),
         (["--unit", "user", "-z", "1"], "unit ids"),
         (["-z", "1", "--sampling-rate", "2"], "sampling rate"),
+        (["-z", "1", "--local-optimizer", "rmsprop"], "local optimizer"),
     ],
 )
 def test_bad_input_is_one_error_line(
@@ -197,3 +198,18 @@ def test_ledger_is_checked_before_the_data_is_read(
         == 2
     )
     assert "not differentially private" in _err(capsys)
+
+
+def test_local_adam_is_a_flag_recorded_in_the_release(data: Path, tmp_path: Path) -> None:
+    """--local-optimizer adam (the spec's option; the default is the paper's SGD) reaches
+    DP-FedAvg and privacy.json names it; the event is the same as with SGD (the clip bounds
+    each unit's update whatever the local steps)."""
+    events = {}
+    for opt in ("sgd", "adam"):
+        out = tmp_path / opt
+        argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]
+        assert main([*argv, "--local-optimizer", opt]) == 0
+        (release,) = json.loads((out / "privacy.json").read_text())["releases"]
+        assert release["extra"]["local_optimizer"] == opt
+        events[opt] = release["event"]
+    assert events["sgd"] == events["adam"]

@@ -48,7 +48,8 @@ def test_each_row_sets_what_the_papers_row_sets() -> None:
         assert (p.z, p.C, p.private, p.accountant) == expected[row], row
         assert (p.q, p.T_max, p.clip_mode, p.K) == (1e-2, T11.ROUNDS, "per_layer", 2000)
     doc = T11.sweep_doc(Path("h.h5"), Path("out"), Scale(seeds=1), backend="local", workers=2)
-    assert doc["systems"]["primorl"] == {"steps": T11.ROUNDS} and doc["epochs"] == T11.EPOCHS
+    assert doc["systems"]["primorl"] == {"steps": T11.ROUNDS, "local_optimizer": "adam"}
+    assert doc["epochs"] == T11.EPOCHS
     quick = T11.sweep_doc(
         Path("h.h5"), Path("o"), Scale(seeds=1, quick=True), backend="local", workers=1
     )

@@ -24,6 +24,7 @@ from privrl.experiments.primorl_table11 import (
     EPOCHS,
     ID,
     LABELS,
+    LOCAL_OPTIMIZER,
     MEASURED,
     MOPO_LEARNED,
     MOPO_MODEL_EPOCHS,
@@ -263,8 +264,9 @@ def _markdown(
         "no-privacy`, `--noise-multiplier 1e-4 --accountant rdp`, `--noise-multiplier 1e-3 "
         f"--accountant rdp`, `--epsilon {TARGET_EPSILON:g}`) on the HalfCheetah recipe dataset, "
         f"the task preset (MA penalty, λ = 1, rollout length 5, per-layer clipping, C = {CLIP:g}, "
-        f"q = {Q:g}: paper Section J and Table 8), T = {T} DP-FedAvg rounds, {scale.epochs} SAC "
-        f"epochs, {scale.seeds} seed(s).",
+        f"q = {Q:g}: paper Section J and Table 8), T = {T} DP-FedAvg rounds with local Adam "
+        f"(`--local-optimizer {LOCAL_OPTIMIZER}`, see below), {scale.epochs} SAC epochs, "
+        f"{scale.seeds} seed(s).",
         "",
         *shared.smoke_lines(scale),
     ]
@@ -334,6 +336,14 @@ def _markdown(
         "expected to be mostly noise; a seed whose released model sends every rollout to "
         "non-finite values is reported as *model diverged* (no policy, no return), not as a "
         "failed sweep (a rerun retries it).",
+        "- Local optimizer: Adam, reset for every trajectory and round (the spec's option; "
+        "the clip bounds each trajectory's update whatever the local steps, so the event and "
+        "ε are those of SGD). The paper's local SGD (η = 1e-3) does not train the 4×200 "
+        "ensemble within this T: at z = 0, C = ∞ its public-split MSE went 46.6 → 45.6 in "
+        "60 rounds and was 45.5 at round 250 (the model predicts little more than the mean; "
+        "its policy returned −448), against 5.4 → 1.25 in 60 rounds with local Adam; MOPO's "
+        "model, trained with Adam on all the data, reaches 0.22–0.25. Measured on the recipe "
+        "data, which we simulate, so choosing the optimizer spends no one's privacy.",
         "- NO CLIP and NO NOISE follow the paper's Table 3: trajectory-level ensemble training "
         "(DP-FedAvg, trajectories as clients) without noise, NO CLIP also without clipping; "
         "neither is private (ε = ∞).",

@@ -85,6 +85,12 @@ class PrimorlRunConfig(StageOptions):
     )
     local_batch: int | None = option(None, "--local-batch", help="Local batch size B (16).")
     local_lr: float | None = option(None, "--local-lr", help="Local SGD step η (1e-3).")
+    local_optimizer: str = option(
+        "sgd",
+        "--local-optimizer",
+        help="sgd (the paper's) | adam (reset for every unit and round: no state crosses "
+        "units or rounds, so the clip and the sensitivity are unchanged).",
+    )
     trajectories: int | None = option(
         None,
         "--trajectories",
@@ -153,6 +159,7 @@ class PrimorlRunConfig(StageOptions):
                     ("--trajectories", self.trajectories),
                     ("--holdout-fraction", self.holdout_fraction),
                     ("--reward-transform", self.reward_transform),
+                    ("--local-optimizer", None if self.local_optimizer == "sgd" else "adam"),
                 )
                 if value is not None
             ]
@@ -178,6 +185,7 @@ class PrimorlRunConfig(StageOptions):
             n_units=self.trajectories,
             local_batch=self.local_batch,
             local_lr=self.local_lr,
+            local_optimizer=self.local_optimizer,  # type: ignore[arg-type]
             unit=self.unit,  # type: ignore[arg-type]
             accountant=self.accountant,  # type: ignore[arg-type]
             eval_every=self.eval_every,
