@@ -90,6 +90,7 @@ class PrimorlRunConfig(StageOptions):
         "--local-optimizer",
         help="sgd (the paper's) | adam (reset for every unit and round: no state crosses "
         "units or rounds, so the clip and the sensitivity are unchanged).",
+        keyless_default=True,  # added after runs were cached: SGD is what they ran
     )
     trajectories: int | None = option(
         None,
