@@ -64,11 +64,13 @@ def get_pool(
 def release(pool: ProcessPoolExecutor, *, broken: bool = False) -> None:
     """The end of a call's use of `pool`: kept for the next call, unless reuse is off or the
     pool is `broken` (a worker died), then shut down."""
-    if broken or _kept is None or _kept[1] is not pool:
-        if _kept is not None and _kept[1] is pool:
-            drop()
-        else:
-            pool.shutdown(wait=True)
+    kept = _kept is not None and _kept[1] is pool
+    if kept and not broken:
+        return
+    if kept:
+        drop()
+    else:
+        pool.shutdown(wait=True)
 
 
 def abort(pool: ProcessPoolExecutor) -> None:
