@@ -144,6 +144,7 @@ def test_run_directory_contract_and_model_reuse(
         (["--unit", "user", "-z", "1"], "unit ids"),
         (["-z", "1", "--sampling-rate", "2"], "sampling rate"),
         (["-z", "1", "--local-optimizer", "rmsprop"], "local optimizer"),
+        (["-z", "1", "--server-momentum", "1"], "server momentum"),
     ],
 )
 def test_bad_input_is_one_error_line(
@@ -213,3 +214,20 @@ def test_local_adam_is_a_flag_recorded_in_the_release(data: Path, tmp_path: Path
         assert release["extra"]["local_optimizer"] == opt
         events[opt] = release["event"]
     assert events["sgd"] == events["adam"]
+
+
+def test_server_momentum_is_a_flag_recorded_in_the_release(data: Path, tmp_path: Path) -> None:
+    """--server-momentum β reaches DP-FedAvg, privacy.json names the server step, the event is
+    FedAvg's; with --model it is refused (the release is reused as trained)."""
+    events = {}
+    for beta in ("0", "0.9"):
+        out = tmp_path / beta
+        argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]
+        assert main([*argv, "--server-momentum", beta]) == 0
+        (release,) = json.loads((out / "privacy.json").read_text())["releases"]
+        events[beta] = release["event"]
+        assert ("server_step" in release["extra"]) == (beta == "0.9")
+    assert events["0"] == events["0.9"]
+    model = str(tmp_path / "0" / "model.pt")
+    argv = ["train", "primorl", "--model", model, "--out", str(tmp_path / "m")]
+    assert main([*argv, "--server-momentum", "0.9"]) == 2

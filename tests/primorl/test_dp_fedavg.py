@@ -289,6 +289,44 @@ def test_the_sum_is_divided_by_qK_not_by_the_sampled_count() -> None:
     torch.testing.assert_close(got, (summed + draw) / 3.0, rtol=1e-5, atol=1e-6)
 
 
+def test_server_momentum_is_a_function_of_the_noisy_updates_alone() -> None:
+    """θ(t+1) = θ(t) + η_s·m(t), m(t) = β·m(t−1) + Δ̃(t): after T rounds θ(T) − θ(0) is
+    η_s Σ_t Σ_{s≤t} β^(t−s) Δ̃(s) (closed form); β = 0, η_s = 1 is FedAvg's θ + Δ̃, and the
+    plan's event (so ε) does not depend on the server step (post-processing)."""
+    _, _, _, start = _setup()
+    plain = _plan()
+    step = _plan(server_momentum=0.9, server_lr=0.5)
+    updates = [
+        torch.randn(start.shape, generator=torch.Generator().manual_seed(t)) for t in range(4)
+    ]
+    m, theta = torch.zeros_like(start), start
+    for u in updates:
+        theta = fed.server_step(theta, u, step, m)
+    want = sum(0.5 * sum(0.9 ** (t - s) * updates[s] for s in range(t + 1)) for t in range(4))
+    torch.testing.assert_close(theta - start, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(fed.server_step(start, updates[0], plain, None), start + updates[0])
+    with pytest.raises(ValueError, match="buffer"):
+        fed.server_step(start, updates[0], step, None)
+    assert plain.event(10) == step.event(10)
+    assert plain.epsilon(10) == step.epsilon(10)
+    assert "server_step" not in plain.release(10, 5).extra
+    assert "β = 0.9" in step.release(10, 5).extra["server_step"]
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"server_momentum": 1.0}, "server momentum"),
+        ({"server_momentum": -0.1}, "server momentum"),
+        ({"server_lr": 0.0}, "server learning rate"),
+        ({"server_lr": math.inf}, "server learning rate"),
+    ],
+)
+def test_a_bad_server_step_is_refused(kw, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        fed.DpFedAvgConfig(noise_multiplier=1.0, **kw)
+
+
 # ----------------------------------------------------------------------------- user level
 
 

@@ -311,6 +311,44 @@ def test_interrupted_dp_fedavg_resumes_to_the_same_release(tmp_path) -> None:
     assert resumed.fedavg["rounds"] == 6
 
 
+def test_a_run_with_server_momentum_resumes_to_the_same_release(tmp_path) -> None:
+    """The server's momentum buffer is part of the checkpointed state: interrupted and rerun,
+    a run with β = 0.9 ends with the uninterrupted run's release, which differs from FedAvg's
+    (z = 0 and any improvement kept, so that the snapshots are not round 1's, where the two
+    coincide)."""
+    fast = dict(max_rounds=6, eval_every=1, patience=100, noise_multiplier=0.0, min_improvement=0.0)
+    cfg = tiny_config(**fast, server_momentum=0.9)
+    data = pendulum_data(30, seed=2)
+    priv, pub = P.split_public(data, cfg.holdout_fraction, salt=cfg.split_salt)
+    full = P.run(cfg, priv, 5, public_split=pub)
+    fedavg = P.run(tiny_config(**fast), priv, 5, public_split=pub)
+
+    class Stop(Exception):
+        pass
+
+    def interrupt(phase, record):
+        if phase == "fedavg" and record["round"] == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        P.run(
+            cfg,
+            priv,
+            5,
+            public_split=pub,
+            workdir=tmp_path,
+            progress=interrupt,
+            fedavg_checkpoint_every=2,
+        )
+    resumed = P.run(cfg, priv, 5, public_split=pub, workdir=tmp_path)
+    states = [r.released.model.ensemble.state_dict() for r in (full, resumed, fedavg)]
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert not all(torch.equal(states[0][k], states[2][k]) for k in states[0])
+    assert full.fedavg["best_round"] != [1] * len(full.fedavg["best_round"])
+    assert "server_momentum" in cfg.to_dict()["fedavg"]
+    assert "server_momentum" not in tiny_config().to_dict()["fedavg"]  # earlier runs resume
+
+
 # ----------------------------------------------------------------------------- neighbours
 
 

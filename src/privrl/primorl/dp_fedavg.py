@@ -10,8 +10,10 @@ Algorithm 3 (ENSEMBLECLIP); specs/primorl.md, "TDP ensemble training". One funct
 ``local_displacements``  for every k ∈ U_t at once: local SGD from θ(t) over τ_k's minibatches
                          (B = 16, E = 1, shuffled, last partial batch kept), the cumulative
                          displacement clipped after every step (lines 7–16).
-``aggregate``            θ(t+1) = θ(t) + (Σ_k Δ_k + N(0, (zC)² I)) / (qK) (lines 18–19).
-``dp_fedavg_round``      the three above.
+``noisy_update``         Δ̃(t) = (Σ_k Δ_k + N(0, (zC)² I)) / (qK) (lines 18–19).
+``server_step``          θ(t+1) = θ(t) + Δ̃(t) (line 19; ``aggregate``), or with server
+                         momentum β and step η_s, θ(t) + η_s·m(t), m(t) = β·m(t−1) + Δ̃(t).
+``dp_fedavg_round``      the steps above.
 ``train_dp_fedavg``      T_max rounds fixed in advance, early stopping on the public split,
                          the privacy report for the T rounds actually run.
 
@@ -105,8 +107,10 @@ __all__ = [
     "dp_fedavg_round",
     "local_displacements",
     "local_displacements_loop",
+    "noisy_update",
     "plan_dp_fedavg",
     "sample_clients",
+    "server_step",
     "train_dp_fedavg",
 ]
 
@@ -183,6 +187,10 @@ class DpFedAvgConfig:
     the public split (an evaluation improves when some member's MSE drops by more than
     ``min_improvement``, relative; stop after ``patience`` evaluations without improvement).
     ``chunk_copies``: clients stacked per batched computation (None: from the model size).
+    ``server_momentum`` β and ``server_lr`` η_s: the server's step on the noisy mean update
+    Δ̃(t), m(t) = β·m(t−1) + Δ̃(t), θ(t+1) = θ(t) + η_s·m(t) (server momentum, as in
+    McMahan et al. 2018's DP-FedAvg); β = 0, η_s = 1 is the paper's FedAvg step. A function of
+    the noisy updates alone: post-processing, the event and ε do not change.
     """
 
     noise_multiplier: float | None = None
@@ -203,6 +211,8 @@ class DpFedAvgConfig:
     patience: int = 10
     min_improvement: float = 0.01
     chunk_copies: int | None = None
+    server_momentum: float = 0.0
+    server_lr: float = 1.0
 
     def __post_init__(self) -> None:
         z, eps = self.noise_multiplier, self.target_epsilon
@@ -248,6 +258,10 @@ class DpFedAvgConfig:
             raise ValueError(f"min_improvement must be >= 0, got {self.min_improvement}")
         if self.chunk_copies is not None:
             _positive_int(self.chunk_copies, "chunk_copies")
+        if not 0 <= _real(self.server_momentum, "server momentum β") < 1:
+            raise ValueError(f"server momentum β must be in [0, 1), got {self.server_momentum!r}")
+        if not (math.isfinite(_real(self.server_lr, "η_s")) and self.server_lr > 0):
+            raise ValueError(f"server learning rate η_s must be finite and > 0: {self.server_lr}")
 
 
 _NO_DEFAULT: Any = object()
@@ -300,6 +314,13 @@ class DpFedAvgPlan:
     patience: int = 10
     min_improvement: float = 0.01
     chunk_copies: int | None = None
+    server_momentum: float = 0.0
+    server_lr: float = 1.0
+
+    @property
+    def fedavg_step(self) -> bool:
+        """Whether the server's step is FedAvg's θ + Δ̃ (no momentum, η_s = 1)."""
+        return self.server_momentum == 0 and self.server_lr == 1
 
     @property
     def private(self) -> bool:
@@ -359,6 +380,11 @@ class DpFedAvgPlan:
             "local_lr": self.lr,
             "local_optimizer": self.local_optimizer,
         }
+        if not self.fedavg_step:
+            extra["server_step"] = (
+                f"momentum β = {self.server_momentum:g}, η_s = {self.server_lr:g} on the noisy "
+                "mean updates (post-processing)"
+            )
         if not self.private:
             why = "no noise (z = 0)" if self.z == 0 else "no clipping (C = ∞)"
             return Release(
@@ -539,6 +565,8 @@ def plan_dp_fedavg(
         patience=config.patience,
         min_improvement=config.min_improvement,
         chunk_copies=config.chunk_copies,
+        server_momentum=float(config.server_momentum),
+        server_lr=float(config.server_lr),
     )
 
 
@@ -938,10 +966,10 @@ def local_displacements_loop(
 # ---------------------------------------------------------------------------------------------
 
 
-def aggregate(
-    start: torch.Tensor, summed: torch.Tensor, plan: DpFedAvgPlan, generator: torch.Generator
+def noisy_update(
+    summed: torch.Tensor, plan: DpFedAvgPlan, generator: torch.Generator
 ) -> torch.Tensor:
-    """θ(t+1) = θ(t) + (Σ_k Δ_k + N(0, (zC)² I)) / (qK) (Algorithm 2, lines 18–19).
+    """Δ̃(t) = (Σ_k Δ_k + N(0, (zC)² I)) / (qK) (Algorithm 2, lines 18–19).
 
     One Gaussian draw for the whole ensemble, made by ``privrl.privacy.privatize_sum_torch``;
     the fixed denominator qK (declared K), not |U_t|, which is private. An empty U_t
@@ -958,7 +986,30 @@ def aggregate(
     else:
         noisy = summed
     assert isinstance(noisy, torch.Tensor)
-    return start + noisy / plan.denominator
+    return noisy / plan.denominator
+
+
+def aggregate(
+    start: torch.Tensor, summed: torch.Tensor, plan: DpFedAvgPlan, generator: torch.Generator
+) -> torch.Tensor:
+    """FedAvg's step θ(t+1) = θ(t) + Δ̃(t) (:func:`noisy_update`)."""
+    return start + noisy_update(summed, plan, generator)
+
+
+def server_step(
+    theta: torch.Tensor,
+    update: torch.Tensor,
+    plan: DpFedAvgPlan,
+    momentum: torch.Tensor | None,
+) -> torch.Tensor:
+    """θ(t+1) = θ(t) + η_s·m(t), m(t) = β·m(t−1) + Δ̃(t) (``momentum`` holds m and is updated
+    in place); FedAvg's θ(t) + Δ̃(t) when β = 0 and η_s = 1. Post-processing of Δ̃."""
+    if plan.fedavg_step:
+        return theta + update
+    if momentum is None:
+        raise ValueError("a server step with momentum needs its buffer m (zeros at t = 0)")
+    momentum.mul_(plan.server_momentum).add_(update)
+    return theta + plan.server_lr * momentum
 
 
 def dp_fedavg_round(
@@ -971,13 +1022,15 @@ def dp_fedavg_round(
     batch_rng: np.random.Generator,
     generator: torch.Generator,
     weight_decay: bool = True,
+    momentum: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One round of TDP model-ensemble training: θ(t) ``[1, N, P]`` → θ(t+1)."""
+    """One round of TDP model-ensemble training: θ(t) ``[1, N, P]`` → θ(t+1). ``momentum``:
+    the server's m (updated in place) when the plan has a server momentum or η_s ≠ 1."""
     sampled = sample_clients(clients.n_clients, plan.q, sample_rng)
     summed = local_displacements(
         ensemble, theta, clients, sampled, plan, batch_rng, weight_decay=weight_decay
     )
-    return aggregate(theta, summed, plan, generator)
+    return server_step(theta, noisy_update(summed, plan, generator), plan, momentum)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1105,6 +1158,7 @@ def train_dp_fedavg(
     mses: list[np.ndarray] = []
     since, rounds, stopped = 0, 0, False
     first = 1
+    momentum = None if plan.fedavg_step else torch.zeros_like(theta)  # the server's m
     if resume is not None:
         if resume.get("format") != _STATE_FORMAT or int(resume["T_max"]) != plan.T_max:
             raise ValueError("the DP-FedAvg checkpoint belongs to another run (format or T_max)")
@@ -1122,6 +1176,10 @@ def train_dp_fedavg(
         sample_rng.bit_generator.state = resume["sample_rng"]
         batch_rng.bit_generator.state = resume["batch_rng"]
         noise_gen.set_state(resume["noise_gen"])
+        if momentum is not None:
+            if resume.get("momentum") is None:
+                raise ValueError("the DP-FedAvg checkpoint has no server momentum; use a new --out")
+            momentum = resume["momentum"].clone()
         first = plan.T_max + 1 if stopped else rounds + 1
 
     def _state() -> dict[str, Any]:
@@ -1140,6 +1198,7 @@ def train_dp_fedavg(
             "sample_rng": sample_rng.bit_generator.state,
             "batch_rng": batch_rng.bit_generator.state,
             "noise_gen": noise_gen.get_state(),
+            "momentum": None if momentum is None else momentum.clone(),
         }
 
     for t in range(first, plan.T_max + 1):
@@ -1152,6 +1211,7 @@ def train_dp_fedavg(
             batch_rng=batch_rng,
             generator=noise_gen,
             weight_decay=weight_decay,
+            momentum=momentum,
         )
         rounds = t
         if has_public and (t % plan.eval_every == 0 or t == plan.T_max):

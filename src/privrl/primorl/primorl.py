@@ -86,6 +86,7 @@ MODEL_FORMAT = "privrl.primorl/released-model-1"
 PENDING_MODEL = "released.pending.pt"
 PRIMORL_STARTS = ("initial", "public-split")
 VARIANTS = ("no-clip", "no-privacy", "low", "high")
+FEDAVG_STEP = {"server_momentum": 0.0, "server_lr": 1.0}  # the paper's server step (FedAvg)
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,11 @@ class PrimorlConfig:
         assert self.dynamics is not None
         d = {"task": self.task, "variant": self.variant, **self.stage_dict()}
         d["sac_hidden"] = list(self.sac_hidden)
-        d["fedavg"] = dataclasses.asdict(self.fedavg)
+        d["fedavg"] = {  # the server step recorded when not FedAvg's: earlier runs resume
+            k: v
+            for k, v in dataclasses.asdict(self.fedavg).items()
+            if not (k in FEDAVG_STEP and v == FEDAVG_STEP[k])
+        }
         d["holdout_fraction"] = self.holdout_fraction
         d["split_salt"] = self.split_salt
         d["dynamics"] = self.dynamics.to_dict()

@@ -92,6 +92,19 @@ class PrimorlRunConfig(StageOptions):
         "units or rounds, so the clip and the sensitivity are unchanged).",
         keyless_default=True,  # added after runs were cached: SGD is what they ran
     )
+    server_momentum: float = option(
+        0.0,
+        "--server-momentum",
+        help="β of the server's momentum on the noisy mean update (0: the paper's FedAvg "
+        "step; 0.9 as in McMahan et al. 2018). Post-processing: ε is unchanged.",
+        keyless_default=True,
+    )
+    server_lr: float = option(
+        1.0,
+        "--server-lr",
+        help="η_s, the server's step on the noisy mean update (1: FedAvg's).",
+        keyless_default=True,
+    )
     trajectories: int | None = option(
         None,
         "--trajectories",
@@ -161,6 +174,8 @@ class PrimorlRunConfig(StageOptions):
                     ("--holdout-fraction", self.holdout_fraction),
                     ("--reward-transform", self.reward_transform),
                     ("--local-optimizer", None if self.local_optimizer == "sgd" else "adam"),
+                    ("--server-momentum", self.server_momentum or None),
+                    ("--server-lr", None if self.server_lr == 1 else self.server_lr),
                 )
                 if value is not None
             ]
@@ -187,6 +202,8 @@ class PrimorlRunConfig(StageOptions):
             local_batch=self.local_batch,
             local_lr=self.local_lr,
             local_optimizer=self.local_optimizer,  # type: ignore[arg-type]
+            server_momentum=self.server_momentum,
+            server_lr=self.server_lr,
             unit=self.unit,  # type: ignore[arg-type]
             accountant=self.accountant,  # type: ignore[arg-type]
             eval_every=self.eval_every,
