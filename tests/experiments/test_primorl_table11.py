@@ -252,21 +252,6 @@ def test_cells_left_by_a_time_budget_are_pending(tmp_path: Path) -> None:
     assert found[1]["kind"] == "inconclusive at our scale"
 
 
-def test_the_time_budget_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    import time
-
-    monkeypatch.delenv(T11.BUDGET_ENV, raising=False)
-    assert T11.budget_deadline() is None
-    monkeypatch.setenv(T11.BUDGET_ENV, "0")
-    assert T11.budget_deadline() <= time.monotonic()
-    monkeypatch.setenv(T11.BUDGET_ENV, "3600")
-    assert T11.budget_deadline() > time.monotonic() + 3500
-    for bad in ("soon", "-1", "nan"):
-        monkeypatch.setenv(T11.BUDGET_ENV, bad)
-        with pytest.raises(ValueError, match=T11.BUDGET_ENV):
-            T11.budget_deadline()
-
-
 def test_the_model_error_column_reads_each_cells_public_split_mse(tmp_path: Path) -> None:
     """PRIMORL's released model and MOPO's trained one report the same public-split MSE in
     different places of metrics.json; the row shows the members' mean, averaged over seeds."""

@@ -354,3 +354,27 @@ def test_reproduce_address_goes_to_ray_init(
     monkeypatch.delenv(sweep.RAY_ADDRESS_ENV)
     sweep.ray_init(2)
     assert "address" not in calls[-1] and calls[-1]["num_cpus"] == 2
+
+
+def test_a_reproductions_time_budget_is_given_or_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`budget_deadline`: the given seconds, else $PRIVRL_REPRO_BUDGET_S (the expert
+    reproductions and Table 11 alike), else no deadline; a bad budget is one error naming it."""
+    import time
+
+    from privrl.runs.sweep import BUDGET_ENV, budget_deadline
+
+    monkeypatch.delenv(BUDGET_ENV, raising=False)
+    assert budget_deadline() is None
+    monkeypatch.setenv(BUDGET_ENV, "0")
+    assert budget_deadline() <= time.monotonic()
+    monkeypatch.setenv(BUDGET_ENV, "3600")
+    assert budget_deadline() > time.monotonic() + 3500
+    assert budget_deadline(10) < time.monotonic() + 11  # the given budget first
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv(BUDGET_ENV, bad)
+        with pytest.raises(ValueError, match=BUDGET_ENV):
+            budget_deadline()
+    with pytest.raises(ValueError, match="time budget"):
+        budget_deadline(-5)

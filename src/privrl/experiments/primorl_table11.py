@@ -28,7 +28,6 @@ row, stated in the report, not a failed sweep. The report: `primorl_table11_repo
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 from privrl.experiments import primorl_sweeps as shared
 from privrl.experiments.primorl_sweeps import Scale
+from privrl.runs.sweep import budget_deadline
 
 __all__ = [
     "MEASURED",
@@ -115,7 +115,6 @@ MOPO_LEARNED = 50.0  # MOPO's normalised score below which shares of it are not 
 # A cell whose released model sends every rollout to non-finite values has no policy: a result
 # of the row (noise drowning the model), stated in the report, not a failure of the sweep.
 DIVERGED = "every rollout diverged"
-BUDGET_ENV = "PRIVRL_REPRO_BUDGET_S"  # no new cell after this many seconds (budget_deadline)
 
 
 def row_settings(row: str) -> dict[str, Any]:
@@ -184,22 +183,6 @@ def dataset(req: shared.Request) -> tuple[Path | None, str]:
     return None, f"its recipe dataset {path.name} is not built on this machine"
 
 
-def budget_deadline() -> float | None:
-    """The `time.monotonic()` after which no cell starts: ``$PRIVRL_REPRO_BUDGET_S`` seconds
-    from now (as for the expert reproductions; 0 reports the finished cells and starts
-    nothing), or None (run every cell)."""
-    raw = os.environ.get(BUDGET_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        seconds = float(raw)
-    except ValueError:
-        raise ValueError(f"${BUDGET_ENV} must be a number of seconds, not {raw!r}") from None
-    if not seconds >= 0:
-        raise ValueError(f"${BUDGET_ENV} must be ≥ 0 seconds, not {raw!r}")
-    return time.monotonic() + seconds
-
-
 def table11(out: Path, **options: Any) -> Path:
     """`privrl reproduce primorl-table11`: run (or resume) the sweep when the dataset is
     there, write the report. `options`: seeds, seed, quick, backend, workers, data, epochs.
@@ -207,7 +190,7 @@ def table11(out: Path, **options: Any) -> Path:
     rerun and the report lists their rows as pending."""
     options["seeds"] = options.get("seeds") or 1  # the budget: one seed (--seeds for more)
     req = shared.Request.of(out, **options)
-    deadline = budget_deadline()
+    deadline = budget_deadline()  # $PRIVRL_REPRO_BUDGET_S
     data, missing = dataset(req)
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []

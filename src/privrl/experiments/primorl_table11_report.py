@@ -15,7 +15,6 @@ from privrl.experiments import primorl_sweeps as shared
 from privrl.experiments.primorl_sweeps import Scale
 from privrl.experiments.primorl_table11 import (
     BUDGET_CORE_HOURS,
-    BUDGET_ENV,
     BUILD_MINUTES,
     BUSY,
     CALIBRATED_Z,
@@ -45,6 +44,7 @@ from privrl.experiments.primorl_table11 import (
     row_of,
     summarise,
 )
+from privrl.runs.sweep import BUDGET_ENV
 
 __all__ = ["write_report"]
 

@@ -602,6 +602,26 @@ def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
+BUDGET_ENV = "PRIVRL_REPRO_BUDGET_S"  # a reproduction's time budget: no new cell after it
+
+
+def budget_deadline(seconds: float | None = None) -> float | None:
+    """The `time.monotonic()` after which a reproduction starts no new cell: `seconds` from
+    now, else ``$PRIVRL_REPRO_BUDGET_S`` (0 reports the finished cells and starts nothing),
+    else None (run every cell). A budget that is not a number ≥ 0 is refused."""
+    raw = str(seconds) if seconds is not None else os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return None
+    where = "the time budget" if seconds is not None else f"${BUDGET_ENV}"
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{where} must be a number of seconds, not {raw!r}") from None
+    if not value >= 0:
+        raise ValueError(f"{where} must be ≥ 0 seconds, not {raw!r}")
+    return time.monotonic() + value
+
+
 def _import_ray() -> Any:
     try:
         import ray

@@ -221,7 +221,7 @@ class _Context:
         return self.data[env]
 
     def out_of_time(self) -> bool:
-        if self.deadline is not None and time.perf_counter() > self.deadline:
+        if self.deadline is not None and time.monotonic() > self.deadline:
             if not self.stopped:
                 _log("time budget reached: no new runs are started (rerun to continue)")
             self.stopped = True

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -26,6 +25,7 @@ from privrl.experiments.expert.paper import (
 )
 from privrl.experiments.expert.runs import _lr, _run_all, _scale_tag, lr_method_of
 from privrl.experiments.rundir import RunDir
+from privrl.runs.sweep import budget_deadline
 
 # ---------------------------------------------------------------------------------------------
 # aggregation, plots, reports
@@ -526,9 +526,7 @@ def _setup(
         scale = Scale.quick_regime() if quick else Scale.regime()
     else:
         scale = Scale.quick() if quick else Scale.full()
-    if time_budget_s is None and os.environ.get("PRIVRL_REPRO_BUDGET_S"):
-        time_budget_s = float(os.environ["PRIVRL_REPRO_BUDGET_S"])
-    deadline = None if time_budget_s is None else time.perf_counter() + float(time_budget_s)
+    deadline = budget_deadline(time_budget_s)  # else $PRIVRL_REPRO_BUDGET_S
     n = scale.seeds if seeds is None else int(seeds)
     if n < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
