@@ -48,6 +48,33 @@ from privrl.runs.sweep import BUDGET_ENV
 
 __all__ = ["write_report"]
 
+# Why the PRIMORL rows' policies do not learn at this scale: runs made beside the sweep, on the
+# recipe data (which we simulate) and on the released models (post-processing), seed 0, each
+# with the command that repeats it (CELL: a finished cell's directory in the sweep's cache).
+INVESTIGATED = (
+    "- Investigated, the policy stage's length: MOPO with 60 SAC epochs (`privrl train mopo "
+    "--data primorl-halfcheetah.h5 --model-epochs 20 --epochs 60`, continued from the MOPO "
+    "cell's checkpoint) returns 5804 ± 2029 over its last 10 epochs (normalised 75.7), against "
+    "1873 (26.9) at the table's 20; its return was ≈ 3,500 at epoch 20 and 5,600–7,100 in "
+    "epochs 52–60. So MOPO learns HalfCheetah here with about 60 epochs, and the table's 20 "
+    "are too few for MOPO.",
+    "- Investigated, rollout starts: the NO NOISE row's released model with rollouts started "
+    "from the public split (`privrl train primorl --model CELL/run/model.pt --start-states "
+    "public-split --epochs 20`, post-processing: no data, no spend) returns −393 ± 203 "
+    "(initial starts: −444). In those rollouts the model predicts ≈ 5 reward per step, as "
+    "MOPO's model does for MOPO's policy, which earns ≈ 3.5 per real step; the real return is "
+    "negative. The policy exploits the released model's error (public-split MSE 0.89 against "
+    "MOPO's 0.23) wherever its rollouts start.",
+    "- Investigated, the server's step: DP-FedAvg with server momentum β = 0.9 "
+    "(`--server-momentum 0.9`, η_s = 1; post-processing, ε unchanged) at the NO NOISE row's "
+    "settings diverges first: public-split MSE 82–2,825 per member at round 50 and 5.9–27 at "
+    "round 100, against FedAvg's 1.19–1.34 and 1.18–1.59. The table keeps FedAvg's step.",
+    "- So the model limits the PRIMORL rows at T = 250, not the policy stage: the NO NOISE "
+    "model's MSE fell from 1.27 at round 50 to 0.89 at round 250 and was still falling. The "
+    'paper\'s "tens of thousands" of rounds (≈ 2.6 h per 1000 rounds on one core here) is '
+    "the lever, and it does not fit (see Scale).",
+)
+
 
 def write_report(
     out: Path,
@@ -344,6 +371,7 @@ def _markdown(
         "its policy returned −448), against 5.4 → 1.25 in 60 rounds with local Adam; MOPO's "
         "model, trained with Adam on all the data, reaches 0.22–0.25. Measured on the recipe "
         "data, which we simulate, so choosing the optimizer spends no one's privacy.",
+        *INVESTIGATED,
         "- NO CLIP and NO NOISE follow the paper's Table 3: trajectory-level ensemble training "
         "(DP-FedAvg, trajectories as clients) without noise, NO CLIP also without clipping; "
         "neither is private (ε = ∞).",
