@@ -76,3 +76,60 @@ class WorkSystem(System):
 
 
 registry.register("toy-work", "tests.runs.sweep_toys:WorkSystem")
+
+
+@dataclass(frozen=True)
+class StepsConfig(RunConfig):
+    system = "toy-steps"
+    steps: int = option(5, help="Steps, each checkpointed.")
+
+
+STOP_AT = "PRIVRL_TOY_STEPS_STOP_AT"  # tests: raise before this step, as a kill would stop it
+
+
+class Killed(BaseException):
+    """What `toy-steps` raises at `$PRIVRL_TOY_STEPS_STOP_AT`: not an error a cell records."""
+
+
+class StepsSystem(System):
+    """A resumable test system: `steps` steps, the count checkpointed in the run directory
+    after each one (refused when it belongs to another run); no release (ε = 0 plan)."""
+
+    name = "toy-steps"
+    Config = StepsConfig
+    data = "none"
+    summary = "Checkpointed steps (a resumable test system)."
+    resumable = True
+    checkpoint_subdir = ""
+    auto_resume = True
+
+    def plan(self, config: Any, header: Any) -> Plan:
+        _, release = gaussian_mechanism(
+            0.0, sensitivity=1.0, noise_multiplier=1.0, rng=np.random.default_rng(0), name="x"
+        )
+        report = PrivacyReport.build("trajectory", "replace-one", [release], 1e-5, system=self.name)
+        return Plan(report=report)
+
+    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+        import json
+
+        assert ctx.checkpoint_dir is not None
+        path = ctx.checkpoint_dir / "progress.json"
+        done = 0
+        if path.exists():
+            state = json.loads(path.read_text())
+            if state["steps"] != config.steps:
+                raise ValueError("the checkpoint belongs to another run")
+            done = state["done"]
+        resumed_from = done
+        stop = int(os.environ.get(STOP_AT, "-1"))
+        while done < config.steps:
+            if done == stop:
+                raise Killed  # as a kill would end it: the cell's record stays "running"
+            done += 1
+            path.write_text(json.dumps({"steps": config.steps, "done": done}))
+        metrics = {"done": done, "resumed_from": resumed_from}
+        return Result(metrics=metrics, privacy=ctx.plan.report)
+
+
+registry.register("toy-steps", "tests.runs.sweep_toys:StepsSystem")

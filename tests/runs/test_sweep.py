@@ -378,3 +378,29 @@ def test_a_reproductions_time_budget_is_given_or_from_the_environment(
             budget_deadline()
     with pytest.raises(ValueError, match="time budget"):
         budget_deadline(-5)
+
+
+def test_an_interrupted_cell_continues_its_checkpoint_when_its_system_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell cut off while running (its record left "running": killed, or the machine
+    stopped) continues from its run's checkpoint when the system resumes by itself (MOPO,
+    PRIMORL; here `toy-steps`); a failed attempt starts clean on the next try."""
+    from privrl.runs.sweep import run_cell
+    from tests.runs.sweep_toys import STOP_AT, Killed
+
+    (cell,) = expand({"system": "toy-steps", "out": str(tmp_path / "o"), "steps": 5}).cells
+    task = cell.task(["tests.runs.sweep_toys"])
+    monkeypatch.setenv(STOP_AT, "3")
+    with pytest.raises(Killed):
+        run_cell(task)
+    assert json.loads((cell.dir / "cell.json").read_text())["status"] == "running"
+    monkeypatch.delenv(STOP_AT)
+    assert run_cell(task)["status"] == "ok"
+    metrics = json.loads((cell.run_dir / "metrics.json").read_text())
+    assert (metrics["done"], metrics["resumed_from"]) == (5, 3)
+
+    record = json.loads((cell.dir / "cell.json").read_text())
+    (cell.dir / "cell.json").write_text(json.dumps({**record, "status": "failed"}))
+    assert run_cell(task)["status"] == "ok"
+    assert json.loads((cell.run_dir / "metrics.json").read_text())["resumed_from"] == 0

@@ -415,14 +415,15 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
     cell's stdout and stderr; on failure the error line, and the traceback with
     PRIVRL_DEBUG=1) in the cell's directory; the run itself
     goes to `run/` through `privrl.runs.layer.execute`. A failure is returned, not raised, so
-    one bad cell does not stop the others.
+    one bad cell does not stop the others. A cell cut off while running (its record says
+    "running" under the same fingerprint) continues from its run's checkpoint when its system
+    resumes by itself (`System.auto_resume`: MOPO, PRIMORL); otherwise `run/` starts clean.
     """
     limit_threads()
     cell_dir = Path(task["dir"])
     cell_dir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(task["values"]["out"])
-    if run_dir.exists():  # an interrupted attempt: start clean (our own directory)
-        shutil.rmtree(run_dir)
+    interrupted = _interrupted(_read_json(cell_dir / "cell.json"), task["key"])
     record: dict[str, Any] = {
         **task["cell"],
         "name": cell_dir.name,
@@ -438,7 +439,10 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
             import_modules(task.get("imports", ()))
             from privrl.runs.layer import RunSpec, execute
 
-            execute(RunSpec.from_mapping(task["values"]), quiet=True)
+            spec = RunSpec.from_mapping(task["values"])
+            if run_dir.exists() and not (interrupted and _continues(spec.system)):
+                shutil.rmtree(run_dir)  # an earlier attempt: start clean (our own directory)
+            execute(spec, quiet=True)
             record.update(status="ok")
         except Exception as exc:
             # the same line `privrl run` would print; a traceback (which may quote chained
@@ -450,6 +454,24 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
     record["seconds"] = round(time.perf_counter() - start, 3)
     _write_json(cell_dir / "cell.json", record)
     return record
+
+
+def _interrupted(record: Any, key: str) -> bool:
+    """Whether the cell's last attempt, of this same fingerprint, was cut off while running
+    (killed, or its machine stopped) rather than finished or failed."""
+    return (
+        isinstance(record, dict) and record.get("key") == key and record.get("status") == "running"
+    )
+
+
+def _continues(system: str) -> bool:
+    """Whether runs of `system` continue their own checkpoint in the run directory (and refuse
+    one of another run): an interrupted cell of it resumes; other systems' start over. A
+    resumed attempt that fails is started clean on the next try."""
+    from privrl.runs import registry
+
+    found = registry.get(system)
+    return bool(found.resumable and found.auto_resume)
 
 
 def limit_threads() -> None:
