@@ -33,6 +33,7 @@ __all__ = [
     "curve",
     "curve_series",
     "eps_text",
+    "extend_finished",
     "mean_ci",
     "mopo_not_learned",
     "pendulum_doc",
@@ -246,6 +247,73 @@ def reuse_finished(sweep: Any, others: Sequence[Path]) -> int:
     return copied
 
 
+EXTENDED = "epochs"  # the setting a finished cell's checkpoints can be continued in (SAC epochs)
+
+
+def extend_finished(sweep: Any) -> int:
+    """Seed every cell of `sweep` not yet started that differs from a finished cell (in the
+    same sweep directory) only in more SAC epochs with that cell's checkpoints, marked as cut
+    off while running, so that `run_cell` continues them instead of starting over; returns how
+    many were seeded. MOPO continues its run directory (dynamics and policy checkpoints);
+    PRIMORL its released model, as the pending release (no second DP-FedAvg), and its policy
+    checkpoint. Both resume exactly (tested), so the result is the run a fresh cell would
+    make from the same seed; its `seconds` count only the continuation. On a ledgered dataset
+    the continued run records its release's spend again (conservative)."""
+    from privrl.runs.sweep import RUN_FILES
+
+    done: list[tuple[Path, dict[str, Any]]] = []
+    for record_path in sorted((sweep.out / "cells").glob("*/cell.json")):
+        record = _record(record_path)
+        source = record_path.parent / "run"
+        if isinstance(record, dict) and record.get("status") == "ok":
+            if all((source / n).is_file() for n in RUN_FILES):
+                done.append((source, record.get("values") or {}))
+    seeded = 0
+    for cell in sweep.cells:
+        if cell.dir.exists() or not isinstance(cell.values.get(EXTENDED), int):
+            continue
+        rest = {k: v for k, v in cell.values.items() if k != EXTENDED}
+        shorter = [
+            (int(v[EXTENDED]), source)
+            for source, v in done
+            if isinstance(v.get(EXTENDED), int)
+            and v[EXTENDED] < cell.values[EXTENDED]
+            and {k: x for k, x in v.items() if k != EXTENDED} == rest
+        ]
+        if not shorter:
+            continue
+        _, source = max(shorter, key=lambda pair: pair[0])
+        _seed_run(str(cell.values.get("system")), source, cell.run_dir)
+        record = {
+            "index": cell.index,
+            "values": cell.values,
+            "axes": cell.axes,
+            "name": cell.name,
+            "key": cell.key,
+            "status": "running",  # cut off while running: `run_cell` continues it
+            "seconds": None,
+            "error": None,
+            "continues": source.parent.name,
+        }
+        (cell.dir / "cell.json").write_text(json.dumps(record, indent=2))
+        seeded += 1
+    return seeded
+
+
+def _seed_run(system: str, source: Path, target: Path) -> None:
+    """Copy what continuing the finished run `source` needs into `target` (see
+    `extend_finished`)."""
+    if system == "primorl":
+        from privrl.systems.primorl import PENDING
+
+        target.mkdir(parents=True)
+        shutil.copyfile(source / "model.pt", target / PENDING)
+        for name in ("checkpoint.pt", "run.json"):
+            shutil.copyfile(source / name, target / name)
+    else:
+        shutil.copytree(source, target)
+
+
 def _record(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -261,7 +329,8 @@ def run_cells(
     tolerate: Sequence[str] = (),
     deadline: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Expand `doc`, reuse finished cells of the sweeps `reuse`, run (or resume) the others,
+    """Expand `doc`, reuse finished cells of the sweeps `reuse`, continue finished cells to
+    more SAC epochs (:func:`extend_finished`), run (or resume) the others,
     copy the results table to `out`; the rows, each with its cell's learning curve (`curve`)
     and directory (`dir`). A failed cell stops the report (rerunning retries it), unless its
     error contains one of `tolerate` (an outcome the report states, e.g. a diverged model).
@@ -271,6 +340,7 @@ def run_cells(
 
     sweep = expand(doc)
     reuse_finished(sweep, [p for p in reuse if p != sweep.out])
+    extend_finished(sweep)
     outcome = run_sweep(sweep, deadline=deadline)
     out.mkdir(parents=True, exist_ok=True)
     _copy_results(sweep.out / "results.csv", out / "results.csv")

@@ -440,7 +440,8 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
             from privrl.runs.layer import RunSpec, execute
 
             spec = RunSpec.from_mapping(task["values"])
-            if run_dir.exists() and not (interrupted and _continues(spec.system)):
+            record["resumed"] = run_dir.exists() and interrupted and _continues(spec.system)
+            if run_dir.exists() and not record["resumed"]:
                 shutil.rmtree(run_dir)  # an earlier attempt: start clean (our own directory)
             execute(spec, quiet=True)
             record.update(status="ok")
