@@ -244,7 +244,7 @@ def test_cells_left_by_a_time_budget_are_pending(tmp_path: Path) -> None:
     text = text.read_text()
     assert "**Incomplete**: 4 of 6 cells have not finished" in text
     assert "| NO NOISE (z = 0, C = 15) | 0 | ∞ | 8792 ± 2053 | 80.4% | pending |" in text
-    assert "| 4000 ± 0 |" in text and "not run" not in text.split("## Table 11")[1]
+    assert "| 4000 (one seed, no CI) |" in text and "not run" not in text.split("## Table 11")[1]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["pending_cells"] == 4 and metrics["complete"] is False
     found = json.loads((tmp_path / "claims.json").read_text())

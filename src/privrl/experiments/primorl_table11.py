@@ -45,6 +45,7 @@ __all__ = [
     "cells",
     "claims",
     "projected_cost",
+    "return_text",
     "row_of",
     "summarise",
     "sweep_doc",
@@ -322,6 +323,13 @@ def _mean_or_none(values: Sequence[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
+def return_text(stats: Mapping[str, Any]) -> str:
+    """A row's return ± its 95% CI; with one seed there is no interval to show."""
+    if stats["seeds"] < 2:
+        return f"{stats['return']:.0f} (one seed, no CI)"
+    return f"{stats['return']:.0f} ± {stats['ci']:.0f}"
+
+
 def _paper_share(row: str) -> float:
     return 100.0 * PAPER[row][0] / PAPER["mopo"][0]
 
@@ -373,7 +381,7 @@ def claims(
                 holds = s["return"] + s["ci"] < ref["return"] - ref["ci"]
             else:
                 holds = s["share"] >= target
-            ours = f"{s['return']:.0f} ± {s['ci']:.0f} ({s['share']:.1f}% of MOPO; "
+            ours = f"{return_text(s)} ({s['share']:.1f}% of MOPO; "
             ours += f"{s['seeds']} seed(s)"
             ours += f", {lost} diverged)" if lost else ")"
         verdict = kind = "holds" if holds else "does not hold"

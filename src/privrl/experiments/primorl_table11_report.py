@@ -40,6 +40,7 @@ from privrl.experiments.primorl_table11 import (
     accounting,
     claims,
     projected_cost,
+    return_text,
     rounds,
     row_of,
     summarise,
@@ -57,7 +58,10 @@ INVESTIGATED = (
     "cell's checkpoint) returns 5804 ± 2029 over its last 10 epochs (normalised 75.7), against "
     "1873 (26.9) at the table's 20; its return was ≈ 3,500 at epoch 20 and 5,600–7,100 in "
     "epochs 52–60. So MOPO learns HalfCheetah here with about 60 epochs, and the table's 20 "
-    "are too few for MOPO.",
+    "are too few for MOPO. PRIMORL's NO NOISE policy on its released model with 60 epochs "
+    "(`privrl train primorl --model CELL/run/model.pt --epochs 60`, post-processing: no data, "
+    "no spend; its first 20 epochs repeat the cell's exactly) returns −218 ± 115 (normalised "
+    "0.9; −444 at 20): more epochs do not make it learn.",
     "- Investigated, rollout starts: the NO NOISE row's released model with rollouts started "
     "from the public split (`privrl train primorl --model CELL/run/model.pt --start-states "
     "public-split --epochs 20`, post-processing: no data, no spend) returns −393 ± 203 "
@@ -204,7 +208,7 @@ def _table(
             share, per_seed = shared.share_texts(s)
             lost = f"; {s['diverged']} diverged" if s.get("diverged") else ""
             ours = (
-                f"{s['return']:.0f} ± {s['ci']:.0f}",
+                return_text(s),
                 share,
                 _num(s["normalised"]),
                 per_seed + lost,
