@@ -269,3 +269,17 @@ def test_the_model_error_column_reads_each_cells_public_split_mse(tmp_path: Path
     text = write_report(tmp_path / "r", list(cells.values()), Scale(seeds=1), data=None, wall=0)
     report = text.read_text()
     assert "| 0.25 |" in report and "| 45.5 |" in report
+
+
+def test_a_policy_driven_non_finite_by_the_model_is_a_diverged_seed() -> None:
+    """The policy stage's refusal of a non-finite policy (and, in cells run before that check,
+    the simulator's refusal of its NaN actions) is the row's outcome "model diverged", like a
+    release whose every rollout diverged."""
+    from privrl.primorl.policy_stage import POLICY_DIVERGED
+
+    assert POLICY_DIVERGED in T11.DIVERGED_ERRORS
+    failed = {**_row("eps", 0.0), "status": "failed"}
+    rows = [_row("mopo", RETURNS["mopo"])]
+    for error in (f"{POLICY_DIVERGED}: …", "actions contain NaN or infinite values"):
+        rows.append({**failed, "error": error})
+    assert T11.summarise(rows)["eps"]["diverged"] == 2

@@ -454,3 +454,14 @@ def test_result_reports_mode_curve_and_last_epochs_average() -> None:
     assert all(r["start_mode"] == "initial" for r in res.curve)
     # Pendulum returns per step lie in [0, 1]
     assert np.all((res.eval_returns >= 0) & (res.eval_returns <= TASK.horizon))
+
+
+def test_a_non_finite_policy_is_refused_before_it_acts() -> None:
+    from privrl.primorl.policy_stage import POLICY_DIVERGED, check_finite_policy
+
+    actor = torch.nn.Linear(3, 2)
+    check_finite_policy(actor, 1)
+    with torch.no_grad():
+        actor.weight[0, 0] = float("nan")
+    with pytest.raises(RuntimeError, match=POLICY_DIVERGED):
+        check_finite_policy(actor, 2)

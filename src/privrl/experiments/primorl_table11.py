@@ -116,6 +116,10 @@ MOPO_LEARNED = 50.0  # MOPO's normalised score below which shares of it are not 
 # A cell whose released model sends every rollout to non-finite values has no policy: a result
 # of the row (noise drowning the model), stated in the report, not a failure of the sweep.
 DIVERGED = "every rollout diverged"
+# ... and a policy that the drowned model drove to non-finite parameters (POLICY_DIVERGED in
+# privrl.primorl.policy_stage; a cell run before that check existed stopped one step later,
+# when the simulator refused the policy's non-finite actions: the same outcome).
+DIVERGED_ERRORS = (DIVERGED, "the policy diverged in the model", "actions contain NaN or infinite")
 
 
 def row_settings(row: str) -> dict[str, Any]:
@@ -203,7 +207,7 @@ def table11(out: Path, **options: Any) -> Path:
             backend=req.backend,
             workers=req.workers,
         )
-        rows = shared.run_cells(doc, req.out, tolerate=[DIVERGED], deadline=deadline)
+        rows = shared.run_cells(doc, req.out, tolerate=DIVERGED_ERRORS, deadline=deadline)
     req.out.mkdir(parents=True, exist_ok=True)
     from privrl.experiments.primorl_table11_report import write_report  # it imports this module
 
@@ -282,7 +286,7 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     for r in rows:
         if r.get("status") == "ok":
             by_row.setdefault(row_of(r), []).append(r)
-        elif DIVERGED in str(r.get("error") or ""):
+        elif any(e in str(r.get("error") or "") for e in DIVERGED_ERRORS):
             diverged[row_of(r)] = diverged.get(row_of(r), 0) + 1
     out: dict[str, dict[str, Any]] = {
         name: {

@@ -73,6 +73,10 @@ INVESTIGATED = (
     "(`--server-momentum 0.9`, η_s = 1; post-processing, ε unchanged) at the NO NOISE row's "
     "settings diverges first: public-split MSE 82–2,825 per member at round 50 and 5.9–27 at "
     "round 100, against FedAvg's 1.19–1.34 and 1.18–1.59. The table keeps FedAvg's step.",
+    "- The ε = 10 row's release (z = 0.469): its public-split MSE was ≈ 2e12 at every "
+    "evaluation (rounds 50–250; MOPO's model: 0.23), so the noise drowned the model, as "
+    "expected from the noise's scale above, and SAC trained in it reached non-finite "
+    "parameters within its 20 epochs: *model diverged*, no policy.",
     "- So the model limits the PRIMORL rows at T = 250, not the policy stage: the NO NOISE "
     "model's MSE fell from 1.27 at round 50 to 0.89 at round 250 and was still falling. The "
     'paper\'s "tens of thousands" of rounds (≈ 2.6 h per 1000 rounds on one core here) is '
@@ -365,8 +369,8 @@ def _markdown(
         f"{std['z-1e-3'] * N_PARAMS**0.5:.2f}), against the averaged update's norm of at "
         f"most ≈ C = {CLIP:g} (Σ‖Δ_k‖/(qK) with |U_t| ≈ qK). At ε = 10 the model is "
         "expected to be mostly noise; a seed whose released model sends every rollout to "
-        "non-finite values is reported as *model diverged* (no policy, no return), not as a "
-        "failed sweep (a rerun retries it).",
+        "non-finite values, or drives the policy trained in it to non-finite parameters, is "
+        "reported as *model diverged* (no policy, no return), not as a failed sweep.",
         "- Local optimizer: Adam, reset for every trajectory and round (the spec's option; "
         "the clip bounds each trajectory's update whatever the local steps, so the event and "
         "ε are those of SGD). The paper's local SGD (η = 1e-3) does not train the 4×200 "

@@ -72,6 +72,9 @@ __all__ = [
 
 START_MODES: tuple[str, ...] = ("initial", "public-split", "dataset")
 CHECKPOINT_FORMAT = "privrl.primorl.policy_stage/1"
+# A policy whose parameters became non-finite while training in the (pessimistic) model, e.g.
+# on a release the noise drowned: a result of the run (no policy), stated as such.
+POLICY_DIVERGED = "the policy diverged in the model"
 
 
 # --------------------------------------------------------------------------------------------
@@ -488,6 +491,16 @@ def model_rollout(
     )
 
 
+def check_finite_policy(actor: torch.nn.Module, epoch: int) -> None:
+    """Refuse to go on with a policy whose parameters are no longer finite (`POLICY_DIVERGED`),
+    before its NaN actions reach the simulator."""
+    if not all(bool(torch.isfinite(p).all()) for p in actor.parameters()):
+        raise RuntimeError(
+            f"{POLICY_DIVERGED}: the actor's parameters are not finite after SAC epoch {epoch} "
+            "(the model's transitions drove it there; a release drowned by the noise does this)"
+        )
+
+
 def evaluate_policy(act: Callable[[np.ndarray], np.ndarray], env: Any, seed: int) -> np.ndarray:
     """Undiscounted returns ``[num_envs]`` of one batched episode per copy of ``env`` (reset
     with ``seed``) until the horizon; a copy that terminates stops accumulating."""
@@ -732,6 +745,7 @@ def run_policy_stage(
             for k, v in agent.update(batch).items():
                 stats_sum[k] = stats_sum.get(k, 0.0) + v
         train_seconds = time.perf_counter() - t0
+        check_finite_policy(agent.actor, epoch)
         ep_returns = evaluate_policy(eval_policy, eval_env, seed=seeds["eval"] + epoch)
         returns.append(ep_returns)
         n_roll = max(roll_stats["rollout_transitions"], 1)
