@@ -201,33 +201,34 @@ def test_ledger_is_checked_before_the_data_is_read(
     assert "not differentially private" in _err(capsys)
 
 
+def _releases(data: Path, tmp_path: Path, flag: str, values: tuple[str, ...]) -> dict:
+    """The one release of a short private run per value of `flag` (run directory: the value)."""
+    releases = {}
+    for value in values:
+        out = tmp_path / value
+        argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]
+        assert main([*argv, flag, value]) == 0
+        (releases[value],) = json.loads((out / "privacy.json").read_text())["releases"]
+    return releases
+
+
 def test_local_adam_is_a_flag_recorded_in_the_release(data: Path, tmp_path: Path) -> None:
     """--local-optimizer adam (the spec's option; the default is the paper's SGD) reaches
     DP-FedAvg and privacy.json names it; the event is the same as with SGD (the clip bounds
     each unit's update whatever the local steps)."""
-    events = {}
-    for opt in ("sgd", "adam"):
-        out = tmp_path / opt
-        argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]
-        assert main([*argv, "--local-optimizer", opt]) == 0
-        (release,) = json.loads((out / "privacy.json").read_text())["releases"]
+    releases = _releases(data, tmp_path, "--local-optimizer", ("sgd", "adam"))
+    for opt, release in releases.items():
         assert release["extra"]["local_optimizer"] == opt
-        events[opt] = release["event"]
-    assert events["sgd"] == events["adam"]
+    assert releases["sgd"]["event"] == releases["adam"]["event"]
 
 
 def test_server_momentum_is_a_flag_recorded_in_the_release(data: Path, tmp_path: Path) -> None:
     """--server-momentum β reaches DP-FedAvg, privacy.json names the server step, the event is
     FedAvg's; with --model it is refused (the release is reused as trained)."""
-    events = {}
-    for beta in ("0", "0.9"):
-        out = tmp_path / beta
-        argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]
-        assert main([*argv, "--server-momentum", beta]) == 0
-        (release,) = json.loads((out / "privacy.json").read_text())["releases"]
-        events[beta] = release["event"]
+    releases = _releases(data, tmp_path, "--server-momentum", ("0", "0.9"))
+    for beta, release in releases.items():
         assert ("server_step" in release["extra"]) == (beta == "0.9")
-    assert events["0"] == events["0.9"]
+    assert releases["0"]["event"] == releases["0.9"]["event"]
     model = str(tmp_path / "0" / "model.pt")
     argv = ["train", "primorl", "--model", model, "--out", str(tmp_path / "m")]
     assert main([*argv, "--server-momentum", "0.9"]) == 2
