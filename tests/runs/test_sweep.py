@@ -404,3 +404,24 @@ def test_an_interrupted_cell_continues_its_checkpoint_when_its_system_resumes(
     (cell.dir / "cell.json").write_text(json.dumps({**record, "status": "failed"}))
     assert not run_cell(task)["resumed"]
     assert json.loads((cell.run_dir / "metrics.json").read_text())["resumed_from"] == 0
+
+
+def test_a_failure_named_as_an_outcome_is_settled_and_not_run_again(tmp_path: Path) -> None:
+    """A cell that failed with an error its report states as a result (`outcomes`) is kept:
+    a rerun does not run it again; another error, or another fingerprint, runs."""
+    doc = {
+        "system": "toy-work",
+        "out": str(tmp_path / "o"),
+        "work": 10,
+        "cells": [{"seed": 0}, {"seed": 1, "crash": True}],
+        "sweep": {"imports": ["tests.runs.sweep_toys"], "workers": 1},
+    }
+    outcome = run_sweep(expand(doc))
+    assert (outcome.ran, len(outcome.failed)) == (2, 1)
+    settled = ("crashed as asked",)
+    again = run_sweep(expand(doc), outcomes=settled)
+    assert (again.ran, again.skipped) == (0, 2)  # the finished and the settled cell
+    assert [r["status"] for r in again.rows] == ["ok", "failed"]  # still reported as failed
+    assert run_sweep(expand(doc), outcomes=("another error",)).ran == 1  # not named: retried
+    doc["cells"][1]["work"] = 11  # another run: another fingerprint
+    assert run_sweep(expand(doc), outcomes=settled).ran == 1

@@ -333,7 +333,8 @@ def run_cells(
     more SAC epochs (:func:`extend_finished`), run (or resume) the others,
     copy the results table to `out`; the rows, each with its cell's learning curve (`curve`)
     and directory (`dir`). A failed cell stops the report (rerunning retries it), unless its
-    error contains one of `tolerate` (an outcome the report states, e.g. a diverged model).
+    error contains one of `tolerate` (an outcome the report states, e.g. a diverged model):
+    such a cell is kept, and a rerun does not run it again (`runs.sweep.settled`).
     No cell starts after `deadline` (`time.monotonic()`); the rows of cells left unfinished
     have a status other than "ok" (the report says they are pending)."""
     from privrl.runs.sweep import SweepOutcome, expand, run_sweep
@@ -341,7 +342,7 @@ def run_cells(
     sweep = expand(doc)
     reuse_finished(sweep, [p for p in reuse if p != sweep.out])
     extend_finished(sweep)
-    outcome = run_sweep(sweep, deadline=deadline)
+    outcome = run_sweep(sweep, deadline=deadline, outcomes=tolerate)
     out.mkdir(parents=True, exist_ok=True)
     _copy_results(sweep.out / "results.csv", out / "results.csv")
     failed = [(c, e) for c, e in outcome.failed if not any(t in e for t in tolerate)]

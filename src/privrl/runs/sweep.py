@@ -408,6 +408,20 @@ def finished(cell: Cell) -> bool:
     return record.get("status") == "ok" and record.get("key") == cell.key and complete
 
 
+def settled(cell: Cell, outcomes: Sequence[str]) -> bool:
+    """True when the cell's last attempt, of the same fingerprint, failed with an error that
+    contains one of `outcomes`: a result its report states (e.g. a model the noise drowned),
+    which a rerun of the same seeded run would only repeat. Delete the cell's directory to
+    run it again."""
+    record = _read_json(cell.dir / "cell.json")
+    return (
+        isinstance(record, dict)
+        and record.get("key") == cell.key
+        and record.get("status") == "failed"
+        and any(o in str(record.get("error") or "") for o in outcomes)
+    )
+
+
 def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
     """Run one cell in this process (the function both backends call).
 
@@ -745,11 +759,13 @@ def run_sweep(
     on_start: Callable[[int, int], None] | None = None,
     on_cell: Report | None = None,
     deadline: float | None = None,
+    outcomes: Sequence[str] = (),
 ) -> SweepOutcome:
     """Run the unfinished cells of `sweep`, then write results.csv/.parquet, plots and
     sweep.json. `on_start(total, to_run)` and `on_cell(record)` report progress. No cell
     starts after `deadline` (a `time.monotonic()` value; on Ray it is checked once, before
-    the cells are sent: Ray queues them all at once); the cells left stay unfinished."""
+    the cells are sent: Ray queues them all at once); the cells left stay unfinished. A cell
+    that failed with one of `outcomes` is `settled`: kept as it is, not run again."""
     from privrl.experiments.rundir import check_out_dir
 
     options = sweep.options
@@ -758,7 +774,7 @@ def run_sweep(
         check_out_dir(sweep.out)
     except ValueError as exc:
         raise SweepError(str(exc).replace("--out", "out", 1)) from None
-    todo = [c for c in sweep.cells if not finished(c)]
+    todo = [c for c in sweep.cells if not finished(c) and not settled(c, outcomes)]
     outcome = SweepOutcome(total=len(sweep.cells), skipped=len(sweep.cells) - len(todo))
     if on_start is not None:
         on_start(outcome.total, len(todo))
