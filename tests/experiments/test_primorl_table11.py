@@ -47,7 +47,10 @@ def test_each_row_sets_what_the_papers_row_sets() -> None:
         p = _plan(cell, T11.ROUNDS)
         assert (p.z, p.C, p.private, p.accountant) == expected[row], row
         assert (p.q, p.T_max, p.clip_mode, p.K) == (1e-2, T11.ROUNDS, "per_layer", 2000)
-    doc = T11.sweep_doc(Path("h.h5"), Path("out"), Scale(seeds=1), backend="local", workers=2)
+    req = T11.request(Path("out"))
+    assert (req.scale.seeds, req.scale.epochs) == (1, T11.EPOCHS)
+    assert T11.request(Path("out"), quick=True).scale.epochs < T11.EPOCHS
+    doc = T11.sweep_doc(Path("h.h5"), Path("out"), req.scale, backend="local", workers=2)
     assert doc["systems"]["primorl"] == {"steps": T11.ROUNDS, "local_optimizer": "adam"}
     assert doc["epochs"] == T11.EPOCHS
     quick = T11.sweep_doc(
@@ -148,7 +151,7 @@ def test_report_without_the_dataset_says_what_would_run(tmp_path: Path) -> None:
     """Dataset absent: no cell runs; the report says how to build it and what the table would
     cost, states our ε for every private row, and its return claims are inconclusive."""
     why = "its recipe dataset primorl-halfcheetah.h5 is not built on this machine"
-    path = write_report(tmp_path, [], Scale(seeds=1), data=None, wall=0.0, missing=why)
+    path = write_report(tmp_path, [], T11.request(tmp_path).scale, data=None, wall=0.0, missing=why)
     text = path.read_text()
     assert "privrl data collect --recipe primorl-halfcheetah" in text and why in text
     assert "What did not fit" in text and f"T = {T11.ROUNDS} DP-FedAvg rounds" in text
