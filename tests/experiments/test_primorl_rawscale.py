@@ -70,7 +70,7 @@ def _raw_cells(text: str, header: str) -> list[tuple[float, float, float, float]
         if not line.startswith("|"):
             break
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if cells[ours] == "not run":
+        if cells[ours] in ("not run", "pending"):
             continue
         r, ci = (float(v) for v in re.split(r" ± ", cells[ours]))
         rr, rci = (float(v) for v in re.split(r" ± ", cells[raw]))

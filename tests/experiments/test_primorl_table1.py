@@ -303,6 +303,8 @@ def test_each_task_with_a_dataset_gets_its_cells(
         "mopo",
         "no-privacy",
     ]
+    # seed by seed: every row of seed 0 before seed 1 (a table cut short has whole seeds)
+    assert [c["seed"] for c in balance] == [0] * 4 + [1] * 4 + [2] * 4
     for c in balance:  # the preset's z, q, T; the preset's SAC epochs (40, as mopo-table1)
         assert set(c) <= {"system", "data", "variant", "seed", "epochs"}
         assert c["epochs"] == 40
@@ -365,6 +367,10 @@ def test_a_cartpole_that_ran_gets_its_section_and_its_own_targets(tmp_path: Path
     text = report.read_text()
     assert "## Balance\n" in text and "## Swingup: not run" in text
     assert "| HIGH | 8.20 | 7.20 | 758.2 (77.7%) | 760.0 ± " in text
+    # Balance's 2 × 4 runs, 4 of them finished: the others are pending, not "not run"
+    assert "**4 of its 8 runs have finished**; the others are pending" in text
+    assert "| LOW | 85.00 | 69.60 | 815.8 (83.6%) | pending |" in text
+    assert "**4 of its 10 runs have finished**" in text  # Pendulum's 2 × 4 + 2 high-pld
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["high"]["share"] == pytest.approx(80.0)  # Pendulum's rows at the top
     assert metrics["balance"]["high"]["share"] == pytest.approx(80.0)

@@ -42,6 +42,7 @@ from typing import Any
 from privrl.experiments import primorl_sweeps as shared
 from privrl.experiments.primorl_sweeps import Scale, mean_ci
 from privrl.primorl.primorl import PRESETS
+from privrl.runs.sweep import budget_deadline
 
 __all__ = [
     "Scale",
@@ -153,7 +154,10 @@ def task_entries(task: str, data: Path, scale: Scale) -> list[dict[str, Any]]:
             {"system": "primorl", **base, "epsilon": paper_eps, "seed": s}
             for s in seeds[:PLD_SEEDS]
         ]
-    return entries
+        return entries
+    # a cartpole run is hours: seed by seed (every row of a seed before the next seed), so a
+    # table cut short by a session or a time budget has whole seeds of every row
+    return sorted(entries, key=lambda e: seeds.index(e["seed"]))
 
 
 def sweep_doc(
@@ -222,14 +226,17 @@ def _task_of(data: Path) -> str:
 
 def table1(out: Path, **options: Any) -> Path:
     """`privrl reproduce primorl-table1`: run (or resume) the sweep, write the report.
-    `options`: seeds, seed, quick, backend, workers, data, epochs (`shared.Request.of`)."""
+    `options`: seeds, seed, quick, backend, workers, data, epochs (`shared.Request.of`).
+    With a time budget (`budget_deadline`) the cells not started by then are left for a
+    rerun, and the report lists them as pending."""
     req = shared.Request.of(out, **options)
+    deadline = budget_deadline()  # $PRIVRL_REPRO_BUDGET_S: no cell starts after it
     datasets, missing = available_datasets(req)
     t0 = time.perf_counter()
     doc = sweep_doc(
         datasets, sweep_dir(req.scale), req.scale, backend=req.backend, workers=req.workers
     )
-    rows = shared.run_cells(doc, req.out)
+    rows = shared.run_cells(doc, req.out, deadline=deadline)
     from privrl.experiments.primorl_table1_report import write_report  # it imports this module
 
     return write_report(

@@ -32,6 +32,7 @@ from privrl.experiments.primorl_table1 import (
     row_of,
     share_target,
     summarise,
+    task_entries,
     task_of,
     task_seeds,
 )
@@ -348,8 +349,10 @@ def _plot(task: str, summary: Mapping[str, Mapping[str, Any]], path: Path) -> No
     )
 
 
-def _table_lines(task: str, summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """A task's rows beside the paper's (every paper row; "not run" where we have none)."""
+def _table_lines(
+    task: str, summary: Mapping[str, Mapping[str, Any]], absent: str = "not run"
+) -> list[str]:
+    """A task's rows beside the paper's (every paper row; `absent` where we have none)."""
     raw = "raw Pendulum-v1 return" if task == "pendulum" else "raw dm_control return"
     lines = [
         f"| method | paper ε | our ε (PLD) | paper return (% of MOPO) | our return ± 95% CI | "
@@ -364,7 +367,7 @@ def _table_lines(task: str, summary: Mapping[str, Mapping[str, Any]]) -> list[st
         if s is None:
             lines.append(
                 f"| {LABELS[name]} | {_eps(p_eps)} | {_paper_eps_ours(task, name)} | "
-                f"{p_ret} ({p_share}%) | not run | — | — | — | — |"
+                f"{p_ret} ({p_share}%) | {absent} | — | — | — | — |"
             )
             continue
         share, per_seed = shared.share_texts(s)
@@ -404,8 +407,18 @@ def _task_section(
         f"(LOW {p.low}, HIGH {p.high}), q = {p.sampling_rate:g} and T = {p.max_rounds:,} "
         "rounds (the task preset).",
         "",
-        *_table_lines(task, summary),
     ]
+    planned = len(task_entries(task, data, scale))
+    done = sum(int(s.get("seeds") or 0) for s in summary.values())
+    if done < planned:
+        lines += [
+            f"**{done} of its {planned} runs have finished**; the others are pending. "
+            "`privrl reproduce primorl-table1` continues them, seed by seed (a run cut off "
+            "resumes from its last checkpoint), and rewrites this section. Rows and verdicts "
+            "below are over the finished runs only.",
+            "",
+        ]
+    lines += _table_lines(task, summary, "pending" if done < planned else "not run")
     verdicts = shared.verdict_section(
         summary,
         found,
