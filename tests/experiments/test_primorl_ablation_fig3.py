@@ -245,3 +245,21 @@ def test_quick_reproduction_runs_end_to_end(
     assert "Quick mode" in report.read_text()
     claims = json.loads((tmp_path / "report" / "claims.json").read_text())
     assert {c["verdict"] for c in claims} == {"inconclusive"}
+
+
+def test_balance_cells_are_table1s_runs_at_full_scale(tmp_path: Path) -> None:
+    """On Balance (full scale) the ablation's MOPO and preset LOW/HIGH cells are the same runs
+    as primorl-table1's: same settings, the preset's 40 SAC epochs included."""
+    data = tmp_path / "primorl-balance.h5"
+    scale = Scale(seeds=1)
+    t1 = T.sweep_doc({"balance": data}, tmp_path / "t1", scale, backend="local", workers=1)
+    ab = A.sweep_doc({"balance": data}, tmp_path / "ab", scale, backend="local", workers=1)
+    ignore = ("out", "grid", "cells", "sweep")  # "sweep": how the runs are executed and drawn
+    assert {k: v for k, v in t1.items() if k not in ignore} == {
+        k: v for k, v in ab.items() if k not in ignore
+    }
+    ours = [{k: v for k, v in c.items() if k != "seed"} for c in ab["cells"]]
+    same = [c for c in t1["cells"] if c["system"] == "mopo" or c.get("variant") != "no-privacy"]
+    assert len(same) == 3 and all(c["epochs"] == 40 for c in same)
+    assert all({k: v for k, v in c.items() if k != "seed"} in ours for c in same)
+    assert ab["grid"] == {"seed": [0]}

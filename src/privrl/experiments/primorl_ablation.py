@@ -73,14 +73,18 @@ def preset_combo(task: str) -> tuple[str, str]:
     return p.penalty, p.clip_mode
 
 
-def cell_entries(task: str, data: Path) -> list[dict[str, Any]]:
+def cell_entries(task: str, data: Path, scale: Scale) -> list[dict[str, Any]]:
     """The [[cells]] of one task: MOPO, then PRIMORL for each z × combination. The preset's
-    combination sets neither flag (the same run as primorl-table1's LOW/HIGH cell)."""
-    entries: list[dict[str, Any]] = [{"system": "mopo", "data": str(data)}]
+    combination sets neither flag, and a cartpole's cells its preset's SAC epochs, as
+    primorl-table1 does (the same runs as its MOPO and LOW/HIGH cells)."""
+    from privrl.experiments.primorl_table1 import task_base
+
+    base = task_base(task, data, scale)
+    entries: list[dict[str, Any]] = [{"system": "mopo", **base}]
     preset = preset_combo(task)
     for variant in VARIANTS:
         for penalty, clip in COMBOS:
-            entry: dict[str, Any] = {"system": "primorl", "data": str(data), "variant": variant}
+            entry: dict[str, Any] = {"system": "primorl", **base, "variant": variant}
             if penalty != preset[0]:
                 entry["penalty"] = penalty
             if clip != preset[1]:
@@ -101,7 +105,7 @@ def sweep_doc(
         primorl={},
         backend=backend,
         workers=workers,
-        cells=[e for task, data in datasets.items() for e in cell_entries(task, data)],
+        cells=[e for task, data in datasets.items() for e in cell_entries(task, data, scale)],
     )
 
 

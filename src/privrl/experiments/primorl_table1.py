@@ -54,6 +54,7 @@ __all__ = [
     "summarise_tasks",
     "sweep_doc",
     "table1",
+    "task_base",
     "task_entries",
 ]
 
@@ -133,17 +134,23 @@ def task_seeds(task: str, scale: Scale) -> list[int]:
     return seeds if task == "pendulum" else seeds[:DMC_SEEDS]
 
 
+def task_base(task: str, data: Path, scale: Scale) -> dict[str, Any]:
+    """What every cell of `task` sets: its dataset, and on the cartpoles their presets' SAC
+    epochs (40, 80), as in mopo-table1 (Pendulum's cells keep the scale's 20: their keys
+    predate the other tasks). Shared with primorl-ablation, so identical runs share keys."""
+    base: dict[str, Any] = {"data": str(data)}
+    if task != "pendulum" and not scale.quick:
+        base["epochs"] = PRESETS[task].epochs
+    return base
+
+
 def task_entries(task: str, data: Path, scale: Scale) -> list[dict[str, Any]]:
     """The [[cells]] of one task: MOPO and PRIMORL's three rows × the task's seeds (z, q and T
     from the task preset via `variant`), and on Pendulum the high-pld row (a target ε, z
     calibrated for the preset's T) on its seeds. Each entry names its dataset; a cell's key is
     that of the same run as a grid cell (the key is the run's system, config, seed and data)."""
     seeds = task_seeds(task, scale)
-    base: dict[str, Any] = {"data": str(data)}
-    if task != "pendulum" and not scale.quick:
-        # the cartpoles' SAC epochs are their presets' (40, 80), as in mopo-table1; Pendulum's
-        # cells keep the scale's 20 (their keys predate the other tasks)
-        base["epochs"] = PRESETS[task].epochs
+    base = task_base(task, data, scale)
     entries: list[dict[str, Any]] = [{"system": "mopo", **base, "seed": s} for s in seeds]
     entries += [
         {"system": "primorl", **base, "variant": v, "seed": s} for v in VARIANT_ROWS for s in seeds
