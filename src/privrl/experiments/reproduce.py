@@ -111,7 +111,8 @@ REPRODUCTIONS: dict[str, Reproduction] = {
         Reproduction(
             "primorl-table1",
             "Differentially Private Deep Model-Based RL (PRIMORL)",
-            "Table 1, Pendulum: MOPO, NO PRIVACY, LOW and HIGH rows, a sweep over seeds",
+            "Table 1: MOPO, NO PRIVACY, LOW and HIGH on Pendulum, and on Balance and Swingup "
+            "once their datasets are built (run seed by seed, resumable), a sweep over seeds",
             "privrl.experiments.primorl_table1:table1",
             sweep=True,
         ),
