@@ -143,6 +143,10 @@ def test_summary_and_claims_on_two_seeds() -> None:
     one_seed = T11.summarise([r for r in rows if r["seed"] == 0])
     kinds = [c["kind"] for c in T11.claims(one_seed)]
     assert kinds == ["inconclusive at our scale"] * 4 + ["holds"]  # ε's claim needs no run
+    ours = T11.claims(one_seed)[2]["ours"]  # z = 1e-4: 5400 − 50 against MOPO's 6000 − 50
+    assert ours == f"5350 (89.9% of MOPO; one seed, no CI) at T = {T11.ROUNDS}"
+    # two seeds, 5350 and 5450: ± t(0.975, 1)·70.7/√2 = 635
+    assert T11.claims(s)[2]["ours"] == f"5400 ± 635 (90.0% of MOPO; 2 seeds) at T = {T11.ROUNDS}"
     low = [dict(r, normalised_score=10.0) if r["system"] == "mopo" else r for r in rows]
     assert {c["kind"] for c in T11.claims(T11.summarise(low))[:4]} == {"vacuous"}
 

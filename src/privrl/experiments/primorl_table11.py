@@ -393,8 +393,9 @@ def claims(
                 holds = s["return"] + s["ci"] < ref["return"] - ref["ci"]
             else:
                 holds = s["share"] >= target
-            ours = f"{return_text(s)} ({s['share']:.1f}% of MOPO; "
-            ours += f"{s['seeds']} seed(s)"
+            seeds = "one seed, no CI" if s["seeds"] < 2 else f"{s['seeds']} seeds"
+            ret = f"{s['return']:.0f}" + (f" ± {s['ci']:.0f}" if s["seeds"] >= 2 else "")
+            ours = f"{ret} ({s['share']:.1f}% of MOPO; {seeds}"
             ours += f", {lost} diverged)" if lost else ")"
         verdict = kind = "holds" if holds else "does not hold"
         if s["seeds"] + lost < 2 or quick or not learned:

@@ -53,21 +53,20 @@ __all__ = ["write_report"]
 # recipe data (which we simulate) and on the released models (post-processing), seed 0, each
 # with the command that repeats it (CELL: a finished cell's directory in the sweep's cache).
 INVESTIGATED = (
-    "- Investigated, the policy stage's length: MOPO with 60 SAC epochs (`privrl train mopo "
-    "--data primorl-halfcheetah.h5 --model-epochs 20 --epochs 60`, continued from the MOPO "
-    "cell's checkpoint) returns 5804 ± 2029 over its last 10 epochs (normalised 75.7), against "
-    "1873 (26.9) at the table's 20; its return was ≈ 3,500 at epoch 20 and 5,600–7,100 in "
-    "epochs 52–60. So MOPO learns HalfCheetah here with about 60 epochs, and the table's 20 "
-    "are too few for MOPO. PRIMORL's NO NOISE policy on its released model with 60 epochs "
-    "(`privrl train primorl --model CELL/run/model.pt --epochs 60`, post-processing: no data, "
-    "no spend; its first 20 epochs repeat the cell's exactly) returns −218 ± 115 (normalised "
-    "0.9; −444 at 20): more epochs do not make it learn.",
+    "- Investigated, the policy stage's length: the table first ran 20 SAC epochs per row. "
+    "There MOPO returned 1873 (normalised 26.9); its 60-epoch run was at ≈ 3,500 at epoch 20 "
+    "and 5,600–7,100 in epochs 52–60. So 20 epochs were too few for MOPO itself, and the "
+    "table now runs 60: each 60-epoch cell continued its 20-epoch cell from its checkpoints "
+    "(PRIMORL from its released model: no second DP-FedAvg, no new spend; tested to equal a "
+    "fresh cell bit for bit). The PRIMORL rows from 20 to 60 epochs: NO CLIP −859 → 47, NO "
+    "NOISE −444 → −218, z = 1e-4 −483 → −242, z = 1e-3 −161 → −291. More epochs do not make "
+    "them learn.",
     "- Investigated, rollout starts: the NO NOISE row's released model with rollouts started "
     "from the public split (`privrl train primorl --model CELL/run/model.pt --start-states "
     "public-split --epochs 20`, post-processing: no data, no spend) returns −393 ± 203 "
-    "(initial starts: −444). In those rollouts the model predicts ≈ 5 reward per step, as "
-    "MOPO's model does for MOPO's policy, which earns ≈ 3.5 per real step; the real return is "
-    "negative. The policy exploits the released model's error (public-split MSE 0.89 against "
+    "(initial starts, 20 epochs: −444). In those rollouts the model predicts ≈ 5 reward per "
+    "step, as MOPO's model does for MOPO's policy, which earns ≈ 3.5 per real step; the real "
+    "return is negative. The policy exploits the released model's error (public-split MSE 0.89 against "
     "MOPO's 0.23) wherever its rollouts start.",
     "- Investigated, the server's step: DP-FedAvg with server momentum β = 0.9 "
     "(`--server-momentum 0.9`, η_s = 1; post-processing, ε unchanged) at the NO NOISE row's "
