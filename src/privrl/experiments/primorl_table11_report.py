@@ -66,8 +66,8 @@ INVESTIGATED = (
     "public-split --epochs 20`, post-processing: no data, no spend) returns −393 ± 203 "
     "(initial starts, 20 epochs: −444). In those rollouts the model predicts ≈ 5 reward per "
     "step, as MOPO's model does for MOPO's policy, which earns ≈ 3.5 per real step; the real "
-    "return is negative. The policy exploits the released model's error (public-split MSE 0.89 against "
-    "MOPO's 0.23) wherever its rollouts start.",
+    "return is negative. The policy exploits the released model's error (public-split MSE "
+    "0.89 against MOPO's 0.23) wherever its rollouts start.",
     "- Investigated, the server's step: DP-FedAvg with server momentum β = 0.9 "
     "(`--server-momentum 0.9`, η_s = 1; post-processing, ε unchanged) at the NO NOISE row's "
     "settings diverges first: public-split MSE 82–2,825 per member at round 50 and 5.9–27 at "
