@@ -75,7 +75,8 @@ INVESTIGATED = (
     "- The ε = 10 row's release (z = 0.469): its public-split MSE was ≈ 2e12 at every "
     "evaluation (rounds 50–250; MOPO's model: 0.23), so the noise drowned the model, as "
     "expected from the noise's scale above, and SAC trained in it reached non-finite "
-    "parameters within its 20 epochs: *model diverged*, no policy.",
+    "parameters within its first 20 epochs (and, in the 60-epoch run, after its first "
+    "epoch): *model diverged*, no policy.",
     "- So the model limits the PRIMORL rows at T = 250, not the policy stage: the NO NOISE "
     "model's MSE fell from 1.27 at round 50 to 0.89 at round 250 and was still falling. The "
     'paper\'s "tens of thousands" of rounds (≈ 2.6 h per 1000 rounds on one core here) is '
