@@ -330,13 +330,12 @@ def run_cells(
     deadline: float | None = None,
 ) -> list[dict[str, Any]]:
     """Expand `doc`, reuse finished cells of the sweeps `reuse`, continue finished cells to
-    more SAC epochs (:func:`extend_finished`), run (or resume) the others,
-    copy the results table to `out`; the rows, each with its cell's learning curve (`curve`)
-    and directory (`dir`). A failed cell stops the report (rerunning retries it), unless its
-    error contains one of `tolerate` (an outcome the report states, e.g. a diverged model):
-    such a cell is kept, and a rerun does not run it again (`runs.sweep.settled`).
-    No cell starts after `deadline` (`time.monotonic()`); the rows of cells left unfinished
-    have a status other than "ok" (the report says they are pending)."""
+    more SAC epochs (:func:`extend_finished`), run (or resume) the others, copy the results
+    table to `out`; the rows, with each cell's learning curve (`curve`) and directory (`dir`).
+    A failed cell stops the report (a rerun retries it) unless its error contains one of
+    `tolerate`, an outcome the report states (a diverged model): it is kept, not rerun
+    (`runs.sweep.settled`). No cell starts after `deadline` (`time.monotonic()`); the rows of
+    cells left unfinished have a status other than "ok" (the report: pending)."""
     from privrl.runs.sweep import SweepOutcome, expand, run_sweep
 
     sweep = expand(doc)
