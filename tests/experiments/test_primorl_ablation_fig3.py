@@ -263,3 +263,19 @@ def test_balance_cells_are_table1s_runs_at_full_scale(tmp_path: Path) -> None:
     assert len(same) == 3 and all(c["epochs"] == 40 for c in same)
     assert all({k: v for k, v in c.items() if k != "seed"} in ours for c in same)
     assert ab["grid"] == {"seed": [0]}
+
+
+def test_balance_with_its_dataset_and_no_finished_run_is_pending(tmp_path: Path) -> None:
+    """Balance's dataset is there but none of its runs has finished: its section and claims
+    say *pending* (a rerun continues them), not "not run"."""
+    rows = _ablation_rows(_all(150.0), 60.0)
+    text = A.write_report(
+        tmp_path, rows, Scale(seeds=2),
+        datasets={"pendulum": Path("d.h5"), "balance": Path("b.h5")}, missing={}, wall=1.0,
+    ).read_text()  # fmt: skip
+    balance = text.split("## Balance\n")[1].split("## ")[0]
+    assert "Pending: none of its runs has finished yet" in balance and "Not run" not in balance
+    found = [
+        c for c in json.loads((tmp_path / "claims.json").read_text()) if "Balance" in c["claim"]
+    ]
+    assert [c["ours"] for c in found] == ["pending", "pending"]

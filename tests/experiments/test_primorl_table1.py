@@ -363,7 +363,8 @@ def test_a_cartpole_that_ran_gets_its_section_and_its_own_targets(tmp_path: Path
     assert balance["ours"] == "80.0% of MOPO at ε = 7.20 (2 seeds)"
     assert balance["plot"] == "plots/returns-balance.png"
     assert (tmp_path / "plots" / "returns-balance.png").stat().st_size > 1000
-    assert found["LOW is close to MOPO (Balance, ≥ 83%)"]["ours"] == "not run"
+    assert found["LOW is close to MOPO (Balance, ≥ 83%)"]["ours"] == "pending"  # Balance ran
+    assert found["LOW is close to MOPO (Swingup, ≥ 90%)"]["ours"] == "not run"  # no dataset
     text = report.read_text()
     assert "## Balance\n" in text and "## Swingup: not run" in text
     assert "| HIGH | 8.20 | 7.20 | 758.2 (77.7%) | 760.0 ± " in text
@@ -443,3 +444,27 @@ def test_the_stored_pld_epsilons_are_the_slowly_verified_ones() -> None:
         p = PRESETS[task]
         assert p.sampling_rate == 1e-3  # the slow table's q
         assert verified[(p.low if row == "low" else p.high, p.max_rounds)] == eps, (task, row)
+
+
+def test_a_cartpole_with_no_finished_run_yet_is_all_pending(tmp_path: Path) -> None:
+    """Balance's dataset is there but none of its runs has finished (a first sitting): every
+    row and claim is pending, and the report does not call an unfinished MOPO unlearned."""
+    rows = [_task_row("pendulum", "mopo", None, r, None) for r in (100.0, 101.0)]
+    report = write_report(
+        tmp_path,
+        rows,
+        Scale(seeds=2),
+        data={"pendulum": Path("p.h5"), "balance": Path("b.h5")},
+        missing={"swingup": "its recipe dataset is not built"},
+        wall=1.0,
+    )
+    text = report.read_text()
+    balance = text.split("## Balance\n")[1].split("## Swingup")[0]
+    assert "**0 of its 8 runs have finished**" in balance
+    assert balance.count("| pending |") == 4 + 3 and "did not learn" not in balance  # rows, claims
+    assert "returns-balance.png" not in text  # no finished run: no plot, and no link to one
+    found = [
+        c for c in json.loads((tmp_path / "claims.json").read_text()) if "Balance" in c["claim"]
+    ]
+    assert [c["ours"] for c in found] == ["pending"] * 3
+    assert {c["kind"] for c in found} == {"inconclusive at our scale"}

@@ -28,6 +28,7 @@ from privrl.experiments import primorl_sweeps as shared
 from privrl.experiments.primorl_sweeps import Scale
 from privrl.experiments.primorl_table1_report import MOPO_MINUTES, run_costs
 from privrl.runs.plots import draw
+from privrl.runs.sweep import budget_deadline
 from privrl.runs.system import PlotSpec, Series
 
 __all__ = ["ablation", "claims", "summarise", "sweep_doc", "write_report"]
@@ -133,7 +134,12 @@ def ablation(out: Path, **options: Any) -> Path:
             )
     t0 = time.perf_counter()
     doc = sweep_doc(datasets, shared.sweep_dir(ID, scale), scale, backend=backend, workers=workers)
-    rows = shared.run_cells(doc, out, reuse=[shared.sweep_dir("primorl-table1", scale)])
+    rows = shared.run_cells(
+        doc,
+        out,
+        reuse=[shared.sweep_dir("primorl-table1", scale)],
+        deadline=budget_deadline(),  # $PRIVRL_REPRO_BUDGET_S: no cell starts after it
+    )
     return write_report(
         out, rows, scale, datasets=datasets, missing=missing, wall=time.perf_counter() - t0
     )
@@ -212,13 +218,13 @@ def claims(
         table = summary.get(task)
         rows = None if table is None else [table.get((v, *c)) for v in VARIANTS for c in COMBOS]
         if table is None or rows is None or None in rows or "share" not in rows[0]:
-            why = (missing or {}).get(task, "not run")
+            why = (missing or {}).get(task)  # none: the dataset is there, the runs pending
             for c, p in ((c1, p1), (c2, p2)):
                 found.append(
                     {
                         "claim": c,
                         "paper": p,
-                        "ours": f"not run: {why}",
+                        "ours": f"not run: {why}" if why else "pending",
                         "verdict": "inconclusive",
                         "plot": "plots/ablation.png",
                         "kind": "inconclusive at our scale",
@@ -407,7 +413,13 @@ def _markdown(
         lines += [f"## {label}", ""]
         table = summary.get(task)
         if table is None:
-            lines += [f"Not run: {missing.get(task, 'no finished cell')}.", ""]
+            lines += [
+                f"Not run: {missing[task]}."
+                if task in missing
+                else "Pending: none of its runs has finished yet; `privrl reproduce "
+                "primorl-ablation` continues them (a run cut off resumes from its checkpoint).",
+                "",
+            ]
             lines += _cost_lines(task, scale, cost)
             continue
         mopo = table.get(("mopo", "", ""))
@@ -432,7 +444,8 @@ def _markdown(
                 s = table.get((v, *combo))
                 if s is None:
                     z = PAPER_Z[task][i]
-                    lines.append(f"| {name} | {z} | {p} | — | not run | — | — | — | — |")
+                    absent = "not run" if task in missing else "pending"
+                    lines.append(f"| {name} | {z} | {p} | — | {absent} | — | — | — | — |")
                     continue
                 share, per_seed = shared.share_texts(s)
                 lines.append(

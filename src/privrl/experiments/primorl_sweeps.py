@@ -587,11 +587,11 @@ def verdict_section(
     learned: float,
 ) -> list[str]:
     """The verdicts of a one-task report, then `ceiling_note` when every row is at the task's
-    `ceiling` and the warning when MOPO's normalised score is below `learned`."""
+    `ceiling` and the warning when a finished MOPO's normalised score is below `learned`."""
     lines = ["", *verdict_lines(found)]
     if at_ceiling(summary, ceiling):
         lines += ["", ceiling_note]
-    if warning := mopo_not_learned(summary.get("mopo"), learned):
+    if summary.get("mopo") and (warning := mopo_not_learned(summary["mopo"], learned)):
         lines += ["", *warning]
     return lines
 

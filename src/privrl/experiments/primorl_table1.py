@@ -305,13 +305,15 @@ def claims(
     *,
     quick: bool = False,
     task: str = "pendulum",
+    pending: bool = False,
 ) -> list[dict[str, str]]:
     """One claim per private/ablation row of `task`: its share of MOPO against the paper's.
 
     The target is :func:`share_target`. A share of MOPO says nothing when MOPO itself did not
     learn (normalised score below `MOPO_LEARNED`: a row "close to" a random-level MOPO would be
     vacuous, kind "vacuous"), nor in quick mode or with one seed, nor when the row was not run
-    (kind "inconclusive at our scale", ours "not run").
+    (kind "inconclusive at our scale", ours "not run"; "pending" when `pending`: the task
+    ran and its rerun will run the row).
     """
     found = []
     label = TASK_LABELS[task]
@@ -331,7 +333,7 @@ def claims(
                 {
                     "claim": claim,
                     "paper": paper,
-                    "ours": "not run",
+                    "ours": "pending" if pending else "not run",
                     "verdict": "inconclusive",
                     "plot": plot,
                     "kind": "inconclusive at our scale",

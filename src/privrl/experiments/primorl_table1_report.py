@@ -92,7 +92,11 @@ def write_report(
         if task == "pendulum" or summaries[task]:
             _plot(task, summaries[task], out / _plot_path(task))
     found = [
-        c for t in TASKS for c in claims(summaries[t], quick=scale.quick or t in missing, task=t)
+        c
+        for t in TASKS
+        for c in claims(
+            summaries[t], quick=scale.quick or t in missing, task=t, pending=t in datasets
+        )
     ]
     cost = run_costs(rows)
     metrics: dict[str, Any] = {
@@ -432,7 +436,9 @@ def _task_section(
     )
     # the verdicts are a subsection of the task's
     lines += [f"### Verdicts ({label})" if v == "## Verdicts" else v for v in verdicts]
-    lines += ["", f"![returns]({_plot_path(task)})", ""]
+    if summary or task == "pendulum":  # a task with no finished run has no plot yet
+        lines += ["", f"![returns]({_plot_path(task)})"]
+    lines += [""]
     if task == "pendulum":
         lines += [
             f"### Notes ({label})",
