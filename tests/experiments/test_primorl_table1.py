@@ -339,6 +339,18 @@ def _task_row(task: str, system: str, variant: str | None, ret: float, eps: floa
     return {**_row(system, variant, ret, 90.0, eps), "task": task, "env_id": ""}
 
 
+def _pendulum_and_balance_report(tmp_path: Path, rows: list[dict]) -> Path:
+    """The report of `rows` with Pendulum's and Balance's datasets there, Swingup's absent."""
+    return write_report(
+        tmp_path,
+        rows,
+        Scale(seeds=2),
+        data={"pendulum": Path("p.h5"), "balance": Path("b.h5")},
+        missing={"swingup": "its recipe dataset is not built"},
+        wall=1.0,
+    )
+
+
 def test_a_cartpole_that_ran_gets_its_section_and_its_own_targets(tmp_path: Path) -> None:
     """The same share of MOPO (80%) holds against Balance HIGH's target (the paper: 77.7%) and
     not against Pendulum's 90%; each task's rows are summarised apart."""
@@ -348,14 +360,7 @@ def test_a_cartpole_that_ran_gets_its_section_and_its_own_targets(tmp_path: Path
         *(_task_row("balance", "mopo", None, r, None) for r in (900.0, 1000.0)),
         *(_task_row("balance", "primorl", "high", r, 7.2) for r in (750.0, 770.0)),
     ]
-    report = write_report(
-        tmp_path,
-        rows,
-        Scale(seeds=2),
-        data={"pendulum": Path("p.h5"), "balance": Path("b.h5")},
-        missing={"swingup": "its recipe dataset is not built"},
-        wall=1.0,
-    )
+    report = _pendulum_and_balance_report(tmp_path, rows)
     found = {c["claim"]: c for c in json.loads((tmp_path / "claims.json").read_text())}
     assert found["HIGH is close to MOPO (Pendulum, ≥ 90%)"]["verdict"] == "does not hold"
     balance = found["HIGH is close to MOPO (Balance, ≥ 77%)"]
@@ -450,14 +455,7 @@ def test_a_cartpole_with_no_finished_run_yet_is_all_pending(tmp_path: Path) -> N
     """Balance's dataset is there but none of its runs has finished (a first sitting): every
     row and claim is pending, and the report does not call an unfinished MOPO unlearned."""
     rows = [_task_row("pendulum", "mopo", None, r, None) for r in (100.0, 101.0)]
-    report = write_report(
-        tmp_path,
-        rows,
-        Scale(seeds=2),
-        data={"pendulum": Path("p.h5"), "balance": Path("b.h5")},
-        missing={"swingup": "its recipe dataset is not built"},
-        wall=1.0,
-    )
+    report = _pendulum_and_balance_report(tmp_path, rows)
     text = report.read_text()
     balance = text.split("## Balance\n")[1].split("## Swingup")[0]
     assert "**0 of its 8 runs have finished**" in balance
