@@ -466,3 +466,8 @@ def test_a_cartpole_with_no_finished_run_yet_is_all_pending(tmp_path: Path) -> N
     ]
     assert [c["ours"] for c in found] == ["pending"] * 3
     assert {c["kind"] for c in found} == {"inconclusive at our scale"}
+    # then Balance's first run (MOPO, seed 0) finishes: one seed, so no interval to show
+    rows.append(_task_row("balance", "mopo", None, 924.0, None))
+    text = _pendulum_and_balance_report(tmp_path, rows).read_text()
+    assert "**1 of its 8 runs has finished**" in text
+    assert "| MOPO | ∞ | ∞ | 976.3 (100.0%) | 924.0 (one seed, no CI) | — | 90.0 |" in text

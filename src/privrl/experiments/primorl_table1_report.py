@@ -375,10 +375,12 @@ def _table_lines(
             )
             continue
         share, per_seed = shared.share_texts(s)
+        ret, raw = f"{s['return']:.1f} ± {s['ci']:.1f}", shared.raw_text(s)
+        if s["seeds"] < 2:  # a table built over sittings: one seed has no interval yet
+            ret, raw = f"{s['return']:.1f} (one seed, no CI)", raw.split(" ± ")[0]
         lines.append(
             f"| {LABELS[name]} | {_eps(p_eps)} | {_eps(s['epsilon'])} | {p_ret} ({p_share}%) | "
-            f"{s['return']:.1f} ± {s['ci']:.1f} | {shared.raw_text(s)} | "
-            f"{shared.num_text(s['normalised'])} | {share} | {per_seed} |"
+            f"{ret} | {raw} | {shared.num_text(s['normalised'])} | {share} | {per_seed} |"
         )
     return lines
 
@@ -416,7 +418,8 @@ def _task_section(
     done = sum(int(s.get("seeds") or 0) for s in summary.values())
     if done < planned:
         lines += [
-            f"**{done} of its {planned} runs have finished**; the others are pending. "
+            f"**{done} of its {planned} runs {'has' if done == 1 else 'have'} finished**; the "
+            "others are pending. "
             "`privrl reproduce primorl-table1` continues them, seed by seed (a run cut off "
             "resumes from its last checkpoint), and rewrites this section. Rows and verdicts "
             "below are over the finished runs only.",
