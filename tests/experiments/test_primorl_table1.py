@@ -411,7 +411,8 @@ def test_a_task_without_its_dataset_is_reported_not_run_with_its_cost(tmp_path: 
     assert cost["tasks"]["swingup"]["rounds"] == 10_000
     assert balance["table_runs"] == {"primorl": 9, "mopo": 3}
     assert "dp_stage_hours_per_1000_rounds" in cost["tasks"]["halfcheetah"]  # T not reported
-    missing = {t: "its recipe dataset is not built on this machine" for t in ("balance", "swingup")}
+    why = "its recipe dataset is not built on this machine"
+    missing = dict.fromkeys(("balance", "swingup"), why)
     text = write_report(
         tmp_path, rows, Scale(seeds=2), data={"pendulum": Path("p.h5")}, missing=missing, wall=1.0
     ).read_text()
@@ -420,6 +421,14 @@ def test_a_task_without_its_dataset_is_reported_not_run_with_its_cost(tmp_path: 
         assert f"## {label}: not run" in text
         assert f"privrl data collect --recipe primorl-{task}" in text
     assert "## What did not fit" in text and "HalfCheetah (Table 11)" in text
+    built = next(line for line in text.splitlines() if line.startswith("- Not built"))
+    assert "--recipe primorl-balance` (≈ 15 min" in built and "primorl-swingup` (≈ 35" in built
+    data = {"pendulum": Path("p.h5"), "balance": Path("b.h5")}  # Balance's dataset built
+    text = write_report(
+        tmp_path / "b", rows, Scale(seeds=2), data=data, missing={"swingup": why}, wall=1.0
+    ).read_text()
+    built = next(line for line in text.splitlines() if line.startswith("- Not built"))
+    assert "--recipe primorl-swingup" in built and "primorl-balance" not in built
     assert "--backend ray --address" in text
     assert f"{ROUND_RATIO['balance']:.1f}×" in text
     assert "| HIGH | 17.00 | 16.01 | 698.3 (86.75%) | not run |" in text  # ε: our accountant's

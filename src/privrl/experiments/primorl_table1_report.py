@@ -284,13 +284,19 @@ def _cost_lines(cost: Mapping[str, Any], missing: Mapping[str, str]) -> list[str
             f"| {label} | {model} | {clients} | {ratio:.1f}× | {s_round} | {rounds} | "
             f"{stage} | {runs} | {hours} |"
         )
+    unbuilt = [t for t in ("balance", "swingup") if "not built" in missing.get(t, "")]
+    builds = " and ".join(
+        f"`privrl data collect --recipe primorl-{t}` (≈ {BUILD_MINUTES[t]} min on an idle core)"
+        for t in unbuilt
+    )
+    lines += [""]
+    if unbuilt:
+        lines.append(
+            f"- Not built on this machine: {builds}; × 2–3 on a busy machine "
+            "(docs/primorl-data.md). With a dataset present, `privrl reproduce primorl-table1` "
+            "runs its task's cells and fills its section; the finished cells are skipped."
+        )
     lines += [
-        "",
-        "- The cartpole datasets are not built on this machine: `privrl data collect --recipe "
-        f"primorl-balance` (≈ {BUILD_MINUTES['balance']} min on an idle core) and "
-        f"`--recipe primorl-swingup` (≈ {BUILD_MINUTES['swingup']} min; × 2–3 on a busy "
-        "machine, docs/primorl-data.md). With them present, `privrl reproduce primorl-table1` "
-        "runs their cells and fills their sections; the Pendulum cells are skipped.",
         "- The cells are independent runs: on 2 shared cores a cartpole table is days of "
         "wall time. `privrl reproduce primorl-table1 --backend ray` runs them on a local Ray "
         "instance, and `privrl reproduce primorl-table1 --backend ray --address HOST:PORT` "
