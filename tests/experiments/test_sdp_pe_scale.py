@@ -4,13 +4,16 @@ field and reading a written group back."""
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from privrl.experiments.claims import KINDS, read_claims, write_claims
+from privrl.experiments.sdp_pe import run_fig4
 from privrl.experiments.sdp_pe.analysis import (
     LDP_DERIVED,
     _expectations,
@@ -19,6 +22,7 @@ from privrl.experiments.sdp_pe.analysis import (
     sensitivity,
 )
 from privrl.experiments.sdp_pe.jobs import (
+    GROUPS,
     Fig4Config,
     _pe_cells,
     jdp_long_output,
@@ -187,6 +191,37 @@ def test_committed_main_group_reads_back() -> None:
     assert ("main", "UCB-VI", None) in main and ("main", "UCBVI-LDP", 10.0) in main
     for m in main.values():
         assert m["mean"][-1] == pytest.approx(float(np.mean(m["finals"])), rel=1e-6)
+
+
+def _group_rows(run_dir: Path) -> tuple[list[dict], dict]:
+    """metrics.csv's rows and metrics.json's finals of the groups in `GROUPS`."""
+    with open(run_dir / "metrics.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["group"].split("|")[0] in GROUPS]
+    finals = json.loads((run_dir / "metrics.json").read_text())["final_regret"]
+    return rows, {k: v for k, v in finals.items() if k.split("|")[0] in GROUPS}
+
+
+@pytest.mark.skipif(not (ROOT / "stage_logs.json").exists(), reason="no committed run")
+def test_committed_report_rewrites_from_its_own_groups(tmp_path: Path) -> None:
+    """Every group read back (`reuse=GROUPS`) and no jdp-long unit: nothing runs and the
+    rewritten report holds the same curves, finals, reports and claims as the committed one
+    (how jdp-long units are added to a report whose cells left the cache)."""
+    out = tmp_path / "fig4"
+    shutil.copytree(ROOT, out)
+    cfg = Fig4Config()
+    cfg.jdp_long_seeds = 0
+    run_fig4(cfg, out, reuse=GROUPS, log=lambda _: None)
+    assert _group_rows(out) == _group_rows(ROOT)
+    for name in ("privacy_reports.json", "stage_logs.json"):
+        assert json.loads((out / name).read_text()) == json.loads((ROOT / name).read_text())
+    assert (out / "results.csv").read_text() == (ROOT / "results.csv").read_text()
+    finals = json.loads((ROOT / "metrics.json").read_text())["final_regret"]
+    if not any(k.startswith("jdp-long|") for k in finals):  # else the units' rows are new
+        assert (out / "report.md").read_text() == (ROOT / "report.md").read_text()
+        claims = [json.loads((d / "claims.json").read_text()) for d in (out, ROOT)]
+        assert claims[0] == claims[1]
+    with pytest.raises(ValueError, match="unknown group"):
+        run_fig4(cfg, out, reuse=("mian",))
 
 
 def test_jdp_long_unit_records_where_each_plan_left_all_left(tmp_path: Path) -> None:

@@ -94,19 +94,44 @@ def run_fig4(
     quick: bool = False,
     log: Callable[[str], None] = print,
     backend: str = "local",
-    reuse_main: bool = False,
+    reuse: tuple[str, ...] = (),
 ) -> Path:
     """Run (or resume) every run of ``cfg`` and write the reproduction to ``out``; returns
     report.md. PE and SDP-PE run as a sweep (finished cells are skipped), the UCB-VI family as
-    one vectorised job per (algorithm, ε). ``reuse_main``: read the main group (K =
-    ``episodes``, every algorithm) back from ``out``'s previous run instead of running it."""
-    from privrl.runs.sweep import expand, run_sweep
+    one vectorised job per (algorithm, ε). ``reuse``: groups of `GROUPS` read back from
+    ``out``'s previous run (`load_group`) instead of run; the jdp-long units always run (or
+    are read from the cache)."""
     from privrl.runs.units import run_units
 
     t0 = time.perf_counter()
     cells = sweep_dir(quick)
-    groups = tuple(g for g in GROUPS if not (reuse_main and g == "main"))
-    main = load_group(Path(out), "main") if reuse_main else {}
+    unknown = sorted(set(reuse) - set(GROUPS))
+    if unknown:
+        raise ValueError(f"reuse: unknown group(s) {unknown}; groups are {', '.join(GROUPS)}")
+    groups = tuple(g for g in GROUPS if g not in reuse)
+    reused = {k: v for g in reuse for k, v in load_group(Path(out), g).items()}
+    sweep_cells = _run_pe_sweep(cfg, cells, groups, backend, log) if groups else []
+    cell_groups = [group for group, _ in _pe_cells(cfg, groups)]
+    outputs = [] if "main" in reuse else _execute(_jobs(cfg), cfg, log)
+    jdp = jdp_long_units(cfg, cells)
+    log(f"UCBVI-JDP at K = {cfg.jdp_long_episodes:,}: {len(jdp)} vectorised run(s) (cached)")
+    outputs += [jdp_long_output(r) for r in run_units(jdp, backend=backend, workers=cfg.workers)]
+    outputs += [
+        _cell_output(cell.values, group, cell.run_dir)
+        for cell, group in zip(sweep_cells, cell_groups, strict=True)
+    ]
+    Path(out).mkdir(parents=True, exist_ok=True)
+    if sweep_cells and (cells / "results.csv").exists():  # else keep the previous run's table
+        shutil.copyfile(cells / "results.csv", Path(out) / "results.csv")
+    return write_fig4(cfg, outputs, out, wall=time.perf_counter() - t0, quick=quick, reused=reused)
+
+
+def _run_pe_sweep(
+    cfg: Fig4Config, cells: Path, groups: tuple[str, ...], backend: str, log: Callable[[str], None]
+) -> list[Any]:
+    """Run (or resume) the PE/SDP-PE cells of ``groups``; their cells, in `_pe_cells` order."""
+    from privrl.runs.sweep import expand, run_sweep
+
     sweep = expand(sweep_doc(cfg, cells, backend=backend, groups=groups))
     outcome = run_sweep(
         sweep,
@@ -119,27 +144,19 @@ def run_fig4(
             f"{len(outcome.failed)} run(s) failed, e.g. {cell.label()}: {error} "
             f"(logs in {cell.dir}/log.txt); rerun to retry them"
         )
-    cell_groups = [group for group, _ in _pe_cells(cfg, groups)]
-    outputs = [] if reuse_main else _execute(_jobs(cfg), cfg, log)
-    jdp = jdp_long_units(cfg, cells)
-    log(f"UCBVI-JDP at K = {cfg.jdp_long_episodes:,}: {len(jdp)} vectorised run(s) (cached)")
-    outputs += [jdp_long_output(r) for r in run_units(jdp, backend=backend, workers=cfg.workers)]
-    outputs += [
-        _cell_output(cell.values, group, cell.run_dir)
-        for cell, group in zip(sweep.cells, cell_groups, strict=True)
-    ]
-    Path(out).mkdir(parents=True, exist_ok=True)
-    if (cells / "results.csv").exists():
-        shutil.copyfile(cells / "results.csv", Path(out) / "results.csv")
-    return write_fig4(cfg, outputs, out, wall=time.perf_counter() - t0, quick=quick, reused=main)
+    return list(sweep.cells)
 
 
-def refresh_fig4(out: Path, *, quick: bool = False, workers: int = 1) -> Path:
-    """Rewrite a written reproduction with its main group read back (nothing of it rerun) and
-    the long and sensitivity groups run (or resumed from the cache)."""
+def refresh_fig4(
+    out: Path, *, quick: bool = False, workers: int = 1, reuse: tuple[str, ...] = ("main",)
+) -> Path:
+    """Rewrite a written reproduction with the groups in ``reuse`` read back (nothing of them
+    rerun) and the others and the jdp-long units run (or resumed from the cache). With
+    ``reuse=GROUPS`` only the jdp-long units are computed: the way to add them to a report
+    whose other groups' cells are no longer in the cache."""
     cfg = Fig4Config.quick() if quick else Fig4Config()
     cfg.workers = max(1, int(workers))
-    return run_fig4(cfg, Path(out), quick=quick, reuse_main=True)
+    return run_fig4(cfg, Path(out), quick=quick, reuse=tuple(reuse))
 
 
 def sweep_dir(quick: bool) -> Path:

@@ -8,13 +8,11 @@ from typing import Any
 import numpy as np
 
 from privrl.experiments.claims import Claim, holds
-from privrl.experiments.sdp_pe.jobs import COLORS, Fig4Config, sens_group
+from privrl.experiments.sdp_pe.jobs import COLORS, LDP_DERIVED, Fig4Config, sens_group
 from privrl.experiments.sdp_pe.report import _all_left_gap, _slope, ldp_burn_in_end
 from privrl.online.common import checkpoints
 from privrl.online.sdp_pe import stage_schedule
 from privrl.privacy.shuffle import binary_sum_error_bound, calibrate_binary_sum
-
-LDP_DERIVED = "UCBVI-LDP (derived)"
 
 
 def _stats(x: np.ndarray) -> tuple[float, float]:

@@ -204,6 +204,7 @@ def jdp_long_output(result: dict[str, Any]) -> dict[str, Any]:
 
 
 GROUPS = ("main", "long", "longer", "sens")
+LDP_DERIVED = "UCBVI-LDP (derived)"  # computed from public quantities, never read back
 
 
 def sens_group(constant: str, factor: float) -> str:
@@ -380,28 +381,31 @@ def load_group(run_dir: Path, group: str = "main") -> dict[tuple[str, str, float
     mean and std from metrics.csv; per-seed finals, seeds, seconds and first elimination stages
     from metrics.json; privacy reports from privacy_reports.json; stage logs of the first seeds
     from stage_logs.json), in the form `_merge` returns, so that a reproduction can be
-    rewritten with new groups without rerunning this one."""
+    rewritten with new groups without rerunning this one. ``group`` "sens" reads every
+    sensitivity variant (`sens_group`); derived curves (`LDP_DERIVED`) are not read: the
+    report recomputes them."""
     import csv
 
     run_dir = Path(run_dir)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     reports = json.loads((run_dir / "privacy_reports.json").read_text())
     logs = json.loads((run_dir / "stage_logs.json").read_text())
-    curves: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
+    curves: dict[tuple[str, str, str], list[tuple[int, float, float]]] = {}
     with open(run_dir / "metrics.csv", newline="") as fh:
         for r in csv.DictReader(fh):
-            if r["group"] == group:
-                curves.setdefault((r["algorithm"], r["epsilon"]), []).append(
+            mine = r["group"] == group or (group == "sens" and r["group"].startswith("sens|"))
+            if mine and r["algorithm"] != LDP_DERIVED:
+                curves.setdefault((r["group"], r["algorithm"], r["epsilon"]), []).append(
                     (int(r["episode"]), float(r["regret_mean"]), float(r["regret_std"]))
                 )
     out: dict[tuple[str, str, float | None], Any] = {}
-    for (algo, eps_text), pts in curves.items():
+    for (name, algo, eps_text), pts in curves.items():
         pts.sort()
         eps = None if eps_text == "" else float(eps_text)
-        key = f"{group}|{algo}|{'-' if eps is None else f'{eps:g}'}"
+        key = f"{name}|{algo}|{'-' if eps is None else f'{eps:g}'}"
         f = metrics["final_regret"][key]
         arr = np.array(pts)
-        out[(group, algo, eps)] = {
+        out[(name, algo, eps)] = {
             "grid": arr[:, 0].astype(np.int64),
             "mean": arr[:, 1],
             "std": arr[:, 2],
