@@ -75,3 +75,28 @@ def test_a_finished_cell_is_continued_to_more_sac_epochs(tmp_path: Path, data: P
         for r in (rows[0], again[0])
     ]
     assert all(torch.equal(released[0][k], released[1][k]) for k in released[0])
+
+
+@pytest.mark.parametrize(
+    ("stats", "text", "raw"),
+    [
+        ({"seeds": 3, "return": 12.345, "ci": 1.25}, "12.3 ± 1.2", "—"),
+        ({"seeds": 1, "return": 924.04, "ci": 0.0}, "924.0 (one seed, no CI)", "—"),
+        (
+            {"seeds": 2, "return": 50.0, "ci": 5.0, "raw_return": -600.0, "raw_ci": 49.35},
+            "50.0 ± 5.0",
+            "-600.0 ± 49.4",
+        ),
+        (
+            {"seeds": 1, "return": 50.0, "ci": 0.0, "raw_return": -600.0, "raw_ci": 0.0},
+            "50.0 (one seed, no CI)",
+            "-600.0",
+        ),
+    ],
+)
+def test_return_text_shows_no_interval_for_one_seed(stats: dict, text: str, raw: str) -> None:
+    """A row's return ± its 95% CI; one seed has none ("± 0.0" would claim one), so the return
+    says so and the raw column shows the number alone; no raw scale: "—"."""
+    assert shared.return_text(stats) == text
+    assert shared.raw_text(stats) == raw
+    assert shared.return_text({"seeds": 1, "return": 5804.4}, 0) == "5804 (one seed, no CI)"

@@ -16,7 +16,7 @@ from privrl.cli.main import main
 from privrl.data.io import save_hdf5
 from privrl.privacy.ledger import BudgetLedger
 from privrl.runs.layer import RunSpec, execute
-from privrl.runs.sweep import SweepError, expand, load_sweep, run_sweep
+from privrl.runs.sweep import SweepError, expand, load_sweep, read_record, run_sweep
 from tests.neighbours import dataset, random_tabular_episodes, tabular_metadata
 
 IMPORTS = '[sweep]\nimports = ["tests.runs.toy", "tests.runs.sweep_toys"]\n'
@@ -425,3 +425,24 @@ def test_a_failure_named_as_an_outcome_is_settled_and_not_run_again(tmp_path: Pa
     assert run_sweep(expand(doc), outcomes=("another error",)).ran == 1  # not named: retried
     doc["cells"][1]["work"] = 11  # another run: another fingerprint
     assert run_sweep(expand(doc), outcomes=settled).ran == 1
+
+
+def test_a_cell_record_is_read_for_its_own_fingerprint_only(tmp_path: Path) -> None:
+    """`read_record`: the last attempt's record; None for another fingerprint, no record or an
+    unreadable one (a cell cut off mid-write)."""
+    doc = {
+        "system": "toy-work",
+        "out": str(tmp_path / "o"),
+        "work": 10,
+        "cells": [{"seed": 0}],
+        "sweep": {"imports": ["tests.runs.sweep_toys"], "workers": 1},
+    }
+    (cell,) = expand(doc).cells
+    assert read_record(cell.dir, cell.key) is None  # never run
+    run_sweep(expand(doc))
+    record = read_record(cell.dir, cell.key)
+    assert record is not None and record["status"] == "ok" and record["key"] == cell.key
+    assert read_record(cell.dir) == record  # any fingerprint
+    assert read_record(cell.dir, "another key") is None
+    (cell.dir / "cell.json").write_text('{"status": "ok", "ke')
+    assert read_record(cell.dir) is None

@@ -450,7 +450,7 @@ def _markdown(
                 share, per_seed = shared.share_texts(s)
                 lines.append(
                     f"| {name} | {PAPER_Z[task][i]} | {p} | {shared.eps_text(s['epsilon'])} | "
-                    f"{s['return']:.1f} ± {s['ci']:.1f} | {shared.raw_text(s)} | "
+                    f"{shared.return_text(s)} | {shared.raw_text(s)} | "
                     f"{shared.num_text(s['normalised'])} | {share} | {per_seed} |"
                 )
         lines.append("")

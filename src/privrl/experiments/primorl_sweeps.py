@@ -41,6 +41,7 @@ __all__ = [
     "raw_scale_notes",
     "raw_text",
     "recipe_dataset",
+    "return_text",
     "reuse_finished",
     "run_cells",
     "smoke_lines",
@@ -64,11 +65,7 @@ class Scale:
     def settings(self) -> dict[str, Any]:
         """Settings every cell shares (both systems have them)."""
         if self.quick:
-            return {
-                "epochs": self.epochs,
-                "steps_per_epoch": 20,
-                "rollout_batch_size": 50,
-            }
+            return {"epochs": self.epochs, "steps_per_epoch": 20, "rollout_batch_size": 50}
         return {"epochs": self.epochs}
 
     def seed_list(self) -> list[int]:
@@ -223,7 +220,7 @@ def recipe_dataset(task: str, quick: bool, reproduction: str) -> Path:
 def reuse_finished(sweep: Any, others: Sequence[Path]) -> int:
     """Copy into `sweep` every unfinished cell that is finished, with the same fingerprint, in
     one of the sweep directories `others`; returns how many were copied."""
-    from privrl.runs.sweep import RUN_FILES, finished
+    from privrl.runs.sweep import RUN_FILES, finished, read_record
 
     copied = 0
     for cell in sweep.cells:
@@ -231,10 +228,7 @@ def reuse_finished(sweep: Any, others: Sequence[Path]) -> int:
             continue
         for other in others:
             source = other / "cells" / cell.name
-            record = _record(source / "cell.json")
-            if not isinstance(record, dict) or record.get("key") != cell.key:
-                continue
-            if record.get("status") != "ok":
+            if (read_record(source, cell.key) or {}).get("status") != "ok":
                 continue
             if not all((source / "run" / n).is_file() for n in RUN_FILES):
                 continue
@@ -259,13 +253,13 @@ def extend_finished(sweep: Any) -> int:
     checkpoint. Both resume exactly (tested), so the result is the run a fresh cell would
     make from the same seed; its `seconds` count only the continuation. On a ledgered dataset
     the continued run records its release's spend again (conservative)."""
-    from privrl.runs.sweep import RUN_FILES
+    from privrl.runs.sweep import RUN_FILES, read_record
 
     done: list[tuple[Path, dict[str, Any]]] = []
     for record_path in sorted((sweep.out / "cells").glob("*/cell.json")):
-        record = _record(record_path)
+        record = read_record(record_path.parent) or {}
         source = record_path.parent / "run"
-        if isinstance(record, dict) and record.get("status") == "ok":
+        if record.get("status") == "ok":
             if all((source / n).is_file() for n in RUN_FILES):
                 done.append((source, record.get("values") or {}))
     seeded = 0
@@ -312,13 +306,6 @@ def _seed_run(system: str, source: Path, target: Path) -> None:
             shutil.copyfile(source / name, target / name)
     else:
         shutil.copytree(source, target)
-
-
-def _record(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def run_cells(
@@ -458,11 +445,21 @@ def cell_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return stats
 
 
-def raw_text(stats: Mapping[str, Any]) -> str:
-    """A row's raw-scale return ± CI for a report table ("—" without one)."""
-    if "raw_return" not in stats:
+def return_text(stats: Mapping[str, Any], digits: int = 1, *, raw: bool = False) -> str:
+    """A row's return ± its 95% CI (``raw``: on the raw scale, "—" without one). One seed has
+    no interval: "(one seed, no CI)" instead, or the number alone in the raw column."""
+    key = "raw_return" if raw else "return"
+    if key not in stats:
         return "—"
-    return f"{stats['raw_return']:.1f} ± {stats['raw_ci']:.1f}"
+    value = f"{stats[key]:.{digits}f}"
+    if stats["seeds"] < 2:
+        return value if raw else f"{value} (one seed, no CI)"
+    return f"{value} ± {stats['raw_ci' if raw else 'ci']:.{digits}f}"
+
+
+def raw_text(stats: Mapping[str, Any]) -> str:
+    """`return_text` on the raw scale, for a report table's raw column."""
+    return return_text(stats, raw=True)
 
 
 def at_ceiling(table: Mapping[Any, Mapping[str, Any]], ceiling: float) -> bool:

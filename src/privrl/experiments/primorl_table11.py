@@ -336,10 +336,8 @@ def _mean_or_none(values: Sequence[float | None]) -> float | None:
 
 
 def return_text(stats: Mapping[str, Any]) -> str:
-    """A row's return ± its 95% CI; with one seed there is no interval to show."""
-    if stats["seeds"] < 2:
-        return f"{stats['return']:.0f} (one seed, no CI)"
-    return f"{stats['return']:.0f} ± {stats['ci']:.0f}"
+    """A row's return ± its 95% CI, to the unit (`primorl_sweeps.return_text`)."""
+    return shared.return_text(stats, 0)
 
 
 def _paper_share(row: str) -> float:

@@ -381,12 +381,10 @@ def _table_lines(
             )
             continue
         share, per_seed = shared.share_texts(s)
-        ret, raw = f"{s['return']:.1f} ± {s['ci']:.1f}", shared.raw_text(s)
-        if s["seeds"] < 2:  # a table built over sittings: one seed has no interval yet
-            ret, raw = f"{s['return']:.1f} (one seed, no CI)", raw.split(" ± ")[0]
         lines.append(
             f"| {LABELS[name]} | {_eps(p_eps)} | {_eps(s['epsilon'])} | {p_ret} ({p_share}%) | "
-            f"{ret} | {raw} | {shared.num_text(s['normalised'])} | {share} | {per_seed} |"
+            f"{shared.return_text(s)} | {shared.raw_text(s)} | "
+            f"{shared.num_text(s['normalised'])} | {share} | {per_seed} |"
         )
     return lines
 

@@ -399,13 +399,21 @@ def _short(value: Any) -> str:
 # ============================================================================ cells
 
 
+def read_record(cell_dir: str | Path, key: str | None = None) -> dict[str, Any] | None:
+    """The record (``cell.json``: status, seconds, error) of the last attempt of the cell in
+    `cell_dir`; None when there is none, it is unreadable, or it is of a fingerprint other
+    than `key` (given)."""
+    record = _read_json(Path(cell_dir) / "cell.json")
+    if not isinstance(record, dict) or (key is not None and record.get("key") != key):
+        return None
+    return record
+
+
 def finished(cell: Cell) -> bool:
     """True when the cell's directory holds a finished run with the same fingerprint."""
-    record = _read_json(cell.dir / "cell.json")
-    if not isinstance(record, dict):
-        return False
+    record = read_record(cell.dir, cell.key) or {}
     complete = all((cell.run_dir / n).is_file() for n in RUN_FILES)
-    return record.get("status") == "ok" and record.get("key") == cell.key and complete
+    return record.get("status") == "ok" and complete
 
 
 def settled(cell: Cell, outcomes: Sequence[str]) -> bool:
@@ -413,13 +421,9 @@ def settled(cell: Cell, outcomes: Sequence[str]) -> bool:
     contains one of `outcomes`: a result its report states (e.g. a model the noise drowned),
     which a rerun of the same seeded run would only repeat. Delete the cell's directory to
     run it again."""
-    record = _read_json(cell.dir / "cell.json")
-    return (
-        isinstance(record, dict)
-        and record.get("key") == cell.key
-        and record.get("status") == "failed"
-        and any(o in str(record.get("error") or "") for o in outcomes)
-    )
+    record = read_record(cell.dir, cell.key) or {}
+    error = str(record.get("error") or "")
+    return record.get("status") == "failed" and any(o in error for o in outcomes)
 
 
 def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -437,7 +441,8 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
     cell_dir = Path(task["dir"])
     cell_dir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(task["values"]["out"])
-    interrupted = _interrupted(_read_json(cell_dir / "cell.json"), task["key"])
+    # cut off while running (killed, or its machine stopped) rather than finished or failed
+    interrupted = (read_record(cell_dir, task["key"]) or {}).get("status") == "running"
     record: dict[str, Any] = {
         **task["cell"],
         "name": cell_dir.name,
@@ -469,14 +474,6 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
     record["seconds"] = round(time.perf_counter() - start, 3)
     _write_json(cell_dir / "cell.json", record)
     return record
-
-
-def _interrupted(record: Any, key: str) -> bool:
-    """Whether the cell's last attempt, of this same fingerprint, was cut off while running
-    (killed, or its machine stopped) rather than finished or failed."""
-    return (
-        isinstance(record, dict) and record.get("key") == key and record.get("status") == "running"
-    )
 
 
 def _continues(system: str) -> bool:

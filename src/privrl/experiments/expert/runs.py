@@ -171,9 +171,10 @@ def _adopt_earlier(ctx: _Context, where: str, cell: Any) -> None:
     kept its cells under ``OUT/<where>/`` (this report's or a sibling's, e.g. Table 2a's
     beside Figure 3's): copied into the cache, so the sweep skips it."""
     parent = ctx.out.resolve().parent
+    from privrl.runs.sweep import read_record
+
     for other in sorted(parent.glob(f"*/{where}/cells/{cell.name}")):
-        record = _read_json(other / "cell.json")
-        if record.get("status") == "ok" and record.get("key") == cell.key:
+        if (read_record(other, cell.key) or {}).get("status") == "ok":
             shutil.copytree(other, cell.dir, dirs_exist_ok=True)
             _log(f"reused {cell.name} from {other.parent.parent.parent.name}")
             return
