@@ -1,5 +1,6 @@
 """UCB-VI / DP-UCBVI: the optimistic planner, the exact row-filter shortcut, vectorised runs
-equal single runs, and the privacy reports of the three privatizers."""
+equal single runs, a run cut off resumes to the same numbers, and the privacy reports of the
+three privatizers."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from privrl.envs.riverswim import riverswim
 from privrl.online.common import make_env
 from privrl.online.privatizers import PrivateCounts, consistent_counts
-from privrl.online.ucbvi import optimistic_plan, ucbvi, unusable_rows
+from privrl.online.ucbvi import UCBVIConfig, optimistic_plan, ucbvi, unusable_rows
 
 
 def test_plan_with_exact_model_and_huge_counts_is_optimal() -> None:
@@ -59,6 +60,79 @@ def test_vectorised_runs_equal_single_runs(privatizer: str) -> None:
     alone = ucbvi(mdp, 1500, seeds=[8], privatizer=privatizer, epsilon=eps)
     np.testing.assert_allclose(group[1].regret, alone[0].regret)
     assert group[0].regret.shape == (1500,) and np.all(group[0].regret >= 0)
+
+
+class _CutOff(Exception):
+    """Stands for a killed process."""
+
+
+def _killed_after(blocks: int):
+    """A progress callback that kills the run once `blocks` blocks of 1024 episodes are done
+    (before the last of them is saved)."""
+    seen: list[int] = []
+
+    def progress(n: int) -> None:
+        seen.append(n)
+        if sum(seen) >= blocks * 1024:
+            raise _CutOff
+
+    return progress
+
+
+@pytest.mark.parametrize("privatizer", ["none", "central", "local"])
+def test_a_run_cut_off_continues_from_its_checkpoint_to_the_same_numbers(
+    tmp_path, privatizer: str
+) -> None:
+    """Killed in its third block (state saved after each block), rerun with the same
+    checkpoint: it continues at episode 2048 (the last save) and ends with exactly the regret
+    and report of an uninterrupted run; the finished run removes its checkpoint. C = 0.03,
+    ε = 100 leave the all-left burn-in inside the run, so the resumed part plans from counts."""
+    mdp = riverswim(3, 4)
+    K = 3 * 1024 + 100  # whole blocks and a partial last one
+    eps = None if privatizer == "none" else 100.0
+    kw = {"seeds": [0, 1], "privatizer": privatizer, "epsilon": eps, "config": UCBVIConfig(0.03)}
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(_CutOff):
+        ucbvi(mdp, K, progress=_killed_after(3), checkpoint=ckpt, checkpoint_every=0, **kw)
+    assert (ckpt / "state.pkl").is_file()
+    done: list[int] = []
+    resumed = ucbvi(mdp, K, progress=done.append, checkpoint=ckpt, checkpoint_every=0, **kw)
+    assert done[0] == 2 * 1024 and sum(done) == K
+    whole = ucbvi(mdp, K, **kw)
+    for a, b in zip(whole, resumed, strict=True):
+        np.testing.assert_array_equal(a.regret, b.regret)
+        reports = [{**r.report.to_dict(), "created": None} for r in (a, b)]
+        assert reports[0] == reports[1]
+    assert any(np.any(r.regret[2048:] != r.regret[0]) for r in whole)  # resumed part planned
+    assert not ckpt.exists()
+
+
+def test_a_checkpoint_of_another_run_is_not_used(tmp_path) -> None:
+    """Other seeds (another fingerprint) start over from episode 0 and give their own
+    uninterrupted numbers; a truncated state file is discarded the same way."""
+    mdp = riverswim(3, 4)
+    kw = {"privatizer": "central", "epsilon": 100.0, "config": UCBVIConfig(0.03)}
+    ckpt = tmp_path / "ckpt"
+    K = 2 * 1024 + 10
+    with pytest.raises(_CutOff):
+        ucbvi(
+            mdp, K, seeds=[0], progress=_killed_after(2), checkpoint=ckpt, checkpoint_every=0, **kw
+        )
+    assert (ckpt / "state.pkl").is_file()
+    done: list[int] = []
+    other = ucbvi(mdp, K, seeds=[5], progress=done.append, checkpoint=ckpt, **kw)
+    assert done[0] == 1024  # no resume
+    np.testing.assert_array_equal(other[0].regret, ucbvi(mdp, K, seeds=[5], **kw)[0].regret)
+    assert not ckpt.exists()
+    with pytest.raises(_CutOff):
+        ucbvi(
+            mdp, K, seeds=[0], progress=_killed_after(2), checkpoint=ckpt, checkpoint_every=0, **kw
+        )
+    state = ckpt / "state.pkl"
+    state.write_bytes(state.read_bytes()[:50])
+    done.clear()
+    ucbvi(mdp, K, seeds=[0], progress=done.append, checkpoint=ckpt, **kw)
+    assert done[0] == 1024
 
 
 def test_ucbvi_learns_and_reports() -> None:

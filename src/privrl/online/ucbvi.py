@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +40,7 @@ from privrl.online.privatizers import (
     Privatizer,
     RowFilter,
 )
+from privrl.online.resume import LoopCheckpoint, fingerprint
 
 __all__ = ["UCBVIConfig", "dp_ucbvi", "optimistic_plan", "ucbvi", "unusable_rows"]
 
@@ -120,9 +122,14 @@ def dp_ucbvi(
     config: UCBVIConfig | None = None,
     progress: Progress | None = None,
     system: str = "dp-ucbvi",
+    checkpoint: str | Path | None = None,
+    checkpoint_every: float = 300.0,
 ) -> list[OnlineResult]:
     """Run DP-UCBVI for ``episodes`` episodes, one run per generator in ``rngs`` (vectorised
-    over runs). ``privatizer`` is a streaming privatizer with ``len(rngs)`` runs."""
+    over runs). ``privatizer`` is a streaming privatizer with ``len(rngs)`` runs.
+    ``checkpoint``: a directory where the loop's state is saved every ``checkpoint_every``
+    seconds and from which a run cut off continues, with the same numbers (`online.resume`);
+    it is removed when the run finishes."""
     cfg = config or UCBVIConfig()
     if not privatizer.cumulative:
         raise ValueError("DP-UCBVI updates every episode: give a streaming privatizer")
@@ -144,7 +151,16 @@ def dp_ucbvi(
     priv = PrivateCounts(
         np.zeros((R, H, S, A)), np.zeros((R, H, S, A, S)), np.zeros((R, H, S, A)), 0.0
     )
-    for b0 in range(0, K, _BLOCK):
+    start, ckpt = 0, None
+    if checkpoint is not None:
+        key = fingerprint(system, K, cfg, mdp.P, mdp.R, mdp.d1, privatizer, rngs)
+        ckpt = LoopCheckpoint(checkpoint, key, every_s=checkpoint_every)
+        if (saved := ckpt.load()) is not None:
+            start, (priv, privatizer, rngs), done = saved
+            regret[:, :start] = done
+            if progress is not None:
+                progress(start)
+    for b0 in range(start, K, _BLOCK):
         nb = min(_BLOCK, K - b0)
         u = np.stack([g.random((_BLOCK, 1 + 2 * H)) for g in rngs], axis=1)[:nb]  # [nb, R, .]
         pis = np.empty((nb, R, H, S), dtype=np.int64)
@@ -178,6 +194,10 @@ def dp_ucbvi(
         regret[:, b0 : b0 + nb] = (V_star[0][starts] - v_pi).T
         if progress is not None:
             progress(nb)
+        if ckpt is not None and ckpt.due() and b0 + nb < K:  # a block boundary: exact resume
+            ckpt.save(b0 + nb, (priv, privatizer, rngs), regret)
+    if ckpt is not None:
+        ckpt.clear()
     report = privatizer.report(system=system)
     info = {"config": asdict(cfg), "iota": iota, "privatizer": privatizer.describe()}
     return [
@@ -204,9 +224,11 @@ def ucbvi(
     epsilon: float | None = None,
     config: UCBVIConfig | None = None,
     progress: Progress | None = None,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: float = 300.0,
 ) -> list[OnlineResult]:
     """UCB-VI (``privatizer="none"``) or DP-UCBVI with ``"central"`` (ε-JDP) or ``"local"``
-    (ε-LDP), one run per seed, vectorised over the seeds."""
+    (ε-LDP), one run per seed, vectorised over the seeds (``checkpoint``: see `dp_ucbvi`)."""
     cfg = config or UCBVIConfig()
     env_rngs, noise_rngs = _run_rngs(seeds)
     H, S, A = mdp.H, mdp.S, mdp.A
@@ -223,5 +245,13 @@ def ucbvi(
     else:
         raise ValueError(f"privatizer must be 'none', 'central' or 'local', got {privatizer!r}")
     return dp_ucbvi(
-        mdp, episodes, priv, rngs=env_rngs, config=cfg, progress=progress, system=system
+        mdp,
+        episodes,
+        priv,
+        rngs=env_rngs,
+        config=cfg,
+        progress=progress,
+        system=system,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
     )

@@ -21,7 +21,8 @@ per seed as `privrl online ucbvi --seed s`), because their per-episode planning 
 dominated by Python overhead that the batch shares — measured side by side on this project's
 machine (RiverSwim S = 4, H = 5, 2·10⁴ episodes, 10 seeds): 40 s as one batch against 331 s
 as ten separate runs (8.3×); at 20 seeds and 10⁶ episodes that is the difference between
-hours and days.
+hours and days. The jdp-long units (UCBVI-JDP at 3.1·10⁷ episodes, hours each) save their
+loop's state every 5 minutes (`privrl.online.resume`), so a unit cut off continues where it was.
 """
 
 from __future__ import annotations

@@ -134,12 +134,14 @@ def jdp_long_unit(
     horizon: int,
     points: int,
     bonus_scale: float = 1.0,
+    checkpoint: str | None = None,
 ) -> dict[str, Any]:
     """UCBVI-JDP (DP-UCBVI, central binary-tree counts) for ``episodes`` episodes on RiverSwim,
     vectorised over ``seeds`` (a function cell, `privrl.runs.units`): the regret curves on the
     checkpoint grid, the finals, the privacy report and, per seed, the first episode whose
     regret differs from episode 1's (the all-left plan every uninformed run starts with), i.e.
-    where its burn-in ended (None: never within ``episodes``)."""
+    where its burn-in ended (None: never within ``episodes``). ``checkpoint``: the directory
+    the loop saves its state in, so that a unit cut off continues (`online.resume`)."""
     mdp = make_env("riverswim", states=states, horizon=horizon)
     grid = checkpoints(episodes, points)
     t0 = time.perf_counter()
@@ -150,6 +152,7 @@ def jdp_long_unit(
         privatizer="central",
         epsilon=epsilon,
         config=UCBVIConfig(bonus_scale),
+        checkpoint=checkpoint,
     )
     job = Job("UCBVI-JDP", epsilon, episodes, tuple(seeds), "ucbvi", "tight", "central", "jdp-long")
     burn_in_end = []
@@ -170,32 +173,31 @@ def jdp_long_unit(
 
 def jdp_long_units(cfg: Fig4Config, root: Path) -> list[Any]:
     """The ``jdp-long`` group's function cells, one per ε of ``jdp_long_epsilons`` (all seeds
-    in one vectorised run), cached under ``root/jdp-long/``."""
+    in one vectorised run), cached under ``root/jdp-long/``; each saves its loop's state
+    beside its result (``<name>.resume/``) every 5 minutes while it runs."""
     from privrl.runs.units import Unit
 
     seeds = [cfg.base_seed + i for i in range(cfg.jdp_long_seeds)]
     if cfg.jdp_long_seeds < 1 or cfg.jdp_long_episodes < 1:
         return []
-    return [
-        Unit(
-            Path(root)
-            / "jdp-long"
-            / (
-                f"ucbvi-jdp-S{cfg.states}-H{cfg.horizon}-eps{eps:g}-K{cfg.jdp_long_episodes}"
-                f"-seeds{seeds[0]}-{seeds[-1]}.json"
-            ),
-            "privrl.experiments.sdp_pe.jobs:jdp_long_unit",
-            {
-                "epsilon": float(eps),
-                "episodes": int(cfg.jdp_long_episodes),
-                "seeds": seeds,
-                "states": cfg.states,
-                "horizon": cfg.horizon,
-                "points": cfg.points,
-            },
+    units = []
+    for eps in cfg.jdp_long_epsilons:
+        name = (
+            f"ucbvi-jdp-S{cfg.states}-H{cfg.horizon}-eps{eps:g}-K{cfg.jdp_long_episodes}"
+            f"-seeds{seeds[0]}-{seeds[-1]}"
         )
-        for eps in cfg.jdp_long_epsilons
-    ]
+        kwargs = {
+            "epsilon": float(eps),
+            "episodes": int(cfg.jdp_long_episodes),
+            "seeds": seeds,
+            "states": cfg.states,
+            "horizon": cfg.horizon,
+            "points": cfg.points,
+            "checkpoint": str(Path(root) / "jdp-long" / f"{name}.resume"),
+        }
+        target = "privrl.experiments.sdp_pe.jobs:jdp_long_unit"
+        units.append(Unit(Path(root) / "jdp-long" / f"{name}.json", target, kwargs))
+    return units
 
 
 def jdp_long_output(result: dict[str, Any]) -> dict[str, Any]:
