@@ -11,6 +11,10 @@ segments do not add up is discarded: the loop starts over. Resuming at a block b
 the generators' saved states gives exactly the numbers of an uninterrupted run (tested).
 
 ``state.pkl`` is a pickle: load checkpoints only from a directory of your own (the cache).
+It holds what the privatizer holds before its mechanism (the raw counts and the noise drawn so
+far), so it belongs with the data it came from, never with what a run publishes: the
+reproductions that use it simulate public MDPs and keep it in the cache, and a finished run
+removes it.
 """
 
 from __future__ import annotations
