@@ -31,7 +31,7 @@ from privrl.experiments.sdp_pe.jobs import (
     load_group,
     sens_group,
 )
-from privrl.experiments.sdp_pe.report import _all_left_gap, ldp_burn_in_end
+from privrl.experiments.sdp_pe.report import _all_left_gap, _jdp_lines, ldp_burn_in_end
 from privrl.online.common import make_env
 from privrl.online.ucbvi import UCBVIConfig, ucbvi
 
@@ -276,3 +276,21 @@ def test_jdp_verdict_at_the_long_scale(sdp_cost: float, jdp_cost: float, kind: s
     assert all(e["episodes"] == KJ for e in ex)
     claims = [c for c in gallery_claims(ex)]
     assert all("K = 2e+04" in c.claim and c.plot == "plots/fig4_long.png" for c in claims)
+
+
+def test_jdp_table_names_an_epsilon_this_run_did_not_measure() -> None:
+    """A run of the jdp-long group at fewer ε than the default (a unit too long for the
+    sitting) says which ε has no row, instead of leaving it out silently."""
+    cfg = Fig4Config(states=3, horizon=4, episodes=2000, long_episodes=40_000,
+                     sens_episodes=20_000, jdp_long_episodes=20_000)  # fmt: skip
+    KJ = cfg.jdp_long_episodes
+    gj = np.unique(np.linspace(1, KJ, 400).astype(int))
+    for epsilons, skipped in (([1.0, 10.0], None), ([1.0], "ε = 10 (no row above)")):
+        cfg.jdp_long_epsilons = epsilons
+        merged = _merged(cfg, 0.01)
+        for eps in epsilons:
+            merged[("jdp-long", "UCBVI-JDP", eps)] = _entry(gj, np.full(KJ, 0.02))
+        text = "\n".join(_jdp_lines(cfg, merged, _expectations(merged, cfg)))
+        assert text.count("| 1 |") == 1
+        assert ("Not measured at this K" in text) == (skipped is not None)
+        assert skipped is None or skipped in text

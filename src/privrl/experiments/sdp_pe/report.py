@@ -369,6 +369,7 @@ def _jdp_lines(cfg: Fig4Config, merged: dict, expectations: list[dict[str, Any]]
     rows = [ex for ex in expectations if ex.get("jdp")]
     if not rows:
         return []
+    skipped = [e for e in Fig4Config().jdp_long_epsilons if e not in cfg.jdp_long_epsilons]
     lines = [
         "",
         f"**UCBVI-JDP measured at K = {cfg.jdp_long_episodes:,}** ({cfg.jdp_long_seeds} "
@@ -390,6 +391,9 @@ def _jdp_lines(cfg: Fig4Config, merged: dict, expectations: list[dict[str, Any]]
             f"{_fmt(ex['sdp_pe'])} | {ex['ratio']:.3g} | {'yes' if ex['holds'] else 'no'} | "
             f"{ex['kind']} |"
         )
+    if skipped:
+        eps = ", ".join(f"{e:g}" for e in skipped)
+        lines += ["", f"Not measured at this K in this run: ε = {eps} (no row above)."]
     return lines
 
 
