@@ -71,7 +71,7 @@ def test_quick_fig4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(metrics["sensitivity"]) == 2 * (3 + 2)
     assert (tmp_path / "q" / "results.csv").is_file()
 
-    def no_rerun(tasks: list, *args: object) -> None:
+    def no_rerun(tasks: list, *args: object, **kwargs: object) -> None:
         assert not tasks, f"finished cells were rerun: {[t['cell'] for t in tasks]}"
 
     monkeypatch.setattr(sweep, "run_local", no_rerun)
