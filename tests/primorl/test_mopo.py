@@ -380,7 +380,7 @@ def test_table1_quick_runs_resumes_and_skips_finished_runs(
     assert set(metrics["tasks"]) == {"pendulum", "balance", "swingup"}
     assert all(len(t["seeds"]) == 2 for t in metrics["tasks"].values())
 
-    def no_rerun(tasks: list[Any], *args: Any) -> None:
+    def no_rerun(tasks: list[Any], *args: Any, **kwargs: Any) -> None:
         assert not tasks, f"finished cells were rerun: {[t['cell'] for t in tasks]}"
 
     monkeypatch.setattr(sweep, "run_local", no_rerun)
@@ -457,7 +457,7 @@ def test_regenerate_rebuilds_the_report_from_its_runs_and_adds_finished_cells(
     _recorded_report(out)
     before = json.loads((out / "metrics.json").read_text())["tasks"]
     monkeypatch.setattr(exp, "_dataset_path", lambda task, quick: tmp_path / f"no-{task}.h5")
-    monkeypatch.setattr(sweep, "run_local", lambda *a: pytest.fail("regenerate ran a cell"))
+    monkeypatch.setattr(sweep, "run_local", lambda *a, **k: pytest.fail("regenerate ran a cell"))
     exp.regenerate(out)
     again = json.loads((out / "metrics.json").read_text())["tasks"]
     for task in ("pendulum", "balance"):
