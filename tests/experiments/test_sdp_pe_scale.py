@@ -23,6 +23,7 @@ from privrl.experiments.sdp_pe.analysis import (
 )
 from privrl.experiments.sdp_pe.jobs import (
     GROUPS,
+    JDP_LONG,
     Fig4Config,
     _pe_cells,
     jdp_long_output,
@@ -203,23 +204,20 @@ def _group_rows(run_dir: Path) -> tuple[list[dict], dict]:
 
 @pytest.mark.skipif(not (ROOT / "stage_logs.json").exists(), reason="no committed run")
 def test_committed_report_rewrites_from_its_own_groups(tmp_path: Path) -> None:
-    """Every group read back (`reuse=GROUPS`) and no jdp-long unit: nothing runs and the
-    rewritten report holds the same curves, finals, reports and claims as the committed one
-    (how jdp-long units are added to a report whose cells left the cache)."""
+    """Every group read back (`reuse`, the jdp-long units included): nothing runs and the
+    rewritten report is the committed one — the same curves, finals, reports, claims and
+    report.md (how a missing jdp-long unit is added to a report whose cells left the cache)."""
     out = tmp_path / "fig4"
     shutil.copytree(ROOT, out)
-    cfg = Fig4Config()
-    cfg.jdp_long_seeds = 0
-    run_fig4(cfg, out, reuse=GROUPS, log=lambda _: None)
-    assert _group_rows(out) == _group_rows(ROOT)
-    for name in ("privacy_reports.json", "stage_logs.json"):
-        assert json.loads((out / name).read_text()) == json.loads((ROOT / name).read_text())
-    assert (out / "results.csv").read_text() == (ROOT / "results.csv").read_text()
     finals = json.loads((ROOT / "metrics.json").read_text())["final_regret"]
-    if not any(k.startswith("jdp-long|") for k in finals):  # else the units' rows are new
-        assert (out / "report.md").read_text() == (ROOT / "report.md").read_text()
-        claims = [json.loads((d / "claims.json").read_text()) for d in (out, ROOT)]
-        assert claims[0] == claims[1]
+    cfg = Fig4Config()
+    cfg.jdp_long_epsilons = [float(k.split("|")[2]) for k in finals if k.startswith("jdp-long|")]
+    run_fig4(cfg, out, reuse=(*GROUPS, JDP_LONG), log=lambda _: None)
+    assert _group_rows(out) == _group_rows(ROOT)
+    for name in ("privacy_reports.json", "stage_logs.json", "claims.json"):
+        assert json.loads((out / name).read_text()) == json.loads((ROOT / name).read_text())
+    for name in ("results.csv", "report.md", "metrics.csv"):
+        assert (out / name).read_text() == (ROOT / name).read_text()
     with pytest.raises(ValueError, match="unknown group"):
         run_fig4(cfg, out, reuse=("mian",))
 

@@ -170,9 +170,9 @@ def _adopt_earlier(ctx: _Context, where: str, cell: Any) -> None:
     """A finished cell of exactly this run left by an earlier layout, in which each report
     kept its cells under ``OUT/<where>/`` (this report's or a sibling's, e.g. Table 2a's
     beside Figure 3's): copied into the cache, so the sweep skips it."""
-    parent = ctx.out.resolve().parent
     from privrl.runs.sweep import read_record
 
+    parent = ctx.out.resolve().parent
     for other in sorted(parent.glob(f"*/{where}/cells/{cell.name}")):
         if (read_record(other, cell.key) or {}).get("status") == "ok":
             shutil.copytree(other, cell.dir, dirs_exist_ok=True)

@@ -51,6 +51,7 @@ from privrl.experiments.sdp_pe.analysis import (
 )
 from privrl.experiments.sdp_pe.jobs import (
     GROUPS,
+    JDP_LONG,
     Fig4Config,
     _cell_output,
     _execute,
@@ -99,22 +100,26 @@ def run_fig4(
 ) -> Path:
     """Run (or resume) every run of ``cfg`` and write the reproduction to ``out``; returns
     report.md. PE and SDP-PE run as a sweep (finished cells are skipped), the UCB-VI family as
-    one vectorised job per (algorithm, ε). ``reuse``: groups of `GROUPS` read back from
-    ``out``'s previous run (`load_group`) instead of run; the jdp-long units always run (or
-    are read from the cache)."""
+    one vectorised job per (algorithm, ε). ``reuse``: groups of `GROUPS` (and `JDP_LONG`)
+    read back from ``out``'s previous run (`load_group`) instead of run; a jdp-long unit whose
+    ε is not in the previous run runs (or is read from the cache)."""
     from privrl.runs.units import run_units
 
     t0 = time.perf_counter()
     cells = sweep_dir(quick)
-    unknown = sorted(set(reuse) - set(GROUPS))
+    unknown = sorted(set(reuse) - {*GROUPS, JDP_LONG})
     if unknown:
-        raise ValueError(f"reuse: unknown group(s) {unknown}; groups are {', '.join(GROUPS)}")
+        raise ValueError(f"reuse: unknown group(s) {unknown}; groups are {(*GROUPS, JDP_LONG)}")
     groups = tuple(g for g in GROUPS if g not in reuse)
     reused = {k: v for g in reuse for k, v in load_group(Path(out), g).items()}
     sweep_cells = _run_pe_sweep(cfg, cells, groups, backend, log) if groups else []
     cell_groups = [group for group, _ in _pe_cells(cfg, groups)]
     outputs = [] if "main" in reuse else _execute(_jobs(cfg), cfg, log)
-    jdp = jdp_long_units(cfg, cells)
+    jdp = [
+        u
+        for u in jdp_long_units(cfg, cells)
+        if (JDP_LONG, "UCBVI-JDP", u.kwargs["epsilon"]) not in reused
+    ]
     log(f"UCBVI-JDP at K = {cfg.jdp_long_episodes:,}: {len(jdp)} vectorised run(s) (cached)")
     outputs += [jdp_long_output(r) for r in run_units(jdp, backend=backend, workers=cfg.workers)]
     outputs += [
@@ -153,8 +158,8 @@ def refresh_fig4(
 ) -> Path:
     """Rewrite a written reproduction with the groups in ``reuse`` read back (nothing of them
     rerun) and the others and the jdp-long units run (or resumed from the cache). With
-    ``reuse=GROUPS`` only the jdp-long units are computed: the way to add them to a report
-    whose other groups' cells are no longer in the cache."""
+    ``reuse=(*GROUPS, JDP_LONG)`` only the jdp-long units the report lacks are computed: the
+    way to add them to a report whose other groups' cells are no longer in the cache."""
     cfg = Fig4Config.quick() if quick else Fig4Config()
     cfg.workers = max(1, int(workers))
     return run_fig4(cfg, Path(out), quick=quick, reuse=tuple(reuse))

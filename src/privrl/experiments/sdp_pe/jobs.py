@@ -206,6 +206,7 @@ def jdp_long_output(result: dict[str, Any]) -> dict[str, Any]:
 
 
 GROUPS = ("main", "long", "longer", "sens")
+JDP_LONG = "jdp-long"  # the group of `jdp_long_units`: function cells, not sweep cells
 LDP_DERIVED = "UCBVI-LDP (derived)"  # computed from public quantities, never read back
 
 
@@ -418,5 +419,6 @@ def load_group(run_dir: Path, group: str = "main") -> dict[tuple[str, str, float
             "logs": logs.get(key, []),
             "first_elimination": f.get("first_elimination_stage"),
             "report": reports[f"{algo} ε={'-' if eps is None else f'{eps:g}'}"],
+            **({"burn_in_measured": f["burn_in_measured"]} if "burn_in_measured" in f else {}),
         }
     return out
