@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
@@ -434,7 +435,7 @@ def audit_gpope(
             step=step,
             sigma=sig,
             delta=delta,
-            seed=rng,
+            noise=NoiseSource.insecure(rng),  # synthetic canaries: repeatable from the seed
         )
         scores[done : done + size] = trace.x @ direction
     report = gpope_report(sigma=sig, clip=clip, m=m, iterations=iterations, features=n, delta=delta)

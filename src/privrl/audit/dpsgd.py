@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
@@ -148,7 +149,7 @@ class _DpSgd:
         member: np.ndarray,
         *,
         rng: np.random.Generator,
-        generator: torch.Generator,
+        generator: np.random.Generator,
     ) -> np.ndarray:
         """θ_N − θ_0 [runs, p] of `runs` independent DP-SGD runs on the units whose `member`
         [runs, n] is True. Sampling: `poisson_sample` over all (run, step, unit) slots at
@@ -241,7 +242,9 @@ def audit_dp_sgd(
     if not np.any(grads[0]):
         raise ValueError("the canary unit is 0: its gradient moves nothing; give a nonzero unit")
     direction = -grads[0] / max(float(np.linalg.norm(grads[0])), 1e-300)
-    generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
+    # Synthetic canaries and background: the audit's noise and sampling repeat from its seed.
+    noise = NoiseSource.insecure(rng)
+    generator, sampler = noise.generator("audit noise"), noise.generator("audit sampling")
     labels = rng.integers(0, 2, size=trials)
     scores = np.empty(trials)
     for done, size in _trial_batches(
@@ -249,7 +252,7 @@ def audit_dp_sgd(
     ):
         member = np.ones((size, units.shape[0]), bool)
         member[:, 0] = labels[done : done + size] == 1
-        disp = sgd.displacements(grads, member, rng=rng, generator=generator)
+        disp = sgd.displacements(grads, member, rng=sampler, generator=generator)
         scores[done : done + size] = disp @ direction
     report = sgd.claimed(units, delta)
     return AuditTrials.from_report(
@@ -396,8 +399,10 @@ def audit_dp_sgd_one_run(
     included = rng.integers(0, 2, size=m).astype(bool)
     member = np.ones((1, units.shape[0]), bool)
     member[0, :m] = included
-    generator = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
-    disp = sgd.displacements(grads, member, rng=rng, generator=generator)[0]
+    noise = NoiseSource.insecure(rng)  # synthetic canaries: repeatable from the audit's seed
+    disp = sgd.displacements(
+        grads, member, rng=noise.generator("audit sampling"), generator=noise.generator("audit")
+    )[0]
     norms = np.maximum(np.linalg.norm(grads[:m], axis=1), 1e-300)
     scores = -(grads[:m] @ disp) / norms  # projection on each canary's own direction
     report = sgd.claimed(units, delta)

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from privrl.audit.dpsgd import OneRunAudit
+from privrl.privacy.noise import NoiseSource
 
 __all__ = ["PrimorlAuditSetup", "audit_primorl_one_run", "n_params", "primorl_plan"]
 
@@ -248,7 +249,8 @@ def audit_primorl_one_run(
     clients = fed.Clients.from_dataset(
         model, _episodes(setup, included, seeds[1], drawn), "trajectory"
     )
-    generator = torch.Generator().manual_seed(int(seeds[2].integers(0, 2**63 - 1)))
+    noise = NoiseSource.insecure(seeds[2])  # synthetic canaries: repeatable from the seed
+    generator, sampler = noise.generator("audit noise"), noise.generator("audit sampling")
     theta = theta0
     for _ in range(plan.T_max):  # the T rounds of Algorithm 2, the library's own round
         theta = fed.dp_fedavg_round(
@@ -256,7 +258,7 @@ def audit_primorl_one_run(
             theta,
             clients,
             plan,
-            sample_rng=seeds[3],
+            sample_rng=sampler,
             batch_rng=seeds[1],
             generator=generator,
             weight_decay=False,

@@ -41,6 +41,7 @@ from gymnasium import spaces
 
 from privrl.data.dataset import TrajectoryDataset, _gather_index
 from privrl.expert.base import ExpertSet
+from privrl.privacy.noise import noise_generator
 from privrl.privacy.release import Release
 from privrl.privacy.threshold import (
     DataReleaseCalibration,
@@ -467,7 +468,7 @@ def data_release(
     delta1: float,
     rounds: int,
     p_min: float = 0.02,
-    rng: int | np.random.Generator,
+    rng: np.random.Generator | None,
     max_len: int | None = None,
     calibration: str = "paper",
 ) -> DataReleaseResult:
@@ -510,10 +511,7 @@ def data_release(
             f"ExpertSet has n_experts = {m}; the filter's analysis needs the experts whose "
             "trajectories are drawn and the experts whose policies are counted to be one set"
         )
-    if isinstance(rng, int | np.integer) and not isinstance(rng, bool):
-        rng = np.random.default_rng(int(rng))
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be an int seed or a numpy Generator, got {type(rng).__name__}")
+    rng = noise_generator(rng, "consensus filter")  # secret: the draws and the noise
     length, length_source = resolve_max_len(dataset.metadata, max_len)
     calib = DataReleaseCalibration.from_budget(
         epsilon1, delta1, rounds, length, p_min, calibration=calibration

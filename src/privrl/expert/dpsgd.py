@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from dp_accounting.dp_event import ComposedDpEvent, DpEvent, UnsupportedDpEvent
 
 from privrl.data.dataset import TrajectoryDataset
@@ -54,6 +53,7 @@ from privrl.nn.per_example import DEFAULT_CLIP_METHOD, ClipMethod, clipped_grad_
 from privrl.privacy.accounting import epsilon as accountant_epsilon
 from privrl.privacy.accounting import max_steps, sampled_gaussian_event
 from privrl.privacy.mechanisms import privatize_sum_torch
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport, fmt_number
 from privrl.privacy.sampling import (
@@ -428,7 +428,7 @@ def _private_step(
     cfg: _Private,
     units: np.ndarray,
     rng: np.random.Generator,
-    noise: torch.Generator,
+    noise: np.random.Generator,
     check: bool,
 ) -> None:
     batch = cfg.source.batch_for(units, rng)
@@ -460,15 +460,20 @@ def run_steps(
     stable: TransitionTable | None,
     batch_size: int,
     rng: np.random.Generator,
+    noise: NoiseSource | None = None,
     evaluate: Evaluate | None = None,
     n_evals: int = 10,
     eval_window: int = 10_000,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
     """Run ``len(coins)`` steps: coin 1 = private step, coin 0 = ordinary step on ``stable``
-    (skipped when there is none). Evaluates at the paper's schedule."""
-    sample_rng, data_rng, noise_seed_rng = rng.spawn(3)
-    noise = torch.Generator().manual_seed(int(noise_seed_rng.integers(0, 2**63 - 1)))
+    (skipped when there is none). Evaluates at the paper's schedule. ``rng`` drives the
+    ordinary steps' minibatches; the private steps' sampling (which experts, which of their
+    transitions) and noise come from ``noise`` (default: a secure `NoiseSource`)."""
+    source = noise or NoiseSource.secure()
+    _, data_rng, _ = rng.spawn(3)
+    sample_rng = source.generator("dp-sgd sampling")
+    noise_rng = source.generator("dp-sgd noise")
     total = int(coins.shape[0])
     evals = set(eval_schedule(total, n_evals, eval_window).tolist()) if evaluate else set()
     shuffle_iter = None
@@ -485,7 +490,7 @@ def run_steps(
                 units = next(shuffle_iter)
             else:
                 units = poisson_sample(private.source.n_slots, private.rate, sample_rng)
-            _private_step(learner, private, units, sample_rng, noise, check=not checked)
+            _private_step(learner, private, units, sample_rng, noise_rng, check=not checked)
             checked = True
             n_private += 1
         elif stable is not None and len(stable) > 0:
@@ -529,6 +534,7 @@ def expert_dp_sgd(
     sampling: Sampling = "poisson",
     private: bool = True,
     rng: np.random.Generator,
+    noise: NoiseSource | None = None,
     evaluate: Evaluate | None = None,
     n_evals: int = 10,
     eval_window: int = 10_000,
@@ -543,7 +549,9 @@ def expert_dp_sgd(
     run: it sets q = b/m, and is never counted in the data). ``sampling="shuffle"`` runs the
     paper's shuffled batches, NOT certified: the report says ε = ∞ (`build_report`).
     ``private=False`` runs the non-private twin for ``steps`` (or ``steps_cap``) steps.
+    ``rng`` is public randomness; the sampling and noise come from ``noise`` (default: secure).
     """
+    noise = noise or NoiseSource.secure()
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
     if isinstance(batch_size, bool) or int(batch_size) < 1:
@@ -582,6 +590,7 @@ def expert_dp_sgd(
         stable=None if private else table,
         batch_size=b,
         rng=rng,
+        noise=noise,
         evaluate=evaluate,
         n_evals=n_evals,
         eval_window=eval_window,
@@ -620,5 +629,6 @@ def expert_dp_sgd(
         sampling=sampling,
     )
     report = build_report([release] if n else [], float(delta), system="expert-dp-sgd", notes=notes)
+    report = noise.certify(report)
     info = {"n_units": m, "sampling_probability": q, "epsilon_target": epsilon}
     return DpSgdResult(learner, n, n, report, curve, returns, capped=capped, info=info)

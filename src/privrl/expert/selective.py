@@ -61,6 +61,7 @@ from privrl.expert.dpsgd import (
     uncertified_release,
 )
 from privrl.nn.per_example import DEFAULT_CLIP_METHOD, ClipMethod
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.sampling import step_coins
@@ -303,6 +304,7 @@ def selective_dp_sgd(
     steps_cap: int | None = None,
     accounting: Accounting = "exact",
     rng: np.random.Generator,
+    noise: NoiseSource | None = None,
     evaluate: Evaluate | None = None,
     n_evals: int = 10,
     eval_window: int = 10_000,
@@ -320,7 +322,10 @@ def selective_dp_sgd(
     ``steps_cap`` steps in all); with ``steps`` the coins of N steps are drawn first and their
     K private steps must fit the budget. ``"paper"``: N steps at q = p·b/m, NOT certified
     (the report states ε = ∞). p = 0 needs ``steps`` or ``steps_cap`` (no private steps).
+    ``rng`` is public randomness (the ordinary steps' minibatches); the step coins, the
+    private steps' sampling and their noise come from ``noise`` (default: secure).
     """
+    noise = noise or NoiseSource.secure()
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
     if accounting not in ("exact", "paper"):
@@ -334,7 +339,8 @@ def selective_dp_sgd(
     if not 1 <= b <= m:
         raise ValueError(f"batch_size must be in [1, m = {m}], got {batch_size}")
     rate = b / m
-    coin_rng, train_rng = rng.spawn(2)
+    _, train_rng = rng.spawn(2)
+    coin_rng = noise.generator("selective dp-sgd step coins")
     capped = False
     if pf == 0.0:
         n = steps if steps is not None else steps_cap
@@ -397,6 +403,7 @@ def selective_dp_sgd(
         stable=table_s,
         batch_size=b,
         rng=train_rng,
+        noise=noise,
         evaluate=evaluate,
         n_evals=n_evals,
         eval_window=eval_window,
@@ -431,7 +438,9 @@ def selective_dp_sgd(
         notes.append("D_stable is empty: the non-private steps were skipped")
     if capped:
         notes.append(f"training was capped at {n_total} steps: the DP-SGD budget is not spent")
-    report = build_report(releases, float(delta), system="selective-dp-sgd", notes=notes)
+    report = noise.certify(
+        build_report(releases, float(delta), system="selective-dp-sgd", notes=notes)
+    )
     info = {
         "n_units": m,
         "sampling_rate": rate,
@@ -506,6 +515,7 @@ def train_expert_dp(
     steps_cap: int | None = None,
     accounting: Accounting = "exact",
     rng: np.random.Generator,
+    noise: NoiseSource | None = None,
     evaluate: Evaluate | None = None,
     n_evals: int = 10,
     eval_window: int = 10_000,
@@ -526,8 +536,10 @@ def train_expert_dp(
     ``dp_sgd_budget``: "split" (the paper: DP-SGD's steps fit (ε2, δ2) on their own) or
     "joint" (the steps fit the *total* (ε1 + ε2, δ1 + δ2) composed with the filter's T
     rounds by the PLD accountant, so DP-SGD also gets the part of ε1 that the composition
-    of the two does not use).
+    of the two does not use). ``rng`` is public randomness; the filter's draws, the step
+    coins, the private steps' sampling and all noise come from ``noise`` (default: secure).
     """
+    noise = noise or NoiseSource.secure()
     if dp_sgd_budget not in DP_SGD_BUDGETS:
         raise ValueError(
             f"dp_sgd_budget must be one of {', '.join(DP_SGD_BUDGETS)}, got {dp_sgd_budget!r}"
@@ -550,7 +562,8 @@ def train_expert_dp(
             "experts; every expert of the set must contribute trajectories (the filter draws "
             "an expert uniformly): use the expert set that produced this dataset"
         )
-    filter_rng, train_rng = rng.spawn(2)
+    _, train_rng = rng.spawn(2)
+    filter_rng = noise.generator("consensus filter")
     releases: list[Release] = []
     summary: dict[str, Any] = {}
     stable: TrajectoryDataset | None = None
@@ -591,6 +604,7 @@ def train_expert_dp(
         steps_cap=steps_cap,
         accounting=accounting,
         rng=train_rng,
+        noise=noise,
         evaluate=evaluate,
         n_evals=n_evals,
         eval_window=eval_window,
@@ -610,10 +624,12 @@ def train_expert_dp(
             "PLD accountant, not (ε2, δ2) on their own"
         )
     notes.append("hyperparameters (learning rate, b, p, noise multiplier) are not accounted")
-    report = build_report(
-        releases,
-        split.delta1 + split.delta2,
-        system="expert-consensus + selective-dp-sgd",
-        notes=notes,
+    report = noise.certify(
+        build_report(
+            releases,
+            split.delta1 + split.delta2,
+            system="expert-consensus + selective-dp-sgd",
+            notes=notes,
+        )
     )
     return ExpertDpResult(learner, split, training, report, stable_size, summary)

@@ -76,6 +76,7 @@ from privrl.offline.common import (
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.events import PureDpEvent
 from privrl.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
+from privrl.privacy.noise import noise_generator
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
@@ -830,13 +831,14 @@ def dp_apvi_from_counts(
     privacy: PrivacyConfig | None,
     config: APVIConfig | None = None,
     reward: npt.ArrayLike | None = None,
-    rng: np.random.Generator | int | None = None,
+    rng: np.random.Generator | None = None,
 ) -> APVIResult:
     """DP-APVI (or APVI with ``privacy=None``) from the empirical counts.
 
     ``reward`` is the public mean reward ``[H,S,A]``. Without it, a private run must release
     the reward sums (``privacy.privatize_rewards``), and APVI uses the empirical mean.
-    ``rng`` (a Generator or seed) drives the privacy noise; same seed, same result.
+    ``rng`` is the `NoiseGenerator` of the privacy noise (default: a fresh secure one; tests
+    and simulations pass `NoiseSource.insecure(seed).generator()` for repeatable noise).
     """
     config = config or APVIConfig()
     H, S, A = counts_.shape
@@ -862,7 +864,7 @@ def dp_apvi_from_counts(
         reward_sums=not reward_given,
         stationary=counts_.stationary,
     )
-    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    gen = noise_generator(rng, "dp-apvi") if privacy is not None else rng
 
     t0 = time.perf_counter()
     noisy, releases = private_counts(counts_, plan, gen)
@@ -938,7 +940,7 @@ def dp_apvi(
     privacy: PrivacyConfig | None,
     config: APVIConfig | None = None,
     reward: npt.ArrayLike | None = None,
-    rng: np.random.Generator | int | None = None,
+    rng: np.random.Generator | None = None,
     padding: str = "none",
     stationary: bool = False,
 ) -> APVIResult:

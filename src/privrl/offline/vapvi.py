@@ -80,6 +80,7 @@ from privrl.offline.common import (
 from privrl.policies import TabularPolicy
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.mechanisms import gaussian_mechanism, gaussian_symmetric_matrix
+from privrl.privacy.noise import noise_generator
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
@@ -892,6 +893,7 @@ def dp_vapvi(
     *,
     rho: float,
     rng: np.random.Generator | int | None,
+    noise: np.random.Generator | None = None,
     delta: float = 1e-5,
     failure_prob: float = 0.05,
     matrix_noise: MatrixNoise = "strict",
@@ -905,7 +907,8 @@ def dp_vapvi(
     """DP-VAPVI (Qiao & Wang, Algorithm 2): ρ-zCDP (strict) for one trajectory, replace-one.
 
     ``delta`` is the privacy δ at which ε is stated; ``failure_prob`` is the utility failure
-    probability in E. ``rng`` seeds the split and the noise (drawn by privrl.privacy).
+    probability in E. ``rng`` seeds the random half split (public randomness); the noise comes
+    from ``noise``, a `NoiseGenerator` (default: a fresh secure one), drawn by privrl.privacy.
     ``stationary``: every sum pooled over h, sensitivities and noise ×H (module docstring).
     """
     if matrix_noise not in MATRIX_NOISE_MODES:
@@ -919,7 +922,8 @@ def dp_vapvi(
             f"DP-VAPVI's sensitivities need ‖φ(s,a)‖ ≤ 1, but the feature table has norm "
             f"{max_norm:.6g}; build it with FeatureTable.from_array, which rescales it"
         )
-    split_rng, noise_rng = _as_generator(rng).spawn(2)
+    split_rng, _ = _as_generator(rng).spawn(2)
+    noise_rng = noise_generator(noise, "dp-vapvi")
     var_data, main = _halves(data, split, split_rng)
     releaser = GaussianReleaser(
         rho=rho,

@@ -41,6 +41,7 @@ from privrl.online.privatizers import (
     RowFilter,
 )
 from privrl.online.resume import LoopCheckpoint, fingerprint
+from privrl.privacy.noise import NoiseSource
 
 __all__ = ["UCBVIConfig", "dp_ucbvi", "optimistic_plan", "ucbvi", "unusable_rows"]
 
@@ -205,14 +206,13 @@ def dp_ucbvi(
     ]
 
 
-def _run_rngs(seeds: Sequence[int]) -> tuple[list[np.random.Generator], list[np.random.Generator]]:
-    """Per run: an environment generator and a privacy-noise generator, from the run's seed."""
-    env, noise = [], []
-    for seed in seeds:
-        e, n = np.random.SeedSequence(int(seed)).spawn(2)
-        env.append(np.random.default_rng(e))
-        noise.append(np.random.default_rng(n))
-    return env, noise
+def _run_rngs(
+    seeds: Sequence[int], noise: NoiseSource
+) -> tuple[list[np.random.Generator], list[np.random.Generator]]:
+    """Per run: an environment generator from the run's seed and a privacy-noise generator
+    from `noise` (never from the seed)."""
+    env = [np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(2)[0]) for seed in seeds]
+    return env, [noise.generator(f"dp-ucbvi run {r}") for r in range(len(seeds))]
 
 
 def ucbvi(
@@ -226,11 +226,14 @@ def ucbvi(
     progress: Progress | None = None,
     checkpoint: str | Path | None = None,
     checkpoint_every: float = 300.0,
+    noise: NoiseSource | None = None,
 ) -> list[OnlineResult]:
     """UCB-VI (``privatizer="none"``) or DP-UCBVI with ``"central"`` (ε-JDP) or ``"local"``
-    (ε-LDP), one run per seed, vectorised over the seeds (``checkpoint``: see `dp_ucbvi`)."""
+    (ε-LDP), one run per seed, vectorised over the seeds (``checkpoint``: see `dp_ucbvi`).
+    The seeds drive the users; the privacy noise comes from ``noise`` (default: secure)."""
     cfg = config or UCBVIConfig()
-    env_rngs, noise_rngs = _run_rngs(seeds)
+    noise = noise or NoiseSource.secure()
+    env_rngs, noise_rngs = _run_rngs(seeds, noise)
     H, S, A = mdp.H, mdp.S, mdp.A
     priv: Privatizer
     if privatizer == "none":
@@ -244,7 +247,7 @@ def ucbvi(
         system = f"dp-ucbvi-{privatizer}"
     else:
         raise ValueError(f"privatizer must be 'none', 'central' or 'local', got {privatizer!r}")
-    return dp_ucbvi(
+    results = dp_ucbvi(
         mdp,
         episodes,
         priv,
@@ -255,3 +258,6 @@ def ucbvi(
         checkpoint=checkpoint,
         checkpoint_every=checkpoint_every,
     )
+    for result in results:
+        result.report = noise.certify(result.report)
+    return results

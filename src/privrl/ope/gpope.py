@@ -18,7 +18,8 @@ Privacy. The release record describes exactly what is released: N noisy clipped 
 each from one trajectory sampled uniformly (1 of m, without replacement within the step),
 Gaussian noise of std hσ on a statistic of replace-one sensitivity 2h (noise multiplier σ/2);
 see `privrl.ope.accounting`. Every noise draw goes through
-`privrl.privacy.gaussian_mechanism`. The trajectory index is drawn from its own seeded stream.
+`privrl.privacy.gaussian_mechanism`. The trajectory index and the noise come from the run's
+`NoiseSource` (secret in a private run).
 The iterates θ_i are post-processing of the released noisy gradients, so the recorded
 θ-history (for MSPBE curves) is covered by the same guarantee; the final θ is the output.
 
@@ -57,6 +58,7 @@ from privrl.ope.stats import TrajectoryStats
 from privrl.privacy.accounting import describe_backend
 from privrl.privacy.accounting import epsilon as accounting_epsilon
 from privrl.privacy.mechanisms import gaussian_mechanism
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import PrivacyUnit
@@ -145,18 +147,11 @@ def record_points(iterations: int, n_points: int = 60) -> np.ndarray:
     return pts
 
 
-def _spawn(seed: SeedLike) -> tuple[np.random.Generator, np.random.Generator]:
-    """Independent (sampling, noise) generators from one seed. An int or SeedSequence always
-    gives the same pair (the SeedSequence is not advanced); a Generator is advanced."""
-    if isinstance(seed, np.random.Generator):
-        a, b = seed.spawn(2)
-        return a, b
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    a, b = (
-        np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, i), pool_size=ss.pool_size)
-        for i in (0, 1)
-    )
-    return np.random.default_rng(a), np.random.default_rng(b)
+def _streams(noise: NoiseSource) -> tuple[np.random.Generator, np.random.Generator]:
+    """The (trajectory sampling, noise) generators of one run. Both are secret in a private
+    run: the rigorous accountant amplifies by the sampling, which assumes the drawn index is
+    hidden."""
+    return noise.generator("gpope trajectory index"), noise.generator("gpope noise")
 
 
 @dataclass
@@ -515,7 +510,7 @@ def gpope(
     step: StepSize,
     sigma: float | None = None,
     accounting: AccountingMode = "rigorous",
-    seed: SeedLike = None,
+    noise: NoiseSource | None = None,
     n_record: int = 60,
     public: Sequence[str] = (),
     notes: Sequence[str] = (),
@@ -524,8 +519,10 @@ def gpope(
 
     Give `epsilon` (σ calibrated for (ε, δ) by `accounting`) or an explicit `sigma`
     (σ = 0 with clip = ∞: non-private GTD2, reported as not private). `public` names the
-    public information used (e.g. the tuning sample), for the report.
+    public information used (e.g. the tuning sample), for the report. The trajectory draws
+    and the noise come from `noise` (default: a secure `NoiseSource`).
     """
+    noise = noise or NoiseSource.secure()
     _check_common(clip, iterations, delta)
     m, n = stats.m, stats.n
     sig, _ = _resolve_sigma(epsilon, sigma, delta, m, iterations, accounting)
@@ -541,7 +538,8 @@ def gpope(
         public=public,
         notes=notes,
     )
-    sample_rng, noise_rng = _spawn(seed)
+    report = noise.certify(report)
+    sample_rng, noise_rng = _streams(noise)
     index = sample_rng.integers(0, m, size=(iterations, 1))
     rec = record_points(iterations, n_record)
     trace = gtd2_saddle_point(
@@ -594,7 +592,7 @@ def gpope_replicas(
     step: StepSize | Sequence[StepSize],
     sigma: float | None = None,
     accounting: AccountingMode = "rigorous",
-    seed: SeedLike = None,
+    noise: NoiseSource,
     n_record: int = 0,
     keep_norms: bool = False,
     orders: tuple[float, ...] | None = None,
@@ -622,7 +620,7 @@ def gpope_replicas(
         A = np.concatenate([s.A for s in stats])
         b = np.concatenate([s.b for s in stats])
         C = np.concatenate([s.C for s in stats])
-    sample_rng, noise_rng = _spawn(seed)
+    sample_rng, noise_rng = _streams(noise)
     offset = np.repeat(m * np.arange(D), V)
     index = sample_rng.integers(0, m, size=(iterations, D * V)) + offset[None, :]
     betas = np.stack([st.betas(iterations) for st in steps], axis=1)  # [N, V]
@@ -720,13 +718,15 @@ def tune_on_public(
     def make(eta: float) -> StepSize:
         return StepSize(schedule, eta, k, lam)
 
+    # Everything here runs on PUBLIC data, so its draws may be repeatable from the seed.
     ss = np.random.SeedSequence(seed if isinstance(seed, int) else None)
     s_np, s_priv = ss.spawn(2)
     # 1. non-private runs (one replica per η, all on the public data)
     np_rng = np.random.default_rng(s_np)
+    public_noise = NoiseSource.insecure(s_priv)
     nonprivate_eta: float | None = None
     if clip is None and batched:
-        runs = [(eta, _spawn(np_rng)[0]) for eta in etas]
+        runs = [(eta, np_rng.spawn(1)[0]) for eta in etas]
         index = np.concatenate([r.integers(0, public.m, size=(iterations, 1)) for _, r in runs], 1)
         trace = gtd2_saddle_point(
             public.A,
@@ -760,7 +760,7 @@ def tune_on_public(
                 clip=math.inf,
                 step=make(eta),
                 sigma=0.0,
-                seed=np_rng,
+                noise=NoiseSource.insecure(np_rng),
                 keep_norms=True,
             )
             val = float(system.mspbe(trace.x[0, : public.n]))
@@ -778,11 +778,10 @@ def tune_on_public(
         sig, _ = _resolve_sigma(epsilon, None, delta, m, iterations, accounting, orders=orders)
     grid: list[dict[str, float]] = []
     choice: tuple[float, float, float, float] | None = None
-    priv_rng = np.random.default_rng(s_priv)
     base_clip = clip
     if batched:
         cells = [(base_clip * float(mult), float(eta)) for mult in clip_multipliers for eta in etas]
-        streams = [_spawn(priv_rng) for _ in cells]
+        streams = [_streams(public_noise) for _ in cells]
         index = np.concatenate(
             [a.integers(0, public.m, size=(iterations, repeats)) for a, _ in streams], axis=1
         )
@@ -823,7 +822,7 @@ def tune_on_public(
                 clip=h,
                 step=make(eta),
                 sigma=sig,
-                seed=priv_rng,
+                noise=public_noise,
             )
             vals = np.asarray(system.mspbe(trace.x[:, : public.n]), dtype=np.float64)
             mean = float(np.mean(vals)) if np.all(np.isfinite(vals)) else math.inf

@@ -49,8 +49,10 @@ from privrl.privacy.accounting import (
     sampled_gaussian_event,
 )
 from privrl.privacy.mechanisms import gaussian_mechanism
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
+from privrl.privacy.sampling import poisson_subset
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 
 __all__ = [
@@ -248,15 +250,6 @@ def minibatch_report(
 # ------------------------------------------------------------------------ the iteration
 
 
-def _spawn(seed: SeedLike) -> tuple[np.random.Generator, np.random.Generator]:
-    if isinstance(seed, np.random.Generator):
-        a, b = seed.spawn(2)
-        return a, b
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    a, b = ss.spawn(2)
-    return np.random.default_rng(a), np.random.default_rng(b)
-
-
 @dataclass
 class MinibatchTrace:
     theta_avg: np.ndarray  # [R, n] Polyak average (the output)
@@ -270,12 +263,16 @@ def minibatch_gtd2(
     config: MinibatchConfig,
     *,
     sigma: float,
-    seed: SeedLike = None,
+    noise: NoiseSource | None = None,
     keep_norms: bool = False,
     clips: Sequence[float] | None = None,
     etas: Sequence[float] | None = None,
 ) -> MinibatchTrace:
     """Minibatch GTD2 for R independent replicas in lock step (replica r on `stats[r]`).
+
+    The Poisson subsample and the noise are drawn from `noise` (default: a secure
+    `NoiseSource`; runs on public data may pass `NoiseSource.insecure(seed)`), through
+    `privrl.privacy.sampling.poisson_subset` and `privrl.privacy.gaussian_mechanism`.
 
     σ = 0 runs without noise (the clip still applies; give a huge h for plain GTD2).
     `clips` / `etas` ([R], public tuning grids only) override h and η per replica; replica
@@ -302,7 +299,9 @@ def minibatch_gtd2(
     owner = np.repeat(np.arange(R), sizes)  # replica of each (replica, trajectory) slot
     local = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     source = np.repeat(first_row[[unique[id(s)] for s in stats]], sizes) + local
-    sample_rng, noise_rng = _spawn(seed)
+    noise = noise or NoiseSource.secure()
+    sample_rng = noise.generator("minibatch GTD2 Poisson sampling")
+    noise_rng = noise.generator("minibatch GTD2 noise")
     T = int(config.iterations)
     h = np.full(R, float(config.clip)) if clips is None else np.asarray(clips, dtype=np.float64)
     eta = np.full(R, config.eta) if etas is None else np.asarray(etas, dtype=np.float64)
@@ -320,10 +319,8 @@ def minibatch_gtd2(
     total = owner.size
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(T):
-            # Poisson sampling: a Binomial(total, q) count, then a uniform subset of that
-            # size (the same distribution as independent q-coins, without drawing `total`)
-            k = int(sample_rng.binomial(total, config.q))
-            slots = np.sort(sample_rng.choice(total, size=k, replace=False))
+            # Poisson sampling of the (replica, trajectory) slots, each with probability q
+            slots = poisson_subset(total, config.q, sample_rng)
             r, rows = owner[slots], source[slots]
             Aj, Cj = A[rows], C[rows]
             th, w = x[r, :n], x[r, n:]
@@ -413,12 +410,19 @@ def tune_minibatch_on_public(
     `clips` (public, e.g. a user's fixed h) replaces the grid h₀ × `clip_multipliers`; a
     single-value `etas` fixes η the same way, so a flag the user gives is tuned around, not over.
     """
+    # Everything here runs on PUBLIC data, so its draws are repeatable from the seed.
     if isinstance(seed, np.random.Generator):
         s_np, s_priv = seed.spawn(2)
     else:  # an int or a SeedSequence seeds the tuning (never a fresh OS entropy draw)
         ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
         s_np, s_priv = ss.spawn(2)
-    free = minibatch_gtd2([public], base.with_(clip=1e300), sigma=0.0, seed=s_np, keep_norms=True)
+    free = minibatch_gtd2(
+        [public],
+        base.with_(clip=1e300),
+        sigma=0.0,
+        noise=NoiseSource.insecure(s_np),
+        keep_norms=True,
+    )
     allnorms = np.concatenate(free.norms) if free.norms else np.ones(1)
     allnorms = allnorms[np.isfinite(allnorms) & (allnorms > 0)]
     h0 = float(np.quantile(allnorms, clip_quantile)) if allnorms.size else 1.0
@@ -434,7 +438,12 @@ def tune_minibatch_on_public(
     clips = np.repeat([p[0] for p in pairs], repeats)
     steps = np.repeat([p[1] for p in pairs], repeats)
     tr = minibatch_gtd2(
-        [public] * len(clips), base, sigma=sig, seed=s_priv, clips=clips, etas=steps
+        [public] * len(clips),
+        base,
+        sigma=sig,
+        noise=NoiseSource.insecure(s_priv),
+        clips=clips,
+        etas=steps,
     )
     vals = np.asarray(system.mspbe(tr.theta_avg), dtype=np.float64).reshape(len(pairs), repeats)
     fracs = tr.clipped_fraction.reshape(len(pairs), repeats).mean(axis=1)

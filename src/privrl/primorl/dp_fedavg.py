@@ -87,6 +87,7 @@ from privrl.privacy.accounting import (
 from privrl.privacy.accounting import epsilon as accountant_epsilon
 from privrl.privacy.clipping import ensemble_clip, ensemble_clip_
 from privrl.privacy.mechanisms import privatize_sum_torch
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameters
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
@@ -139,7 +140,7 @@ _K_KEY = {"trajectory": "n_trajectories", "user": "n_users"}
 _K_FLAG = {"trajectory": "--trajectories", "user": "--users"}
 
 _ADAM_BETAS = (0.9, 0.999)
-_STATE_FORMAT = "privrl.primorl.dp_fedavg/state-1"
+_STATE_FORMAT = "privrl.primorl.dp_fedavg/state-2"  # 2: numpy NoiseGenerator noise
 _ADAM_EPS = 1e-8
 
 
@@ -967,11 +968,12 @@ def local_displacements_loop(
 
 
 def noisy_update(
-    summed: torch.Tensor, plan: DpFedAvgPlan, generator: torch.Generator
+    summed: torch.Tensor, plan: DpFedAvgPlan, generator: np.random.Generator
 ) -> torch.Tensor:
     """Δ̃(t) = (Σ_k Δ_k + N(0, (zC)² I)) / (qK) (Algorithm 2, lines 18–19).
 
-    One Gaussian draw for the whole ensemble, made by ``privrl.privacy.privatize_sum_torch``;
+    One Gaussian draw for the whole ensemble, made by ``privrl.privacy.privatize_sum_torch``
+    from the run's secret `NoiseGenerator` (float64, cast to θ's dtype and device);
     the fixed denominator qK (declared K), not |U_t|, which is private. An empty U_t
     (``summed`` = 0) adds noise only. z = 0 (non-private variants) adds none.
     """
@@ -990,7 +992,7 @@ def noisy_update(
 
 
 def aggregate(
-    start: torch.Tensor, summed: torch.Tensor, plan: DpFedAvgPlan, generator: torch.Generator
+    start: torch.Tensor, summed: torch.Tensor, plan: DpFedAvgPlan, generator: np.random.Generator
 ) -> torch.Tensor:
     """FedAvg's step θ(t+1) = θ(t) + Δ̃(t) (:func:`noisy_update`)."""
     return start + noisy_update(summed, plan, generator)
@@ -1020,7 +1022,7 @@ def dp_fedavg_round(
     *,
     sample_rng: np.random.Generator,
     batch_rng: np.random.Generator,
-    generator: torch.Generator,
+    generator: np.random.Generator,
     weight_decay: bool = True,
     momentum: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -1081,11 +1083,19 @@ class DpFedAvgResult:
         }
 
 
-def _seed_streams(seed: int | np.random.SeedSequence) -> tuple[Any, Any, torch.Generator]:
+def _streams(
+    seed: int | np.random.SeedSequence, noise: NoiseSource
+) -> tuple[np.random.Generator, np.random.Generator, np.random.Generator]:
+    """(client sampling, local batches, noise): the Poisson sample U_t and the noise are
+    secret and come from `noise`; the local batch order (any order gives the same
+    sensitivity) comes from the seed."""
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    sample_ss, batch_ss, noise_ss = ss.spawn(3)
-    noise = torch.Generator().manual_seed(int(noise_ss.generate_state(1, np.uint64)[0] >> 1))
-    return np.random.default_rng(sample_ss), np.random.default_rng(batch_ss), noise
+    _, batch_ss, _ = ss.spawn(3)
+    return (
+        noise.generator("dp-fedavg client sampling"),
+        np.random.default_rng(batch_ss),
+        noise.generator("dp-fedavg noise"),
+    )
 
 
 def train_dp_fedavg(
@@ -1096,6 +1106,7 @@ def train_dp_fedavg(
     public_split: Transitions | None = None,
     normalizer: Literal["public_split", "model"] = "public_split",
     seed: int | np.random.SeedSequence = 0,
+    noise: NoiseSource | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
     resume: Mapping[str, Any] | None = None,
     on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
@@ -1110,6 +1121,9 @@ def train_dp_fedavg(
     the model normalises targets). ``normalizer="model"`` keeps the model's normalisers (set
     from known bounds, or identity). The kept snapshots are noisy iterates chosen on public
     data: post-processing. ``progress`` receives each evaluation's public record.
+
+    ``seed`` drives the local batch order; the client sampling and the noise come from
+    ``noise`` (default: a secure `NoiseSource`; tests pass `NoiseSource.insecure(seed)`).
 
     Resumable: every ``checkpoint_every`` rounds (0: never) ``on_checkpoint`` receives the
     loop's full state (round counter, θ(t), the kept snapshots, the early-stopping record and
@@ -1145,7 +1159,8 @@ def train_dp_fedavg(
     ens = model.ensemble
     layout = EnsembleLayout(ens)
     clients = Clients.from_dataset(model, private, plan.unit)
-    sample_rng, batch_rng, noise_gen = _seed_streams(seed)
+    noise = noise or NoiseSource.secure()
+    sample_rng, batch_rng, noise_gen = _streams(seed, noise)
     weight_decay = model.config.weight_decay
     theta = layout.flatten(ens.parameters_dict())
 
@@ -1175,7 +1190,7 @@ def train_dp_fedavg(
         )
         sample_rng.bit_generator.state = resume["sample_rng"]
         batch_rng.bit_generator.state = resume["batch_rng"]
-        noise_gen.set_state(resume["noise_gen"])
+        noise_gen.bit_generator.state = resume["noise_gen"]
         if momentum is not None:
             if resume.get("momentum") is None:
                 raise ValueError("the DP-FedAvg checkpoint has no server momentum; use a new --out")
@@ -1197,7 +1212,7 @@ def train_dp_fedavg(
             "since": since,
             "sample_rng": sample_rng.bit_generator.state,
             "batch_rng": batch_rng.bit_generator.state,
-            "noise_gen": noise_gen.get_state(),
+            "noise_gen": noise_gen.bit_generator.state,
             "momentum": None if momentum is None else momentum.clone(),
         }
 
@@ -1259,7 +1274,7 @@ def train_dp_fedavg(
     ]
     if has_public:
         public.append("public split (declared public holdout episodes): early stopping")
-    report = plan.report(rounds, n_members * layout.size, public=public)
+    report = noise.certify(plan.report(rounds, n_members * layout.size, public=public))
     return DpFedAvgResult(
         rounds=rounds,
         max_rounds=plan.T_max,

@@ -62,6 +62,7 @@ from privrl.primorl.policy_stage import (
     make_start_states,
     run_policy_stage,
 )
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 from privrl.rl.sac import SACConfig
 
@@ -533,10 +534,12 @@ def run(
     progress: Callable[[str, dict[str, Any]], None] | None = None,
     workdir: str | Path | None = None,
     fedavg_checkpoint_every: int = 100,
+    noise: NoiseSource | None = None,
 ) -> PrimorlResult:
     """PRIMORL on the private episodes ``data`` (already split from ``public_split``).
 
-    ``rng``: the run's seed (named streams: init, fedavg, stage). ``progress(phase, record)``:
+    ``rng``: the run's seed (named streams: init, fedavg, stage); ``noise``: the source of the
+    DP-FedAvg noise and client sampling (default: secure). ``progress(phase, record)``:
     phase "fedavg" per public-split evaluation, "policy" per SAC epoch — public records only.
     ``workdir``: checkpoints (``fedavg_state.pt``: secret, removed when training ends;
     ``released.pending.pt``: the release; ``checkpoint.pt``: the policy stage) so a rerun
@@ -581,6 +584,7 @@ def run(
             public_split=public_split.transitions() if has_public else None,  # type: ignore[union-attr]
             normalizer=norm,  # type: ignore[arg-type]
             seed=seeds["fedavg"],
+            noise=noise,
             progress=(lambda r: progress("fedavg", r)) if progress is not None else None,
             resume=resume,
             on_checkpoint=save_state if state_path is not None else None,

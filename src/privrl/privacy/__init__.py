@@ -4,6 +4,8 @@ Every random draw that protects privacy happens in this package, and it imports 
 from privrl, so it is all a reviewer has to read to trust a guarantee:
 
 - `units`: what is protected (`PrivacyUnit`) and how neighbours differ (`NeighbourRelation`);
+- `noise`: `NoiseSource`, the one source of privacy noise and secret sampling (secure ChaCha20
+  keyed by OS entropy; deterministic only behind an explicit, uncertified opt-in);
 - `mechanisms`, `discrete`: Gaussian (vector, symmetric matrix), Laplace, exact discrete
   Gaussian / Laplace, binomial noise; each returns its output and a `Release` record;
 - `clipping`: per-row, per-group (per unit) and ensemble clipping, numpy and torch;
@@ -48,6 +50,7 @@ from privrl.privacy.mechanisms import (
     laplace_mechanism,
     privatize_sum_torch,
 )
+from privrl.privacy.noise import NoiseGenerator, NoiseSource
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit, parse_relation, parse_unit
@@ -61,6 +64,8 @@ __all__ = [
     "BudgetLedger",
     "LedgerError",
     "NeighbourRelation",
+    "NoiseGenerator",
+    "NoiseSource",
     "PrivacyReport",
     "PrivacyUnit",
     "PureDpEvent",

@@ -1,14 +1,17 @@
 """Additive-noise mechanisms. Each returns `(noisy_output, Release)`.
 
-Every mechanism takes its randomness explicitly (a `numpy.random.Generator`, a
-`torch.Generator`, or OS entropy for the secure discrete samplers) and describes itself with
+Every mechanism takes its randomness explicitly — a `NoiseGenerator` issued by
+`privrl.privacy.noise.NoiseSource` (secure ChaCha20 keyed by OS entropy unless a caller opted
+in to insecure reproducible noise), or OS entropy for the secure discrete samplers; any other
+generator is refused — and describes itself with
 a dp-accounting `DpEvent` that states the mathematics of the release exactly, so that the
 accountant consumes what the mechanism did and nothing else.
 
 Conventions: `sensitivity` is the sensitivity of the released statistic under the neighbouring
 relation the caller reports (the caller derives it; the mechanism only records it), in the
 norm named by `Release.norm`. The continuous mechanisms sample floating-point noise with numpy
-or torch: like every textbook implementation they are exposed to floating-point side channels
+(torch noise is drawn in float64 by numpy and cast): like every textbook implementation they
+are exposed to floating-point side channels
 (Mironov, CCS 2012); where that matters, release integers with the discrete mechanisms and
 `secure=True`.
 """
@@ -26,6 +29,7 @@ from scipy import stats
 
 from privrl.privacy import discrete
 from privrl.privacy.events import ApproxDpEvent, PureDpEvent
+from privrl.privacy.noise import NoiseGenerator, require_noise_generator, torch_normal
 from privrl.privacy.release import Release
 
 if TYPE_CHECKING:
@@ -75,12 +79,13 @@ def _name(name: Any) -> str:
 
 
 def _check_rng(rng: Any) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(
-            f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(seed)), "
-            f"got {type(rng).__name__}"
-        )
-    return rng
+    return require_noise_generator(rng)
+
+
+def _noise_facts(rng: Any) -> dict[str, Any]:
+    """What a release records of its noise source: an insecure one is marked, and a report
+    built from the release is then uncertified (`PrivacyReport.build`)."""
+    return {} if getattr(rng, "secure", True) else {"insecure_noise": True}
 
 
 def _one_of(a: float | None, b: float | None, names: tuple[str, str]) -> None:
@@ -162,6 +167,7 @@ def gaussian_mechanism(
         count=1,
         size=int(x.size),
         event=dp_event.GaussianDpEvent(noise_multiplier=z),
+        extra=_noise_facts(rng),
     )
     return _out(noisy), release
 
@@ -220,7 +226,7 @@ def gaussian_symmetric_matrix(
         count=1,
         size=d * (d + 1) // 2,  # distinct released scalars (upper triangle)
         event=dp_event.GaussianDpEvent(noise_multiplier=z),
-        extra={"dim": d, "rho": delta_f**2 / (4.0 * s_**2)},
+        extra={"dim": d, "rho": delta_f**2 / (4.0 * s_**2), **_noise_facts(rng)},
     )
     return noisy, release
 
@@ -265,6 +271,7 @@ def laplace_mechanism(
         count=1,
         size=int(x.size),
         event=event,
+        extra=_noise_facts(rng),
     )
     return _out(noisy), release
 
@@ -315,7 +322,7 @@ def discrete_gaussian_mechanism(
         count=1,
         size=int(x.size),
         event=dp_event.ZCDpEvent(rho=rho),
-        extra={"rho": rho, **_sampler_facts(secure, exact)},
+        extra={"rho": rho, **_sampler_facts(secure, exact), **_noise_facts(rng)},
     )
     return _out(x + noise), release
 
@@ -358,7 +365,7 @@ def discrete_laplace_mechanism(
         count=1,
         size=int(x.size),
         event=event,
-        extra=_sampler_facts(secure, exact),
+        extra={**_sampler_facts(secure, exact), **_noise_facts(rng)},
     )
     return _out(x + noise), release
 
@@ -457,6 +464,7 @@ def binomial_mechanism(
         event = base if k_changed == 1 else dp_event.SelfComposedDpEvent(base, k_changed)
         extra.update({"epsilon": eps, "delta": dlt})
     noisy = x + (rng.binomial(n, p, size=x.shape) - n * p)
+    extra.update(_noise_facts(rng))
     release = Release(
         name=_name(name),
         mechanism="binomial",
@@ -477,24 +485,17 @@ def binomial_mechanism(
 
 
 def gaussian_noise_like(
-    tensor: torch.Tensor, *, sigma: float, generator: torch.Generator
+    tensor: torch.Tensor, *, sigma: float, generator: NoiseGenerator
 ) -> torch.Tensor:
-    """N(0, σ²) noise with the shape, dtype and device of `tensor`, drawn from `generator`."""
+    """N(0, σ²) noise with the shape, dtype and device of `tensor`, drawn in float64 from the
+    `NoiseGenerator` (never a torch generator: see `privrl.privacy.noise`) and cast."""
     import torch
 
     s = _positive(sigma, "sigma")
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    gen = require_noise_generator(generator, "generator")
     if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
         raise ValueError("tensor must be a floating-point torch.Tensor")
-    return torch.normal(
-        0.0,
-        s,
-        size=tuple(tensor.shape),
-        generator=generator,
-        dtype=tensor.dtype,
-        device=tensor.device,
-    )
+    return torch_normal(tuple(tensor.shape), std=s, like=tensor, rng=gen)
 
 
 def privatize_sum_torch(
@@ -502,7 +503,7 @@ def privatize_sum_torch(
     *,
     clip_norm: float,
     noise_multiplier: float,
-    generator: torch.Generator,
+    generator: NoiseGenerator,
     name: str,
     count: int = 1,
 ) -> tuple[torch.Tensor | list[torch.Tensor], Release]:
@@ -543,6 +544,6 @@ def privatize_sum_torch(
         count=k,
         size=int(sum(t.numel() for t in tensors)),
         event=base if k == 1 else dp_event.SelfComposedDpEvent(base, k),
-        extra={"dtype": str(tensors[0].dtype).removeprefix("torch.")},
+        extra={"dtype": str(tensors[0].dtype).removeprefix("torch."), **_noise_facts(generator)},
     )
     return (noisy[0] if single else noisy), release

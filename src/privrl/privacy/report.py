@@ -18,6 +18,7 @@ drop out of the accounting.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from privrl.privacy import accounting
+from privrl.privacy.noise import INSECURE_NOTE
 from privrl.privacy.release import Release
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit, parse_relation, parse_unit
 
@@ -170,6 +172,10 @@ class PrivacyReport:
             forced False whenever `epsilon` is not finite, since ε = ∞ certifies nothing.
         public_parameters: every quantity that set a sensitivity, a noise scale, a sampling
             rate, δ or a number of releases, with its public source (see `privacy.public`).
+        certified: False when the run's noise was not secret (insecure reproducible noise from
+            a published seed, see `privacy.noise`): then ε = ∞ and `nominal_epsilon` keeps
+            the ε the releases would give with secret noise, for simulation studies only.
+        nominal_epsilon: see `certified` (None for a certified report).
     """
 
     unit: PrivacyUnit
@@ -188,12 +194,33 @@ class PrivacyReport:
     privrl_version: str = field(default_factory=_privrl_version)
     private: bool = True
     public_parameters: list[dict[str, Any]] = field(default_factory=list)
+    certified: bool = True
+    nominal_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         # An infinite (or undefined) ε is no guarantee: such a run is never reported private,
         # so no ledger can accept it.
         if not math.isfinite(float(self.epsilon)):
             self.private = False
+        if not self.certified:
+            self.private = False
+
+    def uncertified(self, reason: str) -> PrivacyReport:
+        """This report with its guarantee withdrawn (ε = ∞, private and certified False): the
+        noise was not secret. The ε the releases would give with secret noise is kept as
+        `nominal_epsilon`, for simulation studies. Idempotent."""
+        if not self.certified:
+            return self
+        nominal = float(self.epsilon) if self.private else None
+        return dataclasses.replace(
+            self,
+            epsilon=math.inf,
+            rho=None,
+            private=False,
+            certified=False,
+            nominal_epsilon=nominal,
+            notes=[*self.notes, reason],
+        )
 
     def with_public_parameters(self, params: Any) -> PrivacyReport:
         """Attach the run's public parameters (a `PublicParameters` or a list of dicts)."""
@@ -254,7 +281,7 @@ class PrivacyReport:
         event = _compose(releases)
         eps = float(accounting.epsilon(event, delta, relation=relation, backend=backend))
         rho = accounting.zcdp_rho(event)
-        return cls(
+        report = cls(
             unit=unit,
             relation=relation,
             releases=releases,
@@ -268,6 +295,12 @@ class PrivacyReport:
             notes=list(notes),
             system=system,
         )
+        insecure = [r.name for r in releases if r.extra.get("insecure_noise")]
+        if insecure:
+            return report.uncertified(
+                f"{INSECURE_NOTE} (release(s) {', '.join(repr(n) for n in insecure)})"
+            )
+        return report
 
     @classmethod
     def non_private(
@@ -319,6 +352,17 @@ class PrivacyReport:
         """One sentence stating the guarantee: (ε, δ), unit, relation and accountant."""
         who = self.unit.describe()
         rel = _RELATION_PHRASE[self.relation]
+        if not self.certified:
+            nominal = ""
+            if self.nominal_epsilon is not None:
+                nominal = (
+                    f"; with secret noise its releases would give "
+                    f"ε={fmt_number(self.nominal_epsilon)}, δ={fmt_number(self.delta)}"
+                )
+            return (
+                f"NOT CERTIFIED (ε=∞): insecure reproducible noise, no protection for {who}"
+                f"{nominal}"
+            )
         if not self.private:
             return (
                 f"NOT differentially private (ε=∞): non-private run, no protection for {who} "
@@ -352,6 +396,8 @@ class PrivacyReport:
             "system": self.system,
             "public": list(self.public),
             "public_parameters": [dict(p) for p in self.public_parameters],
+            "certified": bool(self.certified),
+            "nominal_epsilon": self.nominal_epsilon,
             "notes": list(self.notes),
             "created": self.created,
             "privrl_version": self.privrl_version,
@@ -388,6 +434,12 @@ class PrivacyReport:
                 privrl_version=str(data.get("privrl_version", "unknown")),
                 private=bool(data.get("private", math.isfinite(eps))),
                 public_parameters=[dict(p) for p in data.get("public_parameters", [])],
+                certified=bool(data.get("certified", True)),
+                nominal_epsilon=(
+                    None
+                    if data.get("nominal_epsilon") is None
+                    else _float(data["nominal_epsilon"], "nominal_epsilon")
+                ),
             )
         except KeyError as exc:
             raise ValueError(f"privacy report is missing the field {exc.args[0]!r}") from None

@@ -19,10 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from privrl.privacy.noise import require_noise_generator
+
 __all__ = [
     "SHUFFLE_MATCHES_POISSON_ACCOUNTANT",
     "one_per_unit",
     "poisson_sample",
+    "poisson_subset",
     "shuffled_batches",
     "step_coins",
 ]
@@ -33,12 +36,9 @@ SHUFFLE_MATCHES_POISSON_ACCOUNTANT = False
 
 
 def _check_rng(rng: Any) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(
-            "rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(seed)), got "
-            f"{type(rng).__name__}"
-        )
-    return rng
+    # Which units a secret sampling step picks is as secret as noise (amplification by
+    # subsampling assumes it): its coins come from a NoiseSource's generator only.
+    return require_noise_generator(rng)
 
 
 def _check_n(n_units: Any) -> int:
@@ -63,6 +63,17 @@ def poisson_sample(n_units: int, rate: float, rng: np.random.Generator) -> np.nd
     q = _check_probability(rate, "rate")
     gen = _check_rng(rng)
     return np.flatnonzero(gen.random(n) < q).astype(np.int64)
+
+
+def poisson_subset(n_units: int, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """The same law as `poisson_sample` (each unit joins independently with probability
+    ``rate``), drawn as a Binomial(n, rate) count and then a uniform subset of that size, so
+    that a step costs O(count) rather than O(n) draws. Sorted indices; may be empty."""
+    n = _check_n(n_units)
+    q = _check_probability(rate, "rate")
+    gen = _check_rng(rng)
+    k = int(gen.binomial(n, q))
+    return np.sort(gen.choice(n, size=k, replace=False)).astype(np.int64)
 
 
 def step_coins(

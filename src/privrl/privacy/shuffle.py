@@ -50,6 +50,7 @@ from dp_accounting import dp_event
 
 from privrl.privacy.events import ApproxDpEvent, PureDpEvent
 from privrl.privacy.mechanisms import binomial_delta, binomial_mechanism
+from privrl.privacy.noise import require_noise_generator
 from privrl.privacy.release import Release
 
 __all__ = [
@@ -220,7 +221,7 @@ def local_randomizer(
     if n != calibration.n_users:
         raise ValueError(f"calibration is for {calibration.n_users} users, got {n}")
     m = calibration.bits_per_user
-    noise = (rng.random((n, c, m)) < calibration.p).astype(np.int64)
+    noise = (require_noise_generator(rng).random((n, c, m)) < calibration.p).astype(np.int64)
     payload = np.concatenate([x[:, :, None].astype(np.int64), noise], axis=2)  # [n, c, 1+m]
     users = np.broadcast_to(np.arange(n)[:, None, None], payload.shape)
     counters = np.broadcast_to(np.arange(c)[None, :, None], payload.shape)
@@ -230,7 +231,7 @@ def local_randomizer(
 def shuffler(messages: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Uniformly random permutation of all messages, sender identity removed: ``(counter, bit)``
     rows. (Trusted component: in a deployment, a mixnet or trusted hardware.)"""
-    order = rng.permutation(messages.shape[0])
+    order = require_noise_generator(rng).permutation(messages.shape[0])
     return messages[order][:, 1:]
 
 
@@ -335,7 +336,7 @@ class LaplaceRandomizer:
 
     def noise(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
         """The noise of ``shape[0]`` users' messages (drawn independently of any data)."""
-        return rng.laplace(0.0, self.scale, size=shape)
+        return require_noise_generator(rng).laplace(0.0, self.scale, size=shape)
 
     def randomize(self, x: npt.ArrayLike, rng: np.random.Generator) -> np.ndarray:
         """Messages x + Laplace(scale) (rows = users)."""

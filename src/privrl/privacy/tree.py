@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from privrl.privacy.events import PureDpEvent
+from privrl.privacy.noise import require_noise_generator
 from privrl.privacy.release import Release
 
 __all__ = ["BinaryTreeMechanism", "laplace_sum_bound", "tree_levels"]
@@ -104,9 +105,9 @@ class BinaryTreeMechanism:
             raise ValueError(f"scale must be finite and > 0, got {scale}")
         if isinstance(rngs, np.random.Generator):
             self._rngs: list[np.random.Generator] | None = None
-            self._rng: np.random.Generator | None = rngs
+            self._rng: np.random.Generator | None = require_noise_generator(rngs)
         else:
-            self._rngs = list(rngs)
+            self._rngs = [require_noise_generator(g) for g in rngs]
             self._rng = None
             if not self.shape or len(self._rngs) != self.shape[0]:
                 raise ValueError("give one Generator per leading index of shape")

@@ -28,7 +28,17 @@ from privrl.runs.system import Result
 RUN_OPTIONS = {
     "data": ("--data", "Dataset file (privrl HDF5) to learn from."),
     "out": ("--out", "Run directory to write (config.json, metrics, privacy.json, plots/)."),
-    "seed": ("--seed", "Seed of every random choice of the run (noise, sampling); >= 0."),
+    "seed": (
+        "--seed",
+        "Seed of the run's public random choices (initialisation, environments, public "
+        "tuning, evaluation); >= 0. Privacy noise never comes from it.",
+    ),
+    "insecure_noise": (
+        "--insecure-reproducible-noise",
+        "Draw the privacy noise from --seed, for simulations and tests only: anyone who "
+        "knows the seed can remove the noise, so the run is NOT CERTIFIED (ε = ∞) and no "
+        "ledger accepts it.",
+    ),
 }
 
 
@@ -80,6 +90,8 @@ def make_command(
     params.append(
         _param("seed", int, typer.Option(0, RUN_OPTIONS["seed"][0], help=RUN_OPTIONS["seed"][1]))
     )
+    flag, text = RUN_OPTIONS["insecure_noise"]
+    params.append(_param("insecure_noise", bool, typer.Option(False, flag, help=text)))
     if system.resumable and system.auto_resume:
         params.append(
             _param(
@@ -133,7 +145,14 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
         config = config_cls(**values)
     except ConfigError as exc:
         raise CliError(exc.message_for(_flag(fields, exc.key))) from None
-    spec = RunSpec(system.name, config, Path(kwargs["out"]), kwargs.get("data"), kwargs["seed"])
+    spec = RunSpec(
+        system.name,
+        config,
+        Path(kwargs["out"]),
+        kwargs.get("data"),
+        kwargs["seed"],
+        insecure_noise=bool(kwargs.get("insecure_noise", False)),
+    )
     try:
         execute_cli(spec, resume=bool(kwargs.get("resume", False)))
     except ConfigError as exc:

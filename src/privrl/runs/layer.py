@@ -9,7 +9,8 @@ Order of work (the privacy rules of DESIGN.md), the same for every system:
 1. the config is validated (it validated itself on construction) and `--out` is checked;
 2. with a dataset, only its header is read; the system's `plan` resolves the public parameters
    and states the planned report;
-3. the dataset's ledger checks the planned report (`ledger_guard`) before any episode is read;
+3. the dataset's ledger checks the planned report (`ledger_guard`) before any episode is read
+   (a run that opted in to insecure reproducible noise is uncertified, so a ledger refuses it);
 4. inside the guard: the system loads the private data, runs, and the layer writes the run
    directory (config.json from the config and the plan only, metrics.json, metrics.csv,
    privacy.json, artefacts, plots/*.png); the ledger records the spend once it is complete;
@@ -18,6 +19,7 @@ Order of work (the privacy rules of DESIGN.md), the same for every system:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tomllib
@@ -30,13 +32,15 @@ from typing import Any
 import numpy as np
 
 from privrl.experiments.rundir import RunDir, check_out_dir, ledger_guard
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import json_safe
 from privrl.runs import registry
 from privrl.runs.config import ConfigError, RunConfig
 from privrl.runs.plots import draw
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, System
 
-RESERVED = ("system", "data", "out", "seed")
+RESERVED = ("system", "data", "out", "seed", "insecure_reproducible_noise")
+INSECURE_KEY = "insecure_reproducible_noise"
 # A value of `Plan.public` that removes the spec's key of that name from config.json (for a
 # system that publishes it elsewhere, e.g. the dataset path inside a "source" record).
 OMIT: Any = type("Omit", (), {"__repr__": lambda self: "OMIT"})()
@@ -44,13 +48,23 @@ OMIT: Any = type("Omit", (), {"__repr__": lambda self: "OMIT"})()
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run: a system, its config, and the run-level choices (data, out, seed)."""
+    """One run: a system, its config, and the run-level choices (data, out, seed).
+
+    `insecure_noise` opts in to noise drawn from the seed (`NoiseSource.insecure`): for
+    simulation studies and tests only; the run is then uncertified (ε = ∞) and no ledger
+    accepts it.
+    """
 
     system: str
     config: RunConfig
     out: Path
     data: Path | None = None
     seed: int = 0
+    insecure_noise: bool = False
+
+    def noise(self) -> NoiseSource:
+        """The run's source of privacy noise: secure unless `insecure_noise`."""
+        return NoiseSource.insecure(self.seed) if self.insecure_noise else NoiseSource.secure()
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], *, out: str | Path | None = None) -> RunSpec:
@@ -71,25 +85,29 @@ class RunSpec:
         seed = values.pop("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError("seed", f"must be an integer >= 0, not {seed!r}")
+        insecure = values.pop(INSECURE_KEY, False)
+        if not isinstance(insecure, bool):
+            raise ConfigError(INSECURE_KEY, f"must be true or false, not {insecure!r}")
         config = system.Config.from_dict(values)
-        return cls(system.name, config, Path(target), None if data is None else Path(data), seed)
+        data_path = None if data is None else Path(data)
+        return cls(system.name, config, Path(target), data_path, seed, insecure)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def _run_level(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "system": self.system,
             "data": None if self.data is None else str(self.data),
             "seed": self.seed,
-            **self.config.to_dict(),
         }
+        if self.insecure_noise:  # said only when set: a certified run's config is unchanged
+            out[INSECURE_KEY] = True
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self._run_level(), **self.config.to_dict()}
 
     def identity(self) -> dict[str, Any]:
         """`to_dict` with the config's identity (`RunConfig.identity`): a sweep cell's key."""
-        return {
-            "system": self.system,
-            "data": None if self.data is None else str(self.data),
-            "seed": self.seed,
-            **self.config.identity(),
-        }
+        return {**self._run_level(), **self.config.identity()}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -167,7 +185,10 @@ def execute(
         from privrl.data.io import read_header
 
         header = read_header(spec.data)
+    noise = spec.noise()
     plan = plan_of(system, spec, header)
+    if not noise.certified:  # the ledger then refuses the run before any data is read
+        plan = dataclasses.replace(plan, report=noise.certify(plan.report))
     with _progress(quiet, progress) as report_progress:
         ctx = RunContext(
             progress=report_progress,
@@ -176,11 +197,13 @@ def execute(
             seed=spec.seed,
             plan=plan,
             notice=(lambda text: None) if quiet else _notice,
+            noise=noise,
         )
         with ledger_guard(spec.data, plan.report, label=system.name, out=out) as reports:
             rng = np.random.default_rng(spec.seed)
             data = system.load(spec.config, spec.data, plan, rng)
             result = system.run(spec.config, data, rng, ctx)
+            result.privacy = noise.certify(result.privacy)
             if not result.privacy.public_parameters and plan.report.public_parameters:
                 result.privacy.public_parameters = list(plan.report.public_parameters)
             write_run(out, config_json(spec, plan), result)

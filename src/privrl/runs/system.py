@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 from privrl.runs.config import RunConfig
 
@@ -112,7 +113,12 @@ class RunContext:
         progress: `progress(label, done, total)`; a no-op when quiet.
         checkpoint_dir: where a long run may keep resumable state (None: no resume).
         resume: whether to continue from the state in `checkpoint_dir`.
-        seed: the run's seed (for systems that seed torch as well as numpy).
+        seed: the run's seed (for systems that seed torch as well as numpy). It governs
+            everything but privacy noise: initialisation, environments, public tuning,
+            evaluation.
+        noise: where the run's privacy noise and secret sampling come from (a
+            `privrl.privacy.NoiseSource`: secure unless the run opted in to insecure
+            reproducible noise). Never derived from `seed`.
         plan: the run's `Plan` (its public parameters and facts).
         notice: `notice(text)` tells the user something about the run itself (e.g. "resuming
             from epoch 3"): stderr on the command line; a no-op when quiet. Never data.
@@ -124,6 +130,7 @@ class RunContext:
     seed: int = 0
     plan: Plan | None = None
     notice: Callable[[str], None] = lambda text: None
+    noise: NoiseSource = field(default_factory=NoiseSource.secure)
 
 
 class System:

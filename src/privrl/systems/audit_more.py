@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from privrl.privacy.noise import NoiseSource
 from privrl.runs.config import check, option
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.audit import (
@@ -282,8 +283,9 @@ class AuditSdpPe(AuditSystem):
                 A,
                 epsilon=config.epsilon,
                 delta=config.delta,
-                rng=np.random.default_rng(0),  # noise on zero counts: the report needs the
-                calibration=config.calibration,  # type: ignore[arg-type]  # batch's calibration
+                rng=NoiseSource.secure().generator("planning"),  # noise on zero counts: the
+                calibration=config.calibration,  # type: ignore[arg-type]  # report needs the
+                # batch's calibration
             )
             report = sdp_pe_claimed(priv, Counts.zeros(H, S, A), config.users)
         report = synthetic_report(report, params)

@@ -18,7 +18,7 @@ privacy.json. The planned report is checked by the dataset's ledger before `load
 episodes. Privacy unit and relation: one trajectory (a row of a bandit log) under
 REPLACE-ONE neighbours; m is then the same for every neighbour, hence public.
 
-Seeds: the noise is drawn from SeedSequence([seed, 5]).
+Noise: drawn from the run's secure `NoiseSource`, never from the seed.
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ from privrl.systems.ope import (
     target_parameters,
 )
 from privrl.systems.tabular import header_trajectories
-
-NOISE_STREAM = 5
 
 
 @dataclass(frozen=True)
@@ -319,7 +317,7 @@ class ImportanceSystem(System):
         f = ctx.plan.facts
         bounds = f["bounds"]
         t = imp.terms(data, f["policy"], bounds, f["reward_model"])
-        noise_rng = np.random.default_rng([ctx.seed, NOISE_STREAM])
+        noise_rng = ctx.noise.generator(self.name)
         common = dict(
             noise=f["noise"], rng=noise_rng, level=config.confidence, interval=config.interval
         )

@@ -223,7 +223,9 @@ class _LinearSystem(System):
 
         return PrivacyReport.non_private(UNIT, RELATION, system=self.name)
 
-    def fit(self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator) -> Any:
+    def fit(
+        self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
+    ) -> Any:
         """The learner's result (its `.report`, `.policy`, `.v`, `.q`, `.bonus`)."""
         raise NotImplementedError
 
@@ -272,7 +274,7 @@ class _LinearSystem(System):
         assert ctx.plan is not None
         public: _Public = ctx.plan.facts["public"]
         algo_rng = np.random.default_rng(seed_streams(rng, 2)[1])
-        result = self.fit(config, data, ctx.plan, algo_rng)
+        result = self.fit(config, data, ctx.plan, algo_rng, ctx)
         result.report.with_public_parameters(ctx.plan.facts["params"])
         metrics, curve, truth = _outputs(self.name, data.episodes, public, result)
         line = f"K = {metrics['K']}, H = {metrics['H']}, d = {metrics['d']}"
@@ -360,7 +362,9 @@ class DpVapviSystem(_LinearSystem):
         )
         return dp_vapvi_planned_report(rho, settings["matrix_noise"], settings["delta"])
 
-    def fit(self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator) -> Any:
+    def fit(
+        self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
+    ) -> Any:
         from privrl.offline.vapvi import dp_vapvi
 
         s = plan.facts["settings"]
@@ -369,6 +373,7 @@ class DpVapviSystem(_LinearSystem):
             plan.facts["public"].features,
             rho=s["rho"],
             rng=rng,
+            noise=ctx.noise.generator("dp-vapvi"),
             delta=s["delta"],
             failure_prob=s["failure_prob"],
             matrix_noise=s["matrix_noise"],
@@ -385,7 +390,9 @@ class VapviSystem(_LinearSystem):
     Config = VapviConfig
     summary = "VAPVI (Yin et al. 2022): DP-VAPVI's code with the noise off. NOT private."
 
-    def fit(self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator) -> Any:
+    def fit(
+        self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
+    ) -> Any:
         from privrl.offline.vapvi import vapvi
 
         return vapvi(
@@ -405,7 +412,9 @@ class PeviSystem(_LinearSystem):
     Config = PeviConfig
     summary = "PEVI (Jin et al. 2021): pessimistic least-squares value iteration. NOT private."
 
-    def fit(self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator) -> Any:
+    def fit(
+        self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
+    ) -> Any:
         from privrl.offline.pevi import pevi
 
         features = plan.facts["public"].features

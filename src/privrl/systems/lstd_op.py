@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from privrl.privacy.noise import NoiseSource
 from privrl.runs.config import check, option
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope import (
@@ -173,7 +174,7 @@ class LstdOp(OpeSystem):
         core = f["core"]
         theta = lstd_op_statistics(data, problem.features, core).solve(core)
         noisy, release = lstd_op_release(
-            theta, core, noise_multiplier=f["z"], rng=np.random.default_rng([ctx.seed, 4])
+            theta, core, noise_multiplier=f["z"], rng=ctx.noise.generator("lstd-op")
         )
         # θ (before the noise) is private: only `noisy` and the public facts are published
         report = lstd_op_report(release, core, delta=config.delta, params=f["params"])
@@ -198,7 +199,7 @@ def _planned_report(core: Any, z: float, delta: float, params: Any, n: int) -> A
         np.zeros(n),
         sensitivity=core.sensitivity(),
         noise_multiplier=z,
-        rng=np.random.default_rng(0),
+        rng=NoiseSource.secure().generator("planning"),  # the draw is discarded
         name="LSTD-OP θ = (A_D + λI)⁻¹ b_D",
     )
     return lstd_op_report(release, core, delta=delta, params=params)

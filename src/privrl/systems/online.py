@@ -17,8 +17,8 @@ The algorithms live in `privrl.online` (`sdp_pe`, `ucbvi`); this module only ada
   curve as metrics.csv, the privatizer's report and plots/regret.png.
 
 Seeds: as before the run layer, the environment instance is `make_env(..., seed=seed)` and the
-users and the noise draw from `SeedSequence(seed).spawn(2)` (so a seed gives the numbers it
-gave `privrl online ...` before; the layer's own generator is not used).
+users draw from `SeedSequence(seed).spawn(2)[0]`; the privacy noise comes from the run's secure
+`NoiseSource` (`RunContext.noise`), never from the seed.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from privrl.experiments.checks import (
     check_number,
 )
 from privrl.online.common import ENVS
+from privrl.privacy.noise import NoiseSource
 from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 
@@ -378,7 +379,7 @@ class OnlineSystem(System):
         check_memory(config, kind)
         algo = self.algorithm_name(config)
         S, A, H = config.sizes()
-        planned = make_privatizer(kind, config, np.random.default_rng(0))
+        planned = make_privatizer(kind, config, NoiseSource.secure().generator("planning"))
         report = planned.report(system=algo)
         flags = self.privacy_flags(config)
         if flags:
@@ -397,9 +398,15 @@ class OnlineSystem(System):
         return {"config": asdict(config.algorithm())}
 
     def simulate(
-        self, config: Any, mdp: TabularMDP, seed: int, progress: Callable[[int], None]
+        self,
+        config: Any,
+        mdp: TabularMDP,
+        seed: int,
+        progress: Callable[[int], None],
+        noise: NoiseSource,
     ) -> tuple[OnlineResult, dict[str, Any]]:
-        """Run the algorithm on `mdp` for K simulated users; its result and extra metrics."""
+        """Run the algorithm on `mdp` for K simulated users (`seed`: the users; `noise`: the
+        privacy noise); its result and extra metrics."""
         raise NotImplementedError
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
@@ -421,7 +428,7 @@ class OnlineSystem(System):
             ctx.progress(algo, done, config.episodes)
 
         t0 = time.perf_counter()
-        result, extra = self.simulate(config, mdp, ctx.seed, advance)
+        result, extra = self.simulate(config, mdp, ctx.seed, advance, ctx.noise)
         return online_result(algo, result, extra, time.perf_counter() - t0, mdp)
 
 
@@ -449,13 +456,18 @@ class PeSystem(OnlineSystem):
         return IdentityPrivatizer()
 
     def simulate(
-        self, config: Any, mdp: TabularMDP, seed: int, progress: Callable[[int], None]
+        self,
+        config: Any,
+        mdp: TabularMDP,
+        seed: int,
+        progress: Callable[[int], None],
+        noise: NoiseSource,
     ) -> tuple[OnlineResult, dict[str, Any]]:
         from privrl.online import sdp_pe
 
         algorithm = config.algorithm()
-        env_ss, noise_ss = np.random.SeedSequence(seed).spawn(2)
-        priv = self.privatizer(config, mdp, np.random.default_rng(noise_ss))
+        env_ss, _ = np.random.SeedSequence(seed).spawn(2)
+        priv = self.privatizer(config, mdp, noise.generator(self.name))
         result = sdp_pe.sdp_pe(
             mdp,
             config.episodes,
@@ -506,7 +518,12 @@ class UcbviSystem(OnlineSystem):
     Config = UcbviConfig
 
     def simulate(
-        self, config: Any, mdp: TabularMDP, seed: int, progress: Callable[[int], None]
+        self,
+        config: Any,
+        mdp: TabularMDP,
+        seed: int,
+        progress: Callable[[int], None],
+        noise: NoiseSource,
     ) -> tuple[OnlineResult, dict[str, Any]]:
         from privrl.online import ucbvi
 
@@ -519,6 +536,7 @@ class UcbviSystem(OnlineSystem):
             epsilon=getattr(config, "epsilon", None),
             config=config.algorithm(),
             progress=progress,
+            noise=noise,
         )
         return result, {}
 

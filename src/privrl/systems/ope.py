@@ -34,10 +34,10 @@ in m, so the header's count is neither used nor published: the declared m̄ (--t
 q = min(1, 20/m̄) and the step normaliser, and σ is calibrated by the PLD accountant for
 (ε, δ, q, T) in the plan. h and η come from flags or a public tuning sample.
 
-Seeds: the episodes are sampled with SeedSequence([seed, 1]), GPOPE's public tuning sample with
-[seed, 2], GPOPE's noise with [seed, 3] and the baselines' noise with [seed, 4] (the streams of
-the command before the run layer, so the same seed gives the same numbers); GPOPE's public
-replica runs for the value's interval use [seed, 7].
+Seeds: the episodes are sampled with SeedSequence([seed, 1]) and GPOPE's public tuning sample
+with [seed, 2]; GPOPE's public replica runs for the value's interval use [seed, 7]. The privacy
+noise and GPOPE's secret trajectory draws never come from the seed: they come from the run's
+secure `NoiseSource`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from privrl.privacy.noise import NoiseSource
 from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
 from privrl.systems.tabular import header_trajectories
@@ -1170,7 +1171,7 @@ class Gpope(OpeSystem):
             clip=f["h"],
             step=f["step"],
             accounting=config.accounting,
-            seed=np.random.default_rng([ctx.seed, 3]),
+            noise=ctx.noise,
             public=f["public"],
             notes=f["notes"],
         )
@@ -1208,7 +1209,7 @@ class Gpope(OpeSystem):
                 step=[f["step"]] * n_rep,
                 sigma=result.sigma,
                 delta=config.delta,
-                seed=np.random.default_rng([ctx.seed, 7]),
+                noise=NoiseSource.insecure([ctx.seed, 7]),  # PUBLIC data: repeatable
             )
             return np.asarray(theta_r) @ w
 
@@ -1493,9 +1494,7 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
 
     f, problem = _facts(ctx)
     cfg, sigma = f["mb_config"], f["sigma"]
-    trace = minibatch_gtd2(
-        [problem.stats(data)], cfg, sigma=sigma, seed=np.random.SeedSequence([ctx.seed, 3])
-    )
+    trace = minibatch_gtd2([problem.stats(data)], cfg, sigma=sigma, noise=ctx.noise)
     theta = trace.theta_avg[0]
     # the clipped fraction of the private run is not published (it is not noised)
     metrics: dict[str, Any] = {
@@ -1522,7 +1521,10 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
         if pub_stats is None:
             return None
         runs = minibatch_gtd2(
-            [pub_stats] * n_rep, cfg, sigma=sigma, seed=np.random.SeedSequence([ctx.seed, 7])
+            [pub_stats] * n_rep,
+            cfg,
+            sigma=sigma,
+            noise=NoiseSource.insecure([ctx.seed, 7]),  # PUBLIC data: repeatable
         )
         return runs.theta_avg @ w
 
@@ -1728,7 +1730,7 @@ class _Baseline(OpeSystem):
             epsilon=config.epsilon,
             delta=config.delta,
             return_range=f["W"],
-            rng=np.random.default_rng([ctx.seed, 4]),
+            rng=ctx.noise.generator("dp-lsw"),
             notes=f["notes"],
         )
         if isinstance(config, DpLslConfig):

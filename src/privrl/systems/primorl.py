@@ -347,6 +347,7 @@ class PrimorlSystem(System):
             public_split=public,
             progress=progress,
             workdir=work,
+            noise=ctx.noise,
         )
         out = _outputs(facts["primorl"], result, n_public=public.n_episodes)
         out.artifacts["model.pt"] = lambda path: P.save_released_model(result.released, path)

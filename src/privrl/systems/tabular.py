@@ -373,12 +373,11 @@ class ApviSystem(System):
         H, S, A = facts["sizes"]
         privacy = facts["privacy"]
         sampled = isinstance(data, _Sampled)
+        noise_rng = ctx.noise.generator("dp-apvi") if privacy is not None else None
         if sampled:
-            noise_rng = np.random.default_rng(seed_streams(rng, 4)[3])
             privatize = privacy is not None and privacy.privatize_rewards
             reward = None if privatize else data.mdp.R
         else:
-            noise_rng = np.random.default_rng(np.random.SeedSequence(ctx.seed))
             reward = facts["reward"]
         result = dp_apvi(
             data.episodes if sampled else data,

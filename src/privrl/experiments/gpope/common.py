@@ -30,6 +30,7 @@ from privrl.ope.gpope import (
 from privrl.ope.mspbe import LinearSystem
 from privrl.ope.stats import TrajectoryStats
 from privrl.privacy.mechanisms import gaussian_mechanism
+from privrl.privacy.noise import NoiseSource
 
 DELTA = 1e-5
 EPS_GRID = (0.1, 0.5, 1.0, 5.0)
@@ -189,7 +190,7 @@ def _gp_trials(
                 clip=math.inf,
                 step=steps,
                 sigma=0.0,
-                seed=child,
+                noise=NoiseSource.insecure(child),
                 n_record=n_record,
             )
         else:
@@ -201,7 +202,7 @@ def _gp_trials(
                 clip=clip,
                 step=steps,
                 accounting=accounting,
-                seed=child,
+                noise=NoiseSource.insecure(child),
                 n_record=n_record,  # type: ignore[arg-type]
                 orders=orders,
             )

@@ -24,6 +24,7 @@ from privrl.ope.minibatch import (
     replace_one_epsilon,
     tune_minibatch_on_public,
 )
+from privrl.privacy.noise import NoiseSource
 
 BATCH = 20  # expected batch size B̄
 ITERATIONS = 2000  # T
@@ -68,8 +69,11 @@ def minibatch_point(
     )
     trials = min(cfg.trials, TRIALS)
     stats = [chain.stats(chain.sample(m, cfg.base, fig, 1, m, t)) for t in range(trials)]
-    trace = minibatch_gtd2(
-        stats, tuning.config, sigma=tuning.sigma, seed=np.random.SeedSequence([cfg.base, fig, 6, m])
+    trace = minibatch_gtd2(  # a simulation: noise repeatable from the recorded seed
+        stats,
+        tuning.config,
+        sigma=tuning.sigma,
+        noise=NoiseSource.insecure(np.random.SeedSequence([cfg.base, fig, 6, m])),
     )
     vals = np.asarray(chain.system.mspbe(trace.theta_avg))
     for t in range(trials):

@@ -14,6 +14,7 @@ import numpy as np
 
 from privrl.online.common import checkpoints, make_env
 from privrl.online.ucbvi import UCBVIConfig, ucbvi
+from privrl.privacy.noise import NoiseSource
 
 COLORS = {
     "SDP-PE": "tab:red",
@@ -98,8 +99,13 @@ def _run_job(job: Job, cfg_dict: dict[str, Any]) -> dict[str, Any]:
     mdp = make_env("riverswim", states=cfg.states, horizon=cfg.horizon)
     grid = checkpoints(job.episodes, cfg.points)
     t0 = time.perf_counter()
-    results = ucbvi(
-        mdp, job.episodes, seeds=list(job.seeds), privatizer=job.privatizer, epsilon=job.epsilon
+    results = ucbvi(  # a simulation on a public MDP: noise repeatable from the seeds
+        mdp,
+        job.episodes,
+        seeds=list(job.seeds),
+        privatizer=job.privatizer,
+        epsilon=job.epsilon,
+        noise=NoiseSource.insecure(list(job.seeds)),
     )
     return {
         "job": asdict(job),
@@ -153,6 +159,7 @@ def jdp_long_unit(
         epsilon=epsilon,
         config=UCBVIConfig(bonus_scale),
         checkpoint=checkpoint,
+        noise=NoiseSource.insecure(list(seeds)),  # a simulation: repeatable, resumable
     )
     job = Job("UCBVI-JDP", epsilon, episodes, tuple(seeds), "ucbvi", "tight", "central", "jdp-long")
     burn_in_end = []
