@@ -33,6 +33,7 @@ from privrl.envs.tabular import TabularMDP, behaviour_policy_full_support, episo
 from privrl.privacy.accounting import calibrate_noise_multiplier
 from privrl.privacy.ledger import BudgetExceededError, BudgetLedger
 from privrl.privacy.mechanisms import gaussian_mechanism
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
@@ -132,7 +133,8 @@ def run_demo(cfg: DemoConfig, out: Path, console: Console | None = None) -> dict
     out.mkdir(parents=True, exist_ok=True)
     (out / "plots").mkdir(exist_ok=True)
     seeds = np.random.SeedSequence(cfg.seed).spawn(3)
-    env_rng, data_rng, noise_rng = (np.random.default_rng(s) for s in seeds)
+    env_rng, data_rng = (np.random.default_rng(s) for s in seeds[:2])
+    noise_rng = NoiseSource.secure().generator("demo")  # secret, never from the seed
 
     mdp = TabularMDP.random(cfg.states, cfg.actions, cfg.horizon, rng=env_rng)
     behaviour = behaviour_policy_full_support(env_rng, cfg.horizon, cfg.states, cfg.actions, 0.05)

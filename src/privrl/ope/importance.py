@@ -70,6 +70,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from privrl.privacy.noise import NoiseSource
 from privrl.ope.targets import TargetPolicy, load_target_policy
 from privrl.privacy.release import Release
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
@@ -450,7 +451,7 @@ def planned_releases(
     """The releases a run will make, from public facts only (for the plan the ledger
     checks). Made by the same mechanism calls as the run, on the value 0 with a throwaway
     generator, so the records are identical to the run's; the noisy zeros are discarded."""
-    rng = np.random.default_rng(0)
+    rng = NoiseSource.secure().generator("planning")
     return [_release(0.0, s, noise, rng, name)[1] for name, s in _sums(estimator, bounds, q_range)]
 
 

@@ -27,6 +27,7 @@ from privrl.offline.vapvi import (
     vapvi,
     variance_aware_pvi,
 )
+from privrl.privacy.noise import NoiseSource
 from privrl.runs.units import Unit, pending, run_units
 
 K_GRID = (5, 10, 20, 50, 100, 200, 500, 1000)
@@ -79,6 +80,12 @@ def _setup(seeds: int | None, seed: int, quick: bool, extended: bool) -> _Setup:
 Runner = Callable[[LinearEpisodes, FeatureTable, float, int], LinearGreedyPolicy]
 
 
+def _noise(noise_seed: int) -> np.random.Generator:
+    """DP-VAPVI's noise in this simulation study (synthetic data): repeatable from the recorded
+    seed, so these runs are uncertified."""
+    return NoiseSource.insecure(noise_seed).generator("dp-vapvi")
+
+
 def _dp_dk_runner(rho: float, multipliers: Mapping[float, float]) -> Runner:
     """DP-VAPVI with the additive D/K term on: D = c·2H³√d, c = ``multipliers[C]`` (a public
     hyper-parameter). Same noise seed as `_dp_runner`, so c = 0 is DP-VAPVI exactly."""
@@ -87,7 +94,8 @@ def _dp_dk_runner(rho: float, multipliers: Mapping[float, float]) -> Runner:
         data: LinearEpisodes, table: FeatureTable, scale: float, noise_seed: int
     ) -> LinearGreedyPolicy:
         return dp_vapvi(
-            data, table, rho=rho, rng=noise_seed, bonus_scale=scale, delta=DELTA,
+            data, table, rho=rho, rng=noise_seed, noise=_noise(noise_seed), bonus_scale=scale,
+            delta=DELTA,
             failure_prob=FAILURE_PROB, additive_bonus=multipliers[scale] * DK_UNIT,
         ).policy  # fmt: skip
 
@@ -99,7 +107,8 @@ def _dp_runner(rho: float) -> Runner:
         data: LinearEpisodes, table: FeatureTable, scale: float, noise_seed: int
     ) -> LinearGreedyPolicy:
         return dp_vapvi(
-            data, table, rho=rho, rng=noise_seed, bonus_scale=scale, delta=DELTA,
+            data, table, rho=rho, rng=noise_seed, noise=_noise(noise_seed), bonus_scale=scale,
+            delta=DELTA,
             failure_prob=FAILURE_PROB,
         ).policy  # fmt: skip
 
@@ -148,8 +157,7 @@ def _diag_runner(kind: str, rho: float) -> Runner:
         if kind == "shift":
             releaser: Any = _ShiftOnly(gram_shift(data.H, table.d, rho, FAILURE_PROB) / 2.0)
         else:
-            # Same noise stream as dp_vapvi(rng=noise_seed): its second spawned child.
-            noise_rng = np.random.default_rng(noise_seed).spawn(2)[1]
+            noise_rng = _noise(noise_seed)  # the same noise stream as dp_vapvi's
             releaser = _NoiseOnly(
                 rho=rho, H=data.H, d=table.d, rng=noise_rng, failure_prob=FAILURE_PROB
             )
@@ -179,7 +187,7 @@ def _dp_unscaled(rho: float) -> Runner:
         data: LinearEpisodes, table: FeatureTable, scale: float, noise_seed: int
     ) -> LinearGreedyPolicy:
         raw = _raw(table)
-        noise_rng = np.random.default_rng(noise_seed).spawn(2)[1]
+        noise_rng = _noise(noise_seed)
         releaser = GaussianReleaser(
             rho=rho, H=data.H, d=raw.d, rng=noise_rng, failure_prob=FAILURE_PROB
         )
