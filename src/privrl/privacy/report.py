@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -170,6 +170,13 @@ class PrivacyReport:
             forced False whenever `epsilon` is not finite, since ε = ∞ certifies nothing.
         public_parameters: every quantity that set a sensitivity, a noise scale, a sampling
             rate, δ or a number of releases, with its public source (see `privacy.public`).
+        derived_from: for a report of post-processing (`post_processing`), what it was
+            computed from: the released output (e.g. a policy file and its SHA-256) and the
+            run that released it, as that run published it (its system, its data source);
+            None for a run that read data itself.
+
+    privacy.json also states ``certified``: whether the report certifies a guarantee, which is
+    exactly `private` (a finite ε over accounted releases).
     """
 
     unit: PrivacyUnit
@@ -188,6 +195,7 @@ class PrivacyReport:
     privrl_version: str = field(default_factory=_privrl_version)
     private: bool = True
     public_parameters: list[dict[str, Any]] = field(default_factory=list)
+    derived_from: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # An infinite (or undefined) ε is no guarantee: such a run is never reported private,
@@ -306,6 +314,34 @@ class PrivacyReport:
             private=False,
         )
 
+    def post_processing(
+        self,
+        *,
+        system: str,
+        derived_from: Mapping[str, Any],
+        public: Sequence[str] = (),
+        notes: Sequence[str] = (),
+    ) -> PrivacyReport:
+        """The report of a computation whose only inputs are this run's released output and
+        public information (e.g. rolling a released policy out in a public simulator).
+
+        By the post-processing property of differential privacy such a computation keeps the
+        run's guarantee and spends nothing: the result states the same unit, relation, ε, δ, ρ,
+        accountant and releases (a non-private run stays non-private, ε = ∞). `derived_from`
+        says what it was computed from; `public` and `notes` are added to the run's own.
+        """
+        return replace(
+            self,
+            releases=list(self.releases),
+            public=[*self.public, *public],
+            notes=[*self.notes, *notes],
+            system=system,
+            created=utc_now(),
+            privrl_version=_privrl_version(),
+            public_parameters=[dict(p) for p in self.public_parameters],
+            derived_from=dict(derived_from),
+        )
+
     # -- the guarantee ----------------------------------------------------------------------
 
     @property
@@ -348,6 +384,7 @@ class PrivacyReport:
             "releases": [r.to_dict() for r in self.releases],
             "backend": self.backend,
             "private": bool(self.private),
+            "certified": bool(self.private),
             "model": self.model,
             "system": self.system,
             "public": list(self.public),
@@ -357,6 +394,8 @@ class PrivacyReport:
             "privrl_version": self.privrl_version,
             "schema_version": SCHEMA_VERSION,
         }
+        if self.derived_from is not None:
+            out["derived_from"] = dict(self.derived_from)
         return json_safe(out)
 
     @classmethod
@@ -388,6 +427,7 @@ class PrivacyReport:
                 privrl_version=str(data.get("privrl_version", "unknown")),
                 private=bool(data.get("private", math.isfinite(eps))),
                 public_parameters=[dict(p) for p in data.get("public_parameters", [])],
+                derived_from=_derived_from(data.get("derived_from")),
             )
         except KeyError as exc:
             raise ValueError(f"privacy report is missing the field {exc.args[0]!r}") from None
@@ -433,6 +473,9 @@ class PrivacyReport:
                 f"{p['name']}={p['value']} ({p['source']})" for p in self.public_parameters
             )
             lines.append(f"public parameters: {params}")
+        if self.derived_from is not None:
+            origin = ", ".join(f"{k}={v}" for k, v in self.derived_from.items() if v is not None)
+            lines.append(f"post-processing of: {origin}")
         lines.extend(f"note: {n}" for n in self.notes)
         lines.append(f"{self.system or 'privrl'} · privrl {self.privrl_version} · {self.created}")
         table.caption = Text("\n".join(lines))
@@ -442,6 +485,14 @@ class PrivacyReport:
     def print(self, console: Console | None = None) -> None:
         """Print the report table (to a fresh console unless one is given)."""
         (console or Console()).print(self.to_table())
+
+
+def _derived_from(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"privacy report field 'derived_from' must be an object, got {value!r}")
+    return dict(value)
 
 
 def _compose(releases: Sequence[Release]) -> dp_event.ComposedDpEvent:
