@@ -105,8 +105,8 @@ FALLBACK_NOTE = (
     "user code (a --target-policy is checked on public points of the declared observation "
     "space before the data are read); on a private observation where it raises, exits, or "
     "returns a wrong shape or an invalid distribution, π(·|s) is the uniform distribution 1/A "
-    "(a fixed public fallback, "
-    "the same rule for every dataset; whether it was used is not reported)"
+    "(a fixed public fallback, the same rule for every dataset; whether it was used is not "
+    "reported)"
 )
 
 
