@@ -20,7 +20,7 @@ ACT = spaces.Discrete(2)
 BOX = spaces.Box(-1.0, 1.0, (1,))
 SECRET = 0.5  # a private value no public point hits (uniform draws, the bounds ±1)
 
-USER_CODE = f'''
+USER_CODE = f"""
 import sys
 import warnings
 
@@ -68,7 +68,7 @@ def batch_softmax(obs):
     z = np.exp(_x(obs) - _x(obs).mean())
     p = z / (1.0 + z)
     return np.stack([p, 1.0 - p], axis=1)
-'''
+"""
 
 
 @pytest.fixture
