@@ -126,3 +126,33 @@ def test_gpope_file_canary_cli_and_mismatch(
     worst = ["audit", "gpope", "--epsilon", "1", "--feature-map", "onehot", "--out", str(bad / "w")]
     assert "applies only with --canary FILE.h5" in _err(worst, capsys)
     assert not (bad / "g").exists() and not (bad / "w").exists()
+
+
+@pytest.mark.parametrize("where", ["sidecar", "copy"])
+def test_a_ledgered_canary_file_is_refused_before_it_is_read(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """An audit publishes statistics of its canary with no mechanism, so a file whose episodes
+    have a privacy ledger is refused (the copy shares the ledger through the registry), with
+    the reason and the fix, before any record is read and with no run directory."""
+    import shutil
+
+    from privrl.data import io
+    from privrl.privacy.ledger import BudgetLedger
+
+    path = _canary(tmp_path / "canary.h5")
+    BudgetLedger.init(path, epsilon=1.0, delta=1e-6, unit="trajectory", relation="replace_one")
+    if where == "copy":
+        shutil.copyfile(path, tmp_path / "copy.h5")
+        path = tmp_path / "copy.h5"
+
+    def no_read(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the canary's records were read")
+
+    monkeypatch.setattr(io, "load_hdf5", no_read)
+    out = tmp_path / "run"
+    line = _err(["audit", "dp-apvi", "--epsilon", "2", "--canary", str(path), "--out", str(out)],
+                capsys)  # fmt: skip
+    assert "refused" in line and "ledger" in line and "without a privacy mechanism" in line
+    assert "--canary worst" in line
+    assert not out.exists()

@@ -2,13 +2,16 @@
 
 Checks: a tabular policy's Monte-Carlo return agrees with its exact value (dynamic
 programming on the simulator); the run directory holds metrics.json (return_mean,
-return_std), one metrics.csv row per episode and a privacy.json that spends nothing; SAC
+return_std), one metrics.csv row per episode and a privacy.json that carries the policy's own
+report over (a private run's ε, δ and releases; ε = ∞ for a non-private run's policy or one
+with no report beside it); SAC
 and discrete CQL checkpoints load and act; every bad input is one `error:` line, exit 2.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +77,8 @@ def test_tabular_policy_return_matches_its_exact_value(
     assert abs(metrics["return_mean"] - exact) < 4 * metrics["return_stderr"] + 1e-9
     assert metrics["return_std"] > 0
     assert len((out / "metrics.csv").read_text().strip().splitlines()) == 1 + 400
-    privacy = json.loads((out / "privacy.json").read_text())
-    assert privacy["releases"] == [] and privacy["epsilon"] == 0.0
+    privacy = json.loads((out / "privacy.json").read_text())  # no run directory: uncertified
+    assert privacy["releases"] == [] and privacy["epsilon"] == "inf"
     assert (out / "plots" / "returns.png").is_file()
     assert "return:" in stdout
 
@@ -210,3 +213,70 @@ def test_files_that_are_not_policies(
 def test_bad_episode_count(tabular: tuple[Path, float], capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["eval", str(tabular[0]), "--env", "FrozenLake-v1", "-n", "0"], capsys)
     assert_bad_input(code, err, "episodes")
+
+
+# ---------------------------------------------------------------------------------------------
+# privacy.json: the policy's own report, carried over by post-processing
+# ---------------------------------------------------------------------------------------------
+
+
+def _train(command: str, out: Path, capsys: pytest.CaptureFixture[str], *privacy: str) -> dict:
+    """A tabular run on a simulated 16-state, 4-action MDP (FrozenLake's sizes)."""
+    argv = ["train", command, "--env", "random-tabular", "--episodes", "300", "--states", "16",
+            "--actions", "4", "--horizon", "4", *privacy, "--out", str(out)]  # fmt: skip
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    return json.loads((out / "privacy.json").read_text())
+
+
+def _eval(policy: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> dict:
+    argv = ["eval", str(policy), "--env", "FrozenLake-v1", "-n", "5", "--out", str(out)]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    return json.loads((out / "privacy.json").read_text())
+
+
+def test_a_private_policy_keeps_its_runs_guarantee(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Evaluation is post-processing: its privacy.json states the training run's ε, δ, unit,
+    relation and releases (not ε = 0), names the policy (and its bytes) and the run's data
+    source, and says that the evaluation itself spends nothing."""
+    from privrl.privacy.ledger import fingerprint
+
+    own = _train("dp-apvi", tmp_path / "train", capsys, "--rho", "0.5")
+    assert own["private"] and 0 < own["epsilon"] < math.inf
+    got = _eval(tmp_path / "train" / "policy.npz", tmp_path / "ev", capsys)
+    for key in ("unit", "relation", "epsilon", "delta", "rho", "accountant", "releases"):
+        assert got[key] == own[key], key
+    assert got["private"] is True and got["certified"] is True and got["system"] == "eval"
+    origin = got["derived_from"]
+    assert origin["policy_sha256"] == fingerprint(tmp_path / "train" / "policy.npz")
+    assert origin["run"] == str(tmp_path / "train") and origin["trained_by"] == "dp-apvi"
+    assert origin["trained_env"] == "random-tabular"
+    assert any("spends nothing" in note for note in got["notes"])
+
+
+def test_a_non_private_or_unreported_policy_is_not_certified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """train apvi's policy (its run: ε = ∞), the same file moved out of its run directory,
+    and one beside an unreadable privacy.json: ε = ∞, certified false, and a note says why."""
+    import shutil
+
+    assert _train("apvi", tmp_path / "np", capsys)["epsilon"] == "inf"
+    cases = {"not private": tmp_path / "np" / "policy.npz"}
+    (tmp_path / "alone").mkdir()
+    cases["no privacy.json"] = tmp_path / "alone" / "policy.npz"
+    shutil.copyfile(cases["not private"], cases["no privacy.json"])
+    shutil.copytree(tmp_path / "np", tmp_path / "bad")
+    (tmp_path / "bad" / "privacy.json").write_text("{not json")
+    cases["not a readable privacy report"] = tmp_path / "bad" / "policy.npz"
+    for i, (why, policy) in enumerate(cases.items()):
+        got = _eval(policy, tmp_path / f"ev{i}", capsys)
+        assert got["epsilon"] == "inf" and got["private"] is False, why
+        assert got["certified"] is False, why
+        assert any(note.startswith("not certified") and why in note for note in got["notes"]), (
+            why,
+            got["notes"],
+        )

@@ -55,6 +55,11 @@ def test_the_walkthrough_runs_end_to_end(walked: Path) -> None:
         metrics = json.loads((walked / run / "metrics.json").read_text())
         assert metrics["episodes"] == 2 and 1 <= metrics["return_mean"] <= 500
         assert metrics["policy_kind"] == "cql"
+    # evaluation is post-processing: each carries its learner's own guarantee over
+    evaluated = json.loads((walked / "eval-private" / "privacy.json").read_text())
+    assert evaluated["epsilon"] == private["epsilon"] and evaluated["certified"] is True
+    evaluated = json.loads((walked / "eval-non-private" / "privacy.json").read_text())
+    assert evaluated["epsilon"] == "inf" and evaluated["certified"] is False
 
 
 @pytest.fixture(scope="module")

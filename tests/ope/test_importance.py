@@ -130,20 +130,25 @@ def test_discount_mass_of_a_one_step_log_is_one() -> None:
     assert imp.Bounds(1.0, (0.0, 1.0), 3, 0.5).discount_mass == pytest.approx(1.75)
 
 
-def test_a_callable_policy_is_sanitised_not_refused() -> None:
-    """A callable's values depend on the private observations, so invalid entries are made a
-    distribution instead of raising (an error would tell neighbours apart); only a wrong
-    shape (the code's format) is refused."""
+def test_a_callable_policy_falls_back_to_uniform_not_refused() -> None:
+    """A callable's values depend on the private observations, so an invalid row (NaN,
+    negative), a wrong shape or an exception gives the uniform distribution instead of an
+    error (an error would tell neighbours apart); the public check at load refuses such code
+    before the data are read (tests/ope/test_user_target_policy.py)."""
 
     def bad(obs: np.ndarray) -> np.ndarray:
         out = np.full((len(obs), A), np.nan)
         out[:, 0] = -1.0
         return out
 
-    policy = imp.TargetPolicy("m:bad", A, bad)
-    np.testing.assert_allclose(policy.probs(np.zeros(4)), np.full((4, A), 1 / A))
-    with pytest.raises(ValueError, match="shape"):
-        imp.TargetPolicy("m:f", A, lambda obs: np.ones((len(obs), A + 1))).probs(np.zeros(2))
+    def boom(obs: np.ndarray) -> np.ndarray:
+        raise ZeroDivisionError
+
+    uniform = np.full((4, A), 1 / A)
+    np.testing.assert_allclose(imp.TargetPolicy("m:bad", A, bad).probs(np.zeros(4)), uniform)
+    np.testing.assert_allclose(imp.TargetPolicy("m:boom", A, boom).probs(np.zeros(4)), uniform)
+    wide = imp.TargetPolicy("m:f", A, lambda obs: np.ones((len(obs), A + 1)))
+    np.testing.assert_allclose(wide.probs(np.zeros(4)), uniform)
 
 
 # ------------------------------------------------------------------------ sensitivities

@@ -237,3 +237,26 @@ def test_round_trip_property(eps, delta, rho, z, count, sens, extra, unit, relat
     if extra_has_inf_text:  # documented: in free-form `extra`, "inf" strings decode to floats
         return
     assert back == report
+
+
+def test_post_processing_keeps_the_guarantee_and_names_its_source(tmp_path):
+    """A report of post-processing states the run's unit, relation, (ε, δ, ρ) and releases
+    unchanged (it spends nothing), adds its own public information and notes, records what it
+    was derived from, and round-trips; a non-private run's stays non-private (ε = ∞)."""
+    own = build([gaussian("counts", 3.0, count=2)], public=["bounds"], notes=["n"])
+    origin = {"policy": "run/policy.npz", "policy_sha256": "ab" * 32, "run": "run"}
+    post = own.post_processing(system="eval", derived_from=origin, public=["sim"], notes=["p"])
+    assert (post.epsilon, post.delta, post.rho) == (own.epsilon, own.delta, own.rho)
+    assert post.releases == own.releases and post.event == own.event
+    assert (post.unit, post.relation, post.private) == (own.unit, own.relation, True)
+    assert post.public == ["bounds", "sim"] and post.notes == ["n", "p"]
+    assert post.system == "eval" and post.derived_from == origin and own.derived_from is None
+    raw = post.to_dict()
+    assert raw["derived_from"] == origin and raw["certified"] is True
+    assert "derived_from" not in own.to_dict()
+    post.to_json(tmp_path / "privacy.json")
+    assert PrivacyReport.from_json(tmp_path / "privacy.json") == post
+    plain = PrivacyReport.non_private("trajectory", "replace_one", system="apvi")
+    carried = plain.post_processing(system="eval", derived_from=origin)
+    assert math.isinf(carried.epsilon) and not carried.private
+    assert carried.to_dict()["certified"] is False

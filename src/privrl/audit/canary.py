@@ -28,7 +28,10 @@ data. What it must hold depends on the audited system's unit (docs/audit.md, "Ca
   (`load_expert_canary`).
 
 A mismatch is refused with a message naming the field and the audit's value. Declared bounds
-(‖φ‖ ≤ 1, the return range) are enforced by scaling or clipping, as the systems do.
+(‖φ‖ ≤ 1, the return range) are enforced by scaling or clipping, as the systems do. A file
+whose episodes have a privacy ledger (`privrl.privacy.ledger.ledgered`) is refused before its
+records are read (`refuse_ledgered`): an audit publishes statistics of its canary with no
+mechanism.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ __all__ = [
     "load_one_run_canaries",
     "load_tabular_canary",
     "place_on_own_coordinate",
+    "refuse_ledgered",
 ]
 
 CANARY_SUFFIXES = (".h5", ".hdf5")
@@ -78,7 +82,30 @@ def _load(path: str | Path) -> tuple[str, Any]:
     where = f"--canary {path}"
     if not Path(path).is_file():
         raise ValueError(f"{where}: no such file; give a privrl dataset (.h5) holding the canary")
+    refuse_ledgered(path)
     return where, load_hdf5(path)
+
+
+def refuse_ledgered(path: str | Path) -> None:
+    """Refuse a canary file whose episodes have a privacy budget, before its records are read.
+
+    An audit publishes scores, an AUC and a threshold computed from the canary's records over
+    many runs, with no mechanism between them and the output: an audit of a ledgered file would
+    publish its data unprotected. The check reads only the file's attributes and the ledger
+    registry (`privrl.privacy.ledger.ledgered`); since a ledger belongs to the episodes'
+    content, a copy or re-export of the same episodes is refused too.
+    """
+    from privrl.privacy.ledger import ledgered
+
+    why = ledgered(path)
+    if why is not None:
+        raise ValueError(
+            f"--canary {path}: refused, {why}: an audit's outputs (scores, AUC, threshold) are "
+            "computed from the canary's records without a privacy mechanism, so they would "
+            "publish that data unprotected; write the canary from synthetic or public episodes "
+            "into a file of its own (no ledger, not a copy of ledgered episodes) or use "
+            "--canary worst | random"
+        )
 
 
 def _one_episode(where: str, ds: Any) -> Any:

@@ -2,8 +2,8 @@
 
 A thin command over `privrl.systems.evaluate` (pure post-processing: no dataset, no ledger).
 With `--out DIR` the run layer writes the run directory (config.json, metrics.json with
-`return_mean` / `return_std`, metrics.csv with one row per episode, privacy.json stating that
-nothing was spent, plots/returns.png); without it the summary is printed and nothing is
+`return_mean` / `return_std`, metrics.csv with one row per episode, privacy.json carrying the
+policy's own report over, plots/returns.png); without it the summary is printed and nothing is
 written.
 """
 
@@ -35,6 +35,10 @@ def eval_cmd(
 ) -> None:
     """Evaluate a saved privrl policy in a Gymnasium environment: mean and std of the return.
 
+    Post-processing: the evaluation spends nothing and carries over the policy's own privacy
+    report (the privacy.json of the run directory it sits in); a policy without one is not
+    certified (ε = ∞).
+
     Example: privrl eval runs/fl/policy.npz --env FrozenLake-v1 --episodes 1000
     """
     config = EvalConfig(policy=policy, env=env, episodes=episodes, max_steps=max_steps)
@@ -57,3 +61,6 @@ def eval_cmd(
     console = Console()
     for line in result.summary:
         console.print(line, highlight=False)
+    console.print(
+        f"privacy (the policy's own, carried over): {result.privacy.summary()}", highlight=False
+    )

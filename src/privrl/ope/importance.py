@@ -70,8 +70,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from privrl.privacy.noise import NoiseSource
 from privrl.ope.targets import TargetPolicy, load_target_policy
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.release import Release
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 

@@ -21,12 +21,23 @@ horizon only.
   the ε-greedy one, π(a|s) = (1 − E)·1[a = greedy] + E/A, for estimators whose weights a
   deterministic target would make too sparse; ``learner.pt:imitation`` (BCQ only) its
   behaviour-cloning classifier, π(a|s) = softmax(logits(s))_a. SAC/TD3 agents (``policy.pt``)
-  act in a continuous box and have no π(a|s) over discrete actions: refused;
+  act in a continuous box and have no π(a|s) over discrete actions: refused. On private
+  observations a learner's probabilities go through the same guarded evaluation as a
+  ``module:function`` (the uniform fallback for an observation it fails on);
 * ``module:function`` — called with a batch of observations ``[n, ...]``, returning ``[n, A]``
-  probabilities. Its values depend on the private observations, so invalid entries (NaN,
-  negative, rows not summing to 1) are repaired (→ 0, renormalised, an all-zero row →
-  uniform) rather than refused: an error whose occurrence depends on the data would leak.
-  Only a wrong output shape (a format error of the user's code) is an error;
+  probabilities, each row a function of its own observation alone. The user's code is
+  checked on public inputs before any private data are read (`public_points`: every state of
+  a Discrete space up to 4096 states, else 256 points drawn from the declared space with the
+  fixed public seed 0, plus its finite bounds): it must not raise, must return shape (n, A)
+  and a distribution per row (finite, non-negative, summing to 1 within 1e-6), and must give
+  each row the same probabilities alone as in the batch (deterministic, row by row).
+  A failure there is refused with one ``error:`` line naming it (the inputs are public).
+  On the private observations, a failure cannot be refused without leaking whether (and
+  where) it happened, so it is handled the same way for every dataset (`guarded_probs`): an
+  observation on which the code raises (any exception, or exits), returns a wrong shape or an
+  invalid distribution gets the uniform distribution 1/A, a fixed public fallback, and the run
+  goes on; warnings and printed output of the code are discarded, and nothing says whether the
+  fallback was used (the report's public parameters say that it exists);
 * ``column:NAME`` — the target policy's probability of the *logged* action, one value per row,
   from a column kept at import (``privrl data import --keep-columns NAME``; the header's
   ``metadata.extra["extra_columns"]`` lists them). It gives no π(a|s) for the other actions,
@@ -41,10 +52,14 @@ indices cannot occur in a dataset that validated against its declared space.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib
+import io
 import math
 import re
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,10 +67,16 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "FALLBACK_NOTE",
+    "PUBLIC_POINTS",
+    "PUBLIC_SEED",
     "TABULAR_POLICY_KIND",
+    "USER_CODE_HELP",
     "TargetPolicy",
+    "guarded_probs",
     "is_user_spec",
     "load_target_policy",
+    "public_points",
 ]
 
 TABULAR_POLICY_KIND = "privrl.finite_horizon_tabular_policy"
@@ -66,6 +87,27 @@ _HELP = (
     "or column:NAME"
 )
 _CHECKPOINT = re.compile(r"^(?P<path>.+\.pth?)(?::(?P<mode>[^:]*))?$")
+
+#: Public inputs a user's target policy is checked on before the data are read: every state of
+#: a Discrete space of at most `ALL_STATES` states, else `PUBLIC_POINTS` draws from the declared
+#: space with the fixed public seed `PUBLIC_SEED` (plus the finite bounds of a Box).
+PUBLIC_POINTS = 256
+PUBLIC_SEED = 0
+ALL_STATES = 4096
+#: Rows compared alone and in the batch (the policy must treat each observation on its own).
+_ROWS_ALONE = 8
+#: What the commands' --target-policy help says of user code (module:function, a learner).
+USER_CODE_HELP = (
+    "user code is checked on public points before the data are read, and gives the uniform "
+    "distribution on a private observation it fails on"
+)
+FALLBACK_NOTE = (
+    "user code (a --target-policy is checked on public points of the declared observation "
+    "space before the data are read); on a private observation where it raises, exits, or "
+    "returns a wrong shape or an invalid distribution, π(·|s) is the uniform distribution 1/A "
+    "(a fixed public fallback, the same rule for every dataset; whether it was used is not "
+    "reported)"
+)
 
 
 @dataclass(frozen=True)
@@ -84,42 +126,166 @@ class TargetPolicy:
     time_indexed: bool = False
     horizon: int | None = None
     column: str | None = None
+    guarded: bool = True
+    """Evaluate `fn` through `guarded_probs` (the uniform fallback per observation it fails
+    on): the default, for code the user supplies (module:function, a saved learner, a callable
+    built in Python); False only for the tables this module checked when loading them."""
+
+    @property
+    def fallback(self) -> str | None:
+        """What the report says about the fallback (None: a table, which cannot fail)."""
+        return FALLBACK_NOTE if self.guarded else None
 
     def probs(self, obs: np.ndarray, steps: np.ndarray | None = None) -> np.ndarray:
-        """[n, A] probabilities. A callable's output is made a distribution (NaN and
-        negative entries → 0, rows renormalised, an all-zero row → uniform) rather than
-        refused: its values depend on the private observations, so an error would leak."""
-        obs = np.asarray(obs)
-        n = int(obs.shape[0])
+        """[n, A] probabilities. User code (`guarded`) goes through `guarded_probs`: an
+        observation it fails on gets the uniform distribution, whatever the data, since an
+        error whose occurrence depends on the private data would leak. A table was checked
+        when it was loaded (every row a distribution), so its rows are returned as they are."""
+        args: tuple[np.ndarray, ...] = (np.asarray(obs),)
         if self.time_indexed:
             if steps is None:
                 raise ValueError(
                     f"--target-policy {self.spec} is time-indexed [H, S, A]: it needs each "
                     "observation's step h"
                 )
-            steps = np.asarray(steps, dtype=np.int64).reshape(-1)
-            args: tuple[Any, ...] = (obs, steps)
-        else:
-            args = (obs,)
-        try:
-            p = np.asarray(self.fn(*args), dtype=np.float64)
-        except Exception as exc:  # the user's code: one error line, not a traceback
-            raise ValueError(
-                f"--target-policy {self.spec} raised {type(exc).__name__} on a batch of "
-                "observations; it must return probabilities for every observation of the "
-                "declared space"
-            ) from None
-        if p.shape != (n, self.A):  # a format error of the user's code, not of the data
-            raise ValueError(
-                f"--target-policy {self.spec} returned shape {p.shape} for {n} observations; "
-                f"it must return action probabilities of shape (n, {self.A})"
-            )
-        p = np.where(np.isfinite(p) & (p > 0), p, 0.0)
-        total = p.sum(axis=1, keepdims=True)
-        return np.where(total > 0, p / np.where(total > 0, total, 1.0), 1.0 / self.A)
+            args = (*args, np.asarray(steps, dtype=np.int64).reshape(-1))
+        if self.guarded:  # user code: the public fallback per observation it fails on
+            return guarded_probs(self.fn, *args, A=self.A)
+        return np.asarray(self.fn(*args), dtype=np.float64)  # a table checked at load
 
     def action_probs(self, obs: np.ndarray, steps: np.ndarray | None = None) -> np.ndarray:
         return self.probs(obs, steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# user code: checked on public points, guarded on private ones
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Discard what user code says while it runs on private observations (warnings, numpy
+    floating-point messages, printed output): their occurrence may depend on the data."""
+    with (
+        warnings.catch_warnings(),
+        np.errstate(all="ignore"),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _call(fn: Callable[..., Any], args: tuple[np.ndarray, ...], A: int) -> np.ndarray | None:
+    """fn(*args) as float64 [n, A], or None if it raised, exited or gave another shape."""
+    try:
+        with _quiet():
+            p = np.asarray(fn(*args), dtype=np.float64)
+    except (Exception, SystemExit):  # the user's code: any failure, handled one way
+        return None
+    return p if p.shape == (len(args[0]), A) else None
+
+
+def _evaluate(fn: Callable[..., Any], args: tuple[np.ndarray, ...], A: int) -> np.ndarray:
+    """fn on the batch; where the batch fails, on its halves, down to single observations (a
+    failing one gets NaN rows, replaced by the fallback). Each row is its observation's alone,
+    as the public check asserted, so splitting the batch changes no row."""
+    p = _call(fn, args, A)
+    if p is not None:
+        return p
+    n = len(args[0])
+    if n <= 1:
+        return np.full((n, A), np.nan)
+    mid = n // 2
+    halves = [tuple(a[:mid] for a in args), tuple(a[mid:] for a in args)]
+    return np.concatenate([_evaluate(fn, half, A) for half in halves])
+
+
+def _valid_rows(p: np.ndarray) -> np.ndarray:
+    """Rows that are distributions: finite, non-negative, summing to 1 within 1e-6."""
+    with np.errstate(all="ignore"):
+        ok = np.all(np.isfinite(p), axis=1) & np.all(p >= 0.0, axis=1)
+        return ok & (np.abs(np.where(ok[:, None], p, 0.0).sum(axis=1) - 1.0) <= _ATOL)
+
+
+def guarded_probs(fn: Callable[..., Any], *args: np.ndarray, A: int) -> np.ndarray:
+    """[n, A] probabilities `fn(*args)` of user code on private observations (args: the
+    observations [n, ...], and for a time-indexed policy their steps [n]), by one public rule:
+    a row that is a distribution is kept (renormalised within its 1e-6 tolerance); an
+    observation on which the code raises, exits, returns a wrong shape or an invalid row gets
+    the uniform distribution 1/A. Nothing is raised or printed, so the run does not reveal
+    whether (or for which record) the fallback was used."""
+    args = tuple(np.asarray(a) for a in args)
+    if len(args[0]) == 0:
+        return np.zeros((0, A))
+    p = _evaluate(fn, args, A)
+    ok = _valid_rows(p)
+    safe = np.where(ok[:, None], p, 1.0)
+    return np.where(ok[:, None], safe / safe.sum(axis=1, keepdims=True), 1.0 / A)
+
+
+def public_points(space: Any) -> np.ndarray:
+    """The public inputs a user's policy is checked on (`PUBLIC_POINTS`, `PUBLIC_SEED`): every
+    state of a Discrete space (up to `ALL_STATES`), else draws from the declared space and,
+    for a Box, its finite lower and upper bounds; as the dataset stores observations (int64
+    for discrete spaces, float64 for a Box). ValueError for a space that cannot be sampled."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete) and int(space.n) <= ALL_STATES:
+        return int(space.start) + np.arange(int(space.n), dtype=np.int64)
+    try:
+        sampler = copy.deepcopy(space)
+        sampler.seed(PUBLIC_SEED)
+        points = np.stack([np.asarray(sampler.sample()) for _ in range(PUBLIC_POINTS)])
+    except Exception as exc:  # a space gymnasium cannot sample into one array
+        raise ValueError(
+            f"cannot draw public points from the observation space {space} ({exc})"
+        ) from None
+    if isinstance(space, spaces.Box):
+        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        bounds = [np.where(np.isfinite(b), b, 0.0) for b in (low, high)]
+        return np.concatenate([np.stack(bounds), points.astype(np.float64)])
+    return points.astype(np.int64) if np.issubdtype(points.dtype, np.integer) else points
+
+
+def _check_on_public(spec: str, fn: Callable[..., Any], A: int, observation_space: Any) -> None:
+    """Run the user's code on public points before any private data are read; refuse (one
+    error line naming the failure: the inputs are public) code that raises, returns another
+    shape or an invalid distribution, or treats a row differently alone than in a batch."""
+    if observation_space is None:
+        raise ValueError(
+            f"--target-policy {spec}: user code is checked on public points of the dataset's "
+            "declared observation space before the data are read; declare it (re-import with "
+            "--observation-space)"
+        )
+    try:
+        points = public_points(observation_space)
+    except ValueError as exc:
+        raise ValueError(f"--target-policy {spec}: {exc}") from None
+    where = f"--target-policy {spec} on public points of {observation_space}"
+    try:
+        p = np.asarray(fn(points), dtype=np.float64)
+    except Exception as exc:
+        raise ValueError(f"{where}: raised {type(exc).__name__}: {exc}") from None
+    if p.shape != (len(points), A):
+        raise ValueError(
+            f"{where}: returned shape {p.shape} for {len(points)} observations; it must return "
+            f"action probabilities of shape (n, {A})"
+        )
+    bad = np.flatnonzero(~_valid_rows(p))
+    if bad.size:
+        raise ValueError(
+            f"{where}: row {int(bad[0])} (observation {points[bad[0]].tolist()}) is not a "
+            "distribution (finite, non-negative, summing to 1 within 1e-6)"
+        )
+    for i in range(min(_ROWS_ALONE, len(points))):
+        alone = _call(fn, (points[i : i + 1],), A)
+        if alone is None or not np.allclose(alone[0], p[i], rtol=0.0, atol=_ATOL):
+            raise ValueError(
+                f"{where}: observation {points[i].tolist()} alone gets other probabilities "
+                "than in the batch; each row must be a deterministic function of its own "
+                "observation"
+            )
 
 
 def is_user_spec(spec: str) -> bool:
@@ -257,7 +423,7 @@ def load_target_policy(
     A = act[0]
     spec = str(spec).strip()
     if spec == "uniform":
-        return TargetPolicy(spec, A, lambda obs: np.full((len(obs), A), 1.0 / A))
+        return TargetPolicy(spec, A, lambda obs: np.full((len(obs), A), 1.0 / A), guarded=False)
     obs_d = _discrete(observation_space)
     n_states = None if obs_d is None else obs_d[0]
     start = 0 if obs_d is None else obs_d[1]
@@ -273,16 +439,18 @@ def load_target_policy(
         table = np.array(table, dtype=np.float64)
         table.flags.writeable = False
         if table.ndim == 1:
-            return TargetPolicy(spec, A, lambda obs: np.broadcast_to(table, (len(obs), A)))
+            return TargetPolicy(
+                spec, A, lambda obs: np.broadcast_to(table, (len(obs), A)), guarded=False
+            )
         if table.ndim == 2:
-            return TargetPolicy(spec, A, lambda obs: table[_state_index(obs, start)])
+            return TargetPolicy(spec, A, lambda obs: table[_state_index(obs, start)], guarded=False)
         H = int(table.shape[0])
 
         def timed(obs: np.ndarray, steps: np.ndarray) -> np.ndarray:
             # steps ≥ H are dropped before (truncation at the declared horizon = H)
             return table[np.minimum(steps, H - 1), _state_index(obs, start)]
 
-        return TargetPolicy(spec, A, timed, time_indexed=True, horizon=H)
+        return TargetPolicy(spec, A, timed, time_indexed=True, horizon=H, guarded=False)
     module, sep, name = spec.partition(":")
     if module == "column":
         return _column_policy(spec, name, A, columns)
@@ -293,6 +461,7 @@ def load_target_policy(
             raise ValueError(f"--target-policy {spec}: cannot import it ({exc})") from None
         if not callable(fn):
             raise ValueError(f"--target-policy {spec} is not callable")
+        _check_on_public(spec, fn, A, observation_space)
         return TargetPolicy(spec, A, fn)
     raise ValueError(f"--target-policy {spec!r} is not understood; {_HELP}")
 
@@ -315,7 +484,7 @@ def _column_policy(spec: str, name: str, A: int, columns: Any) -> TargetPolicy:
     def no_table(*_: Any) -> np.ndarray:
         raise ValueError(f"--target-policy {spec} has no π(a|s) table, only the logged action's")
 
-    return TargetPolicy(spec, A, no_table, column=name)
+    return TargetPolicy(spec, A, no_table, column=name, guarded=False)
 
 
 def _checkpoint_policy(
@@ -370,6 +539,9 @@ def _checkpoint_policy(
             f"dataset's observation space {observation_space} has {obs_dim}; give a policy "
             "trained on observations of this space"
         )
+    for fn in (loaded.probs, loaded.imitation):
+        if fn is not None:
+            _check_on_public(spec, fn, A, observation_space)
     if mode == "imitation":
         if loaded.imitation is None:
             raise ValueError(

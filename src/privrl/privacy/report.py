@@ -22,8 +22,8 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -172,10 +172,17 @@ class PrivacyReport:
             forced False whenever `epsilon` is not finite, since ε = ∞ certifies nothing.
         public_parameters: every quantity that set a sensitivity, a noise scale, a sampling
             rate, δ or a number of releases, with its public source (see `privacy.public`).
-        certified: False when the run's noise was not secret (insecure reproducible noise from
-            a published seed, see `privacy.noise`): then ε = ∞ and `nominal_epsilon` keeps
-            the ε the releases would give with secret noise, for simulation studies only.
-        nominal_epsilon: see `certified` (None for a certified report).
+        derived_from: for a report of post-processing (`post_processing`), what it was
+            computed from: the released output (e.g. a policy file and its SHA-256) and the
+            run that released it, as that run published it (its system, its data source);
+            None for a run that read data itself.
+        insecure_noise: True when the run's noise was not secret (insecure reproducible noise
+            from a published seed, see `privacy.noise`): then ε = ∞ and `nominal_epsilon`
+            keeps the ε the releases would give with secret noise, for simulation studies.
+        nominal_epsilon: see `insecure_noise` (None otherwise).
+
+    privacy.json also states ``certified`` (the property of that name): whether the report
+    certifies a guarantee — `private` (a finite ε over accounted releases) and secret noise.
     """
 
     unit: PrivacyUnit
@@ -194,7 +201,8 @@ class PrivacyReport:
     privrl_version: str = field(default_factory=_privrl_version)
     private: bool = True
     public_parameters: list[dict[str, Any]] = field(default_factory=list)
-    certified: bool = True
+    derived_from: dict[str, Any] | None = None
+    insecure_noise: bool = False
     nominal_epsilon: float | None = None
 
     def __post_init__(self) -> None:
@@ -202,14 +210,19 @@ class PrivacyReport:
         # so no ledger can accept it.
         if not math.isfinite(float(self.epsilon)):
             self.private = False
-        if not self.certified:
+        if self.insecure_noise:
             self.private = False
 
+    @property
+    def certified(self) -> bool:
+        """Whether the report certifies a guarantee: private, with secret noise."""
+        return bool(self.private and not self.insecure_noise)
+
     def uncertified(self, reason: str) -> PrivacyReport:
-        """This report with its guarantee withdrawn (ε = ∞, private and certified False): the
+        """This report with its guarantee withdrawn (ε = ∞, not private, not certified): the
         noise was not secret. The ε the releases would give with secret noise is kept as
         `nominal_epsilon`, for simulation studies. Idempotent."""
-        if not self.certified:
+        if self.insecure_noise:
             return self
         nominal = float(self.epsilon) if self.private else None
         return dataclasses.replace(
@@ -217,7 +230,7 @@ class PrivacyReport:
             epsilon=math.inf,
             rho=None,
             private=False,
-            certified=False,
+            insecure_noise=True,
             nominal_epsilon=nominal,
             notes=[*self.notes, reason],
         )
@@ -339,6 +352,34 @@ class PrivacyReport:
             private=False,
         )
 
+    def post_processing(
+        self,
+        *,
+        system: str,
+        derived_from: Mapping[str, Any],
+        public: Sequence[str] = (),
+        notes: Sequence[str] = (),
+    ) -> PrivacyReport:
+        """The report of a computation whose only inputs are this run's released output and
+        public information (e.g. rolling a released policy out in a public simulator).
+
+        By the post-processing property of differential privacy such a computation keeps the
+        run's guarantee and spends nothing: the result states the same unit, relation, ε, δ, ρ,
+        accountant and releases (a non-private run stays non-private, ε = ∞). `derived_from`
+        says what it was computed from; `public` and `notes` are added to the run's own.
+        """
+        return replace(
+            self,
+            releases=list(self.releases),
+            public=[*self.public, *public],
+            notes=[*self.notes, *notes],
+            system=system,
+            created=utc_now(),
+            privrl_version=_privrl_version(),
+            public_parameters=[dict(p) for p in self.public_parameters],
+            derived_from=dict(derived_from),
+        )
+
     # -- the guarantee ----------------------------------------------------------------------
 
     @property
@@ -352,7 +393,7 @@ class PrivacyReport:
         """One sentence stating the guarantee: (ε, δ), unit, relation and accountant."""
         who = self.unit.describe()
         rel = _RELATION_PHRASE[self.relation]
-        if not self.certified:
+        if self.insecure_noise:
             nominal = ""
             if self.nominal_epsilon is not None:
                 nominal = (
@@ -392,17 +433,20 @@ class PrivacyReport:
             "releases": [r.to_dict() for r in self.releases],
             "backend": self.backend,
             "private": bool(self.private),
+            "certified": self.certified,
             "model": self.model,
             "system": self.system,
             "public": list(self.public),
             "public_parameters": [dict(p) for p in self.public_parameters],
-            "certified": bool(self.certified),
+            "insecure_noise": bool(self.insecure_noise),
             "nominal_epsilon": self.nominal_epsilon,
             "notes": list(self.notes),
             "created": self.created,
             "privrl_version": self.privrl_version,
             "schema_version": SCHEMA_VERSION,
         }
+        if self.derived_from is not None:
+            out["derived_from"] = dict(self.derived_from)
         return json_safe(out)
 
     @classmethod
@@ -434,7 +478,8 @@ class PrivacyReport:
                 privrl_version=str(data.get("privrl_version", "unknown")),
                 private=bool(data.get("private", math.isfinite(eps))),
                 public_parameters=[dict(p) for p in data.get("public_parameters", [])],
-                certified=bool(data.get("certified", True)),
+                derived_from=_derived_from(data.get("derived_from")),
+                insecure_noise=bool(data.get("insecure_noise", False)),
                 nominal_epsilon=(
                     None
                     if data.get("nominal_epsilon") is None
@@ -485,6 +530,9 @@ class PrivacyReport:
                 f"{p['name']}={p['value']} ({p['source']})" for p in self.public_parameters
             )
             lines.append(f"public parameters: {params}")
+        if self.derived_from is not None:
+            origin = ", ".join(f"{k}={v}" for k, v in self.derived_from.items() if v is not None)
+            lines.append(f"post-processing of: {origin}")
         lines.extend(f"note: {n}" for n in self.notes)
         lines.append(f"{self.system or 'privrl'} · privrl {self.privrl_version} · {self.created}")
         table.caption = Text("\n".join(lines))
@@ -494,6 +542,14 @@ class PrivacyReport:
     def print(self, console: Console | None = None) -> None:
         """Print the report table (to a fresh console unless one is given)."""
         (console or Console()).print(self.to_table())
+
+
+def _derived_from(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"privacy report field 'derived_from' must be an object, got {value!r}")
+    return dict(value)
 
 
 def _compose(releases: Sequence[Release]) -> dp_event.ComposedDpEvent:

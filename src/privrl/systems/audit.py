@@ -53,7 +53,8 @@ def _canary(file_help: str) -> Any:
         "worst",
         "--canary",
         help="worst (the sensitivity-maximising canary) | random (drawn from the background's "
-        f"public generator) | FILE.h5: {file_help}",
+        f"public generator) | FILE.h5: {file_help} A file whose episodes have a privacy "
+        "ledger is refused (an audit publishes statistics of its canary unprotected).",
     )
 
 

@@ -2,8 +2,19 @@
 
 Pure post-processing: the policy is the output of a finished run (a private run's policy is a
 function of its noisy releases), and the environment is a public simulator, so evaluation
-reads no dataset, checks no ledger and spends no budget. Its privacy.json says so (no
-releases, ε = 0).
+reads no dataset, checks no ledger and spends nothing. Its returns are exactly as private as
+the policy, so its privacy.json is the policy's own report carried over (`policy_report`):
+the training run's ε, δ, ρ, unit, relation, accountant and releases, its public information
+and notes, and ``derived_from`` naming the policy file (with its SHA-256), the run directory
+and what that run published about its data (its system, ``data`` / ``source`` / ``env``).
+
+The policy's report is the ``privacy.json`` of the run directory the file sits in (beside
+its ``config.json``; where every training command writes its policy). A policy with no
+report there (a file moved out of its run directory, a policy written by other code) or
+with an unreadable one is not certified: ε = ∞ and a note says why. A non-private run's
+policy (`privrl train apvi`, ε = ∞) stays non-private. The report is the one beside the
+file: a policy copied into another run's directory would take that run's report, so keep
+policies in the directories their runs wrote.
 
 Formats read (what the training commands write; see docs/data.md):
 
@@ -35,10 +46,19 @@ from typing import Any
 
 import numpy as np
 
+from privrl.privacy.report import PrivacyReport
+from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
 
-__all__ = ["EvalConfig", "EvalSystem", "LoadedPolicy", "evaluate_policy", "load_policy"]
+__all__ = [
+    "EvalConfig",
+    "EvalSystem",
+    "LoadedPolicy",
+    "evaluate_policy",
+    "load_policy",
+    "policy_report",
+]
 
 MAX_EPISODES = 1_000_000
 MAX_STEPS = 1_000_000
@@ -308,6 +328,71 @@ def evaluate_policy(
     return {"returns": returns, "lengths": lengths}
 
 
+def policy_report(path: Path, env_id: str) -> PrivacyReport:
+    """The evaluation's privacy report: the report of the run that wrote the policy at `path`,
+    carried over by post-processing, or a non-private one (ε = ∞) saying why there is none."""
+    from privrl.privacy.ledger import fingerprint
+
+    path = Path(path)
+    run = path.parent
+    public = [f"the environment {env_id} (a public simulator)"]
+    spent = (
+        f"evaluating the policy in {env_id} spends nothing (post-processing of the released "
+        "policy in a public simulator: no dataset is read, no release is made)"
+    )
+    origin: dict[str, Any] = {"policy": str(path), "policy_sha256": fingerprint(path)}
+    own, why = _run_report(run)
+    if own is None:
+        return PrivacyReport.non_private(
+            PrivacyUnit.TRAJECTORY,
+            NeighbourRelation.REPLACE_ONE,
+            system=EvalSystem.name,
+            public=public,
+            notes=[
+                f"not certified: {why}, so nothing states how the policy was trained; its "
+                "evaluation certifies nothing (ε = ∞)",
+                spent,
+            ],
+            accountant="none (the policy has no privacy report)",
+        ).post_processing(system=EvalSystem.name, derived_from={**origin, "run": None})
+    origin.update(run=str(run), **_published_source(run))
+    notes = [spent]
+    if not own.private:
+        notes.insert(0, "not certified: the policy's own run is not private (ε = ∞)")
+    return own.post_processing(
+        system=EvalSystem.name, derived_from=origin, public=public, notes=notes
+    )
+
+
+def _run_report(run: Path) -> tuple[PrivacyReport | None, str]:
+    """The privacy report of the run directory `run`, or None and why there is none."""
+    report, config = run / "privacy.json", run / "config.json"
+    if not report.is_file() or not config.is_file():
+        missing = "privacy.json" if not report.is_file() else "config.json"
+        return None, f"the policy's directory {run} is not a run directory (no {missing})"
+    try:
+        return PrivacyReport.from_json(report), ""
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        return None, f"its run's {report} is not a readable privacy report ({exc})"
+
+
+def _published_source(run: Path) -> dict[str, Any]:
+    """What the run's config.json published about its system and data (never more)."""
+    import json
+
+    try:
+        config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"trained_by": None}
+    if not isinstance(config, dict):
+        return {"trained_by": None}
+    out: dict[str, Any] = {"trained_by": config.get("system")}
+    for key in ("data", "source", "env"):
+        if config.get(key) is not None:
+            out[f"trained_{key}"] = config[key]
+    return out
+
+
 class EvalSystem(System):
     name = "eval"
     Config = EvalConfig
@@ -315,9 +400,6 @@ class EvalSystem(System):
     summary = "Evaluate a saved privrl policy in a Gymnasium environment (post-processing)."
 
     def plan(self, config: Any, header: Any) -> Plan:
-        from privrl.privacy.report import PrivacyReport
-        from privrl.privacy.units import NeighbourRelation, PrivacyUnit
-
         policy = load_policy(config.policy)
         env = make_env(config.env)
         check_fits(policy, env, config.env)
@@ -329,18 +411,7 @@ class EvalSystem(System):
             max_steps = policy.horizon
         else:
             max_steps = int(limit) if limit else 1000
-        report = PrivacyReport.build(
-            PrivacyUnit.TRAJECTORY,
-            NeighbourRelation.REPLACE_ONE,
-            [],
-            0.0,
-            system=self.name,
-            public=[f"the environment {config.env} (a public simulator)"],
-            notes=[
-                "post-processing of a saved policy: no dataset is read, no release is made and "
-                "no budget is spent (the policy's own guarantee is in its run's privacy.json)"
-            ],
-        )
+        report = policy_report(config.policy, config.env)
         public = {
             "policy": str(config.policy),
             "policy_kind": policy.kind,

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from privrl.ope.targets import USER_CODE_HELP
 from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.ope import (
@@ -53,7 +54,8 @@ class ImportanceConfig(RunConfig):
         ...,
         help="Policy to evaluate: uniform, FILE.npy (π(a|s) as [S, A], [H, S, A] or [A] "
         "context-free), a saved privrl policy.npz or learner.pt[:epsilon=E], module:function "
-        "(returns n × A action probabilities for a batch of n observations), or column:NAME.",
+        "(returns n × A action probabilities for a batch of n observations), or column:NAME "
+        f"({USER_CODE_HELP}).",
     )
     weight_clip: float = option(
         ...,
@@ -241,7 +243,12 @@ class ImportanceSystem(System):
             # column:NAME (π of the logged action per row) suits IPS and SNIPS, not DR's q̂ term
             columns=None if isinstance(config, DrConfig) else meta.extra.get("extra_columns", []),
         )
-        params.given("target policy π", config.target_policy, Source.FLAG, "--target-policy")
+        params.given(
+            "target policy π",
+            config.target_policy,
+            Source.FLAG,
+            "; ".join(filter(None, ["--target-policy", policy.fallback])),
+        )
         reward_model = None
         q_range = None
         if isinstance(config, DrConfig):

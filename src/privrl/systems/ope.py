@@ -50,6 +50,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from privrl.ope.targets import USER_CODE_HELP
 from privrl.privacy.noise import NoiseSource
 from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
@@ -201,7 +202,7 @@ class OpeConfig(RunConfig):
         "behaviour",
         help="Policy to evaluate: 'behaviour' (on-policy), 'uniform', FILE.npy (π(a|s) as "
         "[S, A], [H, S, A] or [A]), a saved privrl policy.npz or learner.pt[:epsilon=E], "
-        "module:function, or a domain's policy spec.",
+        f"module:function, or a domain's policy spec ({USER_CODE_HELP}).",
     )
     features: str | None = option(
         None, help="Feature spec: onehot, fourier:ORDER, aggregation:BINS, hiv-log."
@@ -652,6 +653,16 @@ def _policy(
     )
 
 
+def _fallback_parameter(params: Any, spec: str, policy: Any) -> None:
+    """A user's code as the target policy: the report's public parameters name it and its
+    public fallback (`privrl.ope.targets.FALLBACK_NOTE`)."""
+    from privrl.privacy.public import Source
+
+    fallback = getattr(policy, "fallback", None)
+    if fallback is not None:
+        params.given("target policy π", spec, Source.FLAG, f"--target-policy; {fallback}")
+
+
 def _spec_dim(spec: str, space: Any) -> int | None:
     """The dimension a fourier/aggregation spec would build (before building it), else None."""
     from gymnasium import spaces
@@ -786,6 +797,7 @@ def public_problem(
             )
         H = None
         policy = _policy(domain, config.target_policy, action_space, domain.observation_space, H)
+        _fallback_parameter(params, config.target_policy, policy)
         feats = _features(config.features, env, domain, domain.observation_space)
         if config.gamma is None:
             g = params.given("discount γ", float(domain.gamma), Source.DEFAULT, f"the {env} domain")
@@ -810,6 +822,7 @@ def public_problem(
     refuse_inferred_spaces(meta, header.path, "size the features or the releases")
     H = _horizon(config, meta, params)
     policy = _policy(None, config.target_policy, meta.action_space, meta.observation_space, H)
+    _fallback_parameter(params, config.target_policy, policy)
     feats = _features(config.features, None, None, meta.observation_space)
     g = float(
         params.resolve(
