@@ -12,6 +12,7 @@ from privrl.audit.attacks import audit_dp_apvi, audit_gpope, calibrate_apvi_rho
 from privrl.audit.bounds import epsilon_lower_bound
 from privrl.audit.run import summarise
 from privrl.offline.apvi import PrivacyConfig
+from tests.noise import noise_rng
 
 H, S, A, DELTA = 3, 3, 2, 1e-6
 
@@ -28,7 +29,7 @@ def _apvi(eps: float | None, trials: int, seed: int = 0, canary: str = "worst"):
         privacy=privacy,
         trials=trials,
         canary=canary,  # type: ignore[arg-type]
-        rng=np.random.default_rng(seed),
+        rng=noise_rng(seed),
     )
 
 
@@ -63,7 +64,7 @@ def test_dp_apvi_laplace_bound_stays_below_claimed_epsilon(eps: float) -> None:
         A=A,
         privacy=PrivacyConfig.laplace(eps),
         trials=200_000,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert r.delta == 0.0 and r.epsilon_claimed == pytest.approx(eps)
     assert 0.5 * eps < _bound(r) <= eps
@@ -101,7 +102,7 @@ def test_apvi_audit_is_reproducible() -> None:
 def test_gpope_bound_stays_below_claimed_epsilon(eps: float) -> None:
     """Privacy property: GPOPE's single-Gaussian worst case (m = 1, N = 1, gradients ±h·u) has
     an empirical ε lower bound below the rigorous accountant's ε."""
-    r = audit_gpope(epsilon=eps, delta=1e-5, trials=100_000, rng=np.random.default_rng(0))
+    r = audit_gpope(epsilon=eps, delta=1e-5, trials=100_000, rng=noise_rng(0))
     assert r.epsilon_claimed <= eps * (1 + 1e-3)
     b = _bound(r)
     assert 0.2 * eps < b <= r.epsilon_claimed
@@ -114,24 +115,24 @@ def test_gpope_many_steps_random_canary_stays_below_claimed_epsilon() -> None:
         iterations=5,
         canary="random",
         trials=5000,
-        rng=np.random.default_rng(1),
+        rng=noise_rng(1),
     )
     assert _bound(r) <= r.epsilon_claimed
 
 
 def test_non_private_gpope_leaks() -> None:
-    r = audit_gpope(sigma=0.0, trials=2000, rng=np.random.default_rng(0))
+    r = audit_gpope(sigma=0.0, trials=2000, rng=noise_rng(0))
     assert math.isinf(r.epsilon_claimed)
     assert _bound(r) > 4.0
 
 
 def test_broken_gpope_noise_is_caught(broken_gaussian) -> None:
-    r = audit_gpope(epsilon=1.0, trials=20_000, rng=np.random.default_rng(0))
+    r = audit_gpope(epsilon=1.0, trials=20_000, rng=noise_rng(0))
     assert _bound(r) > r.epsilon_claimed
 
 
 def test_bad_audit_inputs_are_refused() -> None:
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     with pytest.raises(ValueError, match="trials"):
         audit_gpope(epsilon=1.0, trials=1, rng=rng)
     with pytest.raises(ValueError, match="canary"):

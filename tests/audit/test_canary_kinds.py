@@ -18,6 +18,7 @@ from privrl.audit.dpsgd import audit_dp_sgd
 from privrl.cli.main import main
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.data.io import save_hdf5
+from tests.noise import noise_rng
 
 
 def _save(
@@ -141,12 +142,10 @@ def test_dp_sgd_file_canary_holding_worst_unit_reproduces_worst(tmp_path: Path) 
     unit = load_gradient_canary(path, p=3)
     np.testing.assert_array_equal(unit, [2.0, 0.0, 0.0])
     kw = {"noise_multiplier": 1.0, "trials": 500}
-    worst = audit_dp_sgd(**kw, rng=np.random.default_rng(0))
-    same = audit_dp_sgd(**kw, canary="file", unit=unit, rng=np.random.default_rng(0))
+    worst = audit_dp_sgd(**kw, rng=noise_rng(0))
+    same = audit_dp_sgd(**kw, canary="file", unit=unit, rng=noise_rng(0))
     np.testing.assert_array_equal(worst.scores, same.scores)
-    other = audit_dp_sgd(
-        **kw, canary="file", unit=np.r_[0.0, 0.5, 0.0], rng=np.random.default_rng(0)
-    )
+    other = audit_dp_sgd(**kw, canary="file", unit=np.r_[0.0, 0.5, 0.0], rng=noise_rng(0))
     assert not np.array_equal(other.scores, worst.scores)
 
 
@@ -199,9 +198,9 @@ def test_dp_sgd_one_run_file_canaries_own_their_coordinates(tmp_path: Path) -> N
     same = load_gradient_canaries(_units_file(tmp_path / "w.h5", [[2.0, 0, 0]] * m), p=3, m=m)
     other = load_gradient_canaries(_units_file(tmp_path / "o.h5", [[0.3, 0.4, 0]] * m), p=3, m=m)
     kw = {"noise_multiplier": 1.0, "canaries": m, "guesses": 20, "background": 10}
-    worst = audit_dp_sgd_one_run(**kw, rng=np.random.default_rng(3))
-    as_worst = audit_dp_sgd_one_run(**kw, units=same, rng=np.random.default_rng(3))
-    mine = audit_dp_sgd_one_run(**kw, units=other, rng=np.random.default_rng(3))
+    worst = audit_dp_sgd_one_run(**kw, rng=noise_rng(3))
+    as_worst = audit_dp_sgd_one_run(**kw, units=same, rng=noise_rng(3))
+    mine = audit_dp_sgd_one_run(**kw, units=other, rng=noise_rng(3))
     assert np.allclose(as_worst.scores, worst.scores) and as_worst.params["canary"] == "file"
     assert not np.allclose(mine.scores, worst.scores)
     assert mine.epsilon_lower_bound <= mine.epsilon_claimed
@@ -273,7 +272,7 @@ def _one_run_audit(command: str, units: Any, seed: int) -> Any:
     from privrl.audit.expert import audit_expert_dp_sgd_one_run
     from privrl.audit.primorl import PrimorlAuditSetup, audit_primorl_one_run, primorl_plan
 
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     if command == "expert-dp-sgd":
         return audit_expert_dp_sgd_one_run(
             noise_multiplier=None, canaries=40, guesses=20, background=10, steps=2, rng=rng,
@@ -383,7 +382,7 @@ def test_synthetic_episodes_end_as_declared_and_background_walks_leave_canaries_
     observations are 0 on the m canaries' own coordinates (no canary's data is touched)."""
     from privrl.audit.canary import background_walk, synthetic_episode
 
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     obs = background_walk(8, 5, 2, rng)
     assert obs.shape == (9, 7) and obs.dtype == np.float32
     assert not obs[:, :5].any() and obs[:, 5:].any()

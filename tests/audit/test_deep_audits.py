@@ -31,6 +31,7 @@ from privrl.audit.primorl import (
 )
 from privrl.audit.run import summarise
 from privrl.privacy.threshold import first_failing_prefix, noisy_threshold
+from tests.noise import noise_rng
 
 torch.set_num_threads(1)
 
@@ -45,8 +46,8 @@ def test_batched_rounds_are_first_failing_prefix_draw_for_draw() -> None:
     calib = filter_calibration(2.0, DELTA, 6, 0.01)
     counts = calib.theta_shifted + np.array([3.0, 2.0, 1.0, 0.5, 0.0, -1.0])
     for seed in range(50):
-        ours = stable_prefix_lengths(counts[None, :], calib, np.random.default_rng(seed))[0]
-        rng = np.random.default_rng(seed)
+        ours = stable_prefix_lengths(counts[None, :], calib, noise_rng(seed))[0]
+        rng = noise_rng(seed)
         theta_hat = noisy_threshold(calib.theta_shifted, calib.threshold_scale, rng)
         ref = first_failing_prefix(np.log(counts), theta_hat, calib.query_scale, rng)
         assert ours == ref
@@ -65,7 +66,7 @@ def test_filter_claim_is_the_filter_report() -> None:
 def test_filter_audit_stays_below_its_claim(epsilon: float) -> None:
     """Privacy property: the Clopper–Pearson lower bound of the worst-case canary expert does
     not exceed the filter's claimed ε (and the attack sees something at ε = 4)."""
-    result = audit_consensus_filter(epsilon=epsilon, trials=50_000, rng=np.random.default_rng(0))
+    result = audit_consensus_filter(epsilon=epsilon, trials=50_000, rng=noise_rng(0))
     m = summarise(result)
     assert m["epsilon_claimed"] == pytest.approx(epsilon, rel=1e-3)
     assert not m["violated"]
@@ -76,9 +77,7 @@ def test_filter_audit_stays_below_its_claim(epsilon: float) -> None:
 def test_filter_twin_leaks() -> None:
     """Twin leaks: the same filter without noise tells Π₀ from Π₀ ∪ {canary} every time."""
     m = summarise(
-        audit_consensus_filter(
-            epsilon=4.0, non_private=True, trials=2000, rng=np.random.default_rng(0)
-        )
+        audit_consensus_filter(epsilon=4.0, non_private=True, trials=2000, rng=noise_rng(0))
     )
     assert math.isinf(m["epsilon_claimed"])
     assert m["auc"] == 1.0 and m["epsilon_lower_bound"] > 5.0
@@ -86,7 +85,7 @@ def test_filter_twin_leaks() -> None:
 
 def test_random_canary_is_weaker_than_worst() -> None:
     """The worst-case canary expert (follows τ everywhere) leaks more than a random one."""
-    rng = np.random.default_rng(1)
+    rng = noise_rng(1)
     worst = summarise(audit_consensus_filter(epsilon=8.0, trials=20_000, rng=rng))
     rand = summarise(audit_consensus_filter(epsilon=8.0, trials=20_000, canary="random", rng=rng))
     assert worst["auc"] > rand["auc"]
@@ -96,7 +95,7 @@ def test_broken_filter_noise_is_caught(broken_laplace: None) -> None:
     """A 10× weaker Laplace noise (threshold and queries) puts the bound above the claimed
     ε = 1. (The filter's analysis charges 2ε' per round where one query of this canary leaks
     about ε'/4, so only a fault of this size is visible; 10⁵ trials give bounds of 1.25–1.4.)"""
-    result = audit_consensus_filter(epsilon=1.0, trials=100_000, rng=np.random.default_rng(0))
+    result = audit_consensus_filter(epsilon=1.0, trials=100_000, rng=noise_rng(0))
     m = summarise(result)
     assert m["violated"], m["epsilon_lower_bound"]
 
@@ -111,7 +110,7 @@ def test_canary_expert_owns_its_input_column() -> None:
     from privrl.rl.cql import DiscreteCQL
     from privrl.rl.discrete_common import TransitionTable
 
-    data = _expert_dataset(5, 3, 2, 10.0, np.ones(5, bool), np.random.default_rng(0))
+    data = _expert_dataset(5, 3, 2, 10.0, np.ones(5, bool), noise_rng(0))
     learner = DiscreteCQL(7, 2, hidden=(16,))
     table = TransitionTable(data, learner.obs_transform)
     batch = table.gather(np.arange(len(table)))
@@ -126,7 +125,7 @@ def test_canary_expert_owns_its_input_column() -> None:
 def test_expert_dp_sgd_claim_is_the_system_report_and_bound_stays_below() -> None:
     """Accountant value and validity: the claim is `expert_dp_sgd`'s own report (and the
     plan's `expert_dp_sgd_claimed` equals it); one run at z = 3 stays below it."""
-    audit = audit_expert_dp_sgd_one_run(noise_multiplier=3.0, rng=np.random.default_rng(0))
+    audit = audit_expert_dp_sgd_one_run(noise_multiplier=3.0, rng=noise_rng(0))
     planned = expert_dp_sgd_claimed(
         noise_multiplier=3.0, canaries=500, background=50, batch_size=None, steps=5,
         delta=DELTA, clip=1.0,
@@ -139,7 +138,7 @@ def test_expert_dp_sgd_claim_is_the_system_report_and_bound_stays_below() -> Non
 
 def test_expert_dp_sgd_twin_leaks() -> None:
     """Twin leaks: minibatch SGD without clipping or noise (expert_dp_sgd(private=False))."""
-    audit = audit_expert_dp_sgd_one_run(noise_multiplier=None, rng=np.random.default_rng(0))
+    audit = audit_expert_dp_sgd_one_run(noise_multiplier=None, rng=noise_rng(0))
     assert math.isinf(audit.epsilon_claimed)
     assert audit.correct >= 48 and audit.epsilon_lower_bound > 2.0
 
@@ -147,7 +146,7 @@ def test_expert_dp_sgd_twin_leaks() -> None:
 def test_broken_expert_dp_sgd_noise_is_caught(broken_gaussian: None) -> None:
     """The Gaussian of `privatize_sum_torch` 10× smaller than the report says (z = 8,
     claimed ε ≈ 1.05) is caught by one run of 500 canary experts."""
-    audit = audit_expert_dp_sgd_one_run(noise_multiplier=8.0, rng=np.random.default_rng(0))
+    audit = audit_expert_dp_sgd_one_run(noise_multiplier=8.0, rng=noise_rng(0))
     assert audit.epsilon_claimed < 1.1
     assert audit.epsilon_lower_bound > audit.epsilon_claimed
 
@@ -176,14 +175,14 @@ def test_canary_rows_of_w0_are_moved_by_that_canary_only() -> None:
     layout = fed.EnsembleLayout(model.ensemble)
     theta0 = layout.flatten(model.ensemble.parameters_dict())
     included = np.ones(6, bool)
-    clients = fed.Clients.from_dataset(model, _episodes(setup, included, np.random.default_rng(0)))
+    clients = fed.Clients.from_dataset(model, _episodes(setup, included, noise_rng(0)))
     deltas = fed.local_displacements(
         model.ensemble,
         theta0,
         clients,
         np.arange(9),
         plan,
-        np.random.default_rng(0),
+        noise_rng(0),
         weight_decay=False,
         reduce="none",
     ).reshape(9, -1)
@@ -207,7 +206,7 @@ def test_primorl_twin_leaks(statistic: str) -> None:
         setup=SMALL,
         guesses=40,
         statistic=statistic,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert math.isinf(audit.epsilon_claimed)
     assert audit.correct == 40
@@ -220,7 +219,7 @@ def test_primorl_claim_is_the_run_report_and_bound_stays_below() -> None:
     and the one-run bound of a private run (z = 1) does not exceed it."""
     plan = _plan(1.0)
     audit = audit_primorl_one_run(
-        plan=plan, setup=SMALL, guesses=40, statistic="gradient", rng=np.random.default_rng(0)
+        plan=plan, setup=SMALL, guesses=40, statistic="gradient", rng=noise_rng(0)
     )
     assert audit.epsilon_claimed == pytest.approx(plan.epsilon(1))
     assert audit.report.unit.value == "trajectory"
@@ -237,7 +236,7 @@ def test_broken_primorl_noise_is_caught(broken_gaussian: None) -> None:
         setup=SMALL,
         guesses=40,
         statistic="gradient",
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert audit.epsilon_claimed < 1.5
     assert audit.epsilon_lower_bound > audit.epsilon_claimed
@@ -245,8 +244,6 @@ def test_broken_primorl_noise_is_caught(broken_gaussian: None) -> None:
 
 def test_primorl_refuses_bad_guesses_and_a_wrong_K() -> None:
     with pytest.raises(ValueError, match="guesses"):
-        audit_primorl_one_run(plan=_plan(1.0), setup=SMALL, guesses=3, rng=np.random.default_rng(0))
+        audit_primorl_one_run(plan=_plan(1.0), setup=SMALL, guesses=3, rng=noise_rng(0))
     with pytest.raises(ValueError, match="K"):
-        audit_primorl_one_run(
-            plan=_plan(1.0, units=5), setup=SMALL, guesses=4, rng=np.random.default_rng(0)
-        )
+        audit_primorl_one_run(plan=_plan(1.0, units=5), setup=SMALL, guesses=4, rng=noise_rng(0))

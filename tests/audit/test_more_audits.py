@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from privrl.audit.bounds import epsilon_lower_bound
@@ -18,6 +17,7 @@ from privrl.audit.releases import (
     calibrate,
     vapvi_claimed,
 )
+from tests.noise import noise_rng
 
 DELTA = 1e-5
 Z_EPS1 = 3.73  # DP-SGD noise multiplier with ε ≈ 1 at δ = 1e-5 (q = 1, N = 1; PLD)
@@ -31,15 +31,11 @@ def _vapvi(eps: float | None, trials: int, seed: int = 0, canary: str = "worst")
     rho = None
     if eps is not None:
         rho = calibrate(lambda r: float(vapvi_claimed(r, DELTA).epsilon), eps)
-    return audit_dp_vapvi(
-        rho=rho, delta=DELTA, trials=trials, canary=canary, rng=np.random.default_rng(seed)
-    )
+    return audit_dp_vapvi(rho=rho, delta=DELTA, trials=trials, canary=canary, rng=noise_rng(seed))
 
 
 def _sgd(z: float | None, trials: int, seed: int = 0, **kw):
-    return audit_dp_sgd(
-        noise_multiplier=z, delta=DELTA, trials=trials, rng=np.random.default_rng(seed), **kw
-    )
+    return audit_dp_sgd(noise_multiplier=z, delta=DELTA, trials=trials, rng=noise_rng(seed), **kw)
 
 
 # ---------------------------------------------------------------------------- private: ≤ claim
@@ -58,7 +54,7 @@ def test_dp_vapvi_bound_stays_below_claimed_epsilon(eps: float) -> None:
 def test_dp_lsw_bound_stays_below_claimed_epsilon(eps: float) -> None:
     """Privacy property: DP-LSW's released θ (smooth sensitivity, S = m = 1: the bound is
     exact on the canary) has an empirical ε ≤ its (ε, δ)."""
-    r = audit_dp_lsw(epsilon=eps, delta=DELTA, trials=100_000, rng=np.random.default_rng(0))
+    r = audit_dp_lsw(epsilon=eps, delta=DELTA, trials=100_000, rng=noise_rng(0))
     assert r.epsilon_claimed == eps
     assert _bound(r) <= eps
 
@@ -67,7 +63,7 @@ def test_dp_lsw_bound_stays_below_claimed_epsilon(eps: float) -> None:
 def test_sdp_pe_bound_stays_below_claimed_epsilon(eps: float) -> None:
     """Privacy property: one SDP-PE batch's shuffle binary-sum counters (2H per family moved by
     the replaced user) have an empirical ε ≤ the privatizer's report."""
-    r = audit_sdp_pe(epsilon=eps, delta=DELTA, trials=50_000, rng=np.random.default_rng(0))
+    r = audit_sdp_pe(epsilon=eps, delta=DELTA, trials=50_000, rng=noise_rng(0))
     assert r.epsilon_claimed == pytest.approx(eps)
     assert 0.0 < _bound(r) <= r.epsilon_claimed
 
@@ -86,7 +82,7 @@ def test_dp_sgd_subsampled_many_steps_stays_below_claimed_epsilon() -> None:
 
 
 def test_random_canaries_stay_below_claimed_epsilon() -> None:
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     for r in (
         _vapvi(2.0, 20_000, canary="random"),
         audit_dp_lsw(
@@ -103,7 +99,7 @@ def test_random_canaries_stay_below_claimed_epsilon() -> None:
 def test_non_private_twins_leak() -> None:
     """Every non-private twin (the same code with the noise off) is told apart in every one of
     2000 trials: bound > 4 (the most 2000 trials show is ≈ 5.4) and a claimed ε = ∞."""
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     twins = [
         _vapvi(None, 2000),
         audit_dp_lsw(epsilon=None, delta=DELTA, trials=2000, rng=rng),
@@ -129,12 +125,12 @@ def test_broken_dp_lsw_noise_is_caught(broken_gaussian) -> None:
     Gaussian of the same (ε, δ) needs, so 10× less noise shows only where the claim is not far
     below the broken release's true ε: at ε = 4, δ = 10⁻² the broken θ has μ ≈ 2.5 (true
     ε ≈ 8.6); at δ = 10⁻⁵ it is caught too, by a thinner margin (4.49 > 4, seed 0)."""
-    r = audit_dp_lsw(epsilon=4.0, delta=1e-2, trials=400_000, rng=np.random.default_rng(0))
+    r = audit_dp_lsw(epsilon=4.0, delta=1e-2, trials=400_000, rng=noise_rng(0))
     assert _bound(r) > r.epsilon_claimed
 
 
 def test_broken_sdp_pe_noise_is_caught(broken_shuffle) -> None:
-    r = audit_sdp_pe(epsilon=1.0, delta=DELTA, trials=50_000, rng=np.random.default_rng(0))
+    r = audit_sdp_pe(epsilon=1.0, delta=DELTA, trials=50_000, rng=noise_rng(0))
     assert _bound(r) > r.epsilon_claimed
 
 
@@ -147,7 +143,7 @@ def test_broken_dp_sgd_is_caught_in_one_run(broken_gaussian) -> None:
     """One run, 1000 canaries, 100 guesses: DP-SGD drawing 10× less noise than its report
     (claimed ε ≈ 1; each canary then sees a Gaussian of μ ≈ 2.7) is caught by one run."""
     broken = audit_dp_sgd_one_run(
-        noise_multiplier=Z_EPS1, delta=DELTA, rng=np.random.default_rng(0), canaries=1000
+        noise_multiplier=Z_EPS1, delta=DELTA, rng=noise_rng(0), canaries=1000
     )
     assert broken.metrics()["violated"]
 
@@ -158,7 +154,7 @@ def test_broken_dp_sgd_is_caught_in_one_run(broken_gaussian) -> None:
 def test_one_run_dp_sgd_bound_is_valid_and_twin_leaks() -> None:
     """Privacy property: the one-run bound (Steinke et al. 2023) of DP-SGD at claimed ε ≈ 1
     stays below it; the non-private twin's 100 guesses are all right (bound > 3)."""
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     private = audit_dp_sgd_one_run(noise_multiplier=Z_EPS1, delta=DELTA, rng=rng)
     m = private.metrics()
     assert m["mode"] == "one-run" and m["canaries"] == 1000 and m["guesses"] == 100
@@ -173,7 +169,7 @@ def test_dp_sgd_claim_is_the_systems_pld_report() -> None:
 
 
 def test_bad_inputs_are_refused() -> None:
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     with pytest.raises(ValueError, match="rate"):
         _sgd(1.0, 10, rate=0.0)
     with pytest.raises(ValueError, match="guesses"):
@@ -196,6 +192,6 @@ def test_dp_sgd_and_gpope_audits_are_tight(eps: float) -> None:
     z = dp_sgd_noise_multiplier(eps, DELTA, 1.0, 1)
     for r in (
         _sgd(z, 1_000_000),
-        audit_gpope(epsilon=eps, delta=DELTA, trials=1_000_000, rng=np.random.default_rng(0)),
+        audit_gpope(epsilon=eps, delta=DELTA, trials=1_000_000, rng=noise_rng(0)),
     ):
         assert 0.5 * r.epsilon_claimed <= _bound(r) <= r.epsilon_claimed, r.system

@@ -13,6 +13,7 @@ from privrl.data.dataset import TrajectoryDataset
 from privrl.data.io import read_header, save_hdf5
 from privrl.experiments.rundir import OutDirError, RunDir, check_out_dir, ledger_guard, read_run
 from privrl.privacy.ledger import BudgetLedger, LedgerError
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 
@@ -75,7 +76,7 @@ def _report(sigma: float) -> PrivacyReport:
     from privrl.privacy.mechanisms import gaussian_mechanism
 
     _, release = gaussian_mechanism(
-        np.zeros(1), sensitivity=1.0, sigma=sigma, rng=np.random.default_rng(0), name="x"
+        np.zeros(1), sensitivity=1.0, sigma=sigma, rng=NoiseSource.secure().generator(), name="x"
     )
     return PrivacyReport.build(
         PrivacyUnit.TRAJECTORY, NeighbourRelation.ADD_REMOVE, [release], 1e-5, system="t"

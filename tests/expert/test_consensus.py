@@ -27,6 +27,7 @@ from privrl.expert.consensus import (
     prefix_query,
 )
 from privrl.privacy.events import ApproxDpEvent
+from tests.noise import noise_rng
 
 
 class LinearExperts:
@@ -57,7 +58,7 @@ class LinearExperts:
 
 
 def random_experts(m: int, n_actions: int, d: int, seed: int, spread: float = 1.0):
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     base = rng.standard_normal((1, n_actions, d))
     return LinearExperts(base + spread * rng.standard_normal((m, n_actions, d)))
 
@@ -76,7 +77,7 @@ def make_dataset(
     changed at the given step of each trajectory). Rewards are the global transition index,
     so every transition can be identified after the split. The metadata declare the public
     horizon ``lengths[1]`` (the longest trajectory the generator can produce), the filter's L."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     m, n_act, d = experts.n_experts, experts.n_actions, experts.obs_dim
     n_ep = m * per_expert
     lens = rng.integers(lengths[0], lengths[1] + 1, n_ep)
@@ -154,7 +155,7 @@ def test_long_trajectories_match_float64_logsumexp():
     # is the opposite of expert 0, so while the data follow expert 0 it falls 190 mismatches
     # behind (past the e^-700 clamping point, 179 mismatches at p_min = 0.02); the data then
     # follow expert 1, which must get back its exact weight (running counts stay exact).
-    rng = np.random.default_rng(2)
+    rng = noise_rng(2)
     v = rng.standard_normal(3)
     w = np.zeros((6, 2, 3))
     w[0, 1], w[1, 1] = v, -v
@@ -191,7 +192,7 @@ def test_arrays_input_and_episode_selection_and_chunking_agree():
 
 def test_count_sensitivity_at_most_one():
     """Removing (or adding) one expert changes every prefix count by at most 1."""
-    rng = np.random.default_rng(6)
+    rng = noise_rng(6)
     ex = random_experts(30, 2, 3, seed=7, spread=0.5)
     ds = make_dataset(ex, 3, (1, 25), seed=8, flip=0.05)
     counts = np.exp(prefix_log_counts(ds, ex, 0.02).values)
@@ -241,7 +242,7 @@ def test_prefix_query():
     ds = make_dataset(ex, 1, (5, 5), seed=12, flip=0.0)
     ep = ds.episode(0)
     s, a = ep.observations[:3], ep.actions[:3]
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     # count = 500·0.98³ ≈ 470.6
     assert prefix_query(ex, s, a, 300.0, 1.0, rng=rng)
     assert not prefix_query(ex, s, a, 700.0, 1.0, rng=rng)
@@ -259,7 +260,7 @@ def test_prefix_query_noise_scale(monkeypatch):
 
     monkeypatch.setattr(consensus, "prefix_query_noise", spy)
     ex = random_experts(4, 2, 3, seed=13)
-    prefix_query(ex, np.zeros((2, 3)), np.array([0, 1]), 1.0, 0.25, rng=np.random.default_rng(0))
+    prefix_query(ex, np.zeros((2, 3)), np.array([0, 1]), 1.0, 0.25, rng=noise_rng(0))
     assert seen == [pytest.approx(16.0)]  # 4/ε'
 
 
@@ -272,7 +273,7 @@ BUDGET = {"epsilon1": 8.0, "delta1": 0.1, "rounds": 5}
 
 @pytest.fixture(scope="module")
 def consensus_data():
-    rng = np.random.default_rng(14)
+    rng = noise_rng(14)
     m = 400
     base = rng.standard_normal((1, 2, 3))
     w = base + 0.05 * rng.standard_normal((m, 2, 3))
@@ -311,7 +312,7 @@ def test_data_release_partitions_the_data(consensus_data):
     ex, ds = consensus_data
     n_released = 0
     for seed in range(6):
-        res = data_release(ds, ex, **BUDGET, rng=seed)
+        res = data_release(ds, ex, **BUDGET, rng=noise_rng(seed))
         check_partition(ds, res)
         n_released += res.summary["released_transitions"]
         assert res.summary["released_transitions"] + res.summary["unstable_transitions"] == (
@@ -324,7 +325,7 @@ def test_data_release_prefixes_and_flags(consensus_data):
     ex, ds = consensus_data
     cut_seen = full_seen = 0
     for seed in range(6):
-        res = data_release(ds, ex, **BUDGET, rng=seed)
+        res = data_release(ds, ex, **BUDGET, rng=noise_rng(seed))
         k = res.stable_lengths
         assert res.stable is None or res.stable.n_episodes == int((k > 0).sum())
         if res.stable is None:
@@ -354,14 +355,14 @@ def test_released_prefixes_never_contain_the_failing_action():
     # 1000 identical experts; every trajectory follows them except one flipped action at a
     # known step j. Before j the count is 1000·0.98^k (well above θ̂ ≈ 480); the prefix that
     # includes the flipped action has count ≈ 1000·0.98^j/49 ≈ 20, which fails.
-    rng = np.random.default_rng(16)
+    rng = noise_rng(16)
     m = 1000
     ex = LinearExperts(np.repeat(rng.standard_normal((1, 2, 3)), m, axis=0))
     flip_at = rng.integers(1, 10, m)
     ds = make_dataset(ex, 1, (12, 12), seed=17, flip_at=flip_at)
     released_before_flip = 0
     for seed in range(5):
-        res = data_release(ds, ex, epsilon1=8.0, delta1=0.1, rounds=20, rng=seed)
+        res = data_release(ds, ex, epsilon1=8.0, delta1=0.1, rounds=20, rng=noise_rng(seed))
         k, j = res.stable_lengths, flip_at[res.selected]
         assert np.all(k <= j)  # never a_{j+1} (0-based index j) or anything after it
         released_before_flip += int(np.sum(k == j))
@@ -387,7 +388,7 @@ def test_data_release_uses_calibrated_noise(monkeypatch, consensus_data):
 
     monkeypatch.setattr(consensus, "noisy_threshold", spy_threshold)
     monkeypatch.setattr(consensus, "first_failing_prefix", spy_first)
-    res = data_release(ds, ex, **BUDGET, rng=0)
+    res = data_release(ds, ex, **BUDGET, rng=noise_rng(0))
     eps_p = BUDGET["epsilon1"] / math.sqrt(32 * 5 * math.log(2 / 0.1))
     delta_p = 0.1 / (2 * 5 * 20)
     theta = 1 / -math.expm1(-eps_p) / 0.02
@@ -402,7 +403,7 @@ def test_data_release_uses_calibrated_noise(monkeypatch, consensus_data):
 
 def test_data_release_report(consensus_data):
     ex, ds = consensus_data
-    res = data_release(ds, ex, **BUDGET, rng=1)
+    res = data_release(ds, ex, **BUDGET, rng=noise_rng(1))
     s = res.summary
     assert s["rounds"] == 5 and s["experts"] == 400 and s["max_len"] == 20
     assert s["composition_epsilon"] <= BUDGET["epsilon1"]
@@ -414,7 +415,7 @@ def test_data_release_report(consensus_data):
     assert res.event.event == ApproxDpEvent(2 * s["epsilon_prime"], 0.1 / 10)
     assert rel.to_dict()["extra"]["max_len_source"] == "metadata.horizon"
     # An explicit L wins over the declared horizon.
-    res3 = data_release(ds, ex, **BUDGET, rng=1, max_len=30)
+    res3 = data_release(ds, ex, **BUDGET, rng=noise_rng(1), max_len=30)
     assert res3.calibration.delta_prime == pytest.approx(0.1 / (2 * 5 * 30))
     assert res3.summary["max_len_source"] == "given"
 
@@ -425,11 +426,13 @@ def test_max_len_must_be_public(consensus_data):
     and a horizon the metadata mark as inferred from the data is not public."""
     ex, ds = consensus_data
     with pytest.raises(ValueError, match="--max-len"):
-        data_release(ds.with_metadata(ds.metadata.replace(horizon=None)), ex, **BUDGET, rng=1)
+        data_release(
+            ds.with_metadata(ds.metadata.replace(horizon=None)), ex, **BUDGET, rng=noise_rng(1)
+        )
     inferred = ds.metadata.replace(extra={"inferred_from_data": ["horizon"]})
     with pytest.raises(ValueError, match="inferred from the data"):
-        data_release(ds.with_metadata(inferred), ex, **BUDGET, rng=1)
-    res = data_release(ds.with_metadata(inferred), ex, **BUDGET, rng=1, max_len=20)
+        data_release(ds.with_metadata(inferred), ex, **BUDGET, rng=noise_rng(1))
+    res = data_release(ds.with_metadata(inferred), ex, **BUDGET, rng=noise_rng(1), max_len=20)
     assert res.summary["max_len"] == 20 and res.summary["max_len_source"] == "given"
 
 
@@ -452,7 +455,14 @@ def test_trajectories_longer_than_max_len_are_truncated_for_the_filter(consensus
     length = 6
     assert int(ds.episode_lengths.max()) > length
     res = data_release(
-        ds, ex, epsilon1=20.0, delta1=0.1, rounds=10, rng=2, max_len=length, calibration="pld"
+        ds,
+        ex,
+        epsilon1=20.0,
+        delta1=0.1,
+        rounds=10,
+        rng=noise_rng(2),
+        max_len=length,
+        calibration="pld",
     )
     assert res.calibration.delta_prime == pytest.approx(0.1 / (2 * 10 * length))
     assert queries and max(queries) <= length
@@ -470,13 +480,13 @@ def test_trajectories_longer_than_max_len_are_truncated_for_the_filter(consensus
 
 def test_data_release_is_deterministic(consensus_data):
     ex, ds = consensus_data
-    a = data_release(ds, ex, **BUDGET, rng=3)
-    b = data_release(ds, ex, **BUDGET, rng=np.random.default_rng(3))
+    a = data_release(ds, ex, **BUDGET, rng=noise_rng(3))
+    b = data_release(ds, ex, **BUDGET, rng=noise_rng(3))
     assert np.array_equal(a.selected, b.selected)
     assert np.array_equal(a.stable_lengths, b.stable_lengths)
     assert a.unstable.equals(b.unstable)
     assert (a.stable is None and b.stable is None) or a.stable.equals(b.stable)
-    runs = {tuple(data_release(ds, ex, **BUDGET, rng=s).selected) for s in range(4)}
+    runs = {tuple(data_release(ds, ex, **BUDGET, rng=noise_rng(s)).selected) for s in range(4)}
     assert len(runs) > 1
 
 
@@ -484,7 +494,7 @@ def test_data_release_without_any_release():
     # One dissenting action at step 0 everywhere: no prefix is stable, all data stays private.
     ex = random_experts(50, 2, 3, seed=18, spread=0.0)
     ds = make_dataset(ex, 2, (3, 6), seed=19, flip_at=np.zeros(100, np.int64))
-    res = data_release(ds, ex, **BUDGET, rng=0)
+    res = data_release(ds, ex, **BUDGET, rng=noise_rng(0))
     assert res.stable is None and res.summary["released_trajectories"] == 0
     assert res.unstable.equals(ds, check_metadata=False)
 
@@ -501,13 +511,13 @@ def test_data_release_rejects_bad_inputs(consensus_data):
         metadata=ds.metadata,
     )
     with pytest.raises(ValueError, match="unit_ids"):
-        data_release(no_units, ex, **BUDGET, rng=0)
+        data_release(no_units, ex, **BUDGET, rng=noise_rng(0))
     with pytest.raises(ValueError, match="n_actions"):
-        data_release(ds, LinearExperts(np.zeros((400, 3, 3))), **BUDGET, rng=0)
+        data_release(ds, LinearExperts(np.zeros((400, 3, 3))), **BUDGET, rng=noise_rng(0))
     with pytest.raises(ValueError, match="obs_dim"):
-        data_release(ds, LinearExperts(np.zeros((400, 2, 5))), **BUDGET, rng=0)
+        data_release(ds, LinearExperts(np.zeros((400, 2, 5))), **BUDGET, rng=noise_rng(0))
     with pytest.raises(ValueError, match="n_experts"):
-        data_release(ds, ex.subset(np.arange(399)), **BUDGET, rng=0)
+        data_release(ds, ex.subset(np.arange(399)), **BUDGET, rng=noise_rng(0))
     box = TrajectoryDataset(
         observations=ds.observations,
         actions=ds.actions.astype(np.float32)[:, None],
@@ -519,16 +529,21 @@ def test_data_release_rejects_bad_inputs(consensus_data):
         metadata=ds.metadata.replace(action_space=spaces.Box(0.0, 1.0, (1,), np.float32)),
     )
     with pytest.raises(ValueError, match="not Discrete"):
-        data_release(box, ex, **BUDGET, rng=0)
+        data_release(box, ex, **BUDGET, rng=noise_rng(0))
     with pytest.raises(ValueError, match="discrete"):
-        data_release(box.with_metadata(ds.metadata.replace(action_space=None)), ex, **BUDGET, rng=0)
+        data_release(
+            box.with_metadata(ds.metadata.replace(action_space=None)),
+            ex,
+            **BUDGET,
+            rng=noise_rng(0),
+        )
     # T above the number of trajectories: no data-dependent error, only that many rounds run
     # (the T-round event, reported, bounds them)
     small_ex = random_experts(5, 2, 3, seed=20)
     small = make_dataset(small_ex, 1, (2, 4), seed=21)
     n_ep = small.n_episodes
-    res = data_release(small, small_ex, epsilon1=8.0, delta1=0.1, rounds=n_ep + 1, rng=0)
+    res = data_release(small, small_ex, epsilon1=8.0, delta1=0.1, rounds=n_ep + 1, rng=noise_rng(0))
     assert res.summary["rounds"] == res.releases[0].count == n_ep + 1
     assert res.summary["rounds_run"] == n_ep
     with pytest.raises(ValueError, match="not admissible"):
-        data_release(ds, ex, **BUDGET, p_min=0.7, rng=0)
+        data_release(ds, ex, **BUDGET, p_min=0.7, rng=noise_rng(0))

@@ -29,6 +29,7 @@ from privrl.privacy.report import PrivacyReport
 from privrl.rl.bcq import DiscreteBCQ
 from privrl.rl.cql import DiscreteCQL
 from privrl.rl.discrete_common import TransitionTable
+from tests.noise import noise_rng, noise_source
 
 torch.set_num_threads(1)
 
@@ -48,7 +49,7 @@ def expert_dataset(
     unit_ids: bool = True,
 ) -> TrajectoryDataset:
     """Episodes of random observations; expert i mostly takes action i mod 2."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     n_ep = n_experts * episodes_per_expert
     n_t = n_ep * length
     units = np.repeat(np.arange(n_experts), episodes_per_expert)
@@ -143,7 +144,7 @@ def test_run_uses_budgeted_steps_and_reports_expert_event() -> None:
         n_units=10,
         batch_size=5,
         noise_multiplier=5.0,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     n, _ = plan_steps(noise_multiplier=5.0, sampling_probability=0.5, epsilon=1.0, delta=1e-3)
     assert res.steps == res.private_steps == n == learner.steps
@@ -172,7 +173,7 @@ def test_noise_std_is_z_times_c() -> None:
     z, c, b = 3.0, 0.5, 4
     cfg = _Private(_source(ds, learner), b / 12, b, z, c, "poisson", "ghost")
     gen = torch.Generator().manual_seed(1)
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     for _ in range(5):
         _private_step(learner, cfg, np.zeros(0, dtype=np.int64), rng, gen, check=False)
     noise = torch.cat([torch.cat([g.reshape(-1) for g in d.values()]) for d in cap.grads]) * b
@@ -190,8 +191,8 @@ def test_update_divides_by_expected_b_not_realised_batch() -> None:
     source = _source(ds, learner)
     cfg = _Private(source, b / 12, b, 1e-9, c, "poisson", "ghost")  # noise negligible
     units = np.array([0, 3, 5])  # |B| = 3 ≠ b = 8
-    _private_step(learner, cfg, units, np.random.default_rng(4), torch.Generator(), check=True)
-    batch = source.batch_for(units, np.random.default_rng(4))  # the same draw
+    _private_step(learner, cfg, units, noise_rng(4), torch.Generator(), check=True)
+    batch = source.batch_for(units, noise_rng(4))  # the same draw
     assert batch.obs.shape[0] == 3
     sums = clipped_grad_sum(learner.per_example_loss, learner.params, batch, c).sums
     applied = cap.grads[0]
@@ -205,7 +206,7 @@ def test_one_transition_per_sampled_expert() -> None:
     learner = DiscreteCQL(2, 3, hidden=(8,))
     source = _source(ds, learner)
     units = np.array([1, 2, 4])
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     table_unit = np.repeat(ds.episode_unit_ids, ds.episode_lengths)
     for _ in range(20):
         pos = source.order[
@@ -223,7 +224,7 @@ def test_clipped_contribution_bounded_by_c() -> None:
     """Per-expert clipped gradients (joint over Q and imitation heads) have norm ≤ C."""
     ds = expert_dataset(reward_scale=100.0)
     learner = DiscreteBCQ(2, 3, hidden=(16, 16), seed=0)
-    batch = _source(ds, learner).batch_for(np.arange(12), np.random.default_rng(0))
+    batch = _source(ds, learner).batch_for(np.arange(12), noise_rng(0))
     out = clipped_grad_sum(learner.per_example_loss, learner.params, batch, 1.0, check=True)
     assert float(out.norms.max()) > 1.0
     assert float((out.norms * out.scales).max()) <= 1.0 + 1e-12
@@ -241,7 +242,7 @@ def test_explicit_steps_reported_or_refused() -> None:
         batch_size=5,
         noise_multiplier=5.0,
         steps=7,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     expected = accountant_epsilon(
         sampled_gaussian_event(5.0, 7, sampling_probability=0.5), 1e-3, backend="pld"
@@ -257,7 +258,7 @@ def test_explicit_steps_reported_or_refused() -> None:
             batch_size=5,
             noise_multiplier=5.0,
             steps=7,
-            rng=np.random.default_rng(0),
+            rng=noise_rng(0),
         )
 
 
@@ -276,7 +277,7 @@ def test_shuffle_sampling_is_not_certified() -> None:
         noise_multiplier=5.0,
         steps=5,
         sampling="shuffle",
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     rep = res.report
     assert math.isinf(rep.epsilon) and not rep.private
@@ -306,13 +307,13 @@ def test_non_private_twin_is_ordinary_minibatch_training() -> None:
         batch_size=6,
         steps=4,
         private=False,
-        rng=np.random.default_rng(3),
+        rng=noise_rng(3),
     )
     assert not res.report.private and math.isinf(res.report.epsilon)
     assert res.steps == 4 and res.private_steps == 0
     manual = DiscreteCQL(2, 3, hidden=(8,), lr=1e-2, seed=0)
     table = TransitionTable(ds)
-    _, data_rng, _ = np.random.default_rng(3).spawn(3)  # run_steps' minibatch stream
+    _, data_rng, _ = noise_rng(3).spawn(3)  # run_steps' minibatch stream
     for _ in range(4):
         manual.update(table.sample(6, data_rng))
     for k in manual.params:
@@ -333,7 +334,7 @@ def test_same_seed_same_result() -> None:
             batch_size=3,
             noise_multiplier=5.0,
             steps=5,
-            rng=np.random.default_rng(11),
+            rng=noise_rng(11),
         )
         runs.append(learner.params)
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
@@ -356,7 +357,7 @@ def test_evaluation_curve_follows_schedule() -> None:
         batch_size=3,
         noise_multiplier=5.0,
         steps=20,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
         evaluate=evaluate,
         n_evals=4,
         eval_window=8,
@@ -368,13 +369,22 @@ def test_evaluation_curve_follows_schedule() -> None:
 
 def test_bad_input() -> None:
     learner = DiscreteCQL(2, 3, hidden=(8,))
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     no_ids = expert_dataset(unit_ids=False)
     with pytest.raises(ValueError, match="expert ids"):
-        expert_dp_sgd(learner, no_ids, epsilon=1.0, delta=1e-3, n_units=12, rng=rng)
+        expert_dp_sgd(
+            learner, no_ids, epsilon=1.0, delta=1e-3, n_units=12, rng=rng, noise=noise_source(rng)
+        )
     with pytest.raises(ValueError, match="exceeds the number of experts"):
         expert_dp_sgd(
-            learner, expert_dataset(), epsilon=1.0, delta=1e-3, n_units=12, batch_size=50, rng=rng
+            learner,
+            expert_dataset(),
+            epsilon=1.0,
+            delta=1e-3,
+            n_units=12,
+            batch_size=50,
+            rng=rng,
+            noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="noise_multiplier"):
         expert_dp_sgd(
@@ -386,6 +396,7 @@ def test_bad_input() -> None:
             batch_size=2,
             noise_multiplier=0.0,
             rng=rng,
+            noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="single step"):
         expert_dp_sgd(
@@ -397,7 +408,10 @@ def test_bad_input() -> None:
             batch_size=6,
             noise_multiplier=5.0,
             rng=rng,
+            noise=noise_source(rng),
         )
     # m is public: a private run without it is refused (it is never counted in the data)
     with pytest.raises(ValueError, match="n_units"):
-        expert_dp_sgd(learner, expert_dataset(), epsilon=1.0, delta=1e-3, rng=rng)
+        expert_dp_sgd(
+            learner, expert_dataset(), epsilon=1.0, delta=1e-3, rng=rng, noise=noise_source(rng)
+        )

@@ -22,6 +22,7 @@ from privrl.expert.selective import (
 from privrl.privacy import serialize
 from privrl.rl.cql import DiscreteCQL
 from privrl.rl.discrete_common import TransitionTable
+from tests.noise import noise_rng, noise_source
 
 from .test_dpsgd import ConstantExperts, expert_dataset
 
@@ -122,7 +123,7 @@ def test_exact_accounting_runs_until_k_private_steps() -> None:
         delta=1e-3,
         batch_size=B,
         noise_multiplier=Z,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     k, _ = plan_steps(noise_multiplier=Z, sampling_probability=B / M, epsilon=1.0, delta=1e-3)
     assert res.private_steps == k
@@ -152,7 +153,7 @@ def test_paper_accounting_is_not_certified() -> None:
         batch_size=B,
         noise_multiplier=Z,
         accounting="paper",
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     rep = res.report
     assert math.isinf(rep.epsilon) and not rep.private
@@ -183,7 +184,7 @@ def test_paper_accounting_pipeline_is_not_certified() -> None:
         batch_size=B,
         noise_multiplier=Z,
         accounting="paper",
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     rep = res.report
     assert math.isinf(rep.epsilon) and not rep.private
@@ -213,7 +214,7 @@ def test_more_experts_than_m_are_sampled_not_refused() -> None:
         batch_size=2,
         noise_multiplier=Z,
         steps=3,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert res.private_steps == 3
     assert res.report.releases[0].event.event.sampling_probability == pytest.approx(2 / 5)
@@ -234,7 +235,7 @@ def test_empty_stable_skips_nonprivate_steps_keeps_rate() -> None:
         batch_size=B,
         noise_multiplier=Z,
         steps=40,
-        rng=np.random.default_rng(1),
+        rng=noise_rng(1),
     )
     assert res.steps == 40 and 5 < res.private_steps < 35
     assert learner.steps == res.private_steps  # only the private steps updated the learner
@@ -250,9 +251,9 @@ def test_expert_without_unstable_data_contributes_nothing() -> None:
     source = ExpertTransitions(part, np.unique(ds.unit_ids), M, TransitionTable(part))
     assert source.n_units == M
     assert np.all(source.counts[6:] == 0) and np.all(source.counts[:6] > 0)
-    batch = source.batch_for(np.arange(M), np.random.default_rng(0))
+    batch = source.batch_for(np.arange(M), noise_rng(0))
     assert batch.obs.shape[0] == 6
-    assert source.batch_for(np.arange(6, M), np.random.default_rng(0)).obs.shape[0] == 0
+    assert source.batch_for(np.arange(6, M), noise_rng(0)).obs.shape[0] == 0
     res = selective_dp_sgd(  # rate b/m over all m experts, not the 6 with data
         learner,
         None,
@@ -265,7 +266,7 @@ def test_expert_without_unstable_data_contributes_nothing() -> None:
         batch_size=B,
         noise_multiplier=Z,
         steps=3,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert res.report.releases[0].event.event.sampling_probability == pytest.approx(B / M)
 
@@ -284,7 +285,7 @@ def test_p_zero_trains_on_stable_only() -> None:
         delta=1e-3,
         batch_size=B,
         steps_cap=15,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert res.steps == 15 and res.private_steps == 0 and learner.steps == 15
     assert res.report.releases == [] and res.report.epsilon == 0.0
@@ -299,7 +300,7 @@ def test_p_zero_trains_on_stable_only() -> None:
             epsilon=None,
             delta=1e-3,
             batch_size=B,
-            rng=np.random.default_rng(0),
+            rng=noise_rng(0),
         )
 
 
@@ -320,7 +321,7 @@ def test_pipeline_report_composes_filter_and_dp_sgd() -> None:
         rounds=3,
         batch_size=B,
         noise_multiplier=Z,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert res.split.epsilon1 == 7.5 and res.split.epsilon2 == 2.5
     names = [r.mechanism for r in res.report.releases]
@@ -347,7 +348,7 @@ def test_pipeline_without_filter() -> None:
         rounds=0,
         batch_size=B,
         noise_multiplier=Z,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert res.split.epsilon1 == 0.0 and res.stable_size == 0
     assert [r.mechanism for r in res.report.releases] == ["poisson_subsampled_gaussian"]
@@ -363,7 +364,7 @@ def test_pipeline_without_filter() -> None:
         batch_size=B,
         noise_multiplier=Z,
         steps=4,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert disabled.split.epsilon2 == 6.0 and "T = 0" in disabled.split.rule
     with pytest.raises(ValueError, match="nothing could be learned"):
@@ -376,13 +377,13 @@ def test_pipeline_without_filter() -> None:
             delta=1e-3,
             p=0.0,
             rounds=0,
-            rng=np.random.default_rng(0),
+            rng=noise_rng(0),
         )
 
 
 def test_pipeline_checks_experts() -> None:
     ds = expert_dataset(n_experts=M)
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     with pytest.raises(ValueError, match="actions"):
         train_expert_dp(
             DiscreteCQL(2, 3),
@@ -394,6 +395,7 @@ def test_pipeline_checks_experts() -> None:
             p=1.0,
             rounds=0,
             rng=rng,
+            noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="dimension"):
         train_expert_dp(
@@ -406,6 +408,7 @@ def test_pipeline_checks_experts() -> None:
             p=1.0,
             rounds=0,
             rng=rng,
+            noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="expert ids"):
         train_expert_dp(
@@ -418,6 +421,7 @@ def test_pipeline_checks_experts() -> None:
             p=1.0,
             rounds=0,
             rng=rng,
+            noise=noise_source(rng),
         )
 
 
@@ -445,7 +449,7 @@ def test_pipeline_trains_on_released_stable_prefixes() -> None:
         rounds=5,
         batch_size=m // 2,
         noise_multiplier=Z,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     assert res.stable_size > 0 and res.filter_summary["released_trajectories"] > 0
     training = res.training
@@ -472,7 +476,7 @@ def test_joint_dp_sgd_budget_spends_the_total_and_takes_more_steps() -> None:
             noise_multiplier=Z,
             filter_calibration="pld",
             dp_sgd_budget=budget,  # type: ignore[arg-type]
-            rng=np.random.default_rng(0),
+            rng=noise_rng(0),
         )
 
     split, joint = run("split"), run("joint")

@@ -38,6 +38,7 @@ from privrl.offline.apvi import (
 )
 from privrl.privacy.accounting import zcdp_rho, zcdp_to_dp
 from privrl.privacy.events import PureDpEvent
+from tests.noise import noise_rng
 
 H, S, A = 5, 6, 3
 
@@ -77,7 +78,7 @@ def family_arrays(c: Counts) -> dict[str, np.ndarray]:
 def test_replace_one_changes_at_most_2H_entries_per_family(seed: int, n: int, h: int) -> None:
     """Property: replacing one trajectory changes each released family in ≤ 2H entries, each by
     ≤ 1 — so Δ₁ ≤ 2H and Δ₂² ≤ 2H, the sensitivities the releases claim."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     S_, A_ = 4, 3
     ep = random_episodes(rng, n, h, S_, A_)
     other = random_episodes(rng, 1, h, S_, A_)
@@ -115,7 +116,7 @@ def test_sensitivity_bound_is_attained() -> None:
 
 
 def test_counts_match_a_direct_count() -> None:
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     ep = random_episodes(rng, 40, 3, 4, 2)
     c = empirical_counts(ep, horizon=3, n_states=4, n_actions=2, reward_sums=True)
     n_sa = np.zeros((3, 4, 2))
@@ -163,7 +164,7 @@ def test_noise_scale_of_every_release(privacy: PrivacyConfig, std_formula) -> No
     H_, S_, A_ = 4, 20, 50
     c = big_counts(H_, S_, A_)
     plan = noise_plan(H_, S_, A_, privacy, 0.1)
-    noisy, releases = private_counts(c, plan, np.random.default_rng(0))
+    noisy, releases = private_counts(c, plan, noise_rng(0))
     assert [r.name.split()[0] for r in releases] == (
         ["visit", "transition", "reward"] if privacy.privatize_rewards else ["visit", "transition"]
     )
@@ -183,7 +184,7 @@ def test_gaussian_events_and_report() -> None:
     rho, delta = 0.7, 1e-6
     plan = noise_plan(H, S, A, PrivacyConfig.gaussian(rho, report_delta=delta), 0.1)
     _, releases = private_counts(
-        Counts(np.zeros((H, S, A)), np.zeros((H, S, A, S)), None, 0), plan, np.random.default_rng(0)
+        Counts(np.zeros((H, S, A)), np.zeros((H, S, A, S)), None, 0), plan, noise_rng(0)
     )
     for r in releases:
         assert r.mechanism == "gaussian" and r.norm == "l2"
@@ -198,7 +199,7 @@ def test_gaussian_events_and_report() -> None:
         c,
         privacy=PrivacyConfig.gaussian(rho, report_delta=delta),
         reward=np.zeros((H, S, A)),
-        rng=0,
+        rng=noise_rng(0),
     )
     rep = res.report
     assert rep.unit.value == "trajectory" and rep.relation.value == "replace_one"
@@ -220,7 +221,7 @@ def test_laplace_is_pure_dp_with_the_right_scale() -> None:
     eps = 1.3
     c = Counts(np.ones((H, S, A)), np.ones((H, S, A, S)) / S, None, 1)
     res = dp_apvi_from_counts(
-        c, privacy=PrivacyConfig.laplace(eps), reward=np.zeros((H, S, A)), rng=0
+        c, privacy=PrivacyConfig.laplace(eps), reward=np.zeros((H, S, A)), rng=noise_rng(0)
     )
     for r in res.report.releases:
         assert r.mechanism == "laplace" and r.norm == "l1"
@@ -235,7 +236,9 @@ def test_laplace_is_pure_dp_with_the_right_scale() -> None:
 def test_privatized_rewards_split_the_budget_in_three() -> None:
     rho = 1.0
     c = Counts(np.ones((H, S, A)), np.ones((H, S, A, S)) / S, np.ones((H, S, A)), 1)
-    res = dp_apvi_from_counts(c, privacy=PrivacyConfig.gaussian(rho, privatize_rewards=True), rng=0)
+    res = dp_apvi_from_counts(
+        c, privacy=PrivacyConfig.gaussian(rho, privatize_rewards=True), rng=noise_rng(0)
+    )
     assert len(res.report.releases) == 3
     assert res.report.rho == pytest.approx(rho)
     for r in res.report.releases:
@@ -251,7 +254,7 @@ def test_planned_releases_have_the_real_events() -> None:
     ):
         plan = noise_plan(H, S, A, privacy, 0.1)
         c = Counts(np.ones((H, S, A)), np.ones((H, S, A, S)), np.ones((H, S, A)), 1)
-        _, real = private_counts(c, plan, np.random.default_rng(0))
+        _, real = private_counts(c, plan, noise_rng(0))
         planned = noise_plan(H, 1, 1, privacy, 0.1).releases_planned(H)
         assert [r.event for r in planned] == [r.event for r in real]
         assert [r.sensitivity for r in planned] == [r.sensitivity for r in real]
@@ -273,7 +276,7 @@ def test_error_bound_holds_empirically() -> None:
     (the union bound gives probability ≥ 1 − δ = 0.9 per run; it is loose, so 0 failures)."""
     c = big_counts(3, 4, 2)
     plan = noise_plan(3, 4, 2, PrivacyConfig.gaussian(1.0), 0.1)
-    rng = np.random.default_rng(5)
+    rng = noise_rng(5)
     worst = 0.0
     for _ in range(200):
         noisy, _ = private_counts(c, plan, rng)
@@ -302,7 +305,13 @@ def test_private_transition_rows_are_distributions(
     """Property: every row of P̃ is a probability distribution (≥ 0, sums to 1), uniform where
     ñ ≤ E."""
     res = dp_apvi(
-        episodes, horizon=H, n_states=S, n_actions=A, privacy=privacy, reward=mdp.R, rng=1
+        episodes,
+        horizon=H,
+        n_states=S,
+        n_actions=A,
+        privacy=privacy,
+        reward=mdp.R,
+        rng=noise_rng(1),
     )
     P = res.model.P
     assert np.all(P >= 0)
@@ -317,13 +326,13 @@ def test_noise_off_equals_apvi_exactly(episodes: Episodes, mdp: TabularMDP) -> N
     grows the Q-values approach APVI's (the gap ∝ E ∝ 1/√ρ)."""
     kw = {"horizon": H, "n_states": S, "n_actions": A, "reward": mdp.R}
     base = apvi(episodes, **kw)
-    off = dp_apvi(episodes, privacy=PrivacyConfig.gaussian(math.inf), rng=7, **kw)
+    off = dp_apvi(episodes, privacy=PrivacyConfig.gaussian(math.inf), rng=noise_rng(7), **kw)
     assert np.array_equal(off.values.Q, base.values.Q)
     assert np.array_equal(off.policy.actions, base.policy.actions)
     assert not off.report.private and off.report.epsilon == math.inf
     gaps = [
         np.abs(
-            dp_apvi(episodes, privacy=PrivacyConfig.gaussian(r), rng=7, **kw).values.Q
+            dp_apvi(episodes, privacy=PrivacyConfig.gaussian(r), rng=noise_rng(7), **kw).values.Q
             - base.values.Q
         ).max()
         for r in (1e8, 1e12, 1e16)
@@ -391,7 +400,9 @@ def test_suboptimality_decreases_with_n(mdp: TabularMDP) -> None:
             )
             cfg = APVIConfig(bonus_scale=1e-4)
             for key, privacy in (("apvi", None), ("dp", PrivacyConfig.gaussian(1.0))):
-                res = dp_apvi_from_counts(c, privacy=privacy, config=cfg, reward=mdp.R, rng=seed)
+                res = dp_apvi_from_counts(
+                    c, privacy=privacy, config=cfg, reward=mdp.R, rng=noise_rng(seed)
+                )
                 subs.setdefault((key, n), []).append(float(mdp.suboptimality(res.policy.actions)))
     for key in means:
         means[key] = [float(np.mean(subs[(key, n)])) for n in ns]
@@ -411,8 +422,8 @@ def test_same_seed_same_result(episodes: Episodes, mdp: TabularMDP) -> None:
         "reward": mdp.R,
         "privacy": PrivacyConfig.gaussian(1.0),
     }
-    a, b = dp_apvi(episodes, rng=4, **kw), dp_apvi(episodes, rng=4, **kw)
-    c = dp_apvi(episodes, rng=5, **kw)
+    a, b = dp_apvi(episodes, rng=noise_rng(4), **kw), dp_apvi(episodes, rng=noise_rng(4), **kw)
+    c = dp_apvi(episodes, rng=noise_rng(5), **kw)
     assert np.array_equal(a.model.P, b.model.P) and np.array_equal(a.values.Q, b.values.Q)
     assert not np.array_equal(a.model.n_sa, c.model.n_sa)
 
@@ -425,7 +436,7 @@ def test_private_rewards_are_estimated(episodes: Episodes, mdp: TabularMDP) -> N
         n_states=S,
         n_actions=A,
         privacy=PrivacyConfig.gaussian(100.0, privatize_rewards=True),
-        rng=0,
+        rng=noise_rng(0),
     )
     known = res.model.known
     assert known.mean() > 0.5
@@ -557,7 +568,7 @@ def test_replace_one_sensitivity_holds_for_any_episode_lengths_and_indices(
     """Property: with the public horizon h, replacing one trajectory — by one of any length,
     with any indices — changes each family in ≤ 2h entries by ≤ 1, and never raises: the bound
     the releases claim is enforced on the data, not assumed of it."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     S_, A_ = 3, 2
     episodes = [random_episode(rng, int(rng.integers(1, 2 * h + 2)), S_, A_) for _ in range(n)]
     neighbour = list(episodes)
@@ -589,7 +600,7 @@ def test_private_run_refuses_declared_units_by_schema(mdp: TabularMDP, units: li
     )
     kw = {"horizon": H, "n_states": S, "n_actions": A, "reward": mdp.R}
     with pytest.raises(DatasetError, match="unit_ids field"):
-        dp_apvi(with_units, privacy=PrivacyConfig.gaussian(1.0), rng=0, **kw)
+        dp_apvi(with_units, privacy=PrivacyConfig.gaussian(1.0), rng=noise_rng(0), **kw)
     assert apvi(with_units, **kw).policy.actions.shape == (H, S)
 
 
@@ -601,7 +612,7 @@ def test_policy_save_load_roundtrip(tmp_path: Path, episodes: Episodes, mdp: Tab
         n_actions=A,
         reward=mdp.R,
         privacy=PrivacyConfig.gaussian(1.0),
-        rng=0,
+        rng=noise_rng(0),
     )
     path = res.policy.save(tmp_path / "policy.npz")
     loaded = FiniteHorizonPolicy.load(path)

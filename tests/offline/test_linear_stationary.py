@@ -30,6 +30,7 @@ from privrl.offline.vapvi import (
     weighted_statistics,
 )
 from privrl.privacy import accounting
+from tests.noise import noise_rng
 
 H, D = 6, 4
 
@@ -61,7 +62,7 @@ def test_pooled_vector_noise_and_sensitivity_are_H_times_the_per_step_ones(
     exactly ρ0 = ρ/(5H)-zCDP."""
     rho = 2.0
     rho0 = rho / (5 * H)
-    rel = GaussianReleaser(rho=rho, H=H, d=D, rng=np.random.default_rng(1), stationary=True)
+    rel = GaussianReleaser(rho=rho, H=H, d=D, rng=noise_rng(1), stationary=True)
     value = np.linspace(-1, 2, D)
     draws = np.stack([rel.vector(value, kind=kind, h=1) for _ in range(3000)]) - value
     sigma = H * math.sqrt(2 * H**power / rho0)
@@ -81,9 +82,7 @@ def test_pooled_gram_noise_and_shift_are_H_times_the_per_step_ones(
     (c = 2 strict, 4 paper_exact); its zCDP cost is the per-step one; E is H times larger."""
     rho = 1.0
     rho0 = rho / (5 * H)
-    rel = GaussianReleaser(
-        rho=rho, H=H, d=D, rng=np.random.default_rng(2), matrix_noise=mode, stationary=True
-    )
+    rel = GaussianReleaser(rho=rho, H=H, d=D, rng=noise_rng(2), matrix_noise=mode, stationary=True)
     s = H / math.sqrt(factor * rho0)
     assert rel.s == pytest.approx(s) == matrix_noise_std(rho0, mode, H)
     noise = np.stack([rel.gram(np.eye(D), kind="gram", h=0) for _ in range(2000)]) - np.eye(D)
@@ -92,7 +91,7 @@ def test_pooled_gram_noise_and_shift_are_H_times_the_per_step_ones(
     release = rel.releases[-1]
     assert release.sensitivity == pytest.approx(math.sqrt(2) * H)
     assert release.extra["pooled_over_steps"] == H
-    per_step = GaussianReleaser(rho=rho, H=H, d=D, rng=np.random.default_rng(2), matrix_noise=mode)
+    per_step = GaussianReleaser(rho=rho, H=H, d=D, rng=noise_rng(2), matrix_noise=mode)
     per_step.gram(np.eye(D), kind="gram", h=0)
     assert accounting.zcdp_rho(release.event) == pytest.approx(
         accounting.zcdp_rho(per_step.releases[-1].event)
@@ -140,7 +139,7 @@ POOLED = {"gram": math.sqrt(2) * H, "gram_weighted": math.sqrt(2) * H, "v2": 2 *
 def test_pooled_sensitivity_bounds_hold_on_random_neighbours() -> None:
     """Sensitivity: replacing one trajectory (any length ≤ H, ‖φ‖ ≤ 1, Ṽ ∈ [0, H−1], σ̃² ≥ 1,
     r ∈ [0, 1]) moves each pooled sum by at most H times its per-step bound."""
-    rng = np.random.default_rng(5)
+    rng = noise_rng(5)
     S, A, d, K = 3, 4, D, 12
     worst = dict.fromkeys(POOLED, 0.0)
     for _ in range(200):
@@ -214,7 +213,7 @@ def test_pooled_dp_vapvi_with_huge_rho_equals_pooled_vapvi(problem) -> None:
     pooled sensitivity, and says the model is stationary."""
     data, table = problem
     ref = vapvi(data, table, stationary=True)
-    dp = dp_vapvi(data, table, rho=1e24, rng=9, stationary=True)
+    dp = dp_vapvi(data, table, rho=1e24, rng=9, noise=noise_rng(9), stationary=True)
     np.testing.assert_allclose(dp.q, ref.q, atol=1e-6)
     assert not np.allclose(ref.q, vapvi(data, table).q)
     Hd = data.H
@@ -227,7 +226,7 @@ def test_pooled_dp_vapvi_with_huge_rho_equals_pooled_vapvi(problem) -> None:
 def test_absorbing_padding_is_the_masking_for_a_feature_table() -> None:
     """Padding a terminated episode with the absorbing state z (privrl.data.padding) and
     φ(z, ·) = 0 gives the same VAPVI values as masking the steps after its end."""
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     S, A, K = 3, 2, 40
     raw = rng.normal(size=(S, A, D))
     table = FeatureTable.from_array(raw / (2 * np.linalg.norm(raw, axis=-1, keepdims=True)))

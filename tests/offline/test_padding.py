@@ -28,6 +28,7 @@ from privrl.offline.apvi import (
     noise_plan,
     private_counts,
 )
+from tests.noise import noise_rng
 
 
 def episode(states: list[int], actions: list[int], rewards: list[float], *, terminated: bool):
@@ -139,7 +140,7 @@ def test_padded_counts_keep_one_entry_per_step(seed: int, n: int, H: int) -> Non
     """Property: whatever the lengths (shorter or longer than H, terminated or cut), each
     trajectory adds at most one entry per step h, so a replace-one neighbour changes each
     family in ≤ 2H entries by ≤ 1 (Δ₂² ≤ 2H, Δ₁ ≤ 2H: the per-step sensitivity holds)."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     S, A = 3, 2
     data = random_dataset(rng, n, S, A, 2 * H)
     per_traj = empirical_counts(data, horizon=H, n_states=S, n_actions=A, padding="absorbing")
@@ -208,7 +209,7 @@ def pooled(data, H: int, S: int, A: int) -> Counts:
 
 
 def test_pooled_counts_are_the_per_step_counts_summed_over_h() -> None:
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     data = random_dataset(rng, 20, 3, 2, 6)
     per_h = empirical_counts(data, horizon=4, n_states=3, n_actions=2, reward_sums=True)
     c = pooled(data, 4, 3, 2)
@@ -223,7 +224,7 @@ def test_pooled_counts_are_the_per_step_counts_summed_over_h() -> None:
 def test_pooled_counts_replace_one_sensitivity(seed: int, n: int, H: int) -> None:
     """Property: replacing one trajectory changes each pooled family by ‖Δ‖₂² ≤ 2H² and
     ‖Δ‖₁ ≤ 2H — the sensitivities the stationary plan claims (Δ₂ = √2·H, Δ₁ = 2H)."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     S, A = 3, 2
     states = rng.integers(0, S, (n, H + 1))
     actions = rng.integers(0, A, (n, H))
@@ -275,13 +276,10 @@ def test_pooled_noise_scale_matches_the_plan() -> None:
     # No clipping at 0 would hide the spread: use a large offset.
     shifted = zero._replace(n_sas=zero.n_sas + 10_000, n_sa=zero.n_sa + 10_000)
     draws = np.concatenate(
-        [
-            private_counts(shifted, plan, np.random.default_rng(s))[0].n_sas.ravel() - 10_000
-            for s in range(40)
-        ]
+        [private_counts(shifted, plan, noise_rng(s))[0].n_sas.ravel() - 10_000 for s in range(40)]
     )
     assert np.std(draws) == pytest.approx(plan.scale, rel=0.05)
-    noisy, releases = private_counts(shifted, plan, np.random.default_rng(0))
+    noisy, releases = private_counts(shifted, plan, noise_rng(0))
     assert noisy.n_sas.shape == (1, S, A, S) and noisy.horizon == H
     assert releases[0].sensitivity == pytest.approx(math.sqrt(2) * H)
     assert releases[0].size == S * A
@@ -290,7 +288,7 @@ def test_pooled_noise_scale_matches_the_plan() -> None:
 
 
 def test_stationary_learner_runs_and_plans_over_H_steps() -> None:
-    rng = np.random.default_rng(1)
+    rng = noise_rng(1)
     data = random_dataset(rng, 200, 3, 2, 4)
     result = dp_apvi(
         data,
@@ -299,7 +297,7 @@ def test_stationary_learner_runs_and_plans_over_H_steps() -> None:
         n_actions=2,
         privacy=PrivacyConfig.gaussian(5.0),
         reward=np.full((4, 3, 2), 0.5),
-        rng=0,
+        rng=noise_rng(0),
         padding="absorbing",
         stationary=True,
     )

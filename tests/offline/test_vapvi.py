@@ -31,6 +31,7 @@ from privrl.offline.vapvi import (
 from privrl.privacy import accounting
 from privrl.privacy.mechanisms import gaussian_symmetric_matrix
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+from tests.noise import noise_rng
 
 H, D = 20, 10
 
@@ -60,7 +61,7 @@ def test_vector_release_noise_matches_formula(kind: str, power: int, sens: float
     """Noise scale: a vector release adds N(0, σ²I) with σ² = 2H⁴/ρ0 for Σφ̄Ṽ² and 2H²/ρ0 for
     Σφ̄Ṽ and Σφ(r+Ṽ)/σ̃² (ρ0 = ρ/(5H)); empirical std over 4000 draws on fixed data."""
     rho = 2.0
-    rel = GaussianReleaser(rho=rho, H=H, d=D, rng=np.random.default_rng(1))
+    rel = GaussianReleaser(rho=rho, H=H, d=D, rng=noise_rng(1))
     value = np.linspace(-3, 5, D)
     draws = np.stack([rel.vector(value, kind=kind, h=3) for _ in range(4000)]) - value
     sigma = math.sqrt(2 * H**power / (rho / (5 * H)))
@@ -81,7 +82,7 @@ def test_gram_release_noise_matches_formula(mode: str, rho_factor: float) -> Non
     (strict) or 2ρ0 (paper_exact) zCDP under replace-one (‖Δ‖_F ≤ √2)."""
     rho = 1.0
     rho0 = rho / (5 * H)
-    rel = GaussianReleaser(rho=rho, H=H, d=D, rng=np.random.default_rng(2), matrix_noise=mode)
+    rel = GaussianReleaser(rho=rho, H=H, d=D, rng=noise_rng(2), matrix_noise=mode)
     s = 1 / math.sqrt((2.0 if mode == "strict" else 4.0) * rho0)
     assert rel.s == pytest.approx(s)
     value = np.eye(D) * 3.0
@@ -143,7 +144,7 @@ def test_replace_one_sensitivity_bounds_hold_on_random_neighbours() -> None:
     """Sensitivity: replacing one trajectory (any length, any features with ‖φ‖ ≤ 1, values
     Ṽ_{h+1} ∈ [0, H−h−1], σ̃² ≥ 1, r ∈ [0, 1]) moves Σφ̄Ṽ² by ≤ 2H², Σφ̄Ṽ and Σφ(r+Ṽ)/σ̃² by
     ≤ 2H (ℓ2), and each Gram sum by ≤ √2 (Frobenius), at every step h."""
-    rng = np.random.default_rng(5)
+    rng = noise_rng(5)
     S, A, d, K = 4, 6, 5, 30
     worst = dict.fromkeys(BOUNDS, 0.0)
     for _ in range(150):
@@ -213,7 +214,7 @@ def test_shift_bounds_the_noise_of_all_2H_gram_matrices(mode: str) -> None:
             2 * math.sqrt(D) + math.sqrt(2 * math.log(2 * H / delta))
         )
         assert E == pytest.approx(expected)
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     zero = np.zeros((D, D))
     largest = np.empty(runs)
     for r in range(runs):
@@ -227,7 +228,7 @@ def test_shift_bounds_the_noise_of_all_2H_gram_matrices(mode: str) -> None:
 
 
 def test_eigenvalue_floor_is_post_processing_to_lambda() -> None:
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     m = rng.normal(size=(6, 6))
     m = m + m.T
     out, clipped = _floor_eigenvalues(m, 1.0)
@@ -246,7 +247,7 @@ def test_report_states_rho_and_every_release(mode: str, factor: float, data, tab
     """strict gives exactly ρ-zCDP; paper_exact's Gram noise (s² = 1/(4ρ0)) costs 2ρ0 each under
     replace-one, so the report states 7ρ/5 and says why. 5H releases, one per statistic per h."""
     rho, delta = 2.0, 1e-5
-    res = dp_vapvi(data, table, rho=rho, rng=0, matrix_noise=mode, delta=delta)
+    res = dp_vapvi(data, table, rho=rho, rng=0, noise=noise_rng(0), matrix_noise=mode, delta=delta)
     rep = res.report
     assert rep.unit is PrivacyUnit.TRAJECTORY and rep.relation is NeighbourRelation.REPLACE_ONE
     assert rep.rho == pytest.approx(factor * rho, rel=1e-12)
@@ -294,7 +295,7 @@ def test_noise_is_only_drawn_by_the_privacy_core() -> None:
 def test_dp_vapvi_with_huge_rho_equals_vapvi(split: bool, data, table) -> None:
     """ρ → ∞: DP-VAPVI's output equals VAPVI's (same data, same seed for the split)."""
     ref = vapvi(data, table, split=split, rng=9)
-    dp = dp_vapvi(data, table, rho=1e24, rng=9, split=split)
+    dp = dp_vapvi(data, table, rho=1e24, rng=9, noise=noise_rng(9), split=split)
     np.testing.assert_array_equal(dp.policy.actions, ref.policy.actions)
     np.testing.assert_allclose(dp.q, ref.q, atol=1e-6)
     np.testing.assert_allclose(dp.v, ref.v, atol=1e-6)
@@ -302,9 +303,9 @@ def test_dp_vapvi_with_huge_rho_equals_vapvi(split: bool, data, table) -> None:
 
 
 def test_values_are_clipped_and_seeded(data, table) -> None:
-    a = dp_vapvi(data, table, rho=0.5, rng=4)
-    b = dp_vapvi(data, table, rho=0.5, rng=4)
-    c = dp_vapvi(data, table, rho=0.5, rng=5)
+    a = dp_vapvi(data, table, rho=0.5, rng=4, noise=noise_rng(4))
+    b = dp_vapvi(data, table, rho=0.5, rng=4, noise=noise_rng(4))
+    c = dp_vapvi(data, table, rho=0.5, rng=5, noise=noise_rng(5))
     np.testing.assert_array_equal(a.q, b.q)  # same seed, same result
     assert not np.array_equal(a.q, c.q)
     steps_left = H - np.arange(H)
@@ -332,7 +333,7 @@ def test_dp_vapvi_improves_with_K_at_large_rho(mdp, table) -> None:
         vals = []
         for seed in range(3):
             ep = LinearEpisodes.from_dataset(mdp.sample(K, rng=seed), n_states=2, n_actions=100)
-            res = dp_vapvi(ep, table, rho=5000.0, rng=seed, bonus_scale=0.5)
+            res = dp_vapvi(ep, table, rho=5000.0, rng=seed, noise=noise_rng(seed), bonus_scale=0.5)
             vals.append(float(mdp.suboptimality(res.policy.actions)))
         means.append(np.mean(vals))
     assert means[0] > means[1], means
@@ -342,7 +343,7 @@ def test_dp_vapvi_improves_with_K_at_large_rho(mdp, table) -> None:
 
 
 def test_policy_round_trip_and_feature_map_q(tmp_path, data, table) -> None:
-    res = dp_vapvi(data, table, rho=1.0, rng=0)
+    res = dp_vapvi(data, table, rho=1.0, rng=0, noise=noise_rng(0))
     path = res.policy.save(tmp_path / "policy.npz")
     back = load_policy(path)
     assert isinstance(back, LinearGreedyPolicy) and back.algorithm == "dp-vapvi"
@@ -356,7 +357,7 @@ def test_policy_round_trip_and_feature_map_q(tmp_path, data, table) -> None:
     probs = back.action_probs(obs, h=3)
     assert probs.shape == (3, 100) and np.all(probs.sum(1) == 1)
     step = back.at_step(3)  # the Policy protocol, for collection and evaluation tools
-    np.testing.assert_array_equal(step.act(obs, np.random.default_rng(0)), back.act(obs, h=3))
+    np.testing.assert_array_equal(step.act(obs, noise_rng(0)), back.act(obs, h=3))
     np.savez(tmp_path / "other.npz", kind=np.array("something else"))
     with pytest.raises(ValueError, match="not a"):
         load_policy(tmp_path / "other.npz")
@@ -440,5 +441,5 @@ def test_dp_vapvi_refuses_declared_units_by_schema(units: list[int], table) -> N
     its ids repeat (a decision on the ids could differ between neighbours)."""
     ds = _dataset([0, 1, 0, 1, 1, 0, 1], [1, 0, 1, 0, 1], [3, 2], units=units)
     with pytest.raises(ValueError, match="unit_ids field"):
-        dp_vapvi(ds, table, rho=1.0, rng=0)
+        dp_vapvi(ds, table, rho=1.0, rng=0, noise=noise_rng(0))
     assert LinearEpisodes.from_dataset(ds, n_states=2, n_actions=2).K == 2  # VAPVI may use it

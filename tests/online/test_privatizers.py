@@ -22,13 +22,14 @@ from privrl.online.privatizers import (
     consistent_counts,
 )
 from privrl.privacy.tree import tree_levels
+from tests.noise import noise_rng
 
 H, S, A = 3, 3, 2
 
 
 def batch_counts(n: int, seed: int = 0) -> Counts:
     mdp = make_env("random-tabular", states=S, actions=A, horizon=H, seed=seed)
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     policies = rng.integers(0, A, size=(4, H, S))
     counts, _ = rollout_counts(mdp, policies, rng.integers(0, 4, size=n), rng)
     return counts
@@ -51,7 +52,7 @@ def test_shuffle_error_bound_holds_with_probability_one_minus_beta(mode: str) ->
     truth = batch_counts(300)
     beta, reps = 0.2, 120
     priv = ShufflePrivatizer(
-        H, S, A, epsilon=2.0, delta=1e-5, rng=np.random.default_rng(1), calibration=mode, beta=beta
+        H, S, A, epsilon=2.0, delta=1e-5, rng=noise_rng(1), calibration=mode, beta=beta
     )  # type: ignore[arg-type]
     fails = sum(not assumption_holds(priv.release(truth, n_users=300), truth) for _ in range(reps))
     assert fails / reps <= beta
@@ -65,7 +66,7 @@ def test_shuffle_layer_release_and_report() -> None:
     """A crude batch releases layer h only (no rewards); the report is one batch's releases:
     3 families × 2H counters at (ε/(6H), δ_exact) ⇒ ε ≤ target at δ."""
     truth = batch_counts(400)
-    priv = ShufflePrivatizer(H, S, A, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(2))
+    priv = ShufflePrivatizer(H, S, A, epsilon=1.0, delta=1e-5, rng=noise_rng(2))
     out = priv.release(truth, n_users=400, layers=[1], rewards=False)
     assert np.all(out.n_sa[[0, 2]] == 0) and np.all(out.r_sum == 0) and np.any(out.n_sa[1] > 0)
     priv.release(truth, n_users=400)
@@ -90,7 +91,7 @@ def test_shuffle_layer_release_and_report() -> None:
 def test_post_shift_never_underestimates(seed: int, E: float, scale: float) -> None:
     """Property: whatever the raw noise (adversarial, |noise| ≤ E/4 per counter), the
     projected-and-shifted counts satisfy the Assumption with E."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     n_sas = np.floor(rng.random((5, 4)) * scale) * (rng.random((5, 4)) < 0.7)
     n_sa = n_sas.sum(axis=-1)
     raw_sas = n_sas + rng.uniform(-E / 4, E / 4, size=n_sas.shape)
@@ -105,7 +106,7 @@ def test_post_shift_never_underestimates(seed: int, E: float, scale: float) -> N
 
 
 def test_row_filter_keeps_filtered_rows_consistent_and_above_truth() -> None:
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     n_sas = rng.integers(0, 30, size=(6, 3)).astype(float)
     n_sa = n_sas.sum(-1)
     E = 20.0
@@ -122,7 +123,7 @@ def test_row_filter_keeps_filtered_rows_consistent_and_above_truth() -> None:
 
 def episode_stream(T: int, runs: int, seed: int = 0) -> list[Counts]:
     mdp = make_env("random-tabular", states=S, actions=A, horizon=H, seed=seed)
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     out = []
     for _ in range(T):
         per_run = [
@@ -143,7 +144,7 @@ def test_streaming_privatizers_error_bound_and_report(cls: type) -> None:
     union bound); the report is pure ε-DP in the right model, ε/3 per family."""
     T, runs = 60, 3
     stream = episode_stream(T, runs)
-    rngs = [np.random.default_rng(10 + r) for r in range(runs)]
+    rngs = [noise_rng(10 + r) for r in range(runs)]
     priv = cls(H, S, A, epsilon=1.0, episodes=T, rngs=rngs, beta=0.05)
     total = None
     for inc in stream:
@@ -159,7 +160,7 @@ def test_streaming_privatizers_error_bound_and_report(cls: type) -> None:
 def test_local_and_central_noise_scales() -> None:
     """LDP: each user's indicators get Laplace(2H/(ε/3)) = Laplace(6H/ε); central: tree nodes
     get Laplace(L·6H/ε), L = ⌊log₂ K⌋ + 1."""
-    rngs = [np.random.default_rng(0)]
+    rngs = [noise_rng(0)]
     local = LocalPrivatizer(H, S, A, epsilon=2.0, episodes=100, rngs=rngs)
     assert local.scale == pytest.approx(6 * H / 2.0)
     central = CentralPrivatizer(H, S, A, epsilon=2.0, episodes=100, rngs=rngs)
@@ -197,4 +198,4 @@ def test_every_privatizer_refuses_a_budget_outside_its_range(make: Any, problem:
 
 
 def _rng() -> np.random.Generator:
-    return np.random.default_rng(0)
+    return noise_rng(0)

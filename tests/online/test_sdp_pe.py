@@ -27,6 +27,7 @@ from privrl.online.sdp_pe import (
     sdp_pe,
     stage_schedule,
 )
+from tests.noise import noise_rng
 
 
 def test_policy_set_is_deduplicated_on_unreachable_states() -> None:
@@ -51,10 +52,10 @@ def test_set_evaluation_matches_single_policy_evaluation() -> None:
     mdp = riverswim(4, 5)
     phi = policy_set(mdp)
     gaps = policy_start_gaps(mdp, phi)
-    pick = np.random.default_rng(0).choice(phi.shape[0], size=12, replace=False)
+    pick = noise_rng(0).choice(phi.shape[0], size=12, replace=False)
     for i in pick:
         assert gaps[i, 0] == pytest.approx(mdp.optimal_value() - float(mdp.value(phi[i])))
-    rng = np.random.default_rng(1)
+    rng = noise_rng(1)
     counts, _ = rollout_counts(mdp, phi, rng.integers(0, phi.shape[0], 3000), rng)
     F = counts.n_sas < 20
     P = np.stack([absorbing_transitions(counts.n_sa[h], counts.n_sas[h], F[h]) for h in range(5)])
@@ -95,7 +96,7 @@ def test_stage_schedule_and_releases() -> None:
 def test_coverage_design_meets_the_stopping_rule() -> None:
     """Frank–Wolfe reaches max_π Σ_i x_π,i/E_D[x_i] ≤ (1 + η)·d on random occupancies, and a
     tighter η gives a ratio closer to the optimum d (Lemma 13)."""
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     X = rng.random((300, 12)) ** 4
     X[:, 3] = 0.0  # an unreachable coordinate is dropped
     for eta in (0.5, 0.05):
@@ -115,7 +116,7 @@ def test_exact_regret_equals_monte_carlo() -> None:
     phi = policy_set(mdp)
     gaps = policy_start_gaps(mdp, phi)
     _, V_star, _ = mdp.backward_induction()
-    rng = np.random.default_rng(5)
+    rng = noise_rng(5)
     idx = rng.integers(0, phi.shape[0], size=100_000)
     ep = mdp.sample_arrays(phi[idx], idx.size, rng=rng, record_probs=False)
     exact = gaps[idx, ep.states[:, 0]]
@@ -131,7 +132,7 @@ def test_pi_star_never_eliminated_in_the_non_private_run() -> None:
     mdp = riverswim(4, 5)
     cfg = SDPPEConfig(threshold_c1=0.02, width_scale=0.02)
     for seed in range(2):
-        res = pe(mdp, 31_000, rng=np.random.default_rng(seed), config=cfg)
+        res = pe(mdp, 31_000, rng=noise_rng(seed), config=cfg)
         done = [e for e in res.log if "optimal_active" in e]
         assert all(e["optimal_active"] for e in done)
         assert done[-1]["active_after"] < 2**14 // 4
@@ -142,7 +143,7 @@ def test_pi_star_never_eliminated_in_the_non_private_run() -> None:
 def test_pi_star_never_eliminated_with_default_constants() -> None:
     mdp = riverswim(4, 5)
     for seed in range(3):
-        res = pe(mdp, 10**6, rng=np.random.default_rng(seed))
+        res = pe(mdp, 10**6, rng=noise_rng(seed))
         done = [e for e in res.log if "optimal_active" in e]
         assert all(e["optimal_active"] for e in done)
         assert done[-1]["active_after"] < 2**14
@@ -153,9 +154,9 @@ def test_sdp_pe_shuffle_run_is_reproducible_and_reports() -> None:
 
     def run() -> tuple[float, object]:
         priv = make_shuffle_privatizer(
-            mdp, 5000, epsilon=10.0, delta=1e-5, rng=np.random.default_rng(1), calibration="theory"
+            mdp, 5000, epsilon=10.0, delta=1e-5, rng=noise_rng(1), calibration="theory"
         )
-        return sdp_pe(mdp, 5000, priv, rng=np.random.default_rng(2))
+        return sdp_pe(mdp, 5000, priv, rng=noise_rng(2))
 
     a, b = run(), run()
     assert np.array_equal(a.regret, b.regret)
@@ -165,4 +166,4 @@ def test_sdp_pe_shuffle_run_is_reproducible_and_reports() -> None:
     with pytest.raises(ValueError, match="batch privatizer"):
         from privrl.online.privatizers import IdentityPrivatizer
 
-        sdp_pe(mdp, 100, IdentityPrivatizer(cumulative=True), rng=np.random.default_rng(0))
+        sdp_pe(mdp, 100, IdentityPrivatizer(cumulative=True), rng=noise_rng(0))

@@ -11,6 +11,7 @@ from privrl.envs.riverswim import riverswim
 from privrl.online.common import make_env
 from privrl.online.privatizers import PrivateCounts, consistent_counts
 from privrl.online.ucbvi import UCBVIConfig, optimistic_plan, ucbvi, unusable_rows
+from tests.noise import noise_rng, noise_source
 
 
 def test_plan_with_exact_model_and_huge_counts_is_optimal() -> None:
@@ -34,7 +35,7 @@ def test_no_data_caps_every_value_and_picks_action_zero() -> None:
 
 def test_row_filter_gives_the_same_plan_as_full_projection() -> None:
     """Rows skipped by `unusable_rows` have Γ ≥ H, so the plan is unchanged (exact shortcut)."""
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     R, H, S, A = 4, 4, 3, 2
     n_sas = rng.integers(0, 4000, size=(R, H, S, A, S)) * (rng.random((R, H, S, A, 1)) < 0.5)
     n_sa = n_sas.sum(-1)
@@ -56,8 +57,10 @@ def test_row_filter_gives_the_same_plan_as_full_projection() -> None:
 def test_vectorised_runs_equal_single_runs(privatizer: str) -> None:
     mdp = riverswim(4, 3)
     eps = None if privatizer == "none" else 5.0
-    group = ucbvi(mdp, 1500, seeds=[3, 8], privatizer=privatizer, epsilon=eps)
-    alone = ucbvi(mdp, 1500, seeds=[8], privatizer=privatizer, epsilon=eps)
+    group = ucbvi(
+        mdp, 1500, seeds=[3, 8], noise=noise_source([3, 8]), privatizer=privatizer, epsilon=eps
+    )
+    alone = ucbvi(mdp, 1500, seeds=[8], noise=noise_source([8]), privatizer=privatizer, epsilon=eps)
     np.testing.assert_allclose(group[1].regret, alone[0].regret)
     assert group[0].regret.shape == (1500,) and np.all(group[0].regret >= 0)
 
@@ -116,22 +119,40 @@ def test_a_checkpoint_of_another_run_is_not_used(tmp_path) -> None:
     K = 2 * 1024 + 10
     with pytest.raises(_CutOff):
         ucbvi(
-            mdp, K, seeds=[0], progress=_killed_after(2), checkpoint=ckpt, checkpoint_every=0, **kw
+            mdp,
+            K,
+            seeds=[0],
+            noise=noise_source([0]),
+            progress=_killed_after(2),
+            checkpoint=ckpt,
+            checkpoint_every=0,
+            **kw,
         )
     assert (ckpt / "state.pkl").is_file()
     done: list[int] = []
-    other = ucbvi(mdp, K, seeds=[5], progress=done.append, checkpoint=ckpt, **kw)
+    other = ucbvi(
+        mdp, K, seeds=[5], noise=noise_source([5]), progress=done.append, checkpoint=ckpt, **kw
+    )
     assert done[0] == 1024  # no resume
-    np.testing.assert_array_equal(other[0].regret, ucbvi(mdp, K, seeds=[5], **kw)[0].regret)
+    np.testing.assert_array_equal(
+        other[0].regret, ucbvi(mdp, K, seeds=[5], noise=noise_source([5]), **kw)[0].regret
+    )
     assert not ckpt.exists()
     with pytest.raises(_CutOff):
         ucbvi(
-            mdp, K, seeds=[0], progress=_killed_after(2), checkpoint=ckpt, checkpoint_every=0, **kw
+            mdp,
+            K,
+            seeds=[0],
+            noise=noise_source([0]),
+            progress=_killed_after(2),
+            checkpoint=ckpt,
+            checkpoint_every=0,
+            **kw,
         )
     state = ckpt / "state.pkl"
     state.write_bytes(state.read_bytes()[:50])
     done.clear()
-    ucbvi(mdp, K, seeds=[0], progress=done.append, checkpoint=ckpt, **kw)
+    ucbvi(mdp, K, seeds=[0], noise=noise_source([0]), progress=done.append, checkpoint=ckpt, **kw)
     assert done[0] == 1024
 
 
@@ -139,14 +160,18 @@ def test_ucbvi_learns_and_reports() -> None:
     """Non-private UCB-VI on a short RiverSwim (H = 3) stops paying regret; reports are
     non-private / ε-JDP (central) / ε-LDP (local)."""
     mdp = riverswim(3, 3)
-    res = ucbvi(mdp, 6000, seeds=[0])[0]
+    res = ucbvi(mdp, 6000, seeds=[0], noise=noise_source([0]))[0]
     assert res.regret[-1000:].mean() < 0.25 * res.regret[:1000].mean()
     assert not res.report.private
-    jdp = ucbvi(mdp, 50, seeds=[0], privatizer="central", epsilon=2.0)[0].report
-    ldp = ucbvi(mdp, 50, seeds=[0], privatizer="local", epsilon=2.0)[0].report
+    jdp = ucbvi(mdp, 50, seeds=[0], noise=noise_source([0]), privatizer="central", epsilon=2.0)[
+        0
+    ].report
+    ldp = ucbvi(mdp, 50, seeds=[0], noise=noise_source([0]), privatizer="local", epsilon=2.0)[
+        0
+    ].report
     assert (jdp.model, ldp.model) == ("central", "local")
     assert jdp.epsilon == pytest.approx(2.0) and ldp.epsilon == pytest.approx(2.0)
     with pytest.raises(ValueError, match="epsilon"):
-        ucbvi(mdp, 10, seeds=[0], privatizer="central")
+        ucbvi(mdp, 10, seeds=[0], noise=noise_source([0]), privatizer="central")
     with pytest.raises(ValueError, match="privatizer"):
-        ucbvi(mdp, 10, seeds=[0], privatizer="shuffle")
+        ucbvi(mdp, 10, seeds=[0], noise=noise_source([0]), privatizer="shuffle")

@@ -35,6 +35,7 @@ from privrl.ope.baselines import (
 from privrl.privacy.events import ApproxDpEvent
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation
+from tests.noise import noise_rng
 
 S, R = 3, 1.0
 # Every first-visit pattern over 3 states with extreme returns {0, R}: 27 trajectory types.
@@ -58,7 +59,7 @@ def summarise(X: list[dict[int, float]]) -> FirstVisit:
 
 def cases(n: int, seed: int = 0):
     """Random small problems (Φ, ρ, dataset X) and all replace-one neighbours of X."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     for _ in range(n):
         Phi = rng.normal(size=(S, 2))
         rho = rng.dirichlet(np.ones(S))
@@ -90,7 +91,7 @@ def test_first_visit_returns_match_a_loop() -> None:
 def test_lsw_psi_is_the_max_over_k() -> None:
     """Ψ = max_k e^{−kβ} Σ_s ρ_s/max(m_s − k, 1)², against a direct loop over k < 2000
     (beyond max m_s nothing changes)."""
-    rng = np.random.default_rng(2)
+    rng = noise_rng(2)
     for _ in range(20):
         counts = rng.integers(0, 60, size=5)
         rho = rng.dirichlet(np.ones(5))
@@ -104,7 +105,7 @@ def test_lsw_psi_is_the_max_over_k() -> None:
 
 
 def test_lsl_psi_is_the_max_over_k() -> None:
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     Phi = rng.normal(size=(4, 2))
     for _ in range(10):
         counts = rng.integers(0, 30, size=4)
@@ -175,7 +176,7 @@ def test_release_noise_and_report() -> None:
     within 5%, ~4 SE)."""
     fv = FirstVisit(np.array([5, 3, 0]), np.array([0.5, 1.0, 0.0]), 6)
     Phi, rho = np.eye(3), np.full(3, 1 / 3)
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     res = dp_lsw(fv, Phi, rho, epsilon=1.0, delta=1e-5, return_range=10.0, rng=rng)
     rep = res.report
     assert rep.epsilon == 1.0 and rep.delta == 1e-5
@@ -205,8 +206,8 @@ def test_the_data_dependent_noise_scale_is_withheld() -> None:
     kw = dict(epsilon=1.0, delta=1e-5, return_range=10.0)
     for run, sig in ((dp_lsw, lsw_sigma), (dp_lsl, None)):
         extra = {} if run is dp_lsw else {"c": 5.0}
-        rx = run(x, Phi, rho, rng=np.random.default_rng(0), **kw, **extra)  # type: ignore[operator]
-        ry = run(y, Phi, rho, rng=np.random.default_rng(0), **kw, **extra)  # type: ignore[operator]
+        rx = run(x, Phi, rho, rng=noise_rng(0), **kw, **extra)  # type: ignore[operator]
+        ry = run(y, Phi, rho, rng=noise_rng(0), **kw, **extra)  # type: ignore[operator]
         assert rx.private_sigma != ry.private_sigma
         if sig is not None:
             assert rx.private_sigma == sig(Phi, rho, x.counts, **kw)
@@ -231,7 +232,7 @@ def test_noise_scale_lies_in_public_bounds_and_never_fails() -> None:
     dataset of m trajectories (checked on random counts, LSW and LSL), a NaN becomes σ_hi
     (a valid, larger smooth bound) instead of an error, and a configuration whose interval
     is not representable is refused from public inputs alone (no data needed)."""
-    rng = np.random.default_rng(4)
+    rng = noise_rng(4)
     Phi = rng.normal(size=(5, 3))
     rho = rng.dirichlet(np.ones(5))
     m, lam = 40, 4 * float(rho.max()) * float(np.linalg.norm(Phi, "fro")) ** 2
@@ -261,7 +262,7 @@ def test_return_range_holds_every_return() -> None:
     gamma = 0.9
     assert return_range((0.0, 1.0), gamma) == pytest.approx(10.0)
     assert return_range((-1.0, 0.0), gamma) == pytest.approx(10.0)
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     for a, b in ((0.0, 1.0), (-1.0, 0.0), (-0.5, 2.0), (0.5, 1.5), (-3.0, -1.0)):
         width = return_range((a, b), gamma)
         seqs = [np.full(T, v) for T in (1, 2, 200) for v in (a, b)]

@@ -26,6 +26,7 @@ from privrl.ope.gpope import (
 from privrl.ope.mspbe import LinearSystem
 from privrl.ope.stats import TrajectoryStats, trajectory_stats
 from privrl.privacy.units import NeighbourRelation
+from tests.noise import noise_rng, noise_source
 
 EPS, DELTA, M, N = 1.0, 1e-5, 100, 200
 # σ for (EPS, DELTA, M, N) from `rigorous_sigma` (dense orders: 2.8339), rounded up; the test
@@ -37,7 +38,7 @@ ORDERS = (1.25, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def random_stats(m: int, n: int, seed: int, scale: float = 1.0) -> TrajectoryStats:
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     A = rng.normal(size=(m, n, n)) * scale
     X = rng.normal(size=(m, n, n))
     C = np.einsum("mij,mkj->mik", X, X) / n * scale
@@ -110,7 +111,7 @@ def test_injected_noise_std_is_h_sigma() -> None:
         np.ones(1),
         clip=h,
         noise_std=h * sigma,
-        rng=np.random.default_rng(0),
+        rng=noise_rng(0),
     )
     noise = -tr.x
     assert abs(noise.std() / (h * sigma) - 1) < 0.015
@@ -131,7 +132,7 @@ def test_noiseless_unclipped_run_converges_to_theta_star(small_chain: ChainMDP) 
             clip=math.inf,
             iterations=20_000,
             step=StepSize(eta=0.5 / np.linalg.norm(A, 2)),
-            seed=0,
+            noise=noise_source(0),
         )
         theta_star = np.linalg.solve(A, b)
         assert np.allclose(res.theta, theta_star, atol=1e-6), norm
@@ -147,7 +148,14 @@ def test_stochastic_noiseless_run_approaches_empirical_saddle_point(small_chain:
     data = small_chain.sample(300, seed=1)
     s = trajectory_stats(data, small_chain.features(), small_chain.gamma)
     emp = LinearSystem(*s.mean())
-    res = gpope(s, sigma=0.0, clip=math.inf, iterations=10_000, seed=2, step=StepSize(eta=0.1))
+    res = gpope(
+        s,
+        sigma=0.0,
+        clip=math.inf,
+        iterations=10_000,
+        noise=noise_source(2),
+        step=StepSize(eta=0.1),
+    )
     assert emp.mspbe(res.theta) < 1e-3 * emp.mspbe(np.zeros(s.n))
     assert np.allclose(res.theta, emp.theta_star(), atol=0.05)
 
@@ -176,7 +184,7 @@ def test_report_describes_the_release(chain_stats: TrajectoryStats) -> None:
         iterations=N,
         clip=h,
         step=StepSize(eta=0.01),
-        seed=1,
+        noise=noise_source(1),
     )
     rep = res.report
     assert rep.relation is NeighbourRelation.REPLACE_ONE and rep.unit.value == "trajectory"
@@ -203,7 +211,7 @@ def test_planned_report_is_the_recorded_one(chain_stats: TrajectoryStats) -> Non
     (`gpope_report`, from public inputs only: σ, h, m, N, n, δ) is the report the run records
     (everything but the timestamp)."""
     kw = dict(delta=DELTA, iterations=N, clip=0.05, public=["p"], notes=["n"])
-    res = gpope(chain_stats, sigma=SIGMA_REF, step=StepSize(eta=0.01), seed=1, **kw)  # type: ignore[arg-type]
+    res = gpope(chain_stats, sigma=SIGMA_REF, step=StepSize(eta=0.01), noise=noise_source(1), **kw)  # type: ignore[arg-type]
     planned = gpope_report(
         sigma=SIGMA_REF, m=M, n=chain_stats.n, epsilon=None, accounting="rigorous", **kw
     )  # type: ignore[arg-type]
@@ -229,10 +237,8 @@ def test_a_gradient_that_overflows_is_zeroed_not_propagated() -> None:
     A0[3], C0[3] = 0.0, 0.0  # trajectory 3 contributes the gradient 0 exactly
     index = np.array([[0]] * 5 + [[3]] * 5 + [[1]] * 5)
     kw = dict(clip=1.0, noise_std=0.5)
-    tr = gtd2_saddle_point(A, b, C, index, np.full(15, 0.1), rng=np.random.default_rng(1), **kw)
-    ref = gtd2_saddle_point(
-        A0, zero_b, C0, index, np.full(15, 0.1), rng=np.random.default_rng(1), **kw
-    )
+    tr = gtd2_saddle_point(A, b, C, index, np.full(15, 0.1), rng=noise_rng(1), **kw)
+    ref = gtd2_saddle_point(A0, zero_b, C0, index, np.full(15, 0.1), rng=noise_rng(1), **kw)
     assert np.isfinite(tr.x).all()
     assert np.array_equal(tr.x, ref.x)
     assert tr.clipped[0] >= 5
@@ -249,7 +255,7 @@ def test_paper_mode_reports_the_true_epsilon(chain_stats: TrajectoryStats) -> No
         clip=0.05,
         step=StepSize(eta=0.01),
         accounting="paper",
-        seed=1,
+        noise=noise_source(1),
     )
     assert res.report.epsilon > EPS
     assert any("comparison" in n for n in res.report.notes)
@@ -258,9 +264,9 @@ def test_paper_mode_reports_the_true_epsilon(chain_stats: TrajectoryStats) -> No
 
 def test_seeded_runs_are_reproducible(chain_stats: TrajectoryStats) -> None:
     kw = dict(sigma=SIGMA_REF, delta=DELTA, iterations=N, clip=0.05, step=StepSize(eta=0.01))
-    a = gpope(chain_stats, seed=7, **kw).theta  # type: ignore[arg-type]
-    b = gpope(chain_stats, seed=7, **kw).theta  # type: ignore[arg-type]
-    c = gpope(chain_stats, seed=8, **kw).theta  # type: ignore[arg-type]
+    a = gpope(chain_stats, noise=noise_source(7), **kw).theta  # type: ignore[arg-type]
+    b = gpope(chain_stats, noise=noise_source(7), **kw).theta  # type: ignore[arg-type]
+    c = gpope(chain_stats, noise=noise_source(8), **kw).theta  # type: ignore[arg-type]
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
 
@@ -268,7 +274,12 @@ def test_replicas_match_single_runs_in_distribution(chain_stats: TrajectoryStats
     """Lock-step replicas use one step per replica and independent index draws."""
     steps = [StepSize(eta=0.01), StepSize(eta=0.1)]
     th, _, _, sig, _tr = gpope_replicas(
-        [chain_stats, chain_stats], sigma=0.0, clip=math.inf, iterations=50, step=steps, seed=0
+        [chain_stats, chain_stats],
+        sigma=0.0,
+        clip=math.inf,
+        iterations=50,
+        step=steps,
+        noise=noise_source(0),
     )
     assert th.shape == (4, chain_stats.n) and sig == 0.0
     assert not np.allclose(th[0], th[1])  # different steps
@@ -305,7 +316,7 @@ def test_step_sizes() -> None:
             np.ones(1),
             clip=math.inf,
             noise_std=1.0,
-            rng=np.random.default_rng(0),
+            rng=noise_rng(0),
         )
 
 

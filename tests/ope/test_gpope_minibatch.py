@@ -24,10 +24,11 @@ from privrl.ope.minibatch import (
 )
 from privrl.ope.stats import TrajectoryStats
 from privrl.privacy.units import NeighbourRelation
+from tests.noise import noise_rng, noise_source
 
 
 def _stats(m: int, n: int, *, b_scale: float = 1.0, zero: bool = False) -> TrajectoryStats:
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     A = np.zeros((m, n, n)) if zero else np.eye(n)[None] * (1.0 + rng.random((m, 1, 1)))
     C = np.zeros((m, n, n)) if zero else np.tile(np.eye(n), (m, 1, 1))
     b = np.zeros((m, n)) if zero else b_scale * rng.normal(size=(m, n))
@@ -39,7 +40,7 @@ def test_noise_scale_of_one_step_is_h_sigma():
     −β·(noise)/(q·m̄), the noise having std h·σ per coordinate."""
     stats = _stats(10, 3, zero=True)
     cfg = MinibatchConfig(q=0.5, iterations=1, clip=0.7, eta=2.0, public_m=10, average_from=0.0)
-    runs = minibatch_gtd2([stats] * 4000, cfg, sigma=3.0, seed=1)
+    runs = minibatch_gtd2([stats] * 4000, cfg, sigma=3.0, noise=noise_source(1))
     step = cfg.betas()[0] / (cfg.q * cfg.public_m)
     std = float(np.std(runs.x)) / step
     assert std == pytest.approx(0.7 * 3.0, rel=0.03)
@@ -59,8 +60,8 @@ def test_each_trajectory_moves_the_sum_by_at_most_h():
         0.9,
     )
     cfg = MinibatchConfig(q=1.0, iterations=1, clip=0.25, eta=1.0, public_m=5, average_from=0.0)
-    x0 = minibatch_gtd2([base], cfg, sigma=0.0, seed=0).x[0]
-    x1 = minibatch_gtd2([added], cfg, sigma=0.0, seed=0).x[0]
+    x0 = minibatch_gtd2([base], cfg, sigma=0.0, noise=noise_source(0)).x[0]
+    x1 = minibatch_gtd2([added], cfg, sigma=0.0, noise=noise_source(0)).x[0]
     step = cfg.betas()[0] / (cfg.q * cfg.public_m)
     assert np.linalg.norm(x1 - x0) / step == pytest.approx(0.25, rel=1e-9)
 
@@ -107,7 +108,7 @@ def test_noiseless_averaged_iterate_converges_to_the_saddle_point():
     cfg = MinibatchConfig(
         q=1.0, iterations=3000, clip=1e9, eta=0.1, public_m=20, kappa=0.0, average_from=0.75
     )
-    out = minibatch_gtd2([stats], cfg, sigma=0.0, seed=0)
+    out = minibatch_gtd2([stats], cfg, sigma=0.0, noise=noise_source(0))
     np.testing.assert_allclose(out.theta_avg[0], np.linalg.solve(A, b), atol=1e-6)
     assert out.clipped_fraction[0] == 0.0
 

@@ -19,6 +19,7 @@ from privrl.ope.gpope import NoiseGroup, gtd2_saddle_point, tune_on_public
 from privrl.ope.mspbe import LinearSystem
 from privrl.ope.stats import trajectory_stats
 from privrl.privacy.mechanisms import gaussian_mechanism
+from tests.noise import noise_rng
 
 
 def _problem(m: int = 20, n: int = 4, seed: int = 0):
@@ -66,16 +67,16 @@ def test_block_noise_equals_one_draw_per_step(R: int, clip: float, noise_std: fl
     try:
         got = gtd2_saddle_point(
             A, b, C, index, np.full(N, 0.05), clip=clip, noise_std=noise_std,
-            rng=np.random.default_rng(3),
+            rng=noise_rng(3),
         )  # fmt: skip
     finally:
         gp.NOISE_BLOCK_BYTES = old
-    ref = _per_step_reference(A, b, C, index, 0.05, clip, noise_std, np.random.default_rng(3))
+    ref = _per_step_reference(A, b, C, index, 0.05, clip, noise_std, noise_rng(3))
     assert np.allclose(got.x, ref, rtol=1e-10, atol=1e-12)
     if noise_std > 0:  # the noise matters: another generator gives another iterate
         other = gtd2_saddle_point(
             A, b, C, index, np.full(N, 0.05), clip=clip, noise_std=noise_std,
-            rng=np.random.default_rng(4),
+            rng=noise_rng(4),
         )  # fmt: skip
         assert not np.allclose(other.x, got.x)
 
@@ -90,15 +91,15 @@ def test_groups_run_as_if_alone() -> None:
     alone = [
         gtd2_saddle_point(
             A, b, C, idx[:, 2 * k : 2 * k + 2], betas, clip=h, noise_std=s,
-            rng=np.random.default_rng(10 + k),
+            rng=noise_rng(10 + k),
         ).x
         for k, (h, s) in enumerate([(1.0, 0.5), (3.0, 2.0)])
     ]  # fmt: skip
     together = gtd2_saddle_point(
         A, b, C, idx, betas, clip=math.inf, noise_std=0.0, rng=None,
         groups=[
-            NoiseGroup(2, np.random.default_rng(10), 0.5, 1.0),
-            NoiseGroup(2, np.random.default_rng(11), 2.0, 3.0),
+            NoiseGroup(2, noise_rng(10), 0.5, 1.0),
+            NoiseGroup(2, noise_rng(11), 2.0, 3.0),
         ],
     )  # fmt: skip
     assert np.allclose(together.x, np.concatenate(alone), rtol=1e-10, atol=1e-12)
@@ -118,7 +119,7 @@ def test_groups_are_checked() -> None:
     with pytest.raises(ValueError, match="unbounded sensitivity"):
         gtd2_saddle_point(
             A, b, C, idx, np.ones(5),
-            groups=[NoiseGroup(3, np.random.default_rng(0), 1.0, math.inf)], **kw,
+            groups=[NoiseGroup(3, noise_rng(0), 1.0, math.inf)], **kw,
         )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.ope import importance as imp
+from tests.noise import noise_rng
 
 S, A = 3, 3
 
@@ -173,7 +174,7 @@ def test_every_sum_moves_by_at_most_its_sensitivity(q_spec: str, tmp_path) -> No
         np.save(path, np.array([[0.0, 5.0, -3.0], [1.0, 1.0, 1.0], [0.5, 0.0, 2.0]]))
         q_spec = str(path)
     q = imp.load_reward_model(q_spec, B, spaces.Discrete(A), spaces.Discrete(S))
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     m = 6
     base = dict(
         contexts=rng.integers(0, S, m),
@@ -247,7 +248,7 @@ def test_the_noise_drawn_has_the_stated_scale() -> None:
     b = imp.Bounds(10.0, (0.0, 1.0), 1, 1.0)
     t = imp.terms(bandit(**TINY), UNIFORM, b)
     noise = imp.noise_spec("ips", "gaussian", 1.0, 1e-5)
-    rng = np.random.default_rng(1)
+    rng = noise_rng(1)
     s = float(np.sum(t.weights * t.returns))
     draws = np.array([imp.ips(t, b, noise=noise, rng=rng).value * t.m - s for _ in range(4000)])
     sigma = noise.noise_multiplier * imp.ips_sensitivity(b)
@@ -282,7 +283,7 @@ def test_non_private_ips_is_unbiased(tmp_path) -> None:
     W = float(np.max(PI / MU)) + 1.0
     b = imp.Bounds(W, (0.0, 1.0), 1, 1.0)
     q = imp.load_reward_model("constant:0.5", b, spaces.Discrete(A), spaces.Discrete(S))
-    t = imp.terms(synthetic(200_000, np.random.default_rng(3)), policy, b, q)
+    t = imp.terms(synthetic(200_000, noise_rng(3)), policy, b, q)
     g = t.weights * t.returns
     se = np.std(g) / math.sqrt(t.m)
     assert abs(imp.ips(t, b).value - TRUE_VALUE) < 4 * se
@@ -299,7 +300,7 @@ def test_private_interval_covers_the_truth(estimator: str, tmp_path) -> None:
     b = imp.Bounds(W, (0.0, 1.0), 1, 1.0)
     q = imp.load_reward_model("constant:0.5", b, spaces.Discrete(A), spaces.Discrete(S))
     noise = imp.noise_spec(estimator, "gaussian", 1.0, 1e-5)
-    rng = np.random.default_rng(11)
+    rng = noise_rng(11)
     covered = 0
     for _ in range(50):
         t = imp.terms(synthetic(2000, rng), policy, b, q)

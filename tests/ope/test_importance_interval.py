@@ -14,6 +14,7 @@ from scipy import stats
 
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.ope import importance as imp
+from tests.noise import noise_rng
 
 A = 4
 
@@ -43,7 +44,7 @@ def uniform():
 def test_non_private_ips_on_a_proportion_is_wilsons_interval() -> None:
     """Target = behaviour (ρ = 1), rewards in {0, 1}: the summand's support is [0, 1] and the
     score interval with no noise is Wilson's, centre (p̂ + z²/2m)/(1 + z²/m)."""
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     mu = np.full(A, 1.0 / A)
     data = log(500, np.full(A, 0.03), mu, rng)
     b = imp.Bounds(1.0, (0.0, 1.0), 1, 1.0)
@@ -60,7 +61,7 @@ def test_non_private_ips_on_a_proportion_is_wilsons_interval() -> None:
 def test_inside_popoviciu_and_the_same_releases(estimator: str) -> None:
     """Post-processing only: with the same noise draw the value and the releases are the
     same as with the default interval, and the interval lies inside the Popoviciu one."""
-    rng = np.random.default_rng(1)
+    rng = noise_rng(1)
     mu = np.array([0.7, 0.1, 0.1, 0.1])
     data = log(3000, np.array([0.01, 0.02, 0.005, 0.01]), mu, rng)
     b = imp.Bounds(10.0, (0.0, 1.0), 1, 1.0)
@@ -69,7 +70,7 @@ def test_inside_popoviciu_and_the_same_releases(estimator: str) -> None:
     noise = imp.noise_spec(estimator, "gaussian", 1.0, 1e-5)
     out = {}
     for interval in imp.INTERVALS:
-        kw = dict(noise=noise, rng=np.random.default_rng(7), interval=interval)
+        kw = dict(noise=noise, rng=noise_rng(7), interval=interval)
         if estimator == "dr":
             out[interval] = imp.dr(t, b, q.q_range, **kw)
         else:
@@ -92,7 +93,7 @@ def test_covers_rare_rewards_under_noise(estimator: str) -> None:
     b = imp.Bounds(10.0, (0.0, 1.0), 1, 1.0)  # max weight (1/4)/0.05 = 5: nothing clipped
     q = imp.load_reward_model("constant:0.0125", b, spaces.Discrete(A), spaces.Discrete(1))
     noise = imp.noise_spec(estimator, "gaussian", 5.0, 1e-5)
-    rng = np.random.default_rng(11)
+    rng = noise_rng(11)
     covered = 0
     for _ in range(60):
         t = imp.terms(log(4000, p_click, mu, rng), uniform(), b, q)

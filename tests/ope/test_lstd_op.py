@@ -19,6 +19,7 @@ from privrl.ope.lstd_op import (
     lstd_op_statistics,
 )
 from privrl.privacy.accounting import epsilon as account_epsilon
+from tests.noise import noise_rng
 
 
 def _random_dataset(rng: np.random.Generator, m: int, n: int) -> TrajectoryDataset:
@@ -55,7 +56,7 @@ def _identity(obs: np.ndarray) -> np.ndarray:
 def test_neighbours_never_move_theta_more_than_the_sensitivity(m, public_m, ridge):
     # property: for D' = D minus one trajectory (add/remove), ‖θ_D − θ_D'‖₂ ≤ Δ₂ of eq. (4),
     # on both sides of m̄ (m + 1 ≤ m̄ and m ≥ m̄), with truncated episodes and clipped bounds
-    rng = np.random.default_rng([m, public_m, int(ridge * 100)])
+    rng = noise_rng([m, public_m, int(ridge * 100)])
     cfg = LstdOpConfig(
         feature_bound=1.0, reward_bound=1.0, gamma=0.95, ridge=ridge, public_m=public_m
     )
@@ -74,7 +75,7 @@ def test_neighbours_never_move_theta_more_than_the_sensitivity(m, public_m, ridg
 
 def test_symmetric_part_of_the_statistic_is_positive_semidefinite():
     # (S1): the truncation correction makes sym(Σ Ã_i) ⪰ 0, hence ‖A_D⁻¹‖ ≤ 1/λ (S2)
-    rng = np.random.default_rng(7)
+    rng = noise_rng(7)
     cfg = LstdOpConfig(feature_bound=1.0, reward_bound=1.0, gamma=0.99, ridge=0.1, public_m=5)
     for _ in range(50):
         data = _random_dataset(rng, 1, 2)
@@ -83,7 +84,7 @@ def test_symmetric_part_of_the_statistic_is_positive_semidefinite():
 
 
 def test_bounds_are_enforced_by_clipping_not_refused():
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     data = _random_dataset(rng, 4, 3)
     cfg = LstdOpConfig(feature_bound=1.0, reward_bound=1.0, gamma=0.9, ridge=0.5, public_m=4)
     st = lstd_op_statistics(data, lambda o: 100.0 * np.asarray(o), cfg)
@@ -103,7 +104,7 @@ def test_noise_scale_is_the_calibrated_multiple_of_the_sensitivity():
     eps = account_epsilon(dp_event.GaussianDpEvent(z), 1e-5, backend="pld")
     assert eps == pytest.approx(1.0, rel=2e-3)
     theta = lstd_op_statistics(data, chain.features, cfg).solve(cfg)
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     draws = np.stack(
         [lstd_op_release(theta, cfg, noise_multiplier=z, rng=rng)[0] for _ in range(200)]
     )

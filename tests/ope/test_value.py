@@ -17,13 +17,14 @@ from privrl.ope.baselines import dp_lsw, first_visit_returns, plan_dp_lsw
 from privrl.ope.gpope import StepSize, gpope_replicas
 from privrl.ope.stats import trajectory_stats
 from privrl.ope.value import gaussian_interval, resolve_start_states, t_interval
+from tests.noise import noise_rng, noise_source
 
 S = 8
 OBS = spaces.Discrete(S)
 
 
 def one_step_log(states: np.ndarray, seed: int = 0) -> TrajectoryDataset:
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     m = len(states)
     return TrajectoryDataset(
         observations=np.repeat(states, 2),
@@ -48,7 +49,7 @@ def test_dp_lsw_interval_covers_the_noise_free_value_at_its_level() -> None:
     sigma_hi = plan_dp_lsw(Phi, rho, S, **kw).sigma_bounds[1]
     start = resolve_start_states("uniform", observation_space=OBS)
     w = start.mean_features(lambda o: Phi[np.asarray(o)])
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     hits = 0
     for _ in range(draws):
         res = dp_lsw(fv, Phi, rho, rng=rng, **kw)
@@ -73,7 +74,7 @@ def test_gpope_interval_from_public_replicas_covers_at_about_its_level() -> None
 
     def values(stats, n, seed):
         kw = {**common, "step": [step] * n}
-        theta, *_ = gpope_replicas([stats], seed=seed, **kw)
+        theta, *_ = gpope_replicas([stats], noise=noise_source(seed), **kw)
         return np.asarray(theta) @ w
 
     v_priv = values(private, draws, 3)

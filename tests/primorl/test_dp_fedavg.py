@@ -20,6 +20,7 @@ from privrl.privacy.accounting import calibrate_noise_multiplier, epsilon, sampl
 from privrl.privacy.clipping import ensemble_clip, ensemble_clip_
 from privrl.privacy.mechanisms import gaussian_noise_like
 from privrl.privacy.public import PublicParameterError
+from tests.noise import noise_rng, noise_source
 
 torch.set_num_threads(1)
 
@@ -30,7 +31,7 @@ LENGTHS = [40, 33, 16, 17, 5, 1, 60, 40, 2, 31, 47, 3]  # variable lengths
 def _dataset(lengths=LENGTHS, users=None, seed: int = 0, obs_dim: int = 3) -> TrajectoryDataset:
     """Random-walk episodes (s ∈ R³, a ∈ [−1, 1]); ``users[k]`` owns episode k (no unit ids
     without ``users``)."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     episodes = []
     for k, n in enumerate(lengths):  # building test data
         obs = np.cumsum(rng.normal(scale=0.3, size=(n + 1, obs_dim)), axis=0).astype(np.float32)
@@ -69,7 +70,7 @@ def _setup(dataset=None, unit="trajectory", seed: int = 0):
 
 def test_client_batches_are_shuffled_partitions_with_the_last_partial_batch_kept() -> None:
     counts = np.array([40, 33, 16, 1, 0])
-    pos, steps = fed.client_batches(counts, 16, 2, np.random.default_rng(0))
+    pos, steps = fed.client_batches(counts, 16, 2, noise_rng(0))
     assert steps.tolist() == [6, 6, 2, 2, 0]  # E·⌈n/B⌉
     for k, n in enumerate(counts):
         nb = -(-n // 16)
@@ -93,7 +94,7 @@ def test_every_client_update_is_within_C(mode: str) -> None:
     plan = _plan(clip_mode=mode, local_lr=0.05, clip_norm=0.05)
     sampled = np.arange(clients.n_clients)
     disp = fed.local_displacements(
-        model.ensemble, start, clients, sampled, plan, np.random.default_rng(1), reduce="none"
+        model.ensemble, start, clients, sampled, plan, noise_rng(1), reduce="none"
     )
     norms = disp.double().flatten(1).norm(dim=1)
     assert float(norms.max()) <= plan.C * (1 + 1e-6)
@@ -138,12 +139,8 @@ def test_a_diverging_client_contributes_zero_instead_of_an_error() -> None:
     poisoned = fed.Clients(x, y, clients.counts)
     sampled = np.arange(clients.n_clients)
     args = (model.ensemble, start)
-    clean = fed.local_displacements(
-        *args, clients, sampled, plan, np.random.default_rng(3), reduce="none"
-    )
-    dirty = fed.local_displacements(
-        *args, poisoned, sampled, plan, np.random.default_rng(3), reduce="none"
-    )
+    clean = fed.local_displacements(*args, clients, sampled, plan, noise_rng(3), reduce="none")
+    dirty = fed.local_displacements(*args, poisoned, sampled, plan, noise_rng(3), reduce="none")
     assert float(dirty[1].abs().max()) == 0.0 and bool(torch.isfinite(dirty).all())
     keep = [k for k in range(len(sampled)) if k != 1]
     torch.testing.assert_close(dirty[keep], clean[keep], rtol=0, atol=0)
@@ -173,18 +170,14 @@ def test_batched_update_equals_a_per_client_loop(mode: str, opt: str, chunk: int
         clients,
         sampled,
         plan,
-        np.random.default_rng(5),
+        noise_rng(5),
         reduce="none",
         chunk_copies=chunk,
     )
-    loop = fed.local_displacements_loop(
-        model.ensemble, start, clients, sampled, plan, np.random.default_rng(5)
-    )
+    loop = fed.local_displacements_loop(model.ensemble, start, clients, sampled, plan, noise_rng(5))
     assert float(loop.abs().max()) > 1e-3  # not trivially zero
     torch.testing.assert_close(batched, loop, rtol=1e-4, atol=1e-5)
-    total = fed.local_displacements(
-        model.ensemble, start, clients, sampled, plan, np.random.default_rng(5)
-    )
+    total = fed.local_displacements(model.ensemble, start, clients, sampled, plan, noise_rng(5))
     torch.testing.assert_close(total, loop.sum(0, keepdim=True), rtol=1e-4, atol=1e-5)
 
 
@@ -198,17 +191,17 @@ def test_z0_and_no_clipping_is_ordinary_fedavg_ensemble_training() -> None:
         noise_multiplier=0.0, clip_norm=math.inf, sampling_rate=1.0, n_units=3, local_lr=1e-2
     )
     assert not plan.private and plan.noise_std == 0.0
-    rng = np.random.default_rng(9)
+    rng = noise_rng(9)
     theta = fed.dp_fedavg_round(
         model.ensemble,
         start,
         clients,
         plan,
-        sample_rng=np.random.default_rng(0),
+        sample_rng=noise_rng(0),
         batch_rng=rng,
         generator=torch.Generator().manual_seed(0),
     )
-    positions, steps = fed.client_batches(clients.counts, plan.B, plan.E, np.random.default_rng(9))
+    positions, steps = fed.client_batches(clients.counts, plan.B, plan.E, noise_rng(9))
     models = []
     for k in range(3):  # ordinary training, one client at a time
         ens = model.ensemble.select_copies(0)
@@ -239,8 +232,8 @@ def test_an_empty_round_adds_noise_only_to_every_trainable_parameter() -> None:
         start,
         clients,
         plan,
-        sample_rng=np.random.default_rng(0),
-        batch_rng=np.random.default_rng(0),
+        sample_rng=noise_rng(0),
+        batch_rng=noise_rng(0),
         generator=torch.Generator().manual_seed(4),
     )
     expected = gaussian_noise_like(
@@ -275,9 +268,7 @@ def test_the_sum_is_divided_by_qK_not_by_the_sampled_count() -> None:
     model, clients, _, start = _setup()
     sampled = np.array([0, 1, 2, 3, 6, 7, 9])
     plan = _plan(noise_multiplier=0.0, sampling_rate=0.25, local_lr=1e-2)
-    summed = fed.local_displacements(
-        model.ensemble, start, clients, sampled, plan, np.random.default_rng(2)
-    )
+    summed = fed.local_displacements(model.ensemble, start, clients, sampled, plan, noise_rng(2))
     theta = fed.aggregate(start, summed, plan, torch.Generator().manual_seed(0))
     torch.testing.assert_close(theta - start, summed / 3.0, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(theta - start, summed / len(sampled))
@@ -336,7 +327,7 @@ def test_user_level_grouping_bounds_each_users_whole_contribution() -> None:
     unit="trajectory" the same user's trajectories together move the sum by more than C."""
     owned = [1, 20, 3, 7, 1, 12, 2, 5]
     users = np.repeat(np.arange(len(owned)) * 10 + 3, owned)  # arbitrary ids
-    lengths = list(np.random.default_rng(0).integers(4, 12, size=len(users)))
+    lengths = list(noise_rng(0).integers(4, 12, size=len(users)))
     data = _dataset(lengths, users=users.tolist())
     plan = _plan(unit="user", n_units=8, local_lr=0.05, clip_norm=0.05, noise_multiplier=3.0)
     model, by_user, _, start = _setup(data, unit="user")
@@ -346,12 +337,10 @@ def test_user_level_grouping_bounds_each_users_whole_contribution() -> None:
     ]
     every = np.arange(8)
     per_user = fed.local_displacements(
-        model.ensemble, start, by_user, every, plan, np.random.default_rng(0), reduce="none"
+        model.ensemble, start, by_user, every, plan, noise_rng(0), reduce="none"
     )
     assert float(per_user.double().flatten(1).norm(dim=1).max()) <= plan.C * (1 + 1e-6)
-    loop = fed.local_displacements_loop(
-        model.ensemble, start, by_user, every, plan, np.random.default_rng(0)
-    )
+    loop = fed.local_displacements_loop(model.ensemble, start, by_user, every, plan, noise_rng(0))
     torch.testing.assert_close(per_user, loop, rtol=1e-4, atol=1e-5)
     by_traj = fed.Clients.from_dataset(model, data, "trajectory")
     per_traj = fed.local_displacements(
@@ -360,7 +349,7 @@ def test_user_level_grouping_bounds_each_users_whole_contribution() -> None:
         by_traj,
         np.arange(len(users)),
         _plan(local_lr=0.05, clip_norm=0.05),
-        np.random.default_rng(0),
+        noise_rng(0),
         reduce="none",
     )
     heavy = np.flatnonzero(users == 13)  # the user with 20 trajectories
@@ -553,7 +542,9 @@ def test_train_dp_fedavg_end_to_end_on_a_public_split() -> None:
     runs = []
     for _ in range(2):
         model = DynamicsModel(3, 1, SMALL)
-        res = fed.train_dp_fedavg(model, data.subset(train_idx), plan, public_split=public, seed=3)
+        res = fed.train_dp_fedavg(
+            model, data.subset(train_idx), plan, public_split=public, seed=3, noise=noise_source(3)
+        )
         runs.append((model, res))
     (m1, r1), (m2, _) = runs
     assert 1 <= r1.rounds <= 12 and r1.eval_rounds.tolist()[0] == 3
@@ -565,7 +556,7 @@ def test_train_dp_fedavg_end_to_end_on_a_public_split() -> None:
     # poisoned private data does not change what is fitted on the public split
     poisoned = _dataset([30] * 36, seed=99, obs_dim=3)
     m3 = DynamicsModel(3, 1, SMALL)
-    fed.train_dp_fedavg(m3, poisoned, plan, public_split=public, seed=3)
+    fed.train_dp_fedavg(m3, poisoned, plan, public_split=public, seed=3, noise=noise_source(3))
     np.testing.assert_array_equal(m3.input_normalizer.mean, m1.input_normalizer.mean)
     with pytest.raises(ValueError, match="public split"):
         fed.train_dp_fedavg(DynamicsModel(3, 1, SMALL), data, plan, public_split=None)
@@ -588,7 +579,9 @@ def test_what_is_published_besides_the_model_is_identical_on_neighbours() -> Non
     for episodes in (np.arange(10), np.arange(9)):
         model = DynamicsModel(3, 1, SMALL)
         model.input_normalizer = Normalizer.from_bounds([-5.0] * 4, [5.0] * 4, source="bounds")
-        res = fed.train_dp_fedavg(model, data.subset(episodes), plan, normalizer="model", seed=0)
+        res = fed.train_dp_fedavg(
+            model, data.subset(episodes), plan, normalizer="model", seed=0, noise=noise_source(0)
+        )
         report = res.report.to_dict()
         report.pop("created")
         published.append(json.dumps([report, res.to_dict()], sort_keys=True))

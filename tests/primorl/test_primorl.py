@@ -17,6 +17,7 @@ from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.primorl import primorl as P
 from privrl.primorl.dp_fedavg import DpFedAvgConfig
 from privrl.primorl.dynamics import dynamics_config
+from tests.noise import noise_rng
 
 torch.set_num_threads(1)
 
@@ -27,7 +28,7 @@ def pendulum_data(
     n: int = 30, T: int = 20, seed: int = 0, users=None, extra=None
 ) -> TrajectoryDataset:
     """Pendulum-like episodes (cos θ, sin θ, ω) with actions in [−2, 2], rewards in [0, 1]."""
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     obs = np.zeros((n, T + 1, 3), np.float32)
     th, w = rng.uniform(-np.pi, np.pi, n), rng.uniform(-1, 1, n)
     act = rng.uniform(-2, 2, (n, T, 1)).astype(np.float32)
@@ -254,7 +255,7 @@ def test_poisoned_private_split_does_not_change_the_policy_once_the_model_is_fix
 def test_user_level_clients_group_each_users_trajectories() -> None:
     """Users own 1–20 trajectories; --unit user makes one DP-FedAvg client per user, K is the
     declared number of users and the report names the unit 'user'."""
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     owned = rng.integers(1, 21, size=12)
     users = np.repeat(np.arange(12), owned)
     data = pendulum_data(int(owned.sum()), T=8, users=users, extra={"n_users": 12})

@@ -31,12 +31,13 @@ from privrl.privacy.mechanisms import (
     privatize_sum_torch,
 )
 from privrl.privacy.release import Release
+from tests.noise import noise_rng
 
 N = 200_000
 
 
 def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
+    return noise_rng(seed)
 
 
 def roundtrip(release: Release) -> None:
@@ -115,7 +116,7 @@ def test_no_global_rng_state_is_used():
         torch.zeros(5),
         clip_norm=1,
         noise_multiplier=1,
-        generator=torch.Generator().manual_seed(7),
+        generator=noise_rng(7),
         name="x",
     )
     np.random.seed(2)  # noqa: NPY002
@@ -128,7 +129,7 @@ def test_no_global_rng_state_is_used():
         torch.zeros(5),
         clip_norm=1,
         noise_multiplier=1,
-        generator=torch.Generator().manual_seed(7),
+        generator=noise_rng(7),
         name="x",
     )
     np.testing.assert_array_equal(a, a2)
@@ -462,22 +463,23 @@ def test_gaussian_noise_like_scale_dtype_and_generator():
     """Noise std = σ within 1% (200k float32 draws), dtype/shape preserved; same generator
     seed → same noise, different seed → different noise."""
     t = torch.zeros(400, 500, dtype=torch.float32)
-    a = gaussian_noise_like(t, sigma=0.7, generator=torch.Generator().manual_seed(0))
-    b = gaussian_noise_like(t, sigma=0.7, generator=torch.Generator().manual_seed(0))
-    c = gaussian_noise_like(t, sigma=0.7, generator=torch.Generator().manual_seed(1))
+    a = gaussian_noise_like(t, sigma=0.7, generator=noise_rng(0))
+    b = gaussian_noise_like(t, sigma=0.7, generator=noise_rng(0))
+    c = gaussian_noise_like(t, sigma=0.7, generator=noise_rng(1))
     assert a.dtype == torch.float32 and a.shape == t.shape and a.device == t.device
     assert abs(a.double().std().item() / 0.7 - 1) < 0.01
     assert torch.equal(a, b) and not torch.equal(a, c)
     with pytest.raises(ValueError):
         gaussian_noise_like(t, sigma=0.0, generator=torch.Generator())
-    with pytest.raises(TypeError):
-        gaussian_noise_like(t, sigma=1.0, generator=np.random.default_rng(0))
+    for plain in (np.random.default_rng(0), torch.Generator().manual_seed(0)):
+        with pytest.raises(TypeError, match="NoiseGenerator"):  # never a caller's generator
+            gaussian_noise_like(t, sigma=1.0, generator=plain)
 
 
 def test_privatize_sum_torch_single_and_list():
     """Noise std = z·C within 1.5% over 200k coordinates split across tensors; Release size
     = total numel, GaussianDpEvent(z); count > 1 self-composes; outputs detached, same dtype."""
-    g = torch.Generator().manual_seed(3)
+    g = noise_rng(3)
     parts = [
         torch.zeros(100_000, dtype=torch.float64, requires_grad=True),
         torch.zeros(1000, 100, dtype=torch.float64),

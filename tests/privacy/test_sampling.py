@@ -13,10 +13,11 @@ from privrl.privacy.sampling import (
     shuffled_batches,
     step_coins,
 )
+from tests.noise import noise_rng
 
 
 def _inclusion_matrix(n: int, rate: float, draws: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
+    rng = noise_rng(seed)
     m = np.zeros((draws, n), dtype=bool)
     for t in range(draws):
         m[t, poisson_sample(n, rate, rng)] = True
@@ -47,14 +48,14 @@ def test_poisson_units_independent() -> None:
 
 
 def test_poisson_output_sorted_unique_int() -> None:
-    idx = poisson_sample(1000, 0.5, np.random.default_rng(0))
+    idx = poisson_sample(1000, 0.5, noise_rng(0))
     assert idx.dtype == np.int64
     assert np.all(np.diff(idx) > 0)
     assert idx.min() >= 0 and idx.max() < 1000
 
 
 def test_poisson_empty_batches_possible() -> None:
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     sizes = [poisson_sample(5, 0.05, rng).size for _ in range(200)]
     assert 0 in sizes  # P(empty) = 0.95^5 ≈ 0.77
     assert poisson_sample(10, 0.0, rng).size == 0
@@ -63,8 +64,8 @@ def test_poisson_empty_batches_possible() -> None:
 
 
 def test_poisson_same_seed_same_sample() -> None:
-    a = poisson_sample(100, 0.2, np.random.default_rng(9))
-    b = poisson_sample(100, 0.2, np.random.default_rng(9))
+    a = poisson_sample(100, 0.2, noise_rng(9))
+    b = poisson_sample(100, 0.2, noise_rng(9))
     assert np.array_equal(a, b)
 
 
@@ -82,7 +83,7 @@ def test_poisson_same_seed_same_sample() -> None:
 )
 def test_poisson_bad_input(n: object, rate: object, exc: type[Exception]) -> None:
     with pytest.raises(exc):
-        poisson_sample(n, rate, np.random.default_rng(0))  # type: ignore[arg-type]
+        poisson_sample(n, rate, noise_rng(0))  # type: ignore[arg-type]
 
 
 def test_poisson_needs_generator() -> None:
@@ -91,24 +92,24 @@ def test_poisson_needs_generator() -> None:
 
 
 def test_step_coins_fixed_steps_rate() -> None:
-    coins = step_coins(0.3, np.random.default_rng(0), steps=20_000)
+    coins = step_coins(0.3, noise_rng(0), steps=20_000)
     assert coins.dtype == bool and coins.shape == (20_000,)
     assert abs(coins.mean() - 0.3) < 0.015
 
 
 def test_step_coins_until_k_private_steps() -> None:
     """Coins stop right after the k-th private step; about k/p coins in all."""
-    coins = step_coins(0.25, np.random.default_rng(1), private_steps=400)
+    coins = step_coins(0.25, noise_rng(1), private_steps=400)
     assert coins.sum() == 400 and coins[-1]
     assert 0.8 * 1600 < coins.size < 1.2 * 1600
-    capped = step_coins(0.25, np.random.default_rng(1), private_steps=400, max_steps=100)
+    capped = step_coins(0.25, noise_rng(1), private_steps=400, max_steps=100)
     assert capped.size == 100 and capped.sum() < 400
-    assert step_coins(1.0, np.random.default_rng(0), private_steps=5).tolist() == [True] * 5
-    assert step_coins(0.0, np.random.default_rng(0), private_steps=5, max_steps=3).sum() == 0
+    assert step_coins(1.0, noise_rng(0), private_steps=5).tolist() == [True] * 5
+    assert step_coins(0.0, noise_rng(0), private_steps=5, max_steps=3).sum() == 0
 
 
 def test_step_coins_bad_input() -> None:
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     with pytest.raises(ValueError, match="exactly one"):
         step_coins(0.5, rng)
     with pytest.raises(ValueError, match="exactly one"):
@@ -122,7 +123,7 @@ def test_step_coins_bad_input() -> None:
 def test_one_per_unit_uniform_and_drops_empty_units() -> None:
     # unit 0: rows 0..3, unit 1: no rows, unit 2: rows 4..5
     starts, counts = np.array([0, 4, 4]), np.array([4, 0, 2])
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     draws = np.stack([one_per_unit(np.array([0, 1, 2]), starts, counts, rng) for _ in range(4000)])
     assert draws.shape == (4000, 2)  # unit 1 contributes nothing
     assert set(np.unique(draws[:, 0])) == {0, 1, 2, 3}
@@ -136,7 +137,7 @@ def test_one_per_unit_uniform_and_drops_empty_units() -> None:
 
 def test_shuffled_batches_each_unit_once_per_epoch() -> None:
     assert SHUFFLE_MATCHES_POISSON_ACCOUNTANT is False
-    it = shuffled_batches(10, 4, np.random.default_rng(0))
+    it = shuffled_batches(10, 4, noise_rng(0))
     epoch = [next(it) for _ in range(3)]  # 4 + 4 + 2
     assert [b.size for b in epoch] == [4, 4, 2]
     assert np.array_equal(np.sort(np.concatenate(epoch)), np.arange(10))
@@ -149,4 +150,4 @@ def test_shuffled_batches_each_unit_once_per_epoch() -> None:
 @pytest.mark.parametrize(("n", "b"), [(0, 2), (5, 0), (5, 1.5)])
 def test_shuffled_batches_bad_input(n: int, b: object) -> None:
     with pytest.raises(ValueError):
-        next(shuffled_batches(n, b, np.random.default_rng(0)))  # type: ignore[arg-type]
+        next(shuffled_batches(n, b, noise_rng(0)))  # type: ignore[arg-type]

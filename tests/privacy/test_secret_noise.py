@@ -82,7 +82,7 @@ def test_insecure_reproducible_noise_repeats_and_is_not_certified(
     case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "400")
-    pair, a, b = _twice(case, tmp_path, capsys, "--insecure-reproducible-noise")
+    pair, a, _ = _twice(case, tmp_path, capsys, "--insecure-reproducible-noise")
     assert _published(pair.a / "run") == _published(pair.b / "run")
     privacy = a.json["privacy.json"]
     assert privacy["certified"] is False and privacy["private"] is False

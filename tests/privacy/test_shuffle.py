@@ -27,6 +27,7 @@ from privrl.privacy.shuffle import (
     shuffler,
     theory_lambda,
 )
+from tests.noise import noise_rng
 
 
 def view_pmf(bits: np.ndarray, m: int, p: float) -> np.ndarray:
@@ -59,7 +60,7 @@ def test_exact_privacy_of_the_protocol_view(mode: str, eps: float, delta: float,
     """Property: for neighbouring batches (one user's bit replaced) the analyzer's view is
     (ε', δ')-indistinguishable; the view law is computed from the users' messages."""
     cal = calibrate_binary_sum(eps, delta, n, mode)
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     x = rng.integers(0, 2, size=n)
     x[0] = 0
     x_neighbour = x.copy()
@@ -109,10 +110,10 @@ def test_message_level_and_aggregate_agree_in_distribution() -> None:
     cal = calibrate_binary_sum(1.0, 1e-3, 12, "tight")
     x = np.array([1, 0, 1, 1, 0, 0, 1, 0, 0, 0, 1, 1])
     reps = 4000
-    rng = np.random.default_rng(1)
+    rng = noise_rng(1)
     protocol = np.array([shuffle_protocol(x, cal, rng)[0] for _ in range(reps)])
     agg, _ = aggregate_binary_sum(
-        np.full(reps, x.sum()), cal, np.random.default_rng(2), name="c", coordinates_changed=1
+        np.full(reps, x.sum()), cal, noise_rng(2), name="c", coordinates_changed=1
     )
     both = np.concatenate([protocol, agg])
     edges = np.quantile(both, np.linspace(0, 1, 11))
@@ -129,7 +130,7 @@ def test_messages_shuffler_and_analyzer() -> None:
     multiset and drops the sender; the analyzer is unbiased."""
     cal = calibrate_binary_sum(1.0, 1e-3, 6, "tight")
     bits = np.array([[1, 0], [0, 0], [1, 1], [0, 1], [1, 0], [0, 0]])
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     msgs = local_randomizer(bits, cal, rng)
     per_user = np.bincount(msgs[:, 0], minlength=6)
     assert np.all(per_user == 2 * (1 + cal.bits_per_user))
@@ -146,7 +147,7 @@ def test_error_bound_holds_empirically() -> None:
     """Property: P(|released − true| > e(β)) ≤ β (Bernstein, sub-gamma form)."""
     cal = calibrate_binary_sum(0.1, 1e-6, 500, "tight")
     noisy, _ = aggregate_binary_sum(
-        np.full(200_000, 7), cal, np.random.default_rng(4), name="c", coordinates_changed=1
+        np.full(200_000, 7), cal, noise_rng(4), name="c", coordinates_changed=1
     )
     for beta in (0.1, 0.01):
         e = binary_sum_error_bound(cal, beta)
@@ -170,7 +171,7 @@ def test_laplace_randomizer_scale_and_epsilon() -> None:
     assert lr.scale == pytest.approx(20.0) and lr.epsilon == pytest.approx(0.5)
     rel = lr.release("x", size=3, users=7)
     assert rel.event.epsilon == pytest.approx(0.5)  # type: ignore[union-attr]
-    z = lr.randomize(np.zeros(200_000), np.random.default_rng(5))
+    z = lr.randomize(np.zeros(200_000), noise_rng(5))
     # Var = 2b² = 800; sd of the sample variance ≈ √(Var²·(κ−1)/n) with κ = 6 for Laplace
     assert np.var(z) == pytest.approx(800.0, abs=6 * 800 * math.sqrt(5 / 200_000))
     with pytest.raises(ValueError):

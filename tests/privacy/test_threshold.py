@@ -34,6 +34,7 @@ from privrl.privacy.threshold import (
     sample_release_trajectories,
     tight_round_epsilon,
 )
+from tests.noise import noise_rng
 
 DELTA = 1 / 3000
 
@@ -286,7 +287,7 @@ def _check_laplace(x: np.ndarray, scale: float) -> None:
 
 def test_threshold_noise_scale_is_2_over_eps_prime():
     cal = DataReleaseCalibration.from_budget(10.0, DELTA, 25, 200, 0.02)
-    rng = np.random.default_rng(1)
+    rng = noise_rng(1)
     draws = noisy_threshold(cal.theta_shifted, cal.threshold_scale, rng, size=100_000)
     _check_laplace(draws - cal.theta_shifted, 2 / cal.epsilon_prime)
     one = noisy_threshold(cal.theta_shifted, cal.threshold_scale, rng)
@@ -295,12 +296,12 @@ def test_threshold_noise_scale_is_2_over_eps_prime():
 
 def test_query_noise_scale_is_4_over_eps_prime():
     cal = DataReleaseCalibration.from_budget(10.0, DELTA, 25, 200, 0.02)
-    draws = prefix_query_noise(100_000, cal.query_scale, np.random.default_rng(2))
+    draws = prefix_query_noise(100_000, cal.query_scale, noise_rng(2))
     _check_laplace(draws, 4 / cal.epsilon_prime)
 
 
 def test_noise_rejects_bad_arguments():
-    rng = np.random.default_rng(0)
+    rng = noise_rng(0)
     with pytest.raises(ValueError):
         noisy_threshold(1.0, 0.0, rng)
     with pytest.raises(ValueError):
@@ -334,7 +335,7 @@ def test_lemma_5_2_prefix_below_theta_passes_with_probability_below_delta_prime(
     cal = DataReleaseCalibration.from_budget(2.0, 0.08, 1, 2, 0.02)
     assert cal.delta_prime == pytest.approx(0.02)
     n = 400_000
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     count = cal.theta * (1 - 1e-12)  # just below θ: the worst case of the lemma
     theta_hat = noisy_threshold(cal.theta_shifted, cal.threshold_scale, rng, size=n)
     passed = count + prefix_query_noise(n, cal.query_scale, rng) > theta_hat
@@ -353,7 +354,7 @@ def test_lemma_5_2_prefix_below_theta_passes_with_probability_below_delta_prime(
 
 def test_lemma_5_2_through_first_failing_prefix():
     cal = DataReleaseCalibration.from_budget(2.0, 0.08, 1, 2, 0.02)
-    rng = np.random.default_rng(4)
+    rng = noise_rng(4)
     log_count = np.array([math.log(cal.theta * (1 - 1e-12))])
     n = 20_000
     passes = sum(
@@ -373,7 +374,7 @@ def test_lemma_5_2_through_first_failing_prefix():
 
 
 def test_first_failing_prefix_deterministic_cases():
-    rng = np.random.default_rng(5)
+    rng = noise_rng(5)
     big, small = math.log(1e9), math.log(1e-9)
     assert first_failing_prefix(np.full(6, big), 1e3, 1.0, rng) == 6
     assert first_failing_prefix(np.array([big, big, small, big]), 1e3, 1.0, rng) == 2
@@ -387,8 +388,8 @@ def test_vectorised_first_failure_equals_sequential_queries():
     querying one prefix at a time and stopping at the first ⊥ (same generator stream)."""
     counts = np.linspace(400.0, 300.0, 40)
     for seed in range(200):
-        vec = first_failing_prefix(np.log(counts), 350.0, 25.0, np.random.default_rng(seed))
-        rng = np.random.default_rng(seed)
+        vec = first_failing_prefix(np.log(counts), 350.0, 25.0, noise_rng(seed))
+        rng = noise_rng(seed)
         seq = len(counts)
         for i, c in enumerate(counts):
             if not c + rng.laplace(0.0, 25.0) > 350.0:
@@ -402,11 +403,11 @@ def test_vectorised_first_failure_equals_sequential_queries():
 
 def test_sampler_draws_distinct_trajectories_of_the_drawn_experts():
     units = np.repeat(np.arange(50), 4)
-    eps, resampled = sample_release_trajectories(units, 120, np.random.default_rng(6))
+    eps, resampled = sample_release_trajectories(units, 120, noise_rng(6))
     assert eps.shape == (120,) and np.unique(eps).size == 120
     assert np.all(np.bincount(units[eps]) <= 4)
     # Exhausting all trajectories exactly: every episode used once.
-    eps, resampled = sample_release_trajectories(units, 200, np.random.default_rng(7))
+    eps, resampled = sample_release_trajectories(units, 200, noise_rng(7))
     assert np.array_equal(np.sort(eps), np.arange(200))
     assert resampled.any()
 
@@ -416,7 +417,7 @@ def test_sampler_expert_is_uniform_and_trajectory_uniform_within_expert():
     # proportion to its data), and expert 1's trajectory uniformly among its 9.
     units = np.array([0] + [1] * 9)
     firsts = np.array(
-        [sample_release_trajectories(units, 1, np.random.default_rng(s))[0][0] for s in range(4000)]
+        [sample_release_trajectories(units, 1, noise_rng(s))[0][0] for s in range(4000)]
     )
     assert abs(np.mean(firsts == 0) - 0.5) < 0.03
     counts = np.bincount(firsts[firsts > 0], minlength=10)[1:]
@@ -427,7 +428,7 @@ def test_sampler_resamples_when_expert_exhausted():
     units = np.array([0, 1, 1, 1, 1, 1])
     seen_resample = False
     for s in range(50):
-        eps, res = sample_release_trajectories(units, 4, np.random.default_rng(s))
+        eps, res = sample_release_trajectories(units, 4, noise_rng(s))
         assert np.unique(eps).size == 4
         first_zero = np.flatnonzero(units[eps] == 0)
         assert first_zero.size <= 1  # expert 0's one trajectory is never reused
@@ -437,12 +438,12 @@ def test_sampler_resamples_when_expert_exhausted():
 
 def test_sampler_is_deterministic_and_validates():
     units = np.repeat(np.arange(10), 3)
-    a = sample_release_trajectories(units, 12, np.random.default_rng(8))
-    b = sample_release_trajectories(units, 12, np.random.default_rng(8))
+    a = sample_release_trajectories(units, 12, noise_rng(8))
+    b = sample_release_trajectories(units, 12, noise_rng(8))
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     with pytest.raises(ValueError, match="exceeds the number of trajectories"):
-        sample_release_trajectories(units, 31, np.random.default_rng(0))
+        sample_release_trajectories(units, 31, noise_rng(0))
     with pytest.raises(ValueError):
-        sample_release_trajectories(units.astype(float), 3, np.random.default_rng(0))
+        sample_release_trajectories(units.astype(float), 3, noise_rng(0))
     with pytest.raises(ValueError):
-        sample_release_trajectories(units, 0, np.random.default_rng(0))
+        sample_release_trajectories(units, 0, noise_rng(0))

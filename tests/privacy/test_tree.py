@@ -10,6 +10,7 @@ import pytest
 
 from privrl.privacy.events import PureDpEvent
 from privrl.privacy.tree import BinaryTreeMechanism, laplace_sum_bound, tree_levels
+from tests.noise import noise_rng
 
 
 def dyadic_nodes(t: int) -> list[tuple[int, int]]:
@@ -44,11 +45,9 @@ def test_outputs_equal_naive_tree_with_the_same_node_noise() -> None:
     """Output at t = Σ over t's dyadic nodes of (exact node sum + that node's noise), where the
     node ending at time τ gets the τ-th noise vector drawn."""
     T, d, chunk, b = 45, 3, 8, 2.0
-    x = np.random.default_rng(0).integers(0, 3, size=(T, d)).astype(float)
-    tree = BinaryTreeMechanism(
-        (d,), T, l1_sensitivity=1.0, scale=b, rngs=np.random.default_rng(7), chunk=chunk
-    )
-    ref = np.random.default_rng(7)
+    x = noise_rng(0).integers(0, 3, size=(T, d)).astype(float)
+    tree = BinaryTreeMechanism((d,), T, l1_sensitivity=1.0, scale=b, rngs=noise_rng(7), chunk=chunk)
+    ref = noise_rng(7)
     z = np.concatenate([ref.laplace(0.0, b, size=(chunk, d)) for _ in range(math.ceil(T / chunk))])
     nodes = all_node_sums(x)
     for t in range(1, T + 1):
@@ -62,7 +61,7 @@ def test_node_vector_sensitivity_and_epsilon() -> None:
     """Property: replacing one step's vector (L1 change ≤ Δ) moves the vector of all node sums
     by ≤ L·Δ in L1 (one node per level), so ε = L·Δ/b; the release says so."""
     T, d, delta1 = 37, 4, 6.0
-    rng = np.random.default_rng(1)
+    rng = noise_rng(1)
     L = tree_levels(T)
     for _ in range(20):
         x = rng.integers(0, 2, size=(T, d)).astype(float)
@@ -74,9 +73,7 @@ def test_node_vector_sensitivity_and_epsilon() -> None:
         dist = sum(np.abs(nx[k] - ny[k]).sum() for k in nx)
         assert dist <= L * delta1 + 1e-9
         assert sum(1 for k in nx if k[0] <= t + 1 <= k[1]) <= L  # nodes containing step t
-    tree = BinaryTreeMechanism(
-        (d,), T, l1_sensitivity=delta1, epsilon=0.7, rngs=np.random.default_rng(0)
-    )
+    tree = BinaryTreeMechanism((d,), T, l1_sensitivity=delta1, epsilon=0.7, rngs=noise_rng(0))
     assert tree.scale == pytest.approx(L * delta1 / 0.7)
     rel = tree.release("counts", size=d)
     assert rel.event == PureDpEvent(epsilon=pytest.approx(0.7))
@@ -88,9 +85,7 @@ def test_node_vector_sensitivity_and_epsilon() -> None:
 def test_prefix_noise_scale() -> None:
     """At t = 2^k − 1 the output carries k node noises: variance 2·k·b² per coordinate."""
     d, b, k = 40_000, 1.5, 4
-    tree = BinaryTreeMechanism(
-        (d,), 16, l1_sensitivity=1.0, scale=b, rngs=np.random.default_rng(2), chunk=16
-    )
+    tree = BinaryTreeMechanism((d,), 16, l1_sensitivity=1.0, scale=b, rngs=noise_rng(2), chunk=16)
     for _ in range(2**k - 1):
         out = tree.step(np.zeros(d))
     var = 2 * k * b * b
@@ -101,11 +96,9 @@ def test_per_run_generators_give_batch_independent_results() -> None:
     """Run r draws from its own generator: batching runs together changes nothing."""
     x = np.ones((2, 5))
     together = BinaryTreeMechanism(
-        (2, 5), 10, l1_sensitivity=1.0, scale=1.0, rngs=[np.random.default_rng(s) for s in (3, 4)]
+        (2, 5), 10, l1_sensitivity=1.0, scale=1.0, rngs=[noise_rng(s) for s in (3, 4)]
     )
-    alone = BinaryTreeMechanism(
-        (1, 5), 10, l1_sensitivity=1.0, scale=1.0, rngs=[np.random.default_rng(4)]
-    )
+    alone = BinaryTreeMechanism((1, 5), 10, l1_sensitivity=1.0, scale=1.0, rngs=[noise_rng(4)])
     for _ in range(10):
         a, b = together.step(x), alone.step(x[1:])
     np.testing.assert_allclose(a[1], b[0])
@@ -116,7 +109,7 @@ def test_per_run_generators_give_batch_independent_results() -> None:
 def test_laplace_sum_bound() -> None:
     """Property: P(|Σ_{i≤m} Lap(b)| > bound) ≤ β (up to 4 binomial standard errors: the
     bound is exact for m = 1); 0 for m = 0."""
-    rng = np.random.default_rng(3)
+    rng = noise_rng(3)
     b = 2.0
     assert laplace_sum_bound(b, 1, 0.05) == pytest.approx(b * math.log(1 / 0.05))
     assert laplace_sum_bound(b, 0, 0.05) == 0.0

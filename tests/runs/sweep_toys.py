@@ -18,6 +18,7 @@ import numpy as np
 
 from privrl.privacy.accounting import calibrate_noise_multiplier
 from privrl.privacy.mechanisms import gaussian_mechanism
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameters, Source
 from privrl.privacy.report import PrivacyReport
 from privrl.runs import registry
@@ -50,7 +51,11 @@ class WorkSystem(System):
         params.given("work", config.work, Source.FLAG, "--work")
         z = calibrate_noise_multiplier(config.epsilon, config.delta, 1)
         _, release = gaussian_mechanism(
-            0.0, sensitivity=1.0, noise_multiplier=z, rng=np.random.default_rng(0), name="state"
+            0.0,
+            sensitivity=1.0,
+            noise_multiplier=z,
+            rng=NoiseSource.secure().generator(),
+            name="state",
         )
         report = PrivacyReport.build(
             "trajectory", "replace-one", [release], config.delta, system=self.name
@@ -64,7 +69,11 @@ class WorkSystem(System):
         if config.crash:
             raise RuntimeError("toy-work crashed as asked (crash = true)")
         value, release = gaussian_mechanism(
-            x / 2**31, sensitivity=1.0, noise_multiplier=ctx.plan.facts["z"], rng=rng, name="state"
+            x / 2**31,
+            sensitivity=1.0,
+            noise_multiplier=ctx.plan.facts["z"],
+            rng=ctx.noise.generator("toy"),
+            name="state",
         )
         report = PrivacyReport.build(
             "trajectory", "replace-one", [release], config.delta, system=self.name
@@ -105,7 +114,11 @@ class StepsSystem(System):
 
     def plan(self, config: Any, header: Any) -> Plan:
         _, release = gaussian_mechanism(
-            0.0, sensitivity=1.0, noise_multiplier=1.0, rng=np.random.default_rng(0), name="x"
+            0.0,
+            sensitivity=1.0,
+            noise_multiplier=1.0,
+            rng=NoiseSource.secure().generator(),
+            name="x",
         )
         report = PrivacyReport.build("trajectory", "replace-one", [release], 1e-5, system=self.name)
         return Plan(report=report)

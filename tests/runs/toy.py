@@ -9,6 +9,7 @@ import numpy as np
 
 from privrl.privacy.accounting import calibrate_noise_multiplier
 from privrl.privacy.mechanisms import gaussian_mechanism
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameters, Source
 from privrl.privacy.report import PrivacyReport
 from privrl.runs import registry
@@ -46,7 +47,7 @@ class ToySystem(System):
             0.0,
             sensitivity=config.reward_range / m,
             noise_multiplier=sigma,
-            rng=np.random.default_rng(0),
+            rng=NoiseSource.secure().generator(),
             name="mean return",
         )
         report = PrivacyReport.build(
@@ -61,7 +62,7 @@ class ToySystem(System):
             returns.mean(),
             sensitivity=config.reward_range / m,
             noise_multiplier=ctx.plan.facts["z"],
-            rng=rng,
+            rng=ctx.noise.generator("toy"),
             name="mean return",
         )
         for i in range(config.steps):

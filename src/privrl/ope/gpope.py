@@ -726,7 +726,8 @@ def tune_on_public(
     public_noise = NoiseSource.insecure(s_priv)
     nonprivate_eta: float | None = None
     if clip is None and batched:
-        runs = [(eta, np_rng.spawn(1)[0]) for eta in etas]
+        # the index streams the one-at-a-time path below draws, in the same order
+        runs = [(eta, _streams(NoiseSource.insecure(np_rng))[0]) for eta in etas]
         index = np.concatenate([r.integers(0, public.m, size=(iterations, 1)) for _, r in runs], 1)
         trace = gtd2_saddle_point(
             public.A,

@@ -98,6 +98,18 @@ class NoiseGenerator(np.random.Generator):
         kind = "secure ChaCha20" if self.secure else "INSECURE reproducible"
         return f"NoiseGenerator({kind})"
 
+    def spawn(self, n_children: int) -> list[NoiseGenerator]:  # type: ignore[override]
+        """`n_children` independent generators of the same kind: a secure one keys each child
+        with 256 bits of its own (secret) stream; an insecure one spawns its seed sequence."""
+        if self.secure:
+            import randomgen
+
+            keys = [int.from_bytes(self.bytes(32), "little") for _ in range(int(n_children))]
+            return [
+                NoiseGenerator(randomgen.ChaCha(key=k, rounds=_ROUNDS), secure=True) for k in keys
+            ]
+        return [NoiseGenerator(b, secure=False) for b in self.bit_generator.spawn(n_children)]
+
     @property
     def state(self) -> dict[str, Any]:
         """The generator's full state (secret: it determines every later draw)."""
