@@ -172,7 +172,7 @@ def test_noise_std_is_z_times_c() -> None:
     learner.apply_gradients = cap  # type: ignore[method-assign]
     z, c, b = 3.0, 0.5, 4
     cfg = _Private(_source(ds, learner), b / 12, b, z, c, "poisson", "ghost")
-    gen = torch.Generator().manual_seed(1)
+    gen = noise_rng(1)
     rng = noise_rng(0)
     for _ in range(5):
         _private_step(learner, cfg, np.zeros(0, dtype=np.int64), rng, gen, check=False)
@@ -191,7 +191,7 @@ def test_update_divides_by_expected_b_not_realised_batch() -> None:
     source = _source(ds, learner)
     cfg = _Private(source, b / 12, b, 1e-9, c, "poisson", "ghost")  # noise negligible
     units = np.array([0, 3, 5])  # |B| = 3 ≠ b = 8
-    _private_step(learner, cfg, units, noise_rng(4), torch.Generator(), check=True)
+    _private_step(learner, cfg, units, noise_rng(4), noise_rng(5), check=True)
     batch = source.batch_for(units, noise_rng(4))  # the same draw
     assert batch.obs.shape[0] == 3
     sums = clipped_grad_sum(learner.per_example_loss, learner.params, batch, c).sums
@@ -335,6 +335,7 @@ def test_same_seed_same_result() -> None:
             noise_multiplier=5.0,
             steps=5,
             rng=noise_rng(11),
+            noise=noise_source(11),
         )
         runs.append(learner.params)
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])

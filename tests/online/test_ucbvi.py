@@ -96,12 +96,18 @@ def test_a_run_cut_off_continues_from_its_checkpoint_to_the_same_numbers(
     kw = {"seeds": [0, 1], "privatizer": privatizer, "epsilon": eps, "config": UCBVIConfig(0.03)}
     ckpt = tmp_path / "ckpt"
     with pytest.raises(_CutOff):
-        ucbvi(mdp, K, progress=_killed_after(3), checkpoint=ckpt, checkpoint_every=0, **kw)
+        ucbvi(
+            mdp, K, progress=_killed_after(3), checkpoint=ckpt, checkpoint_every=0,
+            noise=noise_source([0, 1]), **kw,
+        )  # fmt: skip
     assert (ckpt / "state.pkl").is_file()
     done: list[int] = []
-    resumed = ucbvi(mdp, K, progress=done.append, checkpoint=ckpt, checkpoint_every=0, **kw)
+    resumed = ucbvi(
+        mdp, K, progress=done.append, checkpoint=ckpt, checkpoint_every=0,
+        noise=noise_source([0, 1]), **kw,
+    )  # fmt: skip
     assert done[0] == 2 * 1024 and sum(done) == K
-    whole = ucbvi(mdp, K, **kw)
+    whole = ucbvi(mdp, K, noise=noise_source([0, 1]), **kw)
     for a, b in zip(whole, resumed, strict=True):
         np.testing.assert_array_equal(a.regret, b.regret)
         reports = [{**r.report.to_dict(), "created": None} for r in (a, b)]

@@ -199,7 +199,7 @@ def test_z0_and_no_clipping_is_ordinary_fedavg_ensemble_training() -> None:
         plan,
         sample_rng=noise_rng(0),
         batch_rng=rng,
-        generator=torch.Generator().manual_seed(0),
+        generator=noise_rng(0),
     )
     positions, steps = fed.client_batches(clients.counts, plan.B, plan.E, noise_rng(9))
     models = []
@@ -234,11 +234,9 @@ def test_an_empty_round_adds_noise_only_to_every_trainable_parameter() -> None:
         plan,
         sample_rng=noise_rng(0),
         batch_rng=noise_rng(0),
-        generator=torch.Generator().manual_seed(4),
+        generator=noise_rng(4),
     )
-    expected = gaussian_noise_like(
-        start, sigma=plan.z * plan.C, generator=torch.Generator().manual_seed(4)
-    )
+    expected = gaussian_noise_like(start, sigma=plan.z * plan.C, generator=noise_rng(4))
     torch.testing.assert_close(theta - start, expected / plan.denominator, rtol=1e-5, atol=1e-7)
     assert {"max_logvar", "min_logvar"} <= set(layout.names)
     for name, part in layout.views(theta - start).items():
@@ -253,7 +251,7 @@ def test_noise_std_is_zC_over_qK() -> None:
     tolerance 3% (5 standard errors); the mean is within 5 standard errors of 0."""
     _, _, _, start = _setup()
     plan = _plan(noise_multiplier=0.52, clip_norm=3.0, sampling_rate=0.1, n_units=40)
-    gen = torch.Generator().manual_seed(11)
+    gen = noise_rng(11)
     noise = (fed.aggregate(start, torch.zeros_like(start), plan, gen) - start).double()
     want = 0.52 * 3.0 / (0.1 * 40)
     assert plan.noise_std == pytest.approx(want)
@@ -269,14 +267,12 @@ def test_the_sum_is_divided_by_qK_not_by_the_sampled_count() -> None:
     sampled = np.array([0, 1, 2, 3, 6, 7, 9])
     plan = _plan(noise_multiplier=0.0, sampling_rate=0.25, local_lr=1e-2)
     summed = fed.local_displacements(model.ensemble, start, clients, sampled, plan, noise_rng(2))
-    theta = fed.aggregate(start, summed, plan, torch.Generator().manual_seed(0))
+    theta = fed.aggregate(start, summed, plan, noise_rng(0))
     torch.testing.assert_close(theta - start, summed / 3.0, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(theta - start, summed / len(sampled))
     noisy = _plan(noise_multiplier=0.5, sampling_rate=0.25, local_lr=1e-2)
-    got = fed.aggregate(start, summed, noisy, torch.Generator().manual_seed(1)) - start
-    draw = gaussian_noise_like(
-        start, sigma=0.5 * noisy.C, generator=torch.Generator().manual_seed(1)
-    )
+    got = fed.aggregate(start, summed, noisy, noise_rng(1)) - start
+    draw = gaussian_noise_like(start, sigma=0.5 * noisy.C, generator=noise_rng(1))
     torch.testing.assert_close(got, (summed + draw) / 3.0, rtol=1e-5, atol=1e-6)
 
 

@@ -17,7 +17,7 @@ from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.primorl import primorl as P
 from privrl.primorl.dp_fedavg import DpFedAvgConfig
 from privrl.primorl.dynamics import dynamics_config
-from tests.noise import noise_rng
+from tests.noise import noise_rng, noise_source
 
 torch.set_num_threads(1)
 
@@ -289,13 +289,14 @@ def _interrupted_and_resumed(cfg, priv, pub, workdir) -> P.PrimorlResult:
             cfg,
             priv,
             5,
+            noise=noise_source(5),
             public_split=pub,
             workdir=workdir,
             progress=interrupt,
             fedavg_checkpoint_every=2,
         )
     assert (workdir / "fedavg_state.pt").exists()
-    return P.run(cfg, priv, 5, public_split=pub, workdir=workdir)
+    return P.run(cfg, priv, 5, noise=noise_source(5), public_split=pub, workdir=workdir)
 
 
 def _same_release(a: P.PrimorlResult, b: P.PrimorlResult) -> bool:
@@ -310,7 +311,7 @@ def test_interrupted_dp_fedavg_resumes_to_the_same_release(tmp_path) -> None:
     cfg = tiny_config(max_rounds=6, eval_every=1, patience=100)
     data = pendulum_data(30, seed=2)
     priv, pub = P.split_public(data, cfg.holdout_fraction, salt=cfg.split_salt)
-    full = P.run(cfg, priv, 5, public_split=pub)
+    full = P.run(cfg, priv, 5, noise=noise_source(5), public_split=pub)
     resumed = _interrupted_and_resumed(cfg, priv, pub, tmp_path)
     assert not (tmp_path / "fedavg_state.pt").exists()
     assert _same_release(full, resumed)
@@ -326,8 +327,8 @@ def test_a_run_with_server_momentum_resumes_to_the_same_release(tmp_path) -> Non
     cfg = tiny_config(**fast, server_momentum=0.9)
     data = pendulum_data(30, seed=2)
     priv, pub = P.split_public(data, cfg.holdout_fraction, salt=cfg.split_salt)
-    full = P.run(cfg, priv, 5, public_split=pub)
-    fedavg = P.run(tiny_config(**fast), priv, 5, public_split=pub)
+    full = P.run(cfg, priv, 5, noise=noise_source(5), public_split=pub)
+    fedavg = P.run(tiny_config(**fast), priv, 5, noise=noise_source(5), public_split=pub)
     assert _same_release(full, _interrupted_and_resumed(cfg, priv, pub, tmp_path))
     assert not _same_release(full, fedavg)
     assert full.fedavg["best_round"] != [1] * len(full.fedavg["best_round"])

@@ -57,9 +57,16 @@ def test_execute_writes_the_run_directory(data_file: Path, tmp_path: Path) -> No
     assert (out / "metrics.csv").read_text().startswith("step,value")
     assert (out / "plots" / "curve.png").stat().st_size > 1000
     assert np.load(out / "value.npy")[0] == pytest.approx(result.metrics["value"])
-    # same seed, same result
+    # same seed, fresh secret noise: a rerun does not reproduce the release
     again = execute(RunSpec(spec.system, spec.config, tmp_path / "again", data_file, 3), quiet=True)
-    assert again.metrics["value"] == result.metrics["value"]
+    assert again.metrics["value"] != result.metrics["value"]
+    # with the insecure opt-in it does, and the run says it is not certified
+    specs = [
+        RunSpec(spec.system, spec.config, tmp_path / f"insecure{i}", data_file, 3, True)
+        for i in (0, 1)
+    ]
+    a, b = (execute(s, quiet=True) for s in specs)
+    assert a.metrics["value"] == b.metrics["value"] and not a.privacy.certified
 
 
 def test_ledger_refuses_before_the_data_is_read(data_file: Path, tmp_path: Path) -> None:
@@ -124,10 +131,17 @@ def test_generated_command_and_privrl_run(data_file: Path, tmp_path: Path) -> No
         app, ["toy-mean", "--data", str(data_file), "-e", "1000", "--out", str(tmp_path / "bad")]
     )
     assert "--epsilon must be in (0, 100]" in str(res.exception)
-    # the same run from a file: identical metrics
+    # the same run from a file: identical metrics (with the same insecure, repeatable noise)
+    res = runner.invoke(
+        app,
+        ["toy-mean", "--data", str(data_file), "-e", "1", "--hidden", "2,3", "--out",
+         str(out), "--seed", "1", "--insecure-reproducible-noise"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
     toml = tmp_path / "run.toml"
     toml.write_text(
         f'system = "toy-mean"\ndata = "{data_file}"\nepsilon = 1\nhidden = [2, 3]\nseed = 1\n'
+        "insecure_reproducible_noise = true\n"
     )
     assert main(["run", str(toml), "--out", str(tmp_path / "file")]) == 0
     a = json.loads((out / "metrics.json").read_text())

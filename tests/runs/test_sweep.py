@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from pathlib import Path
 
@@ -170,8 +171,8 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
     out = tmp_path / "o"
     grid = _grid(
         tmp_path,
-        f'system = "toy-work"\nout = "{out}"\nwork = 100\n[grid]\nepsilon = [0.5, 4.0]\n'
-        f"seeds = 2\n[[cells]]\ncrash = true\n{IMPORTS}workers = 2\n",
+        f'system = "toy-work"\nout = "{out}"\nwork = 100\ninsecure_reproducible_noise = true\n'
+        f"[grid]\nepsilon = [0.5, 4.0]\nseeds = 2\n[[cells]]\ncrash = true\n{IMPORTS}workers = 2\n",
     )
     sweep = load_sweep(grid)
     parent_threads = os.environ.get("OMP_NUM_THREADS")
@@ -191,7 +192,9 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
         assert (cell.dir / "log.txt").exists() and (cell.run_dir / "privacy.json").exists()
     assert {"epsilon", "seed", "value", "privacy_epsilon", "seconds"} <= set(rows[0])
     assert [r["omp_threads"] for r in rows[:4]] == ["1"] * 4  # one BLAS thread per worker
-    assert float(rows[3]["privacy_epsilon"]) == pytest.approx(4.0, rel=1e-3)
+    # insecure reproducible noise: uncertified (ε = ∞), the ε of secret noise kept beside it
+    assert float(rows[3]["privacy_epsilon"]) == math.inf
+    assert float(rows[3]["privacy_nominal_epsilon"]) == pytest.approx(4.0, rel=1e-3)
     assert (out / "plots" / "value.png").stat().st_size > 1000
     summary = json.loads((out / "sweep.json").read_text())["summary"]
     assert [s["epsilon"] for s in summary] == [0.5, 4.0, None] and summary[0]["value"]["n"] == 2
@@ -221,8 +224,8 @@ def test_local_pool_runs_skips_finished_and_survives_failures(
     # the same grid without the crash cells: everything is finished, nothing runs
     ok_grid = _grid(
         tmp_path,
-        f'system = "toy-work"\nout = "{out}"\nwork = 100\n[grid]\nepsilon = [0.5, 4.0]\n'
-        f"seeds = 2\n{IMPORTS}",
+        f'system = "toy-work"\nout = "{out}"\nwork = 100\ninsecure_reproducible_noise = true\n'
+        f"[grid]\nepsilon = [0.5, 4.0]\nseeds = 2\n{IMPORTS}",
         "ok.toml",
     )
     nothing = run_sweep(load_sweep(ok_grid))
@@ -259,7 +262,8 @@ def test_ray_backend_runs_the_same_cells(tmp_path: Path, monkeypatch: pytest.Mon
     out = Path("ray")
     grid = _grid(
         tmp_path,
-        f'system = "toy-work"\nout = "ray"\nwork = 100\n[grid]\nepsilon = [0.5, 2.0]\n{IMPORTS}',
+        'system = "toy-work"\nout = "ray"\nwork = 100\ninsecure_reproducible_noise = true\n'
+        f"[grid]\nepsilon = [0.5, 2.0]\n{IMPORTS}",
     )
     assert main(["sweep", str(grid), "--backend", "ray", "--workers", "2"]) == 0
     rows = _rows(out)

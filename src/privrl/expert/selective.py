@@ -322,8 +322,8 @@ def selective_dp_sgd(
     ``steps_cap`` steps in all); with ``steps`` the coins of N steps are drawn first and their
     K private steps must fit the budget. ``"paper"``: N steps at q = p·b/m, NOT certified
     (the report states ε = ∞). p = 0 needs ``steps`` or ``steps_cap`` (no private steps).
-    ``rng`` is public randomness (the ordinary steps' minibatches); the step coins, the
-    private steps' sampling and their noise come from ``noise`` (default: secure).
+    ``rng`` is public randomness (the step coins, the ordinary steps' minibatches); the private
+    steps' sampling and their noise come from ``noise`` (default: secure).
     """
     noise = noise or NoiseSource.secure()
     if not isinstance(rng, np.random.Generator):
@@ -339,8 +339,10 @@ def selective_dp_sgd(
     if not 1 <= b <= m:
         raise ValueError(f"batch_size must be in [1, m = {m}], got {batch_size}")
     rate = b / m
-    _, train_rng = rng.spawn(2)
-    coin_rng = noise.generator("selective dp-sgd step coins")
+    coin_seed, train_rng = rng.spawn(2)
+    # The coins are public randomness: drawn before the data is touched, and the privacy event
+    # conditions on them (see the module docstring), so they repeat from the seed.
+    coin_rng = NoiseSource.insecure(coin_seed).generator("selective dp-sgd step coins")
     capped = False
     if pf == 0.0:
         n = steps if steps is not None else steps_cap
@@ -536,8 +538,9 @@ def train_expert_dp(
     ``dp_sgd_budget``: "split" (the paper: DP-SGD's steps fit (ε2, δ2) on their own) or
     "joint" (the steps fit the *total* (ε1 + ε2, δ1 + δ2) composed with the filter's T
     rounds by the PLD accountant, so DP-SGD also gets the part of ε1 that the composition
-    of the two does not use). ``rng`` is public randomness; the filter's draws, the step
-    coins, the private steps' sampling and all noise come from ``noise`` (default: secure).
+    of the two does not use). ``rng`` is public randomness (the step coins, minibatches); the
+    filter's draws, the private steps' sampling and all noise come from ``noise`` (default:
+    secure).
     """
     noise = noise or NoiseSource.secure()
     if dp_sgd_budget not in DP_SGD_BUDGETS:

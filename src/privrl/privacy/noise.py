@@ -122,12 +122,15 @@ class NoiseGenerator(np.random.Generator):
 
 
 def _restore(bit_state: Mapping[str, Any], secure: bool) -> NoiseGenerator:
-    if secure:
+    kind = str(bit_state.get("bit_generator", ""))
+    if kind.endswith("ChaCha"):
         import randomgen
 
         bits: Any = randomgen.ChaCha(rounds=_ROUNDS)
-    else:
+    elif kind == "PCG64":
         bits = np.random.PCG64()
+    else:
+        raise ValueError(f"not a privrl noise generator's state (bit generator {kind!r})")
     bits.state = dict(bit_state)
     return NoiseGenerator(bits, secure=secure)
 
@@ -180,6 +183,8 @@ class NoiseSource:
         k = self._issued.get(stream, 0)
         self._issued[stream] = k + 1
         base = self._seed
+        if stream == "noise" and k == 0:  # numpy's own seeded stream: simulations written
+            return NoiseGenerator(np.random.PCG64(base), secure=False)  # on it keep their numbers
         key = (*base.spawn_key, _INSECURE_TAG, zlib.crc32(stream.encode()), k)
         ss = np.random.SeedSequence(base.entropy, spawn_key=key, pool_size=base.pool_size)
         return NoiseGenerator(np.random.PCG64(ss), secure=False)

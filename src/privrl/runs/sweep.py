@@ -832,6 +832,8 @@ def collect_rows(sweep: Sweep) -> list[dict[str, Any]]:
             privacy = _read_json(cell.run_dir / "privacy.json") or {}
             row["privacy_epsilon"] = privacy.get("epsilon")
             row["privacy_delta"] = privacy.get("delta")
+            if privacy.get("nominal_epsilon") is not None:  # insecure noise: ε = ∞, and this
+                row["privacy_nominal_epsilon"] = privacy["nominal_epsilon"]
         rows.append(row)
     return rows
 

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from privrl.privacy.noise import NoiseSource
 from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 
@@ -450,13 +451,15 @@ class AuditSystem(System):
     ) -> dict[str, Any]:
         """The keywords every audit function takes: trials, canary (``file`` when the plan
         loaded a canary file, passed as `plan.facts[loaded]` under the keyword `loaded`), rng
-        and the progress hook."""
+        and the progress hook. An audit's trials run the mechanism on canaries (synthetic, or a
+        file that carries no ledger), so its noise repeats from the seed: the rng is an
+        insecure reproducible `NoiseGenerator`, and the audit's report is the claim it tests."""
         canary = plan.facts[loaded]
         return {
             "trials": config.trials,
             "canary": "file" if canary is not None else config.canary,
             loaded: canary,
-            "rng": rng,
+            "rng": NoiseSource.insecure(rng).generator("audit"),
             "progress": self.progress(ctx),
         }
 
