@@ -30,13 +30,14 @@ from privrl.cli.data import data_app
 from privrl.cli.demo import demo
 from privrl.cli.errors import CliError, known_errors
 from privrl.cli.evaluate import eval_cmd
-from privrl.cli.helptext import reflow_tree
+from privrl.cli.helptext import reflow_tree, use_options_panel
 from privrl.cli.ledger import ledger_app
 from privrl.cli.online import online_app
 from privrl.cli.ope import ope_app
 from privrl.cli.reproduce import reproduce
 from privrl.cli.run import run
 from privrl.cli.sweep import sweep
+from privrl.cli.topics import help_topic
 from privrl.cli.train import train_app
 from privrl.runs.console import (
     INTERRUPTED,
@@ -91,6 +92,7 @@ app.command("eval", no_args_is_help=True)(eval_cmd)
 app.command()(reproduce)
 app.command()(run)
 app.command()(sweep)
+app.command("help")(help_topic)
 
 
 class _Interrupted(BaseException):
@@ -104,7 +106,9 @@ class _Interrupted(BaseException):
 
 @cache
 def _command() -> Any:
-    """The click command tree of `app`, with help texts reflowed for the terminal."""
+    """The click command tree of `app`, with help texts reflowed for the terminal (and option
+    panels whose names are never cut)."""
+    use_options_panel()
     command = reflow_tree(typer.main.get_command(app))
     invoke = command.invoke
 
