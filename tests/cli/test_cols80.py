@@ -159,13 +159,15 @@ def test_sweep_summary_fits_80_columns_scalars_only(tmp_path) -> None:
 
 
 def _report() -> PrivacyReport:
-    event = dp_event.GaussianDpEvent(50.0)
+    """Releases named and parametrised like the demo's (two noise parameters of 5 digits)."""
+    event = dp_event.GaussianDpEvent(14.57)
+    noise = {"sigma": 65.15, "noise_multiplier": 14.57}
     release = Release(
-        "transition counts n_h(s,a,s')",
+        "transition counts n_h(s,a,s') at target ε=0.25",
         "gaussian",
-        1.0,
+        4.472,
         "l2",
-        {"noise_multiplier": 50.0},
+        noise,
         event=event,
     )
     return PrivacyReport.build("trajectory", "replace-one", [release, release], 1e-6, system="t")

@@ -1473,9 +1473,10 @@ class BudgetLedger:
             f"ε={fmt_number(spent, 4)} of ε_total={fmt_number(self.epsilon_total, 4)} at "
             f"δ={fmt_number(self.delta)}, ε={fmt_number(self.epsilon_total - spent, 4)} left"
         )
-        table = Table(title=Text(title), title_justify="left")
         # Ids, times and numbers are never wrapped or cut (at 80 columns too): the run id and
-        # the ε spent each take two lines of their cell; only the label wraps.
+        # the ε spent each take two lines of their cell; only the label wraps. The table is at
+        # least as wide as its title, so a wide terminal shows the budget on one line.
+        table = Table(title=Text(title), title_justify="left", min_width=len(title) + 4)
         table.add_column("run id / recorded (UTC)", no_wrap=True)
         table.add_column("label", ratio=1)
         table.add_column("system", no_wrap=True)
