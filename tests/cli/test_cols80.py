@@ -221,3 +221,13 @@ def test_run_and_audit_summaries_fit_80_columns(
         print_summary(tmp_path / "run", result)
         shown[width] = capsys.readouterr().out
     assert_whole(shown[COLUMNS], shown[WIDE])
+
+
+def test_run_list_fits_80_columns(capsys, monkeypatch) -> None:
+    shown = {}
+    for width in (COLUMNS, WIDE):
+        monkeypatch.setenv("COLUMNS", str(width))
+        assert main(["run", "--list"]) == 0
+        shown[width] = capsys.readouterr().out
+    assert_whole(shown[COLUMNS], shown[WIDE])
+    assert "dp-apvi" in shown[COLUMNS].split()

@@ -14,7 +14,8 @@ from privrl.data import tools
 
 data_app = typer.Typer(
     help=(
-        "Trajectory datasets: `info` to inspect one, `import` a Parquet/CSV table of transitions "
+        "Trajectory datasets: inspect, import, export and collect.\n\n"
+        "`info` to inspect one, `import` a Parquet/CSV table of transitions "
         "or a local Minari dataset, `export` to Parquet/CSV/Minari, `collect` by rolling out a "
         "policy in a Gymnasium environment. The native format is one HDF5 file (.h5)."
     ),

@@ -35,8 +35,16 @@ def run(
 
     catalog.load()
     if list_systems:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(box=None, show_header=False, pad_edge=False)
+        table.add_column(no_wrap=True, style="bold")
+        table.add_column(ratio=1)
         for name in registry.names():
-            typer.echo(f"{name:12s} {registry.get(name).summary}")
+            table.add_row(Text(name), Text(registry.get(name).summary))
+        Console().print(table)
         return
     if show is not None:
         try:
