@@ -231,3 +231,41 @@ def test_run_list_fits_80_columns(capsys, monkeypatch) -> None:
         shown[width] = capsys.readouterr().out
     assert_whole(shown[COLUMNS], shown[WIDE])
     assert "dp-apvi" in shown[COLUMNS].split()
+
+
+def _example_lines(text: str) -> list[str]:
+    """The `privrl ...` lines of a help text, with `\\` continuations joined."""
+    lines, pending = [], ""
+    for raw in text.splitlines():
+        line = f"{pending} {raw.strip()}" if pending else raw.strip()
+        if line.endswith("\\"):
+            pending = line[:-1].rstrip()
+            continue
+        pending = ""
+        if line.startswith("privrl "):
+            lines.append(line)
+    return lines
+
+
+def _help_examples() -> list[str]:
+    texts = [text for _, text in TOPICS.values()]
+
+    def walk(command: Any) -> None:
+        texts.extend(t for t in (command.help, command.epilog) if t)
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+
+    walk(_command())
+    return [line for text in texts for line in _example_lines(text)]
+
+
+def test_help_examples_parse() -> None:
+    """The examples the helps and topics show (shortened to fit 80 columns) still parse
+    against the command tree."""
+    from tests.cli.test_readme_commands import _argv_variants, parse
+
+    examples = _help_examples()
+    assert any(e.startswith("privrl data import") for e in examples)
+    for line in examples:
+        for argv in _argv_variants(line):
+            parse(_command(), argv)
