@@ -1070,7 +1070,7 @@ def _summary_table(spec: Sweep, outcome: SweepOutcome, metrics: list[str]) -> An
     for m in metrics:
         table.add_column(m, justify="right")
     for entry in outcome.summary:
-        cells = [Text(_scalar(entry.get(k))) for k in keys]
+        cells = [Text(_cell_text(entry.get(k))) for k in keys]
         cells.append(Text(f"{entry.get('ok')}/{entry.get('cells')}"))
         for m in metrics:
             s = entry.get(m)
@@ -1079,16 +1079,16 @@ def _summary_table(spec: Sweep, outcome: SweepOutcome, metrics: list[str]) -> An
     return table
 
 
-def _scalar(value: Any) -> str:
+def _cell_text(value: Any) -> str:
     """An axis value as the table shows it: numbers short, lists joined, never a dict."""
     if isinstance(value, bool) or value is None:
         return str(value)
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (list, tuple)):
-        return ",".join(_scalar(v) for v in value)
+        return ",".join(_cell_text(v) for v in value)
     if isinstance(value, dict):
-        return ";".join(f"{k}={_scalar(v)}" for k, v in value.items())
+        return ";".join(f"{k}={_cell_text(v)}" for k, v in value.items())
     return str(value)
 
 
