@@ -4,6 +4,9 @@ Typer keeps the single line breaks of a docstring after its first paragraph, and
 wraps those lines again to the terminal's width, which leaves ragged half-empty lines. Here
 every paragraph's prose lines are joined (so rich wraps them once), while indented lines
 (examples) and bullet items keep their own lines.
+
+`options_panel` draws typer's Options/Arguments panels so that nothing in them is cut at 80
+columns (see its comment); `privrl.cli.main` installs it with `use_options_panel`.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def _type_and_choices(param: Any, ctx: Any) -> tuple[Text, str | None]:
         return types_highlighter(Text("<choice>")), "one of: " + ", ".join(
             label.strip("<>").split("|")
         )
-    range_str = param._get_number_range_help_str()
+    range_str = getattr(param, "_get_number_range_help_str", lambda: None)()
     if range_str:
         label += f" [{range_str}]"
     return types_highlighter(Text(label)), None
@@ -131,7 +134,11 @@ def options_panel(
 
 
 def use_options_panel() -> None:
-    """Make typer's rich help draw its option panels with `options_panel`."""
-    from typer import rich_utils
+    """Make typer's rich help draw its option panels with `options_panel` (an older typer,
+    whose parameters have no `display_type_rich`, keeps its own panel)."""
+    from typer import core, rich_utils
 
-    rich_utils._print_options_panel = options_panel  # type: ignore[assignment]
+    if hasattr(core.TyperOption, "display_type_rich") and hasattr(
+        rich_utils, "_print_options_panel"
+    ):
+        rich_utils._print_options_panel = options_panel  # type: ignore[assignment]
