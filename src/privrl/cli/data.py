@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from privrl.data import tools
+from privrl.data import import_help, tools
 
 data_app = typer.Typer(
     help=(
@@ -44,25 +44,7 @@ def info(
         typer.echo(f"wrote {plot}")
 
 
-IMPORT_EPILOG = """Column mapping (--columns, -c) of a table, KEY=COL,...; COL|COL is a vector:
-  required: episode=COL,obs=COL|COL,action=COL,reward=COL
-  optional: next_obs=COL|COL terminated=COL truncated=COL
-            behaviour_prob=COL unit=COL timestep=COL
-Spaces (--observation-space, --action-space):
-  discrete:N  multidiscrete:N1,N2  box:LOW,HIGH  box:LOW:HIGH:DIM
-  box:FILE.json  box:FILE.npz
-
-Examples:
-  privrl data import visits.csv --out visits.h5 --unit column=user \\
-      -c "episode=patient,obs=s1|s2,action=dose,reward=y" \\
-      --action-space discrete:4
-  privrl data import my-minari-dataset-v0 --out d.h5 --unit episode
-
-More: `privrl help columns`, `privrl help spaces`.
-"""
-
-
-@data_app.command("import", epilog=IMPORT_EPILOG)
+@data_app.command("import", epilog=import_help.SUMMARY)
 def import_(
     source: str = typer.Argument(..., help="Table file, or a local Minari dataset id/directory."),
     *,

@@ -30,7 +30,7 @@ from privrl.cli.data import data_app
 from privrl.cli.demo import demo
 from privrl.cli.errors import CliError, known_errors
 from privrl.cli.evaluate import eval_cmd
-from privrl.cli.helptext import reflow_tree, use_options_panel
+from privrl.cli.helptext import reflow_tree
 from privrl.cli.ledger import ledger_app
 from privrl.cli.online import online_app
 from privrl.cli.ope import ope_app
@@ -46,6 +46,7 @@ from privrl.runs.console import (
     one_line,
     os_error,
 )
+from privrl.runs.helppanel import use_options_panel
 
 app = typer.Typer(
     name="privrl",

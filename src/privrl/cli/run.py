@@ -36,15 +36,8 @@ def run(
     catalog.load()
     if list_systems:
         from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text
 
-        table = Table(box=None, show_header=False, pad_edge=False)
-        table.add_column(no_wrap=True, style="bold")
-        table.add_column(ratio=1)
-        for name in registry.names():
-            table.add_row(Text(name), Text(registry.get(name).summary))
-        Console().print(table)
+        Console().print(registry.systems_table())
         return
     if show is not None:
         try:
