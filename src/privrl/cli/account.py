@@ -58,9 +58,9 @@ def account(
 
     Examples:
 
-      privrl account -z 1.0 -q 0.00256 -T 10000 --delta 1e-5    # DP-SGD-style steps
+      privrl account -z 1.0 -q 0.00256 -T 10000 --delta 1e-5   # DP-SGD-style
 
-      privrl account -m zcdp --rho 1 --delta 1e-3                # zCDP -> (eps, delta)
+      privrl account -m zcdp --rho 1 --delta 1e-3               # zCDP -> (ε, δ)
 
       privrl account -m approx --epsilon0 0.2 --delta0 1e-8 -T 25 --delta 1e-5
     """
@@ -114,9 +114,9 @@ def calibrate(
 
     Examples:
 
-      privrl calibrate --epsilon 5 --delta 1e-5 -q 0.001 -T 7000     # -> z ≈ 0.524
+      privrl calibrate --epsilon 5 --delta 1e-5 -q 0.001 -T 7000  # z ≈ 0.524
 
-      privrl calibrate --epsilon 5 --delta 1e-5 -q 0.001 -z 0.6      # -> largest T
+      privrl calibrate --epsilon 5 --delta 1e-5 -q 0.001 -z 0.6   # largest T
     """
     out, text = calculator.calibrate(
         epsilon,

@@ -10,11 +10,12 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from privrl.data import tools
+from privrl.data import import_help, tools
 
 data_app = typer.Typer(
     help=(
-        "Trajectory datasets: `info` to inspect one, `import` a Parquet/CSV table of transitions "
+        "Trajectory datasets: inspect, import, export and collect.\n\n"
+        "`info` to inspect one, `import` a Parquet/CSV table of transitions "
         "or a local Minari dataset, `export` to Parquet/CSV/Minari, `collect` by rolling out a "
         "policy in a Gymnasium environment. The native format is one HDF5 file (.h5)."
     ),
@@ -43,7 +44,7 @@ def info(
         typer.echo(f"wrote {plot}")
 
 
-@data_app.command("import")
+@data_app.command("import", epilog=import_help.SUMMARY)
 def import_(
     source: str = typer.Argument(..., help="Table file, or a local Minari dataset id/directory."),
     *,
@@ -52,10 +53,7 @@ def import_(
         None,
         "--columns",
         "-c",
-        help=(
-            "Column mapping for tables: episode=COL,obs=COL|COL,action=COL,reward=COL "
-            "[,next_obs=…,terminated=…,truncated=…,behaviour_prob=…,unit=…,timestep=…]."
-        ),
+        help="Column mapping for tables, KEY=COL,... (see below and `privrl help columns`).",
     ),
     fmt: TableFormat = typer.Option(
         None, "--format", "-f", help="parquet, csv or minari (default: from the file name)."
@@ -64,10 +62,9 @@ def import_(
         None,
         "--observation-space",
         help=(
-            "Declared observation space (else inferred from the data, which private work "
-            "refuses): discrete:N, multidiscrete:N1,N2,… (integer-coded categorical columns), "
-            "box:LOW,HIGH (every column), box:LOW:HIGH:DIM, or box:FILE.json / box:FILE.npz "
-            "(per-column arrays low and high). Values outside it are clipped into it."
+            "Declared observation space, e.g. discrete:N or box:LOW,HIGH (see `privrl help "
+            "spaces`); else inferred from the data, which private work refuses. Values outside "
+            "it are clipped into it."
         ),
     ),
     action_space: str = typer.Option(
@@ -99,11 +96,7 @@ def import_(
     ),
 ) -> None:
     """Import a Parquet/CSV table of transitions (one row per transition, with an episode-id
-    column) or a local Minari dataset into privrl's native HDF5 format.
-
-    Example: privrl data import visits.csv -c "episode=patient,obs=s1|s2,action=dose,reward=y"
-    --action-space discrete:4 --unit column=user --out visits.h5
-    """
+    column) or a local Minari dataset into privrl's native HDF5 format."""
     notes: list[str] = []
     ds = tools.import_dataset(
         source,
@@ -177,9 +170,9 @@ def collect_(
     recorded for discrete actions), or build a named paper dataset with --recipe.
 
     Examples:
-      privrl data collect --env CartPole-v1 --episodes 500 --seed 1 --out cartpole.h5
+      privrl data collect --env CartPole-v1 --episodes 500 --out cartpole.h5
       privrl data collect --recipe list
-      privrl data collect --recipe primorl-pendulum            # resumable; rerun to continue
+      privrl data collect --recipe primorl-pendulum     # rerun to continue
     """
     given = _given_flags(ctx)
     if out is not None:

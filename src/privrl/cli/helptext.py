@@ -4,6 +4,9 @@ Typer keeps the single line breaks of a docstring after its first paragraph, and
 wraps those lines again to the terminal's width, which leaves ragged half-empty lines. Here
 every paragraph's prose lines are joined (so rich wraps them once), while indented lines
 (examples) and bullet items keep their own lines.
+
+The option panels themselves are drawn by `privrl.runs.helppanel` (nothing in them is cut at
+80 columns); `privrl.cli.main` installs it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from privrl.privacy.units import parse_relation, parse_unit
 
 ledger_app = typer.Typer(
     help=(
-        "Privacy budget ledgers. A ledger belongs to a dataset's episodes (their content "
+        "Privacy budget ledgers: one total budget for a dataset's episodes.\n\n"
+        "A ledger belongs to a dataset's episodes (their content "
         "fingerprint), so copies, renames and re-exports of the same episodes share one budget. "
         "It records every private run on them and refuses a run that would exceed the total "
         "budget. Spends compose through the accountant, not by adding epsilons."

@@ -37,6 +37,7 @@ from privrl.cli.ope import ope_app
 from privrl.cli.reproduce import reproduce
 from privrl.cli.run import run
 from privrl.cli.sweep import sweep
+from privrl.cli.topics import help_topic
 from privrl.cli.train import train_app
 from privrl.runs.console import (
     INTERRUPTED,
@@ -45,6 +46,7 @@ from privrl.runs.console import (
     one_line,
     os_error,
 )
+from privrl.runs.helppanel import use_options_panel
 
 app = typer.Typer(
     name="privrl",
@@ -91,6 +93,7 @@ app.command("eval", no_args_is_help=True)(eval_cmd)
 app.command()(reproduce)
 app.command()(run)
 app.command()(sweep)
+app.command("help")(help_topic)
 
 
 class _Interrupted(BaseException):
@@ -104,7 +107,9 @@ class _Interrupted(BaseException):
 
 @cache
 def _command() -> Any:
-    """The click command tree of `app`, with help texts reflowed for the terminal."""
+    """The click command tree of `app`, with help texts reflowed for the terminal (and option
+    panels whose names are never cut)."""
+    use_options_panel()
     command = reflow_tree(typer.main.get_command(app))
     invoke = command.invoke
 

@@ -20,7 +20,8 @@ from privrl.runs.cli import add_command
 online_app = typer.Typer(
     name="online",
     help=(
-        "Online RL with privacy, one user per episode: SDP-PE (shuffle model), PE, UCB-VI and "
+        "Online RL with privacy, one user per episode.\n\n"
+        "SDP-PE (shuffle model), PE, UCB-VI and "
         "DP-UCBVI (central / local model). Exact regret; run directory with privacy.json."
     ),
     no_args_is_help=True,

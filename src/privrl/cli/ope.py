@@ -21,9 +21,9 @@ from privrl.runs.cli import add_command
 
 ope_app = typer.Typer(
     help=(
-        "Off-policy evaluation of a target policy with linear features, with differential "
-        "privacy for one whole trajectory (GPOPE; the output-perturbation baselines DP-LSW and "
-        "DP-LSL; non-private LSTD for reference). Use --data FILE for your own dataset or "
+        "Off-policy evaluation of a target policy, private for one whole trajectory.\n\n"
+        "With linear features: GPOPE and the output-perturbation baselines DP-LSW and DP-LSL "
+        "(non-private LSTD for reference). Use --data FILE for your own dataset or "
         "--env chain|mountain-car|hiv to sample one from a built-in domain (then the MSPBE is "
         "reported). For logs with propensities (bandit logs, short episodes): private IPS, "
         "SNIPS and DR, which report the policy's value with a confidence interval."

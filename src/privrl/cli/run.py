@@ -35,8 +35,9 @@ def run(
 
     catalog.load()
     if list_systems:
-        for name in registry.names():
-            typer.echo(f"{name:12s} {registry.get(name).summary}")
+        from rich.console import Console
+
+        Console().print(registry.systems_table())
         return
     if show is not None:
         try:

@@ -70,7 +70,7 @@ def sweep(
     from rich.console import Console
 
     console = Console()
-    console.print(sweeps.summary_table(spec, outcome))
+    console.print(sweeps.summary_table(spec, outcome, console.width))
     console.print(sweeps.summary_line(spec, outcome), highlight=False)
     if outcome.failed:
         typer.echo(

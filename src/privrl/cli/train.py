@@ -9,7 +9,8 @@ from privrl.cli import train_expert, train_linear, train_mopo, train_primorl, tr
 
 train_app = typer.Typer(
     help=(
-        "Learn a policy offline. Every command writes a run directory (--out): config.json, "
+        "Learn a policy offline: tabular, linear, model-based or expert-level.\n\n"
+        "Every command writes a run directory (--out): config.json, "
         "metrics.json, metrics.csv, privacy.json, plots/, and the learned policy. A private run "
         "on a dataset with a ledger checks the ledger before reading the data."
     ),

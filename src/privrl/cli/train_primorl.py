@@ -23,11 +23,12 @@ the dynamics ensemble (the one release); SAC then learns in the pessimistic mode
 touching the data.
 
 Examples:
-  privrl train primorl --data primorl-pendulum.h5 --variant high --out runs/primorl-high
-  privrl train primorl --data D.h5 --epsilon 5 --out runs/eps5          # z calibrated
-  privrl train primorl --data D.h5 -z 0.52 --steps 7000 --clip 0.02 --trajectories 30000
+  privrl train primorl --data primorl-pendulum.h5 --variant high --out runs/hi
+  privrl train primorl --data D.h5 --epsilon 5 --out runs/e5   # z calibrated
+  privrl train primorl --data D.h5 -z 0.52 --steps 7000 --clip 0.02 \\
+      --trajectories 30000
   privrl train primorl --data users.h5 --unit user --users 500 --epsilon 8
-  privrl train primorl --model runs/primorl-high/model.pt --epochs 50 --out runs/again
+  privrl train primorl --model runs/hi/model.pt --epochs 50 --out runs/again
 
 Writes config.json, metrics.json (return_mean, return_std, normalised_score, epsilon,
 delta), metrics.csv (per SAC epoch), model_holdout.csv, privacy.json (one release),

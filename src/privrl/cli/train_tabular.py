@@ -32,9 +32,9 @@ def register(app: typer.Typer) -> None:
 
     Examples:
 
-      privrl train dp-apvi --env random-tabular --episodes 20000 --rho 1 --out runs/a
+      privrl train dp-apvi --env random-tabular --episodes 20000 --rho 1
 
-      privrl train dp-apvi --data trips.h5 --horizon 10 --rho 1 --privatize-rewards --out runs/b
+      privrl train dp-apvi --data trips.h5 -H 10 --rho 1 --privatize-rewards
     """,
     )
     add_command(

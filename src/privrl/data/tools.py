@@ -208,9 +208,18 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
         if isinstance(value, dict) and key != "extra":
             value = ", ".join(f"{k} {v:.4g}" for k, v in value.items())
         elif key == "extra":
-            value = json.dumps(value, default=str)[:200]
+            value = _extra_line(value)
         table.add_row(key, str(value))
     return table
+
+
+def _extra_line(extra: dict[str, Any]) -> str:
+    """The metadata's extra as `key=value` items; nested values are left to `--json`."""
+    items = [
+        f"{k} (see --json)" if isinstance(v, (dict, list, tuple)) else f"{k}={v}"
+        for k, v in extra.items()
+    ]
+    return ", ".join(items) or "-"
 
 
 def plot_returns(returns: np.ndarray, path: Path, title: str) -> None:

@@ -1473,24 +1473,22 @@ class BudgetLedger:
             f"ε={fmt_number(spent, 4)} of ε_total={fmt_number(self.epsilon_total, 4)} at "
             f"δ={fmt_number(self.delta)}, ε={fmt_number(self.epsilon_total - spent, 4)} left"
         )
-        table = Table(title=Text(title), title_justify="left")
-        for name, justify in [
-            ("run id", "left"),
-            ("recorded (UTC)", "left"),
-            ("label", "left"),
-            ("system", "left"),
-            ("run ε (δ)", "right"),
-            ("cumulative ε", "right"),
-        ]:
-            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        # Ids, times and numbers are never wrapped or cut (at 80 columns too): the run id and
+        # the ε spent each take two lines of their cell; only the label wraps. The table is at
+        # least as wide as its title, so a wide terminal shows the budget on one line.
+        table = Table(title=Text(title), title_justify="left", min_width=len(title) + 4)
+        table.add_column("run id / recorded (UTC)", no_wrap=True)
+        table.add_column("label", ratio=1)
+        table.add_column("system", no_wrap=True)
+        table.add_column("run ε (δ)", justify="right", no_wrap=True)
+        table.add_column("total ε", justify="right", no_wrap=True)
         for i, (entry, rep) in enumerate(zip(self._entries, reports, strict=True)):
             cumulative = self._spend(spends[: i + 1])
             table.add_row(
-                Text(entry.run_id),
-                entry.timestamp,
+                Text(f"{entry.run_id}\n{entry.timestamp}"),
                 Text(entry.label),
                 Text(rep.system),
-                f"{fmt_number(rep.epsilon, 4)} ({fmt_number(rep.delta)})",
+                f"{fmt_number(rep.epsilon, 4)}\n({fmt_number(rep.delta)})",
                 fmt_number(cumulative, 4),
             )
         files = "; ".join(self.known_files())

@@ -505,11 +505,12 @@ class PrivacyReport:
         """A rich table: the one-sentence guarantee as title, one row per release."""
         # Text objects throughout: names like "Q[h]" must not be parsed as rich markup.
         table = Table(title=Text(self.summary()), title_justify="left")
-        table.add_column("release")
+        # At 80 columns the release's name wraps; no number is cut (one noise parameter a line).
+        table.add_column("release", ratio=1)
         table.add_column("mechanism")
         table.add_column("sensitivity", justify="right")
-        table.add_column("noise")
-        table.add_column("count", justify="right")
+        table.add_column("noise", no_wrap=True)
+        table.add_column("count", justify="right", no_wrap=True)
         for r in self.releases:
             sensitivity = Text(f"{fmt_number(r.sensitivity, 4)} ({r.norm})")
             if math.isnan(r.sensitivity):  # data-dependent (smooth sensitivity): withheld
@@ -520,7 +521,7 @@ class PrivacyReport:
                 noise = Text("none (NOT PRIVATE)", style="bold red")
             else:
                 parts = [f"{k}={fmt_number(v, 4)}" for k, v in r.noise.items()]
-                noise = Text(", ".join(parts) or "-")
+                noise = Text("\n".join(parts) or "-")
             table.add_row(Text(r.name), Text(r.mechanism), sensitivity, noise, str(r.count))
         lines = [f"accountant: {self.accountant}; trust model: {self.model}"]
         if self.public:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from functools import cache
+from typing import Any
 
 from privrl.runs.system import System
 
@@ -34,6 +35,20 @@ def get(name: str) -> System:
 def names() -> list[str]:
     _load_catalog()
     return sorted(SYSTEMS)
+
+
+def systems_table() -> Any:
+    """A rich table of the systems and their summaries (`privrl run --list`): the names stay
+    whole, the summaries wrap at words to the terminal."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(no_wrap=True, style="bold")
+    table.add_column(ratio=1)
+    for name in names():
+        table.add_row(Text(name), Text(get(name).summary))
+    return table
 
 
 def _load_catalog() -> None:

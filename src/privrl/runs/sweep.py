@@ -1034,26 +1034,64 @@ def _read_json(path: Path) -> Any:
 # ============================================================================ console
 
 
-def summary_table(spec: Sweep, outcome: SweepOutcome) -> Any:
-    """A rich table of the summary: one row per combination of the non-seed axes, each metric
-    as mean [95% interval] (the standard metrics first, at most four unless `[sweep] metrics`
-    names them)."""
-    from rich.table import Table
+def summary_table(spec: Sweep, outcome: SweepOutcome, width: int = 80) -> Any:
+    """A rich table of the summary that fits `width` columns: one row per combination of the
+    non-seed axes (scalars only), then each metric as mean [95% interval], the standard metrics
+    and ε first, as many as fit (at most four unless `[sweep] metrics` names them); the caption
+    names the metrics left out, which results.csv and sweep.json hold."""
+    from rich.console import Console
+    from rich.measure import Measurement
 
-    metrics = list(spec.options.metrics) or _shown(_metric_names(outcome.summary))
-    table = Table(title=f"sweep {spec.out}: {outcome.total} cells")
-    keys = [k for k in (outcome.summary[0] if outcome.summary else {}) if k not in metrics]
+    names = _metric_names(outcome.summary)
+    wanted = list(spec.options.metrics) or _shown(names)
+    console = Console(width=10_000)
+    shown: list[str] = []
+    for m in wanted:
+        table = _summary_table(spec, outcome, [*shown, m])
+        if shown and Measurement.get(console, console.options, table).maximum > width:
+            break
+        shown.append(m)
+    table = _summary_table(spec, outcome, shown)
+    rest = [m for m in names if m not in shown]
+    if rest:
+        table.caption = f"{len(rest)} more in {spec.out}/results.csv: {', '.join(rest)}"
+        table.caption_justify = "left"
+    return table
+
+
+def _summary_table(spec: Sweep, outcome: SweepOutcome, metrics: list[str]) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"sweep {spec.out}: {outcome.total} cells, mean [95% CI] over seeds")
+    first = outcome.summary[0] if outcome.summary else {}
+    keys = [k for k, v in first.items() if k not in ("cells", "ok") and not isinstance(v, dict)]
     for k in keys:
         table.add_column(k)
+    table.add_column("ok", justify="right")
     for m in metrics:
-        table.add_column(f"{m} (mean [95% CI])", justify="right")
+        table.add_column(m, justify="right")
     for entry in outcome.summary:
-        cells = [str(entry.get(k)) for k in keys]
+        cells = [Text(_cell_text(entry.get(k))) for k in keys]
+        cells.append(Text(f"{entry.get('ok')}/{entry.get('cells')}"))
         for m in metrics:
             s = entry.get(m)
-            cells.append(f"{s['mean']:.4g} [{s['low']:.4g}, {s['high']:.4g}]" if s else "-")
+            cells.append(Text(f"{s['mean']:.4g} [{s['low']:.3g}, {s['high']:.3g}]" if s else "-"))
         table.add_row(*cells)
     return table
+
+
+def _cell_text(value: Any) -> str:
+    """An axis value as the table shows it: numbers short, lists joined, never a dict."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_cell_text(v) for v in value)
+    if isinstance(value, dict):
+        return ";".join(f"{k}={_cell_text(v)}" for k, v in value.items())
+    return str(value)
 
 
 def summary_line(spec: Sweep, outcome: SweepOutcome) -> str:

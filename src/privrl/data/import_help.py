@@ -1,0 +1,79 @@
+"""The grammars of `privrl data import` explained in full, for a person at an 80-column
+terminal: the column mapping of a table (`COLUMNS`) and the declared spaces (`SPACES`), shown
+by `privrl help columns|spaces`, and the summary of both that ends `privrl data import --help`
+(`SUMMARY`). Every line fits 80 columns; the parsers are `privrl.data.io.parse_column_mapping`
+and `privrl.data.tools.parse_space`.
+"""
+
+SUMMARY = """Column mapping (--columns, -c) of a table, KEY=COL,...; COL|COL is a vector:
+  required: episode=COL,obs=COL|COL,action=COL,reward=COL
+  optional: next_obs=COL|COL terminated=COL truncated=COL
+            behaviour_prob=COL unit=COL timestep=COL
+Spaces (--observation-space, --action-space):
+  discrete:N  multidiscrete:N1,N2  box:LOW,HIGH  box:LOW:HIGH:DIM
+  box:FILE.json  box:FILE.npz
+
+Examples:
+  privrl data import visits.csv --out visits.h5 --unit column=user \\
+      -c "episode=patient,obs=s1|s2,action=dose,reward=y" \\
+      --action-space discrete:4
+  privrl data import my-minari-dataset-v0 --out d.h5 --unit episode
+
+More: `privrl help columns`, `privrl help spaces`.
+"""
+
+COLUMNS = """\
+The column mapping of `privrl data import TABLE --columns MAPPING` (-c) says
+which table columns hold which dataset field. One row of the table is one
+transition; the rows of an episode share its episode id.
+
+  MAPPING = KEY=COL[,KEY=COL...]      (KEY=COL|COL|... for a vector field)
+
+Required keys:
+  episode         the episode id (rows are grouped by it, episodes sorted by it)
+  obs             the observation: one column, or COL|COL|... for a vector
+  action          the action: one column, or COL|COL|...
+  reward          the reward
+
+Optional keys:
+  next_obs        the next observation (as many columns as obs); without it the
+                  last row of each episode becomes the final observation and its
+                  action and reward are dropped (a note says so)
+  terminated      1 where the episode ended in a terminal state
+  truncated       1 where the episode was cut (a time limit)
+  behaviour_prob  the logging policy's probability of the logged action (OPE)
+  unit            the unit id of each row (a user), for user-level privacy
+  timestep        the step index: orders the rows within an episode
+
+Examples:
+  privrl data import visits.csv --out visits.h5 --action-space discrete:4 \\
+      -c "episode=patient,obs=s1|s2,action=dose,reward=y"
+  privrl data import logs.parquet --out logs.h5 \\
+      -c "episode=ep,obs=x,action=a,reward=r,terminated=done,behaviour_prob=p"
+
+Quote the mapping: `|` is a pipe to the shell. See also `privrl help spaces`.
+"""
+
+SPACES = """\
+A declared space (`privrl data import --observation-space SPACE`, and
+`--action-space`) is public information about the data; a space inferred from
+the data is derived from private values, so private commands refuse it.
+
+  discrete:N              one integer column with values 0..N-1
+  multidiscrete:N1,N2     integer-coded categorical columns, column i in 0..Ni-1
+  box:LOW,HIGH            one bound for every mapped column
+  box:LOW:HIGH:DIM        a DIM-vector (DIMxDIM2 for a matrix), e.g. box:-1:1:4
+  box:FILE.json           per-column bounds: arrays `low` and `high`
+  box:FILE.npz            the same, as a numpy archive
+  {"type": ...}           a space as JSON (the form a dataset's metadata stores)
+
+The same forms declare actions (usually discrete:N or box:LOW:HIGH:DIM).
+Observations outside a declared
+space are clipped into it, never refused (an error that depended on a private
+value would reveal it); the import says that clipping applies, never how often.
+
+Examples:
+  --observation-space multidiscrete:3,5,2
+  --observation-space box:-4.8:4.8:4 --action-space discrete:2
+  --observation-space box:bounds.json
+"""
