@@ -1,0 +1,148 @@
+"""Episodes declared public: a public split chosen by declaration, never by content.
+
+A private run may use some episodes in the clear (a normaliser, early stopping, elite selection,
+rollout start states) only when the data holder has declared them public. Two declarations
+exist, both public by construction because neither is computed from the private episodes:
+
+* a separate dataset file the holder declares public (``--public-data`` of the commands that
+  take it; :func:`check_public_compatible` checks it describes the same task), or
+* episodes of the private file listed in its metadata, decided when the file was built:
+  ``extra["public_episodes"]`` (0-based episode positions in the file) or
+  ``extra["public_unit_ids"]`` (unit ids, every episode of a listed unit is public). A recipe
+  that declares them draws them from its own public seed, not from the episodes' content.
+
+The guarantee of a run then covers every other episode (unit) of the file; the declared
+public episodes are neither covered nor protected, and the report says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from privrl.data.dataset import DatasetError, DatasetMetadata, TrajectoryDataset
+from privrl.data.spaces import space_to_dict, spaces_equal
+
+__all__ = [
+    "PUBLIC_EPISODES",
+    "PUBLIC_UNIT_IDS",
+    "PublicDeclaration",
+    "check_public_compatible",
+    "declare_public_episodes",
+    "declared_public",
+    "split_declared",
+]
+
+PUBLIC_EPISODES = "public_episodes"
+PUBLIC_UNIT_IDS = "public_unit_ids"
+
+
+@dataclass(frozen=True)
+class PublicDeclaration:
+    """The episodes a file's metadata declares public: ``key`` names the list, ``ids`` holds
+    episode positions (``public_episodes``) or unit ids (``public_unit_ids``)."""
+
+    key: str
+    ids: tuple[int, ...]
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the declared list (published as the public source's identity)."""
+        return hashlib.sha256(json.dumps([self.key, list(self.ids)]).encode()).hexdigest()
+
+    def describe(self) -> str:
+        what = "episodes" if self.key == PUBLIC_EPISODES else "units"
+        return f"{len(self.ids)} {what} declared public in the dataset's metadata ({self.key})"
+
+
+def _int_list(value: Any, key: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise DatasetError(f"metadata: extra[{key!r}] must be a list of integers")
+    ids = tuple(int(v) for v in value)
+    if len(set(ids)) != len(ids):
+        raise DatasetError(f"metadata: extra[{key!r}] lists an id twice")
+    return ids
+
+
+def declared_public(metadata: DatasetMetadata, n_episodes: int) -> PublicDeclaration | None:
+    """The public declaration of a file's metadata (None: none), checked against its header's
+    episode count. Reads the metadata only, never an episode."""
+    extra = metadata.extra
+    given = [k for k in (PUBLIC_EPISODES, PUBLIC_UNIT_IDS) if extra.get(k) is not None]
+    if not given:
+        return None
+    if len(given) == 2:
+        raise DatasetError(
+            f"metadata: declare public episodes by {PUBLIC_EPISODES} or by {PUBLIC_UNIT_IDS}, "
+            "not both"
+        )
+    key = given[0]
+    ids = _int_list(extra[key], key)
+    if key == PUBLIC_EPISODES and any(not 0 <= i < n_episodes for i in ids):
+        raise DatasetError(f"metadata: extra[{key!r}] lists an episode outside 0..{n_episodes - 1}")
+    return PublicDeclaration(key, ids)
+
+
+def split_declared(
+    dataset: TrajectoryDataset, declaration: PublicDeclaration | None
+) -> tuple[TrajectoryDataset, TrajectoryDataset]:
+    """``(private, public)`` episodes of ``dataset`` by ``declaration`` (everything private
+    without one). Both parts drop the declaration from their metadata (its positions refer to
+    the whole file)."""
+    if declaration is None:
+        is_public = np.zeros(dataset.n_episodes, dtype=bool)
+    elif declaration.key == PUBLIC_EPISODES:
+        is_public = np.zeros(dataset.n_episodes, dtype=bool)
+        is_public[list(declaration.ids)] = True
+    else:
+        if dataset.unit_ids is None:
+            raise DatasetError(
+                f"metadata: extra[{PUBLIC_UNIT_IDS!r}] needs unit ids; the file has none "
+                f"(declare episodes with {PUBLIC_EPISODES})"
+            )
+        is_public = np.isin(dataset.episode_unit_ids, np.asarray(declaration.ids, np.int64))
+    keys = (PUBLIC_EPISODES, PUBLIC_UNIT_IDS)
+    extra = {k: v for k, v in dataset.metadata.extra.items() if k not in keys}
+    meta = dataset.metadata.replace(extra=extra)
+    private = dataset.subset(np.flatnonzero(~is_public)).with_metadata(meta, validate=False)
+    public = dataset.subset(np.flatnonzero(is_public)).with_metadata(meta, validate=False)
+    return private, public
+
+
+def check_public_compatible(
+    public: DatasetMetadata, private: DatasetMetadata, *, where: str
+) -> None:
+    """Refuse a public dataset whose declared spaces or env id differ from the private one's
+    (``where`` names the public file in the message)."""
+    for name in ("observation_space", "action_space"):
+        a, b = getattr(public, name), getattr(private, name)
+        if a is None or b is None or not spaces_equal(a, b):
+            shown = None if a is None else space_to_dict(a)
+            raise DatasetError(
+                f"{where}: its {name.replace('_', ' ')} ({shown}) is not the private dataset's; "
+                "public data must describe the same task with the same spaces"
+            )
+    if (public.env_id or None) != (private.env_id or None):
+        raise DatasetError(
+            f"{where}: env id {public.env_id!r} is not the private dataset's "
+            f"{private.env_id!r}; public data must come from the same task"
+        )
+
+
+def declare_public_episodes(n_episodes: int, fraction: float, seed: Any) -> list[int]:
+    """``round(fraction · n)`` episode positions (at least one when ``fraction > 0`` and
+    ``n >= 2``) drawn from ``seed`` alone: what a dataset builder with a public seed declares
+    public at build time (:data:`PUBLIC_EPISODES`). Sorted."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"public fraction must be in [0, 1), got {fraction}")
+    k = round(fraction * n_episodes)
+    if fraction > 0 and n_episodes >= 2:
+        k = min(max(k, 1), n_episodes - 1)
+    rng = np.random.default_rng(seed)
+    return sorted(int(i) for i in rng.permutation(n_episodes)[:k])
