@@ -29,16 +29,159 @@ FAST = [
     "20",
     "--rollout-length",
     "5",
-    "--holdout-fraction",
-    "0.2",
 ]
+DECLARED = [2, 9, 17, 25, 28, 29]  # episodes the file declares public (as a recipe would)
 
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     path = tmp_path / "d.h5"
-    save_hdf5(pendulum_data(30, seed=0, extra={"n_trajectories": 30}), path)
+    extra = {"n_trajectories": 30, "public_episodes": DECLARED}
+    save_hdf5(pendulum_data(30, seed=0, extra=extra), path)
     return path
+
+
+def _released(out: Path):
+    from privrl.primorl.primorl import load_released_model
+
+    return load_released_model(out / "model.pt")
+
+
+def _public_setup(out: Path) -> tuple[dict, list[str], list[str]]:
+    """config.json's public source, privacy.json's public items and notes."""
+    privacy = json.loads((out / "privacy.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    return config["public_data"], privacy["public"], privacy["notes"]
+
+
+def _private_only(tmp_path: Path, name: str, change_episode: int | None = None) -> Path:
+    """30 episodes, no public declaration; optionally one episode's states replaced."""
+    ds = pendulum_data(30, seed=0, extra={"n_trajectories": 30})
+    if change_episode is not None:
+        from privrl.data.dataset import TrajectoryDataset
+
+        obs = ds.observations.copy()
+        a, b = ds.episode_offsets[change_episode : change_episode + 2]
+        obs[a + change_episode : b + change_episode + 1] *= 0.5
+        ds = TrajectoryDataset(
+            observations=obs,
+            actions=ds.actions,
+            rewards=ds.rewards * 0.5,
+            terminated=ds.terminated,
+            truncated=ds.truncated,
+            episode_offsets=ds.episode_offsets,
+            metadata=ds.metadata,
+        )
+    path = tmp_path / f"{name}.h5"
+    save_hdf5(ds, path)
+    return path
+
+
+def test_without_public_data_no_private_episode_is_used_in_the_clear(tmp_path: Path) -> None:
+    """No --public-data and no declaration: model.pt holds no state of any episode, the
+    input normaliser is the declared bounds', every member is an elite and all --steps rounds
+    run (patience 1 cannot stop it); a dataset with one episode changed gives the same
+    normaliser, elites, rounds, config.json and report notes. privacy.json says the guarantee
+    covers every trajectory, config.json that there was no public source."""
+    seen = []
+    for name, change in (("d", None), ("d2", 0)):
+        path = _private_only(tmp_path, name, change)
+        out = tmp_path / f"run-{name}"
+        argv = ["train", "primorl", "--data", str(path), "-z", "2", *FAST, "--patience", "1"]
+        assert main([*argv, "--out", str(out)]) == 0
+        rel = _released(out)
+        assert rel.public_states is None and rel.state_dict()["public_states"] is None
+        norm = rel.model.input_normalizer
+        assert norm.source == "declared observation/action bounds"
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["rounds"] == 4 and metrics["stopped_early"] is False
+        assert metrics["elites"] == list(rel.model.elites) == list(range(rel.model.config.members))
+        source, public, notes = _public_setup(out)
+        assert source["source"] == "none"
+        assert any("covers every trajectory of the private dataset" in n for n in notes)
+        config = json.loads((out / "config.json").read_text())
+        config.pop("data")
+        seen.append(
+            (np.asarray(norm.mean).tolist(), np.asarray(norm.std).tolist(), config, notes)
+        )
+    assert seen[0] == seen[1]
+
+
+def test_public_data_file_drives_normaliser_stopping_and_starts(tmp_path: Path) -> None:
+    """--public-data FILE: the normaliser is fitted on the file's episodes, the model carries
+    exactly its states, config.json records its content fingerprint (never a private
+    statistic) and privacy.json names it as public, not covered."""
+    from privrl.data.io import content_sha256
+
+    data = _private_only(tmp_path, "d")
+    pub_ds = pendulum_data(8, seed=42)
+    pub = tmp_path / "pub.h5"
+    save_hdf5(pub_ds, pub)
+    out = tmp_path / "run"
+    argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--public-data", str(pub)]
+    assert main([*argv, "--out", str(out)]) == 0
+    rel = _released(out)
+    tr = pub_ds.transitions()
+    np.testing.assert_array_equal(rel.public_states[0], tr.observations)
+    x = np.concatenate([tr.observations, tr.actions], axis=1).astype(np.float64)
+    np.testing.assert_allclose(np.asarray(rel.model.input_normalizer.mean), x.mean(0), rtol=1e-5)
+    source, public, notes = _public_setup(out)
+    assert source == {
+        "source": "public dataset file",
+        "file": "pub.h5",
+        "content_sha256": content_sha256(pub),
+        "episodes": 8,
+    }
+    assert any("pub.h5" in p for p in public)
+    assert any("except the public data (the dataset pub.h5" in n for n in notes)
+    assert json.loads((out / "metrics.json").read_text())["public_split_units"] == 8
+
+
+def test_declared_public_episodes_are_the_public_split(data: Path, tmp_path: Path) -> None:
+    """Episodes the file's metadata declares public are the public split, exactly."""
+    from privrl.data.io import load_hdf5
+
+    out = tmp_path / "run"
+    assert main(["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]) == 0
+    want = load_hdf5(data).subset(DECLARED).transitions().observations
+    np.testing.assert_array_equal(_released(out).public_states[0], want)
+    source, _, notes = _public_setup(out)
+    assert source["source"] == "declared in the dataset's metadata" and source["ids"] == 6
+    assert any("6 episodes declared public" in n for n in notes)
+
+
+def test_bad_public_data_is_refused_before_the_data_is_read(
+    data: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A public file of other spaces, a ledgered one, the private file itself, a public file
+    beside a declaration, and public-split starts without public data: one error line each,
+    before any episode is read."""
+    from gymnasium import spaces
+
+    import privrl.data.io as io
+
+    private = _private_only(tmp_path, "p")
+    other = pendulum_data(5, seed=1)
+    other = other.with_metadata(
+        other.metadata.replace(action_space=spaces.Box(-1.0, 1.0, (1,), np.float32)),
+        validate=False,
+    )
+    save_hdf5(other, tmp_path / "other.h5")
+    ledgered = _private_only(tmp_path, "led", change_episode=3)
+    assert main(["ledger", "init", str(ledgered), "--epsilon", "5", "--delta", "1e-5"]) == 0
+    monkeypatch.setattr(io, "load_hdf5", lambda *a, **k: pytest.fail("episodes read"))
+    cases = [
+        (private, ["--public-data", str(tmp_path / "other.h5")], "action space"),
+        (private, ["--public-data", str(ledgered)], "private data"),
+        (private, ["--public-data", str(private)], "same episodes"),
+        (data, ["--public-data", str(ledgered)], "one public source"),
+        (private, ["--start-states", "public-split"], "needs public data"),
+    ]
+    for path, extra, match in cases:
+        capsys.readouterr()
+        argv = ["train", "primorl", "--data", str(path), "-z", "2", *FAST, *extra]
+        assert main([*argv, "--out", str(tmp_path / "o")]) == 2, extra
+        assert match in _err(capsys)
 
 
 def _err(capsys: pytest.CaptureFixture[str]) -> str:
