@@ -96,14 +96,12 @@ def test_without_public_data_no_private_episode_is_used_in_the_clear(tmp_path: P
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["rounds"] == 4 and metrics["stopped_early"] is False
         assert metrics["elites"] == list(rel.model.elites) == list(range(rel.model.config.members))
-        source, public, notes = _public_setup(out)
+        source, _, notes = _public_setup(out)
         assert source["source"] == "none"
         assert any("covers every trajectory of the private dataset" in n for n in notes)
         config = json.loads((out / "config.json").read_text())
         config.pop("data")
-        seen.append(
-            (np.asarray(norm.mean).tolist(), np.asarray(norm.std).tolist(), config, notes)
-        )
+        seen.append((np.asarray(norm.mean).tolist(), np.asarray(norm.std).tolist(), config, notes))
     assert seen[0] == seen[1]
 
 

@@ -263,9 +263,7 @@ def test_with_public_data_the_public_episodes_drive_normaliser_stopping_and_star
 
 def test_without_public_data_unbounded_spaces_are_refused() -> None:
     data = pendulum_data(10, seed=1)
-    meta = data.metadata.replace(
-        observation_space=spaces.Box(-np.inf, np.inf, (3,), np.float32)
-    )
+    meta = data.metadata.replace(observation_space=spaces.Box(-np.inf, np.inf, (3,), np.float32))
     with pytest.raises(ValueError, match="without public data"):
         P.bounds_normalizer(meta)
 
