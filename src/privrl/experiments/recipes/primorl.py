@@ -21,7 +21,13 @@ machine, so a recipe (spec "Data", decision):
 4. writes one ``TrajectoryDataset`` HDF5 (float32 arrays, episodes in a seeded random order,
    ``truncated`` on each last step, env id = the privrl Gymnasium id, discount 0.99) with the
    recipe, the job table, the reference returns and the wall time of every stage in
-   ``metadata.extra``.
+   ``metadata.extra``;
+5. **declares a public split**: ``extra["public_episodes"]`` lists the episodes a PRIMORL run
+   may use in the clear (normaliser, early stopping, elites), the task's share (1% Pendulum
+   and cartpole, 10% HalfCheetah; paper Table 8) drawn from the build seed's own stream — the
+   recipe is public code with a public seed, so the split is public by declaration and never
+   depends on an episode's content. A file built before the recipe declared it gains the same
+   declaration (metadata only: the episodes and their ledger identity are untouched).
 
 Resumable and deterministic: every stage (one agent's training with its checkpoints, the
 reference returns, one shard of rollouts) is written atomically into the stage directory
@@ -71,6 +77,7 @@ __all__ = [
     "RecipeSpec",
     "balance",
     "build_recipe",
+    "declare_recipe_public",
     "halfcheetah",
     "pendulum",
     "recipe_spec",
@@ -263,9 +270,10 @@ def build_recipe(
     torch.set_num_threads(max(1, int(threads)))
     try:
         build = _Build(spec, Path(data_dir), seed, quick, progress, keep_shards)
-        return locked_build(
+        path = locked_build(
             spec.name, build.stage_dir, build.out_path, progress, lambda: _build_locked(build)
         )
+        return declare_recipe_public(path, spec, seed)
     finally:
         torch.set_num_threads(before)
 
@@ -393,6 +401,7 @@ def _build_locked(build: _Build) -> Path:
         }
     )
     walls["all_stages"] = sum(walls.values())
+    public = _public_episodes(spec, seed)
     walls["this_invocation"] = time.perf_counter() - t_build
     reference = {k: v for k, v in ref.items() if k not in ("fingerprint",)}
     meta = ds.metadata.with_extra(
@@ -401,6 +410,7 @@ def _build_locked(build: _Build) -> Path:
         # K for PRIMORL's denominator qK: the recipe's episode count, fixed before any
         # episode exists, hence public (privrl.primorl never counts it from the data)
         n_trajectories=int(spec.n_episodes),
+        public_episodes=public,
         reference=reference,
         wall_time={k: round(v, 3) for k, v in walls.items()},
         stages_reused=skipped,
@@ -423,6 +433,36 @@ def _build_locked(build: _Build) -> Path:
         for p in shard_paths:
             p.unlink(missing_ok=True)
     return out_path
+
+
+PUBLIC_STREAM = 6  # the build seed's stream for the declared-public episodes
+
+
+def _public_episodes(spec: RecipeSpec, seed: int) -> list[int]:
+    """The episodes the recipe declares public: the task's share, from the seed alone."""
+    from privrl.data.public import declare_public_episodes
+    from privrl.primorl.dynamics import dynamics_config
+
+    fraction = dynamics_config(spec.task).holdout_fraction
+    return declare_public_episodes(spec.n_episodes, fraction, seed_seq(seed, PUBLIC_STREAM))
+
+
+def declare_recipe_public(path: Path, spec: RecipeSpec, seed: int) -> Path:
+    """``path`` (a build of ``spec`` with ``seed``) with the recipe's public declaration in
+    its metadata, added in place when an older build lacks it. Only the metadata attribute is
+    rewritten; the episodes and their content fingerprint (the ledger's key) are unchanged."""
+    import h5py
+
+    from privrl.data.io import read_header
+    from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS
+
+    meta = read_header(path).metadata
+    if PUBLIC_EPISODES in meta.extra or PUBLIC_UNIT_IDS in meta.extra:
+        return path
+    declared = meta.with_extra(public_episodes=_public_episodes(spec, seed))
+    with h5py.File(path, "r+") as f:
+        f.attrs["metadata"] = json.dumps(declared.to_dict(), allow_nan=False)
+    return path
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
