@@ -2,7 +2,8 @@
 
 Pipeline (`privrl.primorl.mopo.mopo`): split by episode (a seeded holdout of the same data,
 not public: MOPO is not private) → Gaussian ensemble dynamics model → SAC in the pessimistic
-model r̃ = r̂ − λu with 5% real data per batch. Per-task defaults (penalty, λ, rollout length, epochs) come from the spec; every option overrides one.
+model r̃ = r̂ − λu with 5% real data per batch. Per-task defaults (penalty, λ, rollout length,
+epochs) come from the spec; every option overrides one.
 
 Not private: the planned report says ε = ∞, so any dataset ledger refuses the run from the
 file's header, before a record is read. `plan` resolves the run's `MOPOConfig` from the options
