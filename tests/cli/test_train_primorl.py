@@ -143,9 +143,18 @@ def test_declared_public_episodes_are_the_public_split(data: Path, tmp_path: Pat
     assert main(["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]) == 0
     want = load_hdf5(data).subset(DECLARED).transitions().observations
     np.testing.assert_array_equal(_released(out).public_states[0], want)
-    source, _, notes = _public_setup(out)
-    assert source["source"] == "declared in the dataset's metadata" and source["ids"] == 6
+    source, public, notes = _public_setup(out)
+    assert source == {
+        "source": "declared in the dataset's metadata",
+        "key": "public_episodes",
+        "ids": 6,
+    }
     assert any("6 episodes declared public" in n for n in notes)
+    # the identity published: the public episodes' own content fingerprint (a file of them)
+    from privrl.data.io import content_sha256
+
+    save_hdf5(load_hdf5(data).subset(DECLARED), tmp_path / "pub.h5")
+    assert any(content_sha256(tmp_path / "pub.h5") in p for p in public)
 
 
 def test_bad_public_data_is_refused_before_the_data_is_read(

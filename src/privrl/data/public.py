@@ -17,8 +17,6 @@ public episodes are neither covered nor protected, and the report says so.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +32,7 @@ __all__ = [
     "check_public_compatible",
     "declare_public_episodes",
     "declared_public",
+    "episodes_sha256",
     "split_declared",
 ]
 
@@ -48,11 +47,6 @@ class PublicDeclaration:
 
     key: str
     ids: tuple[int, ...]
-
-    @property
-    def digest(self) -> str:
-        """SHA-256 of the declared list (published as the public source's identity)."""
-        return hashlib.sha256(json.dumps([self.key, list(self.ids)]).encode()).hexdigest()
 
     def describe(self) -> str:
         what = "episodes" if self.key == PUBLIC_EPISODES else "units"
@@ -133,6 +127,14 @@ def check_public_compatible(
             f"{where}: env id {public.env_id!r} is not the private dataset's "
             f"{private.env_id!r}; public data must come from the same task"
         )
+
+
+def episodes_sha256(dataset: TrajectoryDataset) -> str:
+    """The content fingerprint of ``dataset``'s episodes (the one a file of them carries):
+    the identity a run publishes for its public episodes, computed from them alone."""
+    from privrl.privacy.ledger import CONTENT_FIELDS, content_fingerprint
+
+    return content_fingerprint({name: getattr(dataset, name, None) for name in CONTENT_FIELDS})
 
 
 def declare_public_episodes(n_episodes: int, fraction: float, seed: Any) -> list[int]:

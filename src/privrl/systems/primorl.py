@@ -323,7 +323,7 @@ class PrimorlSystem(System):
         if source is None:
             return None
         from privrl.data.io import load_hdf5
-        from privrl.data.public import split_declared
+        from privrl.data.public import episodes_sha256, split_declared
 
         public_source: PublicSource = plan.facts["public_source"]
         dataset = self._checked(super().load(config, source, plan, rng), "data", source, plan)
@@ -333,7 +333,10 @@ class PrimorlSystem(System):
             public = self._checked(public, "public_data", public_source.path, plan)
         else:
             private, public = split_declared(dataset, public_source.declaration)
-        return private, public, public_source.describe()
+        described = public_source.describe()
+        if public_source.declaration is not None:  # identity from the public episodes alone
+            described = f"{described}; content sha256 {episodes_sha256(public)}"
+        return private, public, described
 
     @staticmethod
     def _checked(dataset: Any, key: str, path: Path, plan: Plan) -> Any:
@@ -444,11 +447,10 @@ class PublicSource:
                 "episodes": self.n_episodes,
             }
         if self.declaration is not None:
-            return {
+            return {  # the count only: positions would tell where private episodes lie
                 "source": "declared in the dataset's metadata",
                 "key": self.declaration.key,
                 "ids": len(self.declaration.ids),
-                "ids_sha256": self.declaration.digest,
             }
         return {"source": "none", "normaliser": "declared observation/action bounds"}
 

@@ -273,7 +273,7 @@ def build_recipe(
         path = locked_build(
             spec.name, build.stage_dir, build.out_path, progress, lambda: _build_locked(build)
         )
-        return declare_recipe_public(path, spec, seed)
+        return declare_recipe_public(path)
     finally:
         torch.set_num_threads(before)
 
@@ -401,7 +401,7 @@ def _build_locked(build: _Build) -> Path:
         }
     )
     walls["all_stages"] = sum(walls.values())
-    public = _public_episodes(spec, seed)
+    public = _public_episodes(spec.task, spec.n_episodes, seed)
     walls["this_invocation"] = time.perf_counter() - t_build
     reference = {k: v for k, v in ref.items() if k not in ("fingerprint",)}
     meta = ds.metadata.with_extra(
@@ -438,28 +438,34 @@ def _build_locked(build: _Build) -> Path:
 PUBLIC_STREAM = 6  # the build seed's stream for the declared-public episodes
 
 
-def _public_episodes(spec: RecipeSpec, seed: int) -> list[int]:
+def _public_episodes(task: str, n_episodes: int, seed: int) -> list[int]:
     """The episodes the recipe declares public: the task's share, from the seed alone."""
     from privrl.data.public import declare_public_episodes
     from privrl.primorl.dynamics import dynamics_config
 
-    fraction = dynamics_config(spec.task).holdout_fraction
-    return declare_public_episodes(spec.n_episodes, fraction, seed_seq(seed, PUBLIC_STREAM))
+    fraction = dynamics_config(task).holdout_fraction
+    return declare_public_episodes(n_episodes, fraction, seed_seq(seed, PUBLIC_STREAM))
 
 
-def declare_recipe_public(path: Path, spec: RecipeSpec, seed: int) -> Path:
-    """``path`` (a build of ``spec`` with ``seed``) with the recipe's public declaration in
-    its metadata, added in place when an older build lacks it. Only the metadata attribute is
-    rewritten; the episodes and their content fingerprint (the ledger's key) are unchanged."""
+def declare_recipe_public(path: Path) -> Path:
+    """``path`` with its recipe's public declaration in the metadata, added in place when a
+    build from before the recipe declared one lacks it (from the recipe's task, episode count
+    and seed recorded in ``extra["recipe"]``: public facts). Only the metadata attribute is
+    rewritten; the episodes and their content fingerprint (the ledger's key) are unchanged. A
+    file that is not a PRIMORL recipe build is returned untouched."""
     import h5py
 
     from privrl.data.io import read_header
     from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS
 
     meta = read_header(path).metadata
+    recipe = meta.extra.get("recipe")
     if PUBLIC_EPISODES in meta.extra or PUBLIC_UNIT_IDS in meta.extra:
         return path
-    declared = meta.with_extra(public_episodes=_public_episodes(spec, seed))
+    if not isinstance(recipe, dict) or not {"task", "n_episodes", "seed"} <= set(recipe):
+        return path
+    ids = _public_episodes(str(recipe["task"]), int(recipe["n_episodes"]), int(recipe["seed"]))
+    declared = meta.with_extra(public_episodes=ids)
     with h5py.File(path, "r+") as f:
         f.attrs["metadata"] = json.dumps(declared.to_dict(), allow_nan=False)
     return path
