@@ -455,10 +455,14 @@ def declare_recipe_public(path: Path) -> Path:
     file that is not a PRIMORL recipe build is returned untouched."""
     import h5py
 
+    from privrl.data.dataset import DatasetError
     from privrl.data.io import read_header
     from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS
 
-    meta = read_header(path).metadata
+    try:
+        meta = read_header(path).metadata
+    except DatasetError:
+        return path  # not a privrl dataset: whoever reads it reports that
     recipe = meta.extra.get("recipe")
     if PUBLIC_EPISODES in meta.extra or PUBLIC_UNIT_IDS in meta.extra:
         return path
