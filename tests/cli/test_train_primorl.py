@@ -175,12 +175,15 @@ def test_bad_public_data_is_refused_before_the_data_is_read(
     )
     save_hdf5(other, tmp_path / "other.h5")
     ledgered = _private_only(tmp_path, "led", change_episode=3)
+    copy = tmp_path / "copy.h5"
+    copy.write_bytes(private.read_bytes())
     assert main(["ledger", "init", str(ledgered), "--epsilon", "5", "--delta", "1e-5"]) == 0
     monkeypatch.setattr(io, "load_hdf5", lambda *a, **k: pytest.fail("episodes read"))
     cases = [
         (private, ["--public-data", str(tmp_path / "other.h5")], "action space"),
         (private, ["--public-data", str(ledgered)], "private data"),
-        (private, ["--public-data", str(private)], "same episodes"),
+        (private, ["--public-data", str(private)], "private dataset itself"),
+        (private, ["--public-data", str(copy)], "same episodes"),
         (data, ["--public-data", str(ledgered)], "one public source"),
         (private, ["--start-states", "public-split"], "needs public data"),
     ]

@@ -33,6 +33,7 @@ __all__ = [
     "declare_public_episodes",
     "declared_public",
     "episodes_sha256",
+    "not_public_because",
     "split_declared",
 ]
 
@@ -127,6 +128,31 @@ def check_public_compatible(
             f"{where}: env id {public.env_id!r} is not the private dataset's "
             f"{private.env_id!r}; public data must come from the same task"
         )
+
+
+def not_public_because(public: Any, private: Any | None) -> str | None:
+    """Why the file ``public`` cannot be declared public beside the private file ``private``
+    (None: it can): it has a budget ledger (so it is someone's private data), or it is the
+    private file, or a copy of its episodes. Of the private file only the fingerprint its
+    header stores is read (never its episodes)."""
+    from pathlib import Path
+
+    from privrl.data.io import content_sha256, read_header
+    from privrl.privacy.ledger import ledgered
+
+    public = Path(public)
+    why = ledgered(public)
+    if why is not None:
+        return f"{why}, so it is private data"
+    if private is None:
+        return None
+    private = Path(private)
+    if public.resolve() == private.resolve():
+        return "is the private dataset itself"
+    stored = read_header(private).content_sha256
+    if stored is not None and content_sha256(public) == stored:
+        return "holds the same episodes as the private dataset"
+    return None
 
 
 def episodes_sha256(dataset: TrajectoryDataset) -> str:

@@ -502,27 +502,19 @@ def _public_file(path: Path, header: Any) -> PublicSource:
     """The `--public-data` file, checked from its header (no episode read)."""
     from privrl.data.dataset import DatasetError
     from privrl.data.io import content_sha256, read_header
-    from privrl.data.public import check_public_compatible
-    from privrl.privacy.ledger import ledgered
+    from privrl.data.public import check_public_compatible, not_public_because
 
     try:
         pub = read_header(path)
         check_public_compatible(pub.metadata, header.metadata, where=str(path))
     except DatasetError as exc:
         raise ConfigError("public_data", str(exc)) from None
-    why = ledgered(path)
+    why = not_public_because(path, header.path)
     if why is not None:
         raise ConfigError(
-            "public_data",
-            f"{path}: {why}, so it is private data; give a dataset you declare public",
+            "public_data", f"{path}: {why}; give a separate dataset you declare public"
         )
     digest = content_sha256(path)
-    if header.path.resolve() == path.resolve() or digest == content_sha256(header.path):
-        raise ConfigError(
-            "public_data",
-            f"{path} holds the same episodes as --data; public data must be a separate "
-            "dataset you declare public",
-        )
     if pub.n_episodes < 1:
         raise ConfigError("public_data", f"{path} has no episodes")
     return PublicSource(path=path, content_sha256=digest, n_episodes=pub.n_episodes)
