@@ -193,9 +193,8 @@ def sweep_dir(reproduction: str, scale: Scale) -> Path:
 
 
 def recipe_path(task: str, quick: bool) -> Path:
-    """Where the recipe dataset of `task` is (built or not). A build from before the recipe
-    declared its public episodes gains the declaration here (metadata only; see
-    `privrl.experiments.recipes.primorl.declare_recipe_public`)."""
+    """Where the recipe dataset of `task` is (built or not); a build lacking the recipe's
+    public declaration gains it (`recipes.primorl.declare_recipe_public`)."""
     from privrl.data.paths import data_dir
     from privrl.experiments.recipes.primorl import declare_recipe_public
 
