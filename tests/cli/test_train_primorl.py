@@ -285,6 +285,15 @@ def test_run_directory_contract_and_model_reuse(
     capsys.readouterr()
     code = main(["train", "primorl", "--model", str(out / "model.pt"), "--data", str(data)])
     assert code == 2 and "--model" in _err(capsys)
+    # a release from before public data was declared-only: its states are not public
+    import torch
+
+    state = torch.load(out / "model.pt", weights_only=False)
+    del state["public_source"]
+    torch.save(state, tmp_path / "old.pt")
+    argv = ["train", "primorl", "--model", str(tmp_path / "old.pt"), "--epochs", "1"]
+    code = main([*argv, "--start-states", "public-split", "--out", str(tmp_path / "old")])
+    assert code == 2 and "released before public data had to be declared" in _err(capsys)
 
 
 @pytest.mark.parametrize(

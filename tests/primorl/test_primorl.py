@@ -277,6 +277,7 @@ def test_policy_stage_takes_no_data_argument() -> None:
     assert params == {"released", "config", "seed", "checkpoint", "progress"}
     fields = set(P.ReleasedModel.__dataclass_fields__)
     public = {"model", "task", "env_id", "report", "public_states", "reference_returns"}
+    public.add("public_source")  # what the public data was: a declaration, never content
     assert fields == {*public, "fedavg"}  # env_id: the task's id (its reward scale), public
 
 

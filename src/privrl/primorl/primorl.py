@@ -315,7 +315,9 @@ def planned_report(config: PrimorlConfig, the_plan: DpFedAvgPlan) -> PrivacyRepo
 @dataclass
 class ReleasedModel:
     """What the policy stage may see: the released model, the task's public facts, the public
-    split's states (with their time indices) and the run's privacy report."""
+    data's states (with their time indices), what that public data was (``public_source``;
+    None without public data, or in a release that predates declared public data) and the
+    run's privacy report."""
 
     model: DynamicsModel
     task: str
@@ -324,6 +326,7 @@ class ReleasedModel:
     reference_returns: dict[str, float] | None = None
     fedavg: dict[str, Any] = field(default_factory=dict)  # public summary of the training
     env_id: str | None = None  # the task's id (its reward scale); None: privrl's id for `task`
+    public_source: str | None = None
 
     @property
     def control(self) -> ControlTask:
@@ -342,6 +345,7 @@ class ReleasedModel:
             else [torch.from_numpy(np.ascontiguousarray(a)) for a in self.public_states],
             "reference_returns": self.reference_returns,
             "fedavg": self.fedavg,
+            "public_source": self.public_source,
         }
 
     @classmethod
@@ -357,6 +361,7 @@ class ReleasedModel:
             reference_returns=state.get("reference_returns"),
             fedavg=dict(state.get("fedavg") or {}),
             env_id=state.get("env_id"),
+            public_source=state.get("public_source"),
         )
 
 
@@ -578,9 +583,10 @@ def run(
         reference = data.metadata.extra.get("reference_returns")
         report = PrivacyReport.from_dict(fed_res.report.to_dict())
         unit = "user" if config.fedavg.unit == "user" else "trajectory"
-        report.notes = [*report.notes, coverage_note(unit, public_source if has_public else None)]
-        if has_public:
-            report.public = [*report.public, f"public data: {public_source or 'declared public'}"]
+        source = (public_source or "data declared public") if has_public else None
+        report.notes = [*report.notes, coverage_note(unit, source)]
+        if source is not None:
+            report.public = [*report.public, f"public data: {source}"]
         released = ReleasedModel(
             model=model,
             task=task.name,
@@ -591,6 +597,7 @@ def run(
             else None,
             fedavg=fed_res.to_dict(),
             env_id=task.env_id,
+            public_source=source,
         )
         if model_path is not None:
             save_released_model(released, model_path)

@@ -307,6 +307,13 @@ class PrimorlSystem(System):
             raise ConfigError(
                 "start_states", "public-split: the released model carries no public split"
             )
+        if lib.starts == "public-split" and released.public_source is None:
+            raise ConfigError(
+                "start_states",
+                "public-split: this model was released before public data had to be declared; "
+                "its states were chosen by the private episodes' content, so they are not "
+                "public. Use --start-states initial",
+            )
         public = {
             "command": "privrl train primorl --model",
             "algorithm": "primorl (policy stage only)",
