@@ -178,6 +178,11 @@ def test_bad_public_data_is_refused_before_the_data_is_read(
     copy = tmp_path / "copy.h5"
     copy.write_bytes(private.read_bytes())
     assert main(["ledger", "init", str(ledgered), "--epsilon", "5", "--delta", "1e-5"]) == 0
+    no_ids = tmp_path / "no_ids.h5"
+    save_hdf5(pendulum_data(30, extra={"n_trajectories": 30, "public_unit_ids": [1]}), no_ids)
+    users = tmp_path / "users.h5"
+    extra = {"n_users": 15, "public_episodes": [0, 1]}
+    save_hdf5(pendulum_data(30, users=np.arange(30) // 2, extra=extra), users)
     monkeypatch.setattr(io, "load_hdf5", lambda *a, **k: pytest.fail("episodes read"))
     cases = [
         (private, ["--public-data", str(tmp_path / "other.h5")], "action space"),
@@ -186,6 +191,8 @@ def test_bad_public_data_is_refused_before_the_data_is_read(
         (private, ["--public-data", str(copy)], "same episodes"),
         (data, ["--public-data", str(ledgered)], "one public source"),
         (private, ["--start-states", "public-split"], "needs public data"),
+        (no_ids, [], "stores no unit ids"),
+        (users, ["--unit", "user"], "declares public episodes, not users"),
     ]
     for path, extra, match in cases:
         capsys.readouterr()

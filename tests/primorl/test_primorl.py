@@ -440,3 +440,8 @@ def test_neighbours_publish_the_same_report_and_non_release_metrics() -> None:
         fed = {k: res.fedavg[k] for k in ("rounds", "max_rounds", "epsilon", "epsilon_max")}
         published.append(json.dumps([rep, fed, res.stage.start_mode], sort_keys=True))
     assert published[0] == published[1]
+
+
+def test_an_empty_declaration_is_no_public_data() -> None:
+    assert declared_public(DatasetMetadata(extra={"public_episodes": []}), 5) is None
+    assert declared_public(DatasetMetadata(extra={}), 5) is None

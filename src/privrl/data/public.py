@@ -66,8 +66,8 @@ def _int_list(value: Any, key: str) -> tuple[int, ...]:
 
 
 def declared_public(metadata: DatasetMetadata, n_episodes: int) -> PublicDeclaration | None:
-    """The public declaration of a file's metadata (None: none), checked against its header's
-    episode count. Reads the metadata only, never an episode."""
+    """The public declaration of a file's metadata (None: none, or an empty list), checked
+    against its header's episode count. Reads the metadata only, never an episode."""
     extra = metadata.extra
     given = [k for k in (PUBLIC_EPISODES, PUBLIC_UNIT_IDS) if extra.get(k) is not None]
     if not given:
@@ -81,7 +81,7 @@ def declared_public(metadata: DatasetMetadata, n_episodes: int) -> PublicDeclara
     ids = _int_list(extra[key], key)
     if key == PUBLIC_EPISODES and any(not 0 <= i < n_episodes for i in ids):
         raise DatasetError(f"metadata: extra[{key!r}] lists an episode outside 0..{n_episodes - 1}")
-    return PublicDeclaration(key, ids)
+    return PublicDeclaration(key, ids) if ids else None
 
 
 def split_declared(

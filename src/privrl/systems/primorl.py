@@ -468,7 +468,7 @@ def plan_public_source(config: PrimorlRunConfig, header: Any, lib: Any) -> Publi
     ledger and is not the private file; without public data the declared bounds must be
     finite; ``--start-states public-split`` needs public data."""
     from privrl.data.dataset import DatasetError
-    from privrl.data.public import PUBLIC_EPISODES, declared_public
+    from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS, declared_public
     from privrl.primorl.primorl import bounds_normalizer
 
     try:
@@ -481,6 +481,13 @@ def plan_public_source(config: PrimorlRunConfig, header: Any, lib: Any) -> Publi
             f"user: {header.path} declares public episodes, not users; with --unit user "
             "declare public users (metadata extra public_unit_ids) or give --public-data",
         )
+    if declaration is not None and declaration.key == PUBLIC_UNIT_IDS:
+        if not _has_unit_ids(header.path):
+            raise ConfigError(
+                "data",
+                f"{header.path} declares public unit ids but stores no unit ids; declare "
+                f"public episodes ({PUBLIC_EPISODES}) instead",
+            )
     source = PublicSource(declaration=declaration)
     if config.public_data is not None:
         path = Path(config.public_data)
