@@ -401,3 +401,30 @@ def test_server_momentum_is_a_flag_recorded_in_the_release(data: Path, tmp_path:
     model = str(tmp_path / "0" / "model.pt")
     argv = ["train", "primorl", "--model", model, "--out", str(tmp_path / "m")]
     assert main([*argv, "--server-momentum", "0.9"]) == 2
+
+
+def test_data_declare_public_writes_a_declaration_train_primorl_uses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`privrl data declare-public FILE --episodes …` records the declaration (a copy with
+    --out; the original and the episodes' fingerprint untouched), `train primorl` uses exactly
+    those episodes; a ledgered file and a second declaration are refused."""
+    from privrl.data.io import content_sha256, load_hdf5, read_header
+
+    src = _private_only(tmp_path, "src")
+    dst = tmp_path / "declared.h5"
+    assert main(["data", "declare-public", str(src), "--episodes", "4,1", "--out", str(dst)]) == 0
+    assert read_header(dst).metadata.extra["public_episodes"] == [1, 4]
+    assert "public_episodes" not in read_header(src).metadata.extra
+    assert content_sha256(dst, recompute=True) == content_sha256(src)
+    out = tmp_path / "run"
+    assert main(["train", "primorl", "--data", str(dst), "-z", "2", *FAST, "--out", str(out)]) == 0
+    want = load_hdf5(src).subset([1, 4]).transitions().observations
+    np.testing.assert_array_equal(_released(out).public_states[0], want)
+    capsys.readouterr()
+    assert main(["data", "declare-public", str(dst), "--episodes", "2"]) == 2
+    assert "already declares" in _err(capsys)
+    assert main(["ledger", "init", str(src), "--epsilon", "5", "--delta", "1e-5"]) == 0
+    capsys.readouterr()
+    assert main(["data", "declare-public", str(src), "--episodes", "2"]) == 2
+    assert "ledger" in _err(capsys)

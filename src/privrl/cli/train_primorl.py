@@ -34,7 +34,7 @@ Examples:
 
 Public data is declared, never chosen from the private episodes: --public-data FILE (same
 task and spaces, no ledger), else the episodes D.h5's metadata declares public
-(extra public_episodes / public_unit_ids; the primorl recipes declare 1% / 10%), else none:
+(`privrl data declare-public`; the primorl recipes declare 1% / 10%), else none:
 the input normaliser comes from the declared observation/action bounds (an unbounded space is
 refused), all --steps rounds run and every ensemble member is an elite. The guarantee covers
 every trajectory (user) of --data except the public data, which is not protected.

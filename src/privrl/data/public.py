@@ -17,6 +17,7 @@ public episodes are neither covered nor protected, and the report says so.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,9 @@ __all__ = [
     "declared_public",
     "episodes_sha256",
     "not_public_because",
+    "rewrite_metadata",
     "split_declared",
+    "write_declaration",
 ]
 
 PUBLIC_EPISODES = "public_episodes"
@@ -153,6 +156,57 @@ def not_public_because(public: Any, private: Any | None) -> str | None:
     if stored is not None and content_sha256(public) == stored:
         return "holds the same episodes as the private dataset"
     return None
+
+
+def rewrite_metadata(path: Any, metadata: DatasetMetadata) -> None:
+    """Replace the metadata attribute of the privrl HDF5 file ``path`` in place. The episodes,
+    and with them the content fingerprint a ledger is bound to, are untouched."""
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        f.attrs["metadata"] = json.dumps(metadata.to_dict(), allow_nan=False)
+
+
+def write_declaration(
+    path: Any, ids: list[int], *, by_unit: bool = False, out: Any = None
+) -> DatasetMetadata:
+    """Declare the episodes ``ids`` (positions; unit ids with ``by_unit``) of the file ``path``
+    public, in its metadata: in place, or in a copy at ``out``. Refused for a file with a
+    budget ledger (its episodes were spent on as private; declare before creating a ledger)
+    and for a file that already declares public episodes. Returns the new metadata."""
+    import shutil
+    from pathlib import Path
+
+    from privrl.data.io import read_header
+    from privrl.privacy.ledger import ledgered
+
+    path = Path(path)
+    header = read_header(path)
+    why = ledgered(path)
+    if why is not None:
+        raise DatasetError(
+            f"{path}: {why}; its episodes were budgeted as private, so none can be declared "
+            "public now (declare public episodes before creating a ledger)"
+        )
+    given = [k for k in (PUBLIC_EPISODES, PUBLIC_UNIT_IDS) if header.metadata.extra.get(k)]
+    if given:
+        raise DatasetError(f"{path}: already declares public episodes ({given[0]})")
+    key = PUBLIC_UNIT_IDS if by_unit else PUBLIC_EPISODES
+    meta = header.metadata.with_extra(**{key: sorted(int(i) for i in ids)})
+    if declared_public(meta, header.n_episodes) is None:
+        raise DatasetError("declare at least one episode or unit public")
+    if by_unit:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            if "unit_ids" not in f:
+                raise DatasetError(f"{path} stores no unit ids; declare episodes instead")
+    target = path
+    if out is not None:
+        target = Path(out)
+        shutil.copyfile(path, target)
+    rewrite_metadata(target, meta)
+    return meta
 
 
 def episodes_sha256(dataset: TrajectoryDataset) -> str:

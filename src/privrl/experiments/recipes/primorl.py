@@ -453,11 +453,9 @@ def declare_recipe_public(path: Path) -> Path:
     and seed recorded in ``extra["recipe"]``: public facts). Only the metadata attribute is
     rewritten; the episodes and their content fingerprint (the ledger's key) are unchanged. A
     file that is not a PRIMORL recipe build is returned untouched."""
-    import h5py
-
     from privrl.data.dataset import DatasetError
     from privrl.data.io import read_header
-    from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS
+    from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS, rewrite_metadata
 
     try:
         meta = read_header(path).metadata
@@ -469,9 +467,7 @@ def declare_recipe_public(path: Path) -> Path:
     if not isinstance(recipe, dict) or not {"task", "n_episodes", "seed"} <= set(recipe):
         return path
     ids = _public_episodes(str(recipe["task"]), int(recipe["n_episodes"]), int(recipe["seed"]))
-    declared = meta.with_extra(public_episodes=ids)
-    with h5py.File(path, "r+") as f:
-        f.attrs["metadata"] = json.dumps(declared.to_dict(), allow_nan=False)
+    rewrite_metadata(path, meta.with_extra(public_episodes=ids))
     return path
 
 
