@@ -80,7 +80,6 @@ def stages() -> dict:
             data,
             Path(tmp) / "primorl",
             *("--variant", "no-privacy", "--steps", "2", "--epochs", "2"),
-            *("--holdout-fraction", "0.3"),  # the quick set's 20 episodes: a public split
         )
         m = _train("mopo", data, Path(tmp) / "mopo", "--model-epochs", "2", "--epochs", "1")
     return {

@@ -23,7 +23,6 @@ TINY = {
     "steps_per_epoch": 10,
     "rollout_batch_size": 20,
     "rollout_length": 5,
-    "holdout_fraction": 0.2,
     # an explicit, large z: no calibration, and PLD accounting of a few seconds (calibrating
     # for the target ε takes minutes of PLD evaluations at this q)
     "noise_multiplier": 3.0,

@@ -179,7 +179,8 @@ def test_initial_starts_without_real_data(files, tmp_path, capsys) -> None:
     config = json.loads((out / "config.json").read_text())
     assert config["target_entropy"] is None and config["penalty"] == "ma"
     privacy = json.loads((out / "privacy.json").read_text())
-    assert len(privacy["releases"]) == 1  # only the model reads the data
+    # the model and its holdout (a seeded split of the data, never named public) read it
+    assert [r["name"].split(" ")[0] for r in privacy["releases"]] == ["dynamics", "holdout"]
 
 
 def _unreadable_copy(src: Path, dst: Path, unit: str | None = None) -> Path:

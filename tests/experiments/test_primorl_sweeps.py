@@ -41,7 +41,6 @@ def _doc(out: Path, data: Path, epochs: int) -> dict[str, Any]:
                 "sampling_rate": 0.2,
                 "noise_multiplier": 2.0,
                 "eval_every": 2,
-                "holdout_fraction": 0.2,
             },
             "mopo": {"model_epochs": 1},
         },

@@ -244,3 +244,27 @@ def test_quick_builds_of_the_other_tasks(tmp_path, task):
     assert ds.metadata.env_id == CONTROL_TASKS[task].env_id
     ref = ds.metadata.extra["reference_returns"]
     assert np.isfinite(ref["random"]) and np.isfinite(ref["expert"])
+
+
+def test_recipe_declares_public_episodes_from_its_seed(reference_build, tmp_path):
+    """The build declares the task's share of episodes public (Pendulum: 1%, at least one),
+    drawn from the build seed alone; an older build without the declaration gains the same
+    one in place, with its episodes and content fingerprint untouched."""
+    import h5py
+
+    from privrl.data.io import content_sha256, read_header
+    from privrl.data.public import declare_public_episodes
+    from privrl.experiments.recipes.common import seed_seq
+
+    meta = read_header(reference_build).metadata
+    expected = declare_public_episodes(14, 0.01, seed_seq(0, rp.PUBLIC_STREAM))
+    assert meta.extra["public_episodes"] == expected and len(expected) == 1
+    old = tmp_path / "old.h5"
+    old.write_bytes(reference_build.read_bytes())
+    stripped = {k: v for k, v in meta.extra.items() if k != "public_episodes"}
+    with h5py.File(old, "r+") as f:
+        f.attrs["metadata"] = json.dumps(meta.replace(extra=stripped).to_dict())
+    digest = content_sha256(old, recompute=True)
+    assert rp.declare_recipe_public(old) == old
+    assert read_header(old).metadata.extra["public_episodes"] == expected
+    assert content_sha256(old, recompute=True) == digest

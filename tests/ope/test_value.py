@@ -98,8 +98,12 @@ def test_start_states_are_public_only(tmp_path: Path) -> None:
     save_hdf5(one_step_log(np.array([2, 2, 5])), pub)
     st = resolve_start_states(str(pub), observation_space=OBS, data_path=tmp_path / "other.h5")
     assert st is not None and sorted(st.observations) == [2, 2, 5]
-    with pytest.raises(ValueError, match="--data file itself"):
+    with pytest.raises(ValueError, match="private dataset itself"):
         resolve_start_states(str(pub), observation_space=OBS, data_path=pub)
+    copy = tmp_path / "copy.h5"  # a copy of the private episodes is not public either
+    copy.write_bytes(pub.read_bytes())
+    with pytest.raises(ValueError, match="same episodes"):
+        resolve_start_states(str(copy), observation_space=OBS, data_path=pub)
     meta = DatasetMetadata(observation_space=OBS, extra={"start_distribution": list(p)})
     st = resolve_start_states(None, observation_space=OBS, metadata=meta)
     assert st is not None and st.source == "public metadata"

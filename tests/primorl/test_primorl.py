@@ -14,6 +14,7 @@ import torch
 from gymnasium import spaces
 
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
+from privrl.data.public import declare_public_episodes, declared_public, split_declared
 from privrl.primorl import primorl as P
 from privrl.primorl.dp_fedavg import DpFedAvgConfig
 from privrl.primorl.dynamics import dynamics_config
@@ -81,9 +82,24 @@ def tiny_config(**fed) -> P.PrimorlConfig:
         final_epochs=1,
         sac_hidden=(8, 8),
         sac_batch_size=16,
-        holdout_fraction=0.2,
         dynamics=TINY_DYN,
     )
+
+
+def declared_split(
+    data: TrajectoryDataset, fraction: float = 0.2, seed: int = 11, by_unit: bool = False
+) -> tuple[TrajectoryDataset, TrajectoryDataset]:
+    """``(private, public)``: episodes (or units) declared public in the metadata, drawn from
+    a public seed as a recipe would (never from their content)."""
+    if by_unit:
+        units = np.unique(data.episode_unit_ids)
+        ids = [int(units[i]) for i in declare_public_episodes(units.size, fraction, seed)]
+        meta = data.metadata.with_extra(public_unit_ids=ids)
+    else:
+        ids = declare_public_episodes(data.n_episodes, fraction, seed)
+        meta = data.metadata.with_extra(public_episodes=ids)
+    declared = data.with_metadata(meta)
+    return split_declared(declared, declared_public(meta, data.n_episodes))
 
 
 # ----------------------------------------------------------------------------- config
@@ -130,7 +146,6 @@ def test_no_privacy_variant_still_needs_K_from_a_public_source() -> None:
         ({"starts": "dataset"}, "private states"),
         ({"penalty": "max"}, "penalty"),
         ({"lam": -1.0}, "λ"),
-        ({"holdout_fraction": 0.0, "starts": "public-split"}, "public split"),
     ],
 )
 def test_config_refuses_bad_settings(kw: dict, match: str) -> None:
@@ -156,30 +171,102 @@ def test_halfcheetah_has_no_low_high_row_and_needs_its_T() -> None:
 # ----------------------------------------------------------------------------- public split
 
 
-@pytest.mark.parametrize("unit", ["trajectory", "user"])
-def test_public_split_does_not_move_when_a_private_unit_is_removed(unit: str) -> None:
-    """Neighbour stability: removing one private unit leaves the public split identical (a
-    unit's side depends on that unit alone), and about the declared fraction is public."""
-    users = np.repeat(np.arange(100), 2) if unit == "user" else None
-    data = pendulum_data(200, T=5, users=users)
-    priv, pub = P.split_public(data, 0.1, salt="s", unit=unit)
-    n_units, n_public = (100, pub.n_episodes // 2) if unit == "user" else (200, pub.n_episodes)
-    assert 0.04 * n_units <= n_public <= 0.18 * n_units  # Binomial(n, 0.1), ±3 sd
-    keep = np.ones(data.n_episodes, bool)
-    pub_obs = {pub.observations[i].tobytes() for i in range(pub.observations.shape[0])}
-    victim = next(
-        e
-        for e in range(data.n_episodes)
-        if data.observations[data.episode_offsets[e] + e].tobytes() not in pub_obs
+@pytest.mark.parametrize("by_unit", [False, True])
+def test_declared_public_split_is_the_declaration_and_ignores_content(by_unit: bool) -> None:
+    """The public split is exactly the declared episodes (units); it does not move when a
+    private episode's content changes, and the parts drop the declaration."""
+    users = np.repeat(np.arange(50), 2) if by_unit else None
+    data = pendulum_data(100, T=5, users=users)
+    priv, pub = declared_split(data, 0.1, by_unit=by_unit)
+    assert pub.n_episodes == 10 and priv.n_episodes == 90  # 5 users of 2, or 10 episodes
+    meta = data.metadata.with_extra(public_episodes=[3, 7])
+    changed = data.observations.copy()
+    changed[data.episode_offsets[0] : data.episode_offsets[1] + 1] = 0.5  # episode 0: private
+    rewritten = TrajectoryDataset(
+        observations=changed,
+        actions=data.actions,
+        rewards=data.rewards,
+        terminated=data.terminated,
+        truncated=data.truncated,
+        episode_offsets=data.episode_offsets,
+        metadata=meta,
     )
-    if unit == "user":
-        keep[data.episode_unit_ids == data.episode_unit_ids[victim]] = False
-    else:
-        keep[victim] = False
-    _, pub2 = P.split_public(data.subset(np.flatnonzero(keep)), 0.1, salt="s", unit=unit)
-    np.testing.assert_array_equal(pub.observations, pub2.observations)
-    np.testing.assert_array_equal(pub.rewards, pub2.rewards)
-    assert priv.n_episodes + pub.n_episodes == data.n_episodes
+    for d in (data.with_metadata(meta), rewritten):
+        p, q = split_declared(d, declared_public(meta, d.n_episodes))
+        np.testing.assert_array_equal(q.observations, data.subset([3, 7]).observations)
+        assert "public_episodes" not in p.metadata.extra | q.metadata.extra
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        ({"public_episodes": [0, 100]}, "outside"),
+        ({"public_episodes": [1, 1]}, "twice"),
+        ({"public_episodes": ["1"]}, "integers"),
+        ({"public_episodes": [1], "public_unit_ids": [2]}, "not both"),
+    ],
+)
+def test_bad_public_declarations_are_refused(extra: dict, match: str) -> None:
+    from privrl.data.dataset import DatasetError
+
+    with pytest.raises(DatasetError, match=match):
+        declared_public(DatasetMetadata(extra=extra), 100)
+
+
+def _no_public_run(data: TrajectoryDataset) -> P.PrimorlResult:
+    return P.run(tiny_config(patience=1, min_improvement=0.5), data, 3, public_split=None)
+
+
+def test_without_public_data_no_private_episode_is_used_in_the_clear() -> None:
+    """No public data: the released model carries no states, its input normaliser is the
+    declared bounds' (not a fit), every member is an elite, all T_max rounds run (no early
+    stopping, even with patience 1); changing one private episode changes none of these, and
+    the report says what the guarantee covers."""
+    data = pendulum_data(30, seed=6)
+    res = _no_public_run(data)
+    rel = res.released
+    assert rel.public_states is None and "public_states" not in _tensor_keys(rel)
+    norm = rel.model.input_normalizer
+    assert norm.source == "declared observation/action bounds"
+    np.testing.assert_allclose(np.asarray(norm.mean), [0, 0, 0, 0])
+    np.testing.assert_allclose(np.asarray(norm.std), [1, 1, 8, 2])
+    assert rel.model.elites == (0, 1) and res.fedavg["elites"] == [0, 1]
+    assert res.fedavg["rounds"] == 4 and not res.fedavg["stopped_early"]
+    assert any("covers every trajectory" in n for n in res.report.notes)
+    changed = data.subset(np.arange(1, 30))  # one private episode removed
+    other = _no_public_run(changed).released
+    for name in ("mean", "std"):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(other.model.input_normalizer, name)), np.asarray(getattr(norm, name))
+        )
+    assert other.model.elites == rel.model.elites and other.fedavg["rounds"] == 4
+
+
+def _tensor_keys(released: P.ReleasedModel) -> set[str]:
+    return {k for k, v in released.state_dict().items() if v is not None}
+
+
+def test_with_public_data_the_public_episodes_drive_normaliser_stopping_and_starts() -> None:
+    """With public data the input normaliser is fitted on it, the model carries its states
+    (and only its states) for public-split starts, and the report names it as not covered."""
+    data = pendulum_data(30, seed=7)
+    priv, pub = declared_split(data)
+    res = P.run(tiny_config(), priv, 0, public_split=pub, public_source="6 episodes declared")
+    rel = res.released
+    assert rel.public_states is not None
+    np.testing.assert_array_equal(rel.public_states[0], pub.transitions().observations)
+    x = np.concatenate([pub.transitions().observations, pub.transitions().actions], axis=1)
+    np.testing.assert_allclose(np.asarray(rel.model.input_normalizer.mean), x.mean(0), rtol=1e-5)
+    notes = " ".join(res.report.notes)
+    assert "except the public data (6 episodes declared)" in notes
+    assert "public data: 6 episodes declared" in res.report.public
+
+
+def test_without_public_data_unbounded_spaces_are_refused() -> None:
+    data = pendulum_data(10, seed=1)
+    meta = data.metadata.replace(observation_space=spaces.Box(-np.inf, np.inf, (3,), np.float32))
+    with pytest.raises(ValueError, match="without public data"):
+        P.bounds_normalizer(meta)
 
 
 # ----------------------------------------------------------------------------- isolation
@@ -191,6 +278,7 @@ def test_policy_stage_takes_no_data_argument() -> None:
     assert params == {"released", "config", "seed", "checkpoint", "progress"}
     fields = set(P.ReleasedModel.__dataclass_fields__)
     public = {"model", "task", "env_id", "report", "public_states", "reference_returns"}
+    public.add("public_source")  # what the public data was: a declaration, never content
     assert fields == {*public, "fedavg"}  # env_id: the task's id (its reward scale), public
 
 
@@ -215,7 +303,7 @@ def test_poisoned_private_split_does_not_change_the_policy_once_the_model_is_fix
     monkeypatch.setattr(P, "train_dp_fedavg", stub)
     cfg = tiny_config()
     data = pendulum_data(30, seed=1)
-    priv, pub = P.split_public(data, cfg.holdout_fraction, salt=cfg.split_salt)
+    priv, pub = declared_split(data)
     poisoned = TrajectoryDataset.from_episodes(
         [
             {
@@ -260,7 +348,7 @@ def test_user_level_clients_group_each_users_trajectories() -> None:
     users = np.repeat(np.arange(12), owned)
     data = pendulum_data(int(owned.sum()), T=8, users=users, extra={"n_users": 12})
     cfg = tiny_config(unit="user", n_units=None, sampling_rate=0.3)
-    priv, pub = P.split_public(data, cfg.holdout_fraction, salt=cfg.split_salt, unit="user")
+    priv, pub = declared_split(data, 0.2, by_unit=True)
     assert set(np.unique(priv.episode_unit_ids)).isdisjoint(np.unique(pub.episode_unit_ids))
     res = P.run(cfg, priv, 0, public_split=pub)
     rep = res.report.to_dict()
@@ -310,7 +398,7 @@ def test_interrupted_dp_fedavg_resumes_to_the_same_release(tmp_path) -> None:
     secret state file is removed once the release exists."""
     cfg = tiny_config(max_rounds=6, eval_every=1, patience=100)
     data = pendulum_data(30, seed=2)
-    priv, pub = P.split_public(data, cfg.holdout_fraction, salt=cfg.split_salt)
+    priv, pub = declared_split(data)
     full = P.run(cfg, priv, 5, noise=noise_source(5), public_split=pub)
     resumed = _interrupted_and_resumed(cfg, priv, pub, tmp_path)
     assert not (tmp_path / "fedavg_state.pt").exists()
@@ -326,7 +414,7 @@ def test_a_run_with_server_momentum_resumes_to_the_same_release(tmp_path) -> Non
     fast = dict(max_rounds=6, eval_every=1, patience=100, noise_multiplier=0.0, min_improvement=0.0)
     cfg = tiny_config(**fast, server_momentum=0.9)
     data = pendulum_data(30, seed=2)
-    priv, pub = P.split_public(data, cfg.holdout_fraction, salt=cfg.split_salt)
+    priv, pub = declared_split(data)
     full = P.run(cfg, priv, 5, noise=noise_source(5), public_split=pub)
     fedavg = P.run(tiny_config(**fast), priv, 5, noise=noise_source(5), public_split=pub)
     assert _same_release(full, _interrupted_and_resumed(cfg, priv, pub, tmp_path))
@@ -345,7 +433,7 @@ def test_neighbours_publish_the_same_report_and_non_release_metrics() -> None:
     identical; only the noisy model and what is computed from it may differ."""
     cfg = tiny_config(patience=100)
     data = pendulum_data(30, seed=4)
-    priv, pub = P.split_public(data, cfg.holdout_fraction, salt=cfg.split_salt)
+    priv, pub = declared_split(data)
     published = []
     for private in (priv, priv.subset(np.arange(1, priv.n_episodes))):
         res = P.run(cfg, private, 0, public_split=pub)
@@ -354,3 +442,8 @@ def test_neighbours_publish_the_same_report_and_non_release_metrics() -> None:
         fed = {k: res.fedavg[k] for k in ("rounds", "max_rounds", "epsilon", "epsilon_max")}
         published.append(json.dumps([rep, fed, res.stage.start_mode], sort_keys=True))
     assert published[0] == published[1]
+
+
+def test_an_empty_declaration_is_no_public_data() -> None:
+    assert declared_public(DatasetMetadata(extra={"public_episodes": []}), 5) is None
+    assert declared_public(DatasetMetadata(extra={}), 5) is None

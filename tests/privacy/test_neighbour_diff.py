@@ -381,29 +381,29 @@ BANDIT_LINES = (r"value of uniform: .* CI \[",)
 
 
 def _primorl(pair: Pair) -> None:
-    """D: 30 Pendulum-like trajectories (K = 30 declared); D′: D without one trajectory of
-    the private part (the public split, drawn by episode content, is identical on both)."""
-    from privrl.primorl.primorl import split_public
+    """D: 30 Pendulum-like trajectories (K = 30 declared), the first 6 declared public in the
+    metadata; D′: D without one private trajectory (the same declaration: the public episodes
+    keep their positions)."""
+    from tests.primorl.test_primorl import pendulum_data
+
+    d = pendulum_data(
+        30, seed=5, extra={"n_trajectories": 30, "public_episodes": [0, 1, 2, 3, 4, 5]}
+    )
+    pair.save(d, d.subset(np.delete(np.arange(30), 17)))
+
+
+def _primorl_no_public(pair: Pair) -> None:
+    """D: 30 Pendulum-like trajectories and no public data; D′: D without one."""
     from tests.primorl.test_primorl import pendulum_data
 
     d = pendulum_data(30, seed=5, extra={"n_trajectories": 30})
-    _, pub = split_public(d, 0.2, salt="primorl-public-split")
-    public_starts = {
-        pub.observations[pub.episode_offsets[e] + e].tobytes() for e in range(pub.n_episodes)
-    }
-    victim = next(
-        e
-        for e in range(d.n_episodes)
-        if d.observations[d.episode_offsets[e] + e].tobytes() not in public_starts
-    )
-    pair.save(d, d.subset(np.delete(np.arange(d.n_episodes), victim)))
+    pair.save(d, d.subset(np.arange(1, 30)))
 
 
 PRIMORL = (
     "train", "primorl", "--data", "{data}", "--out", "{out}", "-z", "2", "--steps", "4",
     "-q", "0.2", "--eval-every", "2", "--patience", "100", "--epochs", "2",
     "--steps-per-epoch", "10", "--rollout-batch-size", "20", "--rollout-length", "5",
-    "--holdout-fraction", "0.2",
 )  # fmt: skip
 PRIMORL_RELEASED = frozenset(
     {
@@ -594,6 +594,8 @@ CASES = [
     ),
     # ---- PRIMORL (add/remove one trajectory) ----
     Case("primorl", _primorl, PRIMORL, PRIMORL_RELEASED, PRIMORL_LINES),
+    # no public data: bounds normaliser, every member an elite, all rounds
+    Case("primorl-no-public", _primorl_no_public, PRIMORL, PRIMORL_RELEASED, PRIMORL_LINES),
     # ---- online: one user's episode replaced, same seed ----
     Case(
         "sdp-pe",

@@ -37,10 +37,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "primorl": (
         ["--variant", "no-privacy", "--steps", "2", "-q", "0.2", "--eval-every", "1",
          "--epochs", "1", "--steps-per-epoch", "5", "--rollout-batch-size", "10",
-         "--rollout-length", "2", "--holdout-fraction", "0.2", "--target-entropy", "-2"],
+         "--rollout-length", "2", "--target-entropy", "-2"],
         'variant = "no-privacy"\nsteps = 2\nsampling_rate = 0.2\neval_every = 1\nepochs = 1\n'
         "steps_per_epoch = 5\nrollout_batch_size = 10\nrollout_length = 2\n"
-        "holdout_fraction = 0.2\ntarget_entropy = -2\n",
+        "target_entropy = -2\n",
     ),
 }  # fmt: skip
 # Wall-clock figures differ between two runs of the same seed.

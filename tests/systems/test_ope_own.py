@@ -317,7 +317,7 @@ def test_bad_start_states_are_one_error_line(cmd, bandit, tmp_path, capsys) -> N
     assert code == 2 and "sum to 1" in error_line(err)
     argv = [*cmd, "--data", str(bandit), "--gamma", "0.5", "--start-states", str(bandit)]
     code, err = run([*argv, "--out", str(tmp_path / "o2")], capsys)
-    assert code == 2 and "--data file itself" in error_line(err)
+    assert code == 2 and "private dataset itself" in error_line(err)
 
 
 def neighbour(path: Path, out: Path) -> Path:
@@ -363,7 +363,9 @@ def test_neighbours_publish_the_same_except_the_released_value(tmp_path, capsys)
     public data, config.json and privacy.json."""
     d = log(tmp_path / "d.h5", lengths=[2] * M, horizon=2)
     d2 = neighbour(d, tmp_path / "d2.h5")
-    public = log(tmp_path / "public.h5", lengths=[2] * M, horizon=2)
+    # public data of the same shape, other episodes than either neighbour (a copy of the
+    # private episodes would be refused as public data)
+    public = neighbour(d2, tmp_path / "public.h5")
     common = ["--gamma", "1", "--start-states", "uniform", "--seed", "3"]
     for cmd in (LSW, [*GPOPE, "--public-data", str(public)]):
         results = []

@@ -93,7 +93,7 @@ def test_primorl_trains_on_raw_pendulum(collected: dict[str, Path], tmp_path: Pa
     out = tmp_path / "run"
     argv = ["train", "primorl", "--data", str(collected["Pendulum-v1"]), "--out", str(out)]
     private = ["-z", "1", "--steps", "2", "-q", "0.2", "--eval-every", "1", "--trajectories", "6"]
-    assert main([*argv, *private, "--holdout-fraction", "0.2", *STAGE]) == 0
+    assert main([*argv, *private, *STAGE]) == 0
     metrics = _read(out, "metrics.json")
     assert (metrics["env_id"], metrics["reward_transform"]) == ("Pendulum-v1", "none")
     assert -H * PENDULUM_MAX_COST <= metrics["return_mean"] <= 0.0

@@ -202,3 +202,30 @@ def _given_flags(ctx: typer.Context) -> set[str]:
         if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
             given.add(param.opts[0])
     return given
+
+
+@data_app.command("declare-public")
+def declare_public(
+    path: Path = typer.Argument(..., help="Dataset file (.h5) to declare episodes of public."),
+    episodes: str = typer.Option(
+        None, "--episodes", help="Comma-separated 0-based episode positions declared public."
+    ),
+    units: str = typer.Option(
+        None, "--units", help="Comma-separated unit ids declared public (all their episodes)."
+    ),
+    out: Path = typer.Option(None, "--out", "-o", help="Write a copy (default: in place)."),
+) -> None:
+    """Declare episodes public in the file's metadata, before any private use: PRIMORL uses
+    them in the clear (normaliser, early stopping, elites) and covers only the others. Choose
+    them without looking at their content; a file with a budget ledger is refused."""
+    from privrl.data.public import write_declaration
+
+    if (episodes is None) == (units is None):
+        raise typer.BadParameter("give exactly one of --episodes and --units")
+    flag, text = ("--units", units) if episodes is None else ("--episodes", episodes)
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{flag} takes comma-separated integers, got {text!r}") from None
+    write_declaration(path, ids, by_unit=units is not None, out=out)
+    typer.echo(f"wrote {out or path}: {len(set(ids))} declared public ({flag[2:]})")

@@ -373,7 +373,6 @@ class PrimorlDemoConfig:
     steps_per_epoch: int = 400
     rollout_batch_size: int = 1000
     rollout_length: int | None = None
-    holdout_fraction: float | None = None
     noise_multiplier: float | None = None  # an explicit z instead of the target ε
     seed: int = 0
 
@@ -393,7 +392,6 @@ class PrimorlDemoConfig:
             steps_per_epoch=self.steps_per_epoch,
             rollout_batch_size=self.rollout_batch_size,
             rollout_length=self.rollout_length,
-            holdout_fraction=self.holdout_fraction,
         )
 
 

@@ -193,10 +193,13 @@ def sweep_dir(reproduction: str, scale: Scale) -> Path:
 
 
 def recipe_path(task: str, quick: bool) -> Path:
-    """Where the recipe dataset of `task` is (built or not)."""
+    """Where the recipe dataset of `task` is (built or not); a build lacking the recipe's
+    public declaration gains it (`recipes.primorl.declare_recipe_public`)."""
     from privrl.data.paths import data_dir
+    from privrl.experiments.recipes.primorl import declare_recipe_public
 
-    return data_dir() / f"primorl-{task}{'-quick' if quick else ''}.h5"
+    path = data_dir() / f"primorl-{task}{'-quick' if quick else ''}.h5"
+    return declare_recipe_public(path) if path.is_file() else path
 
 
 def recipe_dataset(task: str, quick: bool, reproduction: str) -> Path:

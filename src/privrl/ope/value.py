@@ -159,12 +159,16 @@ def resolve_start_states(
         if spec.endswith((".h5", ".hdf5")):
             if not path.is_file():
                 raise ValueError(f"--start-states {spec}: no such file; {_HELP}")
-            if data_path is not None and Path(data_path).exists() and path.samefile(data_path):
+            from privrl.data.io import load_hdf5
+            from privrl.data.public import not_public_because
+
+            private = data_path if data_path is not None and Path(data_path).exists() else None
+            why = not_public_because(path, private)
+            if why is not None:
                 raise ValueError(
-                    "--start-states is the --data file itself; its starts are private. Give an "
+                    f"--start-states {spec}: {why}; its starts are private. Give an "
                     "independent PUBLIC dataset, a distribution, or uniform"
                 )
-            from privrl.data.io import load_hdf5
 
             pub = load_hdf5(path)
             obs = np.asarray(pub.observations)[np.asarray(pub.observation_offsets)[:-1]]

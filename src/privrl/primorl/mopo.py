@@ -1,7 +1,9 @@
 """MOPO (Yu et al. 2020), PRIMORL's non-private baseline: split → dynamics model → policy stage.
 
 1. Split the dataset by episode into train and holdout (1% Pendulum and cartpole, 10%
-   HalfCheetah; specs/primorl.md). The holdout drives early stopping and elite selection.
+   HalfCheetah; specs/primorl.md) with the run's seed. The holdout drives early stopping and
+   elite selection. It is part of the private data, not public data (MOPO is not private);
+   PRIMORL uses only data declared public for these (:mod:`privrl.data.public`).
 2. Train the Gaussian ensemble (:mod:`privrl.primorl.dynamics`) on the training episodes,
    input normaliser fitted on them (MOPO; PRIMORL may not do this).
 3. Run the policy stage (:mod:`privrl.primorl.policy_stage`) in the pessimistic model
@@ -261,8 +263,12 @@ def mopo_privacy_report(config: MOPOConfig) -> PrivacyReport:
         )
     if config.starts == "dataset":
         releases.append(_unprotected("model rollouts start from training-data states"))
-    hold = f"holdout split ({config.holdout_fraction:.0%} of the episodes): early stopping, "
-    hold += "elite selection" + (", rollout starts" if config.starts == "public-split" else "")
+    # MOPO's holdout is a seeded split of the same (private) data, not public data: it is one
+    # more unprotected use, never listed as public
+    hold = f"holdout episodes ({config.holdout_fraction:.0%} of the data, a seeded split, not "
+    hold += "public): early stopping, elite selection"
+    hold += ", rollout starts" if config.starts == "public-split" else ""
+    releases.append(_unprotected(hold))
     sim = "task simulator: evaluation episodes"
     if config.starts == "initial":
         sim += ", initial-state distribution for rollout starts"
@@ -271,7 +277,7 @@ def mopo_privacy_report(config: MOPOConfig) -> PrivacyReport:
         RELATION,
         releases,
         system="mopo",
-        public=[hold, sim],
+        public=[sim],
         notes=[
             "MOPO (Yu et al. 2020) is PRIMORL's non-private baseline: it reads the data "
             "without any mechanism, so there is no privacy guarantee (ε = ∞).",

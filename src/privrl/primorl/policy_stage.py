@@ -20,7 +20,8 @@ Start-state modes (specs/primorl.md, decision "rollout starts"):
 * ``initial`` (PRIMORL default): states from the environment's initial distribution (public
   simulator knowledge), extended with states reached in earlier model rollouts (chained,
   truncated rollouts: a reached state keeps its time index and rollouts stop at the horizon).
-* ``public-split``: states of the declared-public holdout split.
+* ``public-split``: states of data declared public (PRIMORL: a public dataset or episodes
+  declared public in the metadata; MOPO, which is not private: its holdout).
 * ``dataset`` (MOPO's original): states of the training data. Only the non-private MOPO can
   build this sampler (it needs the data's states); ``require_public=True`` refuses it and
   refuses real data, which is what PRIMORL passes.
@@ -228,11 +229,11 @@ class _FixedStartStates:
 
 
 class PublicSplitStartStates(_FixedStartStates):
-    """``public-split`` mode: states of the declared-public holdout split."""
+    """``public-split`` mode: states of the data declared public (MOPO: its holdout)."""
 
     mode = "public-split"
     public = True
-    source = "states of the declared-public holdout split"
+    source = "states of the public split (data declared public)"
 
 
 class DatasetStartStates(_FixedStartStates):

@@ -2,38 +2,40 @@
 
 Pipeline (specs/primorl.md; paper Algorithm 1):
 
-1. ``split_public``   the declared-public holdout: each episode (each user, for user-level
-                      privacy) is public iff a keyed hash of its own content (of its user id)
-                      falls below the public fraction — so removing or adding one private unit
-                      never moves another unit across the split.
+1. public data        declared public, never chosen from the private episodes: a separate
+                      dataset the holder declares public, or episodes the private file's
+                      metadata declares public (:mod:`privrl.data.public`), or none.
 2. DP-FedAvg          the ensemble dynamics model trained with trajectories (or users) as
                       clients (:mod:`privrl.primorl.dp_fedavg`): the ONE release of the run,
-                      the ensemble's parameters after T noisy rounds; normaliser, early
-                      stopping and elites on the public split only.
+                      the ensemble's parameters after T noisy rounds. Input normaliser, early
+                      stopping and elites on the public data only; without public data the
+                      normaliser comes from the declared observation/action bounds, all T_max
+                      rounds run and every member is an elite.
 3. pessimism          M̃ with r̃ = r̂ − λ·u(s, a) (:mod:`privrl.primorl.pessimism`).
 4. policy stage       SAC in M̃ with zero real data (:func:`policy_from_model`), which receives
                       a `ReleasedModel` — the released model, the task's public facts and the
-                      public split's states — and nothing else. It is post-processing.
+                      public data's states (if any) — and nothing else. It is post-processing.
 
 Privacy. Unit: one trajectory (TDP) or one user (``unit="user"``); relation add/remove. The
 guarantee is DP-FedAvg's (Poisson-subsampled Gaussian, T rounds, dp-accounting PLD by
-default, RDP beside it). Everything that sets the noise — z (or the target ε), C, q, δ, T_max,
-K — is public and listed in privacy.json with its source (`PublicParameters`); K is declared
-(flag or metadata ``extra["n_trajectories"]``/``["n_users"]``), never counted. Nothing computed
-from the private episodes is published: no training loss, clip fraction, sampled count, count
-of private episodes or DP-FedAvg wall time. Published besides the report: the public split's
-size, the model's MSE on the public split over rounds and the rounds run (post-processing of
-the noisy iterates on public data), and real-simulator returns of the policy (post-processing).
+default, RDP beside it) and covers every unit of the private dataset; episodes declared
+public are neither covered nor protected, and the report says which data was public.
+Everything that sets the noise — z (or the target ε), C, q, δ, T_max, K — is public and listed
+in privacy.json with its source (`PublicParameters`); K is declared (flag or metadata
+``extra["n_trajectories"]``/``["n_users"]``), never counted. Nothing computed from the private
+episodes is published: no training loss, clip fraction, sampled count, count of private
+episodes or DP-FedAvg wall time. Published besides the report: the public data's size, the
+model's MSE on it over rounds and the rounds run (post-processing of the noisy iterates on
+public data), and real-simulator returns of the policy (post-processing).
 
-Departures: K counts the dataset's declared units, the public ~1% included (the true training
-count is private); a wrong K only rescales the step, not the guarantee. The public split is a
-hash split rather than a seeded permutation, which would change with the number of episodes.
+Departures: K counts the declared units of the private file (episodes declared public in its
+metadata included: the true training count is private); a wrong K only rescales the step, not
+the guarantee.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -80,7 +82,6 @@ __all__ = [
     "policy_from_model",
     "run",
     "save_released_model",
-    "split_public",
 ]
 
 MODEL_FORMAT = "privrl.primorl/released-model-1"
@@ -151,8 +152,9 @@ class PrimorlConfig:
     paper row (``no-clip``, ``no-privacy``, ``low``, ``high``) — it sets z (and C = ∞ for
     no-clip); combining it with an explicit z or target ε is refused. Policy stage: ``penalty``
     u ∈ {ma, ma-frobenius, mpd}, ``lam`` λ, ``rollout_length`` h, ``starts`` (initial |
-    public-split), SAC ``epochs`` of ``steps_per_epoch`` updates. ``holdout_fraction``: share
-    of the units declared public (1% Pendulum and cartpole, 10% HalfCheetah).
+    public-split: the public data's states; it needs public data), SAC ``epochs`` of
+    ``steps_per_epoch`` updates. Which data is public is not a setting: it is declared with
+    the data (see :func:`run`).
     """
 
     task: str
@@ -176,9 +178,7 @@ class PrimorlConfig:
     eval_episodes: int = 10
     final_epochs: int = 10
     checkpoint_every: int = 1
-    holdout_fraction: float = math.nan
     dynamics: DynamicsConfig | None = None
-    split_salt: str = "primorl-public-split"
 
     def __post_init__(self) -> None:
         if self.task not in PRESETS:
@@ -190,10 +190,6 @@ class PrimorlConfig:
             "rollout_length": (self.rollout_length == 0, p.rollout_length),
             "epochs": (self.epochs == 0, p.epochs),
             "rollout_batch_size": (self.rollout_batch_size == 0, p.rollout_batch_size),
-            "holdout_fraction": (
-                math.isnan(self.holdout_fraction),
-                dynamics_config(self.task).holdout_fraction,
-            ),
             "dynamics": (self.dynamics is None, dynamics_config(self.task)),
         }
         for name, (missing, value) in fill.items():
@@ -221,13 +217,9 @@ class PrimorlConfig:
             )
         if not 0.0 < self.init_fraction <= 1.0:
             raise ValueError(f"init fraction must be in (0, 1], got {self.init_fraction}")
-        if not 0.0 <= self.holdout_fraction < 1.0:
-            raise ValueError(f"holdout fraction must be in [0, 1), got {self.holdout_fraction}")
         for name in ("rollout_length", "epochs", "rollout_batch_size", "steps_per_epoch"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.starts == "public-split" and self.holdout_fraction == 0:
-            raise ValueError("--start-states public-split needs a public split (fraction > 0)")
         self.stage_config()  # validates the policy-stage settings
 
     @property
@@ -275,8 +267,6 @@ class PrimorlConfig:
             for k, v in dataclasses.asdict(self.fedavg).items()
             if not (k in FEDAVG_STEP and v == FEDAVG_STEP[k])
         }
-        d["holdout_fraction"] = self.holdout_fraction
-        d["split_salt"] = self.split_salt
         d["dynamics"] = self.dynamics.to_dict()
         return d
 
@@ -319,47 +309,6 @@ def planned_report(config: PrimorlConfig, the_plan: DpFedAvgPlan) -> PrivacyRepo
 
 
 # --------------------------------------------------------------------------------------------
-# the public split
-# --------------------------------------------------------------------------------------------
-
-
-def _unit_hash(salt: str, payload: bytes) -> float:
-    h = hashlib.sha256(salt.encode() + b"\0" + payload).digest()
-    return int.from_bytes(h[:8], "big") / 2.0**64
-
-
-def split_public(
-    dataset: TrajectoryDataset, fraction: float, *, salt: str, unit: str = "trajectory"
-) -> tuple[TrajectoryDataset, TrajectoryDataset]:
-    """``(private, public)``: a unit is declared public iff the keyed hash of its own content
-    (trajectory: its observations, actions and rewards; user: its id) is below ``fraction``.
-
-    Each unit's side depends on that unit alone, so a neighbour (one private unit added or
-    removed) has exactly the same public split — unlike a seeded permutation of the episode
-    indices, which reshuffles every episode when the count changes. The public share is
-    ``fraction`` in expectation.
-    """
-    if fraction <= 0:
-        return dataset, dataset.subset(np.zeros(0, dtype=np.int64))
-    if unit == "user":
-        ids = dataset.episode_unit_ids
-        keys = np.unique(ids)
-        public_ids = {int(u) for u in keys if _unit_hash(salt, str(int(u)).encode()) < fraction}
-        is_public = np.fromiter((int(u) in public_ids for u in ids), bool, count=ids.shape[0])
-    else:
-        off = dataset.episode_offsets
-        obs = np.ascontiguousarray(dataset.observations)
-        act = np.ascontiguousarray(dataset.actions)
-        rew = np.ascontiguousarray(dataset.rewards)
-        is_public = np.zeros(dataset.n_episodes, dtype=bool)
-        for e in range(dataset.n_episodes):  # one hash per episode (30k: ~0.1 s)
-            a, b = int(off[e]), int(off[e + 1])
-            payload = obs[a + e : b + e + 1].tobytes() + act[a:b].tobytes() + rew[a:b].tobytes()
-            is_public[e] = _unit_hash(salt, payload) < fraction
-    return dataset.subset(np.flatnonzero(~is_public)), dataset.subset(np.flatnonzero(is_public))
-
-
-# --------------------------------------------------------------------------------------------
 # the released model and the policy stage (post-processing)
 # --------------------------------------------------------------------------------------------
 
@@ -367,7 +316,9 @@ def split_public(
 @dataclass
 class ReleasedModel:
     """What the policy stage may see: the released model, the task's public facts, the public
-    split's states (with their time indices) and the run's privacy report."""
+    data's states (with their time indices), what that public data was (``public_source``;
+    None without public data, or in a release that predates declared public data) and the
+    run's privacy report."""
 
     model: DynamicsModel
     task: str
@@ -376,6 +327,7 @@ class ReleasedModel:
     reference_returns: dict[str, float] | None = None
     fedavg: dict[str, Any] = field(default_factory=dict)  # public summary of the training
     env_id: str | None = None  # the task's id (its reward scale); None: privrl's id for `task`
+    public_source: str | None = None
 
     @property
     def control(self) -> ControlTask:
@@ -394,6 +346,7 @@ class ReleasedModel:
             else [torch.from_numpy(np.ascontiguousarray(a)) for a in self.public_states],
             "reference_returns": self.reference_returns,
             "fedavg": self.fedavg,
+            "public_source": self.public_source,
         }
 
     @classmethod
@@ -409,6 +362,7 @@ class ReleasedModel:
             reference_returns=state.get("reference_returns"),
             fedavg=dict(state.get("fedavg") or {}),
             env_id=state.get("env_id"),
+            public_source=state.get("public_source"),
         )
 
 
@@ -506,23 +460,46 @@ def _seeds(rng: int | np.random.SeedSequence) -> dict[str, Any]:
     }
 
 
-def _normaliser(model: DynamicsModel, metadata: Any, has_public: bool) -> str:
-    """Public split if there is one, else the declared observation/action boxes."""
-    if has_public:
-        return "public_split"
-    obs_space, act_space = metadata.observation_space, metadata.action_space
+NO_BOUNDS = (
+    "without public data the input normaliser comes from the declared observation and action "
+    "bounds, and {what}; give public data (a separate dataset declared public, or episodes "
+    "declared public in the dataset's metadata)"
+)
+
+
+def bounds_normalizer(metadata: Any) -> Normalizer:
+    """The input normaliser of a run without public data: the declared observation and action
+    boxes mapped onto [−1, 1] (public facts, no episode read). ValueError if a bound is missing
+    or infinite: privrl refuses rather than normalise by private statistics or silently fall
+    back to an identity map the model may not train with."""
+    obs_space = getattr(metadata, "observation_space", None)
+    act_space = getattr(metadata, "action_space", None)
     try:
-        low = np.concatenate([np.asarray(obs_space.low), np.asarray(act_space.low)]).reshape(-1)
-        high = np.concatenate([np.asarray(obs_space.high), np.asarray(act_space.high)])
-        model.input_normalizer = Normalizer.from_bounds(
-            low, high.reshape(-1), source="declared observation/action bounds"
+        low = np.concatenate([np.asarray(obs_space.low), np.asarray(act_space.low)])  # type: ignore[union-attr]
+        high = np.concatenate([np.asarray(obs_space.high), np.asarray(act_space.high)])  # type: ignore[union-attr]
+        return Normalizer.from_bounds(
+            low.reshape(-1), high.reshape(-1), source="declared observation/action bounds"
         )
     except (AttributeError, ValueError):
         raise ValueError(
-            "without a public split the input normaliser needs finite declared observation and "
-            "action bounds; keep a public split (--holdout-fraction > 0)"
+            NO_BOUNDS.format(what="this dataset declares no finite bounds for every dimension")
         ) from None
-    return "model"
+
+
+def coverage_note(unit: str, public_source: str | None) -> str:
+    """What the guarantee covers, for the report: every unit of the private dataset; the
+    public data (``public_source``, if any) is neither covered nor protected."""
+    if public_source is None:
+        return (
+            f"the guarantee covers every {unit} of the private dataset; no episode was used in "
+            "the clear (normaliser from the declared bounds, all T_max rounds, every member an "
+            "elite)"
+        )
+    return (
+        f"the guarantee covers every {unit} of the private dataset except the public data "
+        f"({public_source}), which is neither covered nor protected: it set the input "
+        "normaliser, early stopping and the elites"
+    )
 
 
 def run(
@@ -531,12 +508,20 @@ def run(
     rng: int | np.random.SeedSequence,
     *,
     public_split: TrajectoryDataset | None,
+    public_source: str | None = None,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
     workdir: str | Path | None = None,
     fedavg_checkpoint_every: int = 100,
     noise: NoiseSource | None = None,
 ) -> PrimorlResult:
-    """PRIMORL on the private episodes ``data`` (already split from ``public_split``).
+    """PRIMORL on the private episodes ``data``.
+
+    ``public_split``: episodes declared public (a separate public dataset, or the episodes
+    the private file's metadata declares public, split off by
+    :func:`privrl.data.public.split_declared`), never chosen from the private episodes;
+    ``public_source`` names it in the report. None (or empty): no episode is used in the
+    clear — the normaliser comes from the declared bounds (:func:`bounds_normalizer`), all
+    T_max rounds run and every member is an elite.
 
     ``rng``: the run's seed (named streams: init, fedavg, stage); ``noise``: the source of the
     DP-FedAvg noise and client sampling (default: secure). ``progress(phase, record)``:
@@ -565,7 +550,9 @@ def run(
     if released is None:
         assert config.dynamics is not None
         model = DynamicsModel(task.obs_dim, task.act_dim, config.dynamics, seed=seeds["init"])
-        norm = _normaliser(model, data.metadata, has_public)
+        norm = "public_split" if has_public else "model"
+        if not has_public:
+            model.input_normalizer = bounds_normalizer(data.metadata)
         state_path = None if work is None else work / "fedavg_state.pt"
         resume = None
         if state_path is not None and state_path.exists():
@@ -598,16 +585,23 @@ def run(
                 public_split.transition_steps,
             )
         reference = data.metadata.extra.get("reference_returns")
+        report = PrivacyReport.from_dict(fed_res.report.to_dict())
+        unit = "user" if config.fedavg.unit == "user" else "trajectory"
+        source = (public_source or "data declared public") if has_public else None
+        report.notes = [*report.notes, coverage_note(unit, source)]
+        if source is not None:
+            report.public = [*report.public, f"public data: {source}"]
         released = ReleasedModel(
             model=model,
             task=task.name,
-            report=fed_res.report,
+            report=report,
             public_states=public_states,
             reference_returns={k: float(v) for k, v in reference.items()}
             if isinstance(reference, dict)
             else None,
             fedavg=fed_res.to_dict(),
             env_id=task.env_id,
+            public_source=source,
         )
         if model_path is not None:
             save_released_model(released, model_path)

@@ -1,8 +1,9 @@
 """MOPO (Yu et al. 2020), PRIMORL's non-private baseline, on the run layer (`privrl train mopo`).
 
-Pipeline (`privrl.primorl.mopo.mopo`): split by episode (public holdout) → Gaussian ensemble
-dynamics model → SAC in the pessimistic model r̃ = r̂ − λu with 5% real data per batch. Per-task
-defaults (penalty, λ, rollout length, epochs) come from the spec; every option overrides one.
+Pipeline (`privrl.primorl.mopo.mopo`): split by episode (a seeded holdout of the same data,
+not public: MOPO is not private) → Gaussian ensemble dynamics model → SAC in the pessimistic
+model r̃ = r̂ − λu with 5% real data per batch. Per-task defaults (penalty, λ, rollout length,
+epochs) come from the spec; every option overrides one.
 
 Not private: the planned report says ε = ∞, so any dataset ledger refuses the run from the
 file's header, before a record is read. `plan` resolves the run's `MOPOConfig` from the options
@@ -342,7 +343,8 @@ class MopoRunConfig(StageOptions):
         "dataset",
         "--starts",
         help="Rollout start states: dataset (MOPO) | initial (env's initial distribution, "
-        "chained) | public-split (the holdout's states).",
+        "chained) | public-split (the holdout's states: part of the data, not public; MOPO is "
+        "not private).",
     )
     init_fraction: float = option(
         0.2, "--init-fraction", help="With --starts initial: share of fresh initial states."

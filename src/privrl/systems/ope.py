@@ -1301,14 +1301,17 @@ def needs_public_data(noise: str) -> str:
 
 
 def _refuse_data_as_public(config: GpopeConfig, header: Any | None) -> None:
-    if (
-        config.public_data is not None
-        and header is not None
-        and Path(config.public_data).samefile(header.path)
-    ):
+    """--public-data must be public: not the --data file or a copy of its episodes, and no
+    ledgered (private) file."""
+    from privrl.data.public import not_public_because
+
+    if config.public_data is None:
+        return
+    why = not_public_because(config.public_data, None if header is None else header.path)
+    if why is not None:
         raise ConfigError(
             "public_data",
-            "is the --data file itself; tuning must use an independent PUBLIC dataset (or "
+            f"{config.public_data}: {why}; tuning must use an independent PUBLIC dataset (or "
             "give --clip and --step-size)",
         )
 

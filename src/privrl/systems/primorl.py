@@ -11,7 +11,10 @@ with zero access to the data. The system adapts `privrl.primorl.primorl` (`Primo
   every public parameter (z or target ε, C, q, δ, T_max, K) and the planned report for T_max
   rounds, which the ledger checks before a byte of episode data is read.
 - `load` (inside the ledger guard): the episodes, a schema check of their shapes, and the
-  declared-public split (`split_public`).
+  public data: the `--public-data` file, or the episodes the file's metadata declares public
+  (`privrl.data.public`), or none. Which data is public is fixed in `plan` from the headers
+  alone, and config.json records its identity (the public file's content fingerprint, or the
+  declared list's digest), never anything computed from the private episodes.
 - `run`: DP-FedAvg → the released model (model.pt) → the policy stage; checkpoints
   (``released.pending.pt``, ``fedavg_state.pt``, ``checkpoint.pt``, ``run.json``) stay in the
   run directory itself, as before the run layer, and a rerun with the same settings resumes.
@@ -134,8 +137,16 @@ class PrimorlRunConfig(StageOptions):
         help="Hold model rollouts inside the simulator's public observation box and reward "
         "range (--no-held-rollouts: free rollouts, which drift from initial starts).",
     )
-    holdout_fraction: float | None = option(
-        None, "--holdout-fraction", help="Share of units declared public (default: per task)."
+    public_data: Path | None = option(  # noqa: RUF009 - option() is a dataclasses.field
+        None,
+        "--public-data",
+        help="A dataset you declare public (same task and spaces as --data, no ledger): it sets "
+        "the input normaliser, early stopping, the elites and public-split starts, and is not "
+        "protected. Without it, episodes the --data file's metadata declares public "
+        "(extra public_episodes / public_unit_ids) play that role; with neither, the "
+        "normaliser comes from the declared observation/action bounds (refused if unbounded), "
+        "all --steps rounds run and every member is an elite.",
+        keyless_default=True,
     )
     eval_every: int = option(50, "--eval-every", help="Rounds between public-split evals.")
     patience: int = option(10, "--patience", help="Early stopping patience (evals).")
@@ -159,6 +170,11 @@ class PrimorlRunConfig(StageOptions):
         check(
             self.user_column is None or self.unit == "user", "user_column", "goes with --unit user"
         )
+        check(
+            self.public_data is None or self.public_data.is_file(),
+            "public_data",
+            f"{self.public_data} is not a file; give a privrl HDF5 dataset declared public",
+        )
         super().validate()
         if self.model is not None:
             given = [
@@ -171,7 +187,7 @@ class PrimorlRunConfig(StageOptions):
                     ("--clip", self.clip),
                     ("--sampling-rate", self.sampling_rate),
                     ("--trajectories", self.trajectories),
-                    ("--holdout-fraction", self.holdout_fraction),
+                    ("--public-data", self.public_data),
                     ("--reward-transform", self.reward_transform),
                     ("--local-optimizer", None if self.local_optimizer == "sgd" else "adam"),
                     ("--server-momentum", self.server_momentum or None),
@@ -222,10 +238,7 @@ class PrimorlRunConfig(StageOptions):
         }
         if policy_only:
             return PrimorlConfig(task=task, **stage)
-        extra = {} if self.holdout_fraction is None else {"holdout_fraction": self.holdout_fraction}
-        return PrimorlConfig(
-            task=task, fedavg=self.fedavg(), variant=self.variant, **stage, **extra
-        )
+        return PrimorlConfig(task=task, fedavg=self.fedavg(), variant=self.variant, **stage)
 
 
 class PrimorlSystem(System):
@@ -262,6 +275,7 @@ class PrimorlSystem(System):
         _check_declared(header, task, config)
         lib = config.primorl_config(task.name)
         the_plan = P.plan(lib, header.metadata)  # flags > header metadata > preset
+        public_source = plan_public_source(config, header, lib)
         public = {
             "command": "privrl train primorl",
             "algorithm": "primorl",
@@ -271,8 +285,15 @@ class PrimorlSystem(System):
             "reward_transform": task.reward_transform,
             **lib.to_dict(),
             "public_parameters": the_plan.params.to_list(),
+            "public_data": public_source.identity,
         }
-        facts = {"task": task, "source": source, "primorl": lib, "T_max": the_plan.T_max}
+        facts = {
+            "task": task,
+            "source": source,
+            "primorl": lib,
+            "T_max": the_plan.T_max,
+            "public_source": public_source,
+        }
         return Plan(report=P.planned_report(lib, the_plan), public=public, facts=facts)
 
     def _plan_policy_only(self, config: Any) -> Plan:
@@ -285,6 +306,13 @@ class PrimorlSystem(System):
         if lib.starts == "public-split" and released.public_states is None:
             raise ConfigError(
                 "start_states", "public-split: the released model carries no public split"
+            )
+        if lib.starts == "public-split" and released.public_source is None:
+            raise ConfigError(
+                "start_states",
+                "public-split: this model was released before public data had to be declared; "
+                "its states were chosen by the private episodes' content, so they are not "
+                "public. Use --start-states initial",
             )
         public = {
             "command": "privrl train primorl --model",
@@ -301,21 +329,35 @@ class PrimorlSystem(System):
     def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
         if source is None:
             return None
-        from privrl.primorl.primorl import split_public
+        from privrl.data.io import load_hdf5
+        from privrl.data.public import episodes_sha256, split_declared
 
-        dataset = super().load(config, source, plan, rng)
-        task, lib = plan.facts["task"], plan.facts["primorl"]
+        public_source: PublicSource = plan.facts["public_source"]
+        dataset = self._checked(super().load(config, source, plan, rng), "data", source, plan)
+        if public_source.path is not None:
+            public = load_hdf5(public_source.path)
+            private = dataset
+            public = self._checked(public, "public_data", public_source.path, plan)
+        else:
+            private, public = split_declared(dataset, public_source.declaration)
+        described = public_source.describe()
+        if public_source.declaration is not None:  # identity from the public episodes alone
+            described = f"{described}; content sha256 {episodes_sha256(public)}"
+        return private, public, described
+
+    @staticmethod
+    def _checked(dataset: Any, key: str, path: Path, plan: Plan) -> Any:
+        """Schema checks a public schema would make (array shapes), never value checks; the
+        rewards in the task's scale."""
+        task = plan.facts["task"]
         for name, arr, dim in (
             ("observations", dataset.observations, task.obs_dim),
             ("actions", dataset.actions, task.act_dim),
-        ):  # schema checks a public schema would make (array shapes), never value checks
+        ):
             arr = np.asarray(arr)
             if arr.ndim != 2 or arr.shape[1] != dim:
-                raise ConfigError("data", f"{source}: {name} do not have shape [n, {dim}]")
-        dataset = in_reward_scale(dataset, plan.facts["source"], task)
-        return split_public(
-            dataset, lib.holdout_fraction, salt=lib.split_salt, unit=lib.fedavg.unit
-        )
+                raise ConfigError(key, f"{path}: {name} do not have shape [n, {dim}]")
+        return in_reward_scale(dataset, plan.facts["source"], task)
 
     # -- run -------------------------------------------------------------------------------------
 
@@ -329,7 +371,7 @@ class PrimorlSystem(System):
         facts, work = ctx.plan.facts, ctx.checkpoint_dir
         if data is None:
             return self._policy_only(facts["primorl"], facts["released"], ctx)
-        private, public = data
+        private, public, public_source = data
         if check_resume(
             work, {**ctx.plan.public, "seed": ctx.seed}, CHECKPOINTS, insist=ctx.resume
         ):
@@ -345,6 +387,7 @@ class PrimorlSystem(System):
             private,
             ctx.seed,
             public_split=public,
+            public_source=public_source,
             progress=progress,
             workdir=work,
             noise=ctx.noise,
@@ -377,6 +420,119 @@ class PrimorlSystem(System):
             normalised_score=P.normalised_score(stage.return_mean, released.reference_returns),
         )
         return _outputs(lib, result, n_public=None)
+
+
+@dataclass(frozen=True)
+class PublicSource:
+    """Which data a run uses in the clear, fixed from the headers before any episode is read:
+    the `--public-data` file (``path``), the episodes the data file's metadata declares public
+    (``declaration``), or none (both None)."""
+
+    path: Path | None = None
+    content_sha256: str | None = None
+    n_episodes: int = 0
+    declaration: Any = None  # privrl.data.public.PublicDeclaration
+
+    def describe(self) -> str | None:
+        """The public data, as the report names it (None: there is none)."""
+        if self.path is not None:
+            return (
+                f"the dataset {self.path.name} declared public ({self.n_episodes} episodes, "
+                f"content sha256 {self.content_sha256})"
+            )
+        if self.declaration is not None:
+            return self.declaration.describe()
+        return None
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """config.json's record of the public source: its identity, nothing from private data."""
+        if self.path is not None:
+            return {
+                "source": "public dataset file",
+                "file": self.path.name,
+                "content_sha256": self.content_sha256,
+                "episodes": self.n_episodes,
+            }
+        if self.declaration is not None:
+            return {  # the count only: positions would tell where private episodes lie
+                "source": "declared in the dataset's metadata",
+                "key": self.declaration.key,
+                "ids": len(self.declaration.ids),
+            }
+        return {"source": "none", "normaliser": "declared observation/action bounds"}
+
+
+def plan_public_source(config: PrimorlRunConfig, header: Any, lib: Any) -> PublicSource:
+    """The run's public data from the headers alone (`--public-data`, else the data file's
+    declaration, else none), checked: a public file describes the same task and spaces, has no
+    ledger and is not the private file; without public data the declared bounds must be
+    finite; ``--start-states public-split`` needs public data."""
+    from privrl.data.dataset import DatasetError
+    from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS, declared_public
+    from privrl.primorl.primorl import bounds_normalizer
+
+    try:
+        declaration = declared_public(header.metadata, header.n_episodes)
+    except DatasetError as exc:
+        raise ConfigError("data", f"{header.path}: {exc}") from None
+    if declaration is not None and declaration.key == PUBLIC_EPISODES and config.unit == "user":
+        raise ConfigError(
+            "unit",
+            f"user: {header.path} declares public episodes, not users; with --unit user "
+            "declare public users (metadata extra public_unit_ids) or give --public-data",
+        )
+    if declaration is not None and declaration.key == PUBLIC_UNIT_IDS:
+        if not _has_unit_ids(header.path):
+            raise ConfigError(
+                "data",
+                f"{header.path} declares public unit ids but stores no unit ids; declare "
+                f"public episodes ({PUBLIC_EPISODES}) instead",
+            )
+    source = PublicSource(declaration=declaration)
+    if config.public_data is not None:
+        path = Path(config.public_data)
+        if declaration is not None:
+            raise ConfigError(
+                "public_data",
+                f"{path}: {header.path} already declares public episodes "
+                f"({declaration.key}); give one public source",
+            )
+        source = _public_file(path, header)
+    if source.describe() is None:
+        try:
+            bounds_normalizer(header.metadata)
+        except ValueError as exc:
+            raise ConfigError("public_data", f"is not given: {exc}") from None
+        if lib.starts == "public-split":
+            raise ConfigError(
+                "start_states",
+                "public-split needs public data: give --public-data FILE (or declare public "
+                "episodes in the dataset's metadata), or use --start-states initial",
+            )
+    return source
+
+
+def _public_file(path: Path, header: Any) -> PublicSource:
+    """The `--public-data` file, checked from its header (no episode read)."""
+    from privrl.data.dataset import DatasetError
+    from privrl.data.io import content_sha256, read_header
+    from privrl.data.public import check_public_compatible, not_public_because
+
+    try:
+        pub = read_header(path)
+        check_public_compatible(pub.metadata, header.metadata, where=str(path))
+    except DatasetError as exc:
+        raise ConfigError("public_data", str(exc)) from None
+    why = not_public_because(path, header.path)
+    if why is not None:
+        raise ConfigError(
+            "public_data", f"{path}: {why}; give a separate dataset you declare public"
+        )
+    digest = content_sha256(path)
+    if pub.n_episodes < 1:
+        raise ConfigError("public_data", f"{path} has no episodes")
+    return PublicSource(path=path, content_sha256=digest, n_episodes=pub.n_episodes)
 
 
 def _check_declared(header: Any, task: Any, config: PrimorlRunConfig) -> None:

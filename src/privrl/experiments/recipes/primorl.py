@@ -21,7 +21,13 @@ machine, so a recipe (spec "Data", decision):
 4. writes one ``TrajectoryDataset`` HDF5 (float32 arrays, episodes in a seeded random order,
    ``truncated`` on each last step, env id = the privrl Gymnasium id, discount 0.99) with the
    recipe, the job table, the reference returns and the wall time of every stage in
-   ``metadata.extra``.
+   ``metadata.extra``;
+5. **declares a public split**: ``extra["public_episodes"]`` lists the episodes a PRIMORL run
+   may use in the clear (normaliser, early stopping, elites), the task's share (1% Pendulum
+   and cartpole, 10% HalfCheetah; paper Table 8) drawn from the build seed's own stream — the
+   recipe is public code with a public seed, so the split is public by declaration and never
+   depends on an episode's content. A file built before the recipe declared it gains the same
+   declaration (metadata only: the episodes and their ledger identity are untouched).
 
 Resumable and deterministic: every stage (one agent's training with its checkpoints, the
 reference returns, one shard of rollouts) is written atomically into the stage directory
@@ -71,6 +77,7 @@ __all__ = [
     "RecipeSpec",
     "balance",
     "build_recipe",
+    "declare_recipe_public",
     "halfcheetah",
     "pendulum",
     "recipe_spec",
@@ -263,9 +270,10 @@ def build_recipe(
     torch.set_num_threads(max(1, int(threads)))
     try:
         build = _Build(spec, Path(data_dir), seed, quick, progress, keep_shards)
-        return locked_build(
+        path = locked_build(
             spec.name, build.stage_dir, build.out_path, progress, lambda: _build_locked(build)
         )
+        return declare_recipe_public(path)
     finally:
         torch.set_num_threads(before)
 
@@ -393,6 +401,7 @@ def _build_locked(build: _Build) -> Path:
         }
     )
     walls["all_stages"] = sum(walls.values())
+    public = _public_episodes(spec.task, spec.n_episodes, seed)
     walls["this_invocation"] = time.perf_counter() - t_build
     reference = {k: v for k, v in ref.items() if k not in ("fingerprint",)}
     meta = ds.metadata.with_extra(
@@ -401,6 +410,7 @@ def _build_locked(build: _Build) -> Path:
         # K for PRIMORL's denominator qK: the recipe's episode count, fixed before any
         # episode exists, hence public (privrl.primorl never counts it from the data)
         n_trajectories=int(spec.n_episodes),
+        public_episodes=public,
         reference=reference,
         wall_time={k: round(v, 3) for k, v in walls.items()},
         stages_reused=skipped,
@@ -423,6 +433,42 @@ def _build_locked(build: _Build) -> Path:
         for p in shard_paths:
             p.unlink(missing_ok=True)
     return out_path
+
+
+PUBLIC_STREAM = 6  # the build seed's stream for the declared-public episodes
+
+
+def _public_episodes(task: str, n_episodes: int, seed: int) -> list[int]:
+    """The episodes the recipe declares public: the task's share, from the seed alone."""
+    from privrl.data.public import declare_public_episodes
+    from privrl.primorl.dynamics import dynamics_config
+
+    fraction = dynamics_config(task).holdout_fraction
+    return declare_public_episodes(n_episodes, fraction, seed_seq(seed, PUBLIC_STREAM))
+
+
+def declare_recipe_public(path: Path) -> Path:
+    """``path`` with its recipe's public declaration in the metadata, added in place when a
+    build from before the recipe declared one lacks it (from the recipe's task, episode count
+    and seed recorded in ``extra["recipe"]``: public facts). Only the metadata attribute is
+    rewritten; the episodes and their content fingerprint (the ledger's key) are unchanged. A
+    file that is not a PRIMORL recipe build is returned untouched."""
+    from privrl.data.dataset import DatasetError
+    from privrl.data.io import read_header
+    from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS, rewrite_metadata
+
+    try:
+        meta = read_header(path).metadata
+    except DatasetError:
+        return path  # not a privrl dataset: whoever reads it reports that
+    recipe = meta.extra.get("recipe")
+    if PUBLIC_EPISODES in meta.extra or PUBLIC_UNIT_IDS in meta.extra:
+        return path
+    if not isinstance(recipe, dict) or not {"task", "n_episodes", "seed"} <= set(recipe):
+        return path
+    ids = _public_episodes(str(recipe["task"]), int(recipe["n_episodes"]), int(recipe["seed"]))
+    rewrite_metadata(path, meta.with_extra(public_episodes=ids))
+    return path
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
