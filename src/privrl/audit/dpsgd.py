@@ -49,11 +49,15 @@ from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batc
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
+    "CANARY_NORM",
     "OneRunAudit",
+    "TrialHeads",
     "audit_dp_sgd",
     "audit_dp_sgd_one_run",
     "dp_sgd_claimed",
     "dp_sgd_noise_multiplier",
+    "one_run_verdict",
+    "trainer_displacements",
 ]
 
 Progress = Callable[[int, int], None] | None
@@ -348,6 +352,14 @@ class OneRunAudit:
     delta: float
     report: PrivacyReport
     params: dict[str, Any]
+    epsilon_ceiling: float = math.inf
+
+    @property
+    def verdict(self) -> str:
+        """``violated`` (the bound exceeds the claim), ``cannot test this claim`` (even all r
+        guesses right would not exceed it: the ceiling is at or below the claim), ``pass``, or
+        ``no claim`` for a non-private twin (ε = ∞)."""
+        return one_run_verdict(self.epsilon_lower_bound, self.epsilon_claimed, self.epsilon_ceiling)
 
     @classmethod
     def from_guesses(
@@ -364,12 +376,13 @@ class OneRunAudit:
         """Guess "in" for the `guesses`/2 highest scores and "out" for the as many lowest,
         count the correct guesses and bound ε from below (Steinke et al. 2023, Thm. 3.3);
         the claimed ε is `report`'s own."""
-        from privrl.audit.bounds import one_run_epsilon
+        from privrl.audit.bounds import one_run_ceiling, one_run_epsilon
 
         order = np.argsort(scores, kind="mergesort")
         half = guesses // 2
         correct = int(included[order[-half:]].sum() + (~included[order[:half]]).sum())
         bound = one_run_epsilon(included.size, guesses, correct, delta, confidence)
+        ceiling = one_run_ceiling(included.size, guesses, delta, confidence)
         return cls(
             scores=scores,
             included=included,
@@ -380,6 +393,7 @@ class OneRunAudit:
             delta=float(delta),
             report=report,
             params=params,
+            epsilon_ceiling=float(ceiling),
         )
 
     def as_trials(self) -> AuditTrials:
@@ -411,6 +425,9 @@ class OneRunAudit:
                 "high": None,
                 "method": "Steinke, Nasr & Jagielski 2023, Theorem 3.3 (exact binomial tail)",
             },
+            # the bound if every guess were right: no claim at or above it can be tested
+            "epsilon_ceiling": self.epsilon_ceiling,
+            "verdict": self.verdict,
             "canaries": int(self.included.size),
             "canaries_included": int(self.included.sum()),
             "guesses": self.guesses,
@@ -423,6 +440,15 @@ class OneRunAudit:
             if math.isfinite(claimed) and claimed > 0
             else None,
         }
+
+
+def one_run_verdict(bound: float, claimed: float, ceiling: float) -> str:
+    """The verdict of a one-run audit (see `OneRunAudit.verdict`)."""
+    if bound > claimed:
+        return "violated"
+    if not math.isfinite(claimed):
+        return "no claim"
+    return "cannot test this claim" if ceiling <= claimed else "pass"
 
 
 def audit_dp_sgd_one_run(

@@ -175,6 +175,52 @@ def lsw_claimed(
     return plan.report()
 
 
+def lsw_neighbours(
+    S: int, m: int, R: float, canary: Canary, rng: np.random.Generator, returns: Any = None
+) -> tuple[Any, Any]:
+    """The first-visit summaries (`FirstVisit`) of D = D₀ ∪ {x₀} and D' = D₀ ∪ {x₁}, m
+    trajectories each, tabular Φ = I.
+
+    ``worst`` (S ≥ 2) exercises the data-dependent sensitivity: state 0 is rare — no
+    trajectory of D₀ visits it — and x₁ is the one trajectory that does (first-visit return R),
+    while D₀'s m − 1 trajectories and x₀ visit every other state (returns R and 0). So m₀ goes
+    from 0 to 1 (F̄₀ moves by the whole range R, the largest local sensitivity there is), and
+    every other count drops from m to m − 1, which raises the smooth bound of D' above D's.
+    With S = 1 every trajectory visits the only state (counts m in both): x₀ returns 0, x₁
+    returns R. ``random`` / ``file``: every trajectory visits every state (counts m), D₀'s
+    returns and x₀'s uniform on [0, R], x₁'s drawn the same way or the file's `returns`."""
+    from privrl.ope.baselines import FirstVisit
+
+    full = np.full(S, float(m))
+    if canary == "worst" and S >= 2:
+        common = np.r_[0.0, np.ones(S - 1)]  # states 1..S−1
+        mean0 = common * R * (m - 1) / m  # D₀ returns R, x₀ returns 0; state 0 unvisited
+        counts1 = np.r_[1.0, np.full(S - 1, m - 1.0)]
+        mean1 = np.r_[R, np.full(S - 1, R if m > 1 else 0.0)]
+        return FirstVisit(common * m, mean0, m), FirstVisit(counts1, mean1, m)
+    bg = rng.uniform(0.0, R, size=(m - 1, S))  # first-visit returns of D₀
+    if canary == "worst":
+        f0, f1 = np.zeros(S), np.full(S, R)
+    else:
+        f0, f1 = rng.uniform(0.0, R, size=(2, S))
+        if canary == "file":
+            assert returns is not None
+            f1 = np.clip(np.asarray(returns, np.float64).reshape(S), 0.0, R)
+    return (
+        FirstVisit(full, (bg.sum(axis=0) + f0) / m, m),
+        FirstVisit(full, (bg.sum(axis=0) + f1) / m, m),
+    )
+
+
+def _gaussian_llr(theta: np.ndarray, mu: tuple[np.ndarray, np.ndarray], sd: tuple[float, float]):
+    """log N(θ; μ₁, σ₁²I) − log N(θ; μ₀, σ₀²I) for each column of θ [n, trials]: the
+    Neyman–Pearson statistic of D' against D (the most powerful test at every threshold)."""
+    (m0, m1), (s0, s1) = mu, sd
+    q0 = ((theta - m0[:, None]) ** 2).sum(axis=0) / (2.0 * s0**2)
+    q1 = ((theta - m1[:, None]) ** 2).sum(axis=0) / (2.0 * s1**2)
+    return q0 - q1 - theta.shape[0] * math.log(s1 / s0)
+
+
 def audit_dp_lsw(
     *,
     epsilon: float | None,
@@ -189,45 +235,48 @@ def audit_dp_lsw(
     batch: int | None = None,
     returns: np.ndarray | None = None,
 ) -> AuditTrials:
-    """Score `trials` releases of DP-LSW (`baselines.dp_lsw`) on D or D' (ε None: LSW, the
-    same estimate without noise). D has `trajectories` = m trajectories, all visiting every
-    state (tabular Φ = I, uniform weights ρ). `returns` [S] (with ``canary="file"``,
-    `privrl.audit.canary.load_lsw_canary`) are the canary x₁'s first-visit returns; x₀ is
-    drawn like ``random``'s."""
-    from privrl.ope.baselines import FirstVisit, dp_lsw, lsw_estimate
+    """Score `trials` releases of DP-LSW (`baselines.dp_lsw`, the system's own release: θ_X +
+    N(0, σ_X² I) at its smooth bound σ_X) on D or D' (`lsw_neighbours`; ε None: LSW, the same
+    estimate without noise), uniform weights ρ. The score is the likelihood ratio of the two
+    Gaussians the auditor knows (it built D and D'): their means θ_X and their noise scales,
+    which differ when the canary changes the visit counts (`private_sigma` of each, read from
+    the system's own runs on D and D'); without noise, the projection on θ_{X'} − θ_X.
+    `returns` [S] (with ``canary="file"``, `privrl.audit.canary.load_lsw_canary`) are the
+    canary x₁'s first-visit returns."""
+    from privrl.ope.baselines import dp_lsw, lsw_estimate
 
     trials = _check_trials(trials, canary, file=returns is not None)
     S, m, R = int(states), int(trajectories), float(return_range)
     if S < 1 or m < 1 or not (math.isfinite(R) and R > 0):
         raise ValueError(f"need states >= 1, trajectories >= 1, return range > 0 (S={S}, m={m})")
     Phi, w = np.eye(S), np.full(S, 1.0 / S)
-    bg = rng.uniform(0.0, R, size=(m - 1, S))  # first-visit returns of D₀
-    if canary == "worst":
-        f0, f1 = np.zeros(S), np.full(S, R)
-    else:
-        f0, f1 = rng.uniform(0.0, R, size=(2, S))
-        if canary == "file":
-            assert returns is not None
-            f1 = np.clip(np.asarray(returns, np.float64).reshape(S), 0.0, R)
-    counts = np.full(S, float(m))
-    mean0 = (bg.sum(axis=0) + f0) / m
-    mean1 = (bg.sum(axis=0) + f1) / m
-    theta0 = lsw_estimate(Phi, w, FirstVisit(counts, mean0, m))
-    theta1 = lsw_estimate(Phi, w, FirstVisit(counts, mean1, m))
-    direction = theta1 - theta0
+    fvs = lsw_neighbours(S, m, R, canary, rng, returns)
+    means = tuple(lsw_estimate(Phi, w, fv) for fv in fvs)
+
+    def release(fv: Any, k: int) -> Any:  # k releases of D or D' (FirstVisit columns)
+        stacked = type(fv)(fv.counts, np.repeat(fv.mean_returns[:, None], k, axis=1), m)
+        return dp_lsw(stacked, Phi, w, epsilon=epsilon, delta=delta, return_range=R, rng=rng)
+
+    sds = None
+    if epsilon is not None:  # σ_X of D and of D', as the system computes them
+        sds = tuple(float(release(fv, 1).private_sigma) for fv in fvs)
     labels = _labels(trials, rng)
     scores = np.empty(trials)
     for done, size in _trial_batches(trials, S, batch, progress):
         b = labels[done : done + size] == 1
-        stacked = np.where(b[None, :], mean1[:, None], mean0[:, None])  # F̄ [S, trials]
-        fv = FirstVisit(counts, stacked, m)
-        if epsilon is None:
-            theta = lsw_estimate(Phi, w, fv)
+        theta = np.empty((S, size))
+        for bit, fv in enumerate(fvs):
+            k = int((b == bit).sum())
+            if k == 0:
+                continue
+            if epsilon is None:
+                theta[:, b == bit] = means[bit][:, None]
+            else:
+                theta[:, b == bit] = release(fv, k).theta
+        if sds is None:
+            scores[done : done + size] = (means[1] - means[0]) @ theta
         else:
-            theta = dp_lsw(
-                fv, Phi, w, epsilon=epsilon, delta=delta, return_range=R, rng=rng
-            ).theta  # the system's own release: θ_X + N(0, σ_X² I)
-        scores[done : done + size] = direction @ theta
+            scores[done : done + size] = _gaussian_llr(theta, means, sds)
     report = lsw_claimed(epsilon=epsilon, delta=delta, states=S, trajectories=m, return_range=R)
     return AuditTrials.from_report(
         "dp-lsw" if epsilon is not None else "lsw",
@@ -240,6 +289,7 @@ def audit_dp_lsw(
             "trajectories": m,
             "return_range": R,
             "canary": canary,
+            "visit_counts": {"D": fvs[0].counts.tolist(), "D'": fvs[1].counts.tolist()},
             "audited_release": "DP-LSW's released θ (output perturbation, smooth sensitivity)",
         },
     )
