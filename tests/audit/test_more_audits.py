@@ -63,6 +63,31 @@ def test_dp_lsw_bound_stays_below_claimed_epsilon(eps: float) -> None:
     assert _bound(r) <= eps
 
 
+def test_dp_lsw_worst_canary_exercises_the_data_dependent_noise_scale() -> None:
+    """Structural rule: with S ≥ 2 states the worst canary is the only trajectory visiting
+    state 0 (counts [0, m] → [1, m − 1]), so its mean return there moves by the whole range
+    and the system's smooth noise scale differs between D and D'. The audit then shows more
+    than an equal-count canary can (≈ 0 at m = 10) and stays below the claim."""
+    from privrl.audit.releases import lsw_neighbours
+    from privrl.ope.baselines import dp_lsw
+
+    d0, d1 = lsw_neighbours(2, 10, 1.0, "worst", np.random.default_rng(0))
+    assert d0.counts.tolist() == [0, 10] and d1.counts.tolist() == [1, 9]
+    assert d1.mean_returns[0] - d0.mean_returns[0] == 1.0
+    Phi, w = np.eye(2), np.full(2, 0.5)
+    sigmas = [
+        dp_lsw(
+            fv, Phi, w, epsilon=4.0, delta=DELTA, return_range=1.0, rng=np.random.default_rng(0)
+        ).private_sigma
+        for fv in (d0, d1)
+    ]
+    assert sigmas[1] > sigmas[0]
+    kw = {"epsilon": 4.0, "delta": DELTA, "states": 2, "trajectories": 10, "trials": 100_000}
+    r = audit_dp_lsw(**kw, rng=np.random.default_rng(0))
+    assert r.params["visit_counts"] == {"D": [0.0, 10.0], "D'": [1.0, 9.0]}
+    assert 0.1 < _bound(r) <= r.epsilon_claimed
+
+
 @pytest.mark.parametrize("eps", [1.0, 8.0])
 def test_sdp_pe_bound_stays_below_claimed_epsilon(eps: float) -> None:
     """Privacy property: one SDP-PE batch's shuffle binary-sum counters (2H per family moved by
