@@ -12,7 +12,7 @@ Mutation (where) → what catches it:
 * clip × 10 (the trainer's call of `clipped_grad_sum`; sensitivity 10×) → `audit dp-sgd
   --mode one-run`;
 * clipping removed (the same call with C = 10¹²; ε = ∞) → `audit dp-sgd --mode one-run`;
-* sensitivity × ½ (DP-LSW's smooth bound `lsw_sigma`; the guarantee of 2ε) →
+* sensitivity × ½ (DP-LSW's smooth bound, its scale `_lsw_scale`; the guarantee of 2ε) →
   `tests/ope/test_baselines.py::test_lsw_smooth_bound_covers_the_local_sensitivity`; the
   audit does not catch it (DP-LSW's noise is far above its local sensitivity);
 * replace-one accounted as add/remove (GPOPE's sensitivity 2h taken as h; claim < ½ the
@@ -101,10 +101,11 @@ def trainer_clip(factor: float) -> Iterator[None]:
 
 @contextmanager
 def lsw_sensitivity_halved() -> Iterator[None]:
-    """DP-LSW's smooth sensitivity bound (and so its noise) is half the derived one."""
-    real = baselines.lsw_sigma
+    """DP-LSW's smooth sensitivity bound (and so its noise, and its public clamp interval) is
+    half the derived one: the scale α·R·‖(Γ^{1/2}Φ)⁺‖_F that every σ_X is built from."""
+    real = baselines._lsw_scale
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(baselines, "lsw_sigma", lambda *a, **kw: real(*a, **kw) / 2.0)
+        mp.setattr(baselines, "_lsw_scale", lambda *a, **kw: real(*a, **kw) / 2.0)
         yield
 
 
