@@ -88,6 +88,19 @@ def test_dp_lsw_worst_canary_exercises_the_data_dependent_noise_scale() -> None:
     assert 0.1 < _bound(r) <= r.epsilon_claimed
 
 
+def test_dp_lsl_is_audited_with_the_same_canary_and_its_twin_leaks() -> None:
+    """DP-LSL (ridge weights that move with the counts, λ = 2·m^0.4): its own release and
+    plan's claim, the rare-state canary; the bound stays below ε = 4 and the non-private LSL
+    is told apart in every one of 2000 trials."""
+    kw = {"delta": DELTA, "states": 2, "trajectories": 2, "algorithm": "dp-lsl"}
+    r = audit_dp_lsw(epsilon=4.0, trials=50_000, **kw, rng=np.random.default_rng(0))
+    assert r.system == "dp-lsl" and r.epsilon_claimed == 4.0
+    assert r.params["lambda"] == pytest.approx(2.0 * 2**0.4)
+    assert _bound(r) <= r.epsilon_claimed
+    twin = audit_dp_lsw(epsilon=None, trials=2000, **kw, rng=np.random.default_rng(0))
+    assert twin.system == "lsl" and _bound(twin) > 4.0
+
+
 @pytest.mark.parametrize("eps", [1.0, 8.0])
 def test_sdp_pe_bound_stays_below_claimed_epsilon(eps: float) -> None:
     """Privacy property: one SDP-PE batch's shuffle binary-sum counters (2H per family moved by

@@ -160,19 +160,30 @@ def audit_dp_vapvi(
 # ---------------------------------------------------------------------------------------------
 
 
+LSL_C = 2.0  # DP-LSL's λ = c·m^0.4 in the audit (λ > ‖ρ‖_∞‖Φ‖_F² = 1 needs c > m^−0.4)
+
+
 def lsw_claimed(
-    *, epsilon: float | None, delta: float, states: int, trajectories: int, return_range: float
+    *,
+    epsilon: float | None,
+    delta: float,
+    states: int,
+    trajectories: int,
+    return_range: float,
+    algorithm: str = "dp-lsw",
+    c: float = LSL_C,
 ) -> PrivacyReport:
-    """DP-LSW's report (ε, δ) from its public plan; non-private (LSW) when ε is None."""
-    from privrl.ope.baselines import RELATION, UNIT, plan_dp_lsw
+    """DP-LSW's (or, with ``algorithm="dp-lsl"``, DP-LSL's) report (ε, δ) from its public plan;
+    non-private (LSW / LSL) when ε is None."""
+    from privrl.ope.baselines import RELATION, UNIT, plan_dp_lsl, plan_dp_lsw
 
     if epsilon is None:
-        return PrivacyReport.non_private(UNIT, RELATION, system="lsw")
+        return PrivacyReport.non_private(UNIT, RELATION, system=algorithm.removeprefix("dp-"))
     Phi, w = np.eye(states), np.full(states, 1.0 / states)
-    plan = plan_dp_lsw(
-        Phi, w, trajectories, epsilon=epsilon, delta=delta, return_range=return_range
-    )
-    return plan.report()
+    kw = {"epsilon": epsilon, "delta": delta, "return_range": return_range}
+    if algorithm == "dp-lsl":
+        return plan_dp_lsl(Phi, w, trajectories, c=c, **kw).report()
+    return plan_dp_lsw(Phi, w, trajectories, **kw).report()
 
 
 def lsw_neighbours(
@@ -234,6 +245,8 @@ def audit_dp_lsw(
     progress: Progress = None,
     batch: int | None = None,
     returns: np.ndarray | None = None,
+    algorithm: str = "dp-lsw",
+    c: float = LSL_C,
 ) -> AuditTrials:
     """Score `trials` releases of DP-LSW (`baselines.dp_lsw`, the system's own release: θ_X +
     N(0, σ_X² I) at its smooth bound σ_X) on D or D' (`lsw_neighbours`; ε None: LSW, the same
@@ -242,20 +255,32 @@ def audit_dp_lsw(
     which differ when the canary changes the visit counts (`private_sigma` of each, read from
     the system's own runs on D and D'); without noise, the projection on θ_{X'} − θ_X.
     `returns` [S] (with ``canary="file"``, `privrl.audit.canary.load_lsw_canary`) are the
-    canary x₁'s first-visit returns."""
-    from privrl.ope.baselines import dp_lsw, lsw_estimate
+    canary x₁'s first-visit returns. ``algorithm="dp-lsl"`` audits DP-LSL (`baselines.dp_lsl`,
+    ridge weights Γ_X = diag(ρ_s m_s/m) that move with the counts too, λ = `c`·m^0.4) the same
+    way."""
+    from privrl.ope import baselines
 
+    if algorithm not in ("dp-lsw", "dp-lsl"):
+        raise ValueError(f"algorithm must be 'dp-lsw' or 'dp-lsl', got {algorithm!r}")
+    lsl = algorithm == "dp-lsl"
     trials = _check_trials(trials, canary, file=returns is not None)
     S, m, R = int(states), int(trajectories), float(return_range)
     if S < 1 or m < 1 or not (math.isfinite(R) and R > 0):
         raise ValueError(f"need states >= 1, trajectories >= 1, return range > 0 (S={S}, m={m})")
     Phi, w = np.eye(S), np.full(S, 1.0 / S)
     fvs = lsw_neighbours(S, m, R, canary, rng, returns)
-    means = tuple(lsw_estimate(Phi, w, fv) for fv in fvs)
+    lam = float(c) * m**0.4
+    if lsl:
+        means = tuple(baselines.lsl_estimate(Phi, w, fv, lam) for fv in fvs)
+    else:
+        means = tuple(baselines.lsw_estimate(Phi, w, fv) for fv in fvs)
 
     def release(fv: Any, k: int) -> Any:  # k releases of D or D' (FirstVisit columns)
         stacked = type(fv)(fv.counts, np.repeat(fv.mean_returns[:, None], k, axis=1), m)
-        return dp_lsw(stacked, Phi, w, epsilon=epsilon, delta=delta, return_range=R, rng=rng)
+        kw = {"epsilon": epsilon, "delta": delta, "return_range": R, "rng": rng}
+        if lsl:
+            return baselines.dp_lsl(stacked, Phi, w, lam=lam, **kw)
+        return baselines.dp_lsw(stacked, Phi, w, **kw)
 
     sds = None
     if epsilon is not None:  # σ_X of D and of D', as the system computes them
@@ -277,9 +302,17 @@ def audit_dp_lsw(
             scores[done : done + size] = (means[1] - means[0]) @ theta
         else:
             scores[done : done + size] = _gaussian_llr(theta, means, sds)
-    report = lsw_claimed(epsilon=epsilon, delta=delta, states=S, trajectories=m, return_range=R)
+    report = lsw_claimed(
+        epsilon=epsilon,
+        delta=delta,
+        states=S,
+        trajectories=m,
+        return_range=R,
+        algorithm=algorithm,
+        c=c,
+    )
     return AuditTrials.from_report(
-        "dp-lsw" if epsilon is not None else "lsw",
+        algorithm if epsilon is not None else algorithm.removeprefix("dp-"),
         report,
         scores,
         labels,
@@ -290,7 +323,9 @@ def audit_dp_lsw(
             "return_range": R,
             "canary": canary,
             "visit_counts": {"D": fvs[0].counts.tolist(), "D'": fvs[1].counts.tolist()},
-            "audited_release": "DP-LSW's released θ (output perturbation, smooth sensitivity)",
+            **({"lambda": lam} if lsl else {}),
+            "audited_release": f"{algorithm.upper()}'s released θ (output perturbation, "
+            "smooth sensitivity)",
         },
     )
 

@@ -156,6 +156,11 @@ class AuditDpLswConfig(AuditConfig):
     return_range: float = option(
         1.0, "--return-range", help="Declared range of a return.", allow_nan=True
     )
+    algorithm: str = option(
+        "dp-lsw",
+        "--algorithm",
+        help="dp-lsw (V1, fixed weights) | dp-lsl (V2, ridge with count weights, λ = 2·m^0.4).",
+    )
     trials: int = _trials()
     canary: str = _canary(
         "one episode with Discrete(S) observations visiting every state: its first-visit "
@@ -170,6 +175,11 @@ class AuditDpLswConfig(AuditConfig):
         _at_least(self, {"states": 1, "trajectories": 1})
         _positive(self.epsilon, "epsilon")
         _positive(self.return_range, "return_range")
+        check(
+            self.algorithm in ("dp-lsw", "dp-lsl"),
+            "algorithm",
+            f"must be 'dp-lsw' or 'dp-lsl', got {self.algorithm!r}",
+        )
 
 
 class AuditDpLsw(AuditSystem):
@@ -198,6 +208,7 @@ class AuditDpLsw(AuditSystem):
                 states=config.states,
                 trajectories=config.trajectories,
                 return_range=config.return_range,
+                algorithm=config.algorithm,
             ),
             params,
         )
@@ -215,6 +226,7 @@ class AuditDpLsw(AuditSystem):
             states=config.states,
             trajectories=config.trajectories,
             return_range=config.return_range,
+            algorithm=config.algorithm,
             **self.trial_keywords(config, plan, rng, ctx, "returns"),
         )
 
