@@ -214,6 +214,42 @@ def test_one_run_dp_sgd_bound_is_valid_and_twin_leaks() -> None:
     assert twin.correct >= 95 and twin.epsilon_lower_bound > 2.5
 
 
+def test_dp_sgd_audit_runs_the_trainer_and_claims_its_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Structural rule: the audit's run is the production trainer — its clipping call and its
+    accountant call are the ones that run: the claim is the trainer's report (its release, at
+    the audit's rate), a clip widened inside the trainer moves the scores, and a rate the
+    trainer misreports to its accountant moves the claim."""
+    import privrl.expert.dpsgd as trainer
+
+    kw = {"z": 2.0, "rate": 0.5, "trials": 400}
+    r = _sgd(**kw)
+    (release,) = r.report.releases
+    assert release.name == "expert-level DP-SGD: clipped per-expert gradient sums"
+    assert release.extra["sampling_probability"] == 0.5
+    assert r.epsilon_claimed == pytest.approx(
+        dp_sgd_claimed(noise_multiplier=2.0, rate=0.5, steps=1, delta=DELTA, params=3).epsilon
+    )
+    real_clip, real_event = trainer.clipped_grad_sum, trainer.sampled_gaussian_event
+    monkeypatch.setattr(
+        trainer, "clipped_grad_sum", lambda f, p, b, c, **k: real_clip(f, p, b, 10 * c, **k)
+    )
+
+    def gap(result) -> float:  # mean score with the canary minus without: its contribution
+        return float(
+            result.scores[result.labels == 1].mean() - result.scores[result.labels == 0].mean()
+        )
+
+    assert gap(_sgd(**kw)) > 5 * gap(r) > 0
+    monkeypatch.setattr(
+        trainer,
+        "sampled_gaussian_event",
+        lambda z, n, *, sampling_probability: real_event(z, n, sampling_probability=0.1),
+    )
+    assert _sgd(**kw).epsilon_claimed < 0.5 * r.epsilon_claimed
+
+
 def test_dp_sgd_claim_is_the_systems_pld_report() -> None:
     rep = dp_sgd_claimed(noise_multiplier=Z_EPS1, rate=1.0, steps=1, delta=DELTA, params=3)
     assert rep.private and rep.epsilon == pytest.approx(1.0, abs=0.02)
