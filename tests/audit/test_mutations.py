@@ -180,8 +180,8 @@ def test_misreported_sampling_rate_is_caught_by_the_trainer_report_test() -> Non
 def test_noise_scaled_down_is_caught_by_the_dp_sgd_audit_and_the_noise_test() -> None:
     """Half the noise the report states (z/2: true ε ≈ 4.4, more than twice the claim ε = 2):
     the trainer's noise test fails, and the two-run audit of the production trainer shows ε
-    above the claim (2.25 > 2 with 60,000 trials when this was written: a thin margin, since
-    a two-run audit reaches about half the true ε at this size)."""
+    above the claim (2.25 > 2 measured with 60,000 trials, seed 1: a thin margin, since a
+    two-run audit reaches about half the true ε at this size)."""
     from tests.expert.test_dpsgd import test_noise_std_is_z_times_c
 
     z = dp_sgd_noise_multiplier(2.0, DELTA, 1.0, 1)
