@@ -95,7 +95,7 @@ def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     "argv",
     [
-        ["audit", "dp-sgd", "--noise-multiplier", "3.73", "--trials", "20000"],
+        ["audit", "dp-sgd", "--noise-multiplier", "3.73", "--trials", "5000"],
         ["audit", "dp-sgd", "--noise-multiplier", "3.73", "--mode", "one-run"],
         ["audit", "dp-vapvi", "--epsilon", "1", "--trials", "20000"],
     ],

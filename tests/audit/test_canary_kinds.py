@@ -14,7 +14,7 @@ import pytest
 from gymnasium import spaces
 
 from privrl.audit.canary import load_expert_canary, load_gradient_canary, load_lsw_canary
-from privrl.audit.dpsgd import audit_dp_sgd
+from privrl.audit.dpsgd import CANARY_NORM, audit_dp_sgd
 from privrl.cli.main import main
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.data.io import save_hdf5
@@ -97,7 +97,7 @@ CASES = {
         "the audit's feature map φ is Box(shape=(3,))",
     ),
     "dp-sgd": (
-        ["--noise-multiplier", "1", "--trials", "4000"],
+        ["--noise-multiplier", "1", "--trials", "2000"],
         lambda p: _box_episode(p, [[0.3, 0.0, 0.0], [0.0, 0.0, 0.0]], 3),
         lambda p: _box_episode(p, [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], 4),
         "the audit's model input is Box(shape=(3,))",
@@ -137,10 +137,11 @@ def test_file_canary_is_used_and_checked(
 
 def test_dp_sgd_file_canary_holding_worst_unit_reproduces_worst(tmp_path: Path) -> None:
     """The file is mapped to the model's input exactly: a file whose unit is the worst-case
-    canary's (2C·e₀) gives worst's scores draw for draw; another unit gives others."""
-    path = _box_episode(tmp_path / "w.h5", [[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]], 3)
+    canary's (`CANARY_NORM`·C·e₀) gives worst's scores draw for draw; another unit gives
+    others."""
+    path = _box_episode(tmp_path / "w.h5", [[CANARY_NORM, 0.0, 0.0], [0.0, 0.0, 0.0]], 3)
     unit = load_gradient_canary(path, p=3)
-    np.testing.assert_array_equal(unit, [2.0, 0.0, 0.0])
+    np.testing.assert_array_equal(unit, [CANARY_NORM, 0.0, 0.0])
     kw = {"noise_multiplier": 1.0, "trials": 500}
     worst = audit_dp_sgd(**kw, rng=noise_rng(0))
     same = audit_dp_sgd(**kw, canary="file", unit=unit, rng=noise_rng(0))
@@ -189,13 +190,14 @@ def _units_file(path: Path, units: list[list[float]]) -> Path:
 
 def test_dp_sgd_one_run_file_canaries_own_their_coordinates(tmp_path: Path) -> None:
     """`--mode one-run --canary FILE`: m units of 1 + 2 inputs, unit j's first input placed on
-    its own coordinate j. A file of m units 2C·e₀ reproduces worst's canaries exactly (same
-    scores under the same seed); a file of other units gives other scores."""
+    its own coordinate j. A file of m units `CANARY_NORM`·C·e₀ reproduces worst's canaries
+    exactly (same scores under the same seed); a file of other units gives other scores."""
     from privrl.audit.canary import load_gradient_canaries
     from privrl.audit.dpsgd import audit_dp_sgd_one_run
 
     m = 40
-    same = load_gradient_canaries(_units_file(tmp_path / "w.h5", [[2.0, 0, 0]] * m), p=3, m=m)
+    worst_units = [[CANARY_NORM, 0, 0]] * m
+    same = load_gradient_canaries(_units_file(tmp_path / "w.h5", worst_units), p=3, m=m)
     other = load_gradient_canaries(_units_file(tmp_path / "o.h5", [[0.3, 0.4, 0]] * m), p=3, m=m)
     kw = {"noise_multiplier": 1.0, "canaries": m, "guesses": 20, "background": 10}
     worst = audit_dp_sgd_one_run(**kw, rng=noise_rng(3))

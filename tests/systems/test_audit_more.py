@@ -110,15 +110,43 @@ def test_non_private_twin_leaks_from_the_command(
 def test_one_run_mode_reports_the_one_run_bound(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """At a claimed ε ≈ 1 the default size (1000 canaries, 100 guesses) has a ceiling of 3.47,
+    above the claim: the verdict is a pass, and metrics.json states the ceiling."""
     out = tmp_path / "one"
-    argv = ["audit", "dp-sgd", "--noise-multiplier", "1", "--mode", "one-run", "--out", str(out)]
+    argv = ["audit", "dp-sgd", "--epsilon", "1", "--mode", "one-run", "--out", str(out)]
     assert main(argv) == 0, capsys.readouterr().err
     metrics = _json(out / "metrics.json")
     assert metrics["mode"] == "one-run" and metrics["canaries"] == 1000
     assert metrics["guesses"] == 100 and 50 <= metrics["correct"] <= 100
     assert 0 < metrics["epsilon_lower_bound"] <= metrics["epsilon_claimed"]
+    assert metrics["epsilon_ceiling"] == pytest.approx(3.465, abs=0.01)
+    assert metrics["verdict"] == "pass"
     assert 0.5 < metrics["auc"] < 1.0 and (out / "plots" / "roc.png").stat().st_size > 1000
-    assert "one-run lower bound" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "one-run lower bound" in printed and "verdict: pass" in printed
+
+
+def test_one_run_canary_count_follows_the_claim_and_refuses_to_pass_an_untestable_claim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Structural rule: with --canaries left to the audit, a claim of ε = 2 gets 2000 canaries
+    (ceiling 4.14 ≥ 2ε); a claim the given size cannot reach (ε = 4 at 1000 canaries and 100
+    guesses: ceiling 3.47) gets "cannot test this claim", never "pass"."""
+    out = tmp_path / "two"
+    argv = ["audit", "dp-sgd", "--epsilon", "2", "--mode", "one-run", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    metrics = _json(out / "metrics.json")
+    assert (metrics["canaries"], metrics["guesses"]) == (2000, 200)
+    assert metrics["epsilon_ceiling"] >= 2 * metrics["epsilon_claimed"]
+    sources = {p["name"]: p["source"] for p in _json(out / "privacy.json")["public_parameters"]}
+    assert sources["canaries m"] == "derived"
+    out = tmp_path / "four"
+    argv = [*argv[:3], "4", "--mode", "one-run", "--canaries", "1000", "--guesses", "100"]
+    assert main([*argv, "--out", str(out)]) == 0, capsys.readouterr().err
+    metrics = _json(out / "metrics.json")
+    assert metrics["epsilon_ceiling"] < metrics["epsilon_claimed"]
+    assert metrics["verdict"] == "cannot test this claim"
+    assert "verdict: cannot test this claim" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

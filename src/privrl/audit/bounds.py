@@ -21,6 +21,8 @@ Functions:
 * `one_run_p_value` / `one_run_epsilon` — Steinke, Nasr & Jagielski 2023 ("Privacy auditing
   with one (1) training run"), Theorem 3.3 / Algorithm 2 (their appendix code): m canaries
   included independently with probability ½, r guesses of which v are correct.
+* `one_run_ceiling` / `one_run_size` — the most a one-run audit can show (all r guesses right)
+  and the canary count that puts that ceiling above a claim.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ __all__ = [
     "clopper_pearson_upper",
     "epsilon_from_rates",
     "epsilon_lower_bound",
+    "one_run_ceiling",
     "one_run_epsilon",
     "one_run_p_value",
+    "one_run_size",
     "roc_curve",
 ]
 
@@ -253,3 +257,42 @@ def one_run_epsilon(
         else:
             hi = mid
     return lo
+
+
+def one_run_ceiling(m: int, r: int, delta: float, confidence: float = 0.95) -> float:
+    """The largest bound a one-run audit of m canaries and r guesses can give: the bound when
+    every guess is right. A claim at or above it cannot be tested by that audit, whatever the
+    mechanism does (3.47 for r = 100 of m = 1000 at δ = 10⁻⁵)."""
+    return one_run_epsilon(m, r, r, delta, confidence)
+
+
+CEILING_FACTOR = 2.0  # the canary count aims at a ceiling of twice the claim
+
+
+def one_run_size(
+    claim: float,
+    delta: float,
+    confidence: float = 0.95,
+    *,
+    canaries: int,
+    guesses: int,
+    cap: int,
+) -> tuple[int, int]:
+    """(m, r) for a one-run audit of a mechanism claiming ε = `claim`: starting at `canaries`
+    canaries and `guesses` guesses, double m (keeping r/m) until the ceiling
+    (`one_run_ceiling`) reaches `CEILING_FACTOR`·claim — so a mechanism that leaks twice its
+    claim could be shown; at `cap` canaries, double r instead (up to r = m). r is even (half
+    "in", half "out"). An infinite claim (a non-private twin) keeps the start."""
+    m, r = int(canaries), int(guesses)
+    if not math.isfinite(claim):
+        return m, r
+    ratio = r / m
+    while one_run_ceiling(m, r, delta, confidence) < CEILING_FACTOR * claim:
+        if m < cap:
+            m = min(2 * m, int(cap))
+            r = max(2, 2 * round(m * ratio / 2))
+        elif r < m - m % 2:
+            r = min(2 * r, m - m % 2)
+        else:
+            break
+    return m, r

@@ -1,27 +1,38 @@
 """Auditing DP-SGD with worst-case gradient canaries (Jagielski et al. 2020; Nasr et al. 2021),
 in many runs or in one run (Steinke, Nasr & Jagielski 2023).
 
-The audited mechanism is expert-level DP-SGD as `privrl.expert.dpsgd` runs it (Algorithm 4):
-every step Poisson-samples the units at rate q (`privrl.privacy.sampling.poisson_sample`),
-clips each sampled unit's gradient to C jointly over all parameters
-(`privrl.nn.per_example`, `privrl.privacy.clipping`), adds N(0, (zC)² I) to the sum
-(`privrl.privacy.mechanisms.privatize_sum_torch`) and divides by the expected batch size b;
-relation add/remove one unit, accounted as N × Poisson(q) ∘ Gaussian(z) by PLD
-(`dpsgd.dp_sgd_release`). The model is linear, θ ∈ R^p with loss ℓ(θ, x) = −θ·x, so a unit's
+The audited mechanism is the production trainer itself: every run is a call of
+`privrl.expert.dpsgd.expert_dp_sgd` (Algorithm 4 of Sharma et al.; the private half of
+selective DP-SGD), so its Poisson sampling of units, one transition per sampled unit, its
+per-example clipping (`privrl.nn.per_example.clipped_grad_sum`, joint over all parameters), its
+Gaussian noise and its division by the expected batch size are the ones that ran, and the
+claimed ε is the report the trainer's own accountant call wrote (add/remove one unit, PLD). A
+bug anywhere on that path moves the audit.
+
+The trainer's learner is `TrialHeads`, a linear model with loss ℓ(θ, x) = −θ·x, so a unit's
 gradient −x does not depend on θ: the adversary controls gradients directly — the "gradient
-canary" of Nasr et al. 2021 §4 — and a trial of N steps reduces to sums that batch over trials.
+canary" of Nasr et al. 2021 §4. Many trials run in one trainer call: trial r's units take
+"action" r and move only row r of the heads, so joint clipping, per-coordinate noise and
+per-unit Poisson sampling make the rows R independent DP-SGD runs. Its update is plain SGD, a
+post-processing of the trainer's noisy gradients, so θ_N − θ_0 is −(η/b)Σ_t g̃_t.
 
-Canary ``worst``: the canary's gradient is −c·e₀ with c > C (clipped to C·e₀ exactly), a
-direction no other unit uses (the background's gradients live in coordinates 1..p−1). Score:
-the projection of the final parameters' displacement θ_N − θ_0 = −(η/b)Σ_t g̃_t on the canary's
-clipped gradient direction. With q = 1, N = 1 the release is one Gaussian of sensitivity C:
-the closed-form worst case. ``random``: the canary is drawn from the background's generator.
-``file``: the canary's input is the user's unit (`privrl.audit.canary.load_gradient_canary`).
+Canary ``worst``: the canary's input is `CANARY_NORM`·C·e₀, far beyond the clip norm, in a
+direction no other unit uses (the background's inputs live in coordinates 1..p−1). Correct
+clipping maps it to C·e₀ exactly, the worst case of a unit under clipping; a clip that is too
+wide (or missing) lets its full norm through, which the score sees at once. Score: the
+projection of the released displacement on the canary's direction. With q = 1, N = 1 the
+release is one Gaussian of sensitivity C: the closed-form worst case. ``random``: the canary
+is drawn from the background's generator. ``file``: the canary's input is the user's unit
+(`privrl.audit.canary.load_gradient_canary`).
 
-One run (`audit_dp_sgd_one_run`): m canaries with orthogonal gradient directions e₀..e_{m−1},
-each included independently with probability ½ in ONE run; score_j = displacement · e_j; guess
-"in" for the k highest scores and "out" for the k lowest; the number of correct guesses gives
-the ε lower bound of Steinke et al. 2023 (`privrl.audit.bounds.one_run_epsilon`).
+One run (`audit_dp_sgd_one_run`): m canaries with orthogonal directions e₀..e_{m−1}, each
+included independently with probability ½ in ONE trainer run; score_j = displacement · e_j;
+guess "in" for the k highest scores and "out" for the k lowest; the number of correct guesses
+gives the ε lower bound of Steinke et al. 2023 (`privrl.audit.bounds.one_run_epsilon`).
+
+The non-private twin (`noise_multiplier` None) is the trainer's own twin
+(``expert_dp_sgd(private=False)``): ordinary minibatches drawn with replacement, no clipping,
+no noise.
 """
 
 from __future__ import annotations
@@ -35,15 +46,18 @@ import numpy as np
 import torch
 
 from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
-from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
+    "CANARY_NORM",
     "OneRunAudit",
+    "TrialHeads",
     "audit_dp_sgd",
     "audit_dp_sgd_one_run",
     "dp_sgd_claimed",
     "dp_sgd_noise_multiplier",
+    "one_run_verdict",
+    "trainer_displacements",
 ]
 
 Progress = Callable[[int, int], None] | None
@@ -95,26 +109,10 @@ def dp_sgd_noise_multiplier(epsilon: float, delta: float, rate: float, steps: in
     )
 
 
-def _linear_loss(params: dict[str, torch.Tensor], batch: torch.Tensor) -> torch.Tensor:
-    return -(batch @ params["theta"])  # ℓ(θ, x) = −θ·x, per example
-
-
-def _clipped_gradients(units: np.ndarray, clip: float) -> np.ndarray:
-    """Each unit's clipped gradient [n, p]: the loss's per-example gradients
-    (`nn.per_example.per_example_grads`) clipped by `privacy.clipping.clip_rows` (C, joint)."""
-    from privrl.nn.per_example import per_example_grads
-    from privrl.privacy.clipping import clip_rows
-
-    params = {"theta": torch.zeros(units.shape[1], dtype=torch.float64)}
-    batch = torch.as_tensor(units, dtype=torch.float64)
-    grads = per_example_grads(_linear_loss, params, batch, method="vmap")["theta"]
-    return np.asarray(clip_rows(grads.detach().numpy(), clip).clipped, dtype=np.float64)
-
-
 @dataclass(frozen=True)
 class _DpSgd:
     """The audited DP-SGD run: sampling rate q, N steps, noise multiplier z (None: the
-    non-private twin, no noise), clip C, step size lr."""
+    non-private twin), clip C, step size lr."""
 
     rate: float
     steps: int
@@ -131,49 +129,120 @@ class _DpSgd:
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"--{name} must be finite and > 0, got {v}")
 
-    def claimed(self, units: np.ndarray, delta: float) -> PrivacyReport:
-        """`dp_sgd_claimed` for the `units` [n, p] of the audit."""
-        return dp_sgd_claimed(
-            noise_multiplier=self.noise_multiplier,
-            rate=self.rate,
-            steps=self.steps,
-            delta=delta,
-            params=units.shape[1],
-            units=units.shape[0],
-            clip=self.clip,
-        )
 
-    def displacements(
-        self,
-        grads: np.ndarray,
-        member: np.ndarray,
-        *,
-        rng: np.random.Generator,
-        generator: np.random.Generator,
-    ) -> np.ndarray:
-        """θ_N − θ_0 [runs, p] of `runs` independent DP-SGD runs on the units whose `member`
-        [runs, n] is True. Sampling: `poisson_sample` over all (run, step, unit) slots at
-        once (each joins independently with probability q); noise: one `privatize_sum_torch`
-        call."""
-        from privrl.privacy.mechanisms import privatize_sum_torch
-        from privrl.privacy.sampling import poisson_sample
+_HEADS_FLOATS = 6_000_000  # the largest [R·n, R] forward pass of one trainer call
+CANARY_NORM = 100.0  # the worst canary's gradient norm, in units of C (see the module docstring)
 
-        runs, n = member.shape
-        joined = np.zeros(runs * self.steps * n, bool)
-        joined[poisson_sample(runs * self.steps * n, self.rate, rng)] = True
-        joined = joined.reshape(runs, self.steps, n) & member[:, None, :]
-        sums = np.einsum("rtn,np->rtp", joined.astype(np.float64), grads)  # Σ_i clipped g_i
-        if self.noise_multiplier is not None:
-            noisy, _ = privatize_sum_torch(
-                torch.as_tensor(sums),
-                clip_norm=self.clip,
-                noise_multiplier=self.noise_multiplier,
-                generator=generator,
-                name="DP-SGD steps (audit)",
-            )
-            sums = noisy.numpy()  # type: ignore[union-attr]
-        b = max(round(self.rate * n), 1)  # expected batch size (Algorithm 4, line 8)
-        return -(self.lr / b) * sums.sum(axis=1)
+
+class TrialHeads:
+    """The audited model, given to the trainer as its learner: R independent linear models
+    θ_r ∈ R^p stacked as one parameter ``heads.weight`` [R, p], with loss ℓ(θ, (x, r)) = −θ_r·x
+    for a unit of trial r (its transition's action is r). A unit's gradient lives in its own
+    trial's row only, so the trainer's joint per-example clipping clips it exactly as a run
+    holding θ_r alone would, its Gaussian noise is independent per row, and its Poisson
+    sampling is independent per unit: one trainer run is R independent DP-SGD runs. The update
+    is plain SGD (θ ← θ − η·g̃, post-processing of the trainer's noisy gradient g̃), so the
+    released θ_r is −(η/b)Σ_t g̃_t,r."""
+
+    def __init__(self, trials: int, dim: int, lr: float) -> None:
+        from privrl.rl.discrete_common import ObsTransform
+
+        self.lr = float(lr)
+        self.obs_transform = ObsTransform()
+        weight = torch.zeros((int(trials), int(dim)), dtype=torch.float32)
+        self.params: dict[str, torch.Tensor] = {"heads.weight": weight.requires_grad_(True)}
+
+    @property
+    def n_parameters(self) -> int:
+        return int(self.params["heads.weight"].numel())
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The released parameters θ [R, p]."""
+        return self.params["heads.weight"].detach().numpy().copy()
+
+    def per_example_loss(self, params: dict[str, torch.Tensor], batch: Any) -> torch.Tensor:
+        from privrl.nn.per_example import linear
+
+        w = params["heads.weight"]
+        out = linear(batch.obs.to(w.dtype), w)  # [B, R]: θ_r·x for every head r
+        return -out.gather(1, batch.actions.reshape(-1, 1)).squeeze(1)
+
+    def apply_gradients(self, grads: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for k, p in self.params.items():
+                p -= self.lr * grads[k].to(p.dtype).reshape(p.shape)
+
+    def update(self, batch: Any) -> float:
+        """The non-private twin's ordinary step: SGD on the mean loss (no clipping, no noise)."""
+        loss = self.per_example_loss(self.params, batch).mean()
+        (grad,) = torch.autograd.grad(loss, [self.params["heads.weight"]])
+        self.apply_gradients({"heads.weight": grad})
+        return float(loss.detach())
+
+
+def _units_dataset(units: np.ndarray, member: np.ndarray) -> Any:
+    """The trainer's data: unit i of trial r (if `member`[r, i]) is an expert with one terminal
+    transition from x = `units`[i] taking action r (the trial's head), reward 0."""
+    from privrl.data.dataset import TrajectoryDataset
+
+    r, i = np.nonzero(member)
+    n = r.size
+    x = np.repeat(units[i].astype(np.float32), 2, axis=0)  # each step's state and final state
+    return TrajectoryDataset(
+        observations=x,
+        actions=r.astype(np.int64),
+        rewards=np.zeros(n, np.float32),
+        terminated=np.ones(n, bool),
+        truncated=np.zeros(n, bool),
+        episode_offsets=np.arange(n + 1, dtype=np.int64),
+        unit_ids=(r * units.shape[0] + i).astype(np.int64),
+    )
+
+
+def sampling_sizes(rate: float, slots: int) -> tuple[int, int]:
+    """(b, m) for the trainer's rate q = b/m: m ≥ `slots` declared units and b/m = `rate` (to
+    float precision), b ≥ 1."""
+    from fractions import Fraction
+
+    frac = Fraction(rate).limit_denominator(10**6)
+    k = max(math.ceil(slots / frac.denominator), 1)
+    return frac.numerator * k, frac.denominator * k
+
+
+def trainer_displacements(
+    sgd: _DpSgd,
+    units: np.ndarray,
+    member: np.ndarray,
+    *,
+    delta: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, PrivacyReport]:
+    """θ_N − θ_0 [runs, p] of `runs` independent DP-SGD runs on the units [n, p] whose
+    `member` [runs, n] is True, and the trainer's own report: ONE call of the production
+    trainer `privrl.expert.dpsgd.expert_dp_sgd` (its Poisson sampling, per-example clipping,
+    noise and accountant) on `TrialHeads`; the non-private twin is the trainer's own
+    (``private=False``). The trainer divides by its expected batch b = q·m over all runs, a
+    public constant that scales every score alike."""
+    from privrl.expert import dpsgd as trainer
+
+    runs, n = member.shape
+    b, m = sampling_sizes(sgd.rate, runs * n)
+    heads = TrialHeads(runs, units.shape[1], sgd.lr)
+    result = trainer.expert_dp_sgd(
+        heads,  # type: ignore[arg-type]
+        _units_dataset(units, member),
+        epsilon=None,
+        delta=delta,
+        batch_size=b,
+        noise_multiplier=1.0 if sgd.noise_multiplier is None else sgd.noise_multiplier,
+        clip_norm=sgd.clip,
+        steps=sgd.steps,
+        n_units=m,
+        private=sgd.noise_multiplier is not None,
+        rng=rng,
+    )
+    return heads.theta, result.report
 
 
 def _units(
@@ -187,11 +256,11 @@ def _units(
     unit: np.ndarray | None = None,
 ) -> np.ndarray:
     """Units' data x (gradient −x): `canaries` rows then `background` rows, in R^(canaries +
-    dim). Worst: canary j is 2C·e_j, the background lives in the last `dim` coordinates. File:
-    canary j is row j of `unit` [canaries, 1 + dim] (`privrl.audit.canary`), its first input
-    on its own coordinate j and the rest on the background's `dim`, the background as for
-    worst. Random: every row, canary or background, from the same generator (N(0, C²/p) on
-    the first `canaries` coordinates, N(0, C²) on the last `dim`)."""
+    dim). Worst: canary j is `CANARY_NORM`·C·e_j, the background lives in the last `dim`
+    coordinates. File: canary j is row j of `unit` [canaries, 1 + dim] (`privrl.audit.canary`),
+    its first input on its own coordinate j and the rest on the background's `dim`, the
+    background as for worst. Random: every row, canary or background, from the same generator
+    (N(0, C²/p) on the first `canaries` coordinates, N(0, C²) on the last `dim`)."""
     p = canaries + dim
     if canary == "random":  # canaries and background from one public generator, row for row
         rows = np.empty((canaries + background, p))
@@ -210,7 +279,7 @@ def _units(
         can[np.arange(canaries), np.arange(canaries)] = units[:, 0]
         can[:, canaries:] = units[:, 1:]
     else:  # worst
-        can = 2.0 * clip * np.eye(canaries, p)
+        can = CANARY_NORM * clip * np.eye(canaries, p)
     return np.vstack([can, bg])
 
 
@@ -238,23 +307,20 @@ def audit_dp_sgd(
     sgd = _DpSgd(rate=rate, steps=steps, noise_multiplier=noise_multiplier, clip=clip, lr=lr)
     sgd.check(background, dim)
     units = _units(background, 1, dim, canary, clip, rng, unit=unit)
-    grads = _clipped_gradients(units, clip)
-    if not np.any(grads[0]):
+    if not np.any(units[0]):
         raise ValueError("the canary unit is 0: its gradient moves nothing; give a nonzero unit")
-    direction = -grads[0] / max(float(np.linalg.norm(grads[0])), 1e-300)
-    # Synthetic canaries and background: the audit's noise and sampling repeat from its seed.
-    noise = NoiseSource.insecure(rng)
-    generator, sampler = noise.generator("audit noise"), noise.generator("audit sampling")
+    direction = units[0] / float(np.linalg.norm(units[0]))  # −(its gradient), normalised
     labels = rng.integers(0, 2, size=trials)
     scores = np.empty(trials)
-    for done, size in _trial_batches(
-        trials, steps * (units.shape[0] + units.shape[1]), batch, progress
-    ):
+    # one trainer call runs R trials; its forward pass is [R·n, R] (`TrialHeads`)
+    cap = max(int(math.sqrt(_HEADS_FLOATS / units.shape[0])), 1)
+    report = None
+    for done, size in _trial_batches(trials, 1, min(batch or cap, cap), progress):
         member = np.ones((size, units.shape[0]), bool)
         member[:, 0] = labels[done : done + size] == 1
-        disp = sgd.displacements(grads, member, rng=sampler, generator=generator)
+        disp, report = trainer_displacements(sgd, units, member, delta=delta, rng=rng)
         scores[done : done + size] = disp @ direction
-    report = sgd.claimed(units, delta)
+    assert report is not None
     return AuditTrials.from_report(
         "dp-sgd" if noise_multiplier is not None else "sgd",
         report,
@@ -286,6 +352,14 @@ class OneRunAudit:
     delta: float
     report: PrivacyReport
     params: dict[str, Any]
+    epsilon_ceiling: float = math.inf
+
+    @property
+    def verdict(self) -> str:
+        """``violated`` (the bound exceeds the claim), ``cannot test this claim`` (even all r
+        guesses right would not exceed it: the ceiling is at or below the claim), ``pass``, or
+        ``no claim`` for a non-private twin (ε = ∞)."""
+        return one_run_verdict(self.epsilon_lower_bound, self.epsilon_claimed, self.epsilon_ceiling)
 
     @classmethod
     def from_guesses(
@@ -302,12 +376,13 @@ class OneRunAudit:
         """Guess "in" for the `guesses`/2 highest scores and "out" for the as many lowest,
         count the correct guesses and bound ε from below (Steinke et al. 2023, Thm. 3.3);
         the claimed ε is `report`'s own."""
-        from privrl.audit.bounds import one_run_epsilon
+        from privrl.audit.bounds import one_run_ceiling, one_run_epsilon
 
         order = np.argsort(scores, kind="mergesort")
         half = guesses // 2
         correct = int(included[order[-half:]].sum() + (~included[order[:half]]).sum())
         bound = one_run_epsilon(included.size, guesses, correct, delta, confidence)
+        ceiling = one_run_ceiling(included.size, guesses, delta, confidence)
         return cls(
             scores=scores,
             included=included,
@@ -318,6 +393,7 @@ class OneRunAudit:
             delta=float(delta),
             report=report,
             params=params,
+            epsilon_ceiling=float(ceiling),
         )
 
     def as_trials(self) -> AuditTrials:
@@ -349,6 +425,9 @@ class OneRunAudit:
                 "high": None,
                 "method": "Steinke, Nasr & Jagielski 2023, Theorem 3.3 (exact binomial tail)",
             },
+            # the bound if every guess were right: no claim at or above it can be tested
+            "epsilon_ceiling": self.epsilon_ceiling,
+            "verdict": self.verdict,
             "canaries": int(self.included.size),
             "canaries_included": int(self.included.sum()),
             "guesses": self.guesses,
@@ -361,6 +440,15 @@ class OneRunAudit:
             if math.isfinite(claimed) and claimed > 0
             else None,
         }
+
+
+def one_run_verdict(bound: float, claimed: float, ceiling: float) -> str:
+    """The verdict of a one-run audit (see `OneRunAudit.verdict`)."""
+    if bound > claimed:
+        return "violated"
+    if not math.isfinite(claimed):
+        return "no claim"
+    return "cannot test this claim" if ceiling <= claimed else "pass"
 
 
 def audit_dp_sgd_one_run(
@@ -395,17 +483,12 @@ def audit_dp_sgd_one_run(
     sgd = _DpSgd(rate=rate, steps=steps, noise_multiplier=noise_multiplier, clip=clip, lr=lr)
     sgd.check(background, dim)
     units = _units(background, m, dim, canary, clip, rng, unit=units)
-    grads = _clipped_gradients(units, clip)
     included = rng.integers(0, 2, size=m).astype(bool)
     member = np.ones((1, units.shape[0]), bool)
     member[0, :m] = included
-    noise = NoiseSource.insecure(rng)  # synthetic canaries: repeatable from the audit's seed
-    disp = sgd.displacements(
-        grads, member, rng=noise.generator("audit sampling"), generator=noise.generator("audit")
-    )[0]
-    norms = np.maximum(np.linalg.norm(grads[:m], axis=1), 1e-300)
-    scores = -(grads[:m] @ disp) / norms  # projection on each canary's own direction
-    report = sgd.claimed(units, delta)
+    disp, report = trainer_displacements(sgd, units, member, delta=delta, rng=rng)
+    norms = np.maximum(np.linalg.norm(units[:m], axis=1), 1e-300)
+    scores = (units[:m] @ disp[0]) / norms  # projection on each canary's own direction
     return OneRunAudit.from_guesses(
         scores,
         included,

@@ -5,9 +5,10 @@ The audited mechanism is PRIMORL's private core as `privrl.primorl.dp_fedavg` ru
 (`sample_clients`), trains each sampled one locally from θ(t) with its cumulative
 displacement clipped to C after every local step (`local_displacements`), and adds
 N(0, (zC)² I) to the sum before dividing by qK (`aggregate`, noise drawn by
-`privrl.privacy.mechanisms.privatize_sum_torch`) — the library's own `dp_fedavg_round`, T
-rounds. Unit: one trajectory, add/remove; the claimed ε is the run's own PLD report
-(`DpFedAvgPlan.report`) for those T rounds.
+`privrl.privacy.mechanisms.privatize_sum_torch`) — the production trainer
+`train_dp_fedavg` itself (T rounds of `dp_fedavg_round`), without a public split (identity
+normalisers, every member an elite). Unit: one trajectory, add/remove; the claimed ε is the
+report that trainer's own accountant call wrote for those T rounds.
 
 Training thousands of ensembles for a many-run audit is out of reach on a small machine, so
 the audit runs ONCE: m canary trajectories, each included independently with probability ½
@@ -48,7 +49,6 @@ import numpy as np
 import torch
 
 from privrl.audit.dpsgd import OneRunAudit
-from privrl.privacy.noise import NoiseSource
 
 __all__ = ["PrimorlAuditSetup", "audit_primorl_one_run", "n_params", "primorl_plan"]
 
@@ -213,7 +213,7 @@ def audit_primorl_one_run(
     confidence: float = 0.95,
     rng: np.random.Generator,
 ) -> OneRunAudit:
-    """ONE PRIMORL training (T = `plan.T_max` rounds of `dp_fedavg_round`) with `setup.canaries`
+    """ONE PRIMORL training (`train_dp_fedavg`, T = `plan.T_max` rounds) with `setup.canaries`
     canaries each included with probability ½; `guesses`/2 "in" guesses on the best scores and
     `guesses`/2 "out" guesses on the worst; the one-run bound at the plan's δ."""
     from privrl.primorl import dp_fedavg as fed
@@ -246,23 +246,16 @@ def audit_primorl_one_run(
         if drawn is None
         else np.array([a.shape[0] for _, a, _ in drawn], np.int64)
     )  # transitions of each canary, canary-major
-    clients = fed.Clients.from_dataset(
-        model, _episodes(setup, included, seeds[1], drawn), "trajectory"
+    # the production trainer: T rounds of Algorithm 2 and its own accountant call (no public
+    # split: the model's identity normalisers, all members as elites)
+    trained = fed.train_dp_fedavg(
+        model,
+        _episodes(setup, included, seeds[1], drawn),
+        plan,
+        normalizer="model",
+        seed=np.random.SeedSequence(int(seeds[2].integers(0, 2**63 - 1))),
     )
-    noise = NoiseSource.insecure(seeds[2])  # synthetic canaries: repeatable from the seed
-    generator, sampler = noise.generator("audit noise"), noise.generator("audit sampling")
-    theta = theta0
-    for _ in range(plan.T_max):  # the T rounds of Algorithm 2, the library's own round
-        theta = fed.dp_fedavg_round(
-            ens,
-            theta,
-            clients,
-            plan,
-            sample_rng=sampler,
-            batch_rng=seeds[1],
-            generator=generator,
-            weight_decay=False,
-        )
+    theta = layout.flatten(ens.parameters_dict())  # the released ensemble θ_T
     x, y = _canary_inputs(model, setup, drawn)
     if statistic == "loss":
         # calibrated by the public θ_0 (Watson et al. 2022): how much the release lowered the
@@ -282,7 +275,7 @@ def audit_primorl_one_run(
         own_rows = torch.gather(d, 1, rows)
         norms = own_rows.norm(dim=1).clamp_min(1e-30)
         scores = ((disp[rows] * own_rows).sum(1) / norms).double().numpy()
-    report = plan.report(plan.T_max, layout.members * layout.size)
+    report = trained.report
     return OneRunAudit.from_guesses(
         scores,
         included,

@@ -160,19 +160,76 @@ def audit_dp_vapvi(
 # ---------------------------------------------------------------------------------------------
 
 
+LSL_C = 2.0  # DP-LSL's λ = c·m^0.4 in the audit (λ > ‖ρ‖_∞‖Φ‖_F² = 1 needs c > m^−0.4)
+
+
 def lsw_claimed(
-    *, epsilon: float | None, delta: float, states: int, trajectories: int, return_range: float
+    *,
+    epsilon: float | None,
+    delta: float,
+    states: int,
+    trajectories: int,
+    return_range: float,
+    algorithm: str = "dp-lsw",
+    c: float = LSL_C,
 ) -> PrivacyReport:
-    """DP-LSW's report (ε, δ) from its public plan; non-private (LSW) when ε is None."""
-    from privrl.ope.baselines import RELATION, UNIT, plan_dp_lsw
+    """DP-LSW's (or, with ``algorithm="dp-lsl"``, DP-LSL's) report (ε, δ) from its public plan;
+    non-private (LSW / LSL) when ε is None."""
+    from privrl.ope.baselines import RELATION, UNIT, plan_dp_lsl, plan_dp_lsw
 
     if epsilon is None:
-        return PrivacyReport.non_private(UNIT, RELATION, system="lsw")
+        return PrivacyReport.non_private(UNIT, RELATION, system=algorithm.removeprefix("dp-"))
     Phi, w = np.eye(states), np.full(states, 1.0 / states)
-    plan = plan_dp_lsw(
-        Phi, w, trajectories, epsilon=epsilon, delta=delta, return_range=return_range
+    kw = {"epsilon": epsilon, "delta": delta, "return_range": return_range}
+    if algorithm == "dp-lsl":
+        return plan_dp_lsl(Phi, w, trajectories, c=c, **kw).report()
+    return plan_dp_lsw(Phi, w, trajectories, **kw).report()
+
+
+def lsw_neighbours(
+    S: int, m: int, R: float, canary: Canary, rng: np.random.Generator, returns: Any = None
+) -> tuple[Any, Any]:
+    """The first-visit summaries (`FirstVisit`) of D = D₀ ∪ {x₀} and D' = D₀ ∪ {x₁}, m
+    trajectories each, tabular Φ = I.
+
+    ``worst`` (S ≥ 2) exercises the data-dependent sensitivity: state 0 is rare — no
+    trajectory of D₀ visits it — and x₁ is the one trajectory that does (first-visit return R),
+    while D₀'s m − 1 trajectories and x₀ visit every other state (returns R and 0). So m₀ goes
+    from 0 to 1 (F̄₀ moves by the whole range R, the largest local sensitivity there is), and
+    every other count drops from m to m − 1, which raises the smooth bound of D' above D's.
+    With S = 1 every trajectory visits the only state (counts m in both): x₀ returns 0, x₁
+    returns R. ``random`` / ``file``: every trajectory visits every state (counts m), D₀'s
+    returns and x₀'s uniform on [0, R], x₁'s drawn the same way or the file's `returns`."""
+    from privrl.ope.baselines import FirstVisit
+
+    full = np.full(S, float(m))
+    if canary == "worst" and S >= 2:
+        common = np.r_[0.0, np.ones(S - 1)]  # states 1..S−1
+        mean0 = common * R * (m - 1) / m  # D₀ returns R, x₀ returns 0; state 0 unvisited
+        counts1 = np.r_[1.0, np.full(S - 1, m - 1.0)]
+        mean1 = np.r_[R, np.full(S - 1, R if m > 1 else 0.0)]
+        return FirstVisit(common * m, mean0, m), FirstVisit(counts1, mean1, m)
+    bg = rng.uniform(0.0, R, size=(m - 1, S))  # first-visit returns of D₀
+    if canary == "worst":
+        f0, f1 = np.zeros(S), np.full(S, R)
+    else:
+        f0, f1 = rng.uniform(0.0, R, size=(2, S))
+        if canary == "file":
+            assert returns is not None
+            f1 = np.clip(np.asarray(returns, np.float64).reshape(S), 0.0, R)
+    return (
+        FirstVisit(full, (bg.sum(axis=0) + f0) / m, m),
+        FirstVisit(full, (bg.sum(axis=0) + f1) / m, m),
     )
-    return plan.report()
+
+
+def _gaussian_llr(theta: np.ndarray, mu: tuple[np.ndarray, np.ndarray], sd: tuple[float, float]):
+    """log N(θ; μ₁, σ₁²I) − log N(θ; μ₀, σ₀²I) for each column of θ [n, trials]: the
+    Neyman–Pearson statistic of D' against D (the most powerful test at every threshold)."""
+    (m0, m1), (s0, s1) = mu, sd
+    q0 = ((theta - m0[:, None]) ** 2).sum(axis=0) / (2.0 * s0**2)
+    q1 = ((theta - m1[:, None]) ** 2).sum(axis=0) / (2.0 * s1**2)
+    return q0 - q1 - theta.shape[0] * math.log(s1 / s0)
 
 
 def audit_dp_lsw(
@@ -188,49 +245,74 @@ def audit_dp_lsw(
     progress: Progress = None,
     batch: int | None = None,
     returns: np.ndarray | None = None,
+    algorithm: str = "dp-lsw",
+    c: float = LSL_C,
 ) -> AuditTrials:
-    """Score `trials` releases of DP-LSW (`baselines.dp_lsw`) on D or D' (ε None: LSW, the
-    same estimate without noise). D has `trajectories` = m trajectories, all visiting every
-    state (tabular Φ = I, uniform weights ρ). `returns` [S] (with ``canary="file"``,
-    `privrl.audit.canary.load_lsw_canary`) are the canary x₁'s first-visit returns; x₀ is
-    drawn like ``random``'s."""
-    from privrl.ope.baselines import FirstVisit, dp_lsw, lsw_estimate
+    """Score `trials` releases of DP-LSW (`baselines.dp_lsw`, the system's own release: θ_X +
+    N(0, σ_X² I) at its smooth bound σ_X) on D or D' (`lsw_neighbours`; ε None: LSW, the same
+    estimate without noise), uniform weights ρ. The score is the likelihood ratio of the two
+    Gaussians the auditor knows (it built D and D'): their means θ_X and their noise scales,
+    which differ when the canary changes the visit counts (`private_sigma` of each, read from
+    the system's own runs on D and D'); without noise, the projection on θ_{X'} − θ_X.
+    `returns` [S] (with ``canary="file"``, `privrl.audit.canary.load_lsw_canary`) are the
+    canary x₁'s first-visit returns. ``algorithm="dp-lsl"`` audits DP-LSL (`baselines.dp_lsl`,
+    ridge weights Γ_X = diag(ρ_s m_s/m) that move with the counts too, λ = `c`·m^0.4) the same
+    way."""
+    from privrl.ope import baselines
 
+    if algorithm not in ("dp-lsw", "dp-lsl"):
+        raise ValueError(f"algorithm must be 'dp-lsw' or 'dp-lsl', got {algorithm!r}")
+    lsl = algorithm == "dp-lsl"
     trials = _check_trials(trials, canary, file=returns is not None)
     S, m, R = int(states), int(trajectories), float(return_range)
     if S < 1 or m < 1 or not (math.isfinite(R) and R > 0):
         raise ValueError(f"need states >= 1, trajectories >= 1, return range > 0 (S={S}, m={m})")
     Phi, w = np.eye(S), np.full(S, 1.0 / S)
-    bg = rng.uniform(0.0, R, size=(m - 1, S))  # first-visit returns of D₀
-    if canary == "worst":
-        f0, f1 = np.zeros(S), np.full(S, R)
+    fvs = lsw_neighbours(S, m, R, canary, rng, returns)
+    lam = float(c) * m**0.4
+    if lsl:
+        means = tuple(baselines.lsl_estimate(Phi, w, fv, lam) for fv in fvs)
     else:
-        f0, f1 = rng.uniform(0.0, R, size=(2, S))
-        if canary == "file":
-            assert returns is not None
-            f1 = np.clip(np.asarray(returns, np.float64).reshape(S), 0.0, R)
-    counts = np.full(S, float(m))
-    mean0 = (bg.sum(axis=0) + f0) / m
-    mean1 = (bg.sum(axis=0) + f1) / m
-    theta0 = lsw_estimate(Phi, w, FirstVisit(counts, mean0, m))
-    theta1 = lsw_estimate(Phi, w, FirstVisit(counts, mean1, m))
-    direction = theta1 - theta0
+        means = tuple(baselines.lsw_estimate(Phi, w, fv) for fv in fvs)
+
+    def release(fv: Any, k: int) -> Any:  # k releases of D or D' (FirstVisit columns)
+        stacked = type(fv)(fv.counts, np.repeat(fv.mean_returns[:, None], k, axis=1), m)
+        kw = {"epsilon": epsilon, "delta": delta, "return_range": R, "rng": rng}
+        if lsl:
+            return baselines.dp_lsl(stacked, Phi, w, lam=lam, **kw)
+        return baselines.dp_lsw(stacked, Phi, w, **kw)
+
+    sds = None
+    if epsilon is not None:  # σ_X of D and of D', as the system computes them
+        sds = tuple(float(release(fv, 1).private_sigma) for fv in fvs)
     labels = _labels(trials, rng)
     scores = np.empty(trials)
     for done, size in _trial_batches(trials, S, batch, progress):
         b = labels[done : done + size] == 1
-        stacked = np.where(b[None, :], mean1[:, None], mean0[:, None])  # F̄ [S, trials]
-        fv = FirstVisit(counts, stacked, m)
-        if epsilon is None:
-            theta = lsw_estimate(Phi, w, fv)
+        theta = np.empty((S, size))
+        for bit, fv in enumerate(fvs):
+            k = int((b == bit).sum())
+            if k == 0:
+                continue
+            if epsilon is None:
+                theta[:, b == bit] = means[bit][:, None]
+            else:
+                theta[:, b == bit] = release(fv, k).theta
+        if sds is None:
+            scores[done : done + size] = (means[1] - means[0]) @ theta
         else:
-            theta = dp_lsw(
-                fv, Phi, w, epsilon=epsilon, delta=delta, return_range=R, rng=rng
-            ).theta  # the system's own release: θ_X + N(0, σ_X² I)
-        scores[done : done + size] = direction @ theta
-    report = lsw_claimed(epsilon=epsilon, delta=delta, states=S, trajectories=m, return_range=R)
+            scores[done : done + size] = _gaussian_llr(theta, means, sds)
+    report = lsw_claimed(
+        epsilon=epsilon,
+        delta=delta,
+        states=S,
+        trajectories=m,
+        return_range=R,
+        algorithm=algorithm,
+        c=c,
+    )
     return AuditTrials.from_report(
-        "dp-lsw" if epsilon is not None else "lsw",
+        algorithm if epsilon is not None else algorithm.removeprefix("dp-"),
         report,
         scores,
         labels,
@@ -240,7 +322,10 @@ def audit_dp_lsw(
             "trajectories": m,
             "return_range": R,
             "canary": canary,
-            "audited_release": "DP-LSW's released θ (output perturbation, smooth sensitivity)",
+            "visit_counts": {"D": fvs[0].counts.tolist(), "D'": fvs[1].counts.tolist()},
+            **({"lambda": lam} if lsl else {}),
+            "audited_release": f"{algorithm.upper()}'s released θ (output perturbation, "
+            "smooth sensitivity)",
         },
     )
 

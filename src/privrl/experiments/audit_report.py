@@ -108,7 +108,7 @@ def cells(scale: Scale) -> list[dict[str, Any]]:
     for _, system, settings in TWINS:
         out.append({"system": system, **settings, "trials": TWIN_TRIALS})
     _, system, eps = ONE_RUN
-    out.append({"system": system, "epsilon": eps, "mode": "one-run", "trials": 2})
+    out.append({"system": system, "epsilon": eps, "mode": "one-run", "trials": 2, "canaries": 1000})
     for _, _, system, settings in ONE_RUNS:
         out.append(
             {"system": system, **one_run_settings(system, settings), **one_run_scale(scale.quick)}

@@ -102,16 +102,85 @@ def _one_of(config: Any, names: tuple[str, ...], flags: str) -> None:
 def _at_least(config: Any, lows: dict[str, int]) -> None:
     for key, low in lows.items():
         value = getattr(config, key)
-        check(value >= low, key, f"must be >= {low}, got {value}")
+        check(value is None or value >= low, key, f"must be >= {low}, got {value}")
 
 
 def check_guesses(config: Any) -> None:
-    """One-run audits: r guesses, even (half "in", half "out") and at most m canaries."""
+    """One-run audits: r guesses, even (half "in", half "out") and at most m canaries (either
+    may be left to `one_run_canaries`)."""
+    if config.guesses is None:
+        return
+    top = config.canaries if config.canaries is not None else config.guesses
     check(
-        config.guesses <= config.canaries and config.guesses % 2 == 0,
+        config.guesses <= top and config.guesses % 2 == 0,
         "guesses",
-        f"must be even and <= --canaries ({config.canaries}), got {config.guesses}",
+        f"must be even and <= --canaries ({top}), got {config.guesses}",
     )
+
+
+def _one_run_canaries(help: str) -> Any:
+    return option(
+        None,
+        "--canaries",
+        help=f"{help} Default: chosen from the claimed ε so that the audit's ceiling (the "
+        "bound if every guess were right) is at least twice the claim, within a cap.",
+    )
+
+
+def _one_run_guesses() -> Any:
+    return option(
+        None,
+        "--guesses",
+        help="Guesses r (half top, half bottom). Default: m/10, raised at the canary cap "
+        "until the ceiling reaches twice the claim.",
+    )
+
+
+@dataclass(frozen=True)
+class OneRunSize:
+    """A one-run audit's canaries m and guesses r, each from its flag or chosen from the
+    claim (`privrl.audit.bounds.one_run_size`), and the ceiling they give."""
+
+    canaries: int
+    guesses: int
+    ceiling: float
+
+
+def one_run_canaries(
+    config: Any, claim: float, params: Any, *, base: tuple[int, int], cap: int
+) -> OneRunSize:
+    """m and r of a one-run audit: the flags where given; else, from the claimed ε, the
+    smallest m = base·2^k (r = m/10), then at the cap `cap` the smallest r = r₀·2^k, whose
+    ceiling reaches twice the claim (`one_run_size`). A canary FILE fixes m to its flag (or
+    the base). Both are recorded in `params` with their source."""
+    from privrl.audit.bounds import CEILING_FACTOR, one_run_ceiling, one_run_size
+    from privrl.audit.canary import is_canary_file
+
+    m0, r0 = base
+    m, r = config.canaries, config.guesses
+    if m is None and not is_canary_file(config.canary) and r is None:
+        m, r = one_run_size(
+            claim, config.delta, config.confidence, canaries=m0, guesses=r0, cap=cap
+        )
+        rule = (
+            f"the smallest of {m0}·2^k (at most {cap}), then r doubled, whose ceiling is "
+            f">= {CEILING_FACTOR:g} × the claimed ε"
+        )
+        params.derive("canaries m", m, rule)
+        params.derive("guesses r", r, rule)
+    else:
+        m = params.resolve("canaries m", flag=m, default=max(m0, r or 0), fix="pass --canaries")
+        r = params.resolve(
+            "guesses r",
+            flag=r,
+            default=min(max(2, 2 * round(m / 20)), m - m % 2),
+            fix="pass --guesses",
+        )
+    ceiling = one_run_ceiling(m, r, config.delta, config.confidence)
+    params.derive(
+        "ceiling (bound if every guess is right)", ceiling, "Steinke et al. 2023, Thm 3.3"
+    )
+    return OneRunSize(int(m), int(r), float(ceiling))
 
 
 def check_confidence(config: Any) -> None:
@@ -267,7 +336,9 @@ def one_run_result(
     line = (
         f"{metrics['system']} ({kind}): claimed ε = {metrics['epsilon_claimed']:.4g} at "
         f"δ = {audit.delta:.3g}; {metrics['correct']} of {metrics['guesses']} guesses correct; "
-        f"one-run lower bound ε ≥ {metrics['epsilon_lower_bound']:.4g} ({confidence:.0%})"
+        f"one-run lower bound ε ≥ {metrics['epsilon_lower_bound']:.4g} ({confidence:.0%}); "
+        f"ceiling {metrics['epsilon_ceiling']:.4g} (all guesses right); "
+        f"verdict: {metrics['verdict']}"
     )
     trials = audit.as_trials()
     plots = {} if metrics["auc"] is None else {"roc": lambda p: roc_plot(p, trials, metrics)}

@@ -36,6 +36,8 @@ from privrl.systems.audit import (
     _epsilon,
     _noise_multiplier,
     _non_private,
+    _one_run_canaries,
+    _one_run_guesses,
     _positive,
     _trials,
     check_canary,
@@ -45,6 +47,7 @@ from privrl.systems.audit import (
     check_rate,
     flag_parameters,
     load_file_canary,
+    one_run_canaries,
     one_run_result,
     resolve_noise_multiplier,
     synthetic_report,
@@ -187,8 +190,8 @@ class AuditExpertDpSgdConfig(RunConfig):
     delta: float = _delta()
     steps: int = option(5, "--steps", help="Private steps N.")
     clip: float = option(1.0, "--clip", help="Clip norm C (per expert).", allow_nan=True)
-    canaries: int = option(500, "--canaries", help="Canary experts m (each in w.p. ½).")
-    guesses: int = option(50, "--guesses", help="Guesses r (half top, half bottom).")
+    canaries: int | None = _one_run_canaries("Canary experts m (each in w.p. ½).")
+    guesses: int | None = _one_run_guesses()
     background: int = option(50, "--background", help="Background experts.")
     canary: str = _canary(
         ONE_RUN_FILE_HELP.format(what="experts", ids=" (grouped by unit id; one episode each "
@@ -201,12 +204,16 @@ class AuditExpertDpSgdConfig(RunConfig):
         _at_least(self, {"steps": 1, "canaries": 2, "guesses": 2, "background": 0})
         check_guesses(self)
         check(
-            self.canaries <= 5000 and self.steps <= 10_000,
+            (self.canaries or 0) <= 5000 and self.steps <= 10_000,
             "canaries",
             "--canaries <= 5000 and --steps <= 10000 keep one audit within minutes",
         )
         check_canary(self, True)
         check_confidence(self)
+
+
+EXPERT_ONE_RUN = (500, 50)  # the one-run audit's smallest m and r
+EXPERT_ONE_RUN_CAP = 4000  # m canary experts read m inputs: a learner of ~16·m weights
 
 
 class AuditExpertDpSgd(AuditSystem):
@@ -221,33 +228,45 @@ class AuditExpertDpSgd(AuditSystem):
         from privrl.audit.expert import expert_dp_sgd_claimed
 
         params = flag_parameters(
-            ("δ", config.delta),
-            ("steps N", config.steps),
-            ("clip C", config.clip),
-            ("experts m (declared: canaries + background)", config.canaries + config.background),
+            ("δ", config.delta), ("steps N", config.steps), ("clip C", config.clip)
         )
         params.derive("sampling rate q", 1.0, "b = m: every expert is sampled each step")
         z = resolve_noise_multiplier(params, config, 1.0, config.steps)
-        report = synthetic_report(
-            expert_dp_sgd_claimed(
+
+        def claimed(canaries: int) -> Any:
+            return expert_dp_sgd_claimed(
                 noise_multiplier=z,
-                canaries=config.canaries,
+                canaries=canaries,
                 background=config.background,
                 batch_size=None,
                 steps=config.steps,
                 delta=config.delta,
                 clip=config.clip,
-            ),
-            params,
+            )
+
+        claim = float(claimed(EXPERT_ONE_RUN[0]).epsilon)  # ε does not depend on m
+        size = one_run_canaries(config, claim, params, base=EXPERT_ONE_RUN, cap=EXPERT_ONE_RUN_CAP)
+        params.derive(
+            "experts (declared: canaries + background)",
+            size.canaries + config.background,
+            "m + --background",
         )
+        report = synthetic_report(claimed(size.canaries), params)
         units = load_file_canary(
-            config, load_one_run_canaries, m=config.canaries, inputs=3, actions=2, unit="expert"
+            config, load_one_run_canaries, m=size.canaries, inputs=3, actions=2, unit="expert"
         )
         public = {
             "command": "audit expert-dp-sgd",
-            "audit": {"noise_multiplier": z, "mode": "one-run", "learner": "discrete CQL"},
+            "audit": {
+                "noise_multiplier": z,
+                "mode": "one-run",
+                "learner": "discrete CQL",
+                "canaries": size.canaries,
+                "guesses": size.guesses,
+                "epsilon_ceiling": size.ceiling,
+            },
         }
-        return Plan(report=report, public=public, facts={"z": z, "units": units})
+        return Plan(report=report, public=public, facts={"z": z, "units": units, "size": size})
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
         from privrl.audit.expert import audit_expert_dp_sgd_one_run
@@ -255,8 +274,8 @@ class AuditExpertDpSgd(AuditSystem):
         assert ctx.plan is not None
         audit = audit_expert_dp_sgd_one_run(
             noise_multiplier=ctx.plan.facts["z"],
-            canaries=config.canaries,
-            guesses=config.guesses,
+            canaries=ctx.plan.facts["size"].canaries,
+            guesses=ctx.plan.facts["size"].guesses,
             background=config.background,
             steps=config.steps,
             delta=config.delta,
@@ -291,8 +310,8 @@ class AuditPrimorlConfig(RunConfig):
         1.0, "--clip", help="Clip norm C (joint over the ensemble).", allow_nan=True
     )
     local_lr: float = option(1.0, "--local-lr", help="Local SGD step η.", allow_nan=True)
-    canaries: int = option(1000, "--canaries", help="Canary trajectories m (each in w.p. ½).")
-    guesses: int = option(100, "--guesses", help="Guesses r (half top, half bottom).")
+    canaries: int | None = _one_run_canaries("Canary trajectories m (each in w.p. ½).")
+    guesses: int | None = _one_run_guesses()
     background: int = option(100, "--background", help="Background trajectories.")
     members: int = option(2, "--members", help="Ensemble members N.")
     hidden: int = option(16, "--hidden", help="Hidden units (one layer).")
@@ -318,7 +337,7 @@ class AuditPrimorlConfig(RunConfig):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         check_guesses(self)
         check(
-            self.canaries <= 5000 and self.rounds <= 1000,
+            (self.canaries or 0) <= 5000 and self.rounds <= 1000,
             "canaries",
             "--canaries <= 5000 and --rounds <= 1000 keep one audit within minutes",
         )
@@ -337,6 +356,10 @@ class AuditPrimorlConfig(RunConfig):
         check_confidence(self)
 
 
+PRIMORL_ONE_RUN = (1000, 100)  # the one-run audit's smallest m and r
+PRIMORL_ONE_RUN_CAP = 2000  # every canary is a client of the T-round training
+
+
 class AuditPrimorl(AuditSystem):
     """PRIMORL's DP-FedAvg (paper 000, Algorithm 2), add/remove one trajectory, one run."""
 
@@ -344,14 +367,14 @@ class AuditPrimorl(AuditSystem):
     Config = AuditPrimorlConfig
     summary = "PRIMORL's DP-FedAvg ensemble, one run with canary trajectories (Steinke et al.)."
 
-    def _setup(self, config: AuditPrimorlConfig) -> Any:
+    def _setup(self, config: AuditPrimorlConfig, canaries: int) -> Any:
         from privrl.audit.canary import load_one_run_canaries
         from privrl.audit.primorl import PrimorlAuditSetup
 
         units = load_file_canary(
             config,
             load_one_run_canaries,
-            m=config.canaries,
+            m=canaries,
             inputs=3,
             actions=1,
             unit="trajectory",
@@ -367,7 +390,7 @@ class AuditPrimorl(AuditSystem):
                     "use --statistic loss"
                 )
         return PrimorlAuditSetup(
-            canaries=config.canaries,
+            canaries=canaries,
             background=config.background,
             members=config.members,
             hidden=config.hidden,
@@ -377,18 +400,26 @@ class AuditPrimorl(AuditSystem):
 
     def plan(self, config: AuditPrimorlConfig, header: Any | None) -> Plan:
         from privrl.audit.primorl import n_params, primorl_plan
+        from privrl.privacy.public import PublicParameters
 
-        setup = self._setup(config)
-        plan = primorl_plan(
-            noise_multiplier=0.0 if config.non_private else config.noise_multiplier,
-            target_epsilon=config.epsilon,
-            delta=config.delta,
-            rate=config.rate,
-            clip=config.clip,
-            rounds=config.rounds,
-            units=setup.units,
-            local_lr=config.local_lr,
-        )
+        def planned(units: int) -> Any:
+            return primorl_plan(
+                noise_multiplier=0.0 if config.non_private else config.noise_multiplier,
+                target_epsilon=config.epsilon,
+                delta=config.delta,
+                rate=config.rate,
+                clip=config.clip,
+                rounds=config.rounds,
+                units=units,
+                local_lr=config.local_lr,
+            )
+
+        base = planned(PRIMORL_ONE_RUN[0] + config.background)  # ε does not depend on K
+        claim = float(base.report(base.T_max, 1).epsilon)
+        sizes = PublicParameters()
+        size = one_run_canaries(config, claim, sizes, base=PRIMORL_ONE_RUN, cap=PRIMORL_ONE_RUN_CAP)
+        setup = self._setup(config, size.canaries)
+        plan = planned(setup.units)
         report = plan.report(plan.T_max, n_params(setup))  # its public parameters attached
         report.notes.append(SYNTHETIC_NOTE)
         public = {
@@ -397,10 +428,15 @@ class AuditPrimorl(AuditSystem):
                 "noise_multiplier": plan.z,
                 "K": setup.units,
                 "mode": "one-run",
+                "canaries": size.canaries,
+                "guesses": size.guesses,
+                "epsilon_ceiling": size.ceiling,
+                "size_sources": {p.name: p.source.value for p in sizes},
                 "audited_release": "the dynamics ensemble after T DP-FedAvg rounds",
             },
         }
-        return Plan(report=report, public=public, facts={"plan": plan, "setup": setup})
+        facts = {"plan": plan, "setup": setup, "size": size}
+        return Plan(report=report, public=public, facts=facts)
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
         from privrl.audit.primorl import audit_primorl_one_run
@@ -409,7 +445,7 @@ class AuditPrimorl(AuditSystem):
         audit = audit_primorl_one_run(
             plan=ctx.plan.facts["plan"],
             setup=ctx.plan.facts["setup"],
-            guesses=config.guesses,
+            guesses=ctx.plan.facts["size"].guesses,
             statistic=config.statistic,
             confidence=config.confidence,
             rng=rng,

@@ -33,6 +33,8 @@ from privrl.systems.audit import (
     _noise_multiplier,
     _non_private,
     _one_of,
+    _one_run_canaries,
+    _one_run_guesses,
     _positive,
     _trials,
     check_guesses,
@@ -40,6 +42,7 @@ from privrl.systems.audit import (
     check_rate,
     flag_parameters,
     load_file_canary,
+    one_run_canaries,
     one_run_result,
     resolve_noise_multiplier,
     synthetic_report,
@@ -154,6 +157,11 @@ class AuditDpLswConfig(AuditConfig):
     return_range: float = option(
         1.0, "--return-range", help="Declared range of a return.", allow_nan=True
     )
+    algorithm: str = option(
+        "dp-lsw",
+        "--algorithm",
+        help="dp-lsw (V1, fixed weights) | dp-lsl (V2, ridge with count weights, λ = 2·m^0.4).",
+    )
     trials: int = _trials()
     canary: str = _canary(
         "one episode with Discrete(S) observations visiting every state: its first-visit "
@@ -168,6 +176,11 @@ class AuditDpLswConfig(AuditConfig):
         _at_least(self, {"states": 1, "trajectories": 1})
         _positive(self.epsilon, "epsilon")
         _positive(self.return_range, "return_range")
+        check(
+            self.algorithm in ("dp-lsw", "dp-lsl"),
+            "algorithm",
+            f"must be 'dp-lsw' or 'dp-lsl', got {self.algorithm!r}",
+        )
 
 
 class AuditDpLsw(AuditSystem):
@@ -196,6 +209,7 @@ class AuditDpLsw(AuditSystem):
                 states=config.states,
                 trajectories=config.trajectories,
                 return_range=config.return_range,
+                algorithm=config.algorithm,
             ),
             params,
         )
@@ -213,6 +227,7 @@ class AuditDpLsw(AuditSystem):
             states=config.states,
             trajectories=config.trajectories,
             return_range=config.return_range,
+            algorithm=config.algorithm,
             **self.trial_keywords(config, plan, rng, ctx, "returns"),
         )
 
@@ -330,8 +345,8 @@ class AuditDpSgdConfig(AuditConfig):
     clip: float = option(1.0, "--clip", help="Clip norm C.", allow_nan=True)
     background: int = option(10, "--background", help="Units in D₀ besides the canaries.")
     mode: str = option("two-run", "--mode", help="two-run (many runs) | one-run (one run).")
-    canaries: int = option(1000, "--canaries", help="one-run: canaries m (each in w.p. ½).")
-    guesses: int = option(100, "--guesses", help="one-run: guesses r (half top, half bottom).")
+    canaries: int | None = _one_run_canaries("one-run: canaries m (each in w.p. ½).")
+    guesses: int | None = _one_run_guesses()
     trials: int = _trials()
     canary: str = _canary(
         "one episode (or one transition) with Box((3,)) observations, the linear model's "
@@ -358,6 +373,10 @@ class AuditDpSgdConfig(AuditConfig):
         )
 
 
+DP_SGD_ONE_RUN = (1000, 100)  # the one-run audit's smallest m and r
+DP_SGD_ONE_RUN_CAP = 4000  # the units' inputs are m × m: ~130 MB at the cap
+
+
 class AuditDpSgd(AuditSystem):
     """DP-SGD with a worst-case gradient canary (Nasr et al. 2021), add/remove one unit."""
 
@@ -376,9 +395,9 @@ class AuditDpSgd(AuditSystem):
             ("clip C", config.clip),
         )
         z = resolve_noise_multiplier(params, config, config.rate, config.steps)
-        canaries = config.canaries if config.mode == "one-run" else 1
-        report = synthetic_report(
-            dp_sgd_claimed(
+
+        def claimed(canaries: int) -> Any:
+            return dp_sgd_claimed(
                 noise_multiplier=z,
                 rate=config.rate,
                 steps=config.steps,
@@ -386,16 +405,27 @@ class AuditDpSgd(AuditSystem):
                 params=2 + canaries,  # the canaries' directions and the background's 2
                 units=config.background + canaries,
                 clip=config.clip,
-            ),
-            params,
-        )
+            )
+
+        size = None
+        if config.mode == "one-run":  # ε does not depend on m: the claim picks m
+            claim = float(claimed(DP_SGD_ONE_RUN[0]).epsilon)
+            size = one_run_canaries(
+                config, claim, params, base=DP_SGD_ONE_RUN, cap=DP_SGD_ONE_RUN_CAP
+            )
+        canaries = 1 if size is None else size.canaries
+        report = synthetic_report(claimed(canaries), params)
         unit = (
             load_file_canary(config, load_gradient_canaries, p=3, m=canaries)
             if config.mode == "one-run"
             else load_file_canary(config, load_gradient_canary, p=3)
         )
-        public = {"command": "audit dp-sgd", "audit": {"noise_multiplier": z, "mode": config.mode}}
-        return Plan(report=report, public=public, facts={"z": z, "unit": unit})
+        audit: dict[str, Any] = {"noise_multiplier": z, "mode": config.mode}
+        if size is not None:
+            audit |= {"canaries": size.canaries, "guesses": size.guesses}
+            audit["epsilon_ceiling"] = size.ceiling
+        public = {"command": "audit dp-sgd", "audit": audit}
+        return Plan(report=report, public=public, facts={"z": z, "unit": unit, "size": size})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
         from privrl.audit.dpsgd import audit_dp_sgd
@@ -418,8 +448,8 @@ class AuditDpSgd(AuditSystem):
         assert ctx.plan is not None
         audit = audit_dp_sgd_one_run(
             noise_multiplier=ctx.plan.facts["z"],
-            canaries=config.canaries,
-            guesses=config.guesses,
+            canaries=ctx.plan.facts["size"].canaries,
+            guesses=ctx.plan.facts["size"].guesses,
             rate=config.rate,
             steps=config.steps,
             delta=config.delta,
