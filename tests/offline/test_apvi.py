@@ -391,6 +391,19 @@ def test_discrete_laplace_report_keeps_the_continuous_epsilon(
     assert report.epsilon == pytest.approx(epsilon, rel=1e-12)
 
 
+def test_a_single_count_is_accounted_as_pure_dp() -> None:
+    """H = S = A = 1: each family is one count; its discrete Laplace release is still
+    PureDpEvent(ε/2) (RDP has no DiscreteLaplaceDpEvent), as planned, and the report is ε-DP."""
+    c = Counts(np.ones((1, 1, 1), int), np.ones((1, 1, 1, 1), int), None, 1)
+    privacy = PrivacyConfig.laplace(1.0)
+    res = dp_apvi_from_counts(c, privacy=privacy, reward=np.zeros((1, 1, 1)), rng=noise_rng(0))
+    assert [r.event for r in res.report.releases] == [PureDpEvent(epsilon=0.5)] * 2
+    assert [r.event for r in noise_plan(1, 1, 1, privacy, 0.1).releases_planned(1, 1, 1)] == [
+        r.event for r in res.report.releases
+    ]
+    assert res.report.epsilon == pytest.approx(1.0, rel=1e-12)
+
+
 def test_the_pld_backend_cannot_account_the_discrete_gaussian() -> None:
     """Backend choice: dp-accounting's PLD accountant has no ZCDpEvent, so DP-APVI's Gaussian
     report is accounted by RDP (its only backend); asking PLD fails loudly rather than guess."""

@@ -549,9 +549,14 @@ def _noisy_family(
         gauss = discrete_gaussian_mechanism if counts else gaussian_mechanism
         return gauss(value, sensitivity=plan.sensitivity, sigma=plan.scale, rng=rng, name=name)
     if counts:
-        return discrete_laplace_mechanism(
+        noisy, release = discrete_laplace_mechanism(
             value, sensitivity=_l1_sensitivity(plan), scale=plan.scale, rng=rng, name=name
         )
+        if not isinstance(release.event, PureDpEvent):
+            # A single count (H·S·A = 1) gets DiscreteLaplaceDpEvent, which dp-accounting's RDP
+            # accountant cannot take; Δ₁/b pure DP holds for it as for a vector (and is planned).
+            release = replace(release, event=PureDpEvent(epsilon=release.noise["epsilon"]))
+        return noisy, release
     return laplace_mechanism(
         value, sensitivity=plan.sensitivity, scale=plan.scale, rng=rng, name=name
     )
