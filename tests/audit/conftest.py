@@ -19,7 +19,8 @@ from privrl.privacy import mechanisms
 def broken_gaussian(monkeypatch: pytest.MonkeyPatch):
     """A test-only fault: the Gaussian mechanism draws noise 10× smaller than its record (and
     the system's report) says. Patched where the systems look it up (DP-APVI, GPOPE, DP-VAPVI,
-    DP-LSW; `gaussian_noise_like`, the draw of DP-SGD's `privatize_sum_torch`)."""
+    DP-LSW; DP-APVI's counts on the discrete Gaussian; `gaussian_noise_like`, the draw of
+    DP-SGD's `privatize_sum_torch`)."""
 
     def weak(value, *, sensitivity, sigma=None, noise_multiplier=None, rng, name):
         if sigma is None:
@@ -29,6 +30,11 @@ def broken_gaussian(monkeypatch: pytest.MonkeyPatch):
         )
         return noisy, release
 
+    def weak_discrete(counts, *, sensitivity, sigma, rng, name):
+        return mechanisms.discrete_gaussian_mechanism(
+            counts, sensitivity=sensitivity, sigma=sigma / 10.0, rng=rng, name=name
+        )
+
     real_like = mechanisms.gaussian_noise_like
 
     def weak_like(tensor, *, sigma, generator):
@@ -36,6 +42,7 @@ def broken_gaussian(monkeypatch: pytest.MonkeyPatch):
 
     for module in (apvi_module, gpope_module, vapvi_module, baselines_module):
         monkeypatch.setattr(module, "gaussian_mechanism", weak)
+    monkeypatch.setattr(apvi_module, "discrete_gaussian_mechanism", weak_discrete)
     monkeypatch.setattr(mechanisms, "gaussian_noise_like", weak_like)
 
 

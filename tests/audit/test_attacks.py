@@ -146,8 +146,9 @@ def test_bad_audit_inputs_are_refused() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("eps", [1.0, 4.0, 8.0])
 def test_dp_apvi_audit_is_tight(eps: float) -> None:
-    """Tightness: with 10⁶ trials the worst-case audit of DP-APVI's Gaussian counts reaches at
-    least half the claimed ε at ε = 1, 4, 8 (measured: 0.54, 2.35, 4.46; docs/audit.md)."""
+    """Tightness: with 10⁶ trials the worst-case audit of DP-APVI's discrete Gaussian counts
+    reaches at least half the claimed ε at ε = 1, 4, 8 (measured: 0.52, 2.30, 4.46;
+    docs/audit.md)."""
     r = _apvi(eps, 1_000_000, seed=0)
     b = _bound(r)
     assert 0.5 * r.epsilon_claimed <= b <= r.epsilon_claimed

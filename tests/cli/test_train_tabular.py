@@ -151,7 +151,7 @@ def test_data_run_with_public_reward_and_laplace(
     privacy = assert_run_dir(out)
     assert privacy["epsilon"] == pytest.approx(5.0) and privacy["delta"] == 0.0
     assert privacy["rho"] is None
-    assert {r["mechanism"] for r in privacy["releases"]} == {"laplace"}
+    assert {r["mechanism"] for r in privacy["releases"]} == {"discrete_laplace"}  # integer counts
     assert FiniteHorizonPolicy.load(out / "policy.npz").actions.shape == (H, S)
 
 
@@ -308,8 +308,13 @@ def no_noise(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return wrapped
 
-    monkeypatch.setattr(apvi_mod, "gaussian_mechanism", spy("noise", apvi_mod.gaussian_mechanism))
-    monkeypatch.setattr(apvi_mod, "laplace_mechanism", spy("noise", apvi_mod.laplace_mechanism))
+    for mechanism in (
+        "gaussian_mechanism",
+        "laplace_mechanism",
+        "discrete_gaussian_mechanism",  # the counts
+        "discrete_laplace_mechanism",
+    ):
+        monkeypatch.setattr(apvi_mod, mechanism, spy("noise", getattr(apvi_mod, mechanism)))
     monkeypatch.setattr(io, "load_hdf5", spy("read", io.load_hdf5))
     return calls
 

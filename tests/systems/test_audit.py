@@ -163,11 +163,11 @@ def test_a_failed_audit_is_exit_1_from_a_file_too(
     complete run directory (metrics.json says `violated`)."""
 
     def weak(value: Any, *, sensitivity: float, sigma: float, rng: Any, name: str) -> Any:
-        return mechanisms.gaussian_mechanism(
+        return mechanisms.discrete_gaussian_mechanism(
             value, sensitivity=sensitivity, sigma=sigma / 10.0, rng=rng, name=name
         )
 
-    monkeypatch.setattr(apvi_module, "gaussian_mechanism", weak)
+    monkeypatch.setattr(apvi_module, "discrete_gaussian_mechanism", weak)  # DP-APVI's counts
     out = tmp_path / "run"
     toml = tmp_path / "run.toml"
     toml.write_text(

@@ -10,6 +10,10 @@ Pipeline (one function per box of the paper):
 2. `noise_plan` + `private_counts` — eq. (2): independent noise on every count, clipped at 0.
    Gaussian (ρ-zCDP): σ² = 2H/ρ; Laplace (ε-DP): Lap(4H/ε). Unit: one trajectory; relation:
    replace-one. Every draw goes through `privrl.privacy` mechanisms, one `Release` per family.
+   The counts are integers, so they get the discrete Gaussian N_Z(0, σ²) and the discrete
+   Laplace DLap(b) (Canonne, Kamath & Steinke 2020) of the same σ and b, and the released
+   counts are integers: no floating-point noise reaches them (Mironov 2012). The reward sums
+   are real-valued and keep the continuous Gaussian / Laplace.
 3. `private_model` — consistency projection (eq. 3–4, slack E/2) and P̃ (eq. 5).
 4. `pessimistic_value_iteration` — Algorithm 1 lines 3–9 with the Bernstein bonus (line 5)
    or the Hoeffding variant, vectorised over (s, a), a loop over h only.
@@ -26,14 +30,22 @@ so no dataset can break it and no error depends on the data.
 
 Budget split. The m released families (m = 2, or 3 with `privatize_rewards`) get equal
 shares: ρ/m each (σ² = Δ₂²/(2ρ/m) = mH/ρ, i.e. 2H/ρ for m = 2 as in eq. 2) or ε/m each
-(Lap(mΔ₁/ε) = Lap(4H/ε) for m = 2). zCDP and pure DP compose additively, so the run is
-ρ-zCDP (resp. ε-DP). The privacy report states ε from the accountant (dp-accounting RDP)
-and, in its notes, the Bun–Steinke closed form ε = ρ + 2√(ρ log(1/δ)).
+(Lap(mΔ₁/ε) = Lap(4H/ε) for m = 2). The discrete Gaussian with an integer-valued shift of L2
+norm ≤ Δ₂ is Δ₂²/(2σ²)-zCDP, exactly as the continuous one (CKS Thm 4 and its multivariate
+form; event `ZCDpEvent`), and the discrete Laplace with an integer shift of L1 norm ≤ Δ₁ is
+Δ₁/b-DP (event `PureDpEvent`, as the continuous vector Laplace). zCDP and pure DP compose
+additively, so the run is ρ-zCDP (resp. ε-DP). The privacy report states ε from the
+accountant (dp-accounting RDP, which accounts `ZCDpEvent`; its PLD accountant does not) and,
+in its notes, the Bun–Steinke closed form ε = ρ + 2√(ρ log(1/δ)).
 
 Uniform error bound E (the paper's E_ρ / E_ε). With probability ≥ 1 − δ every noise draw is
-within `tail` of 0 (union bound over ≤ m·HS²A counters): Gaussian tail = σ√(2 log(2mHS²A/δ)),
-Laplace tail = b log(mHS²A/δ); E = 2·tail. For m = 2 these are exactly the spec's
-E_ρ = 4√(H log(4HS²A/δ)/ρ) and E_ε = (8H/ε) log(2HS²A/δ). The slack of the projection is E/2
+within `tail` of 0 (union bound over N ≤ m·HS²A counters): Gaussian tail = σ√(2 log(2N/δ)),
+Laplace tail = b (log(N/δ) + log(2/(1 + e^{-1/b}))); E = 2·tail. The discrete Gaussian is
+σ²-subgaussian (CKS), so the Gaussian tail holds for it unchanged; the discrete Laplace has
+P(|X| > t) < 2e^{-t/b}/(1 + e^{-1/b}), up to twice the continuous e^{-t/b}, hence the second
+term (it rises to 1/2 as b grows: E grows by less than one count). For m = 2 the
+Gaussian E is exactly the spec's E_ρ = 4√(H log(4HS²A/δ)/ρ), and the Laplace E is the spec's
+E_ε = (8H/ε) log(2HS²A/δ) plus that correction. The slack of the projection is E/2
 (= tail), so the true counts are feasible and |ñ_{s,a} − n_{s,a}| ≤ E. δ here is the *utility*
 failure probability; it is unrelated to the δ at which ε is reported (`PrivacyConfig`).
 
@@ -75,7 +87,12 @@ from privrl.offline.common import (
 )
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.events import PureDpEvent
-from privrl.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
+from privrl.privacy.mechanisms import (
+    discrete_gaussian_mechanism,
+    discrete_laplace_mechanism,
+    gaussian_mechanism,
+    laplace_mechanism,
+)
 from privrl.privacy.noise import noise_generator
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
@@ -119,6 +136,8 @@ _FAMILY_NAMES = {
     "n_sas": "transition counts n_h(s,a,s')",
     "r_sum": "reward sums Σ r_h(s,a) (rewards clipped to [0, 1])",
 }
+# Integer-valued families: released with the discrete mechanisms (the reward sums are real).
+_COUNT_FAMILIES = frozenset({"n_sa", "n_sas"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,8 +233,8 @@ class PrivacyConfig:
 
 class Counts(NamedTuple):
     """n_h(s,a) ``[H,S,A]``, n_h(s,a,s') ``[H,S,A,S]``, reward sums ``[H,S,A]`` (or None) and
-    the number of trajectories (public under replace-one). Exact counts are int64, released
-    (noisy) counts float64."""
+    the number of trajectories (public under replace-one). Counts are int64, exact and
+    released (noisy: discrete noise) alike; reward sums are float64."""
 
     n_sa: npt.NDArray[np.int64] | FloatArray
     n_sas: npt.NDArray[np.int64] | FloatArray
@@ -358,7 +377,8 @@ def empirical_counts(
 class NoisePlan:
     """Noise of every released family and the resulting uniform error bound E.
 
-    mechanism: "gaussian", "laplace" or "none" (APVI / noise off).
+    mechanism: "gaussian", "laplace" or "none" (APVI / noise off). The counts get the
+        discrete Gaussian / Laplace of this σ or b, the reward sums the continuous one.
     scale: σ (Gaussian) or b (Laplace) per count; 0 for "none".
     sensitivity: Δ₂ = √(2H) (Gaussian) or Δ₁ = 2H (Laplace) per family.
     tail: w.p. ≥ 1 − δ every noise draw is within ±tail; E = 2·tail (the paper's E_ρ / E_ε).
@@ -430,9 +450,11 @@ def noise_plan(
             "gaussian", families, sigma, sens, rho_f, tail, 2.0 * tail, iota, stationary
         )
     eps_f = float(privacy.epsilon) / m  # type: ignore[arg-type]
-    sens = 2.0 * H  # Δ₁ per family (per step and pooled alike)
+    sens = 2.0 * H  # Δ₁ per family (per step and pooled alike): an integer, as DLap needs
     b = sens / eps_f  # Lap(mΔ₁/ε) = Lap(4H/ε) for m = 2
-    tail = b * math.log(n_bound / delta)
+    # P(|X| > t) < 2e^{-t/b}/(1 + e^{-1/b}) for X ~ DLap(b), ≥ e^{-t/b} of the continuous
+    # Laplace of the reward sums: this tail covers both.
+    tail = b * (math.log(n_bound / delta) + math.log(2.0 / (1.0 + math.exp(-1.0 / b))))
     return NoisePlan("laplace", families, b, sens, eps_f, tail, 2.0 * tail, iota, stationary)
 
 
@@ -440,6 +462,34 @@ def _release_record(plan: NoisePlan, family: str, size: int) -> Release:
     """The Release of one family (used for planned releases; the mechanisms make the real
     ones, and a test checks both agree)."""
     name = _FAMILY_NAMES[family]
+    if plan.mechanism == "gaussian" and family in _COUNT_FAMILIES:
+        rho = plan.sensitivity**2 / (2.0 * plan.scale**2)  # as `discrete_gaussian_mechanism`
+        return Release(
+            name=name,
+            mechanism="discrete_gaussian",
+            sensitivity=plan.sensitivity,
+            norm="l2",
+            noise={"sigma": plan.scale, "sigma2": plan.scale * plan.scale},
+            size=size,
+            event=dp_event.ZCDpEvent(rho=rho),
+            extra={"rho": rho, **_release_extra(family, plan.stationary)},
+        )
+    if plan.mechanism == "laplace" and family in _COUNT_FAMILIES:
+        delta1 = _l1_sensitivity(plan)
+        return Release(
+            name=name,
+            mechanism="discrete_laplace",
+            sensitivity=float(delta1),
+            norm="l1",
+            noise={
+                "scale": plan.scale,
+                "noise_parameter": 1.0 / plan.scale,
+                "epsilon": delta1 / plan.scale,
+            },
+            size=size,
+            event=PureDpEvent(epsilon=delta1 / plan.scale),
+            extra=_release_extra(family, plan.stationary),
+        )
     if plan.mechanism == "gaussian":
         z = plan.scale / plan.sensitivity
         return Release(
@@ -476,6 +526,42 @@ def _release_record(plan: NoisePlan, family: str, size: int) -> Release:
     )
 
 
+def _l1_sensitivity(plan: NoisePlan) -> int:
+    """Δ₁ of a count family as the integer the discrete Laplace needs (2H: an integer for
+    every horizon, per step and pooled alike)."""
+    if not (math.isfinite(plan.sensitivity) and plan.sensitivity == round(plan.sensitivity)):
+        raise ValueError(
+            f"the discrete Laplace on integer counts needs an integer L1 sensitivity, got "
+            f"{plan.sensitivity}"
+        )
+    return round(plan.sensitivity)
+
+
+def _noisy_family(
+    value: Any, family: str, plan: NoisePlan, rng: np.random.Generator
+) -> tuple[Any, Release]:
+    """One family plus noise: integer counts get the discrete Gaussian / Laplace (vectorised
+    sampler on the run's noise generator; the exact `secure=True` sampler is a Python loop per
+    draw, far too slow for H·S²·A counts), reward sums the continuous mechanism."""
+    name = _FAMILY_NAMES[family]
+    counts = family in _COUNT_FAMILIES
+    if plan.mechanism == "gaussian":
+        gauss = discrete_gaussian_mechanism if counts else gaussian_mechanism
+        return gauss(value, sensitivity=plan.sensitivity, sigma=plan.scale, rng=rng, name=name)
+    if counts:
+        noisy, release = discrete_laplace_mechanism(
+            value, sensitivity=_l1_sensitivity(plan), scale=plan.scale, rng=rng, name=name
+        )
+        if not isinstance(release.event, PureDpEvent):
+            # A single count (H·S·A = 1) gets DiscreteLaplaceDpEvent, which dp-accounting's RDP
+            # accountant cannot take; Δ₁/b pure DP holds for it as for a vector (and is planned).
+            release = replace(release, event=PureDpEvent(epsilon=release.noise["epsilon"]))
+        return noisy, release
+    return laplace_mechanism(
+        value, sensitivity=plan.sensitivity, scale=plan.scale, rng=rng, name=name
+    )
+
+
 def _release_extra(family: str, stationary: bool = False) -> dict[str, Any]:
     what = "a reward in [0, 1]" if family == "r_sum" else "1"
     if stationary:
@@ -501,6 +587,8 @@ def private_counts(
 ) -> tuple[Counts, list[Release]]:
     """Eq. (2): n' = max(0, n + noise) for every released family, with one Release each.
 
+    The counts n_h(s,a), n_h(s,a,s') must be integers (`empirical_counts` gives int64): they
+    get discrete noise and come back as int64. Reward sums get continuous noise (float64).
     With ``plan.mechanism == "none"`` the counts pass through unchanged and each family is
     recorded as a non-private release. Reward sums that are not a released family are dropped
     from a private output.
@@ -517,23 +605,8 @@ def private_counts(
             out[fam] = value
             releases.append(_release_record(plan, fam, int(value.size)))
             continue
-        if plan.mechanism == "gaussian":
-            noisy, release = gaussian_mechanism(
-                value,
-                sensitivity=plan.sensitivity,
-                sigma=plan.scale,
-                rng=rng,
-                name=_FAMILY_NAMES[fam],
-            )
-        else:
-            noisy, release = laplace_mechanism(
-                value,
-                sensitivity=plan.sensitivity,
-                scale=plan.scale,
-                rng=rng,
-                name=_FAMILY_NAMES[fam],
-            )
-        np.maximum(noisy, 0.0, out=noisy)  # {·}⁺ of eq. (2): post-processing
+        noisy, release = _noisy_family(value, fam, plan, rng)
+        np.maximum(noisy, 0, out=noisy)  # {·}⁺ of eq. (2): post-processing (keeps the dtype)
         out[fam] = noisy
         extra = {**release.extra, **_release_extra(fam, plan.stationary)}
         releases.append(replace(release, extra=extra))
@@ -761,6 +834,13 @@ def _public(privacy: PrivacyConfig | None, reward_given: bool) -> list[str]:
     return out
 
 
+_DISCRETE_NOTE = (
+    "the counts are integers and get the {noise} (Canonne, Kamath & Steinke 2020), so the "
+    "released counts are integers with the same privacy as the continuous mechanism; reward "
+    "sums, when released, are real-valued and get the continuous one"
+)
+
+
 def _report(
     plan: NoisePlan,
     releases: list[Release],
@@ -806,6 +886,7 @@ def _report(
             f"{m}Δ₂²/(2ρ) = {plan.scale**2:.6g}); Bun–Steinke closed form ε = ρ + 2√(ρ log(1/δ)) = "
             f"{zcdp_to_dp(rho, delta):.6g} at δ = {delta:g} (the accountant's ε is tighter)",
         )
+        notes.insert(1, _DISCRETE_NOTE.format(noise="discrete Gaussian N_Z(0, σ²)"))
     else:
         delta = 0.0
         eps = float(privacy.epsilon)  # type: ignore[arg-type]
@@ -814,6 +895,7 @@ def _report(
             f"ε = {eps:g} pure DP split equally over {m} families (ε/{m} each, "
             f"Laplace scale {m}·2H/ε = {plan.scale:.6g}); basic composition",
         )
+        notes.insert(1, _DISCRETE_NOTE.format(noise="discrete Laplace DLap(b)"))
     return PrivacyReport.build(
         UNIT,
         RELATION,
