@@ -99,16 +99,17 @@ class NoiseGenerator(np.random.Generator):
         return f"NoiseGenerator({kind})"
 
     def spawn(self, n_children: int) -> list[NoiseGenerator]:  # type: ignore[override]
-        """`n_children` independent generators of the same kind: a secure one keys each child
-        with 256 bits of its own (secret) stream; an insecure one spawns its seed sequence."""
-        if self.secure:
+        """`n_children` independent generators of the same kind: a ChaCha20 one keys each
+        child with 256 bits of its own (secret) stream; a seeded one spawns its seed sequence."""
+        if type(self.bit_generator).__name__ == "ChaCha":
             import randomgen
 
             keys = [int.from_bytes(self.bytes(32), "little") for _ in range(int(n_children))]
             return [
                 NoiseGenerator(randomgen.ChaCha(key=k, rounds=_ROUNDS), secure=True) for k in keys
             ]
-        return [NoiseGenerator(b, secure=False) for b in self.bit_generator.spawn(n_children)]
+        children = self.bit_generator.spawn(n_children)
+        return [NoiseGenerator(b, secure=self.secure) for b in children]
 
     @property
     def state(self) -> dict[str, Any]:
