@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
+from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
@@ -413,11 +414,12 @@ def audit_expert_dp_sgd_one_run(
         n_units=units,
         private=noise_multiplier is not None,
         rng=seeds[2],
+        noise=NoiseSource.insecure(seeds[2]),  # synthetic canaries: repeatable from the seed
     )
     with torch.no_grad():
         after = per_canary(learner.per_example_loss(learner.params, canary_batch))
     scores = before - after  # higher ⇒ the release learned canary j ⇒ guess "in"
-    report = result.report
+    report = result.report.claim()
     return OneRunAudit.from_guesses(
         scores,
         included,

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from privrl.audit.dpsgd import OneRunAudit
+from privrl.privacy.noise import NoiseSource
 
 __all__ = ["PrimorlAuditSetup", "audit_primorl_one_run", "n_params", "primorl_plan"]
 
@@ -254,6 +255,7 @@ def audit_primorl_one_run(
         plan,
         normalizer="model",
         seed=np.random.SeedSequence(int(seeds[2].integers(0, 2**63 - 1))),
+        noise=NoiseSource.insecure(seeds[2]),  # synthetic canaries: repeatable from the seed
     )
     theta = layout.flatten(ens.parameters_dict())  # the released ensemble θ_T
     x, y = _canary_inputs(model, setup, drawn)
@@ -275,7 +277,7 @@ def audit_primorl_one_run(
         own_rows = torch.gather(d, 1, rows)
         norms = own_rows.norm(dim=1).clamp_min(1e-30)
         scores = ((disp[rows] * own_rows).sum(1) / norms).double().numpy()
-    report = trained.report
+    report = trained.report.claim()
     return OneRunAudit.from_guesses(
         scores,
         included,

@@ -213,6 +213,23 @@ class PrivacyReport:
         if self.insecure_noise:
             self.private = False
 
+    def claim(self) -> PrivacyReport:
+        """The guarantee these releases claim with secret noise: this report when certified;
+        for one built on insecure reproducible noise, the same with its `nominal_epsilon`. For
+        audits and simulation studies, which test or plot the claim while drawing repeatable
+        noise; never publish it as a run's guarantee."""
+        if not self.insecure_noise:
+            return self
+        eps = math.inf if self.nominal_epsilon is None else float(self.nominal_epsilon)
+        return dataclasses.replace(
+            self,
+            epsilon=eps,
+            private=math.isfinite(eps),
+            insecure_noise=False,
+            nominal_epsilon=None,
+            notes=[*self.notes, "the claim of these releases with secret noise (audited)"],
+        )
+
     @property
     def certified(self) -> bool:
         """Whether the report certifies a guarantee: private, with secret noise."""
