@@ -1580,8 +1580,11 @@ class BudgetLedger:
         if not final.private or not math.isfinite(final.epsilon):
             raise LedgerError(
                 "The dataset's ledger refuses this run: its guarantee could not be certified "
-                f"(ε=∞); its reservation {run_id} keeps counting and its outputs are withdrawn; "
-                "rerun with a certified configuration or on data without a ledger."
+                "(ε=∞), so it would void the ledger's budget "
+                f"ε_total={self.epsilon_total:g} at δ={self.delta:g}; nothing is published and "
+                f"its reservation {run_id} keeps counting (the data were read); rerun with a "
+                "certified configuration (such as Poisson sampling or the exact accountant) or "
+                "on data without a ledger."
             )
         return final
 
