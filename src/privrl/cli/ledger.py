@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from privrl.cli.errors import CliError
+from privrl.experiments.rundir import run_traces
 from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, open_ledger, registry_dir
 from privrl.privacy.units import parse_relation, parse_unit
 
@@ -17,7 +18,9 @@ ledger_app = typer.Typer(
         "Privacy budget ledgers. A ledger belongs to a dataset's episodes (their content "
         "fingerprint), so copies, renames and re-exports of the same episodes share one budget. "
         "It records every private run on them and refuses a run that would exceed the total "
-        "budget. Spends compose through the accountant, not by adding epsilons."
+        "budget. Spends compose through the accountant, not by adding epsilons. A run "
+        "reserves its spend before it reads the data; `settle` settles a reservation whose "
+        "run died."
     ),
     no_args_is_help=True,
 )
@@ -100,3 +103,59 @@ def verify(
         f"ok: {dataset} holds the episodes of ledger {ledger.path} "
         f"({len(ledger.entries)} recorded run(s), hash chain intact)"
     )
+
+
+@ledger_app.command("settle")
+def settle(
+    dataset: Path = typer.Argument(..., help="Dataset file (or its .ledger.json)."),
+    run_id: str = typer.Argument(..., help="The reserved run's id (see `privrl ledger show`)."),
+    *,
+    complete: bool = typer.Option(
+        False, "--complete", help="Keep the spend: mark the reservation complete (always safe)."
+    ),
+    release: bool = typer.Option(
+        False,
+        "--release",
+        help="Give the spend back, stating that nothing of the run was ever published; "
+        "needs --reason, and is refused while its run directory or staging folder exists.",
+    ),
+    reason: str = typer.Option("", "--reason", help="Why the run's outcome was never published."),
+) -> None:
+    """Settle a reservation whose outcome is unknown ("reserved" in `privrl ledger show`).
+
+    A private run reserves its planned spend before it reads the data and completes it after
+    publishing its run directory. If the process died in between (killed, machine lost), the
+    reservation keeps counting in full: the data were read, and the ledger cannot know whether
+    anything derived from them left the process. Settle it once you know:
+
+    --complete keeps the spend (the reserved report counts for good). Choose it whenever the
+    run directory exists, may have been copied, or you are unsure: it is always safe.
+
+    --release --reason TEXT gives the spend back. Only right if nothing derived from the data
+    by that run was ever seen by anyone: no run directory, no copy, no log of its results.
+    privrl refuses it while the run's directory (non-empty) or a staging folder beside it
+    exists; delete them first only if you are sure they were never read. The reason is kept
+    in the ledger. Do not settle a run that is still running.
+    """
+    if complete == release:
+        raise CliError("give exactly one of --complete (keep the spend) or --release")
+    ledger = open_ledger(dataset)
+    pending = {e.run_id: e for e in ledger.pending()}
+    if run_id not in pending:
+        known = ", ".join(pending) or "none"
+        raise CliError(f"{run_id} is not a pending reservation of {ledger.path} (pending: {known})")
+    entry = pending[run_id]
+    if complete:
+        ledger.complete(run_id)
+        typer.echo(f"settled {run_id}: complete (its reserved spend counts)")
+        return
+    if not reason.strip():
+        raise CliError("--release needs --reason TEXT (why nothing of the run was published)")
+    traces = run_traces(entry.out) if entry.out else []
+    if traces:
+        raise CliError(
+            f"the run may have published: {', '.join(map(str, traces))} exist(s); keep the "
+            f"spend with --complete, or delete them first if you are sure they were never read"
+        )
+    ledger.release(run_id, reason)
+    typer.echo(f"settled {run_id}: released (its spend no longer counts)")

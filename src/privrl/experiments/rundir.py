@@ -345,3 +345,15 @@ def _withdraw(out: Path, files: Sequence[Path], fresh: bool) -> None:
             with suppress(OSError):
                 folder.rmdir()
     _remove_if_empty(out, fresh)
+
+
+def run_traces(out: str | Path) -> list[Path]:
+    """What a run of the directory `out` may have left on disk: `out` itself when it holds
+    anything, and staging folders beside it (of a killed run, or one in progress)."""
+    out = Path(out)
+    found = [out] if out.is_dir() and any(out.iterdir()) else []
+    if out.exists() and not out.is_dir():
+        found.append(out)
+    if out.parent.is_dir():
+        found += sorted(out.parent.glob(f".{out.name}{STAGING}*"))
+    return found

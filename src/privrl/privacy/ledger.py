@@ -1592,9 +1592,7 @@ class BudgetLedger:
         """Completing may not raise the counted spend above both the budget and its value now
         (a final report within the reservation always passes)."""
         counted = [(view.run_id, rid) for view, rid in self._runs() if rid is not None]
-        spends = [
-            _Spend.of(final if vid == run_id else self._reports[rid]) for vid, rid in counted
-        ]
+        spends = [_Spend.of(final if vid == run_id else self._reports[rid]) for vid, rid in counted]
         total, now = self._spend(spends), self._spend(self._recorded())
         if total <= self.epsilon_total or total <= now:
             return
