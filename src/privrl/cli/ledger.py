@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from privrl.cli.errors import CliError
-from privrl.experiments.rundir import run_traces
+from privrl.experiments.rundir import settle_reservation
 from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, open_ledger, registry_dir
 from privrl.privacy.units import parse_relation, parse_unit
 
@@ -110,52 +110,23 @@ def settle(
     dataset: Path = typer.Argument(..., help="Dataset file (or its .ledger.json)."),
     run_id: str = typer.Argument(..., help="The reserved run's id (see `privrl ledger show`)."),
     *,
-    complete: bool = typer.Option(
-        False, "--complete", help="Keep the spend: mark the reservation complete (always safe)."
-    ),
+    complete: bool = typer.Option(False, "--complete", help="Keep the spend (always safe)."),
     release: bool = typer.Option(
-        False,
-        "--release",
-        help="Give the spend back, stating that nothing of the run was ever published; "
-        "needs --reason, and is refused while its run directory or staging folder exists.",
+        False, "--release", help="Give the spend back: nothing of the run was ever published."
     ),
-    reason: str = typer.Option("", "--reason", help="Why the run's outcome was never published."),
+    reason: str = typer.Option("", "--reason", help="Why nothing was published (--release)."),
 ) -> None:
-    """Settle a reservation whose outcome is unknown ("reserved" in `privrl ledger show`).
+    """Settle a reservation whose run died ("reserved, outcome unknown" in `ledger show`).
 
-    A private run reserves its planned spend before it reads the data and completes it after
-    publishing its run directory. If the process died in between (killed, machine lost), the
-    reservation keeps counting in full: the data were read, and the ledger cannot know whether
-    anything derived from them left the process. Settle it once you know:
-
-    --complete keeps the spend (the reserved report counts for good). Choose it whenever the
-    run directory exists, may have been copied, or you are unsure: it is always safe.
-
-    --release --reason TEXT gives the spend back. Only right if nothing derived from the data
-    by that run was ever seen by anyone: no run directory, no copy, no log of its results.
-    privrl refuses it while the run's directory (non-empty) or a staging folder beside it
-    exists; delete them first only if you are sure they were never read. The reason is kept
-    in the ledger. Do not settle a run that is still running.
+    A run reserves its spend before it reads the data and completes it once its run directory
+    is published; a run killed in between keeps counting in full, since the ledger cannot know
+    what left the process. --complete keeps the spend: choose it whenever the run directory
+    exists, may have been copied, or you are unsure. --release --reason TEXT gives it back,
+    which is right only if nothing the run derived from the data was ever seen (no run
+    directory, no copy, no log of results); it is refused while the run directory (non-empty)
+    or a staging folder beside it exists. Never settle a run that is still running.
     """
     if complete == release:
         raise CliError("give exactly one of --complete (keep the spend) or --release")
-    ledger = open_ledger(dataset)
-    pending = {e.run_id: e for e in ledger.pending()}
-    if run_id not in pending:
-        known = ", ".join(pending) or "none"
-        raise CliError(f"{run_id} is not a pending reservation of {ledger.path} (pending: {known})")
-    entry = pending[run_id]
-    if complete:
-        ledger.complete(run_id)
-        typer.echo(f"settled {run_id}: complete (its reserved spend counts)")
-        return
-    if not reason.strip():
-        raise CliError("--release needs --reason TEXT (why nothing of the run was published)")
-    traces = run_traces(entry.out) if entry.out else []
-    if traces:
-        raise CliError(
-            f"the run may have published: {', '.join(map(str, traces))} exist(s); keep the "
-            f"spend with --complete, or delete them first if you are sure they were never read"
-        )
-    ledger.release(run_id, reason)
-    typer.echo(f"settled {run_id}: released (its spend no longer counts)")
+    entry = settle_reservation(open_ledger(dataset), run_id, complete=complete, reason=reason)
+    typer.echo(f"settled {run_id}: {entry.kind} ({'counts' if complete else 'no longer counts'})")

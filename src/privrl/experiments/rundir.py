@@ -357,3 +357,29 @@ def run_traces(out: str | Path) -> list[Path]:
     if out.parent.is_dir():
         found += sorted(out.parent.glob(f".{out.name}{STAGING}*"))
     return found
+
+
+def settle_reservation(
+    ledger: BudgetLedger, run_id: str, *, complete: bool, reason: str = ""
+) -> LedgerEntry:
+    """Settle the pending reservation `run_id` of a run that died: `complete` keeps the spend
+    (always safe); otherwise release it, with the holder's `reason`, which is refused while
+    the run's directory holds anything or a staging folder of it exists (`run_traces`)."""
+    pending = {e.run_id: e for e in ledger.pending()}
+    if run_id not in pending:
+        known = ", ".join(pending) or "none"
+        raise LedgerError(
+            f"{run_id} is not a pending reservation of {ledger.path} (pending: {known})"
+        )
+    if complete:
+        return ledger.complete(run_id)
+    if not reason.strip():
+        raise LedgerError("--release needs --reason TEXT (why nothing of the run was published)")
+    entry = pending[run_id]
+    traces = run_traces(entry.out) if entry.out else []
+    if traces:
+        raise LedgerError(
+            f"the run may have published: {', '.join(map(str, traces))} exist(s); keep the "
+            "spend with --complete, or delete them first if you are sure they were never read"
+        )
+    return ledger.release(run_id, reason)
