@@ -168,13 +168,13 @@ def run_demo(cfg: DemoConfig, out: Path, console: Console | None = None) -> dict
     points: list[DemoPoint] = []
     releases: list[Release] = []
     for eps in cfg.epsilons:
-        z = calibrate_noise_multiplier(eps, cfg.delta, 1, sampling="none", relation=RELATION)
-        ledger.check(dp_event.GaussianDpEvent(z))  # before the data are touched
+        # the ledger transaction: reserve the planned release, release, complete
+        reservation = ledger.reserve(_planned(eps, cfg), label=f"demo release at ε={eps:g}")
         noisy, release = _release_counts(counts, eps, cfg, noise_rng)
         report = PrivacyReport.build(
             UNIT, RELATION, [release], cfg.delta, system="demo", public=["the MDP's rewards R"]
         )
-        ledger.record(report, label=f"demo release at ε={eps:g}")
+        ledger.complete(reservation.run_id, report)
         p_hat = private_model(noisy)
         points.append(
             DemoPoint(
@@ -201,6 +201,21 @@ def run_demo(cfg: DemoConfig, out: Path, console: Console | None = None) -> dict
     metrics = _write_outputs(out, cfg, points, baseline, total_report, refused)
     _print_summary(console, points, baseline, total_report, ledger, refused)
     return metrics
+
+
+def _planned(eps: float, cfg: DemoConfig) -> PrivacyReport:
+    """The report of one release of the counts at target ε, stated before it is drawn."""
+    z = calibrate_noise_multiplier(eps, cfg.delta, 1, sampling="none", relation=RELATION)
+    sensitivity = float(np.sqrt(2 * cfg.horizon))  # as in _release_counts
+    release = Release(
+        f"transition counts n_h(s,a,s') at target ε={eps:g}",
+        "gaussian",
+        sensitivity,
+        "l2",
+        {"noise_multiplier": z, "sigma": z * sensitivity},
+        event=dp_event.GaussianDpEvent(z),
+    )
+    return PrivacyReport.build(UNIT, RELATION, [release], cfg.delta, system="demo")
 
 
 def _try_overspend(ledger: BudgetLedger, cfg: DemoConfig) -> str | None:
