@@ -271,3 +271,27 @@ def test_a_private_run_s_data_errors_do_not_quote_the_data(tmp_path: Path) -> No
     with pytest.raises(DatasetError, match="episode 0, step 1"):  # a baseline's errors: kept
         with ledger_transaction(None, non_private, out=tmp_path / "r"):
             nan_reward()
+
+
+def test_a_run_whose_out_s_parent_is_read_only_stages_inside_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`check_out_dir` needs only a writable `out`: when the folder beside it cannot be made
+    (a read-only parent), the run stages in a hidden folder inside `out` and publishes file by
+    file, leaving no staging folder."""
+    out = tmp_path / "ro" / "run"
+    out.mkdir(parents=True)
+    mkdir = Path.mkdir
+
+    def read_only_parent(self: Path, *args: object, **kwargs: object) -> None:
+        if self.parent == out.parent and self.name.startswith(".run"):
+            raise PermissionError(13, "Permission denied", str(self))
+        mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", read_only_parent)
+    with ledger_transaction(None, _report(2.0), out=out) as txn:
+        assert txn.staging.parent == out
+        _write(txn.staging, _report(2.0))
+    assert (out / "theta.npy").is_file() and (out / "plots" / "theta.png").is_file()
+    assert [p.name for p in out.iterdir() if STAGING in p.name] == []
+    assert [p.name for p in out.parent.iterdir()] == ["run"]

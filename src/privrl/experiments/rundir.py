@@ -173,9 +173,9 @@ def ledger_transaction(
 ) -> Iterator[Transaction]:
     """A private run as a ledger transaction: reserve → compute → stage → publish → complete.
 
-    1. `out` is checked (`check_out_dir`), then, if the dataset has a ledger, the planned
-       spend is *reserved* (`BudgetLedger.reserve`): a pending entry that counts against the
-       budget from then on. A refused run (budget short, a concurrent run took it, not
+    1. `out` is checked (`check_out_dir`) and the staging folder made; then, if the dataset
+       has a ledger, the planned spend is *reserved* (`BudgetLedger.reserve`): a pending entry
+       that counts against the budget from then on. A refused run (budget short, a concurrent run took it, not
        certified) stops here, before the data are read, and leaves no file.
     2. The body reads the data, computes, writes the complete run directory into
        `Transaction.staging` and appends its final report to `Transaction.reports`.
@@ -199,21 +199,24 @@ def ledger_transaction(
     fresh = not Path(out).exists()
     out_path = check_out_dir(out)
     txn: Transaction | None = None
+    staging: Path | None = None
     try:
+        staging = _new_staging(out_path)  # before the reservation: a failure here spends nothing
         ledger = BudgetLedger.for_dataset(dataset_path) if dataset_path is not None else None
         reservation, resumed = None, False
         if ledger is not None:
             reservation, resumed = _reserve(ledger, planned, label, out_path, resumable)
-        txn = Transaction(_new_staging(out_path), out_path, [], reservation, resumed)
+        txn = Transaction(staging, out_path, [], reservation, resumed)
         # A private run's data errors must not quote the data (values, episode indices, counts).
         with redacted_errors() if planned.private else nullcontext():
             yield txn
         final = _final_report(txn, ledger)
     except BaseException:
-        if txn is not None:
-            shutil.rmtree(txn.staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         _remove_if_empty(out_path, fresh)
         raise
+    assert txn is not None
     published = publish(txn.staging, out_path)
     crash_point("published")
     try:
@@ -271,15 +274,20 @@ def _final_report(txn: Transaction, ledger: BudgetLedger | None) -> PrivacyRepor
 
 
 def _new_staging(out: Path) -> Path:
-    """A fresh hidden staging folder beside `out`; stale ones of dead processes are removed
-    (they hold unpublished outputs of a killed run)."""
-    prefix = f".{out.name}{STAGING}"
-    for stale in out.parent.glob(prefix + "*"):
-        pid = stale.name.removeprefix(prefix).split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    staging = out.parent / f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
+    """A fresh hidden staging folder beside `out` (inside it if its parent is not writable);
+    stale ones of dead processes are removed (they hold unpublished outputs of a killed run)."""
+    for where, prefix in ((out.parent, f".{out.name}{STAGING}"), (out, STAGING)):
+        for stale in where.glob(prefix + "*"):
+            pid = stale.name.removeprefix(prefix).split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+    name = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging = out.parent / f".{out.name}{STAGING}{name}"
+    try:
+        staging.mkdir()
+    except PermissionError:  # `check_out_dir` only asks for a writable `out`
+        staging = out / f"{STAGING}{name}"
+        staging.mkdir()
     return staging
 
 
@@ -300,6 +308,8 @@ def publish(staging: Path, out: Path) -> list[Path]:
     as `check_out_dir` allows an earlier run's directory). The directory is fsynced."""
     files = sorted(p.relative_to(staging) for p in staging.rglob("*") if not p.is_dir())
     try:
+        if staging.parent == out:  # staged inside `out` (its parent is not writable)
+            raise OSError(errno.ENOTEMPTY, "staged inside the run directory")
         os.rename(staging, out)
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
@@ -356,7 +366,7 @@ def run_traces(out: str | Path) -> list[Path]:
         found.append(out)
     if out.parent.is_dir():
         found += sorted(out.parent.glob(f".{out.name}{STAGING}*"))
-    return found
+    return found  # a staging folder inside `out` makes `out` non-empty, so it is found
 
 
 def settle_reservation(
