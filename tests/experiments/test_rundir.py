@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -295,3 +296,60 @@ def test_a_run_whose_out_s_parent_is_read_only_stages_inside_out(
     assert (out / "theta.npy").is_file() and (out / "plots" / "theta.png").is_file()
     assert [p.name for p in out.iterdir() if STAGING in p.name] == []
     assert [p.name for p in out.parent.iterdir()] == ["run"]
+
+
+def _interrupted(data: Path, out: Path, *, resumable: bool, label: str = "t") -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with ledger_transaction(data, _report(2.0), out=out, label=label, resumable=resumable):
+            raise KeyboardInterrupt
+
+
+def test_a_resumed_run_takes_over_its_dead_reservation_others_reserve_again(
+    tmp_path: Path,
+) -> None:
+    """Property (no double count on resume): a resumable system's rerun of the same out, label
+    and planned spend completes the pending reservation of its crashed attempt; a system that
+    cannot resume draws fresh noise, so its rerun is a second, new reservation."""
+    data = _tiny_dataset(tmp_path / "d.h5")
+    ledger = BudgetLedger.init(
+        data, epsilon=5, delta=1e-5, unit="trajectory", relation="add_remove"
+    )
+    out = tmp_path / "run"
+    _interrupted(data, out, resumable=True)
+    (crashed,) = ledger.pending()
+    with ledger_transaction(data, _report(2.0), out=out, label="t", resumable=True) as txn:
+        assert txn.resumed and txn.reservation is not None
+        assert txn.reservation.run_id == crashed.run_id
+        _write(txn.staging, _report(2.0))
+        txn.reports.append(_report(2.0))
+    assert [(e.run_id, e.status) for e in ledger.entries] == [(crashed.run_id, "complete")]
+    other = tmp_path / "other"
+    _interrupted(data, other, resumable=False)
+    with ledger_transaction(data, _report(2.0), out=other, label="t") as txn:
+        assert not txn.resumed
+        _write(txn.staging, _report(2.0))
+        txn.reports.append(_report(2.0))
+    assert [e.status for e in ledger.entries] == ["complete", "reserved", "complete"]
+
+
+def test_a_resume_never_takes_over_a_published_or_running_attempt(tmp_path: Path) -> None:
+    """A pending reservation whose out already holds a published run (the process died after
+    publishing) must be settled first; one whose run is alive (its staging folder exists) is
+    not taken over; neither attempt spends anything new."""
+    data = _tiny_dataset(tmp_path / "d.h5")
+    ledger = BudgetLedger.init(
+        data, epsilon=5, delta=1e-5, unit="trajectory", relation="add_remove"
+    )
+    out = tmp_path / "run"
+    _interrupted(data, out, resumable=True)
+    live = tmp_path / f".run{STAGING}{os.getpid()}-0000000"  # a live process's staging folder
+    live.mkdir()
+    with pytest.raises(LedgerError, match="in progress"):
+        with ledger_transaction(data, _report(2.0), out=out, label="t", resumable=True):
+            pytest.fail("the body must not run")
+    live.rmdir()
+    _write(out, _report(2.0))  # as if the crashed attempt had published
+    with pytest.raises(LedgerError, match="settle it first"):
+        with ledger_transaction(data, _report(2.0), out=out, label="t", resumable=True):
+            pytest.fail("the body must not run")
+    assert [e.status for e in ledger.entries] == ["reserved"]

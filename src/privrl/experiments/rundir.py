@@ -175,8 +175,9 @@ def ledger_transaction(
 
     1. `out` is checked (`check_out_dir`) and the staging folder made; then, if the dataset
        has a ledger, the planned spend is *reserved* (`BudgetLedger.reserve`): a pending entry
-       that counts against the budget from then on. A refused run (budget short, a concurrent run took it, not
-       certified) stops here, before the data are read, and leaves no file.
+       that counts against the budget from then on. A refused run (budget short, a
+       concurrent run took it, not certified) stops here, before the data are read, and
+       leaves no file.
     2. The body reads the data, computes, writes the complete run directory into
        `Transaction.staging` and appends its final report to `Transaction.reports`.
     3. The final report is checked against the reservation (`check_complete`), then the staged
@@ -205,7 +206,7 @@ def ledger_transaction(
         ledger = BudgetLedger.for_dataset(dataset_path) if dataset_path is not None else None
         reservation, resumed = None, False
         if ledger is not None:
-            reservation, resumed = _reserve(ledger, planned, label, out_path, resumable)
+            reservation, resumed = _reserve(ledger, planned, label, staging, out_path, resumable)
         txn = Transaction(staging, out_path, [], reservation, resumed)
         # A private run's data errors must not quote the data (values, episode indices, counts).
         with redacted_errors() if planned.private else nullcontext():
@@ -239,13 +240,25 @@ def crash_point(point: str) -> None:
 
 
 def _reserve(
-    ledger: BudgetLedger, planned: PrivacyReport, label: str, out: Path, resumable: bool
+    ledger: BudgetLedger,
+    planned: PrivacyReport,
+    label: str,
+    staging: Path,
+    out: Path,
+    resumable: bool,
 ) -> tuple[LedgerEntry, bool]:
-    """The run's reservation: a pending one of the same resumable run, or a new one."""
+    """The run's reservation: a pending one of the same resumable run whose process died,
+    or a new one."""
     if resumable:
         same = {k: planned.to_dict()[k] for k in _SAME_SPEND}
         for entry in ledger.pending(out):
             if entry.label == label and {k: entry.report.get(k) for k in _SAME_SPEND} == same:
+                # a live run keeps its staging folder until it publishes (stale ones are gone)
+                if [p for p in _stagings(out) if p != staging]:
+                    raise LedgerError(
+                        f"another run of {out} is in progress (its reservation "
+                        f"{entry.run_id} is pending); wait for it to finish"
+                    )
                 if all((out / name).is_file() for name in _RUN_FILES):
                     raise LedgerError(
                         f"{out} holds a published run whose reservation {entry.run_id} was "
@@ -271,6 +284,11 @@ def _final_report(txn: Transaction, ledger: BudgetLedger | None) -> PrivacyRepor
     (final,) = txn.reports
     ledger.check_complete(txn.reservation.run_id, final)
     return final
+
+
+def _stagings(out: Path) -> list[Path]:
+    """The staging folders of runs of `out` (beside it, or inside it)."""
+    return [*out.parent.glob(f".{out.name}{STAGING}*"), *out.glob(f"{STAGING}*")]
 
 
 def _new_staging(out: Path) -> Path:
