@@ -2,9 +2,17 @@
 
 The ledger is a JSON file (by default `<dataset>.ledger.json` next to the dataset) holding the
 dataset's declared total budget (ε_total at δ, for one privacy unit under one neighbouring
-relation) and every `PrivacyReport` spent on it. A run checks the ledger before it touches the
-data and records its report when it finishes; the ledger refuses any run that would take the
+relation) and every `PrivacyReport` spent on it; the ledger refuses any run that would take the
 composed spend above ε_total.
+
+A private run is a transaction on the ledger. It `reserve`s its planned report before it reads
+the data: a pending entry that counts against the budget from the moment it is written. Once
+its outputs are published it `complete`s the reservation with its final report, which counts
+instead from then on. A run that dies in between leaves the reservation counting (fail closed;
+`entries` shows it as "reserved"); the data holder settles it with `complete` (keep the spend)
+or, stating that nothing of the run was ever published, `release` (the spend stops counting).
+Reservations and settlements are entries of the one hash chain (`LedgerEntry.kind`), so they
+are as tamper-evident as any spend; `record` writes a completed spend in one step.
 
 Identity. A ledger belongs to the dataset's episodes, not to a file: it is keyed by the
 content fingerprint `content_sha256`, a SHA-256 over the canonical arrays (`CONTENT_FIELDS`,
@@ -65,8 +73,8 @@ the composition as an `ApproxDpEvent(ε_run, δ_run)` built from its own stated 
 Crash safety. Every write takes an exclusive `fcntl.flock` on a sibling `.lock` file, re-reads
 the ledger from disk, re-checks the budget, writes a temp file in the same directory, fsyncs
 it, renames it over the ledger with `os.replace` and fsyncs the directory: a crash at any point
-leaves either the old or the new complete ledger, and a spend is durable once `record`
-returns. The registry entry is written the same way, after the ledger (a crash in between
+leaves either the old or the new complete ledger, and a spend is durable once `record` or
+`reserve` returns. The registry entry is written the same way, after the ledger (a crash in between
 leaves the ledger one run ahead of the registry, which is accepted). Stale temp files of a
 crashed writer are removed by the next writer. `flock` is advisory and may not work across
 machines on some network file systems; keep ledgers on a local disk.
