@@ -168,7 +168,6 @@ def run_demo(cfg: DemoConfig, out: Path, console: Console | None = None) -> dict
     points: list[DemoPoint] = []
     releases: list[Release] = []
     for eps in cfg.epsilons:
-        # the ledger transaction: reserve the planned release, release, complete
         reservation = ledger.reserve(_planned(eps, cfg), label=f"demo release at ε={eps:g}")
         noisy, release = _release_counts(counts, eps, cfg, noise_rng)
         report = PrivacyReport.build(
@@ -204,25 +203,16 @@ def run_demo(cfg: DemoConfig, out: Path, console: Console | None = None) -> dict
 
 
 def _planned(eps: float, cfg: DemoConfig) -> PrivacyReport:
-    """The report of one release of the counts at target ε, stated before it is drawn."""
+    """One release of the counts at target ε (as `_release_counts` draws it), to reserve."""
     z = calibrate_noise_multiplier(eps, cfg.delta, 1, sampling="none", relation=RELATION)
-    sensitivity = float(np.sqrt(2 * cfg.horizon))  # as in _release_counts
-    release = Release(
-        f"transition counts n_h(s,a,s') at target ε={eps:g}",
-        "gaussian",
-        sensitivity,
-        "l2",
-        {"noise_multiplier": z, "sigma": z * sensitivity},
-        event=dp_event.GaussianDpEvent(z),
-    )
+    noise, l2 = {"noise_multiplier": z}, float(np.sqrt(2 * cfg.horizon))
+    release = Release("counts", "gaussian", l2, "l2", noise, event=dp_event.GaussianDpEvent(z))
     return PrivacyReport.build(UNIT, RELATION, [release], cfg.delta, system="demo")
 
 
 def _try_overspend(ledger: BudgetLedger, cfg: DemoConfig) -> str | None:
-    eps = max(cfg.epsilons)
-    z = calibrate_noise_multiplier(eps, cfg.delta, 1, sampling="none", relation=RELATION)
     try:
-        ledger.check(dp_event.GaussianDpEvent(z))
+        ledger.check(_planned(max(cfg.epsilons), cfg))
     except BudgetExceededError as exc:
         return str(exc)
     return None
