@@ -165,7 +165,9 @@ def test_demo_writes_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture
     assert errors[0] > errors[-1] > metrics["model_error_non_private"]
     assert metrics["overspend_refused"] is True
     ledger = json.loads((out / "data.h5.ledger.json").read_text())
-    assert len(ledger["entries"]) == 5
+    # each release is a transaction: a reservation before it is drawn, then its completion
+    kinds = [e.get("kind") for e in ledger["entries"]]
+    assert kinds == ["reserve", "complete"] * 5
 
 
 def test_console_script_exit_code(tmp_path: Path) -> None:

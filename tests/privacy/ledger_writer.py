@@ -1,6 +1,7 @@
 """Helper process for the ledger's crash and concurrency tests (not a test module).
 
 usage: python ledger_writer.py LEDGER COUNT NOISE_MULTIPLIER [--go FILE] [--kill-at-replace K]
+                        [--reserve]
 
 Prints "ready" once imported (then waits at the barrier, if any), and records COUNT
 identical small Gaussian spends on the ledger. After each `record` returns it
@@ -8,6 +9,8 @@ prints "ok RUN_ID" (or "refused" when the budget is exhausted) and flushes, so t
 knows every spend the writer believes durable. `--go FILE` waits until FILE exists (a start
 barrier for concurrent writers). `--kill-at-replace K` SIGKILLs the process itself inside the
 K-th `os.replace` call, i.e. after the temp file is written and fsynced but before the rename.
+`--reserve` spends as a run does: `reserve`, then `complete` (it prints "ok RUN_ID" once both
+returned; a refusal can only come from the reservation).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def main() -> None:
     parser.add_argument("noise_multiplier", type=float)
     parser.add_argument("--go")
     parser.add_argument("--kill-at-replace", type=int, default=0)
+    parser.add_argument("--reserve", action="store_true")
     args = parser.parse_args()
 
     ledger = BudgetLedger.load(args.ledger, verify=False)
@@ -66,7 +70,11 @@ def main() -> None:
             time.sleep(0.002)
     for i in range(args.count):
         try:
-            entry = ledger.record(report, label=f"spend {i}")
+            if args.reserve:
+                entry = ledger.reserve(report, label=f"spend {i}")
+                ledger.complete(entry.run_id, report)
+            else:
+                entry = ledger.record(report, label=f"spend {i}")
         except BudgetExceededError:
             print("refused", flush=True)
         else:

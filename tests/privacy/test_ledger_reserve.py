@@ -146,29 +146,41 @@ def test_non_private_dp_sgd_runs_without_expert_ids(
 
 def test_uncertified_run_refusal_is_one_sentence_with_the_budget(tmp_path: Path) -> None:
     """Message rule: a run whose report turns out uncertified (ε=∞) is refused after it ran,
-    its outputs withdrawn, with one sentence naming ε=∞, the ledger's budget and the fix."""
-    from dp_accounting import dp_event
-
-    from privrl.experiments.rundir import RunDir, ledger_guard
+    nothing published, with one sentence naming ε=∞, the ledger's budget and the fix; its
+    reservation keeps counting (the data were read)."""
+    from privrl.experiments.rundir import RunDir, ledger_transaction
     from privrl.privacy.ledger import LedgerError
     from privrl.privacy.report import PrivacyReport
 
     data = save_hdf5(_data(units=True), tmp_path / "d.h5")
-    BudgetLedger.init(data, epsilon=5, delta=1e-5, unit="expert", relation="add_remove")
+    ledger = BudgetLedger.init(data, epsilon=5, delta=1e-5, unit="expert", relation="add_remove")
     out = tmp_path / "run"
+    planned = _planned(2.0)
     with pytest.raises(LedgerError) as info:
-        with ledger_guard(data, dp_event.GaussianDpEvent(2.0), out=out) as reports:
-            run = RunDir(out)
+        with ledger_transaction(data, planned, out=out) as txn:
+            run = RunDir(txn.staging)
             run.write_config({})
             run.write_metrics({})
             bad = PrivacyReport.non_private("expert", "add_remove", system="t")
             run.write_privacy(bad)
-            reports.append(bad)
+            txn.reports.append(bad)
     msg = str(info.value)
     assert msg.startswith("The dataset's ledger refuses this run: its guarantee could not be")
     assert msg.endswith(".") and ". " not in msg
     assert "(ε=∞)" in msg and "ε_total=5 at δ=1e-05" in msg and "rerun with a certified" in msg
-    assert not (out / "privacy.json").exists()
+    assert not out.exists()
+    assert [e.status for e in ledger.entries] == ["reserved"]
+
+
+def _planned(sigma: float) -> object:
+    from dp_accounting import dp_event
+
+    from privrl.privacy.release import Release
+    from privrl.privacy.report import PrivacyReport
+
+    event = dp_event.GaussianDpEvent(sigma)
+    release = Release("x", "gaussian", 1.0, "l2", {"sigma": sigma}, event=event)
+    return PrivacyReport.build("expert", "add_remove", [release], 1e-5, system="t")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -206,9 +206,10 @@ def test_primorl_crash_after_the_release_resumes_without_a_second_spend(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Property (one spend per release): a run interrupted after DP-FedAvg keeps only the
-    pending release and its record (nothing is recorded on the ledger); the rerun resumes from
-    the pending release without training again, records the spend once, and then deletes the
-    pending release (Result.discard); a third run of the same flags is refused as finished."""
+    pending release and its record, and its reservation stays counted on the ledger; the rerun
+    resumes from the pending release without training again, takes over that reservation
+    (no second spend) and completes it, and then deletes the pending release (Result.discard);
+    a third run of the same flags is refused as finished."""
     import shutil
 
     from privrl.primorl import primorl as P
@@ -229,7 +230,8 @@ def test_primorl_crash_after_the_release_resumes_without_a_second_spend(
     monkeypatch.setattr(P, "policy_from_model", interrupted)
     assert main(argv) == 130
     assert sorted(p.name for p in out.iterdir()) == ["released.pending.pt", "run.json"]
-    assert len(BudgetLedger.for_dataset(data).entries) == 0
+    (reserved,) = BudgetLedger.for_dataset(data).entries
+    assert reserved.status == "reserved"
     trained: list[int] = []
     train = P.train_dp_fedavg
     monkeypatch.setattr(P, "policy_from_model", policy_stage)
@@ -237,7 +239,8 @@ def test_primorl_crash_after_the_release_resumes_without_a_second_spend(
     capsys.readouterr()
     assert main(argv) == 0
     assert "resuming" in capsys.readouterr().err and not trained
-    assert len(BudgetLedger.for_dataset(data).entries) == 1
+    (entry,) = BudgetLedger.for_dataset(data).entries
+    assert (entry.run_id, entry.status) == (reserved.run_id, "complete")
     assert not (out / "released.pending.pt").exists() and (out / "model.pt").is_file()
     assert main(argv) == 2
     assert "holds a finished run" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from privrl.cli.errors import CliError
+from privrl.experiments.rundir import settle_reservation
 from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, open_ledger, registry_dir
 from privrl.privacy.units import parse_relation, parse_unit
 
@@ -18,7 +19,9 @@ ledger_app = typer.Typer(
         "A ledger belongs to a dataset's episodes (their content "
         "fingerprint), so copies, renames and re-exports of the same episodes share one budget. "
         "It records every private run on them and refuses a run that would exceed the total "
-        "budget. Spends compose through the accountant, not by adding epsilons."
+        "budget. Spends compose through the accountant, not by adding epsilons. A run "
+        "reserves its spend before it reads the data; `settle` settles a reservation whose "
+        "run died."
     ),
     no_args_is_help=True,
 )
@@ -101,3 +104,30 @@ def verify(
         f"ok: {dataset} holds the episodes of ledger {ledger.path} "
         f"({len(ledger.entries)} recorded run(s), hash chain intact)"
     )
+
+
+@ledger_app.command("settle")
+def settle(
+    dataset: Path = typer.Argument(..., help="Dataset file (or its .ledger.json)."),
+    run_id: str = typer.Argument(..., help="The reserved run's id (see `privrl ledger show`)."),
+    *,
+    complete: bool = typer.Option(False, "--complete", help="Keep the spend (always safe)."),
+    release: bool = typer.Option(
+        False, "--release", help="Give the spend back: nothing of the run was ever published."
+    ),
+    reason: str = typer.Option("", "--reason", help="Why nothing was published (--release)."),
+) -> None:
+    """Settle a reservation whose run died ("reserved, outcome unknown" in `ledger show`).
+
+    A run reserves its spend before it reads the data and completes it once its run directory
+    is published; a run killed in between keeps counting in full, since the ledger cannot know
+    what left the process. --complete keeps the spend: choose it whenever the run directory
+    exists, may have been copied, or you are unsure. --release --reason TEXT gives it back,
+    which is right only if nothing the run derived from the data was ever seen (no run
+    directory, no copy, no log of results); it is refused while the run directory (non-empty)
+    or a staging folder beside it exists. Never settle a run that is still running.
+    """
+    if complete == release:
+        raise CliError("give exactly one of --complete (keep the spend) or --release")
+    entry = settle_reservation(open_ledger(dataset), run_id, complete=complete, reason=reason)
+    typer.echo(f"settled {run_id}: {entry.kind} ({'counts' if complete else 'no longer counts'})")

@@ -4,12 +4,11 @@ zero access to the data.
 
 The command is generated from `privrl.systems.primorl.PrimorlRunConfig` and runs on the run
 layer: every public parameter is resolved from the flags and the file's header before the
-dataset's ledger checks the planned report (T_max rounds); the run directory is written inside
-the ledger guard, which records the report for the rounds actually run. Public data is
-declared (``--public-data`` or the file's metadata), never selected from the private
+dataset's ledger reserves the planned report (T_max rounds); the run directory is written inside
+the ledger transaction, which completes the reservation with the rounds actually run. Public
+data is declared (``--public-data`` or the file's metadata), never selected from the private
 episodes. ``--model DIR/model.pt`` runs the policy stage only, on the released model:
-post-processing, no data, no spend. ``privrl run`` with ``system = "primorl"`` is the same
-run.
+post-processing, no data, no spend. ``privrl run`` with ``system = "primorl"`` is the same run.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ _REDACT: contextvars.ContextVar[bool] = contextvars.ContextVar("privrl_redact", 
 def redacted_errors() -> Iterator[None]:
     """While active, a `DatasetError` located in the content withholds what it found there.
 
-    A private run reads its dataset inside this context (the ledger guard sets it): a
+    A private run reads its dataset inside this context (the ledger transaction sets it): a
     validation error that quoted an offending value, an episode index or a count of bad rows
     would publish a function of the private data on the console. The full text stays on the
     exception's ``detail`` attribute for code that handles it, and `privrl data info FILE`,

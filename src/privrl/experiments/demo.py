@@ -170,13 +170,12 @@ def run_demo(cfg: DemoConfig, out: Path, console: Console | None = None) -> dict
     points: list[DemoPoint] = []
     releases: list[Release] = []
     for eps in cfg.epsilons:
-        z = calibrate_noise_multiplier(eps, cfg.delta, 1, sampling="none", relation=RELATION)
-        ledger.check(dp_event.GaussianDpEvent(z))  # before the data are touched
+        reservation = ledger.reserve(_planned(eps, cfg), label=f"demo release at ε={eps:g}")
         noisy, release = _release_counts(counts, eps, cfg, noise_rng)
         report = PrivacyReport.build(
             UNIT, RELATION, [release], cfg.delta, system="demo", public=["the MDP's rewards R"]
         )
-        ledger.record(report, label=f"demo release at ε={eps:g}")
+        ledger.complete(reservation.run_id, report)
         p_hat = private_model(noisy)
         points.append(
             DemoPoint(
@@ -205,11 +204,17 @@ def run_demo(cfg: DemoConfig, out: Path, console: Console | None = None) -> dict
     return metrics
 
 
-def _try_overspend(ledger: BudgetLedger, cfg: DemoConfig) -> str | None:
-    eps = max(cfg.epsilons)
+def _planned(eps: float, cfg: DemoConfig) -> PrivacyReport:
+    """One release of the counts at target ε (as `_release_counts` draws it), to reserve."""
     z = calibrate_noise_multiplier(eps, cfg.delta, 1, sampling="none", relation=RELATION)
+    noise, l2 = {"noise_multiplier": z}, float(np.sqrt(2 * cfg.horizon))
+    release = Release("counts", "gaussian", l2, "l2", noise, event=dp_event.GaussianDpEvent(z))
+    return PrivacyReport.build(UNIT, RELATION, [release], cfg.delta, system="demo")
+
+
+def _try_overspend(ledger: BudgetLedger, cfg: DemoConfig) -> str | None:
     try:
-        ledger.check(dp_event.GaussianDpEvent(z))
+        ledger.check(_planned(max(cfg.epsilons), cfg))
     except BudgetExceededError as exc:
         return str(exc)
     return None

@@ -2,9 +2,17 @@
 
 The ledger is a JSON file (by default `<dataset>.ledger.json` next to the dataset) holding the
 dataset's declared total budget (ε_total at δ, for one privacy unit under one neighbouring
-relation) and every `PrivacyReport` spent on it. A run checks the ledger before it touches the
-data and records its report when it finishes; the ledger refuses any run that would take the
+relation) and every `PrivacyReport` spent on it; the ledger refuses any run that would take the
 composed spend above ε_total.
+
+A private run is a transaction on the ledger. It `reserve`s its planned report before it reads
+the data: a pending entry that counts against the budget from the moment it is written. Once
+its outputs are published it `complete`s the reservation with its final report, which counts
+instead from then on. A run that dies in between leaves the reservation counting (fail closed;
+`entries` shows it as "reserved"); the data holder settles it with `complete` (keep the spend)
+or, stating that nothing of the run was ever published, `release` (the spend stops counting).
+Reservations and settlements are entries of the one hash chain (`LedgerEntry.kind`), so they
+are as tamper-evident as any spend; `record` writes a completed spend in one step.
 
 Identity. A ledger belongs to the dataset's episodes, not to a file: it is keyed by the
 content fingerprint `content_sha256`, a SHA-256 over the canonical arrays (`CONTENT_FIELDS`,
@@ -65,8 +73,8 @@ the composition as an `ApproxDpEvent(ε_run, δ_run)` built from its own stated 
 Crash safety. Every write takes an exclusive `fcntl.flock` on a sibling `.lock` file, re-reads
 the ledger from disk, re-checks the budget, writes a temp file in the same directory, fsyncs
 it, renames it over the ledger with `os.replace` and fsyncs the directory: a crash at any point
-leaves either the old or the new complete ledger, and a spend is durable once `record`
-returns. The registry entry is written the same way, after the ledger (a crash in between
+leaves either the old or the new complete ledger, and a spend is durable once `record` or
+`reserve` returns. The registry entry is written the same way, after the ledger (a crash in between
 leaves the ledger one run ahead of the registry, which is accepted). Stale temp files of a
 crashed writer are removed by the next writer. `flock` is advisory and may not work across
 machines on some network file systems; keep ledgers on a local disk.
@@ -461,10 +469,26 @@ class _Spend:
         return cls(event=report.event, fallback=fallback, private=report.private)
 
 
+#: What a chain entry is. "" (a one-step `record`): a spend completed in one write;
+#: "reserve": a pending spend written before a run reads the data (it counts at once);
+#: "complete": settles a reservation with the run's final report (which then counts instead);
+#: "release": settles a reservation as never published (it stops counting).
+ENTRY_KINDS = ("", "reserve", "complete", "release")
+#: `LedgerEntry.status` of a run in the per-run view (`BudgetLedger.entries`).
+RESERVED, COMPLETE, RELEASED = "reserved", "complete", "released"
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One recorded run: its id, when it was recorded, a label, its serialised report, and its
-    link in the ledger's hash chain (`prev`: the state before it, `hash`: the state after)."""
+    """One entry of the ledger's hash chain: its id, when it was written, a label, its
+    serialised report, and its link in the chain (`prev`: the state before it, `hash`: the
+    state after).
+
+    `kind` (see `ENTRY_KINDS`), `out` (a reservation's run directory), `settles` (the
+    reservation a "complete"/"release" entry settles) and `note` (a release's statement) are
+    empty for a one-step record, whose hashed content is unchanged by them. `status` is not
+    stored: it is set on the per-run view (`BudgetLedger.entries`) to "complete", "reserved"
+    (counted, outcome unknown) or "released"."""
 
     run_id: str
     timestamp: str
@@ -472,19 +496,28 @@ class LedgerEntry:
     report: dict[str, Any]
     prev: str = ""
     hash: str = ""
+    kind: str = ""
+    out: str = ""
+    settles: str = ""
+    note: str = ""
+    status: str = ""
 
     def privacy_report(self) -> PrivacyReport:
         """The recorded report, deserialised."""
         return PrivacyReport.from_dict(self.report)
 
     def content(self) -> dict[str, Any]:
-        """What the chain hashes: everything but the chain fields."""
-        return {
+        """What the chain hashes: everything but the chain fields (and the view's status)."""
+        out: dict[str, Any] = {
             "run_id": self.run_id,
             "timestamp": self.timestamp,
             "label": self.label,
             "report": self.report,
         }
+        for key in ("kind", "out", "settles", "note"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         out = self.content()
@@ -505,6 +538,14 @@ class LedgerEntry:
                 raise ValueError(f"entry {run_id!r}: {key!r} is not a string")
         if not isinstance(data.get("report"), dict):
             raise ValueError(f"entry {run_id!r}: 'report' is not a JSON object")
+        extra = {key: data.get(key, "") for key in ("kind", "out", "settles", "note")}
+        for key, value in extra.items():
+            if not isinstance(value, str):
+                raise ValueError(f"entry {run_id!r}: {key!r} is not a string")
+        if extra["kind"] not in ENTRY_KINDS:
+            raise ValueError(f"entry {run_id!r}: unknown kind {extra['kind']!r}")
+        if not chained and any(extra.values()):
+            raise ValueError(f"entry {run_id!r}: a version-1 ledger holds no reservations")
         prev = hash_ = ""
         if chained:
             prev, hash_ = data.get("prev"), data.get("hash")
@@ -517,6 +558,7 @@ class LedgerEntry:
             report=data["report"],
             prev=prev,
             hash=hash_,
+            **extra,
         )
 
 
@@ -596,11 +638,33 @@ class _State:
     genesis: str | None = None
     hashes: list[str] = field(default_factory=list)
     text: str = ""  # the file's text this state was parsed from ("" if unknown)
+    settled: dict[str, str] = field(default_factory=dict)  # reservation id -> settling entry id
 
     def copy(self) -> _State:
         return replace(
-            self, entries=list(self.entries), reports=dict(self.reports), hashes=list(self.hashes)
+            self,
+            entries=list(self.entries),
+            reports=dict(self.reports),
+            hashes=list(self.hashes),
+            settled=dict(self.settled),
         )
+
+    def add(self, entry: LedgerEntry, report: PrivacyReport | None) -> None:
+        """Append a parsed entry, refusing a settlement of anything but a pending reservation."""
+        if entry.run_id in self.reports or entry.run_id in self.settled:
+            raise ValueError(f"run id {entry.run_id!r} appears twice")
+        if entry.kind in ("complete", "release"):
+            target = next((e for e in self.entries if e.run_id == entry.settles), None)
+            if target is None or target.kind != "reserve":
+                raise ValueError(f"entry {entry.run_id!r} settles no reservation")
+            if entry.settles in self.settled:
+                raise ValueError(f"reservation {entry.settles!r} is settled twice")
+            if entry.kind == "release" and not entry.note:
+                raise ValueError(f"entry {entry.run_id!r} releases a reservation without a reason")
+            self.settled[entry.settles] = entry.run_id
+        if report is not None:
+            self.reports[entry.run_id] = report
+        self.entries.append(entry)
 
     @property
     def head(self) -> str | None:
@@ -691,14 +755,12 @@ def _parse(
             raise ValueError("'entries' is not a list")
         for item in raw:
             entry = LedgerEntry.from_dict(item, chained=version >= 2)
-            if entry.run_id in state.reports:
-                raise ValueError(f"run id {entry.run_id!r} appears twice")
-            key, cached = cache.get(entry.run_id, (None, None))
-            reuse = cached is not None and key == (entry.hash or entry.report)
-            state.reports[entry.run_id] = (
-                cached if reuse else _entry_report(entry, state.unit, state.relation)
-            )
-            state.entries.append(entry)
+            report = None
+            if entry.kind != "release":  # a release carries no spend, hence no report
+                key, cached = cache.get(entry.run_id, (None, None))
+                reuse = cached is not None and key == (entry.hash or entry.report)
+                report = cached if reuse else _entry_report(entry, state.unit, state.relation)
+            state.add(entry, report)
     except (KeyError, TypeError, ValueError, accounting.AccountingError) as exc:
         raise LedgerError(f"ledger {path} has an invalid entry: {exc}") from None
     if version >= 2:
@@ -1088,7 +1150,9 @@ class BudgetLedger:
         self._entries = list(state.entries)
         self._reports = dict(state.reports)
         self._cache = {
-            e.run_id: (e.hash or e.report, state.reports[e.run_id]) for e in state.entries
+            e.run_id: (e.hash or e.report, state.reports[e.run_id])
+            for e in state.entries
+            if e.run_id in state.reports
         }
 
     def _load_state(self) -> _State:
@@ -1145,15 +1209,64 @@ class BudgetLedger:
         (for `privrl ledger show --json`)."""
         data = _read(self.path)
         data["spent"] = {"epsilon": self.spent(), "delta": self.delta}
+        data["runs"] = [
+            {
+                "run_id": view.run_id,
+                "timestamp": view.timestamp,
+                "label": view.label,
+                "status": view.status,
+                "out": view.out or None,
+                "epsilon": view.report.get("epsilon") if view.report else None,
+                **({"note": view.note} if view.note else {}),
+            }
+            for view, _ in self._runs()
+        ]
         data["remaining_epsilon"] = self.remaining()
         data["files"] = self.known_files()
         return json_safe(data)
 
     @property
     def entries(self) -> tuple[LedgerEntry, ...]:
-        """Every recorded run, oldest first."""
+        """Every run, oldest first, one entry each (`LedgerEntry.status`): a completed spend
+        (its final report), a reservation whose outcome is unknown (its planned report, which
+        counts), or a released reservation (which does not)."""
+        self.reload()
+        return tuple(view for view, _ in self._runs())
+
+    @property
+    def records(self) -> tuple[LedgerEntry, ...]:
+        """The hash chain's entries as written (reservations and their settlements apart)."""
         self.reload()
         return tuple(self._entries)
+
+    def pending(self, out: str | os.PathLike[str] | None = None) -> tuple[LedgerEntry, ...]:
+        """The reservations not settled yet (optionally only those of the run directory
+        `out`): runs in progress, or runs that died with their outcome unknown."""
+        self.reload()
+        where = None if out is None else _out_key(out)
+        return tuple(
+            view
+            for view, _ in self._runs()
+            if view.status == RESERVED and (where is None or view.out == where)
+        )
+
+    def _runs(self) -> list[tuple[LedgerEntry, str | None]]:
+        """(per-run view, id of the report that counts for it or None) for every run."""
+        by_id = {e.run_id: e for e in self._entries}
+        runs: list[tuple[LedgerEntry, str | None]] = []
+        for entry in self._entries:
+            if entry.kind == "":
+                runs.append((replace(entry, status=COMPLETE), entry.run_id))
+            elif entry.kind == "reserve":
+                settle = by_id.get(self._state.settled.get(entry.run_id, ""))
+                if settle is None:
+                    runs.append((replace(entry, status=RESERVED), entry.run_id))
+                elif settle.kind == "complete":
+                    view = replace(entry, report=settle.report, status=COMPLETE)
+                    runs.append((view, settle.run_id))
+                else:
+                    runs.append((replace(entry, status=RELEASED, note=settle.note), None))
+        return runs
 
     # -- the registry -----------------------------------------------------------------------
 
@@ -1292,7 +1405,8 @@ class BudgetLedger:
             ) from exc
 
     def _recorded(self) -> list[_Spend]:
-        return [_Spend.of(self._reports[e.run_id]) for e in self._entries]
+        """The spends that count: every completed run and every unsettled reservation."""
+        return [_Spend.of(self._reports[rid]) for _, rid in self._runs() if rid is not None]
 
     def _as_spend(self, run: PrivacyReport | dp_event.DpEvent) -> _Spend:
         if isinstance(run, PrivacyReport):
@@ -1367,22 +1481,141 @@ class BudgetLedger:
     def record(
         self, report: PrivacyReport, label: str = "", *, run_id: str | None = None
     ) -> LedgerEntry:
-        """Append a run's report, atomically and safely against concurrent writers.
+        """Append a completed spend in one write, atomically and safely against concurrent
+        writers (for a report whose release is not published yet; a run that reads private
+        data uses `reserve` before reading and `complete` after publishing instead).
 
         Under an exclusive lock: re-read and re-check the ledger (chain and registry), refuse a
         duplicate run id or an overspend (BudgetExceededError), write a fsynced temp file and
         rename it over the ledger, then advance the registry's head. The spend is durable when
         this returns. A version-1 ledger is migrated to version 2 in the same write.
         """
+        report = self._checked_report(report)
+        entry = LedgerEntry(run_id or new_run_id(), utc_now(), str(label), report.to_dict())
+        return self._append(entry, report, lambda: self._check(_Spend.of(report)))
+
+    def reserve(
+        self,
+        report: PrivacyReport,
+        label: str = "",
+        *,
+        out: str | os.PathLike[str] | None = None,
+        run_id: str | None = None,
+    ) -> LedgerEntry:
+        """Reserve a run's planned spend before it reads the data: a pending entry that counts
+        against the budget from the moment this returns (fail closed: a run that dies later
+        keeps counting until `complete` or `release` settles it). Refused like `record`
+        (BudgetExceededError) if the planned report does not fit. `out`: the run directory
+        the release will be published in (shown by `privrl ledger show`, used by `release`
+        and by a resumed run to find its reservation)."""
+        report = self._checked_report(report)
+        entry = LedgerEntry(
+            run_id or new_run_id(),
+            utc_now(),
+            str(label),
+            report.to_dict(),
+            kind="reserve",
+            out="" if out is None else _out_key(out),
+        )
+        return self._append(entry, report, lambda: self._check(_Spend.of(report)))
+
+    def complete(self, run_id: str, report: PrivacyReport | None = None) -> LedgerEntry:
+        """Settle the reservation `run_id` as spent, with the run's final report (default: the
+        reserved one), which counts instead of the planned report from then on. Refused if the
+        reservation is not pending, the report is not a private guarantee, or the final report
+        would take the spend above both the budget and what is counted now
+        (`check_complete`)."""
+
+        def check() -> None:
+            self._check_complete(run_id, self._final(run_id, report))
+
+        self.reload()
+        reserved = self._pending_or_raise(run_id)
+        final = self._final(run_id, report)
+        entry = LedgerEntry(
+            f"{run_id}.complete",
+            utc_now(),
+            reserved.label,
+            final.to_dict(),
+            kind="complete",
+            settles=run_id,
+        )
+        return self._append(entry, final, check)
+
+    def check_complete(self, run_id: str, report: PrivacyReport) -> None:
+        """Raise (LedgerError, BudgetExceededError) if `complete(run_id, report)` would be
+        refused now; writes nothing. The run layer calls it before it publishes."""
+        self.reload()
+        self._check_complete(run_id, self._final(run_id, report))
+
+    def release(self, run_id: str, reason: str) -> LedgerEntry:
+        """Settle the reservation `run_id` as never published: it stops counting. Only right
+        when nothing derived from the data by that run was ever published or kept (the data
+        holder states why in `reason`, which the ledger keeps); if in doubt, `complete` it.
+        Refused unless the reservation is pending."""
+        reason = str(reason).strip()
+        if not reason:
+            raise LedgerError("releasing a reservation needs a reason (why it was never published)")
+        self.reload()
+        self._pending_or_raise(run_id)
+        entry = LedgerEntry(
+            f"{run_id}.release", utc_now(), "", {}, kind="release", settles=run_id, note=reason
+        )
+        return self._append(entry, None, lambda: self._pending_or_raise(run_id))
+
+    def _checked_report(self, report: PrivacyReport) -> PrivacyReport:
         if not isinstance(report, PrivacyReport):
             raise TypeError(f"expected a PrivacyReport, got {type(report).__name__}")
         self._validate(report)
-        entry = LedgerEntry(
-            run_id=run_id or new_run_id(),
-            timestamp=utc_now(),
-            label=str(label),
-            report=report.to_dict(),
+        return report
+
+    def _pending_or_raise(self, run_id: str) -> LedgerEntry:
+        """The pending reservation `run_id` (in the state as last read)."""
+        for view, _ in self._runs():
+            if view.run_id == run_id and view.kind == "reserve":
+                if view.status != RESERVED:
+                    raise LedgerError(
+                        f"the reservation {run_id} in {self.path} is already settled "
+                        f"({view.status})"
+                    )
+                return view
+        raise LedgerError(f"no reservation {run_id!r} in {self.path} (see `privrl ledger show`)")
+
+    def _final(self, run_id: str, report: PrivacyReport | None) -> PrivacyReport:
+        reserved = self._pending_or_raise(run_id)
+        final = self._reports[reserved.run_id] if report is None else report
+        final = self._checked_report(final)
+        if not final.private or not math.isfinite(final.epsilon):
+            raise LedgerError(
+                "The dataset's ledger refuses this run: its guarantee could not be certified "
+                "(ε=∞), so it would void the ledger's budget "
+                f"ε_total={self.epsilon_total:g} at δ={self.delta:g}; nothing is published and "
+                f"its reservation {run_id} keeps counting (the data were read); rerun with a "
+                "certified configuration (such as Poisson sampling or the exact accountant) or "
+                "on data without a ledger."
+            )
+        return final
+
+    def _check_complete(self, run_id: str, final: PrivacyReport) -> None:
+        """Completing may not raise the counted spend above both the budget and its value now
+        (a final report within the reservation always passes)."""
+        counted = [(view.run_id, rid) for view, rid in self._runs() if rid is not None]
+        spends = [_Spend.of(final if vid == run_id else self._reports[rid]) for vid, rid in counted]
+        total, now = self._spend(spends), self._spend(self._recorded())
+        if total <= self.epsilon_total or total <= now:
+            return
+        raise BudgetExceededError(
+            f"The dataset's ledger refuses this run: its final report needs more than it "
+            f"reserved, and the spend would reach ε={fmt_number(total, 4)} above "
+            f"ε_total={fmt_number(self.epsilon_total, 4)} at δ={fmt_number(self.delta)}; its "
+            f"reservation {run_id} keeps counting and its outputs are withdrawn."
         )
+
+    def _append(
+        self, entry: LedgerEntry, report: PrivacyReport | None, check: Callable[[], Any]
+    ) -> LedgerEntry:
+        """Write `entry` at the end of the chain under the lock, after `check()` passed on the
+        ledger as it is on disk now."""
         migrated = False
         with _locked(self.path):
             state = self._load_state()
@@ -1391,15 +1624,17 @@ class BudgetLedger:
                 migrated = True
             self._adopt(state)
             self._check_registry(locked=True)
-            if entry.run_id in self._reports:
+            if any(e.run_id == entry.run_id for e in self._entries):
                 raise LedgerError(f"run id {entry.run_id!r} is already recorded in {self.path}")
-            self._check(_Spend.of(report))
+            check()
             prev = self.head
             assert prev is not None
             entry = replace(entry, prev=prev, hash=_link(prev, entry))
             state = state.copy()  # `self` keeps the old state until the write has succeeded
-            state.entries.append(entry)
-            state.reports[entry.run_id] = report
+            try:
+                state.add(entry, report)
+            except ValueError as exc:
+                raise LedgerError(f"cannot write to {self.path}: {exc}") from None
             state.hashes.append(entry.hash)
             _remove_stale_temps(self.path)
             state.text = _atomic_write_json(self.path, _to_json(state))
@@ -1461,11 +1696,11 @@ class BudgetLedger:
     # -- display ----------------------------------------------------------------------------
 
     def to_table(self) -> Table:
-        """A rich table of the ledger (for `privrl ledger show`): one row per recorded run."""
+        """A rich table of the ledger (for `privrl ledger show`): one row per run, with its
+        status (complete; reserved, outcome unknown; released) and run directory."""
         self.reload()
-        reports = [self._reports[e.run_id] for e in self._entries]
-        spends = [_Spend.of(r) for r in reports]
-        spent = self._spend(spends)
+        runs = self._runs()
+        spent = self._spend(self._recorded())
         # The ledger id, not the fingerprint: a digest of the data is not printed.
         key = f"ledger id {self.ledger_id[:12]}…" if self.ledger_id else "version-1 ledger"
         title = (
@@ -1474,31 +1709,53 @@ class BudgetLedger:
             f"δ={fmt_number(self.delta)}, ε={fmt_number(self.epsilon_total - spent, 4)} left"
         )
         # Ids, times and numbers are never wrapped or cut (at 80 columns too): the run id and
-        # the ε spent each take two lines of their cell; only the label wraps. The table is at
-        # least as wide as its title, so a wide terminal shows the budget on one line.
+        # the ε spent each take two lines of their cell; the label / run directory wrap. The
+        # table is at least as wide as its title, so a wide terminal shows it on one line.
         table = Table(title=Text(title), title_justify="left", min_width=len(title) + 4)
         table.add_column("run id / recorded (UTC)", no_wrap=True)
-        table.add_column("label", ratio=1)
-        table.add_column("system", no_wrap=True)
+        table.add_column("label / run directory", ratio=1)
+        table.add_column("system / status", ratio=1)
         table.add_column("run ε (δ)", justify="right", no_wrap=True)
         table.add_column("total ε", justify="right", no_wrap=True)
-        for i, (entry, rep) in enumerate(zip(self._entries, reports, strict=True)):
-            cumulative = self._spend(spends[: i + 1])
+        counted: list[_Spend] = []
+        for view, rid in runs:
+            rep = view.privacy_report() if view.report else None
+            if rid is not None:
+                counted.append(_Spend.of(self._reports[rid]))
             table.add_row(
-                Text(f"{entry.run_id}\n{entry.timestamp}"),
-                Text(entry.label),
-                Text(rep.system),
-                f"{fmt_number(rep.epsilon, 4)}\n({fmt_number(rep.delta)})",
-                fmt_number(cumulative, 4),
+                Text(f"{view.run_id}\n{view.timestamp}"),
+                Text(f"{view.label}\n{view.out or '-'}"),
+                Text(f"{rep.system if rep is not None else ''}\n{_STATUS_TEXT[view.status]}"),
+                "-" if rep is None else f"{fmt_number(rep.epsilon, 4)}\n({fmt_number(rep.delta)})",
+                fmt_number(self._spend(counted), 4),
             )
         files = "; ".join(self.known_files())
+        pending = sum(view.status == RESERVED for view, _ in runs)
+        note = (
+            f"\n{pending} reservation(s) with outcome unknown count in full (a run in progress, "
+            "or one that died): settle them with `privrl ledger settle`"
+            if pending
+            else ""
+        )
         table.caption = Text(
             f"unit: {self.unit.describe()}; relation: {self.relation.describe()}; "
             f"runs composed by the {self.backend.upper()} accountant at the ledger's δ\n"
-            f"files known to hold these episodes: {files}"
+            f"files known to hold these episodes: {files}{note}"
         )
         table.caption_justify = "left"
         return table
+
+
+_STATUS_TEXT = {
+    COMPLETE: "complete",
+    RESERVED: "reserved, outcome unknown",
+    RELEASED: "released (never published)",
+}
+
+
+def _out_key(out: str | os.PathLike[str]) -> str:
+    """How a reservation names its run directory: the absolute path."""
+    return str(Path(out).expanduser().resolve())
 
 
 def new_run_id() -> str:

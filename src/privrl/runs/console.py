@@ -31,7 +31,8 @@ INTERRUPTED = (
     "what was kept: files already written (finished stages, checkpoints, earlier runs); "
     "resumable runs (data collect --recipe, train mopo, reproduce) resume from their checkpoint "
     "when rerun with the same arguments; `privrl ledger show DATASET` lists the privacy spends "
-    "that were recorded (a run's spend is recorded when its run directory is complete)"
+    "(a private run reserves its spend before it reads the data; an interrupted run publishes "
+    "nothing and its reservation stays counted until `privrl ledger settle` settles it)"
 )
 
 

@@ -9,11 +9,14 @@ Order of work (the privacy rules of DESIGN.md), the same for every system:
 1. the config is validated (it validated itself on construction) and `--out` is checked;
 2. with a dataset, only its header is read; the system's `plan` resolves the public parameters
    and states the planned report;
-3. the dataset's ledger checks the planned report (`ledger_guard`) before any episode is read
+3. the run is a ledger transaction (`ledger_transaction`): the dataset's ledger reserves the
+   planned spend (a pending entry that counts) before any episode is read, or refuses the run
    (a run that opted in to insecure reproducible noise is uncertified, so a ledger refuses it);
-4. inside the guard: the system loads the private data, runs, and the layer writes the run
+4. inside it: the system loads the private data, runs, and the layer writes the whole run
    directory (config.json from the config and the plan only, metrics.json, metrics.csv,
-   privacy.json, artefacts, plots/*.png); the ledger records the spend once it is complete;
+   privacy.json, artefacts, plots/*.png) into a hidden staging folder beside `--out`; it is
+   published with one rename and the reservation is then completed with the final report. A
+   failure or interruption publishes nothing and leaves the reservation counted;
 5. the console summary is printed last.
 """
 
@@ -31,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.experiments.rundir import RunDir, check_out_dir, ledger_guard
+from privrl.experiments.rundir import RunDir, check_out_dir, crash_point, ledger_transaction
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import json_safe
 from privrl.runs import registry
@@ -199,17 +202,22 @@ def execute(
             notice=(lambda text: None) if quiet else _notice,
             noise=noise,
         )
-        with ledger_guard(spec.data, plan.report, label=system.name, out=out) as reports:
+        with ledger_transaction(
+            spec.data, plan.report, label=system.name, out=out, resumable=system.resumable
+        ) as txn:
+            crash_point("reserved")
             rng = np.random.default_rng(spec.seed)
             data = system.load(spec.config, spec.data, plan, rng)
             result = system.run(spec.config, data, rng, ctx)
             result.privacy = noise.certify(result.privacy)
             if not result.privacy.public_parameters and plan.report.public_parameters:
                 result.privacy.public_parameters = list(plan.report.public_parameters)
-            write_run(out, config_json(spec, plan), result)
-            reports.append(result.privacy)
+            write_run(txn.staging, config_json(spec, plan), result)
+            txn.reports.append(result.privacy)
+            crash_point("staged")
+    crash_point("completed")
     if ctx.checkpoint_dir is not None:
-        for name in result.discard:  # recorded: the state kept for a resume is done with
+        for name in result.discard:  # completed: the state kept for a resume is done with
             (ctx.checkpoint_dir / name).unlink(missing_ok=True)
     if not quiet:
         print_summary(out, result)

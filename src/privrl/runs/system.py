@@ -8,7 +8,7 @@ The split is the privacy rule made structural:
   `PrivacyReport`, which the ledger checks. It also says what config.json publishes beyond the
   config itself. Nothing it returns can depend on the episodes: it never sees them.
 - `load(config, source, plan)` reads the private episodes (or samples them from a built-in
-  domain); the layer calls it only inside the ledger guard.
+  domain); the layer calls it only inside the ledger transaction.
 - `run(config, data, rng, ctx)` computes; it knows nothing of files or the command line. Its
   `Result` carries the metrics, the curve, the final `PrivacyReport`, artefacts and plots,
   which the layer writes.
@@ -169,7 +169,8 @@ class System:
 
     def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
         """The private data (read from `source`, or sampled when there is none). Called inside
-        the ledger guard. Default: the dataset at `source` (None without one)."""
+        the ledger transaction, after the reservation. Default: the dataset at `source` (None
+        without one)."""
         if source is None:
             return None
         from privrl.data.io import load_hdf5

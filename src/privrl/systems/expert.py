@@ -18,7 +18,7 @@ adapts them to `plan` / `load` / `run`:
   independently of the data, make some steps non-private — the finished report says so); or
   ε = ∞ for an uncertified mode, which a ledger refuses; the evaluation set-up and the
   normalised score's references (`expert_public.Reference`).
-- `load` (inside the ledger guard): the episodes and the expert set, checked against the
+- `load` (inside the ledger transaction): the episodes and the expert set, checked against the
   public schema.
 - `run`: trains, evaluates greedily in the dataset's environment (the mean return of
   ``evals`` evaluations spaced over the last ``eval_window`` steps; CartPole for 1000 steps,

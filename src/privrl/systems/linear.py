@@ -252,7 +252,7 @@ class _LinearSystem(System):
         return Plan(report=report, public=published, facts=facts)
 
     def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
-        """Read (or sample) the episodes — inside the ledger guard."""
+        """Read (or sample) the episodes — inside the ledger transaction."""
         from privrl.offline.common import refuse_declared_units
         from privrl.offline.vapvi import LinearEpisodes
 

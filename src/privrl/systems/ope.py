@@ -452,7 +452,7 @@ class LstdConfig(OpeConfig):
 
 class Problem:
     """Everything public about a run (features, policies, γ, m, the model with --env); the
-    episodes themselves are read by `load`, inside the ledger guard."""
+    episodes themselves are read by `load`, inside the ledger transaction."""
 
     model_trajectories = 100_000
 

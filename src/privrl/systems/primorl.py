@@ -10,7 +10,7 @@ with zero access to the data. The system adapts `privrl.primorl.primorl` (`Primo
 - `plan` (header only): the task from the env id, the declared spaces, the unit ids' presence,
   every public parameter (z or target ε, C, q, δ, T_max, K) and the planned report for T_max
   rounds, which the ledger checks before a byte of episode data is read.
-- `load` (inside the ledger guard): the episodes, a schema check of their shapes, and the
+- `load` (inside the ledger transaction): the episodes, a schema check of their shapes, and the
   public data: the `--public-data` file, or the episodes the file's metadata declares public
   (`privrl.data.public`), or none. Which data is public is fixed in `plan` from the headers
   alone, and config.json records its identity (the public file's content fingerprint, or the
@@ -18,7 +18,8 @@ with zero access to the data. The system adapts `privrl.primorl.primorl` (`Primo
 - `run`: DP-FedAvg → the released model (model.pt) → the policy stage; checkpoints
   (``released.pending.pt``, ``fedavg_state.pt``, ``checkpoint.pt``, ``run.json``) stay in the
   run directory itself, as before the run layer, and a rerun with the same settings resumes.
-  The pending release and the secret DP-FedAvg state are deleted once the spend is recorded.
+  The pending release and the secret DP-FedAvg state are deleted once the spend is completed;
+  a rerun after a crash takes over the crashed attempt's reservation (no second spend).
 
 ``--model DIR/model.pt`` runs the policy stage only, on the released model: post-processing,
 no dataset, no spend (the planned report is the release's own).
@@ -324,7 +325,7 @@ class PrimorlSystem(System):
         facts = {"primorl": lib, "released": released}
         return Plan(report=released.report, public=public, facts=facts)
 
-    # -- load: inside the ledger guard -----------------------------------------------------------
+    # -- load: inside the ledger transaction -------------------------------------------------------
 
     def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
         if source is None:

@@ -12,8 +12,9 @@ spaces) or a default — never the data. privacy.json lists each with its source
 trajectories n comes from the file's header: it is public under replace-one neighbours.
 
 Order of work with `--data` (the run layer's): the file's header only → `plan` (public
-parameters, the planned report, the public reward table) → the dataset's ledger → `load`
-reads the episodes → `run` → the run directory, then the ledger records the spend.
+parameters, the planned report, the public reward table) → the dataset's ledger reserves the
+spend → `load` reads the episodes → `run` → the run directory, staged and published, then the
+reservation is completed.
 
 Data are fitted to the public H, S, A by fixed rules (`privrl.offline.common`: longer
 episodes truncated to H, steps outside the spaces not counted, rewards clipped to [0, 1]),

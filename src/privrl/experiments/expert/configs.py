@@ -111,7 +111,7 @@ def build_command(env: str, quick: bool) -> str:
 class _Data:
     """A recipe dataset's header (its public metadata: m, R_random, sizes) and the
     reproduction's small JSON cache beside it (``<stem>.expert-repro.json``). The episodes are
-    read by the runs (inside the run layer's ledger guard), here only to write Figure 4's
+    read by the runs (inside the run layer's ledger transaction), here only to write Figure 4's
     public subsets of experts."""
 
     def __init__(self, env: str, path: Path) -> None:
