@@ -88,7 +88,7 @@ def test_cell_identity_uses_the_data_path_not_its_content(data_file: Path, tmp_p
         ({"grid": {"epsilon": 1.0}}, "grid.epsilon must be a non-empty list"),
         ({"grid": {"seed": [0], "seeds": 2}}, "either seed"),
         ({"grid": {"seeds": 0}}, "seeds must be an integer >= 1"),
-        ({"grid": {"epsilon": [1.0, 1000.0]}}, r"cell 2 \(epsilon=1000.0\): epsilon must be in"),
+        ({"grid": {"epsilon": [1.0, 1000.0]}}, r"cell 2 \(epsilon=1000.0\): epsilon must be at most 100"),
         ({"grid": {"epsilonn": [1.0]}}, r"cell 1 \(epsilonn=1.0\): epsilonn is not a setting"),
         ({"grid": {"epsilon": [1.0, 1.0]}}, "cells 1 and 2 are the same run"),
         ({"sweep": {"backend": "slurm"}}, "backend must be one of local, ray"),
@@ -151,7 +151,7 @@ def test_a_bad_cell_is_one_error_line_before_anything_runs(
     assert main(["sweep", str(grid)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
-    assert "cell 3 (epsilon=0.0, seed=0): epsilon must be in" in err[0]
+    assert "cell 3 (epsilon=0.0, seed=0): epsilon must be a finite number > 0" in err[0]
     assert not out.exists()  # nothing ran
     grid.write_text(f'system = "toy-work"\nout = "{out}"\n' + IMPORTS)
     assert main(["sweep", str(grid), "--address", "x:1"]) == 2

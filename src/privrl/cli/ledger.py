@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import CliError, check_delta, check_epsilon
 from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, open_ledger, registry_dir
 from privrl.privacy.units import parse_relation, parse_unit
 
@@ -50,10 +50,8 @@ def init(
     """
     if not dataset.is_file():
         raise CliError(f"dataset file not found: {dataset}")
-    if epsilon <= 0:
-        raise CliError(f"--epsilon must be > 0, got {epsilon}")
-    if not 0 < delta < 1:
-        raise CliError(f"--delta must be in (0, 1), got {delta}")
+    check_epsilon(epsilon)
+    check_delta(delta)
     if backend not in ("rdp", "pld"):
         raise CliError(f"--backend must be rdp or pld, got {backend!r}")
     ledger = BudgetLedger.init(

@@ -23,6 +23,7 @@ from gymnasium import spaces
 from rich.table import Table
 
 from privrl.data.dataset import TrajectoryDataset
+from privrl.data.files import read_npz
 from privrl.experiments.checks import (
     InputError,
     check_input_file,
@@ -122,8 +123,8 @@ def _bounds_file(path: Path, spec: str) -> tuple[np.ndarray, np.ndarray]:
                 d = json.load(fh)
             low, high = d["low"], d["high"]
         else:
-            with np.load(path, allow_pickle=False) as z:
-                low, high = z["low"], z["high"]
+            z = read_npz(path, f"space {spec!r}: bounds file")
+            low, high = z["low"], z["high"]
         return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(

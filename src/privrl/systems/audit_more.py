@@ -86,7 +86,6 @@ class AuditDpVapviConfig(AuditConfig):
         self.check_common()
         self.check_delta(self.delta)
         _at_least(self, {"horizon": 1, "features": 1, "background": 0})
-        _positive(self.epsilon, "epsilon")
         _positive(self.rho, "rho")
 
 
@@ -165,7 +164,6 @@ class AuditDpLswConfig(AuditConfig):
         self.check_common()
         self.check_delta(self.delta)
         _at_least(self, {"states": 1, "trajectories": 1})
-        _positive(self.epsilon, "epsilon")
         _positive(self.return_range, "return_range")
 
 
@@ -249,7 +247,6 @@ class AuditSdpPeConfig(AuditConfig):
             "calibration",
             f"must be 'tight' or 'theory', got {self.calibration!r}",
         )
-        _positive(self.epsilon, "epsilon")
 
 
 class AuditSdpPe(AuditSystem):

@@ -1,0 +1,248 @@
+"""Bad input that used to get through some path: one ε range for every way a budget enters
+(a flag, a `privrl run` file, a sweep cell, an audit, a ledger), config files whose values have
+the wrong type, damaged policy and array files, impossible sweep grids, an unreachable Ray
+cluster, `--resume` where nothing resumes, binary TOML files. Every refusal is the bad-input
+contract: exit code 2 and one stderr line starting `error:` that names the problem (no
+traceback), before any work starts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privrl.cli.main import main
+from privrl.envs.tabular import TabularMDP, behaviour_policy_full_support
+from privrl.offline.apvi import FiniteHorizonPolicy
+
+H, S, A = 4, 5, 3
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_bad_input(code: int, err: str, *fragments: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    assert code == 2, (code, err)
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:"), err
+    assert "internal error" not in lines[0], err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    mdp = TabularMDP.random(S, A, H, seed=3)
+    mu = behaviour_policy_full_support(4, H, S, A, 0.1)
+    return mdp.sample(mu, 300, rng=5).save(tmp_path / "d.h5")
+
+
+def write_toml(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def apvi_toml(tmp_path: Path, data: Path, out: str, extra: str) -> Path:
+    text = f'system = "dp-apvi"\ndata = "{data}"\nout = "{tmp_path / out}"\n'
+    return write_toml(tmp_path / f"{out}.toml", text + "privatize_rewards = true\n" + extra)
+
+
+# --------------------------------------------------------------------------------------------
+# one ε range for every path
+# --------------------------------------------------------------------------------------------
+
+
+def test_run_file_accepts_the_epsilon_the_flag_accepts(
+    tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: the same file at ε = 1 runs (so the refusals below are about ε)."""
+    code, _, err = run(["run", str(apvi_toml(tmp_path, data, "ok", "epsilon = 1.0\n"))], capsys)
+    assert code == 0, err
+    assert (tmp_path / "ok" / "privacy.json").is_file()
+
+
+@pytest.mark.parametrize("epsilon", ["1000.0", "1e300", "1e-9"])
+def test_run_file_refuses_an_epsilon_the_flag_refuses(
+    tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str], epsilon: str
+) -> None:
+    toml = apvi_toml(tmp_path, data, "big", f"epsilon = {epsilon}\n")
+    code, _, flag_err = run(
+        ["train", "dp-apvi", "--data", str(data), "--out", str(tmp_path / "flag"),
+         "--privatize-rewards", "--epsilon", epsilon],
+        capsys,
+    )  # fmt: skip
+    flag_line = assert_bad_input(code, flag_err, "--epsilon")
+    code, _, file_err = run(["run", str(toml)], capsys)
+    file_line = assert_bad_input(code, file_err, str(toml), "epsilon")
+    # the same check: the same problem text after the name of the flag / key
+    assert flag_line.split("--epsilon ", 1)[1] == file_line.split("epsilon ", 1)[1]
+    assert not (tmp_path / "big").exists() and not (tmp_path / "flag").exists()
+
+
+def test_every_system_holds_epsilon_to_the_library_range() -> None:
+    """Every registered system with an ε refuses ε = 1000 and 1e-9 by the one range of
+    `privrl.privacy.limits`, before its own checks (so no system can drift)."""
+    from privrl.privacy.limits import epsilon_problem
+    from privrl.runs import catalog, registry
+    from privrl.runs.config import ConfigError
+
+    catalog.load()
+    with_epsilon = [
+        name
+        for name in registry.names()
+        if "epsilon" in {f.name for f in dataclasses.fields(registry.get(name).Config)}
+    ]
+    assert len(with_epsilon) >= 15, with_epsilon  # the audits, OPE, tabular, online, deep
+    for name in with_epsilon:
+        for bad in (1000.0, 1e-9, float("nan"), float("inf")):
+            with pytest.raises(ConfigError) as info:
+                registry.get(name).Config.from_dict({"epsilon": bad})
+            assert info.value.key == "epsilon", (name, bad, str(info.value))
+            if bad == bad:  # (a NaN may be refused on conversion, as "not a number")
+                assert info.value.problem == epsilon_problem(bad), (name, bad)
+
+
+def test_sweep_refuses_a_grid_with_an_out_of_range_cell_before_any_cell_runs(
+    tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sw"
+    grid = write_toml(
+        tmp_path / "grid.toml",
+        f'system = "dp-apvi"\ndata = "{data}"\nout = "{out}"\nprivatize_rewards = true\n'
+        "[grid]\nepsilon = [1.0, 1000.0]\n",
+    )
+    code, _, err = run(["sweep", str(grid), "--backend", "local", "-j", "1"], capsys)
+    assert_bad_input(code, err, "cell 2", "epsilon=1000", "at most 100")
+    assert not list(out.glob("cells/*")), "a cell ran before the grid was refused"
+
+
+def test_audit_refuses_an_epsilon_out_of_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "audit"
+    code, _, err = run(["audit", "dp-apvi", "--epsilon", "1000", "--out", str(out)], capsys)
+    assert_bad_input(code, err, "--epsilon", "at most 100")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--epsilon", "1e300", "--delta", "1e-5"], "at most 100"),
+        (["--epsilon", "1e-9", "--delta", "1e-5"], "at least 1e-06"),
+        (["--epsilon", "1", "--delta", "1"], "(0, 1)"),
+    ],
+)
+def test_ledger_init_holds_the_budget_to_the_same_range(
+    data: Path, capsys: pytest.CaptureFixture[str], flags: list[str], fragment: str
+) -> None:
+    from privrl.privacy.ledger import LedgerError, ledgered
+
+    code, _, err = run(["ledger", "init", str(data), *flags], capsys)
+    assert_bad_input(code, err, flags[0] if fragment != "(0, 1)" else "--delta", fragment)
+    assert ledgered(data) is None
+    from privrl.privacy.ledger import BudgetLedger
+
+    eps, delta = float(flags[1]), float(flags[3])
+    with pytest.raises(LedgerError, match="total"):
+        BudgetLedger.init(data, epsilon=eps, delta=delta, unit="trajectory", relation="add_remove")
+    assert ledgered(data) is None
+
+
+# --------------------------------------------------------------------------------------------
+# config values of the wrong type, damaged files
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line", ["data = 123", "data = true", "out = 5"])
+def test_run_file_with_a_non_path_data_or_out_is_bad_input(
+    tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str], line: str
+) -> None:
+    key = line.split(" ")[0]
+    values = {"data": f'"{data}"', "out": f'"{tmp_path / "r"}"'}
+    values[key] = line.split(" = ")[1]
+    toml = write_toml(
+        tmp_path / "t.toml",
+        f'system = "dp-apvi"\ndata = {values["data"]}\nout = {values["out"]}\nepsilon = 1.0\n',
+    )
+    code, _, err = run(["run", str(toml)], capsys)
+    assert_bad_input(code, err, str(toml), f"{key} must be a path")
+
+
+def _halved(path: Path) -> Path:
+    raw = path.read_bytes()
+    half = path.with_name("half-" + path.name)
+    half.write_bytes(raw[: len(raw) // 2])
+    return half
+
+
+@pytest.fixture
+def policy_npz(tmp_path: Path) -> Path:
+    actions = np.zeros((H, S), dtype=np.int64)
+    return FiniteHorizonPolicy(actions, A).save(tmp_path / "policy.npz")
+
+
+def test_ope_ips_with_a_truncated_policy_npz_names_the_file(
+    tmp_path: Path, data: Path, policy_npz: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["ope", "ips", "--data", str(data), "--epsilon", "1", "-W", "10",
+            "--reward-range", "0,1", "--out", str(tmp_path / "o")]  # fmt: skip
+    code, _, err = run([*argv, "--target-policy", str(policy_npz)], capsys)
+    assert code == 0, err  # the intact file is a valid target
+    half = _halved(policy_npz)
+    code, _, err = run([*argv[:-1], str(tmp_path / "o2"), "--target-policy", str(half)], capsys)
+    assert_bad_input(code, err, "--target-policy", str(half), "cannot read")
+    assert not (tmp_path / "o2").exists()
+
+
+@pytest.mark.parametrize("name", ["policy.npz", "learner.pt"])
+def test_eval_with_a_truncated_policy_file_names_the_file(
+    tmp_path: Path, policy_npz: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    if name == "learner.pt":
+        import torch
+
+        torch.save({"kind": "sac", "weights": torch.zeros(4096)}, tmp_path / name)
+    half = _halved(tmp_path / name)
+    code, _, err = run(["eval", str(half), "--env", "FrozenLake-v1", "-n", "2"], capsys)
+    assert_bad_input(code, err, str(half), "cannot read")
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".pt"])
+def test_the_safe_loader_turns_any_damage_into_one_error_naming_the_file(
+    tmp_path: Path, suffix: str
+) -> None:
+    import torch
+
+    from privrl.data.files import UnreadableFileError, read_npy, read_npz, read_torch
+
+    path = tmp_path / f"a{suffix}"
+    big = np.arange(50_000, dtype=np.float64)
+    if suffix == ".npy":
+        np.save(path, big)
+    elif suffix == ".npz":
+        np.savez_compressed(path, a=big, b=big)
+    else:
+        torch.save({"a": torch.zeros(50_000)}, path)
+    reader = {".npy": read_npy, ".npz": read_npz, ".pt": read_torch}[suffix]
+    assert reader(path, "--x") is not None
+    raw = path.read_bytes()
+    damaged = [raw[: len(raw) // 2], raw[:10], b"\xff\xfe not an array" * 10]
+    if suffix == ".npz":  # the central directory intact, a member's bytes flipped
+        flipped = bytearray(raw)
+        flipped[200:2000] = bytes(1800)
+        damaged.append(bytes(flipped))
+    for i, content in enumerate(damaged):
+        bad = tmp_path / f"bad{i}{suffix}"
+        bad.write_bytes(content)
+        with pytest.raises(UnreadableFileError) as info:
+            reader(bad, "--x")
+        assert str(bad) in str(info.value) and "--x" in str(info.value), str(info.value)
