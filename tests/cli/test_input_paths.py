@@ -246,3 +246,110 @@ def test_the_safe_loader_turns_any_damage_into_one_error_naming_the_file(
         with pytest.raises(UnreadableFileError) as info:
             reader(bad, "--x")
         assert str(bad) in str(info.value) and "--x" in str(info.value), str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# sweeps: an impossible grid, an unreachable Ray cluster
+# --------------------------------------------------------------------------------------------
+
+SWEEP_TOYS = '[sweep]\nimports = ["tests.runs.sweep_toys"]\n'
+
+
+def test_count_cells_is_the_number_of_cells_expand_builds(tmp_path: Path) -> None:
+    import tests.runs.sweep_toys  # noqa: F401 - registers toy-work
+    from privrl.runs.sweep import count_cells, expand
+
+    doc = {
+        "system": "toy-work",
+        "out": str(tmp_path / "o"),
+        "grid": {"epsilon": [0.5, 1.0], "crash": [False], "seeds": 3},
+        "systems": {"toy-work": {"grid": {"work": [1, 2]}}},
+        "cells": [{"epsilon": 4.0}, {"epsilon": 8.0, "seed": 7}],
+    }
+    sweep = expand(doc)
+    grid = {"epsilon": [0.5, 1.0], "crash": [False]}
+    per_system = {"toy-work": ({}, {"work": [1, 2]})}
+    n = count_cells({"system": "toy-work"}, grid, [0, 1, 2], doc["cells"], per_system)
+    assert n == len(sweep.cells) == 2 * 2 * 3 + 2 * 3 + 2
+
+
+@pytest.mark.parametrize(
+    ("grid", "count"),
+    [("seeds = 100000000", "100,000,000"), ("epsilon = [1.0, 2.0]\nwork = RANGE", "120,000")],
+)
+def test_sweep_refuses_a_grid_beyond_the_cell_cap_with_its_count(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    grid: str,
+    count: str,
+) -> None:
+    from privrl.runs import sweep as sweeps
+
+    grid = grid.replace("RANGE", str(list(range(60_000))))
+    out = tmp_path / "big"
+    toml = write_toml(
+        tmp_path / "big.toml", f'system = "toy-work"\nout = "{out}"\n[grid]\n{grid}\n' + SWEEP_TOYS
+    )
+    built: list[int] = []
+    real_cell = sweeps._cell
+
+    def counted(index: int, *args: object) -> object:
+        built.append(index)
+        return real_cell(index, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sweeps, "_cell", counted)
+    code, _, err = run(["sweep", str(toml), "--dry-run"], capsys)
+    assert_bad_input(code, err, str(toml), f"{count} cells", f"{sweeps.MAX_CELLS:,}")
+    assert built == [], "cells were built before the grid was refused"
+    assert not out.exists()
+
+
+def _free_loopback_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_sweep_on_an_unreachable_ray_cluster_is_one_error_before_ray_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ray = pytest.importorskip("ray")
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ray.init was called for an address nothing answers at")
+
+    monkeypatch.setattr(ray, "init", never)
+    address = f"127.0.0.1:{_free_loopback_port()}"
+    out = tmp_path / "sw"
+    toml = write_toml(
+        tmp_path / "g.toml",
+        f'system = "toy-work"\nout = "{out}"\nwork = 1\n[grid]\nepsilon = [1.0, 2.0]\n'
+        + SWEEP_TOYS,
+    )
+    code, _, err = run(["sweep", str(toml), "--backend", "ray", "--address", address], capsys)
+    assert_bad_input(code, err, f"cannot reach the Ray cluster at {address}", "--backend local")
+    assert not out.exists()  # nothing written
+
+
+def test_an_address_that_never_answers_is_refused_after_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from privrl.runs import sweep as sweeps
+
+    seen: list[float] = []
+
+    def silent(address: tuple[str, int], timeout: float) -> None:
+        seen.append(timeout)
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    with pytest.raises(sweeps.SweepError, match="no answer within 10 s"):
+        sweeps.check_reachable("ray://127.0.0.1:10001")
+    assert seen == [sweeps.RAY_CONNECT_TIMEOUT] and sweeps.RAY_CONNECT_TIMEOUT <= 30
+    sweeps.check_reachable("auto")  # left to Ray

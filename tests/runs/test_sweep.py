@@ -347,10 +347,13 @@ def test_reproduce_address_goes_to_ray_init(
         def init(self, **kw: object) -> None:
             calls.append(kw)
 
+    probed: list[str] = []  # (the reachability probe, stubbed: no cluster here)
     monkeypatch.setattr(sweep, "_import_ray", lambda: FakeRay())
+    monkeypatch.setattr(sweep, "check_reachable", probed.append)
     monkeypatch.setenv(sweep.RAY_ADDRESS_ENV, "head:6379")
     sweep.ray_init(2)
     assert calls[-1]["address"] == "head:6379" and "num_cpus" not in calls[-1]
+    assert probed == ["head:6379"]
     monkeypatch.delenv(sweep.RAY_ADDRESS_ENV)
     sweep.ray_init(2)
     assert "address" not in calls[-1] and calls[-1]["num_cpus"] == 2
