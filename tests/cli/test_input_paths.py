@@ -353,3 +353,33 @@ def test_an_address_that_never_answers_is_refused_after_the_connect_timeout(
         sweeps.check_reachable("ray://127.0.0.1:10001")
     assert seen == [sweeps.RAY_CONNECT_TIMEOUT] and sweeps.RAY_CONNECT_TIMEOUT <= 30
     sweeps.check_reachable("auto")  # left to Ray
+
+
+# --------------------------------------------------------------------------------------------
+# `privrl run`: --resume where nothing resumes, binary files
+# --------------------------------------------------------------------------------------------
+
+
+def test_run_resume_of_a_system_that_cannot_resume_is_refused(
+    tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from privrl.runs import catalog, registry
+
+    catalog.load()
+    assert not registry.get("dp-apvi").resumable
+    toml = apvi_toml(tmp_path, data, "ok", "epsilon = 1.0\n")
+    code, _, err = run(["run", str(toml), "--resume"], capsys)
+    assert_bad_input(code, err, "--resume", "dp-apvi cannot resume", "without --resume")
+    assert not (tmp_path / "ok").exists()  # refused before the run
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00system = 1", bytes(range(256)) * 4])
+def test_a_binary_toml_file_is_named_and_called_not_valid_toml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, content: bytes
+) -> None:
+    path = tmp_path / "binary.toml"
+    path.write_bytes(content)
+    code, _, err = run([command, str(path)], capsys)
+    line = assert_bad_input(code, err, str(path), "is not valid TOML", "not UTF-8")
+    assert line.count(str(path)) == 1, line

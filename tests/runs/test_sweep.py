@@ -88,7 +88,10 @@ def test_cell_identity_uses_the_data_path_not_its_content(data_file: Path, tmp_p
         ({"grid": {"epsilon": 1.0}}, "grid.epsilon must be a non-empty list"),
         ({"grid": {"seed": [0], "seeds": 2}}, "either seed"),
         ({"grid": {"seeds": 0}}, "seeds must be an integer >= 1"),
-        ({"grid": {"epsilon": [1.0, 1000.0]}}, r"cell 2 \(epsilon=1000.0\): epsilon must be at most 100"),
+        (
+            {"grid": {"epsilon": [1.0, 1000.0]}},
+            r"cell 2 \(epsilon=1000.0\): epsilon must be at most 100",
+        ),
         ({"grid": {"epsilonn": [1.0]}}, r"cell 1 \(epsilonn=1.0\): epsilonn is not a setting"),
         ({"grid": {"epsilon": [1.0, 1.0]}}, "cells 1 and 2 are the same run"),
         ({"sweep": {"backend": "slurm"}}, "backend must be one of local, ray"),

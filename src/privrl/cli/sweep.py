@@ -55,8 +55,9 @@ def sweep(
             changes["address"] = address
         options = sweeps.check_options(dataclasses.replace(spec.options, **changes))
         spec = dataclasses.replace(spec, options=options)
-    except sweeps.SweepError as exc:
-        raise CliError(f"{grid}: {exc}") from None
+    except sweeps.SweepError as exc:  # (a problem of the file itself already names it)
+        text = str(exc)
+        raise CliError(text if text.startswith(f"{grid} ") else f"{grid}: {text}") from None
     if dry_run:
         for cell in spec.cells:
             state = "done" if sweeps.finished(cell) else "todo"

@@ -108,6 +108,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(str(path), "is a directory; give a TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"is not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:  # a binary file: TOML is UTF-8 text
+        raise ConfigError(
+            str(path),
+            f"is not valid TOML: it is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"offset {exc.start}); give a TOML text file",
+        ) from None
 
 
 def settings_template(system: System) -> str:
