@@ -383,3 +383,57 @@ def test_a_binary_toml_file_is_named_and_called_not_valid_toml(
     code, _, err = run([command, str(path)], capsys)
     line = assert_bad_input(code, err, str(path), "is not valid TOML", "not UTF-8")
     assert line.count(str(path)) == 1, line
+
+
+# --------------------------------------------------------------------------------------------
+# `data import`: out-of-space observations
+# --------------------------------------------------------------------------------------------
+
+
+def _one_based_table(tmp_path: Path) -> Path:
+    """States coded 1, 2, 3 (1-based) for a space declared discrete:3 (codes 0, 1, 2)."""
+    path = tmp_path / "one_based.csv"
+    rows = ["ep,state,a,r", "1,1,0,1", "1,2,1,0", "1,3,0,1", "2,3,1,0", "2,2,0,1", "2,1,1,0"]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _import(table: Path, out: Path, space: str, *extra: str) -> list[str]:
+    return ["data", "import", str(table), "-c", "episode=ep,obs=state,action=a,reward=r",
+            "--observation-space", space, "--action-space", "discrete:2", *extra,
+            "--out", str(out)]  # fmt: skip
+
+
+def test_one_based_discrete_codes_are_refused_with_the_count_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table, out = _one_based_table(tmp_path), tmp_path / "d.h5"
+    code, _, err = run(_import(table, out, "discrete:3"), capsys)
+    assert_bad_input(code, err, "2 observation value(s)", "'state' (2)", "--clip-observations")
+    assert not out.exists()  # nothing merged silently
+
+
+def test_clipping_discrete_codes_needs_the_flag_and_says_how_many(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from privrl.data.io import load_hdf5
+
+    table, out = _one_based_table(tmp_path), tmp_path / "d.h5"
+    code, _, err = run(_import(table, out, "discrete:3", "--clip-observations"), capsys)
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if "clipped" in line]
+    assert len(notes) == 1 and "2 observation value(s)" in notes[0], err
+    assert load_hdf5(out).observations.max() == 2
+    # a space that fits prints no clipping note, with or without the flag
+    for extra in ((), ("--clip-observations",)):
+        code, _, err = run(_import(table, tmp_path / "ok.h5", "discrete:4", *extra), capsys)
+        assert code == 0 and "clipped" not in err, err
+
+
+def test_data_import_help_documents_the_clipping_flag(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["data", "import", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--clip-observations" in text and "refused" in text

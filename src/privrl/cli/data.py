@@ -67,7 +67,18 @@ def import_(
             "Declared observation space (else inferred from the data, which private work "
             "refuses): discrete:N, multidiscrete:N1,N2,… (integer-coded categorical columns), "
             "box:LOW,HIGH (every column), box:LOW:HIGH:DIM, or box:FILE.json / box:FILE.npz "
-            "(per-column arrays low and high). Values outside it are clipped into it."
+            "(per-column arrays low and high). Values outside a box's bounds are clipped "
+            "into it; discrete codes outside the space are refused (see --clip-observations)."
+        ),
+    ),
+    clip_observations: bool = typer.Option(
+        False,
+        "--clip-observations",
+        help=(
+            "Clip discrete observation codes outside --observation-space into it (the nearest "
+            "code) instead of refusing the import. Without it, such codes (e.g. 1-based codes "
+            "with discrete:N, which takes 0..N-1) stop the import with the column and how many "
+            "values are outside."
         ),
     ),
     action_space: str = typer.Option(
@@ -117,6 +128,7 @@ def import_(
         unit=unit,
         units=units,
         keep_columns=keep_columns,
+        clip_observations=clip_observations,
         notes=notes,
     )
     for note in notes:
