@@ -437,3 +437,73 @@ def test_data_import_help_documents_the_clipping_flag(
     assert main(["data", "import", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--clip-observations" in text and "refused" in text
+
+
+# --------------------------------------------------------------------------------------------
+# what an interrupted run kept
+# --------------------------------------------------------------------------------------------
+
+
+def _interrupted_run(
+    tmp_path: Path,
+    data: Path,
+    out: Path,
+    files: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    signal_name: str = "SIGINT",
+) -> str:
+    """`train dp-apvi` whose run is interrupted after writing `files` into its --out."""
+    from privrl.runs import cli as runs_cli
+    from privrl.runs.console import Terminated
+
+    def interrupted(spec: object, **kwargs: object) -> None:
+        for name, text in files.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text(text)
+        raise Terminated() if signal_name == "SIGTERM" else KeyboardInterrupt()
+
+    monkeypatch.setattr(runs_cli, "execute", interrupted)
+    argv = ["train", "dp-apvi", "--data", str(data), "--epsilon", "1", "--privatize-rewards",
+            "--out", str(out)]  # fmt: skip
+    code, _, err = run(argv, capsys)
+    assert code == (143 if signal_name == "SIGTERM" else 130), err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_the_kept_line_says_what_this_run_kept(
+    tmp_path: Path,
+    data: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    secret = "value-7.31415 derived from the data"
+    a, b = tmp_path / "a", tmp_path / "b"
+    kept_a = _interrupted_run(
+        tmp_path, data, a, {"checkpoint.pt": secret, "dynamics.pt": secret}, monkeypatch, capsys
+    )
+    kept_b = _interrupted_run(tmp_path, data, b, {}, monkeypatch, capsys, "SIGTERM")
+    assert kept_a != kept_b
+    assert f"in {a}:" in kept_a and "checkpoint.pt" in kept_a and "dynamics.pt" in kept_a
+    assert "resume" in kept_a and str(b) not in kept_a
+    assert f"nothing ({b} was not created)" in kept_b and "checkpoint" not in kept_b
+    assert kept_b.startswith("error: terminated (SIGTERM)")
+    assert secret not in kept_a and "7.31415" not in kept_a  # names only, never contents
+    assert "ledger show" in kept_a  # a run on a dataset: where its spends are listed
+
+
+def test_what_was_kept_counts_finished_sweep_cells_by_their_status_files(tmp_path: Path) -> None:
+    import json
+
+    from privrl.runs.console import what_was_kept
+
+    out = tmp_path / "sweep"
+    for i, status in enumerate(["ok", "failed", "running"]):
+        cell = out / "cells" / f"toy-{i}"
+        cell.mkdir(parents=True)
+        (cell / "cell.json").write_text(json.dumps({"status": status}))
+    assert "1 of 3 sweep cells finished" in what_was_kept(out)
+    (tmp_path / "empty").mkdir()
+    assert what_was_kept(tmp_path / "empty") == f"nothing ({tmp_path / 'empty'} is empty)"

@@ -36,6 +36,7 @@ def run(
     """Run any system from a TOML config file (the same run as its command)."""
     from privrl.runs import catalog, cli, registry
     from privrl.runs.config import ConfigError
+    from privrl.runs.console import note_output
     from privrl.runs.layer import RunSpec, load_toml, settings_template
 
     catalog.load()
@@ -53,6 +54,7 @@ def run(
         raise CliError("give a CONFIG.toml (see `privrl run --help`), or --list / --show SYSTEM")
     try:
         spec = RunSpec.from_mapping(load_toml(config), out=out)
+        note_output(spec.out)
         if resume and not registry.get(spec.system).resumable:
             raise CliError(
                 f"--resume: {spec.system} cannot resume (it keeps no checkpoint to continue "
