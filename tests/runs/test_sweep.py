@@ -371,13 +371,14 @@ def test_a_reproductions_time_budget_is_given_or_from_the_environment(
 
     from privrl.runs.sweep import BUDGET_ENV, budget_deadline
 
+    monkeypatch.setattr(time, "monotonic", lambda: 1000.0)  # a frozen clock: exact deadlines
     monkeypatch.delenv(BUDGET_ENV, raising=False)
     assert budget_deadline() is None
     monkeypatch.setenv(BUDGET_ENV, "0")
-    assert budget_deadline() <= time.monotonic()
+    assert budget_deadline() == 1000.0
     monkeypatch.setenv(BUDGET_ENV, "3600")
-    assert budget_deadline() > time.monotonic() + 3500
-    assert budget_deadline(10) < time.monotonic() + 11  # the given budget first
+    assert budget_deadline() == 4600.0
+    assert budget_deadline(10) == 1010.0  # the given budget first
     for bad in ("soon", "-1", "nan"):
         monkeypatch.setenv(BUDGET_ENV, bad)
         with pytest.raises(ValueError, match=BUDGET_ENV):
