@@ -507,3 +507,50 @@ def test_what_was_kept_counts_finished_sweep_cells_by_their_status_files(tmp_pat
     assert "1 of 3 sweep cells finished" in what_was_kept(out)
     (tmp_path / "empty").mkdir()
     assert what_was_kept(tmp_path / "empty") == f"nothing ({tmp_path / 'empty'} is empty)"
+
+
+# --------------------------------------------------------------------------------------------
+# no test asserts wall-clock time
+# --------------------------------------------------------------------------------------------
+
+CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "process_time"}
+TIMING_NAMES = {"elapsed", "duration", "took", "t0", "wall", "seconds_taken"}
+
+
+def wall_clock_asserts(root: Path) -> list[str]:
+    """`file:line` of every assert under `root` that compares a clock reading or a timing
+    variable (`elapsed`, `duration`, ...) — speed belongs in benchmarks, not tests."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assert):
+                continue
+            for sub in ast.walk(node.test):
+                clock = (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Attribute)
+                    and sub.func.attr in CLOCKS
+                    and isinstance(sub.func.value, ast.Name)
+                    and sub.func.value.id == "time"
+                )
+                timing = isinstance(sub, ast.Name) and sub.id in TIMING_NAMES
+                if clock or timing:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+                    break
+    return found
+
+
+def test_no_test_asserts_wall_clock_time(tmp_path: Path) -> None:
+    bad = tmp_path / "t" / "test_x.py"
+    bad.parent.mkdir()
+    bad.write_text(
+        "import time\n"
+        "def test_a():\n    t0 = time.perf_counter()\n    assert time.perf_counter() - t0 < 1\n"
+        "def test_b(elapsed=0.0):\n    assert elapsed < 1.0\n"
+        "def test_c():\n    assert time.monotonic() > 0\n"
+    )
+    assert wall_clock_asserts(bad.parent) == ["test_x.py:4", "test_x.py:6", "test_x.py:8"]
+    assert wall_clock_asserts(Path(__file__).resolve().parents[1]) == []
