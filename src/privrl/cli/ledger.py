@@ -27,8 +27,12 @@ ledger_app = typer.Typer(
 def init(
     dataset: Path = typer.Argument(..., help="Dataset file (.h5) the budget belongs to."),
     *,
-    epsilon: float = typer.Option(..., "--epsilon", "-e", help="Total epsilon for this dataset."),
-    delta: float = typer.Option(..., "--delta", "-d", help="Total delta for this dataset."),
+    epsilon: float = typer.Option(
+        ..., "--epsilon", "-e", help="Total epsilon for this dataset (1e-6 to 100)."
+    ),
+    delta: float = typer.Option(
+        ..., "--delta", "-d", help="Total delta for this dataset, in (0, 1)."
+    ),
     unit: str = typer.Option(
         "trajectory", "--unit", help="Privacy unit: transition, trajectory, user or expert."
     ),

@@ -34,6 +34,9 @@ LEDGER_HINT = (
     "when its run directory is complete)"
 )
 _SHOWN = 6  # file names listed before "and N more"
+# The state files a resumable run continues from (MOPO's and PRIMORL's stage checkpoints, a
+# run layer `checkpoint/` directory); their presence is what "rerun to resume" rests on.
+RESUME_STATE = ("checkpoint.pt", "dynamics.pt", "fedavg_state.pt", "checkpoint/")
 _OUTPUTS: list[Path] = []
 
 
@@ -73,7 +76,7 @@ def _cells(path: Path) -> str:
 def what_was_kept(path: Path | None) -> str:
     """What `path` (a command's output) holds now, by file names only."""
     if path is None:
-        return "this command names no output (--out); nothing else was changed by it"
+        return "this command has no --out whose files could be listed"
     if not path.exists():
         return f"nothing ({path} was not created)"
     if not path.is_dir():
@@ -88,7 +91,7 @@ def what_was_kept(path: Path | None) -> str:
     ]
     if "cells/" in names:
         parts.append(_cells(path))
-    if any("checkpoint" in n or n.endswith(".pt") for n in names):
+    if any(n in RESUME_STATE for n in names):
         parts.append("a checkpoint: rerun the same command to resume from it")
     if {"privacy.json", "metrics.json"} <= set(names):
         parts.append("its run files are those of a finished run")
