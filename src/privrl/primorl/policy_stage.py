@@ -566,9 +566,7 @@ def _seeds(seed: int) -> dict[str, int]:
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a policy-stage checkpoint written by :func:`run_policy_stage`."""
-    from privrl.data.files import read_torch
-
-    ckpt = read_torch(path, "policy-stage checkpoint", weights_only=False)  # (its own format)
+    ckpt = torch.load(Path(path), map_location="cpu", weights_only=False)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a policy-stage checkpoint")
     return ckpt
