@@ -36,12 +36,10 @@ def _sentinel(*args: object, **kwargs: object) -> None:
     raise WorkStarted("the command started its work before refusing the input")
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str, float]:
-    t0 = time.perf_counter()
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(argv)
-    elapsed = time.perf_counter() - t0
     captured = capsys.readouterr()
-    return code, captured.out, captured.err, elapsed
+    return code, captured.out, captured.err
 
 
 def assert_bad_input(code: int, err: str, *fragments: str) -> str:
@@ -318,9 +316,8 @@ def test_bad_input_is_one_error_line_before_any_work(
 ) -> None:
     argv = _argv(template, paths, tmp_path)
     _block_work(monkeypatch, argv)
-    code, _, err, elapsed = run(argv, capsys)
-    assert_bad_input(code, err, *fragments)
-    assert elapsed < 10.0, f"refusal took {elapsed:.1f} s: it must come before the work"
+    code, _, err = run(argv, capsys)
+    assert_bad_input(code, err, *fragments)  # (the sentinels of WORK: before the work)
 
 
 def test_checked_flags_still_run(
@@ -346,7 +343,7 @@ def test_checked_flags_still_run(
         ["online", "pe", "--episodes", "200", "--out", str(tmp_path / "pe")],
     ]
     for argv in ok:
-        code, _, err, _ = run(argv, capsys)
+        code, _, err = run(argv, capsys)
         assert code == 0, (argv, err)
     assert (tmp_path / "pe" / "privacy.json").is_file()
 
@@ -362,27 +359,36 @@ def test_calibrate_reports_search_limits_instead_of_nonsense(
     from privrl.privacy import accounting as acc
 
     assert SEARCH_FLOOR == acc._MIN_NOISE  # the CLI names the library's floors
-    code, out, _, _ = run(["calibrate", "--epsilon", "100", "-z", "1", "-q", "1e-3"], capsys)
+    code, out, _ = run(["calibrate", "--epsilon", "100", "-z", "1", "-q", "1e-3"], capsys)
     assert code == 0 and "or more (the search stops at 10000000" in out
     # the floor itself is reached only by targets the accountant meets with almost no noise;
     # stand in for such a search result (the search is the library's, tested there)
     monkeypatch.setattr(acc, "calibrate_noise_multiplier", lambda *a, **k: SEARCH_FLOOR["rdp"])
     monkeypatch.setattr(acc, "epsilon", lambda *a, **k: 0.5)
-    code, out, _, _ = run(["calibrate", "--epsilon", "1", "-T", "3", "--json"], capsys)
+    code, out, _ = run(["calibrate", "--epsilon", "1", "-T", "3", "--json"], capsys)
     assert code == 0
     result = json.loads(out)
     assert result["noise_multiplier"] == SEARCH_FLOOR["rdp"] and result["search_floor"]
 
 
 def test_account_skips_a_pld_that_cannot_fit_but_keeps_rdp(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import json
 
-    t0 = time.perf_counter()
-    code, out, err, _ = run(["account", "-z", "1", "-T", HUGE, "--json"], capsys)
+    from privrl.privacy import accounting as acc
+
+    backends: list[str] = []
+    real_epsilon = acc.epsilon
+
+    def epsilon(*args: object, **kwargs: object) -> float:
+        backends.append(str(kwargs.get("backend")))
+        return real_epsilon(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(acc, "epsilon", epsilon)
+    code, out, err = run(["account", "-z", "1", "-T", HUGE, "--json"], capsys)
     assert code == 0, err
-    assert time.perf_counter() - t0 < 10
+    assert "pld" not in backends and "rdp" in backends  # the PLD was never built
     rows = {r["accountant"].split()[0]: r for r in json.loads(out)["results"]}
     assert rows["RDP"]["epsilon"] > 1e6  # a valid (huge) bound
     assert rows["PLD"]["epsilon"] is None and "--backend rdp" in rows["PLD"]["note"]
@@ -441,7 +447,8 @@ OTHER_CASES = [
 ]
 # Cases that used to do seconds to minutes of work before failing, or never ended
 # (--eval-episodes 1e12 allocated memory in C code until killed: 10 GB after 5 minutes); the
-# 10 s bound of the test guards that they are now refused before that work.
+# sentinels of WORK (the header read, the noise calibration, the learners) guard that they are
+# now refused before that work.
 SLOW_BEFORE = [
     (_with(GPOPE, "--iterations", HUGE, *TMP), ["--iterations", "at most"]),
     (_with(GPOPE, "--lambda-min", "nan", *TMP), ["--lambda-min"]),
@@ -465,9 +472,8 @@ def test_train_ope_bad_input(
 ) -> None:
     argv = _argv(template, paths, tmp_path)
     _block_work(monkeypatch, argv)
-    code, _, err, elapsed = run(argv, capsys)
-    assert_bad_input(code, err, *fragments)
-    assert elapsed < 10.0
+    code, _, err = run(argv, capsys)
+    assert_bad_input(code, err, *fragments)  # (the sentinels of WORK: before the work)
 
 
 # --------------------------------------------------------------------------------------------
@@ -477,7 +483,7 @@ def test_train_ope_bad_input(
 
 def _demo_raises(
     exc: BaseException, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
-) -> tuple[int, str, str, float]:
+) -> tuple[int, str, str]:
     def boom(*args: object, **kwargs: object) -> None:
         raise exc
 
@@ -488,11 +494,11 @@ def _demo_raises(
 def test_ctrl_c_prints_what_was_kept_and_exits_130(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err, _ = _demo_raises(KeyboardInterrupt(), monkeypatch, tmp_path, capsys)
+    code, _, err = _demo_raises(KeyboardInterrupt(), monkeypatch, tmp_path, capsys)
     assert code == 130
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: interrupted"), err
-    assert "what was kept" in lines[0] and "resume from their checkpoint" in lines[0]
+    assert "what was kept: nothing" in lines[0] and str(tmp_path / "d") in lines[0]
     assert "Traceback" not in err
 
 
@@ -503,17 +509,20 @@ def test_sigterm_unwinds_like_ctrl_c_and_exits_143(
     files of atomic writers, the ledger guard) runs; the previous handler is restored."""
     before = signal.getsignal(signal.SIGTERM)
     cleaned = []
+    went_on = []
 
     def killed(*args: object, **kwargs: object) -> None:
         try:
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)  # the handler raises before this ends
+            for _ in range(1000):  # the handler raises inside this loop, at once
+                time.sleep(0.01)
+            went_on.append(True)
         finally:
             cleaned.append(True)
 
     monkeypatch.setattr("privrl.experiments.demo.run_demo", killed)
-    code, _, err, elapsed = run(["demo", "--episodes", "10", "--out", str(tmp_path)], capsys)
-    assert code == 143 and elapsed < 5
+    code, _, err = run(["demo", "--episodes", "10", "--out", str(tmp_path)], capsys)
+    assert code == 143 and went_on == []
     assert err.strip().startswith("error: terminated") and len(err.strip().splitlines()) == 1
     assert cleaned == [True]
     assert signal.getsignal(signal.SIGTERM) == before
@@ -537,14 +546,14 @@ def test_os_and_memory_errors_are_one_line(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, _, err, _ = _demo_raises(exc, monkeypatch, tmp_path, capsys)
+    code, _, err = _demo_raises(exc, monkeypatch, tmp_path, capsys)
     assert_bad_input(code, err, fragment)
 
 
 def test_a_bug_is_one_line_with_exit_1_and_debug_shows_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err, _ = _demo_raises(ZeroDivisionError("oops"), monkeypatch, tmp_path, capsys)
+    code, _, err = _demo_raises(ZeroDivisionError("oops"), monkeypatch, tmp_path, capsys)
     assert code == 1 and "Traceback" not in err
     assert err.strip().startswith("error: internal error: ZeroDivisionError: oops")
     monkeypatch.setenv("PRIVRL_DEBUG", "1")
@@ -566,7 +575,7 @@ def test_warnings_are_one_line_without_source(
             logging.getLogger("absl").warning("Negative Renyi divergence of -%g", 1e-312)
 
     monkeypatch.setattr("privrl.experiments.demo.run_demo", warn)
-    code, _, err, _ = run(["demo", "--episodes", "10", "--out", str(tmp_path)], capsys)
+    code, _, err = run(["demo", "--episodes", "10", "--out", str(tmp_path)], capsys)
     assert code == 0
     lines = err.strip().splitlines()
     assert len(lines) == 3, err

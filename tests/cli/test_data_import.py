@@ -140,7 +140,7 @@ def test_kept_columns_are_stored_per_transition(
     assert read_header(out).content_sha256 == read_header(plain).content_sha256
 
 
-def test_box_bounds_clip_and_say_so_without_counts(
+def test_box_bounds_clip_and_say_how_many_only_when_some_were(
     table: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "d.h5"
@@ -150,12 +150,18 @@ def test_box_bounds_clip_and_say_so_without_counts(
     assert ds.metadata.observation_space == spaces.Box(-1.0, 1.0, (2,), np.float64)
     assert ds.observations.min() == -1.0 and ds.observations.max() == 1.0
     note = [line for line in err.splitlines() if "clipped" in line]
-    assert len(note) == 1 and not any(ch.isdigit() for ch in note[0])
-    # the same note whether or not a value was outside the bounds (it carries no information)
+    # s1 = -3.0 once, s2 in {2, 3, 9, 4}: 5 values, said to the data holder at import
+    assert len(note) == 1 and "5 observation value(s)" in note[0], err
+    assert "'s1' (1)" in note[0] and "'s2' (4)" in note[0], note
+    # a clean import prints no clipping note at all
     wide = tmp_path / "wide.h5"
     code, _, err_wide = run(imp(table, wide, "--observation-space", "box:-100,100"), capsys)
     assert code == 0
-    assert [x for x in err_wide.splitlines() if "clipped" in x] == note
+    assert not [x for x in err_wide.splitlines() if "clipped" in x], err_wide
+    # what is stored does not depend on whether (or how much) anything was clipped
+    extra, extra_wide = load_hdf5(out).metadata.extra, load_hdf5(wide).metadata.extra
+    assert extra["observation_clipping"] == extra_wide["observation_clipping"]
+    assert not any(ch.isdigit() for ch in extra["observation_clipping"])
 
 
 def test_box_bounds_per_column_from_json_and_npz(
@@ -174,7 +180,7 @@ def test_box_bounds_per_column_from_json_and_npz(
         np.testing.assert_array_equal(obs.max(axis=0), [0.8, 3.0])
 
 
-def test_multidiscrete_codes_declared_and_clipped(
+def test_multidiscrete_codes_outside_the_space_are_refused_unless_clipping_is_asked(
     table: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "d.h5"
@@ -183,12 +189,17 @@ def test_multidiscrete_codes_declared_and_clipped(
         "--action-space", "discrete:2", "--observation-space", "multidiscrete:3,4",
         "--out", str(out),
     ]  # fmt: skip
+    # codes 7 (c) and 9, 4 (s2) are outside 3 and 4 categories: refused, naming the columns
     code, _, err = run(argv, capsys)
+    assert_bad_input(code, err, "3 observation value(s)", "'c' (1)", "'s2' (2)")
+    assert "--clip-observations" in err and not out.exists()
+    code, _, err = run([*argv, "--clip-observations"], capsys)
     assert code == 0, err
+    assert "3 observation value(s)" in err and "clipped" in err
     ds = load_hdf5(out)
     assert isinstance(ds.metadata.observation_space, spaces.MultiDiscrete)
     assert ds.observations.dtype == np.int64
-    # codes 7 (c) and 9 (s2) are outside 3 and 4 categories: clipped to 2 and 3
+    # clipped to the last codes, 2 and 3
     assert ds.observations[:, 0].max() == 2 and ds.observations[:, 1].max() == 3
     assert "inferred_from_data" not in ds.metadata.extra
 
@@ -297,7 +308,7 @@ def test_feature_maps_work_on_imported_contexts(
     argv = [
         "data", "import", str(table), "-c", "episode=ep,obs=c|s2,action=a,reward=r,timestep=t",
         "--action-space", "discrete:2", "--observation-space", "multidiscrete:3,4",
-        "--out", str(cat),
+        "--clip-observations", "--out", str(cat),
     ]  # fmt: skip
     assert run(argv, capsys)[0] == 0
     ds = load_hdf5(cat)

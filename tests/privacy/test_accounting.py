@@ -9,7 +9,6 @@ composition). Slow reproductions live in test_accounting_slow.py.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -711,18 +710,20 @@ def test_invalid_arguments_to_epsilon():
     assert epsilon(ev, DELTA, relation="add-remove") == epsilon(ev, DELTA)  # type: ignore[arg-type]
 
 
-def test_epsilon_speed_for_10000_poisson_steps():
-    """One epsilon() of 10,000 Poisson-sampled steps on the dense grid, cache cleared, takes
-    well under 1 s on an idle machine (asserted at 3 s to tolerate a shared machine); a
-    repeat with the cached curve is ~1 ms (asserted at 0.1 s)."""
+def test_epsilon_of_a_repeated_event_reuses_the_cached_rdp_curve():
+    """A repeat of epsilon() for 10,000 Poisson-sampled steps computes no new RDP curve: it is
+    served from the cache (which is what makes it cheap; speed itself belongs in benchmarks),
+    and gives the same ε."""
     acc._leaf_rdp_cached.cache_clear()
     ev = sampled_gaussian_event(0.9, 10_000, sampling_probability=0.004)
-    start = time.perf_counter()
-    epsilon(ev, DELTA)
-    assert time.perf_counter() - start < 3.0
-    start = time.perf_counter()
-    epsilon(ev, DELTA)
-    assert time.perf_counter() - start < 0.1
+    first = epsilon(ev, DELTA)
+    after_first = acc._leaf_rdp_cached.cache_info()
+    assert after_first.misses >= 1
+    again = epsilon(ev, DELTA)
+    after_again = acc._leaf_rdp_cached.cache_info()
+    assert after_again.misses == after_first.misses  # nothing recomputed
+    assert after_again.hits > after_first.hits
+    assert again == first
 
 
 # --------------------------------------------------------------------------- calibration errors

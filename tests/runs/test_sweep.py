@@ -89,7 +89,10 @@ def test_cell_identity_uses_the_data_path_not_its_content(data_file: Path, tmp_p
         ({"grid": {"epsilon": 1.0}}, "grid.epsilon must be a non-empty list"),
         ({"grid": {"seed": [0], "seeds": 2}}, "either seed"),
         ({"grid": {"seeds": 0}}, "seeds must be an integer >= 1"),
-        ({"grid": {"epsilon": [1.0, 1000.0]}}, r"cell 2 \(epsilon=1000.0\): epsilon must be in"),
+        (
+            {"grid": {"epsilon": [1.0, 1000.0]}},
+            r"cell 2 \(epsilon=1000.0\): epsilon must be at most 100",
+        ),
         ({"grid": {"epsilonn": [1.0]}}, r"cell 1 \(epsilonn=1.0\): epsilonn is not a setting"),
         ({"grid": {"epsilon": [1.0, 1.0]}}, "cells 1 and 2 are the same run"),
         ({"sweep": {"backend": "slurm"}}, "backend must be one of local, ray"),
@@ -152,7 +155,7 @@ def test_a_bad_cell_is_one_error_line_before_anything_runs(
     assert main(["sweep", str(grid)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
-    assert "cell 3 (epsilon=0.0, seed=0): epsilon must be in" in err[0]
+    assert "cell 3 (epsilon=0.0, seed=0): epsilon must be a finite number > 0" in err[0]
     assert not out.exists()  # nothing ran
     grid.write_text(f'system = "toy-work"\nout = "{out}"\n' + IMPORTS)
     assert main(["sweep", str(grid), "--address", "x:1"]) == 2
@@ -351,10 +354,13 @@ def test_reproduce_address_goes_to_ray_init(
         def init(self, **kw: object) -> None:
             calls.append(kw)
 
+    probed: list[str] = []  # (the reachability probe, stubbed: no cluster here)
     monkeypatch.setattr(sweep, "_import_ray", lambda: FakeRay())
+    monkeypatch.setattr(sweep, "check_reachable", probed.append)
     monkeypatch.setenv(sweep.RAY_ADDRESS_ENV, "head:6379")
     sweep.ray_init(2)
     assert calls[-1]["address"] == "head:6379" and "num_cpus" not in calls[-1]
+    assert probed == ["head:6379"]
     monkeypatch.delenv(sweep.RAY_ADDRESS_ENV)
     sweep.ray_init(2)
     assert "address" not in calls[-1] and calls[-1]["num_cpus"] == 2
@@ -369,13 +375,14 @@ def test_a_reproductions_time_budget_is_given_or_from_the_environment(
 
     from privrl.runs.sweep import BUDGET_ENV, budget_deadline
 
+    monkeypatch.setattr(time, "monotonic", lambda: 1000.0)  # a frozen clock: exact deadlines
     monkeypatch.delenv(BUDGET_ENV, raising=False)
     assert budget_deadline() is None
     monkeypatch.setenv(BUDGET_ENV, "0")
-    assert budget_deadline() <= time.monotonic()
+    assert budget_deadline() == 1000.0
     monkeypatch.setenv(BUDGET_ENV, "3600")
-    assert budget_deadline() > time.monotonic() + 3500
-    assert budget_deadline(10) < time.monotonic() + 11  # the given budget first
+    assert budget_deadline() == 4600.0
+    assert budget_deadline(10) == 1010.0  # the given budget first
     for bad in ("soon", "-1", "nan"):
         monkeypatch.setenv(BUDGET_ENV, bad)
         with pytest.raises(ValueError, match=BUDGET_ENV):

@@ -64,7 +64,18 @@ def import_(
         help=(
             "Declared observation space, e.g. discrete:N or box:LOW,HIGH (see `privrl help "
             "spaces`); else inferred from the data, which private work refuses. Values outside "
-            "it are clipped into it."
+            "a box are clipped into it; discrete codes outside the space are refused (see "
+            "--clip-observations)."
+        ),
+    ),
+    clip_observations: bool = typer.Option(
+        False,
+        "--clip-observations",
+        help=(
+            "Clip discrete observation codes outside --observation-space into it (the nearest "
+            "code) instead of refusing the import. Without it, such codes (e.g. 1-based codes "
+            "with discrete:N, which takes 0..N-1) stop the import with the column and how many "
+            "values are outside."
         ),
     ),
     action_space: str = typer.Option(
@@ -110,6 +121,7 @@ def import_(
         unit=unit,
         units=units,
         keep_columns=keep_columns,
+        clip_observations=clip_observations,
         notes=notes,
     )
     for note in notes:

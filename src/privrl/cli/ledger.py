@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from privrl.cli.errors import CliError
+from privrl.cli.errors import CliError, check_delta, check_epsilon
 from privrl.experiments.rundir import settle_reservation
 from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, open_ledger, registry_dir
 from privrl.privacy.units import parse_relation, parse_unit
@@ -31,8 +31,12 @@ ledger_app = typer.Typer(
 def init(
     dataset: Path = typer.Argument(..., help="Dataset file (.h5) the budget belongs to."),
     *,
-    epsilon: float = typer.Option(..., "--epsilon", "-e", help="Total epsilon for this dataset."),
-    delta: float = typer.Option(..., "--delta", "-d", help="Total delta for this dataset."),
+    epsilon: float = typer.Option(
+        ..., "--epsilon", "-e", help="Total epsilon for this dataset (1e-6 to 100)."
+    ),
+    delta: float = typer.Option(
+        ..., "--delta", "-d", help="Total delta for this dataset, in (0, 1)."
+    ),
     unit: str = typer.Option(
         "trajectory", "--unit", help="Privacy unit: transition, trajectory, user or expert."
     ),
@@ -54,10 +58,8 @@ def init(
     """
     if not dataset.is_file():
         raise CliError(f"dataset file not found: {dataset}")
-    if epsilon <= 0:
-        raise CliError(f"--epsilon must be > 0, got {epsilon}")
-    if not 0 < delta < 1:
-        raise CliError(f"--delta must be in (0, 1), got {delta}")
+    check_epsilon(epsilon)
+    check_delta(delta)
     if backend not in ("rdp", "pld"):
         raise CliError(f"--backend must be rdp or pld, got {backend!r}")
     ledger = BudgetLedger.init(

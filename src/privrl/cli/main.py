@@ -1,10 +1,11 @@
 """The `privrl` command line.
 
 Bad input exits with code 2 and one line on stderr starting `error:`; no traceback. An
-interrupted run (Ctrl-C, exit code 130; SIGTERM, 143) says so in one `error:` line and what was
-kept. Warnings print as one `warning: …` line each, without Python source lines. Errors of the
-operating system on the user's paths (a directory where a file is expected, permission denied,
-disk full) and running out of memory are one `error:` line too. Anything else is a bug: one
+interrupted run (Ctrl-C, exit code 130; SIGTERM, 143) says so in one `error:` line and what it
+kept (the files in its output, by name). Warnings print as one `warning: …` line each, without
+Python source lines. Errors of the operating system on the user's paths (a directory where a
+file is expected, permission denied, disk full) and running out of memory are one `error:` line
+too. Anything else is a bug: one
 `error: internal error …` line and exit code 1 (set PRIVRL_DEBUG=1 to see the traceback).
 The console conventions (warning lines, SIGTERM, OS-error messages) are `privrl.runs.console`.
 """
@@ -40,9 +41,10 @@ from privrl.cli.sweep import sweep
 from privrl.cli.topics import help_topic
 from privrl.cli.train import train_app
 from privrl.runs.console import (
-    INTERRUPTED,
     Terminated,
     console_conventions,
+    forget_outputs,
+    kept_message,
     one_line,
     os_error,
 )
@@ -133,6 +135,7 @@ def _fail(message: str, code: int = 2) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the process exit code."""
+    forget_outputs()
     with console_conventions():
         try:
             result = _command()(args=argv, standalone_mode=False, prog_name="privrl")
@@ -164,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         except (_Interrupted, KeyboardInterrupt) as exc:
             original = exc.original if isinstance(exc, _Interrupted) else exc
+            kept = kept_message(list(sys.argv[1:] if argv is None else argv))
             if isinstance(original, Terminated):
-                return _fail(f"terminated (SIGTERM); {INTERRUPTED}", 143)
-            return _fail(f"interrupted (Ctrl-C); {INTERRUPTED}", 130)
+                return _fail(f"terminated (SIGTERM); {kept}", 143)
+            return _fail(f"interrupted (Ctrl-C); {kept}", 130)
         except Exception as exc:  # a bug: one line, not a traceback (PRIVRL_DEBUG=1 shows it)
             return _internal(exc)
     return int(result) if isinstance(result, int) else 0

@@ -43,6 +43,7 @@ def sweep(
     import dataclasses
 
     from privrl.runs import sweep as sweeps
+    from privrl.runs.console import note_output
 
     try:
         spec = sweeps.load_sweep(grid, out=out)
@@ -55,8 +56,10 @@ def sweep(
             changes["address"] = address
         options = sweeps.check_options(dataclasses.replace(spec.options, **changes))
         spec = dataclasses.replace(spec, options=options)
-    except sweeps.SweepError as exc:
-        raise CliError(f"{grid}: {exc}") from None
+        note_output(spec.out)
+    except sweeps.SweepError as exc:  # (a problem of the file itself already names it)
+        text = str(exc)
+        raise CliError(text if text.startswith(f"{grid} ") else f"{grid}: {text}") from None
     if dry_run:
         for cell in spec.cells:
             state = "done" if sweeps.finished(cell) else "todo"

@@ -22,11 +22,15 @@ observation of an episode is obtained is the one real decision here:
   warning and recorded in ``metadata.extra["final_observation"]``. An episode with a single
   row then has no transition and is an error.
 
-Observations outside a *declared* observation space (Discrete, MultiDiscrete, or a Box with a
-finite bound) are clipped into it, never refused: whether a private value falls outside a
-declared bound must not decide whether the import succeeds. The import says that clipping
-applies (a warning and ``metadata.extra["observation_clipping"]``), never how many rows it
-changed.
+Observations outside a *declared* observation space: a Box's finite bounds are a clipping
+range, so values outside them are clipped into it; a discrete code outside a Discrete,
+MultiDiscrete or MultiBinary space (1-based codes imported with ``discrete:N``, which takes
+0..N-1) is a coding error, refused with the column and the number of such values unless
+``clip_out_of_space=True`` (``--clip-observations``) asks for clipping. Import is the data
+holder's own tool, run on the raw data before any privatisation, so its local messages (that
+refusal, and a warning with the number of values actually clipped) may depend on the data;
+what it *stores* may not: ``metadata.extra["observation_clipping"]`` says that clipping is in
+force (from the declared space and the option alone), never whether or how much it changed.
 
 A row with both ``terminated`` and ``truncated`` set (Gymnasium returns both when the MDP
 ends at the time limit, e.g. CartPole-v1 falling at step 500; Minari records both) is
@@ -58,6 +62,7 @@ __all__ = [
     "clip_observations",
     "content_sha256",
     "export_table",
+    "fit_observations",
     "import_table",
     "load_hdf5",
     "parse_column_mapping",
@@ -540,12 +545,14 @@ def import_table(
     keep_ids: bool = False,
     keep_columns: Sequence[str] = (),
     validate: bool = True,
+    clip_out_of_space: bool = False,
 ) -> TrajectoryDataset:
     """Read a transitions table (one row per transition) into a dataset.
 
     ``keep_columns`` names numeric columns kept per transition as ``ds.extra_columns`` (e.g. a
     target policy's probability of the logged action, for ``--target-policy column:NAME``).
-    Observations outside a space given here (``observation_space``) are clipped into it.
+    Observations outside a space given here (``observation_space``): see `fit_observations`
+    (a Box clips; discrete codes are refused unless ``clip_out_of_space``).
 
     Episodes are ordered by episode id, rows within an episode by the ``timestep`` column if
     mapped (duplicates are an error), else by their order in the file. Spaces not given are
@@ -740,9 +747,12 @@ def import_table(
     observations = _fit_to_space(observations, obs_space, "obs")
     actions = _fit_to_space(actions, act_space, "action")
     if observation_space is not None and clips(obs_space):
-        observations = clip_observations(observations, obs_space)
-        extra["observation_clipping"] = CLIPPING_NOTE
-        warnings.warn(f"{path.name}: {CLIPPING_NOTE}", UserWarning, stacklevel=2)
+        obs_columns = [mapping.obs] if isinstance(mapping.obs, str) else list(mapping.obs)
+        observations, clipping = fit_observations(
+            observations, obs_space, obs_columns, source=path.name, clip=clip_out_of_space
+        )
+        if clipping:
+            extra["observation_clipping"] = CLIPPING_NOTE
     if kept:
         extra["extra_columns"] = list(kept)
 
@@ -786,10 +796,63 @@ def import_table(
         ) from exc
 
 
-CLIPPING_NOTE = (
-    "observations outside the declared observation space are clipped into it (the import "
-    "does not say how many)"
-)
+CLIPPING_NOTE = "observations outside the declared observation space are clipped into it"
+DISCRETE_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def outside_space(values: np.ndarray, space: spaces.Space) -> np.ndarray:
+    """Per flattened column, how many of `values` lie outside the declared `space` (a Box's
+    bounds, or the codes of a discrete space); NaN is not counted (validation refuses it)."""
+    flat = np.asarray(values).reshape(len(values), -1)
+    moved = flat != np.asarray(clip_observations(values, space)).reshape(len(values), -1)
+    if np.issubdtype(flat.dtype, np.floating):
+        moved &= ~np.isnan(flat)
+    return moved.sum(axis=0)
+
+
+def fit_observations(
+    values: np.ndarray,
+    space: spaces.Space,
+    columns: Sequence[str],
+    *,
+    source: str,
+    clip: bool = False,
+) -> tuple[np.ndarray, bool]:
+    """`values` fitted into the declared `space`, and whether clipping is in force.
+
+    A Box clips (its bounds are a clipping range). A discrete space refuses codes outside it
+    (a `DatasetError` naming each column and how many of its values are outside), unless
+    `clip`. A warning says how many values were clipped, only when some were. These messages
+    are the data holder's own, at import; nothing stored depends on them (see the module
+    docstring)."""
+    counts = outside_space(values, space)
+    total = int(counts.sum())
+    names = (
+        list(columns) if len(columns) == len(counts) else [f"obs[{j}]" for j in range(len(counts))]
+    )
+    where = ", ".join(f"{n!r} ({int(c)})" for n, c in zip(names, counts, strict=True) if c)
+    discrete = isinstance(space, DISCRETE_SPACES)
+    if discrete and total and not clip:
+        raise DatasetError(
+            f"{source}: {total} observation value(s) fall outside the declared space {space}, "
+            f"in column(s) {where} (1-based codes? {space} takes codes from "
+            f"{_first_code(space)}); fix the codes or the space, or pass --clip-observations "
+            "to clip them into it"
+        )
+    clipping = clip or not discrete
+    if clipping and total:
+        warnings.warn(
+            f"{source}: {total} observation value(s) outside the declared observation space "
+            f"were clipped into it, in column(s) {where}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return (clip_observations(values, space) if clipping else values), clipping
+
+
+def _first_code(space: spaces.Space) -> str:
+    start = np.asarray(getattr(space, "start", 0)).reshape(-1)
+    return str(int(start[0])) if start.size and np.all(start == start[0]) else "its start"
 
 
 def _import_facts(extra: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from gymnasium import spaces
 from rich.table import Table
 
 from privrl.data.dataset import TrajectoryDataset
+from privrl.data.files import read_npz
 from privrl.experiments.checks import (
     InputError,
     check_input_file,
@@ -122,8 +123,8 @@ def _bounds_file(path: Path, spec: str) -> tuple[np.ndarray, np.ndarray]:
                 d = json.load(fh)
             low, high = d["low"], d["high"]
         else:
-            with np.load(path, allow_pickle=False) as z:
-                low, high = z["low"], z["high"]
+            z = read_npz(path, f"space {spec!r}: bounds file")
+            low, high = z["low"], z["high"]
         return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(
@@ -257,6 +258,7 @@ def import_dataset(
     unit: str | None = None,
     units: int | None = None,
     keep_columns: str | None = None,
+    clip_observations: bool = False,
     notes: list[str] | None = None,
 ) -> TrajectoryDataset:
     """Import a Parquet/CSV table of transitions (`columns`: the column mapping), a local Minari
@@ -266,7 +268,9 @@ def import_dataset(
     column, or a Minari episode metadata/info key) becomes the dataset's unit ids. `units` is
     the declared (public) number of units, recorded as `n_users` (or `n_trajectories` with
     `--unit episode`) in the metadata; the import never counts it from the data. `keep_columns`
-    (comma-separated) keeps those numeric table columns per transition. With `notes` a list,
+    (comma-separated) keeps those numeric table columns per transition. Discrete observation
+    codes outside a declared space are refused unless `clip_observations` (a Box's bounds
+    always clip; see `privrl.data.io.fit_observations`). With `notes` a list,
     the import's warnings (and any library's) are appended to it as text instead of being
     raised, so the command line prints them as plain lines.
     """
@@ -301,7 +305,7 @@ def import_dataset(
             ds = import_minari(source, unit=minari_unit)
             declared = parse_space(observation_space, _flat_dim(ds.metadata.observation_space))
             if declared is not None:
-                ds = _declare_observation_space(ds, declared, source)
+                ds = _declare_observation_space(ds, declared, source, clip_observations)
         elif kind == "hdf5":
             if unit_spec is not None or observation_space is not None:
                 raise InputError(
@@ -336,6 +340,7 @@ def import_dataset(
                 discount=discount,
                 env_id=env_id,
                 keep_columns=keep,
+                clip_out_of_space=clip_observations,
             )
             if unit_spec is not None and unit_spec[0] == "episode":
                 ds = ds.with_metadata(ds.metadata.with_extra(unit="episode"), validate=False)
@@ -368,11 +373,12 @@ def _warnings_as_notes(notes: list[str] | None) -> Iterator[None]:
 
 
 def _declare_observation_space(
-    ds: TrajectoryDataset, declared: spaces.Space, source: str
+    ds: TrajectoryDataset, declared: spaces.Space, source: str, clip: bool = False
 ) -> TrajectoryDataset:
-    """`ds` with a declared observation space, its observations clipped into it if it bounds
-    them (never refused on the values)."""
-    from privrl.data.io import CLIPPING_NOTE, clip_observations, clips
+    """`ds` with a declared observation space, its observations fitted into it
+    (`privrl.data.io.fit_observations`: a Box clips, discrete codes outside are refused unless
+    `clip`)."""
+    from privrl.data.io import CLIPPING_NOTE, clips, fit_observations
 
     fields = ds._fields()
     extra = {**ds.metadata.extra}
@@ -385,9 +391,9 @@ def _declare_observation_space(
         )
     obs = obs.reshape((obs.shape[0], *shape)).astype(declared.dtype, copy=False)
     if clips(declared):
-        obs = clip_observations(obs, declared)
-        extra["observation_clipping"] = CLIPPING_NOTE
-        warnings.warn(f"{source}: {CLIPPING_NOTE}", UserWarning, stacklevel=1)
+        obs, clipping = fit_observations(obs, declared, [], source=source, clip=clip)
+        if clipping:
+            extra["observation_clipping"] = CLIPPING_NOTE
     fields["observations"] = obs
     return TrajectoryDataset(
         **fields, metadata=ds.metadata.replace(observation_space=declared, extra=extra)

@@ -8,9 +8,8 @@ depends on it.
 
 Caps (documented in `privrl <command> --help` where they apply):
 
-- ε flags are finite, > 0 and at most `MAX_EPSILON` (100): beyond it a guarantee says nothing
-  (e^ε > 10^43) and the accountants' e^ε overflows; at least `MIN_EPSILON` (1e-6): below it the
-  noise calibrations of the shuffle and tree mechanisms do not terminate in useful time.
+- ε flags are in [`MIN_EPSILON`, `MAX_EPSILON`] = [1e-6, 100] and δ flags in (0, 1): the one
+  range of `privrl.privacy.limits`, which config files, sweep cells, audits and ledgers use too.
 - Sizes (episodes, steps, horizons, states) must fit in this machine's memory: each command
   states its bytes per unit, and `check_memory` refuses a size whose estimate exceeds the
   memory the process may use (physical RAM or the cgroup limit, whichever is smaller),
@@ -23,8 +22,12 @@ import math
 import os
 from pathlib import Path
 
-MAX_EPSILON = 100.0
-MIN_EPSILON = 1e-6
+from privrl.privacy.limits import (  # noqa: F401  (MAX/MIN_EPSILON: imported from here too)
+    MAX_EPSILON,
+    MIN_EPSILON,
+    delta_problem,
+    epsilon_problem,
+)
 
 
 class InputError(ValueError):
@@ -74,25 +77,20 @@ def check_number(
 
 
 def check_epsilon(value: float, flag: str = "--epsilon") -> float:
-    """A privacy budget ε in [MIN_EPSILON, MAX_EPSILON] (see the module docstring)."""
-    v = check_number(value, flag, gt=0)
-    if v > MAX_EPSILON:
-        raise InputError(
-            f"{flag} must be at most {MAX_EPSILON:g}, got {value!r}: an ε that large guarantees "
-            "nothing (e^ε > 10^43) and overflows the accountants; use a meaningful budget "
-            "(typically 0.1-10) or the command's non-private twin"
-        )
-    if v < MIN_EPSILON:
-        raise InputError(
-            f"{flag} must be at least {MIN_EPSILON:g}, got {value!r}: the noise for a budget "
-            "that small cannot be calibrated in useful time and would drown any signal"
-        )
-    return v
+    """A privacy budget ε in [MIN_EPSILON, MAX_EPSILON]: the library's one range
+    (`privrl.privacy.limits`), with the flag's name in the message."""
+    problem = epsilon_problem(value)
+    if problem is not None:
+        raise InputError(f"{flag} {problem}".strip())
+    return float(value)
 
 
 def check_delta(value: float, flag: str = "--delta") -> float:
-    """A δ in (0, 1)."""
-    return check_number(value, flag, gt=0, lt=1, hint="e.g. 1e-5")
+    """A δ in (0, 1) (`privrl.privacy.limits`)."""
+    problem = delta_problem(value)
+    if problem is not None:
+        raise InputError(f"{flag} {problem}".strip())
+    return float(value)
 
 
 def check_int(

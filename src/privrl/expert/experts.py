@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privrl.arrays import FloatArray, IntArray
+from privrl.data.files import read_npz
 from privrl.expert.base import modified_probs
 from privrl.rl.features import HIV_LOG_MEAN, HIV_LOG_STD
 
@@ -834,9 +835,9 @@ def load_experts(directory: str | Path) -> ArrayExperts:
     family = meta.get("family")
     if family not in FAMILIES:
         raise ValueError(f"unknown expert family {family!r}; known: {', '.join(FAMILIES)}")
-    with np.load(directory / _ARRAY_FILE) as z:
-        params = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith("param/")}
-        settings = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith("setting/")}
+    z = read_npz(directory / _ARRAY_FILE, "expert set")
+    params = {k.split("/", 1)[1]: z[k] for k in z if k.startswith("param/")}
+    settings = {k.split("/", 1)[1]: z[k] for k in z if k.startswith("setting/")}
     experts = FAMILIES[family](params, settings, meta.get("info"))
     if experts.n_experts != int(meta["n_experts"]):
         raise ValueError(

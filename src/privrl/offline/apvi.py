@@ -779,11 +779,16 @@ class FiniteHorizonPolicy(GreedyTableActions):
 
     @classmethod
     def load(cls, path: str | Path) -> FiniteHorizonPolicy:
-        with np.load(Path(path), allow_pickle=False) as f:
-            kind = str(f["kind"]) if "kind" in f else None
-            if kind != cls.KIND:
-                raise ValueError(f"{path} is not a finite-horizon tabular policy (kind={kind!r})")
+        from privrl.data.files import UnreadableFileError, read_npz
+
+        f = read_npz(path, "policy")
+        kind = str(f["kind"]) if "kind" in f else None
+        if kind != cls.KIND:
+            raise ValueError(f"{path} is not a finite-horizon tabular policy (kind={kind!r})")
+        try:
             return cls(f["actions"], int(f["n_actions"]), json.loads(str(f["info"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnreadableFileError(f"policy {path}: a damaged policy file ({exc})") from None
 
 
 # ---------------------------------------------------------------------------------------------

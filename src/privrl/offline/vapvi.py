@@ -609,22 +609,24 @@ class LinearGreedyPolicy(GreedyTableActions):
     @classmethod
     def load(cls, path: str | Path) -> LinearGreedyPolicy:
         """Read a policy written by `save`."""
-        with np.load(Path(path), allow_pickle=False) as z:
-            kind = str(z["kind"]) if "kind" in z else ""
-            if kind != POLICY_KIND:
-                raise ValueError(f"{path} is not a {POLICY_KIND} policy file (kind={kind!r})")
-            meta = json.loads(str(z["meta"]))
-            return cls(
-                z["q"],
-                weights=z["weights"],
-                lambdas=z["lambdas"],
-                bonus_coef=float(meta.pop("bonus_coef")),
-                additive=z["additive"],
-                algorithm=str(meta.pop("algorithm")),
-                features_source=str(meta.pop("features_source", "")),
-                feature_scale=float(meta.pop("feature_scale", 1.0)),
-                meta=meta,
-            )
+        from privrl.data.files import read_npz
+
+        z = read_npz(path, "policy")
+        kind = str(z["kind"]) if "kind" in z else ""
+        if kind != POLICY_KIND:
+            raise ValueError(f"{path} is not a {POLICY_KIND} policy file (kind={kind!r})")
+        meta = json.loads(str(z["meta"]))
+        return cls(
+            z["q"],
+            weights=z["weights"],
+            lambdas=z["lambdas"],
+            bonus_coef=float(meta.pop("bonus_coef")),
+            additive=z["additive"],
+            algorithm=str(meta.pop("algorithm")),
+            features_source=str(meta.pop("features_source", "")),
+            feature_scale=float(meta.pop("feature_scale", 1.0)),
+            meta=meta,
+        )
 
 
 def load_policy(path: str | Path) -> LinearGreedyPolicy:

@@ -181,11 +181,13 @@ def _state_index(obs: np.ndarray, start: int) -> np.ndarray:
 
 
 def _table(path: Path, what: str, A: int, n_states: int | None) -> np.ndarray:
+    from privrl.data.files import read_npy
+
+    table = read_npy(path, what)
     try:
-        table = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{what} {path}: cannot read a .npy array ({exc})") from None
-    table = np.asarray(table, dtype=np.float64)
+        table = np.asarray(table, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} {path}: not a numeric array") from None
     if table.ndim == 1:
         if table.shape != (A,):
             raise ValueError(f"{what} {path}: a context-free table must have shape ({A},)")

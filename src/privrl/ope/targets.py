@@ -313,10 +313,9 @@ def _state_index(obs: np.ndarray, start: int) -> np.ndarray:
 def _read_npy(path: Path, spec: str) -> np.ndarray:
     if not path.is_file():
         raise ValueError(f"--target-policy {spec}: no such file; {_HELP}")
-    try:
-        table = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--target-policy {spec}: cannot read a .npy array ({exc})") from None
+    from privrl.data.files import read_npy
+
+    table = read_npy(path, "--target-policy")
     if not isinstance(table, np.ndarray) or not (
         np.issubdtype(table.dtype, np.floating) or np.issubdtype(table.dtype, np.integer)
     ):
@@ -328,21 +327,21 @@ def _read_npz(path: Path, spec: str, A: int) -> np.ndarray:
     """A saved privrl tabular policy as a one-hot table [H, S, A]."""
     if not path.is_file():
         raise ValueError(f"--target-policy {spec}: no such file; {_HELP}")
+    from privrl.data.files import read_npz
+
+    f = read_npz(path, "--target-policy")
+    kind = str(f["kind"]) if "kind" in f else None
+    if kind != TABULAR_POLICY_KIND:
+        raise ValueError(
+            f"--target-policy {spec} is not a saved privrl tabular policy (kind "
+            f"{kind!r}, expected {TABULAR_POLICY_KIND!r}: the policy.npz of privrl "
+            "train dp-apvi | apvi); for another policy give its π(a|s) as a .npy "
+            "table or a module:function"
+        )
     try:
-        with np.load(path, allow_pickle=False) as f:
-            kind = str(f["kind"]) if "kind" in f else None
-            if kind != TABULAR_POLICY_KIND:
-                raise ValueError(
-                    f"--target-policy {spec} is not a saved privrl tabular policy (kind "
-                    f"{kind!r}, expected {TABULAR_POLICY_KIND!r}: the policy.npz of privrl "
-                    "train dp-apvi | apvi); for another policy give its π(a|s) as a .npy "
-                    "table or a module:function"
-                )
-            actions = np.asarray(f["actions"])
-            n_actions = int(f["n_actions"])
-    except ValueError:
-        raise
-    except (OSError, KeyError, TypeError) as exc:
+        actions = np.asarray(f["actions"])
+        n_actions = int(f["n_actions"])
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"--target-policy {spec}: cannot read a policy.npz ({exc})") from None
     if actions.ndim != 2 or not np.issubdtype(actions.dtype, np.integer):
         raise ValueError(f"--target-policy {spec}: its actions must be an integer table [H, S]")

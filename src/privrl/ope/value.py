@@ -141,12 +141,9 @@ def resolve_start_states(
         if spec.endswith(".npy"):
             if not path.is_file():
                 raise ValueError(f"--start-states {spec}: no such file; {_HELP}")
-            try:
-                arr = np.load(path, allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                msg = f"--start-states {spec}: cannot read a .npy array ({exc})"
-                raise ValueError(msg) from None
-            arr = np.asarray(arr)
+            from privrl.data.files import read_npy
+
+            arr = read_npy(path, "--start-states")
             if not np.issubdtype(arr.dtype, np.number):
                 raise ValueError(f"--start-states {spec}: not a numeric array")
             d = _discrete(observation_space)

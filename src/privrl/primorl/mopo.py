@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.envs.control import ControlTask, task_for_env_id
@@ -344,7 +343,9 @@ def mopo(
     dyn_summary: dict[str, Any] = {}
     trained_seconds = 0.0
     if dyn_path is not None and dyn_path.exists():
-        saved = torch.load(dyn_path, map_location="cpu", weights_only=False)
+        from privrl.data.files import read_torch
+
+        saved = read_torch(dyn_path, "checkpoint", weights_only=False)  # (its own format)
         if saved.get("fingerprint") != dyn_fp:
             raise ValueError(
                 f"{dyn_path} holds a model of a different run (data, seed or dynamics "

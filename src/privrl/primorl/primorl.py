@@ -376,10 +376,9 @@ def save_released_model(released: ReleasedModel, path: str | Path) -> Path:
 
 def load_released_model(path: str | Path) -> ReleasedModel:
     """Read ``model.pt``; ValueError naming the problem if it is not one."""
-    try:
-        state = torch.load(Path(path), map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError) as exc:
-        raise ValueError(f"--model {path} cannot be read ({type(exc).__name__})") from None
+    from privrl.data.files import read_torch
+
+    state = read_torch(path, "--model", weights_only=False)  # (ReleasedModel's own format)
     return ReleasedModel.from_state_dict(state)
 
 

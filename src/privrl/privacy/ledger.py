@@ -102,7 +102,7 @@ from dp_accounting import dp_event
 from rich.table import Table
 from rich.text import Text
 
-from privrl.privacy import accounting
+from privrl.privacy import accounting, limits
 from privrl.privacy.events import ApproxDpEvent
 from privrl.privacy.report import PrivacyReport, fmt_number, json_safe, utc_now
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit, parse_relation, parse_unit
@@ -869,11 +869,13 @@ class BudgetLedger:
         dataset file with the `privrl_ledger` attribute.
         """
         dataset = Path(dataset_path)
+        for name, problem in (
+            ("epsilon", limits.epsilon_problem(epsilon)),
+            ("delta", limits.delta_problem(delta)),
+        ):
+            if problem is not None:  # the range every budget is held to (privacy.limits)
+                raise LedgerError(f"the ledger's total {name} {problem}")
         epsilon, delta = float(epsilon), float(delta)
-        if not (math.isfinite(epsilon) and epsilon > 0):
-            raise LedgerError(f"the total budget epsilon must be finite and > 0, got {epsilon}")
-        if not 0.0 <= delta < 1.0:
-            raise LedgerError(f"the ledger's delta must be in [0, 1), got {delta}")
         if backend not in ("rdp", "pld"):
             raise LedgerError(f"unknown accountant backend {backend!r}; expected 'rdp' or 'pld'")
         ident = dataset_identity(dataset, recompute=True)

@@ -22,6 +22,7 @@ import typer
 
 from privrl.runs import registry
 from privrl.runs.config import ConfigError, RunConfig, allows_nan, coerce, flags_of
+from privrl.runs.console import note_output
 from privrl.runs.layer import RunSpec, execute
 from privrl.runs.system import Result
 
@@ -153,6 +154,7 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
         kwargs["seed"],
         insecure_noise=bool(kwargs.get("insecure_noise", False)),
     )
+    note_output(spec.out)  # (a default --out too: an interruption says what it kept)
     try:
         execute_cli(spec, resume=bool(kwargs.get("resume", False)))
     except ConfigError as exc:

@@ -96,12 +96,15 @@ class RunConfig:
     """Base of every system's config: a frozen dataclass that validates itself.
 
     Subclasses override `validate` (raise `ConfigError` through `check`); it runs on
-    construction, so an invalid config cannot exist.
+    construction, so an invalid config cannot exist. Before it, a field named `epsilon` (a
+    privacy budget ε, in every system) is held to the library's one range
+    (`privrl.privacy.limits`), so a flag, a config file and a sweep cell accept the same ε.
     """
 
     system: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
+        check_budget_fields(self)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is ...:
@@ -155,6 +158,17 @@ class RunConfig:
     @classmethod
     def field_map(cls) -> dict[str, dataclasses.Field[Any]]:
         return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def check_budget_fields(config: RunConfig) -> None:
+    """The privacy budget ε of `config` (its field `epsilon`, when set) is in the library's
+    range (`privrl.privacy.limits.epsilon_problem`)."""
+    from privrl.privacy.limits import epsilon_problem
+
+    value = getattr(config, "epsilon", None)
+    if value is not None and value is not ...:
+        problem = epsilon_problem(value)
+        check(problem is None, "epsilon", problem or "")
 
 
 def allows_nan(f: dataclasses.Field[Any]) -> bool:

@@ -6,7 +6,8 @@ point (the `privrl` CLI, a script) can share them.
 - `console_conventions`: warnings (and dp-accounting's absl log warnings) as one `warning: …`
   line each, without Python source lines, and SIGTERM raised as `Terminated` (a
   KeyboardInterrupt), so every `finally` runs before the process exits.
-- `INTERRUPTED`: what an interrupted run kept, for its `error:` line.
+- `kept_message`: what an interrupted command kept, for its `error:` line: the files in its
+  output (`note_output`, else its `--out`), named, never read (nothing derived from data).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
@@ -27,13 +29,83 @@ def one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 
-INTERRUPTED = (
-    "what was kept: files already written (finished stages, checkpoints, earlier runs); "
-    "resumable runs (data collect --recipe, train mopo, reproduce) resume from their checkpoint "
-    "when rerun with the same arguments; `privrl ledger show DATASET` lists the privacy spends "
-    "(a private run reserves its spend before it reads the data; an interrupted run publishes "
-    "nothing and its reservation stays counted until `privrl ledger settle` settles it)"
+LEDGER_HINT = (
+    "`privrl ledger show DATASET` lists the privacy spends (a private run reserves its spend "
+    "before it reads the data; an interrupted run publishes nothing and its reservation stays "
+    "counted until `privrl ledger settle` settles it)"
 )
+_SHOWN = 6  # file names listed before "and N more"
+# The state files a resumable run continues from (MOPO's and PRIMORL's stage checkpoints, a
+# run layer `checkpoint/` directory); their presence is what "rerun to resume" rests on.
+RESUME_STATE = ("checkpoint.pt", "dynamics.pt", "fedavg_state.pt", "checkpoint/")
+_OUTPUTS: list[Path] = []
+
+
+def note_output(path: str | Path) -> None:
+    """Record the run directory (or file) the current command writes, so that an interruption
+    can say what it kept (commands whose output is not a plain `--out` flag call this)."""
+    _OUTPUTS.append(Path(path))
+
+
+def forget_outputs() -> None:
+    _OUTPUTS.clear()
+
+
+def _out_flag(argv: list[str]) -> Path | None:
+    for i, arg in enumerate(argv):
+        if arg in ("--out", "-o") and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--out="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def _cells(path: Path) -> str:
+    """'k of n sweep cells finished' from the cells' published status files."""
+    import json
+
+    cells = [p for p in (path / "cells").iterdir() if p.is_dir()]
+    done = 0
+    for cell in cells:
+        try:
+            done += json.loads((cell / "cell.json").read_text()).get("status") == "ok"
+        except (OSError, ValueError, AttributeError):
+            pass
+    return f"{done} of {len(cells)} sweep cells finished (rerun the same command for the rest)"
+
+
+def what_was_kept(path: Path | None) -> str:
+    """What `path` (a command's output) holds now, by file names only."""
+    if path is None:
+        return "this command has no --out whose files could be listed"
+    if not path.exists():
+        return f"nothing ({path} was not created)"
+    if not path.is_dir():
+        return f"the file {path}"
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+    names = [n for n in names if not n.startswith(".")]
+    if not names:
+        return f"nothing ({path} is empty)"
+    parts = [
+        ", ".join(names[:_SHOWN])
+        + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+    ]
+    if "cells/" in names:
+        parts.append(_cells(path))
+    if any(n in RESUME_STATE for n in names):
+        parts.append("a checkpoint: rerun the same command to resume from it")
+    if {"privacy.json", "metrics.json"} <= set(names):
+        parts.append("its run files are those of a finished run")
+    return f"in {path}: " + "; ".join(parts)
+
+
+def kept_message(argv: list[str]) -> str:
+    """'what was kept: …' for the `error:` line of an interrupted command (`argv`)."""
+    path = _OUTPUTS[-1] if _OUTPUTS else _out_flag(argv)
+    text = f"what was kept: {what_was_kept(path)}"
+    if "--data" in argv or (argv and argv[0] in ("run", "sweep")):
+        text += f"; {LEDGER_HINT}"
+    return text
 
 
 class Terminated(KeyboardInterrupt):

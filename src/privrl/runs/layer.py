@@ -81,10 +81,14 @@ class RunSpec:
         except ValueError as exc:
             raise ConfigError("system", str(exc).removeprefix("unknown system ")) from None
         data = values.pop("data", None)
+        if data is not None and not isinstance(data, (str, Path)):
+            raise ConfigError("data", f"must be a path (a quoted string), not {data!r}")
         target = out if out is not None else values.pop("out", None)
         values.pop("out", None)
         if target is None:
             raise ConfigError("out", "is required (the run directory to write)")
+        if not isinstance(target, (str, Path)):
+            raise ConfigError("out", f"must be a path (a quoted string), not {target!r}")
         seed = values.pop("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError("seed", f"must be an integer >= 0, not {seed!r}")
@@ -125,6 +129,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(str(path), "is a directory; give a TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"is not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:  # a binary file: TOML is UTF-8 text
+        raise ConfigError(
+            str(path),
+            f"is not valid TOML: it is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"offset {exc.start}); give a TOML text file",
+        ) from None
 
 
 def settings_template(system: System) -> str:

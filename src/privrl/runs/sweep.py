@@ -53,6 +53,12 @@ SECTIONS = ("grid", "sweep", "cells", "systems")
 RAY_ADDRESS_ENV = "PRIVRL_RAY_ADDRESS"
 SWEEP_KEYS = ("backend", "workers", "address", "x", "metrics", "imports")
 BACKENDS = ("local", "ray")
+# The most cells one sweep may have (documented in docs/sweeps.md). Every cell is validated and
+# gets a directory before anything runs, so a grid far beyond this (`seeds = 100000000`) would
+# spend minutes and gigabytes before its first run; split such a study into several sweeps.
+MAX_CELLS = 100_000
+# How long `--address` may take to answer a TCP connection before the sweep gives up on it.
+RAY_CONNECT_TIMEOUT = 10.0
 # One BLAS/OpenMP/torch thread per worker, so that N workers use N cores.
 THREAD_ENV = {
     "OMP_NUM_THREADS": "1",
@@ -223,6 +229,9 @@ def expand(doc: Mapping[str, Any], *, out: str | Path | None = None, source: str
     for _, sys_grid in per_system.values():
         axes += [k for k in sys_grid if k not in axes]
 
+    n_cells = count_cells(base, axes_values, seeds, entries, per_system)
+    if n_cells > MAX_CELLS:
+        raise SweepError(_too_many(n_cells, "the grid has"))
     configs: list[dict[str, Any]] = []
     if axes_values or not entries:
         keys = list(axes_values)
@@ -274,6 +283,39 @@ def expand(doc: Mapping[str, Any], *, out: str | Path | None = None, source: str
             f"[sweep] x = {options.x!r} is not an axis of the grid ({', '.join(axes)})"
         )
     return Sweep(out_path, cells, axes, options, source)
+
+
+def count_cells(
+    base: Mapping[str, Any],
+    axes: Mapping[str, list[Any]],
+    seeds: list[Any] | None,
+    entries: Sequence[Mapping[str, Any]],
+    per_system: Mapping[str, tuple[dict[str, Any], dict[str, list[Any]]]],
+) -> int:
+    """The number of cells `expand` builds, computed from the axes' lengths (no cell is
+    built): each configuration of the product and each entry, times its system's own axes,
+    times the seeds (an entry with its own seed counts once)."""
+    n_seeds = len(seeds) if seeds else 1
+
+    def own_axes(system: Any) -> int:
+        return math.prod(len(v) for v in per_system.get(str(system), ({}, {}))[1].values())
+
+    total = 0
+    if axes or not entries:
+        others = math.prod(len(v) for k, v in axes.items() if k != "system")
+        systems = axes.get("system", [base.get("system")])
+        total += sum(others * own_axes(s) * n_seeds for s in systems)
+    for entry in entries:
+        system = entry.get("system", base.get("system"))
+        total += own_axes(system) * (1 if "seed" in entry else n_seeds)
+    return total
+
+
+def _too_many(n: int, what: str) -> str:
+    return (
+        f"{what} {n:,} cells, more than a sweep may have ({MAX_CELLS:,}); use fewer seeds "
+        "or values, or split the study into several sweeps"
+    )
 
 
 def _cell(
@@ -334,6 +376,8 @@ def _axes(grid: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
                 raise SweepError(f"{where}: give either seed = [...] or seeds = N, not both")
             if isinstance(values, bool) or not isinstance(values, int) or values < 1:
                 raise SweepError(f"{where}.seeds must be an integer >= 1 (seeds 0..N-1)")
+            if values > MAX_CELLS:  # refused before the seed list is built
+                raise SweepError(_too_many(values, f"{where}.seeds = {values} alone gives"))
             axes["seed"] = list(range(values))
             continue
         if not isinstance(values, list) or not values:
@@ -676,6 +720,7 @@ def ray_init(workers: int, address: str | None = None) -> None:
     env = {"env_vars": dict(THREAD_ENV)}
     with _thread_env():
         if address:
+            check_reachable(address)
             ray.init(address=address, runtime_env=env, log_to_driver=False, logging_level="ERROR")
             return
         path = [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
@@ -687,6 +732,28 @@ def ray_init(workers: int, address: str | None = None) -> None:
             logging_level="ERROR",
             runtime_env=env,
         )
+
+
+def check_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
+    """Refuse a cluster address nothing answers at within `timeout` seconds (a TCP connection
+    to its host and port), before `ray.init`: Ray itself retries an unreachable address for
+    minutes, printing its own log lines. `auto` and an address without a port are left to
+    Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except OSError as exc:
+        timed_out = isinstance(exc, TimeoutError)
+        reason = f"no answer within {timeout:g} s" if timed_out else exc.strerror or str(exc)
+        raise SweepError(
+            f"cannot reach the Ray cluster at {address} ({reason}); start "
+            "it (`ray start --head`), check --address, or use --backend local"
+        ) from None
 
 
 def run_ray(
@@ -767,6 +834,9 @@ def run_sweep(
 
     options = sweep.options
     import_modules(options.imports)
+    address = options.address or os.environ.get(RAY_ADDRESS_ENV)
+    if options.backend == "ray" and address:
+        check_reachable(address)  # before anything is written (again in `ray_init`)
     try:
         check_out_dir(sweep.out)
     except ValueError as exc:

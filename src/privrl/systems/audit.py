@@ -297,7 +297,6 @@ def check_noise_flags(config: Any) -> None:
         "--epsilon E, --noise-multiplier Z or --non-private",
     )
     check(0.0 < config.delta < 1.0, "delta", f"must be in (0, 1), got {config.delta}")
-    _positive(config.epsilon, "epsilon")
     _positive(config.noise_multiplier, "noise_multiplier")
     _positive(config.clip, "clip")
 
@@ -396,7 +395,6 @@ class AuditDpApviConfig(AuditConfig):
         for key, low in (("horizon", 1), ("states", 2), ("actions", 1), ("background", 0)):
             value = getattr(self, key)
             check(value >= low, key, f"must be >= {low}, got {value}")
-        _positive(self.epsilon, "epsilon")
         _positive(self.rho, "rho")
 
 
@@ -448,7 +446,6 @@ class AuditGpopeConfig(AuditConfig):
             )
         self.check_common()
         self.check_delta(self.delta)
-        _positive(self.epsilon, "epsilon")
         if self.sigma is not None:
             check(
                 math.isfinite(self.sigma) and self.sigma >= 0,

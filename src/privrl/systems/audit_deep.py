@@ -94,7 +94,6 @@ class AuditExpertDpConfig(AuditConfig):
         check(self.epsilon is not None, "epsilon", "is required (the filter's ε1); pass --epsilon")
         self.check_common()
         self.check_delta(self.delta)
-        _positive(self.epsilon, "epsilon")
         check(self.max_len >= 1, "max_len", f"must be >= 1, got {self.max_len}")
         check(self.actions >= 2, "actions", f"must be >= 2, got {self.actions}")
         check(

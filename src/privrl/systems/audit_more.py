@@ -90,7 +90,6 @@ class AuditDpVapviConfig(AuditConfig):
         self.check_common()
         self.check_delta(self.delta)
         _at_least(self, {"horizon": 1, "features": 1, "background": 0})
-        _positive(self.epsilon, "epsilon")
         _positive(self.rho, "rho")
 
 
@@ -174,7 +173,6 @@ class AuditDpLswConfig(AuditConfig):
         self.check_common()
         self.check_delta(self.delta)
         _at_least(self, {"states": 1, "trajectories": 1})
-        _positive(self.epsilon, "epsilon")
         _positive(self.return_range, "return_range")
         check(
             self.algorithm in ("dp-lsw", "dp-lsl"),
@@ -265,7 +263,6 @@ class AuditSdpPeConfig(AuditConfig):
             "calibration",
             f"must be 'tight' or 'theory', got {self.calibration!r}",
         )
-        _positive(self.epsilon, "epsilon")
 
 
 class AuditSdpPe(AuditSystem):

@@ -136,13 +136,11 @@ def load_policy(path: Path) -> LoadedPolicy:
 
 
 def _load_npz(path: Path) -> LoadedPolicy:
+    from privrl.data.files import read_npz
     from privrl.offline.apvi import FiniteHorizonPolicy
 
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            kind = str(f["kind"]) if "kind" in f else None
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path} as an .npz file ({exc})") from None
+    f = read_npz(path, "policy")
+    kind = str(f["kind"]) if "kind" in f else None
     if kind == "privrl.linear_greedy_q":
         raise ValueError(
             f"{path} is a linear-MDP policy: it needs the feature map it was trained with, "
@@ -161,12 +159,9 @@ def _load_npz(path: Path) -> LoadedPolicy:
 
 
 def _load_torch(path: Path) -> LoadedPolicy:
-    import torch
+    from privrl.data.files import read_torch
 
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a pickle error, a truncated file, a non-torch file
-        raise ValueError(f"cannot read {path} as a privrl checkpoint ({exc})") from None
+    state = read_torch(path, "policy")
     if not isinstance(state, dict):
         raise ValueError(f"{path} is not a privrl policy checkpoint; give {FORMATS}")
     if state.get("kind") in ("sac", "td3"):

@@ -464,12 +464,11 @@ def _load_feature_spec(spec: str) -> np.ndarray:
     """A feature table from ``path.npy`` or ``module:function`` (public code or file)."""
     path = Path(spec)
     if spec.endswith(".npy") or path.is_file():
+        from privrl.data.files import read_npy
+
         if not path.is_file():
             raise ValueError(f"--features: file not found: {spec}")
-        try:
-            return np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"--features: cannot read {spec} as a .npy array ({exc})") from None
+        return read_npy(path, "--features")
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
         try:

@@ -36,7 +36,6 @@ import numpy as np
 from privrl.experiments.checks import (
     InputError,
     check_delta,
-    check_epsilon,
     check_int,
     check_number,
 )
@@ -180,7 +179,6 @@ class SdpPeConfig(PeConfig):
     )
 
     def validate(self) -> None:
-        _checked("epsilon", check_epsilon, self.epsilon)
         _checked("delta", check_delta, self.delta)
         super().validate()
         self._check_shuffle_noise()
@@ -233,7 +231,6 @@ class DpUcbviConfig(UcbviConfig):
     )
 
     def validate(self) -> None:
-        _checked("epsilon", check_epsilon, self.epsilon)
         super().validate()
 
 

@@ -234,8 +234,7 @@ class DpApviConfig(ApviConfig):
                 f"must be in (0, 1), got {self.privacy_delta}",
             )
         else:
-            assert self.epsilon is not None
-            check_budget(self.epsilon, "epsilon", "apvi")
+            # (ε's range is checked by `RunConfig` for every system: `privrl.privacy.limits`)
             check(
                 self.privacy_delta is None,
                 "privacy_delta",
@@ -594,10 +593,9 @@ def _load_reward(path: Path | None, H: int, S: int, A: int) -> np.ndarray | None
         return None
     if not path.is_file():
         raise ValueError(f"reward table not found: {path}")
-    try:
-        r = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read --reward-table {path} as a .npy array ({exc})") from None
+    from privrl.data.files import read_npy
+
+    r = read_npy(path, "--reward-table")
     check(
         r.shape == (H, S, A),
         "reward_table",
