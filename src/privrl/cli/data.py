@@ -46,64 +46,26 @@ def info(
 
 @data_app.command("import", epilog=import_help.SUMMARY)
 def import_(
-    source: str = typer.Argument(..., help="Table file, or a local Minari dataset id/directory."),
+    source: str = typer.Argument(..., help=import_help.OPTIONS["source"]),
     *,
-    out: Path = typer.Option(..., "--out", "-o", help="Dataset file to write (.h5)."),
-    columns: str = typer.Option(
-        None,
-        "--columns",
-        "-c",
-        help="Column mapping for tables, KEY=COL,... (see below and `privrl help columns`).",
-    ),
-    fmt: TableFormat = typer.Option(
-        None, "--format", "-f", help="parquet, csv or minari (default: from the file name)."
-    ),
+    out: Path = typer.Option(..., "--out", "-o", help=import_help.OPTIONS["out"]),
+    columns: str = typer.Option(None, "--columns", "-c", help=import_help.OPTIONS["columns"]),
+    fmt: TableFormat = typer.Option(None, "--format", "-f", help=import_help.OPTIONS["format"]),
     observation_space: str = typer.Option(
-        None,
-        "--observation-space",
-        help=(
-            "Declared observation space, e.g. discrete:N or box:LOW,HIGH (see `privrl help "
-            "spaces`); else inferred from the data, which private work refuses. Values outside "
-            "a box are clipped into it; discrete codes outside the space are refused (see "
-            "--clip-observations)."
-        ),
+        None, "--observation-space", help=import_help.OPTIONS["observation_space"]
     ),
     clip_observations: bool = typer.Option(
-        False,
-        "--clip-observations",
-        help=(
-            "Clip discrete observation codes outside --observation-space into it (the nearest "
-            "code) instead of refusing the import. Without it, such codes (e.g. 1-based codes "
-            "with discrete:N, which takes 0..N-1) stop the import with the column and how many "
-            "values are outside."
-        ),
+        False, "--clip-observations", help=import_help.OPTIONS["clip_observations"]
     ),
     action_space: str = typer.Option(
-        None, "--action-space", help="discrete:N or box:LOW:HIGH:DIM (else inferred)."
+        None, "--action-space", help=import_help.OPTIONS["action_space"]
     ),
     discount: float = typer.Option(None, "--discount", help="Discount factor to record."),
     env_id: str = typer.Option(None, "--env-id", help="Environment id to record."),
-    unit: str = typer.Option(
-        None,
-        "--unit",
-        help=(
-            "Privacy unit: episode (each episode its own unit) or column=NAME (the column, or "
-            "Minari episode metadata/info key, holding each episode's user: stored as the "
-            "unit ids that `--unit user` and the ledger use)."
-        ),
-    ),
-    units: int = typer.Option(
-        None,
-        "--units",
-        help="Declared (public) number of units, recorded in the metadata; never counted.",
-    ),
+    unit: str = typer.Option(None, "--unit", help=import_help.OPTIONS["unit"]),
+    units: int = typer.Option(None, "--units", help=import_help.OPTIONS["units"]),
     keep_columns: str = typer.Option(
-        None,
-        "--keep-columns",
-        help=(
-            "Comma-separated numeric table columns kept per transition (e.g. a target "
-            "policy's probability of the logged action, for --target-policy column:NAME)."
-        ),
+        None, "--keep-columns", help=import_help.OPTIONS["keep_columns"]
     ),
 ) -> None:
     """Import a Parquet/CSV table of transitions (one row per transition, with an episode-id

@@ -77,3 +77,35 @@ Examples:
   --observation-space box:-4.8:4.8:4 --action-space discrete:2
   --observation-space box:bounds.json
 """
+
+
+# The options' help texts of `privrl data import` (kept beside the grammars they point to).
+OPTIONS = {
+    "source": "Table file, or a local Minari dataset id/directory.",
+    "out": "Dataset file to write (.h5).",
+    "columns": "Column mapping for tables, KEY=COL,... (see below and `privrl help columns`).",
+    "format": "parquet, csv or minari (default: from the file name).",
+    "observation_space": (
+        "Declared observation space, e.g. discrete:N or box:LOW,HIGH (see `privrl help "
+        "spaces`); else inferred from the data, which private work refuses. Values outside "
+        "a box are clipped into it; discrete codes outside the space are refused (see "
+        "--clip-observations)."
+    ),
+    "clip_observations": (
+        "Clip discrete observation codes outside --observation-space into it (the nearest "
+        "code) instead of refusing the import. Without it, such codes (e.g. 1-based codes "
+        "with discrete:N, which takes 0..N-1) stop the import with the column and how many "
+        "values are outside."
+    ),
+    "action_space": "discrete:N or box:LOW:HIGH:DIM (else inferred).",
+    "unit": (
+        "Privacy unit: episode (each episode its own unit) or column=NAME (the column, or "
+        "Minari episode metadata/info key, holding each episode's user: stored as the "
+        "unit ids that `--unit user` and the ledger use)."
+    ),
+    "units": "Declared (public) number of units, recorded in the metadata; never counted.",
+    "keep_columns": (
+        "Comma-separated numeric table columns kept per transition (e.g. a target "
+        "policy's probability of the logged action, for --target-policy column:NAME)."
+    ),
+}
