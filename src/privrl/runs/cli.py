@@ -57,7 +57,7 @@ def add_command(
     --out for commands that had one before the run layer; otherwise --out is required)."""
     system = registry.get(system_name)
     command = make_command(system_name, data_help=data_help, out_default=out_default)
-    command.__doc__ = help or system.summary
+    command.__doc__ = help or system.help or system.summary
     app.command(name or system.name, no_args_is_help=True, epilog=epilog)(command)
 
 

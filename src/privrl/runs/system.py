@@ -143,6 +143,8 @@ class System:
             the system samples from a built-in domain or interacts with an environment), or
             never reads a dataset ("none").
         summary: one line of help (the CLI command's help starts with it).
+        help: the CLI command's full help, when it says more than `summary` (kept beside
+            the system it describes; "" means the summary alone).
         resumable: whether a run keeps resumable state in `RunContext.checkpoint_dir`.
         checkpoint_subdir: that directory, relative to the run directory ("" is the run
             directory itself, for systems whose checkpoint files predate the layer).
@@ -155,6 +157,7 @@ class System:
     Config: ClassVar[type[RunConfig]] = RunConfig
     data: ClassVar[DataUse] = "none"
     summary: ClassVar[str] = ""
+    help: ClassVar[str] = ""
     resumable: ClassVar[bool] = False
     checkpoint_subdir: ClassVar[str] = "checkpoint"
     auto_resume: ClassVar[bool] = False

@@ -206,6 +206,10 @@ class _Loaded(NamedTuple):
     dataset: Any  # TrajectoryDataset
 
 
+# The help of the non-private commands says why a ledgered dataset refuses them.
+NOT_PRIVATE = "Refused on a dataset with a budget ledger (a non-private run would void its budget)."
+
+
 class _LinearSystem(System):
     """The shared plan/load/run; a subclass says how it is private and which learner runs."""
 
@@ -297,6 +301,13 @@ class DpVapviSystem(_LinearSystem):
     name = "dp-vapvi"
     Config = DpVapviConfig
     summary = "DP-VAPVI (Qiao & Wang, Algorithm 2): ρ-zCDP for one trajectory under replace-one."
+    help = """DP-VAPVI (Qiao & Wang, Algorithm 2): ρ-zCDP for one trajectory under replace-one.
+
+    The 5H statistics of variance-aware pessimistic value iteration are released with
+    Gaussian noise (ρ/(5H) each); the privacy report lists every release. H, the feature
+    table, ρ and δ are public (privacy.json lists each with its source); only the file's
+    header is read before the dataset's ledger is checked.
+    """
     private = True
 
     def resolve(self, config: Any, params: Any) -> dict[str, Any]:
@@ -389,6 +400,10 @@ class VapviSystem(_LinearSystem):
     name = "vapvi"
     Config = VapviConfig
     summary = "VAPVI (Yin et al. 2022): DP-VAPVI's code with the noise off. NOT private."
+    help = f"""VAPVI (Yin et al. 2022): DP-VAPVI's code with the noise off. NOT private.
+
+    {NOT_PRIVATE}
+    """
 
     def fit(
         self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
@@ -411,6 +426,10 @@ class PeviSystem(_LinearSystem):
     name = "pevi"
     Config = PeviConfig
     summary = "PEVI (Jin et al. 2021): pessimistic least-squares value iteration. NOT private."
+    help = f"""PEVI (Jin et al. 2021): pessimistic least-squares value iteration. NOT private.
+
+    {NOT_PRIVATE}
+    """
 
     def fit(
         self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext

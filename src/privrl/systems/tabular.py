@@ -261,6 +261,11 @@ class ApviSystem(System):
     Config = ApviConfig
     data = "optional"
     summary = "APVI (Yin & Wang 2021): the NON-PRIVATE baseline — DP-APVI's code with no noise."
+    help = """APVI (Yin & Wang 2021): the NON-PRIVATE baseline — DP-APVI's code with no noise.
+
+    Its privacy.json says it is not private (ε = ∞). A dataset with a ledger refuses it.
+    Without --reward-table the rewards are the empirical means of the data.
+    """
 
     def privacy(self, config: Any, params: Any) -> Any:
         """The `PrivacyConfig` (None: the non-private baseline), recorded in `params`."""
@@ -425,6 +430,18 @@ class DpApviSystem(ApviSystem):
     name = "dp-apvi"
     Config = DpApviConfig
     summary = "DP-APVI (Qiao & Wang, Algorithm 1): pessimistic value iteration on private counts."
+    help = """DP-APVI (Qiao & Wang, Algorithm 1): pessimistic value iteration on private counts.
+
+    Protects one whole trajectory under replace-one neighbours: ρ-zCDP with --rho (Gaussian
+    noise σ² = 2H/ρ on the counts), or ε-DP with --epsilon (Laplace(4H/ε)). With --data the
+    rewards are private: pass --reward-table (a public reward function) or --privatize-rewards.
+
+    Examples:
+
+      privrl train dp-apvi --env random-tabular --episodes 20000 --rho 1
+
+      privrl train dp-apvi --data trips.h5 -H 10 --rho 1 --privatize-rewards
+    """
 
     def privacy(self, config: Any, params: Any) -> Any:
         """The PrivacyConfig of `dp-apvi`, its budget and δ recorded as public parameters."""
