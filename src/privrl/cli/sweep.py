@@ -15,9 +15,7 @@ docs/sweeps.md.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -40,22 +38,13 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and list the cells; run none."),
 ) -> None:
     """Run a grid of runs (systems × budgets × seeds × datasets), skipping finished cells."""
-    import dataclasses
-
     from privrl.runs import sweep as sweeps
     from privrl.runs.console import note_output
+    from privrl.runs.sweep_progress import SweepProgress
 
     try:
         spec = sweeps.load_sweep(grid, out=out)
-        changes: dict[str, Any] = {}
-        if backend is not None:
-            changes["backend"] = backend
-        if workers is not None:
-            changes["workers"] = workers
-        if address is not None:
-            changes["address"] = address
-        options = sweeps.check_options(dataclasses.replace(spec.options, **changes))
-        spec = dataclasses.replace(spec, options=options)
+        spec = sweeps.with_options(spec, backend=backend, workers=workers, address=address)
         note_output(spec.out)
     except sweeps.SweepError as exc:  # (a problem of the file itself already names it)
         text = str(exc)
@@ -65,7 +54,7 @@ def sweep(
             state = "done" if sweeps.finished(cell) else "todo"
             typer.echo(f"{cell.name}  {state}  {cell.label()}")
         return
-    with _Progress() as progress:
+    with SweepProgress() as progress:
         try:
             outcome = sweeps.run_sweep(spec, on_start=progress.start, on_cell=progress.cell)
         except sweeps.SweepError as exc:
@@ -83,60 +72,3 @@ def sweep(
             err=True,
         )
         raise typer.Exit(1)
-
-
-class _Progress:
-    """A rich bar (cells done/total, failures) on a terminal, else one line per cell."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.done = 0
-        self.failed = 0
-        self.total = 0
-        self.bar: Any = None
-        self.task: Any = None
-
-    def __enter__(self) -> _Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-    def start(self, total: int, to_run: int) -> None:
-        self.total = to_run
-        skipped = total - to_run
-        typer.echo(
-            f"{total} cells: {to_run} to run, {skipped} skipped (already finished)", err=True
-        )
-        if self.tty and to_run:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-            self.bar = Progress(
-                "cells",
-                BarColumn(),
-                MofNCompleteColumn(),
-                "[red]{task.fields[failed]} failed",
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("cells", total=to_run, failed=0)
-
-    def cell(self, record: dict[str, Any]) -> None:
-        self.done += 1
-        ok = record["status"] == "ok"
-        self.failed += not ok
-        if self.bar is not None:
-            self.bar.update(self.task, completed=self.done, failed=self.failed)
-            if not ok:
-                self.bar.console.print(f"failed {record['name']}: {record.get('error')}")
-            return
-        seconds = record.get("seconds")
-        took = f" {seconds:.1f}s" if isinstance(seconds, (int, float)) else ""
-        tail = "" if ok else f": {record.get('error')}"
-        typer.echo(
-            f"[{self.done}/{self.total}] {record['name']} {record['status']}{took}{tail}", err=True
-        )

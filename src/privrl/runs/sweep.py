@@ -31,6 +31,7 @@ see the thread limits before numpy or torch load their thread pools).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import itertools
 import json
@@ -422,6 +423,13 @@ def check_options(options: SweepOptions) -> SweepOptions:
     if options.address is not None and options.backend != "ray":
         raise SweepError("address is for the Ray backend; add --backend ray (or drop --address)")
     return options
+
+
+def with_options(spec: Sweep, **given: Any) -> Sweep:
+    """`spec` with the options given (the command line's; None keeps the file's), checked."""
+    changes = {key: value for key, value in given.items() if value is not None}
+    options = check_options(dataclasses.replace(spec.options, **changes))
+    return dataclasses.replace(spec, options=options)
 
 
 def import_modules(names: Sequence[str]) -> None:
