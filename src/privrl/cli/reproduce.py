@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -67,13 +66,14 @@ def reproduce(
     if list_ or target is None:
         Console().print(registry.reproductions_table())
         return
-    if address is not None:
-        if backend != "ray":
-            raise ValueError("--address is for the Ray backend; add --backend ray")
-        from privrl.runs.sweep import RAY_ADDRESS_ENV
-
-        os.environ[RAY_ADDRESS_ENV] = address  # every sweep and unit batch of the run
     report = registry.reproduce(
-        target, out, seeds=seeds, seed=seed, quick=quick, backend=backend, workers=workers
+        target,
+        out,
+        seeds=seeds,
+        seed=seed,
+        quick=quick,
+        backend=backend,
+        workers=workers,
+        address=address,
     )
     typer.echo(f"wrote {report}")

@@ -8,6 +8,7 @@ imported lazily so `privrl --help` stays fast.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,6 +207,7 @@ def reproduce(
     quick: bool = False,
     backend: str = "local",
     workers: int | None = None,
+    address: str | None = None,
 ) -> object:
     """Regenerate reproduction `target` into `out` (default docs/reproductions/ID) with `seeds`
     seeds (default: the report's) from base seed `seed`; returns the report's path.
@@ -214,9 +216,16 @@ def reproduce(
     the gallery. `backend` ("local" | "ray") and `workers` say where the reproduction's cells
     run: every reproduction runs on the sweep runner (system cells, or function cells for the
     Monte-Carlo studies, `privrl.runs.units`), so `reproduce("all", backend="ray")` regenerates
-    every report on Ray."""
+    every report on Ray. `address` (Ray only) is the cluster every Ray start of the process
+    then connects to (it sets $PRIVRL_RAY_ADDRESS) instead of a local instance."""
     from privrl.experiments.checks import InputError, check_int, check_out_dir
 
+    if address is not None:
+        if backend != "ray":
+            raise InputError("--address is for the Ray backend; add --backend ray")
+        from privrl.runs.sweep import RAY_ADDRESS_ENV
+
+        os.environ[RAY_ADDRESS_ENV] = address  # every sweep and unit batch of the run
     if target == "all":
         if out is not None:
             raise InputError("reproduce all writes docs/reproductions/ID; drop --out")
