@@ -117,11 +117,13 @@ def test_env_run_writes_contract_and_policy_reloads(
     assert config["privacy"]["rho"] == 1.0 and config["seed"] == 7
     header = (out / "metrics.csv").read_text().splitlines()[0]
     assert "known_fraction" in header and "V_mean" in header
-    # Same seed, same policy.
-    code, _, err = run([*argv[:-1], str(tmp_path / "again")], capsys)
-    assert code == 0, err
-    again = FiniteHorizonPolicy.load(tmp_path / "again" / "policy.npz")
-    assert np.array_equal(again.actions, policy.actions)
+    # Same seed, same policy, with the insecure opt-in only (the noise is secret otherwise).
+    seeded = [*argv[:-2], "--insecure-reproducible-noise", "--out"]
+    for name in ("again", "again2"):
+        code, _, err = run([*seeded, str(tmp_path / name)], capsys)
+        assert code == 0, err
+    a, b = (FiniteHorizonPolicy.load(tmp_path / n / "policy.npz") for n in ("again", "again2"))
+    assert np.array_equal(a.actions, b.actions)
 
 
 def test_data_run_with_public_reward_and_laplace(

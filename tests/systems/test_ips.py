@@ -183,6 +183,8 @@ def test_gamma_one_on_a_finite_horizon(tmp_path: Path, capsys) -> None:
 
 def toml(values: dict[str, object]) -> str:
     def value(v: object) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
         if isinstance(v, (list, tuple)):
             return "[" + ", ".join(value(x) for x in v) + "]"
         if isinstance(v, (int, float)):
@@ -200,6 +202,7 @@ def test_run_config_file_is_the_command_line(
     metrics.json, privacy.json (but its timestamp) and config.json."""
     out_cli, out_file = tmp_path / "cli", tmp_path / "file"
     argv = ["ope", system, "--data", str(log_file), *COMMON, "--seed", "7", "--out", str(out_cli)]
+    argv.append("--insecure-reproducible-noise")  # the same (insecure, repeatable) noise below
     code, _, err = run(argv, capsys)
     assert code == 0, err
     cfg = tmp_path / "run.toml"
@@ -213,6 +216,7 @@ def test_run_config_file_is_the_command_line(
         "weight_clip": 10.0,
         "max_horizon": 1,
         "epsilon": 1.0,
+        "insecure_reproducible_noise": True,
     }
     cfg.write_text(toml(values))
     code, _, err = run(["run", str(cfg)], capsys)

@@ -36,6 +36,8 @@ SMALL_FLAGS = ["--env", "random-tabular", "-S", "2", "-A", "2", "-H", "2", "-K",
 
 def _toml(values: dict[str, Any]) -> str:
     def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
         return f'"{v}"' if isinstance(v, str) else repr(v)
 
     return "\n".join(f"{k} = {value(v)}" for k, v in values.items()) + "\n"
@@ -73,9 +75,13 @@ def test_toml_run_equals_command_line(
     settings, flags = CASES[system]
     cli_out, toml_out = tmp_path / "cli", tmp_path / "toml"
     argv = ["online", system, *SMALL_FLAGS, *flags, "--seed", "7", "--out", str(cli_out)]
+    argv.append("--insecure-reproducible-noise")  # the same (insecure, repeatable) noise below
     assert main(argv) == 0, capsys.readouterr().err
     toml = tmp_path / "run.toml"
-    toml.write_text(_toml({"system": system, "out": str(toml_out), "seed": 7, **SMALL, **settings}))
+    same = {"insecure_reproducible_noise": True}
+    toml.write_text(
+        _toml({"system": system, "out": str(toml_out), "seed": 7, **SMALL, **settings, **same})
+    )
     assert main(["run", str(toml)]) == 0, capsys.readouterr().err
     assert _metrics(toml_out) == _metrics(cli_out)
     assert (toml_out / "metrics.csv").read_text() == (cli_out / "metrics.csv").read_text()

@@ -155,10 +155,23 @@ def test_run_config_file_is_the_command_line(
     public values."""
     values = {k: str(chain_file) if v == "{data}" else v for k, v in SAME_RUN[system].items()}
     out_cli, out_file = tmp_path / "cli", tmp_path / "file"
-    code, err = run(["ope", system, *_flags(values), "--seed", "7", "--out", str(out_cli)], capsys)
+    same = "--insecure-reproducible-noise"  # the same (insecure, repeatable) noise on both paths
+    code, err = run(
+        ["ope", system, *_flags(values), "--seed", "7", same, "--out", str(out_cli)], capsys
+    )
     assert code == 0, err
     cfg = tmp_path / "run.toml"
-    cfg.write_text(toml({"system": system, "out": str(out_file), "seed": 7, **values}))
+    cfg.write_text(
+        toml(
+            {
+                "system": system,
+                "out": str(out_file),
+                "seed": 7,
+                **values,
+                "insecure_reproducible_noise": True,
+            }
+        )
+    )
     code, err = run(["run", str(cfg)], capsys)
     assert code == 0, err
 

@@ -238,13 +238,17 @@ def test_run_config_file_is_the_command_line(files, tmp_path: Path, capsys) -> N
     for key, value in values.items():
         argv += ["--" + key.replace("_", "-"), str(value)]
     out_cli, out_file = tmp_path / "cli", tmp_path / "file"
-    code, err = run([*argv, "--seed", "7", "--out", str(out_cli)], capsys)
+    same = "--insecure-reproducible-noise"  # the same (insecure, repeatable) noise on both paths
+    code, err = run([*argv, "--seed", "7", same, "--out", str(out_cli)], capsys)
     assert code == 0, err
     cfg = tmp_path / "run.toml"
     lines = {"system": "gpope", "out": str(out_file), "seed": 7, **values}
+    lines["insecure_reproducible_noise"] = True
     cfg.write_text(
         "".join(
-            f"{k} = {v!r}\n" if isinstance(v, (int, float)) else f"{k} = {json.dumps(v)}\n"
+            f"{k} = {json.dumps(v)}\n"
+            if isinstance(v, bool) or not isinstance(v, (int, float))
+            else f"{k} = {v!r}\n"
             for k, v in lines.items()
         )
     )
