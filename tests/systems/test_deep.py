@@ -266,3 +266,54 @@ def test_a_checkpoint_recorded_before_the_reward_scale_option_resumes(tmp_path) 
     other = {**old, "env_id": "Pendulum-v1", "data_env_id": "privrl/Pendulum-v0"}
     with pytest.raises(ValueError, match="different run"):
         check_resume(tmp_path, other, ["agent.pt"], insist=False)
+
+
+def test_primorl_keeps_its_secret_state_beside_the_data_not_in_the_run_directory(
+    files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Property (resume state is secret): DP-FedAvg's state (θ(t) and the noise generator's
+    state) is saved in `.privrl-secret/KEY/` beside the dataset, never in --out; a run cut off
+    mid-training resumes from it, and the finished run deletes it."""
+    import shutil
+
+    from privrl.primorl import primorl as P
+
+    data = tmp_path / "data" / "d.h5"
+    data.parent.mkdir()
+    shutil.copyfile(files["primorl"], data)
+    out = tmp_path / "run"
+    argv = ["train", "primorl", "--data", str(data), "--out", str(out), "-z", "5"]
+    argv += CASES["primorl"][0][2:]
+    train = P.train_dp_fedavg
+    rounds: list[int] = []
+
+    def cut_after_round_2(*args: Any, **kwargs: Any) -> Any:
+        save = kwargs["on_checkpoint"]
+
+        def checkpoint(state: dict[str, Any]) -> None:
+            save(state)
+            if state["rounds"] >= 2:
+                raise KeyboardInterrupt
+
+        return train(*args, **{**kwargs, "checkpoint_every": 1, "on_checkpoint": checkpoint})
+
+    monkeypatch.setattr(P, "train_dp_fedavg", cut_after_round_2)
+    assert main(argv) == 130
+    secret = list((data.parent / ".privrl-secret").glob("*/fedavg_state.pt"))
+    assert len(secret) == 1 and not list(out.rglob("fedavg_state.pt"))
+
+    def resumed(*args: Any, **kwargs: Any) -> Any:
+        rounds.append(int(kwargs["resume"]["rounds"]) if kwargs.get("resume") else 0)
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(P, "train_dp_fedavg", resumed)
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert rounds == [2]  # continued from the secret state, not from scratch
+    assert (out / "model.pt").is_file() and not secret[0].exists()
+    assert not (data.parent / ".privrl-secret").exists() or not any(
+        (data.parent / ".privrl-secret").iterdir()
+    )

@@ -512,6 +512,7 @@ def run(
     workdir: str | Path | None = None,
     fedavg_checkpoint_every: int = 100,
     noise: NoiseSource | None = None,
+    secret_dir: str | Path | None = None,
 ) -> PrimorlResult:
     """PRIMORL on the private episodes ``data``.
 
@@ -525,7 +526,8 @@ def run(
     ``rng``: the run's seed (named streams: init, fedavg, stage); ``noise``: the source of the
     DP-FedAvg noise and client sampling (default: secure). ``progress(phase, record)``:
     phase "fedavg" per public-split evaluation, "policy" per SAC epoch — public records only.
-    ``workdir``: checkpoints (``fedavg_state.pt``: secret, removed when training ends;
+    ``workdir``: checkpoints (``fedavg_state.pt``: secret, removed when training ends, and
+    kept in ``secret_dir`` when one is given — the run layer gives one beside the dataset;
     ``released.pending.pt``: the release; ``checkpoint.pt``: the policy stage) so a rerun
     resumes.
     """
@@ -552,13 +554,15 @@ def run(
         norm = "public_split" if has_public else "model"
         if not has_public:
             model.input_normalizer = bounds_normalizer(data.metadata)
-        state_path = None if work is None else work / "fedavg_state.pt"
+        secret = work if secret_dir is None else Path(secret_dir)
+        state_path = None if secret is None else secret / "fedavg_state.pt"
         resume = None
         if state_path is not None and state_path.exists():
             resume = torch.load(state_path, map_location="cpu", weights_only=False)
 
         def save_state(state: dict[str, Any]) -> None:
             if state_path is not None:
+                state_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = state_path.with_name(state_path.name + ".tmp")
                 torch.save(state, tmp)
                 tmp.replace(state_path)

@@ -206,6 +206,7 @@ def execute(
         ctx = RunContext(
             progress=report_progress,
             checkpoint_dir=out / system.checkpoint_subdir if system.resumable else None,
+            secret_dir=secret_state_dir(spec, out) if system.resumable else None,
             resume=resume,
             seed=spec.seed,
             plan=plan,
@@ -226,12 +227,32 @@ def execute(
             txn.reports.append(result.privacy)
             crash_point("staged")
     crash_point("completed")
-    if ctx.checkpoint_dir is not None:
-        for name in result.discard:  # completed: the state kept for a resume is done with
-            (ctx.checkpoint_dir / name).unlink(missing_ok=True)
+    for where in (ctx.checkpoint_dir, ctx.secret_dir):
+        for name in result.discard if where is not None else ():  # completed: done with
+            (where / name).unlink(missing_ok=True)
+    if ctx.secret_dir is not None and ctx.secret_dir.is_dir() and not any(ctx.secret_dir.iterdir()):
+        ctx.secret_dir.rmdir()
     if not quiet:
         print_summary(out, result)
     return result
+
+
+SECRET_DIR = ".privrl-secret"
+
+
+def secret_state_dir(spec: RunSpec, out: Path) -> Path | None:
+    """Where a resumable run of `spec` keeps its secret state: `.privrl-secret/KEY/` beside
+    the dataset (the data holder's side, never the run directory), KEY a digest of the run's
+    identity and `--out`, so that a rerun of the same run resumes and another run (another
+    config, seed or --out) never takes over its state. None without a dataset."""
+    import hashlib
+
+    if spec.data is None:
+        return None
+    where = {"data": str(Path(spec.data).resolve()), "out": str(Path(out).resolve())}
+    key = json.dumps(json_safe({**spec.identity(), **where}), sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+    return Path(spec.data).resolve().parent / SECRET_DIR / digest
 
 
 def _notice(text: str) -> None:

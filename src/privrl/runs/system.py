@@ -131,6 +131,10 @@ class RunContext:
     plan: Plan | None = None
     notice: Callable[[str], None] = lambda text: None
     noise: NoiseSource = field(default_factory=NoiseSource.secure)
+    secret_dir: Path | None = None
+    """Where a resumable run keeps state that must never be published (a noise generator's
+    state, raw statistics): beside the dataset, never in the run directory (`secret_state_dir`).
+    None: no such place (the run keeps no secret state, or has no dataset)."""
 
 
 class System:

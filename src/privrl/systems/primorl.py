@@ -16,8 +16,10 @@ with zero access to the data. The system adapts `privrl.primorl.primorl` (`Primo
   alone, and config.json records its identity (the public file's content fingerprint, or the
   declared list's digest), never anything computed from the private episodes.
 - `run`: DP-FedAvg → the released model (model.pt) → the policy stage; checkpoints
-  (``released.pending.pt``, ``fedavg_state.pt``, ``checkpoint.pt``, ``run.json``) stay in the
-  run directory itself, as before the run layer, and a rerun with the same settings resumes.
+  (``released.pending.pt``, ``checkpoint.pt``, ``run.json``) stay in the run directory itself,
+  as before the run layer, and a rerun with the same settings resumes. DP-FedAvg's secret state
+  (``fedavg_state.pt``: θ(t) and the noise generator's state) is kept beside the dataset, in
+  `RunContext.secret_dir` (``.privrl-secret/KEY/``), never in the run directory.
   The pending release and the secret DP-FedAvg state are deleted once the spend is completed;
   a rerun after a crash takes over the crashed attempt's reservation (no second spend).
 
@@ -416,6 +418,7 @@ class PrimorlSystem(System):
             progress=progress,
             workdir=work,
             noise=ctx.noise,
+            secret_dir=ctx.secret_dir,
         )
         out = _outputs(facts["primorl"], result, n_public=public.n_episodes)
         out.artifacts["model.pt"] = lambda path: P.save_released_model(result.released, path)
