@@ -268,6 +268,7 @@ def test_workdir_resume_skips_model_training(
         mopo(dataset, tiny_mopo_config(epochs=2), seed=4, workdir=tmp_path)
 
 
+@pytest.mark.slow  # a learning check (12 s): MOPO's pipeline is covered fast by the tests above
 def test_tiny_mopo_improves_over_the_random_policy(dataset: TrajectoryDataset) -> None:
     """100 episodes, a small SAC (64×64, α₀ = 0.05) for 5 × 500 steps: the mean of the last
     two epochs' real returns must clearly beat the random policy (normalised score > 25)."""

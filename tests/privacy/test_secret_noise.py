@@ -27,6 +27,9 @@ from tests.privacy.test_neighbour_diff import CASES, Case, _expand_root
 # the noise itself instead.
 BURN_IN = {"dp-ucbvi-central", "dp-ucbvi-local"}
 REPLAYED = [c for c in CASES if c.must_run and not c.marks and c.id not in BURN_IN]
+# One case per system in the default suite; every case under `-m slow`.
+FAST = {"dp-apvi-rho", "dp-vapvi-horizon", "gpope", "dp-lsw", "lstd-op", "dp-sgd-declared-m"}
+FAST |= {"expert-dp-declared-L", "ips", "primorl", "sdp-pe"}
 INSECURE = ("dp-apvi-rho", "gpope", "lstd-op", "ips", "dp-ucbvi-central")
 
 
@@ -60,7 +63,10 @@ def _twice(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extr
     return pair, a, b
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in REPLAYED])
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, id=c.id, marks=() if c.id in FAST else (pytest.mark.slow,)) for c in REPLAYED],
+)
 def test_a_rerun_with_the_published_seed_does_not_reproduce_the_noise(
     case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
