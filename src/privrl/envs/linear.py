@@ -1,7 +1,7 @@
 """The linear MDP of Qiao & Wang's simulations (Min et al. 2021 family), with exact evaluation.
 
 A linear MDP has ``P_h(s'|s,a) = ⟨φ(s,a), ν_h(s')⟩`` and ``r_h(s,a) = ⟨φ(s,a), θ_h⟩``. The
-instance of the spec (specs/qiao_wang.md, "Experiment to reproduce") has
+instance of Qiao & Wang's experiment (the one the qiao-wang reproductions run) has
 
 * ``S = {0, 1}``, ``A = 100`` actions, ``d = 10``, ``H = 20``;
 * an 8-bit binary code **a** per action (least significant bit first; actions < 100 never set

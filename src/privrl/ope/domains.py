@@ -6,7 +6,7 @@ to evaluate (``target_policy``), the policy that generates the data (``behaviour
 ``TrajectoryDataset`` with behaviour probabilities. All of it is simulator-side, i.e. public:
 nothing here looks at private data.
 
-Policies (decisions, following the paper §7 and specs/gpope.md):
+Policies (decisions, following the paper §7 and our resolution of its gaps):
 
 * **Mountain Car** (γ = 0.99, horizon 1000, order-5 Fourier basis, 36 features). A linear Q is
   learned by Sarsa(λ) = Q(λ) with the Fourier basis (greedy with optimistic init; see

@@ -70,7 +70,7 @@ def _within(value: float | None, low: float, high: float) -> bool:
 @dataclass(frozen=True)
 class StageOptions(RunConfig):
     """The options of a policy stage (SAC in a pessimistic model), shared by MOPO and PRIMORL.
-    `None`: the task's default (specs/primorl.md)."""
+    `None`: the task's default (its preset in `privrl.primorl.primorl`)."""
 
     penalty: str | None = option(
         None, "--penalty", help="Uncertainty u: ma | ma-frobenius | mpd (default: per task)."
