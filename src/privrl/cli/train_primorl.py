@@ -1,4 +1,4 @@
-"""`privrl train primorl`: PRIMORL (paper 000) — a dynamics ensemble trained with
+"""`privrl train primorl`: PRIMORL — a dynamics ensemble trained with
 trajectory-level (or user-level) DP by DP-FedAvg, a pessimistic model, and SAC inside it with
 zero access to the data.
 

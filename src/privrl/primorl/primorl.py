@@ -1,4 +1,4 @@
-"""PRIMORL (paper 000): trajectory-level private model-based offline RL, end to end.
+"""PRIMORL: trajectory-level private model-based offline RL, end to end.
 
 Pipeline (specs/primorl.md; paper Algorithm 1):
 

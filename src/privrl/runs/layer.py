@@ -4,7 +4,7 @@
                                  "out": "runs/a", "seed": 0})
     result = execute(spec)
 
-Order of work (the privacy rules of DESIGN.md), the same for every system:
+Order of work (the privacy rules of docs/privacy.md), the same for every system:
 
 1. the config is validated (it validated itself on construction) and `--out` is checked;
 2. with a dataset, only its header is read; the system's `plan` resolves the public parameters

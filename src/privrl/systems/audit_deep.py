@@ -294,7 +294,7 @@ class AuditExpertDpSgd(AuditSystem):
 
 @dataclass(frozen=True)
 class AuditPrimorlConfig(RunConfig):
-    """One-run audit of PRIMORL's TDP ensemble training (DP-FedAvg, paper 000 Algorithm 2)
+    """One-run audit of PRIMORL's TDP ensemble training (DP-FedAvg, the paper's Algorithm 2)
     with m canary trajectories (Steinke, Nasr & Jagielski 2023)."""
 
     system: ClassVar[str] = "audit-primorl"
@@ -360,7 +360,7 @@ PRIMORL_ONE_RUN_CAP = 2000  # every canary is a client of the T-round training
 
 
 class AuditPrimorl(AuditSystem):
-    """PRIMORL's DP-FedAvg (paper 000, Algorithm 2), add/remove one trajectory, one run."""
+    """PRIMORL's DP-FedAvg (the paper's Algorithm 2), add/remove one trajectory, one run."""
 
     name = "audit-primorl"
     Config = AuditPrimorlConfig

@@ -10,7 +10,7 @@ A run writes config.json, metrics.json (`value`, `value_ci_low`, `value_ci_high`
 privacy.json and prints the value with its interval. The estimators, their sensitivities,
 the noise and the interval are in `privrl.ope.importance`.
 
-Order of work (the privacy rules of DESIGN.md): `plan` sees the config and the file's header
+Order of work (the privacy rules of docs/privacy.md): `plan` sees the config and the file's header
 only. Every quantity that sets a sensitivity or the noise — ε, δ, the weight clip W, the
 reward range, the horizon H, γ, the reward model's range, m — is resolved through
 `PublicParameters` (flag > public metadata > default, else refused) and listed in

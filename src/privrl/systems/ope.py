@@ -15,7 +15,7 @@ to its first H steps and bounds DP-LSW/DP-LSL's returns over H steps (`privrl.op
 which is what makes γ = 1 possible. Target policies the user supplies (.npy, a saved
 policy.npz, module:function) go through `privrl.ope.targets`, shared with ips, snips and dr.
 
-Order of work (the privacy rules of DESIGN.md): `plan` sees the config and, with --data, the
+Order of work (the privacy rules of docs/privacy.md): `plan` sees the config and, with --data, the
 file's header only (metadata and the number of trajectories m). Every quantity that sets the
 noise — ε, δ, m, N, h, the step size, the reward range, γ — is resolved from public sources
 (`privrl.privacy.public.PublicParameters`) and listed in privacy.json; GPOPE's h and step size,

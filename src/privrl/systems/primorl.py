@@ -1,4 +1,4 @@
-"""PRIMORL (paper 000) on the run layer (`privrl train primorl`): a dynamics ensemble trained
+"""PRIMORL on the run layer (`privrl train primorl`): a dynamics ensemble trained
 with trajectory-level (or user-level) DP by DP-FedAvg, a pessimistic model, and SAC inside it
 with zero access to the data. The system adapts `privrl.primorl.primorl` (`PrimorlConfig`,
 `plan`, `run`); the algorithm lives there.
@@ -251,11 +251,11 @@ class PrimorlSystem(System):
     Config = PrimorlRunConfig
     data = "optional"  # none with --model
     summary = (
-        "PRIMORL: trajectory-level private model-based offline RL (paper 000). DP-FedAvg "
+        "PRIMORL: trajectory-level private model-based offline RL. DP-FedAvg "
         "trains the dynamics ensemble (the one release); SAC then learns in the pessimistic "
         "model without touching the data."
     )
-    help = """PRIMORL: trajectory-level private model-based offline RL (paper 000). DP-FedAvg trains
+    help = """PRIMORL: trajectory-level private model-based offline RL. DP-FedAvg trains
     the dynamics ensemble (the one release); SAC then learns in the pessimistic model without
     touching the data.
 
