@@ -353,8 +353,8 @@ def test_primorl_user_column_matches_the_imported_unit_column(
     import recorded (header only)."""
     from types import SimpleNamespace
 
+    from privrl.config import ConfigError
     from privrl.data.io import read_header
-    from privrl.runs.config import ConfigError
     from privrl.systems.primorl import _check_declared
 
     out = tmp_path / "d.h5"

@@ -90,9 +90,9 @@ def test_run_file_refuses_an_epsilon_the_flag_refuses(
 def test_every_system_holds_epsilon_to_the_library_range() -> None:
     """Every registered system with an ε refuses ε = 1000 and 1e-9 by the one range of
     `privrl.privacy.limits`, before its own checks (so no system can drift)."""
+    from privrl.config import ConfigError
     from privrl.privacy.limits import epsilon_problem
     from privrl.runs import catalog, registry
-    from privrl.runs.config import ConfigError
 
     catalog.load()
     with_epsilon = [

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import tests.runs.toy  # noqa: F401 - registers the toy system
+from privrl.config import ConfigError
 from privrl.data.io import save_hdf5
 from privrl.privacy.ledger import BudgetLedger, LedgerError
-from privrl.runs.config import ConfigError
 from privrl.runs.layer import RunSpec, execute, load_toml
 from tests.neighbours import dataset, random_tabular_episodes, tabular_metadata
 from tests.runs.toy import ToyConfig
@@ -168,7 +168,7 @@ def test_an_option_added_later_keeps_cached_identities_at_its_default() -> None:
     sweep's finished cells stay finished); any other value does, and so does a plain option."""
     from dataclasses import dataclass
 
-    from privrl.runs.config import RunConfig, option
+    from privrl.config import RunConfig, option
 
     @dataclass(frozen=True)
     class Before(RunConfig):

@@ -7,13 +7,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from privrl.config import RunConfig, check, option
 from privrl.privacy.accounting import calibrate_noise_multiplier
 from privrl.privacy.mechanisms import gaussian_mechanism
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameters, Source
 from privrl.privacy.report import PrivacyReport
 from privrl.runs import registry
-from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
 
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from privrl.cli.main import main
+from privrl.config import ConfigError
 from privrl.data.io import save_hdf5
 from privrl.privacy.ledger import BudgetLedger
 from privrl.runs import registry
-from privrl.runs.config import ConfigError
 from privrl.systems.mopo import MopoRunConfig
 from privrl.systems.primorl import PrimorlRunConfig
 from tests.primorl.test_mopo import small_pendulum_dataset

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from privrl.cli.main import main
-from privrl.runs.config import ConfigError
+from privrl.config import ConfigError
 from privrl.systems.expert import DpSgdConfig, ExpertDpConfig
 
 M = 16

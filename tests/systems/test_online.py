@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from privrl.cli.main import main
+from privrl.config import ConfigError
 from privrl.runs import registry
-from privrl.runs.config import ConfigError
 from privrl.runs.layer import RunSpec, execute
 from privrl.systems.online import DpUcbviConfig, PeConfig, SdpPeConfig, UcbviConfig
 

@@ -34,8 +34,8 @@ def run(
     show: str = typer.Option(None, "--show", help="Print a system's settings as TOML and exit."),
 ) -> None:
     """Run any system from a TOML config file (the same run as its command)."""
+    from privrl.config import ConfigError
     from privrl.runs import catalog, cli, registry
-    from privrl.runs.config import ConfigError
     from privrl.runs.console import note_output
     from privrl.runs.layer import RunSpec, load_toml, settings_template
 

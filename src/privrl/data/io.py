@@ -248,7 +248,7 @@ class DatasetHeader:
     untouched until the ledger has allowed the run.
     """
 
-    path: Path
+    path: Path | None  # None: a dataset in memory (`header_of`)
     metadata: DatasetMetadata
     n_episodes: int
     n_transitions: int
@@ -282,6 +282,21 @@ def read_header(path: str | Path) -> DatasetHeader:
         if isinstance(exc, DatasetError):
             raise
         raise DatasetError(f"{path}: unreadable or corrupt dataset header ({exc})") from exc
+
+
+def header_of(dataset: TrajectoryDataset) -> DatasetHeader:
+    """The header of a dataset in memory: what a file of it would say about itself (metadata,
+    sizes and the content fingerprint), so the Python API plans a run from the same public
+    facts a file gives the command line. `path` is None."""
+    from privrl.data.public import episodes_sha256
+
+    return DatasetHeader(
+        path=None,
+        metadata=dataset.metadata,
+        n_episodes=int(dataset.n_episodes),
+        n_transitions=int(dataset.n_transitions),
+        attrs={"content_sha256": episodes_sha256(dataset)},
+    )
 
 
 def content_sha256(path: str | Path, *, recompute: bool = False) -> str:

@@ -827,6 +827,22 @@ def ledgered(dataset_path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+@dataclass
+class Spend:
+    """A reservation held by `BudgetLedger.spend`; `complete(report)` settles it."""
+
+    ledger: BudgetLedger
+    run_id: str
+    entry: LedgerEntry | None = None
+
+    def complete(self, report: PrivacyReport) -> LedgerEntry:
+        """Settle the reservation with the call's final report (see `BudgetLedger.complete`)."""
+        if self.entry is not None:
+            raise LedgerError(f"the reservation {self.run_id} is already completed")
+        self.entry = self.ledger.complete(self.run_id, report)
+        return self.entry
+
+
 class BudgetLedger:
     """The privacy budget of one dataset's episodes and every spend recorded against it.
 
@@ -1543,6 +1559,37 @@ class BudgetLedger:
             settles=run_id,
         )
         return self._append(entry, final, check)
+
+    @contextlib.contextmanager
+    def spend(
+        self, planned: PrivacyReport, *, content_sha256: str, label: str = ""
+    ) -> Iterator[Spend]:
+        """A library call as a ledger transaction: reserve → compute → complete.
+
+        The Python API's form of the run layer's transaction (there, the run directory is
+        published between the two): `planned` is reserved before the body runs, so the body
+        may read the private episodes; the body hands its final report to `Spend.complete`,
+        which settles the reservation with it. `content_sha256` is the fingerprint of the
+        episodes the body will read (`privrl.data.episodes_sha256`); a ledger of other
+        episodes is refused before anything is reserved.
+
+        Fail closed: if the body raises, or returns without calling `Spend.complete`, the
+        reservation keeps counting (the data may have been read) and the exception is
+        raised unchanged; `privrl ledger settle` or `release` settles it.
+        """
+        if content_sha256 != self.content_sha256:
+            raise LedgerError(
+                f"the ledger {self.path} belongs to other episodes (fingerprint "
+                f"{self.content_sha256}); these have {content_sha256}"
+            )
+        reservation = self.reserve(planned, label)
+        spend = Spend(self, reservation.run_id)
+        yield spend
+        if spend.entry is None:
+            raise LedgerError(
+                f"the reservation {reservation.run_id} was not completed (the call returned "
+                "without a final report); it keeps counting"
+            )
 
     def check_complete(self, run_id: str, report: PrivacyReport) -> None:
         """Raise (LedgerError, BudgetExceededError) if `complete(run_id, report)` would be

@@ -20,8 +20,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import typer
 
+from privrl.config import ConfigError, RunConfig, allows_nan, coerce, flags_of
 from privrl.runs import registry
-from privrl.runs.config import ConfigError, RunConfig, allows_nan, coerce, flags_of
 from privrl.runs.console import note_output
 from privrl.runs.layer import RunSpec, execute
 from privrl.runs.system import Result

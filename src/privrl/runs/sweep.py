@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from privrl.runs.config import ConfigError, fingerprint
+from privrl.config import ConfigError, fingerprint
 
 SECTIONS = ("grid", "sweep", "cells", "systems")
 # The Ray cluster a reproduction's cells go to (`privrl reproduce --backend ray --address A`
@@ -1095,7 +1095,7 @@ def _write_sweep_json(sweep: Sweep, outcome: SweepOutcome, *, state: str) -> Non
 
 
 def _write_json(path: Path, data: Any) -> None:
-    from privrl.runs.config import _plain
+    from privrl.config import _plain
 
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(_plain(data), indent=2, allow_nan=True, default=str) + "\n")

@@ -23,28 +23,14 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from privrl.algorithm import Plan
+from privrl.config import RunConfig
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
-from privrl.runs.config import RunConfig
+
+__all__ = ["Plan", "PlotSpec", "Result", "RunContext", "Series", "System"]
 
 DataUse = Literal["required", "optional", "none"]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The public side of a run, fixed before any private data is read.
-
-    Attributes:
-        report: the planned privacy report (checked against the dataset's ledger).
-        public: values published in config.json beside the config (resolved public
-            parameters, sizes from the header); computed before the data is read.
-        facts: anything else the system wants to carry from `plan` to `load`/`run` (not
-            published).
-    """
-
-    report: PrivacyReport
-    public: Mapping[str, Any] = field(default_factory=dict)
-    facts: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from privrl.config import RunConfig, check, option
 from privrl.privacy.noise import NoiseSource
-from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 
 MAX_TRIALS = 20_000_000  # scores and bits of every trial stay in memory (~16 bytes each)

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privrl.runs.config import RunConfig, check, option
+from privrl.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.audit import (
     SYNTHETIC_NOTE,

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from privrl.config import check, option
 from privrl.privacy.noise import NoiseSource
-from privrl.runs.config import check, option
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.audit import (
     TABULAR_FILE_HELP,

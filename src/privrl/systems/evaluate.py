@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from privrl.config import RunConfig, check, option
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
-from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
 
 __all__ = [

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from privrl.runs.config import ConfigError, RunConfig, check, option
+from privrl.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.expert_public import (
     EVAL_SEED_STEP,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.runs.config import ConfigError
+from privrl.config import ConfigError
 
 CARTPOLE_EVAL_HORIZON = 1000
 MAX_EXPERTS = 10**9

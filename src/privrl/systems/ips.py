@@ -30,8 +30,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from privrl.config import RunConfig, check, option
 from privrl.ope.targets import USER_CODE_HELP
-from privrl.runs.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.ope import (
     HEADER_COUNT_DETAIL,

@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
-from privrl.runs.config import RunConfig, check, option
+from privrl.config import RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 from privrl.systems.tabular import (
     check_budget,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.runs.config import ConfigError, RunConfig, check, option
+from privrl.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 
 __all__ = ["MopoRunConfig", "MopoSystem", "StageOptions", "parse_target_entropy"]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
+from privrl.config import ConfigError, RunConfig, check, option
 from privrl.experiments.checks import (
     InputError,
     check_delta,
@@ -41,7 +42,6 @@ from privrl.experiments.checks import (
 )
 from privrl.online.common import ENVS
 from privrl.privacy.noise import NoiseSource
-from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, Result, RunContext, System
 
 if TYPE_CHECKING:

@@ -50,9 +50,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from privrl.config import ConfigError, RunConfig, check, option
 from privrl.ope.targets import USER_CODE_HELP
 from privrl.privacy.noise import NoiseSource
-from privrl.runs.config import ConfigError, RunConfig, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
 from privrl.systems.tabular import header_trajectories
 

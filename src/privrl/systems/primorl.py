@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.runs.config import ConfigError, check, option
+from privrl.config import ConfigError, check, option
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
 from privrl.systems.mopo import (
     StageOptions,

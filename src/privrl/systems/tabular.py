@@ -40,7 +40,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from privrl.runs.config import ConfigError, RunConfig, check, option
+from privrl.config import ConfigError, RunConfig, check, option
 from privrl.runs.layer import OMIT
 from privrl.runs.system import Plan, Result, RunContext, System
 

@@ -1,19 +1,20 @@
-"""Typed run configurations: one frozen dataclass per system.
+"""Typed configurations: one frozen dataclass per algorithm.
 
-A system's config lists every knob of a run with its default, its command-line flag and its
-help text, in one place:
+An algorithm's config lists every knob with its default and its help text, in one place:
 
     @dataclass(frozen=True)
-    class GpopeConfig(RunConfig):
+    class GpopeConfig(Config):
         epsilon: float = option(..., "--epsilon", "-e", help="Target ε in [1e-6, 100].")
         step_size: float = option(0.01, help="GTD2 step size α.")
 
         def validate(self) -> None:
             check(0 < self.step_size, "step_size", "must be positive")
 
-The command line (`privrl.runs.cli`), `privrl run CONFIG.toml` and `privrl sweep GRID.toml`
-all build the same config, so flags, help and validation cannot drift apart. A config holds
-only what the user chose: nothing in it is read from the data.
+The Python API (`privrl.offline.DPAPVI(config)`, ...), the command line (generated from the
+fields by `privrl.runs.cli`), `privrl run CONFIG.toml` and `privrl sweep GRID.toml` all build
+the same config, so help and validation cannot drift apart. A config holds only what the user
+chose: nothing in it is read from the data. Errors name the field (`ConfigError.key`); only
+the command line turns a field into a flag (`ConfigError.message_for`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def flags_of(f: dataclasses.Field[Any]) -> tuple[str, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunConfig:
+class Config:
     """Base of every system's config: a frozen dataclass that validates itself.
 
     Subclasses override `validate` (raise `ConfigError` through `check`); it runs on
@@ -160,7 +161,11 @@ class RunConfig:
         return {f.name: f for f in dataclasses.fields(cls)}
 
 
-def check_budget_fields(config: RunConfig) -> None:
+RunConfig = Config
+"""The run layer's name for `Config` (a system's config is its algorithm's config)."""
+
+
+def check_budget_fields(config: Config) -> None:
     """The privacy budget ε of `config` (its field `epsilon`, when set) is in the library's
     range (`privrl.privacy.limits.epsilon_problem`)."""
     from privrl.privacy.limits import epsilon_problem
