@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
@@ -71,24 +73,46 @@ def import_(
     """Import a Parquet/CSV table of transitions (one row per transition, with an episode-id
     column) or a local Minari dataset into privrl's native HDF5 format."""
     notes: list[str] = []
-    ds = tools.import_dataset(
-        source,
-        out,
-        columns=columns,
-        format=fmt.value if fmt is not None else None,
-        observation_space=observation_space,
-        action_space=action_space,
-        discount=discount,
-        env_id=env_id,
-        unit=unit,
-        units=units,
-        keep_columns=keep_columns,
-        clip_observations=clip_observations,
-        notes=notes,
-    )
+    with _options_as_flags(IMPORT_FLAGS):
+        ds = tools.import_dataset(
+            source,
+            out,
+            columns=columns,
+            format=fmt.value if fmt is not None else None,
+            observation_space=observation_space,
+            action_space=action_space,
+            discount=discount,
+            env_id=env_id,
+            unit=unit,
+            units=units,
+            keep_columns=keep_columns,
+            clip_observations=clip_observations,
+            notes=notes,
+        )
     for note in notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {out}: {ds.n_episodes} episodes, {ds.n_transitions} transitions")
+
+
+#: The table import's keyword options as `privrl data import` spells them: library messages
+#: name the keyword, the command line names its flag.
+IMPORT_FLAGS = {"clip_out_of_space=True": "--clip-observations", "keep_columns": "--keep-columns"}
+
+
+@contextmanager
+def _options_as_flags(flags: dict[str, str]) -> Iterator[None]:
+    """Re-raise a `DatasetError` whose message names a library option with its flag instead."""
+    from privrl.data.dataset import DatasetError
+
+    try:
+        yield
+    except DatasetError as exc:
+        text = str(exc)
+        for option, flag in flags.items():
+            text = text.replace(option, flag)
+        if text == str(exc):
+            raise
+        raise DatasetError(text) from exc
 
 
 @data_app.command("export")
