@@ -33,7 +33,7 @@ format: $(STAMP)
 
 # The documentation site (mkdocs.yml) into site/; --strict fails on a broken link or docstring.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
