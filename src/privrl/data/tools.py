@@ -16,11 +16,10 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
-from rich.table import Table
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.files import read_npz
@@ -34,6 +33,9 @@ from privrl.experiments.checks import (
     format_bytes,
     machine_memory,
 )
+
+if TYPE_CHECKING:  # rich draws the summary table only; importing the data layer does not load it
+    from rich.table import Table
 
 FORMATS = ("parquet", "csv", "minari", "hdf5")
 
@@ -202,6 +204,8 @@ def describe(path: Path, plot: Path | None = None) -> dict[str, Any]:
 
 def summary_table(summary: dict[str, Any], title: str) -> Table:
     """`describe`'s summary as a two-column table, labelled as exact statistics."""
+    from rich.table import Table
+
     table = Table(title=f"{title} (exact statistics — not a private release)", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")

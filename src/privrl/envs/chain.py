@@ -13,7 +13,7 @@ point (2.1) for linear features, vectorised sampling of m trajectories into a
 
 Features. ``ChainOneHot`` is the tabular representation: a one-hot vector over the S-1
 non-absorbing states (dimension 39), and φ = 0 in the absorbing state. The absorbing state is
-terminal, so it never appears as φ_t and the spec's φ(terminal) = 0 applies to it anyway; a
+terminal, so it never appears as φ_t and the convention φ(terminal) = 0 applies to it anyway; a
 40-th one-hot coordinate would only add a zero row and column to A and C (singular matrices)
 without changing any value estimate.
 

@@ -14,8 +14,8 @@ production). The ODE (Adams et al. 2004, eq. 2; Ernst et al. 2006, eq. 1):
 
 Actions (Ernst et al. 2006): every ``interval`` days (default 5) choose
 (ε1, ε2) ∈ {0, 0.7} × {0, 0.3}; index a ↦ ACTIONS[a] = (0,0), (0.7,0), (0,0.3), (0.7,0.3).
-(Check any table copied from elsewhere against this one; the GPOPE spec found a widely used
-one with a wrong entry. ``test_action_table_is_ernst_et_al`` pins it.)
+(Check any table copied from elsewhere against this one; a widely used one was reported to
+have a wrong entry. ``test_action_table_is_ernst_et_al`` pins it.)
 Reward per interval, evaluated at the state reached (Ernst et al. 2006, eq. 3):
 r = −(Q V + R1 ε1² + R2 ε2² − S E) with Q = 0.1, R1 = 20000, R2 = 2000, S = 1000, times
 ``RewardWeights.scale`` (default 1; e.g. 1e-5 brings returns to order 10⁴). Episodes last

@@ -162,7 +162,7 @@ class LinearMDP:
     def qiao_wang(
         cls, instance: int = 0, *, horizon: int = HORIZON, n_actions: int = N_ACTIONS
     ) -> LinearMDP:
-        """The spec's instance ``instance``: α, u, r drawn from ``default_rng(instance)``."""
+        """The Qiao & Wang instance ``instance``: α, u, r drawn from ``default_rng(instance)``."""
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         rng = np.random.default_rng(int(instance))
@@ -305,7 +305,7 @@ def make_linear_mdp_env(
     n_actions: int = N_ACTIONS,
     render_mode: str | None = None,
 ) -> TabularMDPEnv:
-    """Entry point of ``privrl/LinearMDP-v0``: the spec's instance as a Gymnasium env
+    """Entry point of ``privrl/LinearMDP-v0``: the Qiao & Wang instance as a Gymnasium env
     (observation = state index; truncation at H; ``env.unwrapped.mdp`` is the tabular form)."""
     mdp = LinearMDP.qiao_wang(instance, horizon=horizon, n_actions=n_actions)
     return TabularMDPEnv(mdp.tabular(), render_mode=render_mode)

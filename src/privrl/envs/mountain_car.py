@@ -1,4 +1,4 @@
-"""Classic Mountain Car (Sutton & Barto 1998, §10.1 of the 2nd ed.) as the GPOPE spec states it.
+"""Classic Mountain Car (Sutton & Barto 1998, §10.1 of the 2nd ed.) as the GPOPE paper uses it.
 
     v' = clip(v + 0.001·a − 0.0025·cos(3x), −0.07, 0.07)
     x' = clip(x + v', −1.2, 0.5);  v' = 0 if x' hits the left wall (x' = −1.2)

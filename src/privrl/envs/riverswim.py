@@ -1,5 +1,5 @@
 """RiverSwim (Strehl & Littman 2008; Osband et al. 2013), the episodic version of the SDP-PE
-paper's experiment (spec sdp_pe.md, Figure 4).
+paper's experiment (Bai et al., arXiv 2411.11647, Figure 4).
 
 S states in a row, actions 0 = left, 1 = right, start at the leftmost state 0. Left always
 succeeds (state 0 stays). Right: at state 0 stay 0.4 / move right 0.6; in the middle move right

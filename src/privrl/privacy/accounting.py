@@ -28,14 +28,26 @@ PLD backend
       composition of (eps, delta)-DP mechanisms, up to the pessimistic discretisation. Those
       PLDs are composed with the accountant's internal `_pld` (read only; guarded by a
       runtime check and by a test).
+
+dp-accounting's log lines
+    dp-accounting logs through absl. Its RDP accountant logs one warning per order whose
+    series fails to converge ("_compute_log_a_frac failed to converge ... Excluding this order"),
+    dozens in one call for a small noise multiplier. Excluding an order leaves that order's RDP
+    infinite, so the epsilon is taken over the other orders: a valid, only possibly looser,
+    bound. Those lines carry no action for a user, so they are dropped while privrl's calls
+    into the accountant run (`quiet_dp_accounting`). Every other absl record (e.g. a negative
+    Rényi divergence from an extreme event) and every warning of privrl's own passes unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
+import logging
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -254,6 +266,45 @@ def _unsupported(
     )
 
 
+# ------------------------------------------------------------------ dp-accounting's logging
+
+# The one message dropped (see the module docstring): the series of an order did not converge,
+# so dp-accounting leaves that order out of the epsilon (conservative).
+_NON_CONVERGENCE = "_compute_log_a_frac failed to converge"
+
+
+class _DropNonConvergence(logging.Filter):
+    """Drops dp-accounting's per-order non-convergence warnings; passes every other record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(_NON_CONVERGENCE))
+
+
+_ABSL_LOGGER = "absl"  # the logger absl.logging (and so dp-accounting) writes to
+_QUIET_FILTER = _DropNonConvergence()
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+
+
+@contextlib.contextmanager
+def quiet_dp_accounting() -> Iterator[None]:
+    """While inside, dp-accounting's per-order non-convergence warnings are dropped (nested
+    and thread-safe: the filter stays on the absl logger until the last caller leaves)."""
+    global _quiet_depth
+    logger = logging.getLogger(_ABSL_LOGGER)
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            logger.addFilter(_QUIET_FILTER)
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                logger.removeFilter(_QUIET_FILTER)
+
+
 # --------------------------------------------------------------------------- RDP backend
 
 
@@ -261,7 +312,8 @@ def _leaf_rdp_uncached(
     leaf: dp_event.DpEvent, orders: tuple[float, ...], relation: NeighboringRelation
 ) -> np.ndarray:
     acc = rdp_privacy_accountant.RdpAccountant(list(orders), relation)
-    acc.compose(leaf)  # raises UnsupportedEventError before touching any state
+    with quiet_dp_accounting():
+        acc.compose(leaf)  # raises UnsupportedEventError before touching any state
     curve = np.asarray(acc.rdp, dtype=np.float64)
     curve.setflags(write=False)
     return curve

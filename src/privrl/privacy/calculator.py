@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dp_accounting import dp_event
-from rich.table import Table
 
 from privrl.experiments.checks import (
     MAX_EPSILON,
@@ -32,6 +31,9 @@ from privrl.experiments.checks import (
 from privrl.privacy import accounting as acc
 from privrl.privacy.events import ApproxDpEvent, PureDpEvent
 from privrl.privacy.units import parse_relation
+
+if TYPE_CHECKING:  # rich draws tables only; importing the privacy core does not load it
+    from rich.table import Table
 
 
 class Mechanism(StrEnum):
@@ -339,6 +341,8 @@ def _fmt(value: object) -> str:
 
 def account_table(result: dict[str, Any]) -> Table:
     """`account`'s result as a table: one row per accountant (ε, note)."""
+    from rich.table import Table
+
     rel = parse_relation(result["relation"])
     title = f"{result['mechanism']} mechanism, {rel.describe()}, δ = {result['delta']:g}"
     table = Table(title=title)

@@ -196,7 +196,7 @@ def ensemble_clip(
 
     `tensors` are an ensemble's parameters (or displacements), each shaped
     [copies, members, ...] — copies = trajectories being processed in parallel, N = members.
-    PRIMORL EnsembleClip (specs/primorl.md, "TDP ensemble training"):
+    PRIMORL's EnsembleClip (Rio et al. 2024, trajectory-level DP ensemble training):
       flat       member i of copy c, all its tensors jointly, clipped to C/√N;
       per_layer  member i, tensor ℓ of copy c clipped to C/√(N·L), L = len(tensors).
     Either way Σ_i Σ_ℓ ‖·‖² ≤ C² per copy, so ε does not grow with N. Batched: one norm

@@ -95,17 +95,18 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from dp_accounting import dp_event
-from rich.table import Table
-from rich.text import Text
 
 from privrl.privacy import accounting, limits
 from privrl.privacy.events import ApproxDpEvent
 from privrl.privacy.report import PrivacyReport, fmt_number, json_safe, utc_now
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit, parse_relation, parse_unit
+
+if TYPE_CHECKING:  # rich draws tables only; importing the privacy core does not load it
+    from rich.table import Table
 
 LEDGER_FORMAT = "privrl.ledger"
 REGISTRY_FORMAT = "privrl.ledger-registry"
@@ -1747,6 +1748,9 @@ class BudgetLedger:
     def to_table(self) -> Table:
         """A rich table of the ledger (for `privrl ledger show`): one row per run, with its
         status (complete; reserved, outcome unknown; released) and run directory."""
+        from rich.table import Table
+        from rich.text import Text
+
         self.reload()
         runs = self._runs()
         spent = self._spend(self._recorded())

@@ -27,17 +27,18 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dp_accounting import dp_event
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from privrl.privacy import accounting
 from privrl.privacy.noise import INSECURE_NOTE
 from privrl.privacy.release import Release
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit, parse_relation, parse_unit
+
+if TYPE_CHECKING:  # rich draws tables only; importing the privacy core does not load it
+    from rich.console import Console
+    from rich.table import Table
 
 SCHEMA_VERSION = 1
 
@@ -520,6 +521,9 @@ class PrivacyReport:
 
     def to_table(self) -> Table:
         """A rich table: the one-sentence guarantee as title, one row per release."""
+        from rich.table import Table
+        from rich.text import Text
+
         # Text objects throughout: names like "Q[h]" must not be parsed as rich markup.
         table = Table(title=Text(self.summary()), title_justify="left")
         # At 80 columns the release's name wraps; no number is cut (one noise parameter a line).
@@ -559,6 +563,8 @@ class PrivacyReport:
 
     def print(self, console: Console | None = None) -> None:
         """Print the report table (to a fresh console unless one is given)."""
+        from rich.console import Console
+
         (console or Console()).print(self.to_table())
 
 

@@ -14,7 +14,7 @@ The analyzer's view is the shuffled multiset; per counter it is determined by th
 per counter iff the hockey-stick divergence of ``Bin(N, p)`` against its shift by one is ≤ δ'
 at e^{ε'} — computed exactly by `privrl.privacy.mechanisms.binomial_delta`.
 
-Calibration (spec sdp_pe.md, decision):
+Calibration (two choices of the binomial noise):
 
 * ``"theory"`` — Balcer & Cheu's binomial smoothness: λ = 50·ln(2/δ')/ε'². If n ≥ 2λ every
   user adds one bit Ber(λ/n) (η ~ Bin(n, λ/n)); otherwise m = ⌈2λ/n⌉ bits Ber(½).

@@ -39,7 +39,7 @@ is admissible, and "tight" takes the largest: B is continuous and strictly incre
 B(0) = 0, so bisection on [0, ε1/sqrt(2T·ln(2/δ1))] (B > ε1 at the right end) finds it;
 ε' = ε0/2 and everything else (δ', c_min, θ, shift, Laplace scales, the event) follows from
 ε' by the same formulas. ε' roughly doubles, so θ and the shift roughly halve and longer
-prefixes are released. "paper" stays the default (the spec's fixtures).
+prefixes are released. "paper" stays the default (the paper's numbers, which the tests pin).
 
 PLD calibration (``calibration="pld"``). Advanced composition is itself loose: the optimal
 composition of T mechanisms that are each (ε0, δ0)-DP (Kairouz, Oh & Viswanath 2015; Murtagh &
@@ -170,7 +170,7 @@ def sample_release_trajectories(
     unit_ids: np.ndarray, rounds: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """The T trajectories of DataRelease: each round draws an expert uniformly at random and an
-    unused trajectory of theirs uniformly at random (spec decision; A_1 of the analysis).
+    unused trajectory of theirs uniformly at random (A_1 of the analysis).
 
     Returns ``(episodes, resampled)``: episode indices into ``unit_ids`` (one per round, all
     distinct) and a boolean flag per round. If the drawn expert has no unused trajectory left

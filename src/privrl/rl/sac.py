@@ -43,7 +43,7 @@ __all__ = ["SAC", "SACConfig", "SACPolicy"]
 
 @dataclass
 class SACConfig:
-    """SAC hyper-parameters (SpinningUp defaults; PRIMORL's spec values)."""
+    """SAC hyper-parameters (SpinningUp defaults; PRIMORL's values)."""
 
     hidden: Sequence[int] = (256, 256)
     lr: float = 3e-4
