@@ -503,6 +503,7 @@ def _spaces(
     observations: np.ndarray,
     actions: np.ndarray,
     mapping: ColumnMapping,
+    *,
     given: tuple[spaces.Space | None, spaces.Space | None],
     stored: DatasetMetadata | None,
     source: str,
@@ -599,10 +600,10 @@ def from_table(
         layout.observations,
         actions,
         mapping,
-        (observation_space, action_space),
-        stored,
-        source,
-        facts,
+        given=(observation_space, action_space),
+        stored=stored,
+        source=source,
+        facts=facts,
     )
     observations = _fit_to_space(layout.observations, obs_space, "obs")
     actions = _fit_to_space(actions, act_space, "action")
@@ -615,7 +616,15 @@ def from_table(
             facts["observation_clipping"] = CLIPPING_NOTE
     if kept:
         facts["extra_columns"] = list(kept)
-    meta = _metadata(stored, facts, obs_space, act_space, env_id, discount, horizon)
+    meta = _metadata(
+        stored,
+        facts,
+        obs_space=obs_space,
+        act_space=act_space,
+        env_id=env_id,
+        discount=discount,
+        horizon=horizon,
+    )
     try:
         return TrajectoryDataset(
             observations=observations,
@@ -645,6 +654,7 @@ def from_table(
 def _metadata(
     stored: DatasetMetadata | None,
     facts: dict[str, Any],
+    *,
     obs_space: spaces.Space,
     act_space: spaces.Space,
     env_id: str | None,
