@@ -525,5 +525,7 @@ class DR(ImportanceEstimator[DRConfig]):
         model, spec = _reward_model(given, bounds, meta)
         source = Source.DEFAULT if spec == "midpoint" else Source.FLAG
         params.given("reward model q̂", spec, source, "--reward-model")
-        params.derive("q̂ range", list(model.q_range), "range of the public q̂, clipped")
+        declared = isinstance(given, imp.RewardModel)
+        how = "the range the model declares" if declared else "range of the public q̂, clipped"
+        params.derive("q̂ range", list(model.q_range), how)
         return model
