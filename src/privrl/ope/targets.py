@@ -44,6 +44,12 @@ horizon only.
   so only the estimators that need π(a_t|s_t) alone accept it (ips, snips: callers pass
   ``columns``). Values outside [0, 1] are clipped into it, never refused (they are private).
 
+From Python, `as_target_policy` also takes the policy as an object: a table as an array
+(checked like a FILE.npy), an object with ``action_probs(obs)`` (the `Policy` protocol) or a
+callable ``fn(obs) -> [n, A]`` (both user code, checked and guarded like a
+``module:function``), or a `TargetPolicy`; `describe` names it in a report by public facts
+only (an array's shape, code's qualified name).
+
 Everything about a table is checked when it is loaded, before any private data are read, so
 a bad file is refused with one ``error:`` line naming the problem and the fix. A table is
 indexed by the observation's Discrete index (minus the space's ``start``); out-of-range
