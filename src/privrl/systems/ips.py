@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privrl.config import ConfigError, option
+from privrl.config import Config, ConfigError, option
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.io import DatasetHeader
 from privrl.ope.is_estimators import (
@@ -56,24 +56,26 @@ def target_policy_option() -> Any:
 
 
 @dataclass(frozen=True)
-class IpsConfig(IPSConfig):
+class TargetPolicySpec(Config):
+    """--target-policy: the spec the adapter hands to the library's `plan`. A base listed
+    after the library's config, so that its field comes first (in --help and config.json)."""
+
+    target_policy: str = target_policy_option()
+
+
+@dataclass(frozen=True)
+class IpsConfig(IPSConfig, TargetPolicySpec):
     """`privrl ope ips`: the library's `IPSConfig` and the target policy's spec."""
 
-    target_policy: str = target_policy_option()
-
 
 @dataclass(frozen=True)
-class SnipsConfig(SNIPSConfig):
+class SnipsConfig(SNIPSConfig, TargetPolicySpec):
     """`privrl ope snips`: the library's `SNIPSConfig` and the target policy's spec."""
 
-    target_policy: str = target_policy_option()
-
 
 @dataclass(frozen=True)
-class DrConfig(DRConfig):
+class DrConfig(DRConfig, TargetPolicySpec):
     """`privrl ope dr`: the library's `DRConfig` and the target policy's spec."""
-
-    target_policy: str = target_policy_option()
 
 
 ImportanceRunConfig = IpsConfig | SnipsConfig | DrConfig
