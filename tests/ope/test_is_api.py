@@ -233,3 +233,25 @@ def test_missing_public_bounds_and_bad_policies_name_the_field(log) -> None:
         with pytest.raises(ConfigError) as err:
             obj.estimate(log, policy)
         assert err.value.key == key and "--" not in err.value.problem, str(err.value)
+
+
+def test_the_library_does_not_import_the_application_layer() -> None:
+    """Layers: importing the estimators and the bandit entry points (and estimating) loads
+    nothing from `privrl.systems`, `privrl.runs` or `privrl.cli`."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from privrl.ope import IPS, IPSConfig, bandit\n"
+        "n = 50; a = np.arange(n) % 3\n"
+        "bandit.ips(np.ones(n), a, np.full(n, 1 / 3), np.full((n, 3, 1), 1 / 3), epsilon=1.0,\n"
+        "           weight_clip=3.0, reward_range=(0, 1))\n"
+        "up = [m for m in sys.modules if m.startswith(('privrl.systems', 'privrl.runs',\n"
+        "      'privrl.cli'))]\n"
+        "print(up)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]", out

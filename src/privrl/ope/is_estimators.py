@@ -43,6 +43,7 @@ from privrl.algorithm import Algorithm, Estimated, Plan, noise_or_secure, spendi
 from privrl.config import Config, ConfigError, check, option
 from privrl.ope import importance as imp
 from privrl.ope.targets import TargetPolicy, as_target_policy, describe
+from privrl.policies import StochasticPolicy
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameterError, PublicParameters, Source
 
@@ -64,7 +65,9 @@ __all__ = [
     "SNIPSConfig",
 ]
 
-PolicyLike: TypeAlias = str | np.ndarray | TargetPolicy | Callable[[np.ndarray], Any] | Any
+PolicyLike: TypeAlias = (
+    str | np.ndarray | TargetPolicy | StochasticPolicy | Callable[[np.ndarray], Any]
+)
 """A target policy: a spec string, a table array, a `Policy` object, a callable or a
 `TargetPolicy` (see the module docstring)."""
 RewardModelLike: TypeAlias = str | float | np.ndarray | imp.RewardModel
