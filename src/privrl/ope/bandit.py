@@ -32,7 +32,7 @@ to keep a budget across calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -49,6 +49,9 @@ from privrl.ope.is_estimators import (
     SNIPSConfig,
 )
 from privrl.privacy.noise import NoiseSource
+
+if TYPE_CHECKING:
+    from privrl.data.dataset import TrajectoryDataset
 
 __all__ = ["as_dataset", "dr", "ips", "non_private", "snips"]
 
@@ -93,7 +96,7 @@ def _positions(position: Any, n: int, len_list: int) -> np.ndarray:
     return pos.astype(np.int64)
 
 
-def as_dataset(reward: Any, action: Any, pscore: Any, n_actions: int) -> Any:
+def as_dataset(reward: Any, action: Any, pscore: Any, n_actions: int) -> TrajectoryDataset:
     """The log as n one-step episodes: observation = the row's index (Discrete(n)), the
     logged action and reward, `behaviour_probs` = pscore; horizon 1 and γ = 1 declared."""
     from gymnasium import spaces
@@ -134,7 +137,7 @@ def _setup(
     action_dist: Any,
     position: Any,
     **settings: Any,
-) -> tuple[ImportanceEstimator[Any], Any, np.ndarray]:
+) -> tuple[ImportanceEstimator[Any], TrajectoryDataset, np.ndarray]:
     """(the estimator object, the log as a dataset, the per-row target table [n, A])."""
     n = _vector(reward, "reward", None).shape[0]
     dist = _cube(action_dist, "action_dist", n)

@@ -48,7 +48,7 @@ from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameterError, PublicParameters, Source
 
 if TYPE_CHECKING:
-    from privrl.data.dataset import TrajectoryDataset
+    from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
     from privrl.data.io import DatasetHeader
     from privrl.privacy.ledger import BudgetLedger
 
@@ -202,7 +202,7 @@ def budget_parameters(config: ImportanceConfig) -> PublicParameters:
 
 
 def _reward_range(
-    config: ImportanceConfig, meta: Any, params: PublicParameters
+    config: ImportanceConfig, meta: DatasetMetadata, params: PublicParameters
 ) -> tuple[float, float]:
     fix = "give LOW,HIGH, a public interval holding every reward (rewards are clipped into it)"
     given = None if config.reward_range is None else list(config.reward_range)
@@ -237,7 +237,7 @@ def _reward_range(
     return lo, hi
 
 
-def _refuse_inferred_spaces(meta: Any, where: str) -> None:
+def _refuse_inferred_spaces(meta: DatasetMetadata, where: str) -> None:
     """π, q̂ and the action index are read in the dataset's spaces; a space inferred from the
     data (max index + 1, observed bounds) would make every trajectory's weight depend on all
     the others, so it cannot index the policies."""
@@ -252,7 +252,7 @@ def _refuse_inferred_spaces(meta: Any, where: str) -> None:
         )
 
 
-def _target(policy: PolicyLike, meta: Any, horizon: int, columns: Any) -> TargetPolicy:
+def _target(policy: PolicyLike, meta: DatasetMetadata, horizon: int, columns: Any) -> TargetPolicy:
     """The target policy checked against the public spaces; a refusal names `policy`."""
     prefix = "--target-policy "
     try:
@@ -269,7 +269,7 @@ def _target(policy: PolicyLike, meta: Any, horizon: int, columns: Any) -> Target
 
 
 def _reward_model(
-    model: RewardModelLike, bounds: imp.Bounds, meta: Any
+    model: RewardModelLike, bounds: imp.Bounds, meta: DatasetMetadata
 ) -> tuple[imp.RewardModel, str]:
     """q̂ and what the report calls it, from a spec, a constant, a table or a model."""
     if isinstance(model, imp.RewardModel):
@@ -390,7 +390,7 @@ class ImportanceEstimator(Algorithm[C]):
         self,
         reward_model: RewardModelLike | None,
         bounds: imp.Bounds,
-        meta: Any,
+        meta: DatasetMetadata,
         params: PublicParameters,
     ) -> imp.RewardModel | None:
         """DR's q̂ (IPS and SNIPS take none)."""
@@ -521,7 +521,7 @@ class DR(ImportanceEstimator[DRConfig]):
         self,
         reward_model: RewardModelLike | None,
         bounds: imp.Bounds,
-        meta: Any,
+        meta: DatasetMetadata,
         params: PublicParameters,
     ) -> imp.RewardModel:
         given = self.config.reward_model if reward_model is None else reward_model
