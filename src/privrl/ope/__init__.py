@@ -1,5 +1,15 @@
 """Off-policy evaluation with differential privacy for one whole trajectory.
 
+Exports: `IPS`, `SNIPS`, `DR` with `IPSConfig`, `SNIPSConfig`, `DRConfig` (`ImportanceConfig`
+their base) returning `Estimated`; the `bandit` array entry points; GPOPE's and the baselines'
+functions and types listed in `__all__`.
+
+- `is_estimators`: private IPS, SNIPS and DR as objects,
+  `IPS(IPSConfig(...)).estimate(dataset, policy, ledger=...)`; `importance` holds their
+  estimators, sensitivities, noise and intervals.
+- `bandit`: the same estimators on logged bandit arrays in Open Bandit Pipeline's shape
+  (`bandit.ips(reward, action, pscore, action_dist, position, epsilon=..., ...)`).
+
 - `gpope`: GPOPE (Xie, Thomas & Miklau 2019, Algorithm 1) — saddle-point GTD2 with
   per-trajectory clipped, Gaussian-noised gradients; `tune_on_public` picks h and the step on
   public data.
@@ -18,18 +28,38 @@ The functions named like their modules (`gpope.gpope`, `lstd.lstd`, `mspbe.mspbe
 re-exported here, so that `privrl.ope.gpope` etc. always name the modules.
 """
 
+from privrl.algorithm import Estimated
+from privrl.ope import bandit
 from privrl.ope.accounting import calibrate_sigma, gpope_epsilon, paper_epsilon
 from privrl.ope.baselines import dp_lsl, dp_lsw, first_visit_returns
 from privrl.ope.gpope import GpopeResult, PublicTuning, StepSize, tune_on_public
+from privrl.ope.is_estimators import (
+    DR,
+    IPS,
+    SNIPS,
+    DRConfig,
+    ImportanceConfig,
+    IPSConfig,
+    SNIPSConfig,
+)
 from privrl.ope.mspbe import LinearSystem, model_system
 from privrl.ope.stats import TrajectoryStats, mean_system, trajectory_stats
 
 __all__ = [
+    "DR",
+    "IPS",
+    "SNIPS",
+    "DRConfig",
+    "Estimated",
     "GpopeResult",
+    "IPSConfig",
+    "ImportanceConfig",
     "LinearSystem",
     "PublicTuning",
+    "SNIPSConfig",
     "StepSize",
     "TrajectoryStats",
+    "bandit",
     "calibrate_sigma",
     "dp_lsl",
     "dp_lsw",

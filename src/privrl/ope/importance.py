@@ -95,6 +95,7 @@ __all__ = [
     "planned_releases",
     "snips",
     "snips_sensitivities",
+    "table_reward_model",
     "terms",
 ]
 
@@ -183,30 +184,35 @@ def _state_index(obs: np.ndarray, start: int) -> np.ndarray:
 def _table(path: Path, what: str, A: int, n_states: int | None) -> np.ndarray:
     from privrl.data.files import read_npy
 
-    table = read_npy(path, what)
+    return _check_q_table(read_npy(path, what), f"{what} {path}", A, n_states)
+
+
+def _check_q_table(table: Any, where: str, A: int, n_states: int | None) -> np.ndarray:
+    """A q̂ table as float64 [S, A] or [A], checked against the public spaces (`where` names
+    it in errors)."""
     try:
         table = np.asarray(table, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{what} {path}: not a numeric array") from None
+        raise ValueError(f"{where}: not a numeric array") from None
     if table.ndim == 1:
         if table.shape != (A,):
-            raise ValueError(f"{what} {path}: a context-free table must have shape ({A},)")
+            raise ValueError(f"{where}: a context-free table must have shape ({A},)")
     elif table.ndim == 2:
         if n_states is None:
             raise ValueError(
-                f"{what} {path} is a per-state table [S, A], but the dataset's observation "
+                f"{where} is a per-state table [S, A], but the dataset's observation "
                 "space is not a public Discrete space; re-import with --observation-space "
                 "discrete:S, or give a context-free table [A]"
             )
         if table.shape != (n_states, A):
             raise ValueError(
-                f"{what} {path}: shape {table.shape} does not match the dataset's spaces "
+                f"{where}: shape {table.shape} does not match the dataset's spaces "
                 f"(S, A) = ({n_states}, {A})"
             )
     else:
-        raise ValueError(f"{what} {path}: shape {table.shape}; give [S, A] or [A]")
+        raise ValueError(f"{where}: shape {table.shape}; give [S, A] or [A]")
     if not np.all(np.isfinite(table)):
-        raise ValueError(f"{what} {path} holds NaN or infinite values")
+        raise ValueError(f"{where} holds NaN or infinite values")
     return table
 
 
@@ -255,17 +261,61 @@ def load_reward_model(
     if spec.endswith(".npy"):
         obs_d = _discrete(observation_space)
         table = _table(Path(spec), "--reward-model", A, None if obs_d is None else obs_d[0])
-        table = np.clip(table, lo, hi)
-        q_range = (float(table.min()), float(table.max()))
-        if table.ndim == 1:
-            return RewardModel(spec, q_range, lambda obs: np.broadcast_to(table, (len(obs), A)))
-        assert obs_d is not None
-        start = obs_d[1]
-        return RewardModel(spec, q_range, lambda obs: table[_state_index(obs, start)])
+        return _table_model(spec, table, bounds, obs_d)
     raise ValueError(
         f"--reward-model {spec!r} is not understood; give midpoint, constant:C or FILE.npy "
         "([S, A] or [A])"
     )
+
+
+def table_reward_model(
+    table: Any,
+    bounds: Bounds,
+    action_space: Any,
+    observation_space: Any,
+    *,
+    spec: str = "table",
+    q_range: tuple[float, float] | None = None,
+) -> RewardModel:
+    """q̂ from a table [S, A] / [A] in memory, clipped into the return range. Its range
+    [q_lo, q_hi] (which enters DR's sensitivity) is the clipped table's own when the table
+    is public; pass `q_range` to declare it instead (the table is then clipped into it), as
+    for per-row model outputs on private contexts, whose range must not be read from them."""
+    act = _discrete(action_space)
+    if act is None:
+        raise ValueError("DR needs a Discrete action space in the dataset's metadata")
+    obs_d = _discrete(observation_space)
+    where = f"reward model {spec}"
+    table = _check_q_table(table, where, act[0], None if obs_d is None else obs_d[0])
+    if q_range is not None:
+        lo, hi = bounds.return_range
+        q_lo, q_hi = float(q_range[0]), float(q_range[1])
+        if not (lo <= q_lo <= q_hi <= hi):
+            raise ValueError(
+                f"the declared q̂ range {(q_lo, q_hi)} must lie in the return range {(lo, hi)}"
+            )
+        table = np.clip(table, q_lo, q_hi)
+        return _table_model(spec, table, bounds, obs_d, q_range=(q_lo, q_hi))
+    return _table_model(spec, table, bounds, obs_d)
+
+
+def _table_model(
+    spec: str,
+    table: np.ndarray,
+    bounds: Bounds,
+    obs_d: tuple[int, int] | None,
+    *,
+    q_range: tuple[float, float] | None = None,
+) -> RewardModel:
+    table = np.clip(table, *bounds.return_range)
+    if q_range is None:
+        q_range = (float(table.min()), float(table.max()))
+    A = table.shape[-1]
+    if table.ndim == 1:
+        return RewardModel(spec, q_range, lambda obs: np.broadcast_to(table, (len(obs), A)))
+    assert obs_d is not None
+    start = obs_d[1]
+    return RewardModel(spec, q_range, lambda obs: table[_state_index(obs, start)])
 
 
 # ------------------------------------------------------------------------ per-trajectory terms

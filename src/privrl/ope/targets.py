@@ -44,6 +44,12 @@ horizon only.
   so only the estimators that need π(a_t|s_t) alone accept it (ips, snips: callers pass
   ``columns``). Values outside [0, 1] are clipped into it, never refused (they are private).
 
+From Python, `as_target_policy` also takes the policy as an object: a table as an array
+(checked like a FILE.npy), an object with ``action_probs(obs)`` (the `Policy` protocol) or a
+callable ``fn(obs) -> [n, A]`` (both user code, checked and guarded like a
+``module:function``), or a `TargetPolicy`; `describe` names it in a report by public facts
+only (an array's shape, code's qualified name).
+
 Everything about a table is checked when it is loaded, before any private data are read, so
 a bad file is refused with one ``error:`` line naming the problem and the fix. A table is
 indexed by the observation's Discrete index (minus the space's ``start``); out-of-range
@@ -73,6 +79,8 @@ __all__ = [
     "TABULAR_POLICY_KIND",
     "USER_CODE_HELP",
     "TargetPolicy",
+    "as_target_policy",
+    "describe",
     "guarded_probs",
     "is_user_spec",
     "load_target_policy",
@@ -423,9 +431,6 @@ def load_target_policy(
     spec = str(spec).strip()
     if spec == "uniform":
         return TargetPolicy(spec, A, lambda obs: np.full((len(obs), A), 1.0 / A), guarded=False)
-    obs_d = _discrete(observation_space)
-    n_states = None if obs_d is None else obs_d[0]
-    start = 0 if obs_d is None else obs_d[1]
     checkpoint = _CHECKPOINT.match(spec)
     if checkpoint is not None:
         return _checkpoint_policy(
@@ -434,22 +439,7 @@ def load_target_policy(
     if spec.endswith((".npy", ".npz")):
         path = Path(spec)
         table = _read_npy(path, spec) if spec.endswith(".npy") else _read_npz(path, spec, A)
-        _check_table(table, spec, A, n_states, horizon)
-        table = np.array(table, dtype=np.float64)
-        table.flags.writeable = False
-        if table.ndim == 1:
-            return TargetPolicy(
-                spec, A, lambda obs: np.broadcast_to(table, (len(obs), A)), guarded=False
-            )
-        if table.ndim == 2:
-            return TargetPolicy(spec, A, lambda obs: table[_state_index(obs, start)], guarded=False)
-        H = int(table.shape[0])
-
-        def timed(obs: np.ndarray, steps: np.ndarray) -> np.ndarray:
-            # steps ≥ H are dropped before (truncation at the declared horizon = H)
-            return table[np.minimum(steps, H - 1), _state_index(obs, start)]
-
-        return TargetPolicy(spec, A, timed, time_indexed=True, horizon=H, guarded=False)
+        return _table_policy(spec, table, A, observation_space, horizon)
     module, sep, name = spec.partition(":")
     if module == "column":
         return _column_policy(spec, name, A, columns)
@@ -458,11 +448,96 @@ def load_target_policy(
             fn = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"--target-policy {spec}: cannot import it ({exc})") from None
-        if not callable(fn):
-            raise ValueError(f"--target-policy {spec} is not callable")
-        _check_on_public(spec, fn, A, observation_space)
-        return TargetPolicy(spec, A, fn)
+        return _code_policy(spec, fn, A, observation_space)
     raise ValueError(f"--target-policy {spec!r} is not understood; {_HELP}")
+
+
+def _table_policy(
+    spec: str, table: np.ndarray, A: int, observation_space: Any, horizon: int | None
+) -> TargetPolicy:
+    """A table π(a|s) ([A], [S, A] or [H, S, A]) checked against the public spaces and
+    horizon, indexed by the observation's Discrete index."""
+    obs_d = _discrete(observation_space)
+    n_states = None if obs_d is None else obs_d[0]
+    start = 0 if obs_d is None else obs_d[1]
+    _check_table(table, spec, A, n_states, horizon)
+    table = np.array(table, dtype=np.float64)
+    table.flags.writeable = False
+    if table.ndim == 1:
+        return TargetPolicy(
+            spec, A, lambda obs: np.broadcast_to(table, (len(obs), A)), guarded=False
+        )
+    if table.ndim == 2:
+        return TargetPolicy(spec, A, lambda obs: table[_state_index(obs, start)], guarded=False)
+    H = int(table.shape[0])
+
+    def timed(obs: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        # steps ≥ H are dropped before (truncation at the declared horizon = H)
+        return table[np.minimum(steps, H - 1), _state_index(obs, start)]
+
+    return TargetPolicy(spec, A, timed, time_indexed=True, horizon=H, guarded=False)
+
+
+def _code_policy(spec: str, fn: Any, A: int, observation_space: Any) -> TargetPolicy:
+    """User code `fn(obs) -> [n, A]`, checked on public points, then guarded."""
+    if not callable(fn):
+        raise ValueError(f"--target-policy {spec} is not callable")
+    _check_on_public(spec, fn, A, observation_space)
+    return TargetPolicy(spec, A, fn)
+
+
+def describe(policy: Any) -> str:
+    """What the report says of a target policy given as a Python object: a spec as it is, an
+    array by its shape, code by its name (public facts only, never its values)."""
+    if isinstance(policy, str):
+        return policy.strip()
+    if isinstance(policy, TargetPolicy):
+        return policy.spec
+    if isinstance(policy, (np.ndarray, list, tuple)):
+        return f"array of shape {tuple(np.shape(policy))}"
+    fn = getattr(policy, "action_probs", policy)
+    name = getattr(fn, "__qualname__", None) or type(policy).__name__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module else str(name)
+
+
+def as_target_policy(
+    policy: Any,
+    action_space: Any,
+    observation_space: Any,
+    *,
+    horizon: int | None = None,
+    columns: Any = None,
+) -> TargetPolicy:
+    """The target policy from what a caller has: a spec string (as `load_target_policy`), a
+    `TargetPolicy`, a table π(a|s) as an array ([A], [S, A] or [H, S, A], checked like a
+    FILE.npy), an object with `action_probs(obs) -> [n, A]` (the `Policy` protocol) or a
+    callable `fn(obs) -> [n, A]` (both user code: checked on public points, then guarded as a
+    module:function is)."""
+    if isinstance(policy, (str, Path)):
+        return load_target_policy(
+            str(policy), action_space, observation_space, horizon=horizon, columns=columns
+        )
+    act = _discrete(action_space)
+    if act is None:
+        raise ValueError(
+            "a target policy needs a Discrete action space in the dataset's metadata; "
+            "re-import with --action-space discrete:A"
+        )
+    A, spec = act[0], describe(policy)
+    if isinstance(policy, TargetPolicy):
+        if policy.A != A:
+            raise ValueError(
+                f"--target-policy {spec} has {policy.A} actions but the action space has {A}"
+            )
+        return policy
+    if isinstance(policy, (np.ndarray, list, tuple)):
+        try:
+            table = np.asarray(policy, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"--target-policy {spec}: not a numeric array; {_HELP}") from None
+        return _table_policy(spec, table, A, observation_space, horizon)
+    return _code_policy(spec, getattr(policy, "action_probs", policy), A, observation_space)
 
 
 def _column_policy(spec: str, name: str, A: int, columns: Any) -> TargetPolicy:
