@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from privrl.arrays import FloatArray, IntArray
+from privrl.config import Config, check
 from privrl.envs.riverswim import riverswim
 from privrl.envs.tabular import TabularMDP, counts
 from privrl.privacy.report import PrivacyReport
@@ -26,6 +27,9 @@ __all__ = [
     "Counts",
     "OnlineResult",
     "Progress",
+    "check_at_least",
+    "check_beta",
+    "check_episodes",
     "checkpoints",
     "make_env",
     "policy_set",
@@ -38,6 +42,29 @@ __all__ = [
 Progress = Callable[[int], None]  # called with the number of episodes just completed
 
 ENVS = ("riverswim", "random-tabular")
+
+
+# --------------------------------------------------------------------------------------------
+# config checks (shared by the learners' configs; errors name the field)
+# --------------------------------------------------------------------------------------------
+
+
+def check_at_least(config: Config, key: str, low: float) -> None:
+    """The field `key` of `config` is a finite number >= `low`."""
+    value = getattr(config, key)
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and value >= low
+    check(ok, key, f"must be a finite number >= {low:g}, got {value!r}")
+
+
+def check_beta(value: float) -> None:
+    """β, the utility failure probability (not a privacy parameter), is in (0, 1)."""
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and 0 < value < 1
+    check(ok, "beta", f"must be a finite number in (0, 1), got {value!r}")
+
+
+def check_episodes(value: int) -> None:
+    """K, the number of episodes (users), is an integer >= 1."""
+    check(int(value) >= 1, "episodes", f"must be >= 1, got {value}")
 
 
 def make_env(
@@ -102,13 +129,16 @@ class Counts:
 
 @dataclass
 class OnlineResult:
-    """One online run: per-episode exact regret, the privacy report, and a log of the run."""
+    """One online run: per-episode exact regret, the privacy report, a log of the run and the
+    learned policy (SDP-PE / PE: the policies still active, [N, H, S]; UCB-VI: the greedy policy
+    of the last episode, [H, S])."""
 
     algorithm: str
     regret: FloatArray  # [K] per-episode regret V*_1(s_1^k) − V^{π^k}_1(s_1^k)
     report: PrivacyReport
     log: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    policy: IntArray | None = None  # what was learned: the final policy (or policy set)
 
     @property
     def episodes(self) -> int:
