@@ -29,6 +29,7 @@ __all__ = [
     "Progress",
     "check_at_least",
     "check_beta",
+    "check_choice",
     "check_episodes",
     "checkpoints",
     "make_env",
@@ -60,6 +61,12 @@ def check_beta(value: float) -> None:
     """β, the utility failure probability (not a privacy parameter), is in (0, 1)."""
     ok = isinstance(value, (int, float)) and math.isfinite(value) and 0 < value < 1
     check(ok, "beta", f"must be a finite number in (0, 1), got {value!r}")
+
+
+def check_choice(config: Config, key: str, choices: tuple[str, ...]) -> None:
+    """The field `key` of `config` is one of `choices` (the text a config file gets too)."""
+    value = getattr(config, key)
+    check(value in choices, key, f"must be one of {', '.join(choices)}, not {value!r}")
 
 
 def check_episodes(value: int) -> None:

@@ -48,6 +48,7 @@ from privrl.online.common import (
     Progress,
     check_at_least,
     check_beta,
+    check_choice,
     check_episodes,
     policy_set,
     policy_start_gaps,
@@ -79,6 +80,9 @@ __all__ = [
     "sdp_pe",
     "stage_schedule",
 ]
+
+
+SIMULATIONS = ("counts", "episodes")  # how a batch's counts are made (`_Runner.run`)
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,7 @@ class PEConfig(Config):
     def validate(self) -> None:
         check_episodes(self.episodes)
         check_beta(self.beta)
+        check_choice(self, "simulation", SIMULATIONS)
         for key in ("width_scale", "threshold_c1", "threshold_c2", "width_c1", "width_c2"):
             check_at_least(self, key, 0)
         ok = math.isfinite(self.fw_eta) and self.fw_eta > 0
@@ -189,7 +194,8 @@ def check_shuffle_budget(epsilon: float, delta: float, H: int) -> None:
         "epsilon",
         f"{epsilon:g} is too small for SDP-PE at H = {H}: each counter's binomial noise would "
         f"need ~{lam:.2g} trials (λ = 50·ln(2/δ')/ε'², ε' = ε/(6H)), more than the "
-        f"{MAX_SHUFFLE_TRIALS:.0e} its calibration can handle; the least usable ε here is {least:.3g}",
+        f"{MAX_SHUFFLE_TRIALS:.0e} its calibration can handle; the least usable ε here is "
+        f"{least:.3g}",
     )
 
 
@@ -213,6 +219,7 @@ class SDPPEConfig(PEConfig):
     def validate(self) -> None:
         problem = delta_problem(self.delta)
         check(problem is None, "delta", problem or "")
+        check_choice(self, "calibration", ("tight", "theory"))
         super().validate()
 
 
@@ -325,9 +332,6 @@ def coverage_design(
 # --------------------------------------------------------------------------------------------
 # the algorithm
 # --------------------------------------------------------------------------------------------
-
-
-SIMULATIONS = ("counts", "episodes")
 
 
 class _Runner:

@@ -39,6 +39,7 @@ from privrl.online.common import (
     Progress,
     check_at_least,
     check_beta,
+    check_choice,
     check_episodes,
 )
 from privrl.online.privatizers import (
@@ -103,6 +104,10 @@ class DPUCBVIConfig(UCBVIConfig):
     privatizer: Literal["central", "local"] = option(
         "central", help="central (ε-JDP, trusted server) or local (ε-LDP)."
     )
+
+    def validate(self) -> None:
+        check_choice(self, "privatizer", ("central", "local"))
+        super().validate()
 
 
 def optimistic_plan(priv: PrivateCounts, iota: float, scale: float) -> IntArray:
