@@ -34,6 +34,7 @@ from privrl.runs import registry
 from privrl.systems.online import DpUcbviConfig, SdpPeConfig
 
 SIZES = {"states": 2, "actions": 2, "horizon": 2}
+DOC = Path(__file__).resolve().parents[2] / "docs" / "online.md"
 
 
 def small_env(seed: int = 0) -> TabularMDP:
@@ -209,3 +210,17 @@ def test_the_family_exports_its_public_names() -> None:
         assert name in online.__all__ and hasattr(online, name)
     assert "DPUCBVIConfig" in online.__all__ and "Fitted" in online.__all__
     assert all(hasattr(online, name) for name in online.__all__)
+
+
+def test_the_guides_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/online.md's "From Python" code runs as written and does what it says."""
+    text = DOC.read_text(encoding="utf-8").split("## From Python", 1)[1]
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, object] = {}
+    exec(compile(code, str(DOC), "exec"), scope)
+    result = scope["result"]
+    assert isinstance(result, online.Fitted) and result.report.private
+    assert result.report.model == "shuffle" and result.curve[-1]["episode"] == 3000
+    assert np.asarray(scope["active"]).shape[1:] == (4, 3)
+    assert scope["plan"].report.epsilon == pytest.approx(result.report.epsilon)
+    assert "shuffle" in capsys.readouterr().out

@@ -20,9 +20,10 @@ Stages k = 1, 2, ... of size T^(k) = B·2^{k−1} (B ≥ H·S·A); a stage runs 
    V̂^π + w(π) + b(π) ≥ max_{π'} (V̂^{π'} − w(π')) with the data-driven width
    w(π) = c·Σ_{h,s,a} d̂^π_h(s,a)·min(H − h, c1·√(S·Var·ι/ñ) + c2·(S·H·ι + H·S·E)/ñ),
    Var = Var_{P̂_h(·|s,a)}(V̂^π_{h+1}) + r̂(1 − r̂), and b(π) = Σ d̂^π_h(s,a)·P̂_h(s†|s,a)·(H−h−1),
-   the absorbing model's value deficit (**decision**, added to the spec's width: the absorbing
-   MDP underestimates every policy by up to the value lost in s†, Lemma 8; without b the
-   optimal policy can be eliminated while F is large, e.g. in the first stages).
+   the absorbing model's value deficit (a departure from the paper, whose test has w only:
+   the absorbing MDP underestimates every policy by up to the value lost in s†, Lemma 8;
+   without b the optimal policy can be eliminated while F is large, e.g. in the first
+   stages).
 
 **Forgetting**: a stage estimates only from its own batches. Policy sets are deduplicated on
 (h, s) unreachable from the start (`policy_set`). Mixtures are sampled once per episode, so
