@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from privrl.arrays import FloatArray, IntArray
-from privrl.config import Config, check
+from privrl.config import Config, check, option
 from privrl.envs.riverswim import riverswim
 from privrl.envs.tabular import TabularMDP, counts
 from privrl.privacy.report import PrivacyReport
@@ -25,6 +25,7 @@ from privrl.privacy.report import PrivacyReport
 __all__ = [
     "ENVS",
     "Counts",
+    "OnlineLearnerConfig",
     "OnlineResult",
     "Progress",
     "check_at_least",
@@ -104,6 +105,33 @@ def make_env(
             reward_kind="bernoulli",
         )
     raise ValueError(f"unknown environment {name!r}; expected one of: {', '.join(ENVS)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnlineLearnerConfig(Config):
+    """What every online learner's config has: K = `episodes`, the number of users (one
+    episode each), and β = `beta`, the utility failure probability in ι and in a privatizer's
+    error bound E (not a privacy parameter). Keyword-only, so that a learner's own constants
+    come first (`UCBVIConfig(0.5)` is C = 0.5)."""
+
+    # The constants a run's config.json lists as "config" (`constants`).
+    CONSTANTS: ClassVar[tuple[str, ...]] = ()
+
+    episodes: int = option(
+        100_000, "--episodes", "-K", help="Number of episodes (users) K (must fit in memory)."
+    )
+    beta: float = option(
+        0.1, help="Utility failure probability β in ι and E (not a privacy parameter)."
+    )
+
+    def validate(self) -> None:
+        check_episodes(self.episodes)
+        check_beta(self.beta)
+        super().validate()
+
+    def constants(self) -> dict[str, Any]:
+        """The algorithm's constants (`CONSTANTS`), as a run's config.json lists them."""
+        return {key: getattr(self, key) for key in self.CONSTANTS}
 
 
 @dataclass(frozen=True)

@@ -41,16 +41,15 @@ import numpy as np
 import numpy.typing as npt
 
 from privrl.arrays import FloatArray, IntArray
-from privrl.config import Config, ConfigError, check, option
+from privrl.config import ConfigError, check, option
 from privrl.envs.tabular import TabularMDP, occupancy_measure, policy_evaluation
 from privrl.online.common import (
     Counts,
+    OnlineLearnerConfig,
     OnlineResult,
     Progress,
     check_at_least,
-    check_beta,
     check_choice,
-    check_episodes,
     policy_set,
     policy_start_gaps,
     rollout_counts,
@@ -87,7 +86,7 @@ SIMULATIONS = ("counts", "episodes")  # how a batch's counts are made (`_Runner.
 
 
 @dataclass(frozen=True)
-class PEConfig(Config):
+class PEConfig(OnlineLearnerConfig):
     """Policy elimination (PE): SDP-PE's code with raw counts, not private.
 
     Symbols (module docstring): K = `episodes`, β = `beta` (in ι = ln(2·H·S²·A·K0/β) and in a
@@ -113,12 +112,6 @@ class PEConfig(Config):
         "max_policies",
     )
 
-    episodes: int = option(
-        100_000, "--episodes", "-K", help="Number of episodes (users) K (must fit in memory)."
-    )
-    beta: float = option(
-        0.1, help="Utility failure probability β in ι and E (not a privacy parameter)."
-    )
     width_scale: float = option(1.0, help="Elimination width scale c.")
     threshold_c1: float = option(1.0, help="F threshold: c1·H²·ι.")
     threshold_c2: float = option(1.0, help="F threshold: c2·H·E.")
@@ -150,8 +143,6 @@ class PEConfig(Config):
     )
 
     def validate(self) -> None:
-        check_episodes(self.episodes)
-        check_beta(self.beta)
         check_choice(self, "simulation", SIMULATIONS)
         for key in ("width_scale", "threshold_c1", "threshold_c2", "width_c1", "width_c2"):
             check_at_least(self, key, 0)
@@ -169,10 +160,6 @@ class PEConfig(Config):
         if B < H * S * A:
             raise ConfigError("base_batch", f"B = {B} must be >= H·S·A = {H * S * A}")
         return B
-
-    def constants(self) -> dict[str, Any]:
-        """The algorithm's constants (`CONSTANTS`), as a run's config.json lists them."""
-        return {key: getattr(self, key) for key in self.CONSTANTS}
 
 
 # SDP-PE's tight calibration is exact over Bin(N, p) with N ≈ λ = 50·ln(2/δ')/ε'² trials per

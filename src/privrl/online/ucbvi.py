@@ -25,22 +25,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from privrl.arrays import FloatArray, IntArray
-from privrl.config import Config, option
+from privrl.config import option
 from privrl.envs.tabular import TabularMDP, policy_evaluation
 from privrl.online.common import (
     Counts,
+    OnlineLearnerConfig,
     OnlineResult,
     Progress,
     check_at_least,
-    check_beta,
     check_choice,
-    check_episodes,
 )
 from privrl.online.privatizers import (
     CentralPrivatizer,
@@ -59,7 +58,7 @@ _BLOCK = 1024  # episodes per block of pre-drawn uniforms and of regret evaluati
 
 
 @dataclass(frozen=True)
-class UCBVIConfig(Config):
+class UCBVIConfig(OnlineLearnerConfig):
     """UCB-VI: optimistic value iteration on raw counts, not private.
 
     Symbols (module docstring): C = `bonus_scale` (the constant of Γ and γ), β = `beta` (the
@@ -72,22 +71,10 @@ class UCBVIConfig(Config):
     CONSTANTS: ClassVar[tuple[str, ...]] = ("bonus_scale", "beta")
 
     bonus_scale: float = option(1.0, help="Bonus constant C.")
-    beta: float = option(
-        0.1, help="Utility failure probability β in ι and E (not a privacy parameter)."
-    )
-    episodes: int = option(
-        100_000, "--episodes", "-K", help="Number of episodes (users) K (must fit in memory)."
-    )
 
     def validate(self) -> None:
         check_at_least(self, "bonus_scale", 0)
-        check_beta(self.beta)
-        check_episodes(self.episodes)
         super().validate()
-
-    def constants(self) -> dict[str, Any]:
-        """The algorithm's constants (`CONSTANTS`), as a run's config.json lists them."""
-        return {key: getattr(self, key) for key in self.CONSTANTS}
 
 
 @dataclass(frozen=True)
