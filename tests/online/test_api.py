@@ -224,3 +224,22 @@ def test_the_guides_python_example_runs(capsys: pytest.CaptureFixture[str]) -> N
     assert np.asarray(scope["active"]).shape[1:] == (4, 3)
     assert scope["plan"].report.epsilon == pytest.approx(result.report.epsilon)
     assert "shuffle" in capsys.readouterr().out
+
+
+def test_constants_off_the_command_line_are_config_file_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """B and Frank–Wolfe's η are settings of a `privrl run` file (listed once in config.json,
+    under "config"), not flags."""
+    from privrl.runs.layer import RunSpec, execute
+
+    out = tmp_path / "run"
+    values = {"system": "pe", "out": str(out), "env": "random-tabular", **SIZES}
+    spec = RunSpec.from_mapping({**values, "episodes": 300, "base_batch": 16, "fw_eta": 0.2})
+    execute(spec, quiet=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["config"]["base_batch"] == 16 and config["config"]["fw_eta"] == 0.2
+    assert config["base_batch"] == 16 and "fw_eta" not in config
+    assert json.loads((out / "metrics.json").read_text())["stages"][0]["T"] == 16
+    assert main(["online", "pe", "--fw-eta", "0.2", "--out", str(tmp_path / "cli")]) == 2
+    assert "--fw-eta" in capsys.readouterr().err
