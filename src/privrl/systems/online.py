@@ -64,7 +64,7 @@ _LOCAL_CHUNK = 512
 def _checked(key: str, check_fn: Callable[..., Any], value: Any, **bounds: Any) -> None:
     """Run one of the shared input checks (`privrl.experiments.checks`) on a config field; its
     refusal becomes a `ConfigError` of `key` (on the command line: named by its flag)."""
-    flag = "--" + key.replace("_", "-")
+    flag = _flag(key)
     try:
         check_fn(value, flag, **bounds)
     except InputError as exc:
