@@ -243,3 +243,22 @@ def test_constants_off_the_command_line_are_config_file_settings(
     assert json.loads((out / "metrics.json").read_text())["stages"][0]["T"] == 16
     assert main(["online", "pe", "--fw-eta", "0.2", "--out", str(tmp_path / "cli")]) == 2
     assert "--fw-eta" in capsys.readouterr().err
+
+
+def test_the_learners_load_no_command_line_or_plotting_package() -> None:
+    """`import privrl.online` (in a fresh interpreter) loads neither typer, matplotlib nor
+    Ray, nor anything of privrl's application layer: plots and flags live in systems/ and
+    cli/."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json, privrl.online\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('typer', 'matplotlib', 'ray') or m.startswith(('privrl.runs', 'privrl.systems', "
+        "'privrl.cli', 'privrl.experiments')))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(out.stdout) == []
