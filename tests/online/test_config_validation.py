@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from privrl.online.common import make_env
-from privrl.online.sdp_pe import SDPPEConfig
+from privrl.online.sdp_pe import PEConfig
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ from privrl.online.sdp_pe import SDPPEConfig
 )
 def test_sdp_pe_config_refuses(changes: dict) -> None:
     with pytest.raises(ValueError):
-        SDPPEConfig(**changes)
+        PEConfig(**changes)
 
 
 @pytest.mark.parametrize("size", [{"states": 0}, {"horizon": -1}, {"actions": 0}])

@@ -18,7 +18,7 @@ from privrl.online.common import (
     rollout_counts,
 )
 from privrl.online.sdp_pe import (
-    SDPPEConfig,
+    PEConfig,
     absorbing_transitions,
     coverage_design,
     make_shuffle_privatizer,
@@ -90,7 +90,7 @@ def test_stage_schedule_and_releases() -> None:
     assert 3 * sum(sched[:-1]) < 10**6 <= 3 * sum(sched)
     assert n_releases(10**6, 40, 5) == 6 * len(sched)
     with pytest.raises(ValueError, match="base_batch"):
-        SDPPEConfig(base_batch=10).batch(5, 4, 2)
+        PEConfig(base_batch=10).batch(5, 4, 2)
 
 
 def test_coverage_design_meets_the_stopping_rule() -> None:
@@ -130,7 +130,7 @@ def test_pi_star_never_eliminated_in_the_non_private_run() -> None:
     constants are made aggressive (width ×0.02, F threshold ×0.02) so that elimination starts
     within 31k episodes (8 stages): a stricter test of safety than the defaults (slow test)."""
     mdp = riverswim(4, 5)
-    cfg = SDPPEConfig(threshold_c1=0.02, width_scale=0.02)
+    cfg = PEConfig(threshold_c1=0.02, width_scale=0.02)
     for seed in range(2):
         res = pe(mdp, 31_000, rng=noise_rng(seed), config=cfg)
         done = [e for e in res.log if "optimal_active" in e]

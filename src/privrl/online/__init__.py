@@ -1,6 +1,8 @@
-"""privrl.online — online episodic RL with privacy, one user per episode.
+"""privrl.online: online learners `PE`, `SDPPE`, `UCBVI`, `DPUCBVI` and their configs, the
+privatizers, environments and counts.
 
-- `sdp_pe`: SDP-PE (shuffle model; Bai et al., arXiv 2411.11647) and PE (non-private);
+- `learners`: the objects (`SDPPE(SDPPEConfig(epsilon=1.0)).learn(env)` returns a `Fitted`);
+- `sdp_pe`: SDP-PE (shuffle model; Bai et al. 2024, arXiv 2411.11647) and PE (non-private);
 - `ucbvi`: UCB-VI and DP-UCBVI with the central (ε-JDP) and local (ε-LDP) privatizers;
 - `privatizers`: the one Privatizer interface (shuffle / central / local / identity);
 - `common`: environments, counts, the deduplicated policy set, exact regret.
@@ -10,7 +12,9 @@ The entry points named like their modules (`sdp_pe.sdp_pe`, `ucbvi.ucbvi`) are n
 here, so that `privrl.online.sdp_pe` always names the module.
 """
 
+from privrl.algorithm import Fitted
 from privrl.online.common import Counts, OnlineResult, make_env, policy_set
+from privrl.online.learners import DPUCBVI, PE, SDPPE, UCBVI, OnlineLearner
 from privrl.online.privatizers import (
     CentralPrivatizer,
     IdentityPrivatizer,
@@ -19,15 +23,23 @@ from privrl.online.privatizers import (
     Privatizer,
     ShufflePrivatizer,
 )
-from privrl.online.sdp_pe import SDPPEConfig, make_shuffle_privatizer, pe
-from privrl.online.ucbvi import UCBVIConfig, dp_ucbvi
+from privrl.online.sdp_pe import PEConfig, SDPPEConfig, make_shuffle_privatizer, pe
+from privrl.online.ucbvi import DPUCBVIConfig, UCBVIConfig, dp_ucbvi
 
 __all__ = [
+    "DPUCBVI",
+    "PE",
+    "SDPPE",
+    "UCBVI",
     "CentralPrivatizer",
     "Counts",
+    "DPUCBVIConfig",
+    "Fitted",
     "IdentityPrivatizer",
     "LocalPrivatizer",
+    "OnlineLearner",
     "OnlineResult",
+    "PEConfig",
     "PrivateCounts",
     "Privatizer",
     "SDPPEConfig",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from privrl.arrays import FloatArray, IntArray
+from privrl.config import Config, check, option
 from privrl.envs.riverswim import riverswim
 from privrl.envs.tabular import TabularMDP, counts
 from privrl.privacy.report import PrivacyReport
@@ -24,8 +25,13 @@ from privrl.privacy.report import PrivacyReport
 __all__ = [
     "ENVS",
     "Counts",
+    "OnlineLearnerConfig",
     "OnlineResult",
     "Progress",
+    "check_at_least",
+    "check_beta",
+    "check_choice",
+    "check_episodes",
     "checkpoints",
     "make_env",
     "policy_set",
@@ -38,6 +44,35 @@ __all__ = [
 Progress = Callable[[int], None]  # called with the number of episodes just completed
 
 ENVS = ("riverswim", "random-tabular")
+
+
+# --------------------------------------------------------------------------------------------
+# config checks (shared by the learners' configs; errors name the field)
+# --------------------------------------------------------------------------------------------
+
+
+def check_at_least(config: Config, key: str, low: float) -> None:
+    """The field `key` of `config` is a finite number >= `low`."""
+    value = getattr(config, key)
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and value >= low
+    check(ok, key, f"must be a finite number >= {low:g}, got {value!r}")
+
+
+def check_beta(value: float) -> None:
+    """β, the utility failure probability (not a privacy parameter), is in (0, 1)."""
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and 0 < value < 1
+    check(ok, "beta", f"must be a finite number in (0, 1), got {value!r}")
+
+
+def check_choice(config: Config, key: str, choices: tuple[str, ...]) -> None:
+    """The field `key` of `config` is one of `choices` (the text a config file gets too)."""
+    value = getattr(config, key)
+    check(value in choices, key, f"must be one of {', '.join(choices)}, not {value!r}")
+
+
+def check_episodes(value: int) -> None:
+    """K, the number of episodes (users), is an integer >= 1."""
+    check(int(value) >= 1, "episodes", f"must be >= 1, got {value}")
 
 
 def make_env(
@@ -72,6 +107,33 @@ def make_env(
     raise ValueError(f"unknown environment {name!r}; expected one of: {', '.join(ENVS)}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class OnlineLearnerConfig(Config):
+    """What every online learner's config has: K = `episodes`, the number of users (one
+    episode each), and β = `beta`, the utility failure probability in ι and in a privatizer's
+    error bound E (not a privacy parameter). Keyword-only, so that a learner's own constants
+    come first (`UCBVIConfig(0.5)` is C = 0.5)."""
+
+    # The constants a run's config.json lists as "config" (`constants`).
+    CONSTANTS: ClassVar[tuple[str, ...]] = ()
+
+    episodes: int = option(
+        100_000, "--episodes", "-K", help="Number of episodes (users) K (must fit in memory)."
+    )
+    beta: float = option(
+        0.1, help="Utility failure probability β in ι and E (not a privacy parameter)."
+    )
+
+    def validate(self) -> None:
+        check_episodes(self.episodes)
+        check_beta(self.beta)
+        super().validate()
+
+    def constants(self) -> dict[str, Any]:
+        """The algorithm's constants (`CONSTANTS`), as a run's config.json lists them."""
+        return {key: getattr(self, key) for key in self.CONSTANTS}
+
+
 @dataclass(frozen=True)
 class Counts:
     """Statistics of a set of episodes: visits n_h(s,a) [..., H, S, A], transitions
@@ -102,13 +164,16 @@ class Counts:
 
 @dataclass
 class OnlineResult:
-    """One online run: per-episode exact regret, the privacy report, and a log of the run."""
+    """One online run: per-episode exact regret, the privacy report, a log of the run and the
+    learned policy (SDP-PE / PE: the policies still active, [N, H, S]; UCB-VI: the greedy policy
+    of the last episode, [H, S])."""
 
     algorithm: str
     regret: FloatArray  # [K] per-episode regret V*_1(s_1^k) − V^{π^k}_1(s_1^k)
     report: PrivacyReport
     log: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    policy: IntArray | None = None  # what was learned: the final policy (or policy set)
 
     @property
     def episodes(self) -> int:

@@ -1,8 +1,8 @@
 """Privatizers: one interface that turns a batch of users' statistics into private counts.
 
 Every privatizer returns `PrivateCounts`: ñ_h(s,a), ñ_h(s,a,s'), r̃_h(s,a) and the uniform
-error bound E of the spec's Assumption (Qiao & Wang 2023; SDP-PE paper, Assumption 4): with
-probability ≥ 1 − β, for every counter |ñ − n| ≤ E, ñ_h(s,a,s') > 0 and
+error bound E of the Privatizer assumption (Qiao & Wang 2023; Bai et al. 2024, Assumption 4):
+with probability ≥ 1 − β, for every counter |ñ − n| ≤ E, ñ_h(s,a,s') > 0 and
 ñ_h(s,a) = Σ_{s'} ñ_h(s,a,s') ≥ n_h(s,a).
 
 Post-processing (`consistent_counts`). If every raw noisy count is within E/4 of the truth,
@@ -28,9 +28,9 @@ Models (every noise draw happens in `privrl.privacy`):
   server sums the messages.
 * `IdentityPrivatizer` — the non-private versions (E = 0, ñ = n).
 
-Budget split note: the spec writes the local scale as Laplace(2H/ε) per family and the
-central ε' = ε/(2H·log K) per counter; we split ε over the three families (ε/3 each), as the
-shuffle privatizer does, so that every model's report states the same total ε.
+Budget split note: the local scale is often written Laplace(2H/ε) per family and the central
+ε' = ε/(2H·log K) per counter; we split ε over the three families (ε/3 each), as the shuffle
+privatizer does, so that every model's report states the same total ε.
 
 Batch privatizers (shuffle, identity) release the counts of one batch ("forgetting": SDP-PE
 estimates from its own batches only). Streaming privatizers (central, local, identity with

@@ -1,5 +1,5 @@
-"""Resumable episode loops: the state of a long vectorised loop (UCB-VI's 3·10⁷ episodes take
-hours) saved between blocks, so that a run cut off (a killed process, a stopped machine)
+"""Resumable episode loops: the state of a long vectorised loop (UCB-VI over tens of millions
+of episodes) saved between blocks, so that a run cut off (a killed process, a stopped machine)
 continues where it was instead of starting over.
 
 A checkpoint is a directory: ``state.pkl`` (the loop's next episode, its state object — counts,

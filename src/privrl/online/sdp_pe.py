@@ -1,5 +1,6 @@
-"""SDP-PE: Shuffle Differentially Private Policy Elimination (Bai et al., arXiv 2411.11647,
-Algorithms 1–3; spec sdp_pe.md). PE is the same code with the identity privatizer.
+"""SDP-PE: Shuffle Differentially Private Policy Elimination (Bai et al., "Secure
+Reinforcement Learning via Shuffle Privacy Model", arXiv 2411.11647, 2024, Algorithms 1–3).
+PE is the same code with the identity privatizer. Configs: `PEConfig`, `SDPPEConfig`.
 
 Stages k = 1, 2, ... of size T^(k) = B·2^{k−1} (B ≥ H·S·A); a stage runs 3T episodes:
 
@@ -19,9 +20,10 @@ Stages k = 1, 2, ... of size T^(k) = B·2^{k−1} (B ≥ H·S·A); a stage runs 
    V̂^π + w(π) + b(π) ≥ max_{π'} (V̂^{π'} − w(π')) with the data-driven width
    w(π) = c·Σ_{h,s,a} d̂^π_h(s,a)·min(H − h, c1·√(S·Var·ι/ñ) + c2·(S·H·ι + H·S·E)/ñ),
    Var = Var_{P̂_h(·|s,a)}(V̂^π_{h+1}) + r̂(1 − r̂), and b(π) = Σ d̂^π_h(s,a)·P̂_h(s†|s,a)·(H−h−1),
-   the absorbing model's value deficit (**decision**, added to the spec's width: the absorbing
-   MDP underestimates every policy by up to the value lost in s†, Lemma 8; without b the
-   optimal policy can be eliminated while F is large, e.g. in the first stages).
+   the absorbing model's value deficit (a departure from the paper, whose test has w only:
+   the absorbing MDP underestimates every policy by up to the value lost in s†, Lemma 8;
+   without b the optimal policy can be eliminated while F is large, e.g. in the first
+   stages).
 
 **Forgetting**: a stage estimates only from its own batches. Policy sets are deduplicated on
 (h, s) unreachable from the start (`policy_set`). Mixtures are sampled once per episode, so
@@ -32,18 +34,22 @@ from their exact law given the episodes' policies (`sample_counts`), not stepped
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from privrl.arrays import FloatArray, IntArray
+from privrl.config import ConfigError, check, option
 from privrl.envs.tabular import TabularMDP, occupancy_measure, policy_evaluation
 from privrl.online.common import (
     Counts,
+    OnlineLearnerConfig,
     OnlineResult,
     Progress,
+    check_at_least,
+    check_choice,
     policy_set,
     policy_start_gaps,
     rollout_counts,
@@ -54,12 +60,16 @@ from privrl.online.privatizers import (
     Privatizer,
     ShufflePrivatizer,
 )
+from privrl.privacy.limits import delta_problem
 from privrl.privacy.shuffle import Calibration
 
 __all__ = [
+    "MAX_SHUFFLE_TRIALS",
     "FrankWolfeResult",
+    "PEConfig",
     "SDPPEConfig",
     "absorbing_transitions",
+    "check_shuffle_budget",
     "coverage_design",
     "crude_exploration",
     "eliminate",
@@ -72,47 +82,133 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class SDPPEConfig:
-    """Constants of SDP-PE (all configuration; defaults are the theory shapes with constant 1).
+SIMULATIONS = ("counts", "episodes")  # how a batch's counts are made (`_Runner.run`)
 
-    base_batch: B (default H·S·A; must be ≥ H·S·A). beta: utility failure probability in ι
-    and in the privatizer's E. threshold_c1/c2: F threshold c1·H²·ι + c2·H·E. width_scale c
-    and width_c1/c2: the elimination width. fw_eta: stop Frank–Wolfe at coverage ratio
-    ≤ (1 + η)·#coordinates.
+
+@dataclass(frozen=True)
+class PEConfig(OnlineLearnerConfig):
+    """Policy elimination (PE): SDP-PE's code with raw counts, not private.
+
+    Symbols (module docstring): K = `episodes`, β = `beta` (in ι = ln(2·H·S²·A·K0/β) and in a
+    privatizer's E), c = `width_scale`, c1/c2 of the F threshold c1·H²·ι + c2·H·E =
+    `threshold_c1`/`threshold_c2`, c1/c2 of the width = `width_c1`/`width_c2`, B =
+    `base_batch` (default H·S·A, at least H·S·A), η = `fw_eta` (Frank–Wolfe stops at coverage
+    ratio ≤ (1 + η)·#coordinates). Defaults are the theory's shapes with constant 1. The
+    environment (S, A, H) is not a setting: it is what the learner is given.
     """
 
-    base_batch: int | None = None
-    beta: float = 0.1
-    threshold_c1: float = 1.0
-    threshold_c2: float = 1.0
-    width_scale: float = 1.0
-    width_c1: float = 1.0
-    width_c2: float = 1.0
-    fw_eta: float = 0.1
-    fw_max_iter: int = 20_000
-    max_policies: int = 1 << 18
+    system: ClassVar[str] = "pe"
+    # The constants recorded as "config" in a run's config.json (the algorithm's constants).
+    CONSTANTS: ClassVar[tuple[str, ...]] = (
+        "base_batch",
+        "beta",
+        "threshold_c1",
+        "threshold_c2",
+        "width_scale",
+        "width_c1",
+        "width_c2",
+        "fw_eta",
+        "fw_max_iter",
+        "max_policies",
+    )
 
-    def __post_init__(self) -> None:
-        if not 0 < self.beta < 1:
-            raise ValueError(f"beta must be in (0, 1), got {self.beta}")
-        for name in ("threshold_c1", "threshold_c2", "width_scale", "width_c1", "width_c2"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be finite and >= 0, got {v}")
-        if not (math.isfinite(self.fw_eta) and self.fw_eta > 0):
-            raise ValueError(f"fw_eta must be finite and > 0, got {self.fw_eta}")
-        for name in ("fw_max_iter", "max_policies"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.base_batch is not None and int(self.base_batch) < 1:
-            raise ValueError(f"base_batch must be >= 1, got {self.base_batch}")
+    width_scale: float = option(1.0, help="Elimination width scale c.")
+    threshold_c1: float = option(1.0, help="F threshold: c1·H²·ι.")
+    threshold_c2: float = option(1.0, help="F threshold: c2·H·E.")
+    simulation: Literal["counts", "episodes"] = option(
+        "counts",
+        help="How the simulator makes a batch's visit counts: counts (drawn from their exact "
+        "law, fast at 10⁸ episodes) or episodes (each user's episode stepped; the same law, "
+        "slower; a user's own trajectory exists only here).",
+        keyless_default=True,  # counts: what runs did before the option existed
+    )
+    # Further constants: config files and Python only (not command-line flags).
+    base_batch: int | None = option(
+        None, help="Base batch B (default H·S·A; at least H·S·A).", cli=False, keyless_default=True
+    )
+    width_c1: float = option(
+        1.0, help="Width constant c1 of the variance term.", cli=False, keyless_default=True
+    )
+    width_c2: float = option(
+        1.0, help="Width constant c2 of the lower-order term.", cli=False, keyless_default=True
+    )
+    fw_eta: float = option(
+        0.1, help="Frank–Wolfe stops at ratio ≤ (1 + η)·d.", cli=False, keyless_default=True
+    )
+    fw_max_iter: int = option(
+        20_000, help="Frank–Wolfe iteration cap.", cli=False, keyless_default=True
+    )
+    max_policies: int = option(
+        1 << 18, help="Largest policy set φ¹ enumerated.", cli=False, keyless_default=True
+    )
+
+    def validate(self) -> None:
+        check_choice(self, "simulation", SIMULATIONS)
+        for key in ("width_scale", "threshold_c1", "threshold_c2", "width_c1", "width_c2"):
+            check_at_least(self, key, 0)
+        ok = math.isfinite(self.fw_eta) and self.fw_eta > 0
+        check(ok, "fw_eta", f"must be a finite number > 0, got {self.fw_eta!r}")
+        for key in ("fw_max_iter", "max_policies"):
+            check(int(getattr(self, key)) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        if self.base_batch is not None:
+            check(int(self.base_batch) >= 1, "base_batch", f"must be >= 1, got {self.base_batch}")
+        super().validate()
 
     def batch(self, H: int, S: int, A: int) -> int:
+        """B: `base_batch`, or H·S·A when unset; refused below H·S·A."""
         B = H * S * A if self.base_batch is None else int(self.base_batch)
         if B < H * S * A:
-            raise ValueError(f"base_batch B = {B} must be >= H·S·A = {H * S * A}")
+            raise ConfigError("base_batch", f"B = {B} must be >= H·S·A = {H * S * A}")
         return B
+
+
+# SDP-PE's tight calibration is exact over Bin(N, p) with N ≈ λ = 50·ln(2/δ')/ε'² trials per
+# counter (ε' = ε/(6H), δ' = δ/(6H)); its cost grows with N (λ ≈ 7e9, i.e. ε = 0.01 at H = 5,
+# takes minutes and 0.2 GB; λ ≈ 7e11 does not finish). Refused above:
+MAX_SHUFFLE_TRIALS = 1e10
+
+
+def check_shuffle_budget(epsilon: float, delta: float, H: int) -> None:
+    """Refuse an ε whose binomial noise is too large to calibrate at horizon H
+    (`MAX_SHUFFLE_TRIALS`); the message names the least ε that can be."""
+    from privrl.privacy.shuffle import theory_lambda
+
+    eps_c, delta_c = epsilon / (6 * H), delta / (6 * H)
+    lam = theory_lambda(eps_c, delta_c)
+    # smallest ε with λ ≤ the cap: ε' = sqrt(50·ln(2/δ')/cap), ε = 6H·ε'
+    least = 6 * H * math.sqrt(50.0 * math.log(2.0 / delta_c) / MAX_SHUFFLE_TRIALS)
+    check(
+        lam <= MAX_SHUFFLE_TRIALS,
+        "epsilon",
+        f"{epsilon:g} is too small for SDP-PE at H = {H}: each counter's binomial noise would "
+        f"need ~{lam:.2g} trials (λ = 50·ln(2/δ')/ε'², ε' = ε/(6H)), more than the "
+        f"{MAX_SHUFFLE_TRIALS:.0e} its calibration can handle; the least usable ε here is "
+        f"{least:.3g}",
+    )
+
+
+@dataclass(frozen=True)
+class SDPPEConfig(PEConfig):
+    """SDP-PE: PE on shuffle-private counts, (ε, δ)-DP in the shuffle model for one user.
+
+    Adds ε = `epsilon` and δ = `delta` (each counter of a batch gets ε' = ε/(6H), δ' = δ/(6H))
+    and the binomial noise's `calibration` ("tight": the exact smallest binomial; "theory":
+    λ = 50·ln(2/δ')/ε'²). The ε that the calibration can handle depends on H, so it is checked
+    when the learner is planned for an environment (`check_shuffle_budget`).
+    """
+
+    system: ClassVar[str] = "sdp-pe"
+    epsilon: float = option(..., "--epsilon", help="Privacy budget ε (1e-6 to 100).")
+    delta: float = option(1e-5, help="Privacy δ in (0, 1).")
+    calibration: Literal["tight", "theory"] = option(
+        "tight", help="Binomial noise: tight (exact, default) or theory."
+    )
+
+    def validate(self) -> None:
+        problem = delta_problem(self.delta)
+        check(problem is None, "delta", problem or "")
+        check_choice(self, "calibration", ("tight", "theory"))
+        super().validate()
 
 
 def stage_schedule(episodes: int, B: int) -> list[int]:
@@ -226,9 +322,6 @@ def coverage_design(
 # --------------------------------------------------------------------------------------------
 
 
-SIMULATIONS = ("counts", "episodes")
-
-
 class _Runner:
     """Episode budget, simulation and exact regret bookkeeping of one run."""
 
@@ -287,7 +380,7 @@ def crude_exploration(
     start: FloatArray,
     *,
     iota: float,
-    cfg: SDPPEConfig,
+    cfg: PEConfig,
 ) -> tuple[FloatArray, npt.NDArray[np.bool_], IntArray, dict[str, Any]] | None:
     """Algorithm 2. Returns (P̃ [H, S+1, A, S+1], F [H, S, A, S], π_mix ids, log), or None if the
     episodes ran out."""
@@ -326,7 +419,7 @@ def fine_exploration(
     *,
     mix: IntArray,
     start: FloatArray,
-    cfg: SDPPEConfig,
+    cfg: PEConfig,
 ) -> tuple[FloatArray, FloatArray, FloatArray, float, dict[str, Any]] | None:
     """Algorithm 3. Returns (P̂ [H, S+1, A, S+1], r̂ [H, S+1, A], ñ_h(s,a) [H, S, A], E, log) or
     None if the episodes ran out."""
@@ -372,7 +465,7 @@ def eliminate(
     *,
     start: FloatArray,
     iota: float,
-    cfg: SDPPEConfig,
+    cfg: PEConfig,
 ) -> tuple[IntArray, dict[str, Any]]:
     """Keep π iff V̂^π + w(π) + b(π) ≥ max_π' (V̂^π' − w(π')) (module docstring)."""
     H, S1, A, _ = P.shape
@@ -417,7 +510,7 @@ def sdp_pe(
     privatizer: Privatizer,
     *,
     rng: np.random.Generator,
-    config: SDPPEConfig | None = None,
+    config: PEConfig | None = None,
     progress: Progress | None = None,
     system: str = "sdp-pe",
     simulation: str = "counts",
@@ -427,7 +520,7 @@ def sdp_pe(
     a batch's counts, "counts" (from their exact law) or "episodes" (each user's episode
     stepped); see `_Runner.run`. Returns the exact per-episode regret, the privacy report and
     a per-stage log."""
-    cfg = config or SDPPEConfig()
+    cfg = config or PEConfig()
     if privatizer.cumulative:
         raise ValueError("SDP-PE forgets between stages: give a batch privatizer (shuffle/none)")
     K = int(episodes)
@@ -470,14 +563,14 @@ def sdp_pe(
             break
     report = privatizer.report(system=system)
     info = {
-        "config": asdict(cfg),
+        "config": cfg.constants(),
         "base_batch": B,
         "stages_planned": len(schedule),
         "iota": iota,
         "policies": int(policies.shape[0]),
         "privatizer": privatizer.describe(),
     }
-    return OnlineResult(system, run.regret, report, log, info)
+    return OnlineResult(system, run.regret, report, log, info, policy=policies[active])
 
 
 def make_shuffle_privatizer(
@@ -488,10 +581,10 @@ def make_shuffle_privatizer(
     delta: float,
     rng: np.random.Generator,
     calibration: Calibration = "tight",
-    config: SDPPEConfig | None = None,
+    config: PEConfig | None = None,
 ) -> ShufflePrivatizer:
     """The shuffle Privatizer sized for an SDP-PE run (its β union bound over all batches)."""
-    cfg = config or SDPPEConfig()
+    cfg = config or PEConfig()
     B = cfg.batch(mdp.H, mdp.S, mdp.A)
     return ShufflePrivatizer(
         mdp.H,
@@ -511,7 +604,7 @@ def pe(
     episodes: int,
     *,
     rng: np.random.Generator,
-    config: SDPPEConfig | None = None,
+    config: PEConfig | None = None,
     progress: Progress | None = None,
     simulation: str = "counts",
 ) -> OnlineResult:

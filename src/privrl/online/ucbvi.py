@@ -23,15 +23,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from privrl.arrays import FloatArray, IntArray
+from privrl.config import option
 from privrl.envs.tabular import TabularMDP, policy_evaluation
-from privrl.online.common import Counts, OnlineResult, Progress
+from privrl.online.common import (
+    Counts,
+    OnlineLearnerConfig,
+    OnlineResult,
+    Progress,
+    check_at_least,
+    check_choice,
+)
 from privrl.online.privatizers import (
     CentralPrivatizer,
     IdentityPrivatizer,
@@ -43,23 +52,49 @@ from privrl.online.privatizers import (
 from privrl.online.resume import LoopCheckpoint, fingerprint
 from privrl.privacy.noise import NoiseSource
 
-__all__ = ["UCBVIConfig", "dp_ucbvi", "optimistic_plan", "ucbvi", "unusable_rows"]
+__all__ = ["DPUCBVIConfig", "UCBVIConfig", "dp_ucbvi", "optimistic_plan", "ucbvi", "unusable_rows"]
 
 _BLOCK = 1024  # episodes per block of pre-drawn uniforms and of regret evaluation
 
 
 @dataclass(frozen=True)
-class UCBVIConfig:
-    """bonus_scale: the constant C of Γ and γ. beta: utility failure probability (ι, E)."""
+class UCBVIConfig(OnlineLearnerConfig):
+    """UCB-VI: optimistic value iteration on raw counts, not private.
 
-    bonus_scale: float = 1.0
-    beta: float = 0.1
+    Symbols (module docstring): C = `bonus_scale` (the constant of Γ and γ), β = `beta` (the
+    utility failure probability in ι = ln(2HSAK/β) and in a privatizer's E), K = `episodes`.
+    The environment (S, A, H) is not a setting: it is what the learner is given.
+    """
 
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.bonus_scale) and self.bonus_scale >= 0):
-            raise ValueError(f"bonus_scale must be finite and >= 0, got {self.bonus_scale}")
-        if not 0 < self.beta < 1:
-            raise ValueError(f"beta must be in (0, 1), got {self.beta}")
+    system: ClassVar[str] = "ucbvi"
+    # The constants recorded as "config" in a run's config.json.
+    CONSTANTS: ClassVar[tuple[str, ...]] = ("bonus_scale", "beta")
+
+    bonus_scale: float = option(1.0, help="Bonus constant C.")
+
+    def validate(self) -> None:
+        check_at_least(self, "bonus_scale", 0)
+        super().validate()
+
+
+@dataclass(frozen=True)
+class DPUCBVIConfig(UCBVIConfig):
+    """DP-UCBVI (Qiao & Wang 2023): UCB-VI on private running counts, pure ε-DP for one user.
+
+    Adds ε = `epsilon` and the trust model `privatizer`: "central" (a trusted server releases
+    the running counts with the binary-tree mechanism: ε-JDP) or "local" (each user adds
+    Laplace noise to their own counts: ε-LDP).
+    """
+
+    system: ClassVar[str] = "dp-ucbvi"
+    epsilon: float = option(..., "--epsilon", help="Privacy budget ε (1e-6 to 100).")
+    privatizer: Literal["central", "local"] = option(
+        "central", help="central (ε-JDP, trusted server) or local (ε-LDP)."
+    )
+
+    def validate(self) -> None:
+        check_choice(self, "privatizer", ("central", "local"))
+        super().validate()
 
 
 def optimistic_plan(priv: PrivateCounts, iota: float, scale: float) -> IntArray:
@@ -153,6 +188,7 @@ def dp_ucbvi(
         np.zeros((R, H, S, A)), np.zeros((R, H, S, A, S)), np.zeros((R, H, S, A)), 0.0
     )
     start, ckpt = 0, None
+    pis = np.zeros((1, R, H, S), dtype=np.int64)  # the last block's policies (set below)
     if checkpoint is not None:
         key = fingerprint(system, K, cfg, mdp.P, mdp.R, mdp.d1, privatizer, rngs)
         ckpt = LoopCheckpoint(checkpoint, key, every_s=checkpoint_every)
@@ -200,9 +236,10 @@ def dp_ucbvi(
     if ckpt is not None:
         ckpt.clear()
     report = privatizer.report(system=system)
-    info = {"config": asdict(cfg), "iota": iota, "privatizer": privatizer.describe()}
+    info = {"config": cfg.constants(), "iota": iota, "privatizer": privatizer.describe()}
     return [
-        OnlineResult(system, np.maximum(regret[r], 0.0), report, [], dict(info)) for r in range(R)
+        OnlineResult(system, np.maximum(regret[r], 0.0), report, [], dict(info), policy=pis[-1, r])
+        for r in range(R)
     ]
 
 
