@@ -28,8 +28,6 @@ EXCLUDED = (
     SRC / "experiments",
     # docstrings still cite specs/primorl.md and "paper 000"; the package is being rewritten
     SRC / "primorl",
-    # its module docstring cites "spec sdp_pe.md"; the online package is being rewritten
-    SRC / "online" / "sdp_pe.py",
 )
 
 
