@@ -30,6 +30,7 @@ from privrl.online import (
     make_env,
 )
 from privrl.privacy.noise import NoiseSource
+from privrl.privacy.report import json_safe
 from privrl.runs import registry
 from privrl.systems.online import DpUcbviConfig, SdpPeConfig
 
@@ -139,7 +140,8 @@ def test_python_learn_equals_the_command_line_run(
     )
     metrics = json.loads((out / "metrics.json").read_text())
     metrics.pop("wall_time_s")
-    assert json.loads(json.dumps(dict(fitted.metrics))) == metrics
+    # (metrics.json spells a non-finite number as a string, e.g. the uncertified ε = "inf")
+    assert json.loads(json.dumps(json_safe(dict(fitted.metrics)))) == metrics
     with open(out / "metrics.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [row["episode"] for row in fitted.curve] == [int(r["episode"]) for r in rows]
@@ -262,3 +264,16 @@ def test_the_learners_load_no_command_line_or_plotting_package() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert json.loads(out.stdout) == []
+
+
+def test_an_insecure_run_publishes_infinite_epsilon_in_its_metrics_too() -> None:
+    """A run on insecure reproducible noise is uncertified: metrics.json's ε is its report's
+    (∞), never the nominal ε it would have had with secret noise."""
+    from privrl.online import SDPPE, SDPPEConfig
+    from privrl.privacy.noise import NoiseSource
+
+    fitted = SDPPE(SDPPEConfig(episodes=200, epsilon=1.0)).learn(
+        small_env(), seed=0, noise=NoiseSource.insecure(0)
+    )
+    assert not fitted.report.certified
+    assert fitted.metrics["epsilon"] == fitted.report.epsilon == float("inf")

@@ -37,6 +37,7 @@ from privrl.online.sdp_pe import PEConfig, SDPPEConfig, check_shuffle_budget
 from privrl.online.ucbvi import DPUCBVIConfig, UCBVIConfig
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameters, Source
+from privrl.privacy.report import PrivacyReport
 
 if TYPE_CHECKING:
     from privrl.envs.tabular import TabularMDP
@@ -223,7 +224,7 @@ class OnlineLearner(Algorithm[C]):
         return Fitted(
             policy=result.policy,
             report=report,
-            metrics=online_metrics(result, extra, env),
+            metrics=online_metrics(result, report, extra, env),
             curve=regret_curve(result),
             details=result,
         )
@@ -235,9 +236,12 @@ class OnlineLearner(Algorithm[C]):
         raise NotImplementedError
 
 
-def online_metrics(result: OnlineResult, extra: dict[str, Any], mdp: TabularMDP) -> dict[str, Any]:
-    """The final figures of a run: exact regret, V*(s1), the report's ε, δ and model, the
-    algorithm's extra figures and ι (public: S, A, H, K, β)."""
+def online_metrics(
+    result: OnlineResult, report: PrivacyReport, extra: dict[str, Any], mdp: TabularMDP
+) -> dict[str, Any]:
+    """The final figures of a run: exact regret, V*(s1), the final (certified) report's ε, δ
+    and model (ε = ∞ for a run on insecure noise), the algorithm's extra figures and ι
+    (public: S, A, H, K, β)."""
     cum = result.cumulative_regret
     tail = max(1, result.episodes // 10)
     return {
@@ -245,9 +249,9 @@ def online_metrics(result: OnlineResult, extra: dict[str, Any], mdp: TabularMDP)
         "episodes": result.episodes,
         "regret_per_episode_last_10pct": float(result.regret[-tail:].mean()),
         "optimal_value": float(mdp.optimal_value()),
-        "epsilon": result.report.epsilon,
-        "delta": result.report.delta,
-        "model": result.report.model,
+        "epsilon": report.epsilon,
+        "delta": report.delta,
+        "model": report.model,
         **extra,
         "iota": result.info["iota"],
     }
