@@ -15,16 +15,20 @@ so. The learned policy, data and feature types are shared with `privrl.offline.v
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from privrl.config import check, option
 from privrl.data.padding import step_rows
+from privrl.offline.common import Names
 from privrl.offline.vapvi import (
     RELATION,
     UNIT,
     FeatureTable,
+    LinearConfig,
     LinearEpisodes,
     LinearPVIResult,
     build_policy,
@@ -39,7 +43,25 @@ from privrl.privacy.report import PrivacyReport
 if TYPE_CHECKING:
     from privrl.data.dataset import TrajectoryDataset
 
-__all__ = ["pevi", "pevi_beta"]
+__all__ = ["PEVIConfig", "pevi", "pevi_beta"]
+
+
+@dataclass(frozen=True)
+class PEVIConfig(LinearConfig):
+    """PEVI (Jin, Yang & Wang 2021): the linear learners' settings plus ξ (`xi`), the failure
+    probability in β = c·dH√(log(2dHK/ξ)) (c = `bonus_scale`). Not private."""
+
+    system = "pevi"
+    xi: float = option(
+        0.05,
+        "--xi",
+        help="Failure probability ξ in β = c·dH√log(2dHK/ξ).",
+        allow_nan=True,
+    )
+
+    def validate_named(self, names: Names | None) -> None:
+        check(0 < self.xi < 1, "xi", f"must be in (0, 1), got {self.xi}")
+        super().validate_named(names)
 
 
 def pevi_beta(d: int, H: int, K: int, xi: float, c: float = 1.0) -> float:
