@@ -20,6 +20,10 @@ Pipeline (one function per box of the paper):
 
 Non-private APVI is the same code with no noise and E = 0 (`apvi`), never a second copy.
 
+Settings: `APVIConfig` and `DPAPVIConfig` hold every setting of a run (the command line's
+flags are generated from them); `PrivacyConfig` is the mechanism they resolve to. The objects
+`privrl.offline.APVI` and `DPAPVI` (`privrl.offline.tabular`) plan and fit with them.
+
 Sensitivity (replace-one). One trajectory contributes at most one entry per step h to each
 family: (h, s_h, a_h) to n_h(s,a) and to the reward sums, (h, s_h, a_h, s_{h+1}) to
 n_h(s,a,s'). Replacing it removes ≤ H entries and adds ≤ H entries, so each family changes in
@@ -44,7 +48,7 @@ Laplace tail = b (log(N/δ) + log(2/(1 + e^{-1/b}))); E = 2·tail. The discrete 
 σ²-subgaussian (CKS), so the Gaussian tail holds for it unchanged; the discrete Laplace has
 P(|X| > t) < 2e^{-t/b}/(1 + e^{-1/b}), up to twice the continuous e^{-t/b}, hence the second
 term (it rises to 1/2 as b grows: E grows by less than one count). For m = 2 the
-Gaussian E is exactly the spec's E_ρ = 4√(H log(4HS²A/δ)/ρ), and the Laplace E is the spec's
+Gaussian E is exactly the paper's E_ρ = 4√(H log(4HS²A/δ)/ρ), and the Laplace E is the paper's
 E_ε = (8H/ε) log(2HS²A/δ) plus that correction. The slack of the projection is E/2
 (= tail), so the true counts are feasible and |ñ_{s,a} − n_{s,a}| ≤ E. δ here is the *utility*
 failure probability; it is unrelated to the δ at which ε is reported (`PrivacyConfig`).
@@ -56,7 +60,7 @@ sqrt(ι/(2(ñ − E))) (Hoeffding for a mean of [0, 1] rewards) + (tail + E)/ñ 
 and on ñ). Non-private APVI without a given reward uses the empirical mean with the same term.
 
 Constants: C1 = √2, C2 = 16 (the paper's); C = `unknown_penalty` > 1 for ñ ≤ E (it zeroes
-Q̃ there). `bonus_scale` multiplies every bonus term except C·H (spec decision: default 1 =
+Q̃ there). `bonus_scale` multiplies every bonus term except C·H (a design decision: default 1 =
 theory; compare private and non-private runs at the same scale; never tune it on the data
 being privatised).
 """

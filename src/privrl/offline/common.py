@@ -16,6 +16,11 @@ the data (such an error is itself a release):
 What may be refused is the schema, which neighbouring datasets share: array rank and dtype,
 and the presence of a ``unit_ids`` field (a dataset that declares privacy units other than the
 trajectory), decided by the field being there, never by how many distinct ids it holds.
+
+Also shared: the checks of the learners' configs (`check_budget`, `check_nonnegative`,
+`check_positive`, the `stationary` setting), the episode count as a public parameter
+(`header_trajectories`) and `Names`, how a message spells a setting (the field from Python,
+the flag on the command line).
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ Backwards over h = H..1 (``h = H-1..0`` in code), on all K trajectories:
 * ``Γ_h(s,a) = β·‖φ(s,a)‖_{Λ_h⁻¹}`` with ``β = c·d·H·√ζ``, ``ζ = log(2dHK/ξ)``,
 * ``Q̂_h = min{φᵀŵ_h − Γ_h, H − h + 1}⁺``, greedy π̂_h, ``V̂_h = max_a Q̂_h``.
 
-``bonus_scale`` is the constant c — the spec's common multiplier C, applied to PEVI's own
-theory coefficient dH√ζ exactly as VAPVI's C multiplies its √d. Not private: the report says
-so. The learned policy, data and feature types are shared with `privrl.offline.vapvi`.
+``bonus_scale`` is the constant c — the linear learners' common multiplier C, applied to
+PEVI's own theory coefficient dH√ζ exactly as VAPVI's C multiplies its √d. Not private: the
+report says so. The learned policy, data and feature types are shared with
+`privrl.offline.vapvi`; `PEVIConfig` holds the settings and `privrl.offline.PEVI` runs it.
 """
 
 from __future__ import annotations

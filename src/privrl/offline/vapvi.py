@@ -9,7 +9,7 @@ Variance-aware pessimistic value iteration, backwards over h = H..1 (``h = H-1..
   greedy ``π̂_h``, ``Ṽ_h = max_a Q̂_h``.
 
 DP-VAPVI privatises the five sums of step h (lines 4, 5, 6, 9, 10) — 5H releases of
-``ρ0 = ρ/(5H)``-zCDP each, fresh noise per h, composed adaptively (spec table):
+``ρ0 = ρ/(5H)``-zCDP each, fresh noise per h, composed adaptively:
 
 ==========================  ========================  ======================
 statistic (step h)          noise                     replace-one sensitivity
@@ -37,7 +37,7 @@ of two PSD sums of H terms of Frobenius norm ≤ 1 each has ‖A − B‖_F² �
 — and so is every noise std (σ and s, hence E): the same ρ0 = ρ/(5H) per release, the same
 planned report, H times the noise on sums of up to H times as many terms.
 
-**Matrix noise** (spec decision). ``(Z+Zᵀ)/√2`` with ``Z_ij ~ N(0, s²)`` is
+**Matrix noise** (a design decision). ``(Z+Zᵀ)/√2`` with ``Z_ij ~ N(0, s²)`` is
 ``‖Δ‖_F²/(4s²)``-zCDP. Algorithm 2's ``s² = 1/(4ρ0)`` (``matrix_noise="paper_exact"``) is
 therefore ρ0-zCDP for add/remove (‖Δ‖_F ≤ 1) but costs 2ρ0 per Gram release under
 replace-one (the run is then ``7ρ/5``-zCDP, and the report says so). The default ``"strict"``
@@ -47,11 +47,15 @@ uses ``s² = 1/(2ρ0)``: ρ0 per release, ρ in total. The PD shift
 ``E‖Z‖ ≤ 2√d s`` plus Gaussian concentration with Lipschitz constant √2·s, union bound).
 If a noisy matrix still has an eigenvalue below λ it is clipped at λ (post-processing).
 
-**Other decisions** (spec): λ = 1; the additive ``D/K`` (DP-VAPVI) and ``2H³√d/K`` (VAPVI)
+**Other decisions**: λ = 1; the additive ``D/K`` (DP-VAPVI) and ``2H³√d/K`` (VAPVI)
 bonus terms exceed H at this scale and would zero every Q, so they are 0 by default
 (``additive_bonus`` restores a numerator D); ``bonus_scale`` is the common multiplier C; no data
 split by default (D' = D, as in the paper's experiment), ``split=True`` halves the data.
 Non-private VAPVI is this same code with the releaser switched off.
+
+Settings: `VAPVIConfig` and `DPVAPVIConfig` (and `privrl.offline.pevi.PEVIConfig`, all on
+`LinearConfig`) hold every setting of a run; the objects `privrl.offline.VAPVI`, `DPVAPVI`
+and `PEVI` (`privrl.offline.linear`) plan and fit with them.
 """
 
 from __future__ import annotations
@@ -490,7 +494,7 @@ def gram_shift(
 ) -> float:
     """E such that ``‖(Z+Zᵀ)/√2‖ ≤ E/2`` for all 2H Gram noises w.p. ≥ 1 − failure_prob.
 
-    ``E = 2√2·s·(2√d + √(2 log(2H/δ)))``; for paper_exact this is the spec's
+    ``E = 2√2·s·(2√d + √(2 log(2H/δ)))``; for paper_exact this is the paper's
     ``√(10H/ρ)(2√d + √(2 log(2H/δ)))``, and strict is √2 larger; H times larger again when
     the sums are pooled over h (``stationary``: s is).
     """

@@ -66,6 +66,7 @@ from privrl.offline.vapvi import (
     FeatureTable,
     LinearConfig,
     LinearEpisodes,
+    LinearPVIResult,
     VAPVIConfig,
 )
 from privrl.privacy.public import PublicParameters, Source
@@ -162,6 +163,9 @@ class PeviConfig(PEVIConfig, LinearSource):
         _validate_run_config(self)
 
 
+LinearRunConfig = VapviConfig | DpVapviConfig | PeviConfig
+"""A run config of the linear learners."""
+
 _LIBRARY: dict[type[Config], type[LinearConfig]] = {
     VapviConfig: VAPVIConfig,
     DpVapviConfig: DPVAPVIConfig,
@@ -197,7 +201,9 @@ class _LinearSystem(System):
     data = "optional"
     algorithm: ClassVar[type[_LinearLearner[Any]]]
 
-    def plan(self, config: Any, header: DatasetHeader | None) -> Plan:
+    def plan(  # type: ignore[override]
+        self, config: LinearRunConfig, header: DatasetHeader | None
+    ) -> Plan:
         _check_source(config, header)
         names = _names(type(config))
         table = _load_features(config.features) if config.features is not None else None
@@ -216,7 +222,9 @@ class _LinearSystem(System):
         }
         return Plan(plan.report, published, {**plan.facts, "algorithm": algorithm})
 
-    def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
+    def load(  # type: ignore[override]
+        self, config: LinearRunConfig, source: Path | None, plan: Plan, rng: np.random.Generator
+    ) -> _Loaded:
         """Read (or sample) the episodes — inside the ledger transaction."""
         public: LinearPublic = plan.facts["public"]
         if source is None:
@@ -226,7 +234,9 @@ class _LinearSystem(System):
             dataset = super().load(config, source, plan, rng)
         return _Loaded(plan.facts["algorithm"].episodes(dataset, plan), dataset)
 
-    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+    def run(  # type: ignore[override]
+        self, config: LinearRunConfig, data: _Loaded, rng: np.random.Generator, ctx: RunContext
+    ) -> Result:
         assert ctx.plan is not None
         public: LinearPublic = ctx.plan.facts["public"]
         algorithm: _LinearLearner[Any] = ctx.plan.facts["algorithm"]
@@ -291,7 +301,7 @@ class PeviSystem(_LinearSystem):
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_source(config: Any, header: DatasetHeader | None) -> None:
+def _check_source(config: LinearRunConfig, header: DatasetHeader | None) -> None:
     if (header is None) == (config.env is None):
         raise ValueError(
             "give exactly one data source: --data FILE [--features SPEC], or --env linear-mdp "
@@ -318,7 +328,7 @@ def _check_source(config: Any, header: DatasetHeader | None) -> None:
         )
 
 
-def _check_features_given(config: Any, header: DatasetHeader) -> None:
+def _check_features_given(config: LinearRunConfig, header: DatasetHeader) -> None:
     """Without --features the dataset must record the built-in MDP's recipe."""
     from privrl.envs.linear import linear_mdp_from_metadata
 
@@ -329,7 +339,7 @@ def _check_features_given(config: Any, header: DatasetHeader) -> None:
         )
 
 
-def _env_public(config: Any, params: PublicParameters) -> LinearPublic:
+def _env_public(config: LinearRunConfig, params: PublicParameters) -> LinearPublic:
     """The built-in linear MDP's features, H and K (public choices), recorded in `params`."""
     from privrl.envs.linear import LinearMDP
 
@@ -384,7 +394,9 @@ def _load_feature_spec(spec: str) -> np.ndarray:
     )
 
 
-def _plot_values(path: Path, *, result: Any, curve: Any, algo: str) -> None:
+def _plot_values(
+    path: Path, *, result: LinearPVIResult, curve: tuple[np.ndarray, np.ndarray] | None, algo: str
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

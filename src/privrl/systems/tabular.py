@@ -59,6 +59,7 @@ from privrl.runs.layer import OMIT
 from privrl.runs.system import Plan, Result, RunContext, System
 
 if TYPE_CHECKING:
+    from privrl.data.dataset import TrajectoryDataset
     from privrl.data.io import DatasetHeader
     from privrl.envs.tabular import Episodes, TabularMDP
 
@@ -155,6 +156,10 @@ class DpApviConfig(DPAPVIConfig, TabularSource):
         _validate_run_config(self)
 
 
+TabularRunConfig = ApviConfig | DpApviConfig
+"""A run config of the tabular learners."""
+
+
 def library_config(config: APVIConfig, reward: np.ndarray | None) -> APVIConfig:
     """The library's config of a run config (the data-source fields dropped), with the
     loaded public `reward`."""
@@ -188,7 +193,9 @@ class ApviSystem(System):
     Without --reward-table the rewards are the empirical means of the data.
     """
 
-    def plan(self, config: ApviConfig, header: DatasetHeader | None) -> Plan:  # type: ignore[override]
+    def plan(  # type: ignore[override]
+        self, config: TabularRunConfig, header: DatasetHeader | None
+    ) -> Plan:
         if (header is None) == (config.env is None):
             raise ValueError("give exactly one data source: --data FILE or --env random-tabular")
         names = _names(type(config))
@@ -224,7 +231,9 @@ class ApviSystem(System):
         facts = {**plan.facts, "algorithm": algorithm}
         return Plan(report=plan.report, public=public, facts=facts)
 
-    def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
+    def load(  # type: ignore[override]
+        self, config: TabularRunConfig, source: Path | None, plan: Plan, rng: np.random.Generator
+    ) -> TrajectoryDataset | _Sampled:
         if source is not None:
             return super().load(config, source, plan, rng)
         from privrl.envs.tabular import TabularMDP, behaviour_policy_full_support
@@ -241,7 +250,13 @@ class ApviSystem(System):
         )
         return _Sampled(episodes, mdp, min_prob)
 
-    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+    def run(  # type: ignore[override]
+        self,
+        config: TabularRunConfig,
+        data: TrajectoryDataset | _Sampled,
+        rng: np.random.Generator,
+        ctx: RunContext,
+    ) -> Result:
         assert ctx.plan is not None
         facts = ctx.plan.facts
         H, S, A = facts["sizes"]
@@ -305,7 +320,9 @@ def config_privatizes(config: APVIConfig) -> bool:
     return isinstance(config, DPAPVIConfig) and config.privatize_rewards
 
 
-def _sampled_plan(algorithm: APVI, config: ApviConfig, names: Names) -> tuple[Plan, dict[str, Any]]:
+def _sampled_plan(
+    algorithm: APVI, config: TabularRunConfig, names: Names
+) -> tuple[Plan, dict[str, Any]]:
     """The library's plan for data sampled from the simulated MDP, and the source record."""
     params = PublicParameters()
     privacy, resolved = algorithm.settings(params, names)
@@ -323,7 +340,7 @@ def _sampled_plan(algorithm: APVI, config: ApviConfig, names: Names) -> tuple[Pl
     return plan, source
 
 
-def _env_sizes(config: ApviConfig, params: PublicParameters) -> tuple[int, int, int, int]:
+def _env_sizes(config: TabularRunConfig, params: PublicParameters) -> tuple[int, int, int, int]:
     """H, S, A and n of a sampled run (flags or the simulated MDP's defaults)."""
     if config.env not in ENVS:
         raise ValueError(f"unknown --env {config.env!r}; available: {', '.join(ENVS)}")
@@ -351,7 +368,7 @@ def _env_sizes(config: ApviConfig, params: PublicParameters) -> tuple[int, int, 
     return H, S, A, n
 
 
-def _check_data_source(config: ApviConfig) -> np.ndarray | None:
+def _check_data_source(config: TabularRunConfig) -> np.ndarray | None:
     """The command line's checks of a run on a dataset (before the header is read by the
     library's plan), and the public reward table loaded from --reward-table."""
     check(config.episodes is None, "episodes", "is for --env (a dataset has its own episodes)")
@@ -397,7 +414,7 @@ def _exact_values(mdp: TabularMDP, result: APVIResult) -> dict[str, float]:
 
 
 def _summary(
-    algo: str, sizes: tuple[int, int, int, int], result: Any, metrics: dict[str, Any]
+    algo: str, sizes: tuple[int, int, int, int], result: APVIResult, metrics: dict[str, Any]
 ) -> list[str]:
     H, S, A, n = sizes
     lines = [f"{algo}: H={H}, S={S}, A={A}, {n} trajectories"]
