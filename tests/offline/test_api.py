@@ -145,3 +145,24 @@ def test_plan_errors_name_fields_not_flags(stored: Path) -> None:
     with pytest.raises(PublicParameterError, match="pass horizon H") as perr:
         DPAPVI(rho=1.0, privatize_rewards=True).fit(bare)
     assert "--" not in str(perr.value)
+
+
+def test_a_command_line_run_publishes_what_the_python_fit_reports(stored: Path, tmp_path) -> None:
+    """`privrl train dp-apvi` on the file and `DPAPVI.fit` on its episodes in memory: the same
+    public parameters (with their sources) in privacy.json and in the report, the same ρ."""
+    import json
+
+    from privrl.cli.main import main
+
+    out = tmp_path / "run"
+    argv = ["train", "dp-apvi", "--data", str(stored), "--rho", "1", "--privatize-rewards"]
+    assert main([*argv, "--out", str(out)]) == 0
+    published = json.loads((out / "privacy.json").read_text())
+    fit = DPAPVI(rho=1.0, privatize_rewards=True).fit(load_hdf5(stored))
+    assert published["public_parameters"] == json.loads(json.dumps(fit.report.public_parameters))
+    assert published["rho"] == pytest.approx(fit.report.rho)
+    config = json.loads((out / "config.json").read_text())
+    plan = DPAPVI(rho=1.0, privatize_rewards=True).plan(header_of(load_hdf5(stored)))
+    assert config["apvi"] == plan.public["apvi"] and config["privacy"] == plan.public["privacy"]
+    assert fit.details.config.utility_delta == config["apvi"]["delta"] == 0.1
+    assert "reward" not in config and "unknown_penalty" not in config

@@ -71,7 +71,7 @@ from privrl.offline.vapvi import (
 )
 from privrl.privacy.public import PublicParameters, Source
 from privrl.runs.system import Plan, Result, RunContext, System
-from privrl.systems.tabular import flag_names, seed_streams
+from privrl.systems.tabular import flag_names, run_dict, seed_streams
 
 if TYPE_CHECKING:
     from privrl.data.dataset import TrajectoryDataset
@@ -142,6 +142,9 @@ class VapviConfig(VAPVIConfig, LinearSource):
     def validate(self) -> None:
         _validate_run_config(self)
 
+    def to_dict(self) -> dict[str, Any]:
+        return run_dict(self, super().to_dict())
+
 
 @dataclass(frozen=True)
 class DpVapviConfig(DPVAPVIConfig, LinearSource):
@@ -152,6 +155,9 @@ class DpVapviConfig(DPVAPVIConfig, LinearSource):
     def validate(self) -> None:
         _validate_run_config(self)
 
+    def to_dict(self) -> dict[str, Any]:
+        return run_dict(self, super().to_dict())
+
 
 @dataclass(frozen=True)
 class PeviConfig(PEVIConfig, LinearSource):
@@ -161,6 +167,9 @@ class PeviConfig(PEVIConfig, LinearSource):
 
     def validate(self) -> None:
         _validate_run_config(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return run_dict(self, super().to_dict())
 
 
 LinearRunConfig = VapviConfig | DpVapviConfig | PeviConfig
