@@ -166,3 +166,21 @@ def test_a_command_line_run_publishes_what_the_python_fit_reports(stored: Path, 
     assert config["apvi"] == plan.public["apvi"] and config["privacy"] == plan.public["privacy"]
     assert fit.details.config.utility_delta == config["apvi"]["delta"] == 0.1
     assert "reward" not in config and "unknown_penalty" not in config
+
+
+def test_run_configs_keep_their_keys_and_fingerprints_work() -> None:
+    """A run config's config.json keys and sweep identity are its command line's settings
+    (the library-only `reward` and `unknown_penalty` left out at their defaults), and a
+    library config holding an array has a fingerprint too."""
+    import dataclasses
+
+    from privrl.systems.linear import DpVapviConfig
+
+    for config in (DpApviConfig(rho=1.0), DpVapviConfig(rho=1.0)):
+        cli = {f.name for f in dataclasses.fields(config) if f.metadata.get("cli", True)}
+        assert set(config.to_dict()) == set(config.identity()) == cli
+        assert config.fingerprint() == type(config).from_dict(config.to_dict()).fingerprint()
+    reward = np.full((H, S, A), 0.25)
+    one, two = DPAPVIConfig(rho=1.0, reward=reward), DPAPVIConfig(rho=1.0, reward=reward * 2)
+    assert one.fingerprint() != two.fingerprint() != DPAPVIConfig(rho=1.0).fingerprint()
+    assert DPAPVIConfig.from_dict(one.to_dict()).fingerprint() == one.fingerprint()

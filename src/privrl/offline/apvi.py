@@ -95,6 +95,7 @@ from privrl.offline.common import (
     name_of,
     refuse_declared_units,
     stationary_option,
+    without_keyless_defaults,
 )
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.events import PureDpEvent
@@ -299,6 +300,9 @@ class APVIConfig(Config):
         if self.reward is not None:
             values["reward"] = self.reward.tolist()
         return values
+
+    def identity(self) -> dict[str, Any]:
+        return without_keyless_defaults(self, self.to_dict())
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ __all__ = [
     "header_trajectories",
     "refuse_declared_units",
     "stationary_option",
+    "without_keyless_defaults",
 ]
 
 # ρ and ε outside this range make a run numerically meaningless (σ or b overflow, or no noise
@@ -57,6 +58,20 @@ BUDGET_RANGE = (1e-6, 1e6)
 Names = Mapping[str, str]
 """How a message names a setting: config field → the word shown (the field itself from
 Python; a command-line adapter passes the flags). A field it does not list is named as is."""
+
+
+def without_keyless_defaults(config: Config, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (a config's `to_dict`) without the `keyless_default` settings that hold
+    their default (what `Config.identity` drops), safe for array-valued settings."""
+    import dataclasses
+
+    out = dict(values)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        plain = value is None or isinstance(value, (bool, int, float, str))
+        if f.metadata.get("keyless_default") and plain and value == f.default:
+            out.pop(f.name, None)
+    return out
 
 
 def name_of(names: Names | None, key: str) -> str:

@@ -85,6 +85,7 @@ from privrl.offline.common import (
     clip_rewards,
     refuse_declared_units,
     stationary_option,
+    without_keyless_defaults,
 )
 from privrl.policies import TabularPolicy
 from privrl.privacy.accounting import zcdp_to_dp
@@ -217,6 +218,9 @@ class LinearConfig(Config):
             table.phi * table.scale if isinstance(table, FeatureTable) else table
         ).tolist()
         return values
+
+    def identity(self) -> dict[str, Any]:
+        return without_keyless_defaults(self, self.to_dict())
 
 
 @dataclass(frozen=True)

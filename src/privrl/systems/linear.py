@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 
 from privrl.config import Config, check, option
+from privrl.offline.common import without_keyless_defaults
 from privrl.offline.linear import (
     DPVAPVI,
     MAX_ENTRIES,
@@ -71,7 +72,7 @@ from privrl.offline.vapvi import (
 )
 from privrl.privacy.public import PublicParameters, Source
 from privrl.runs.system import Plan, Result, RunContext, System
-from privrl.systems.tabular import flag_names, run_dict, seed_streams
+from privrl.systems.tabular import flag_names, seed_streams
 
 if TYPE_CHECKING:
     from privrl.data.dataset import TrajectoryDataset
@@ -143,7 +144,7 @@ class VapviConfig(VAPVIConfig, LinearSource):
         _validate_run_config(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return run_dict(self, super().to_dict())
+        return without_keyless_defaults(self, super().to_dict())
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class DpVapviConfig(DPVAPVIConfig, LinearSource):
         _validate_run_config(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return run_dict(self, super().to_dict())
+        return without_keyless_defaults(self, super().to_dict())
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ class PeviConfig(PEVIConfig, LinearSource):
         _validate_run_config(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return run_dict(self, super().to_dict())
+        return without_keyless_defaults(self, super().to_dict())
 
 
 LinearRunConfig = VapviConfig | DpVapviConfig | PeviConfig

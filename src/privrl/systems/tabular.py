@@ -52,6 +52,7 @@ from privrl.offline.common import (
     check_positive,
     header_trajectories,
     stationary_option,
+    without_keyless_defaults,
 )
 from privrl.offline.tabular import APVI, DPAPVI, MAX_ENTRIES, check_sizes, fitted
 from privrl.privacy.public import PublicParameters
@@ -100,18 +101,6 @@ def flag_names(config_cls: type[Config], **extra: str) -> dict[str, str]:
     return {**names, **extra}
 
 
-def run_dict(config: Config, values: dict[str, Any]) -> dict[str, Any]:
-    """A run config's `to_dict` (config.json): without the library-only settings (no flag,
-    keyless) that hold their default, so config.json lists what the command line can set."""
-    out = dict(values)
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        plain = value is None or isinstance(value, (bool, int, float, str))
-        if f.metadata.get("keyless_default") and plain and value == f.default:
-            out.pop(f.name, None)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # configs: the library's, plus where the data come from
 # ---------------------------------------------------------------------------------------------
@@ -158,7 +147,7 @@ class ApviConfig(APVIConfig, TabularSource):
         _validate_run_config(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return run_dict(self, super().to_dict())
+        return without_keyless_defaults(self, super().to_dict())
 
 
 @dataclass(frozen=True)
@@ -171,7 +160,7 @@ class DpApviConfig(DPAPVIConfig, TabularSource):
         _validate_run_config(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return run_dict(self, super().to_dict())
+        return without_keyless_defaults(self, super().to_dict())
 
 
 TabularRunConfig = ApviConfig | DpApviConfig
