@@ -184,3 +184,10 @@ def test_run_configs_keep_their_keys_and_fingerprints_work() -> None:
     one, two = DPAPVIConfig(rho=1.0, reward=reward), DPAPVIConfig(rho=1.0, reward=reward * 2)
     assert one.fingerprint() != two.fingerprint() != DPAPVIConfig(rho=1.0).fingerprint()
     assert DPAPVIConfig.from_dict(one.to_dict()).fingerprint() == one.fingerprint()
+
+
+def test_the_baseline_refuses_a_private_config() -> None:
+    """A DP-APVI config given to APVI would silently run without noise: refused."""
+    with pytest.raises(TypeError, match="give this to DPAPVI"):
+        APVI(DPAPVIConfig(rho=1.0))
+    assert isinstance(DPAPVI(DPAPVIConfig(rho=1.0)).config, DPAPVIConfig)

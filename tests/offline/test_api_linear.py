@@ -148,3 +148,8 @@ def test_plan_errors_name_fields_not_flags(stored: Path, mdp: LinearMDP) -> None
     with pytest.raises(PublicParameterError, match="pass horizon H") as perr:
         VAPVI().fit(bare)
     assert "--" not in str(perr.value)
+
+
+def test_the_baseline_refuses_a_private_config() -> None:
+    with pytest.raises(TypeError, match="give this to DPVAPVI"):
+        VAPVI(DPVAPVIConfig(rho=1.0))

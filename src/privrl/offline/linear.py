@@ -293,6 +293,11 @@ class VAPVI(_LinearLearner[VAPVIConfig]):
     Config = VAPVIConfig
     name = "vapvi"
 
+    def __init__(self, config: VAPVIConfig | None = None, **settings: Any) -> None:
+        super().__init__(config, **settings)
+        if isinstance(self.config, DPVAPVIConfig):
+            raise TypeError("VAPVI is not private and takes a VAPVIConfig; give this to DPVAPVI")
+
     def learn(
         self,
         episodes: LinearEpisodes,

@@ -73,6 +73,11 @@ class APVI(Algorithm[APVIConfig]):
     Config = APVIConfig
     name = "apvi"
 
+    def __init__(self, config: APVIConfig | None = None, **settings: Any) -> None:
+        super().__init__(config, **settings)
+        if isinstance(self.config, DPAPVIConfig) and not isinstance(self, DPAPVI):
+            raise TypeError("APVI is not private and takes an APVIConfig; give this to DPAPVI")
+
     # -- plan: public parameters only ------------------------------------------------------
 
     def privacy(self, params: PublicParameters, names: Names | None = None) -> PrivacyConfig | None:
