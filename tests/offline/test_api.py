@@ -191,3 +191,23 @@ def test_the_baseline_refuses_a_private_config() -> None:
     with pytest.raises(TypeError, match="give this to DPAPVI"):
         APVI(DPAPVIConfig(rho=1.0))
     assert isinstance(DPAPVI(DPAPVIConfig(rho=1.0)).config, DPAPVIConfig)
+
+
+def test_the_learners_load_no_command_line_or_plotting_package() -> None:
+    """`import privrl.offline` (in a fresh interpreter) loads neither typer, matplotlib nor
+    Ray, nor anything of privrl's application layer: plots, files and flags live in systems/
+    and cli/."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json, privrl.offline\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('typer', 'matplotlib', 'ray') or m.startswith(('privrl.runs', 'privrl.systems', "
+        "'privrl.cli', 'privrl.experiments')))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(out.stdout) == []
