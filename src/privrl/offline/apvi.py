@@ -20,6 +20,10 @@ Pipeline (one function per box of the paper):
 
 Non-private APVI is the same code with no noise and E = 0 (`apvi`), never a second copy.
 
+Settings: `APVIConfig` and `DPAPVIConfig` hold every setting of a run (the command line's
+flags are generated from them); `PrivacyConfig` is the mechanism they resolve to. The objects
+`privrl.offline.APVI` and `DPAPVI` (`privrl.offline.tabular`) plan and fit with them.
+
 Sensitivity (replace-one). One trajectory contributes at most one entry per step h to each
 family: (h, s_h, a_h) to n_h(s,a) and to the reward sums, (h, s_h, a_h, s_{h+1}) to
 n_h(s,a,s'). Replacing it removes ≤ H entries and adds ≤ H entries, so each family changes in
@@ -44,7 +48,7 @@ Laplace tail = b (log(N/δ) + log(2/(1 + e^{-1/b}))); E = 2·tail. The discrete 
 σ²-subgaussian (CKS), so the Gaussian tail holds for it unchanged; the discrete Laplace has
 P(|X| > t) < 2e^{-t/b}/(1 + e^{-1/b}), up to twice the continuous e^{-t/b}, hence the second
 term (it rises to 1/2 as b grows: E grows by less than one count). For m = 2 the
-Gaussian E is exactly the spec's E_ρ = 4√(H log(4HS²A/δ)/ρ), and the Laplace E is the spec's
+Gaussian E is exactly the paper's E_ρ = 4√(H log(4HS²A/δ)/ρ), and the Laplace E is the paper's
 E_ε = (8H/ε) log(2HS²A/δ) plus that correction. The slack of the projection is E/2
 (= tail), so the true counts are feasible and |ñ_{s,a} − n_{s,a}| ≤ E. δ here is the *utility*
 failure probability; it is unrelated to the δ at which ε is reported (`PrivacyConfig`).
@@ -56,7 +60,7 @@ sqrt(ι/(2(ñ − E))) (Hoeffding for a mean of [0, 1] rewards) + (tail + E)/ñ 
 and on ñ). Non-private APVI without a given reward uses the empirical mean with the same term.
 
 Constants: C1 = √2, C2 = 16 (the paper's); C = `unknown_penalty` > 1 for ñ ≤ E (it zeroes
-Q̃ there). `bonus_scale` multiplies every bonus term except C·H (spec decision: default 1 =
+Q̃ there). `bonus_scale` multiplies every bonus term except C·H (a design decision: default 1 =
 theory; compare private and non-private runs at the same scale; never tune it on the data
 being privatised).
 """
@@ -75,15 +79,23 @@ import numpy.typing as npt
 from dp_accounting import dp_event
 
 from privrl.arrays import FloatArray, IntArray
+from privrl.config import Config, check, option
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.padding import PADDINGS, pad_absorbing
 from privrl.envs.tabular import Episodes
 from privrl.offline.common import (
     DATA_RULES,
     GreedyTableActions,
+    Names,
     as_indices,
+    check_budget,
+    check_nonnegative,
+    check_positive,
     clip_rewards,
+    name_of,
     refuse_declared_units,
+    stationary_option,
+    without_keyless_defaults,
 )
 from privrl.privacy.accounting import zcdp_to_dp
 from privrl.privacy.events import PureDpEvent
@@ -107,6 +119,7 @@ __all__ = [
     "APVIConfig",
     "APVIResult",
     "Counts",
+    "DPAPVIConfig",
     "FiniteHorizonPolicy",
     "NoisePlan",
     "PrivacyConfig",
@@ -152,32 +165,204 @@ def _positive_finite(x: float, what: str) -> float:
     return v
 
 
-@dataclass(frozen=True)
-class APVIConfig:
-    """Planning settings shared by APVI and DP-APVI.
+DEFAULT_UTILITY_DELTA = 0.1
+DEFAULT_PRIVACY_DELTA = 1e-6
 
-    bonus: "bernstein" (Algorithm 1, line 5) or "hoeffding" (the paper's variant).
-    bonus_scale: multiplier of the bonus terms (1 = the theory constants C1 = √2, C2 = 16).
-    delta: utility failure probability δ in E and ι = log(HSA/δ) (not a privacy parameter).
-    unknown_penalty: C > 1, the penalty C·H where ñ ≤ E (not scaled by bonus_scale).
+
+def _array_option(help: str) -> Any:
+    """A config field holding a public array (None by default), for Python and config files
+    only (no flag): left out of equality (arrays do not compare to one bool) and out of the
+    config's identity while unset, so runs without it keep their fingerprint."""
+    meta = {"flags": (), "help": help, "metavar": None, "cli": False, "keyless_default": True}
+    return field(default=None, compare=False, metadata=meta)
+
+
+@dataclass(frozen=True)
+class APVIConfig(Config):
+    """APVI (Yin & Wang 2021), the non-private baseline: every setting of one run.
+
+    H (`horizon`), S (`states`), A (`actions`) are public; unset, a dataset's metadata gives
+    them (unless it marks them as inferred from the data). The pessimism bonus Γ_h(s,a) is
+    `bonus` ("bernstein": Algorithm 1, line 5; "hoeffding": the paper's variant) times
+    `bonus_scale` (1 = the theory constants C1 = √2, C2 = 16); where ñ ≤ E the bonus is
+    C·H with C = `unknown_penalty` > 1. `delta` is the *utility* failure probability δ_u in
+    E and ι = log(HSA/δ_u) (default 0.1; not a privacy parameter). `reward` is the public
+    mean reward r_h(s,a) as an array [H, S, A] in [0, 1] (without it the rewards are learned
+    from the data). `padding` and `stationary` fix how episodes are counted
+    (`privrl.data.padding`).
     """
 
-    bonus: Bonus = "bernstein"
-    bonus_scale: float = 1.0
-    delta: float = 0.1
-    unknown_penalty: float = 2.0
+    system = "apvi"
+    horizon: int | None = option(
+        None,
+        "--horizon",
+        "-H",
+        help="Horizon H (with --data: this flag or the dataset's metadata, never the longest "
+        "episode; longer episodes are truncated to H, terminated shorter ones padded (see "
+        "--padding). Default 10 with --env).",
+    )
+    states: int | None = option(
+        None,
+        "--states",
+        "-S",
+        help="Number of states (default: 10 with --env; with --data the metadata's Discrete "
+        "space, unless it was inferred from the data).",
+    )
+    actions: int | None = option(
+        None,
+        "--actions",
+        "-A",
+        help="Number of actions (default: 5 with --env; with --data the metadata's Discrete "
+        "space, unless it was inferred from the data).",
+    )
+    bonus: Literal["bernstein", "hoeffding"] = option(
+        "bernstein", "--bonus", help="Pessimism bonus."
+    )
+    bonus_scale: float = option(
+        1.0,
+        "--bonus-scale",
+        help="Multiplier of the bonus (1 = theory constants C1=√2, C2=16).",
+        allow_nan=True,
+    )
+    delta: float | None = option(
+        None,
+        "--delta",
+        help="Utility failure probability δ in E and ι, default 0.1 (not a privacy parameter).",
+        allow_nan=True,
+    )
+    unknown_penalty: float = option(
+        2.0,
+        help="C > 1: the bonus C·H where ñ ≤ E (not scaled by bonus_scale).",
+        cli=False,
+        keyless_default=True,
+    )
+    reward: FloatArray | None = _array_option(  # noqa: RUF009 - builds a field
+        "Public mean reward r_h(s,a): an array [H, S, A] in [0, 1] (None: learned from the data)."
+    )
+    padding: Literal["absorbing", "none"] = option(
+        "absorbing",
+        "--padding",
+        help="With --data: 'absorbing' pads a terminated episode shorter than H with an "
+        "absorbing state (reward 0) to H steps; 'none' counts only the steps it has. Episodes "
+        "cut without termination are never padded.",
+    )
+    stationary: bool = stationary_option("counts pooled over h into one table")
 
     def __post_init__(self) -> None:
-        if self.bonus not in ("bernstein", "hoeffding"):
-            raise ValueError(f"bonus must be 'bernstein' or 'hoeffding', got {self.bonus!r}")
-        if not (math.isfinite(self.bonus_scale) and self.bonus_scale >= 0):
-            raise ValueError(f"bonus_scale must be finite and >= 0, got {self.bonus_scale}")
-        if not 0.0 < self.delta < 1.0:
-            raise ValueError(
-                f"delta (utility failure probability) must be in (0, 1), got {self.delta}"
+        if self.reward is not None:
+            table = np.array(self.reward)
+            if table.dtype.kind in "biuf":
+                table = table.astype(np.float64)
+                table.flags.writeable = False
+            object.__setattr__(self, "reward", table)
+        super().__post_init__()
+
+    def validate(self) -> None:
+        self.validate_named(None)
+
+    def validate_named(self, names: Names | None) -> None:
+        """`validate`, its messages naming the other settings by `names` (`Names`)."""
+        check(
+            self.bonus in ("bernstein", "hoeffding"),
+            "bonus",
+            f"must be one of bernstein, hoeffding, not {self.bonus!r}",
+        )
+        check(
+            self.padding in PADDINGS,
+            "padding",
+            f"must be one of {', '.join(PADDINGS)}, not {self.padding!r}",
+        )
+        check_nonnegative(self, "bonus_scale")
+        check(
+            self.delta is None or 0 < self.delta < 1,
+            "delta",
+            f"(utility failure probability) must be in (0, 1), got {self.delta}",
+        )
+        check(
+            self.unknown_penalty > 1,
+            "unknown_penalty",
+            f"(C) must be > 1, got {self.unknown_penalty}",
+        )
+        check(
+            self.reward is None or (self.reward.dtype.kind == "f" and self.reward.ndim == 3),
+            "reward",
+            "must be a numeric array [H, S, A]",
+        )
+        check_positive(self, "horizon", "states", "actions")
+
+    @property
+    def utility_delta(self) -> float:
+        """δ_u: `delta`, or its default 0.1."""
+        return DEFAULT_UTILITY_DELTA if self.delta is None else float(self.delta)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = super().to_dict() if self.reward is None else self.replace(reward=None).to_dict()
+        if self.reward is not None:
+            values["reward"] = self.reward.tolist()
+        return values
+
+    def identity(self) -> dict[str, Any]:
+        return without_keyless_defaults(self, self.to_dict())
+
+
+@dataclass(frozen=True)
+class DPAPVIConfig(APVIConfig):
+    """DP-APVI (Qiao & Wang, Algorithm 1): APVI's settings plus exactly one budget.
+
+    `rho`: ρ-zCDP (discrete Gaussian noise on the counts, σ² = mH/ρ for m released families;
+    eq. 2's 2H/ρ for m = 2), stated as (ε, δ)-DP at δ = `privacy_delta` (default 1e-6); or
+    `epsilon`: pure ε-DP (discrete Laplace, b = m·2H/ε). `privatize_rewards` also releases the
+    reward sums (m = 3) instead of taking a public `reward`. The unit is one trajectory, the
+    relation replace-one.
+    """
+
+    system = "dp-apvi"
+    rho: float | None = option(
+        None, "--rho", help="zCDP budget ρ (Gaussian noise).", allow_nan=True
+    )
+    epsilon: float | None = option(
+        None, "--epsilon", help="Pure-DP budget ε (Laplace noise).", allow_nan=True
+    )
+    privacy_delta: float | None = option(
+        None,
+        "--privacy-delta",
+        help="δ at which the zCDP guarantee is stated as (ε, δ), default 1e-6 (--rho only).",
+        allow_nan=True,
+    )
+    privatize_rewards: bool = option(
+        False,
+        "--privatize-rewards",
+        help="Release noisy reward sums too (the budget is split over 3 count families).",
+    )
+
+    def validate_named(self, names: Names | None) -> None:
+        rho, eps = name_of(names, "rho"), name_of(names, "epsilon")
+        check(
+            (self.rho is None) != (self.epsilon is None),
+            "rho",
+            f"or {eps}: give exactly one of {rho} (zCDP, Gaussian noise) or {eps} (pure "
+            "DP, Laplace noise)" + ("" if self.rho is None else ", not both"),
+        )
+        if self.rho is not None:
+            check_budget(self.rho, "rho", "apvi")
+            check(
+                self.privacy_delta is None or 0 < self.privacy_delta < 1,
+                "privacy_delta",
+                f"must be in (0, 1), got {self.privacy_delta}",
             )
-        if not self.unknown_penalty > 1.0:
-            raise ValueError(f"unknown_penalty C must be > 1, got {self.unknown_penalty}")
+        else:
+            # (ε's range is checked by `Config` for every algorithm: `privrl.privacy.limits`)
+            check(
+                self.privacy_delta is None,
+                "privacy_delta",
+                f"is for {rho}; {eps} is pure ε-DP (δ = 0)",
+            )
+        check(
+            not (self.privatize_rewards and self.reward is not None),
+            "reward",
+            f"give a public reward or {name_of(names, 'privatize_rewards')}, not both",
+        )
+        super().validate_named(names)
 
 
 @dataclass(frozen=True)
@@ -856,7 +1041,8 @@ def _report(
 ) -> PrivacyReport:
     system = "apvi" if privacy is None else "dp-apvi"
     common = [
-        f"utility failure probability δ = {config.delta:g} (in E and ι; not a privacy parameter)",
+        f"utility failure probability δ = {config.utility_delta:g} (in E and ι; not a privacy "
+        "parameter)",
         *(
             ["stationary model: counts pooled over h in one table (Δ₂ = √2·H, Δ₁ = 2H)"]
             if plan.stationary
@@ -947,7 +1133,7 @@ def dp_apvi_from_counts(
         S,
         A,
         privacy,
-        config.delta,
+        config.utility_delta,
         reward_sums=not reward_given,
         stationary=counts_.stationary,
     )
@@ -1110,5 +1296,11 @@ def apvi(
 
 
 def config_dict(config: APVIConfig, privacy: PrivacyConfig | None) -> dict[str, Any]:
-    """JSON-ready description of a run's settings (for config.json)."""
-    return {"apvi": asdict(config), "privacy": None if privacy is None else asdict(privacy)}
+    """JSON-ready description of a run's planning settings and mechanism (for config.json)."""
+    planning = {
+        "bonus": config.bonus,
+        "bonus_scale": config.bonus_scale,
+        "delta": config.utility_delta,
+        "unknown_penalty": config.unknown_penalty,
+    }
+    return {"apvi": planning, "privacy": None if privacy is None else asdict(privacy)}

@@ -16,24 +16,68 @@ the data (such an error is itself a release):
 What may be refused is the schema, which neighbouring datasets share: array rank and dtype,
 and the presence of a ``unit_ids`` field (a dataset that declares privacy units other than the
 trajectory), decided by the field being there, never by how many distinct ids it holds.
+
+Also shared: the checks of the learners' configs (`check_budget`, `check_nonnegative`,
+`check_positive`, the `stationary` setting), the episode count as a public parameter
+(`header_trajectories`) and `Names`, how a message spells a setting (the field from Python,
+the flag on the command line).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from privrl.config import Config, ConfigError, check, option
 from privrl.data.dataset import DatasetError
 
 __all__ = [
+    "BUDGET_RANGE",
     "DATA_RULES",
     "GreedyTableActions",
+    "Names",
     "as_indices",
+    "check_budget",
+    "check_nonnegative",
+    "check_positive",
     "clip_rewards",
+    "header_trajectories",
     "refuse_declared_units",
+    "stationary_option",
+    "without_keyless_defaults",
 ]
+
+# ρ and ε outside this range make a run numerically meaningless (σ or b overflow, or no noise
+# at all); a budget above it is no privacy (use the non-private twin).
+BUDGET_RANGE = (1e-6, 1e6)
+
+Names = Mapping[str, str]
+"""How a message names a setting: config field → the word shown (the field itself from
+Python; a command-line adapter passes the flags). A field it does not list is named as is."""
+
+
+def without_keyless_defaults(config: Config, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (a config's `to_dict`) without the `keyless_default` settings that hold
+    their default (what `Config.identity` drops), safe for array-valued settings."""
+    import dataclasses
+
+    out = dict(values)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        plain = value is None or isinstance(value, (bool, int, float, str))
+        if f.metadata.get("keyless_default") and plain and value == f.default:
+            out.pop(f.name, None)
+    return out
+
+
+def name_of(names: Names | None, key: str) -> str:
+    """The word a message uses for the setting `key` (see `Names`)."""
+    return key if names is None else names.get(key, key)
+
 
 DATA_RULES = (
     "public data rules (the same for every dataset, so they bound each trajectory's "
@@ -117,3 +161,61 @@ class GreedyTableActions:
         """One-hot ``π_h(·|s)`` ``[batch, A]``."""
         a = self.act(obs, h=h)
         return (a[:, None] == np.arange(self.n_actions)).astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# config checks and public parameters shared by the tabular and linear learners
+# ---------------------------------------------------------------------------------------------
+
+
+def check_budget(value: float, key: str, twin: str) -> None:
+    """A budget (ρ or ε) in `BUDGET_RANGE` (NaN refused too); `twin` is the non-private
+    algorithm named when the budget is too large to mean anything."""
+    lo, hi = BUDGET_RANGE
+    if not lo <= value <= hi:
+        hint = f" (for no privacy use `{twin}`)" if value > hi else ""
+        raise ConfigError(
+            key,
+            f"must be in [{lo:g}, {hi:g}], got {value:g}: outside it the noise is "
+            f"numerically meaningless{hint}",
+        )
+
+
+def check_nonnegative(config: Config, *keys: str) -> None:
+    """Each of `keys` is finite and >= 0."""
+    for key in keys:
+        value = getattr(config, key)
+        check(math.isfinite(value) and value >= 0, key, f"must be finite and >= 0, got {value}")
+
+
+def check_positive(config: Config, *keys: str) -> None:
+    """Each of `keys` is unset or >= 1."""
+    for key in keys:
+        value = getattr(config, key)
+        check(value is None or value >= 1, key, f"must be >= 1, got {value}")
+
+
+def header_trajectories(
+    params: Any,
+    name: str,
+    header: Any,
+    detail: str = "the file's header; fixed under replace-one neighbours",
+) -> int:
+    """The header's episode count as a public parameter (replace-one neighbours have the
+    same count; under add/remove it is not public and is never asked for)."""
+    from privrl.privacy.public import Source
+
+    return params.given(name, int(header.n_episodes), Source.METADATA, detail)
+
+
+def stationary_option(what: str) -> Any:
+    """The ``stationary`` setting (flag ``--stationary``) of the tabular and linear learners
+    (one wording for both): `what` says what is pooled. Pooling is
+    `privrl.data.padding.step_rows`; the noise is calibrated to the H entries one trajectory
+    adds to a pooled statistic (`privrl.data.padding.entries_per_trajectory`)."""
+    return option(
+        False,
+        "--stationary",
+        help=f"One transition model for every step h ({what}; the noise is calibrated to a "
+        "trajectory's H entries in one pooled statistic, H the declared horizon).",
+    )

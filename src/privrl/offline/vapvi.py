@@ -9,7 +9,7 @@ Variance-aware pessimistic value iteration, backwards over h = H..1 (``h = H-1..
   greedy ``π̂_h``, ``Ṽ_h = max_a Q̂_h``.
 
 DP-VAPVI privatises the five sums of step h (lines 4, 5, 6, 9, 10) — 5H releases of
-``ρ0 = ρ/(5H)``-zCDP each, fresh noise per h, composed adaptively (spec table):
+``ρ0 = ρ/(5H)``-zCDP each, fresh noise per h, composed adaptively:
 
 ==========================  ========================  ======================
 statistic (step h)          noise                     replace-one sensitivity
@@ -37,7 +37,7 @@ of two PSD sums of H terms of Frobenius norm ≤ 1 each has ‖A − B‖_F² �
 — and so is every noise std (σ and s, hence E): the same ρ0 = ρ/(5H) per release, the same
 planned report, H times the noise on sums of up to H times as many terms.
 
-**Matrix noise** (spec decision). ``(Z+Zᵀ)/√2`` with ``Z_ij ~ N(0, s²)`` is
+**Matrix noise** (a design decision). ``(Z+Zᵀ)/√2`` with ``Z_ij ~ N(0, s²)`` is
 ``‖Δ‖_F²/(4s²)``-zCDP. Algorithm 2's ``s² = 1/(4ρ0)`` (``matrix_noise="paper_exact"``) is
 therefore ρ0-zCDP for add/remove (‖Δ‖_F ≤ 1) but costs 2ρ0 per Gram release under
 replace-one (the run is then ``7ρ/5``-zCDP, and the report says so). The default ``"strict"``
@@ -47,11 +47,15 @@ uses ``s² = 1/(2ρ0)``: ρ0 per release, ρ in total. The PD shift
 ``E‖Z‖ ≤ 2√d s`` plus Gaussian concentration with Lipschitz constant √2·s, union bound).
 If a noisy matrix still has an eigenvalue below λ it is clipped at λ (post-processing).
 
-**Other decisions** (spec): λ = 1; the additive ``D/K`` (DP-VAPVI) and ``2H³√d/K`` (VAPVI)
+**Other decisions**: λ = 1; the additive ``D/K`` (DP-VAPVI) and ``2H³√d/K`` (VAPVI)
 bonus terms exceed H at this scale and would zero every Q, so they are 0 by default
 (``additive_bonus`` restores a numerator D); ``bonus_scale`` is the common multiplier C; no data
 split by default (D' = D, as in the paper's experiment), ``split=True`` halves the data.
 Non-private VAPVI is this same code with the releaser switched off.
+
+Settings: `VAPVIConfig` and `DPVAPVIConfig` (and `privrl.offline.pevi.PEVIConfig`, all on
+`LinearConfig`) hold every setting of a run; the objects `privrl.offline.VAPVI`, `DPVAPVI`
+and `PEVI` (`privrl.offline.linear`) plan and fit with them.
 """
 
 from __future__ import annotations
@@ -68,14 +72,20 @@ from dp_accounting import dp_event
 from scipy import linalg
 
 from privrl.arrays import FloatArray, IntArray
+from privrl.config import Config, check, option
 from privrl.data.dataset import DatasetError
 from privrl.data.padding import entries_per_trajectory, step_rows
 from privrl.offline.common import (
     DATA_RULES,
     GreedyTableActions,
+    Names,
     as_indices,
+    check_budget,
+    check_nonnegative,
     clip_rewards,
     refuse_declared_units,
+    stationary_option,
+    without_keyless_defaults,
 )
 from privrl.policies import TabularPolicy
 from privrl.privacy.accounting import zcdp_to_dp
@@ -92,12 +102,15 @@ __all__ = [
     "MATRIX_NOISE_MODES",
     "RELATION",
     "UNIT",
+    "DPVAPVIConfig",
     "FeatureTable",
     "GaussianReleaser",
+    "LinearConfig",
     "LinearEpisodes",
     "LinearGreedyPolicy",
     "LinearPVIResult",
     "NonPrivateReleaser",
+    "VAPVIConfig",
     "dp_vapvi",
     "dp_vapvi_planned_event",
     "dp_vapvi_planned_report",
@@ -119,6 +132,164 @@ GRAM_SENSITIVITY = math.sqrt(2.0)  # ‖φφᵀ − ψψᵀ‖_F ≤ √2 for �
 N_RELEASES_PER_STEP = 5
 _NORM_ATOL = 1e-12
 POLICY_KIND = "privrl.linear_greedy_q"
+
+
+# --------------------------------------------------------------------------------------------
+# configs
+# --------------------------------------------------------------------------------------------
+
+# A ridge λ below this can leave Λ numerically singular (a Cholesky failure on some data).
+LAMBDA_RANGE = (1e-6, 1e6)
+DEFAULT_DELTA = 1e-5
+DEFAULT_FAILURE_PROB = 0.05
+DEFAULT_MATRIX_NOISE = "strict"
+
+
+def array_option(help: str) -> Any:
+    """A config field holding a public array (None by default), for Python and config files
+    only (no flag): left out of equality (arrays do not compare to one bool) and out of the
+    config's identity while unset, so runs without it keep their fingerprint."""
+    meta = {"flags": (), "help": help, "metavar": None, "cli": False, "keyless_default": True}
+    return field(default=None, compare=False, metadata=meta)
+
+
+@dataclass(frozen=True)
+class LinearConfig(Config):
+    """What the linear-MDP learners share (VAPVI, DP-VAPVI, PEVI).
+
+    `phi` is the public feature map φ(s, a) over integer states and actions: an array
+    [S, A, d] or a `FeatureTable` (divided by its max norm if that exceeds 1, the guarantee's
+    ‖φ‖ ≤ 1); unset, a dataset sampled from the built-in linear MDP brings its own. H
+    (`horizon`) is public: unset, the dataset's metadata gives it. C (`bonus_scale`)
+    multiplies the pessimism bonus Γ_h = C·√d·‖φ‖_{Λ̃_h⁻¹} (PEVI: C·dH√ζ), λ (`lam`) is the
+    ridge, `stationary` pools every regression sum over h.
+    """
+
+    bonus_scale: float = option(
+        1.0,
+        "--bonus-scale",
+        "-C",
+        help="Multiplier C of the pessimism bonus (1 = theory).",
+        allow_nan=True,
+    )
+    lam: float = option(1.0, "--lambda", help="Ridge parameter λ.", allow_nan=True)
+    horizon: int | None = option(
+        None,
+        "--horizon",
+        help="Horizon H (default: the dataset's metadata, or the environment's; never taken "
+        "from the data). Longer episodes are truncated to H.",
+    )
+    stationary: bool = stationary_option("every regression sum pooled over h")
+    phi: Any = array_option(  # noqa: RUF009 - builds a field
+        "Public feature map φ: an array [S, A, d] or a FeatureTable (None: the built-in linear "
+        "MDP's, recorded in the dataset's metadata)."
+    )
+
+    def __post_init__(self) -> None:
+        if self.phi is not None and not isinstance(self.phi, FeatureTable):
+            object.__setattr__(self, "phi", np.array(self.phi))
+        super().__post_init__()
+
+    def validate(self) -> None:
+        self.validate_named(None)
+
+    def validate_named(self, names: Names | None) -> None:
+        """`validate`, its messages naming the other settings by `names` (`Names`)."""
+        check_nonnegative(self, "bonus_scale")
+        lo, hi = LAMBDA_RANGE
+        check(
+            lo <= self.lam <= hi,
+            "lam",
+            f"must be in [{lo:g}, {hi:g}], got {self.lam:g} (a smaller ridge can leave Λ "
+            "numerically singular)",
+        )
+        check(
+            self.horizon is None or self.horizon >= 1,
+            "horizon",
+            f"must be >= 1, got {self.horizon}",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.phi is None:
+            return super().to_dict()
+        values = self.replace(phi=None).to_dict()
+        table = self.phi
+        values["phi"] = (
+            table.phi * table.scale if isinstance(table, FeatureTable) else table
+        ).tolist()
+        return values
+
+    def identity(self) -> dict[str, Any]:
+        return without_keyless_defaults(self, self.to_dict())
+
+
+@dataclass(frozen=True)
+class VAPVIConfig(LinearConfig):
+    """VAPVI (Yin et al. 2022): DP-VAPVI's code with the noise off (not private).
+
+    D (`additive_bonus`) adds D/K to the bonus (0 = off; the theory's 2H³√d zeroes every Q̂
+    at practical K); `split` estimates the variances on one half D' of the episodes and
+    regresses on the other D (default: D' = D, as in the paper's experiment).
+    """
+
+    system = "vapvi"
+    additive_bonus: float = option(
+        0.0,
+        "--additive-bonus",
+        help="Numerator D of the additive D/K bonus (0 = off; theory: 2H³√d).",
+        allow_nan=True,
+    )
+    split: bool = option(False, "--split", help="Split the data into halves (D', D).")
+
+    def validate_named(self, names: Names | None) -> None:
+        check_nonnegative(self, "additive_bonus")
+        super().validate_named(names)
+
+
+@dataclass(frozen=True)
+class DPVAPVIConfig(VAPVIConfig):
+    """DP-VAPVI (Qiao & Wang, Algorithm 2): VAPVI plus ρ-zCDP for one trajectory (replace-one).
+
+    ρ (`rho`) is split over the 5H releases (ρ0 = ρ/(5H) each); `matrix_noise` "strict"
+    (default: s² = 1/(2ρ0), ρ-zCDP under replace-one) or "paper_exact" (Algorithm 2's
+    s² = 1/(4ρ0), then 7ρ/5-zCDP); ε is stated at δ = `delta` (default 1e-5);
+    `failure_prob` is the utility failure probability in the PD shift E (default 0.05).
+    """
+
+    system = "dp-vapvi"
+    rho: float = option(
+        ...,
+        "--rho",
+        help="zCDP budget ρ of the whole run, in [1e-6, 1e6].",
+        allow_nan=True,
+    )
+    matrix_noise: Literal["strict", "paper_exact"] | None = option(
+        None,
+        "--matrix-noise",
+        help="Gram-matrix noise: strict (default; ρ-zCDP under replace-one) or paper_exact "
+        "(Algorithm 2's s² = 1/(4ρ0); the report then states 7ρ/5).",
+    )
+    delta: float | None = option(
+        None, "--delta", help="δ at which ε is reported (default 1e-5).", allow_nan=True
+    )
+    failure_prob: float | None = option(
+        None,
+        "--failure-prob",
+        help="Utility failure probability in the PD shift E (default 0.05).",
+        allow_nan=True,
+    )
+
+    def validate_named(self, names: Names | None) -> None:
+        check_budget(self.rho, "rho", "vapvi")
+        check(
+            self.matrix_noise is None or self.matrix_noise in MATRIX_NOISE_MODES,
+            "matrix_noise",
+            f"must be one of {', '.join(MATRIX_NOISE_MODES)}, not {self.matrix_noise!r}",
+        )
+        for key in ("delta", "failure_prob"):
+            value = getattr(self, key)
+            check(value is None or 0 < value < 1, key, f"must be in (0, 1), got {value}")
+        super().validate_named(names)
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,7 +498,7 @@ def gram_shift(
 ) -> float:
     """E such that ``‖(Z+Zᵀ)/√2‖ ≤ E/2`` for all 2H Gram noises w.p. ≥ 1 − failure_prob.
 
-    ``E = 2√2·s·(2√d + √(2 log(2H/δ)))``; for paper_exact this is the spec's
+    ``E = 2√2·s·(2√d + √(2 log(2H/δ)))``; for paper_exact this is the paper's
     ``√(10H/ρ)(2√d + √(2 log(2H/δ)))``, and strict is √2 larger; H times larger again when
     the sums are pooled over h (``stationary``: s is).
     """

@@ -36,42 +36,76 @@ privacy.json, plots/values.png) and ``policy.npz`` (reload with
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from privrl.config import RunConfig, check, option
-from privrl.runs.system import Plan, Result, RunContext, System
-from privrl.systems.tabular import (
-    check_budget,
-    check_nonnegative,
-    header_trajectories,
-    seed_streams,
-    stationary_option,
+from privrl.config import Config, check, option
+from privrl.offline.common import without_keyless_defaults
+from privrl.offline.linear import (
+    DPVAPVI,
+    MAX_ENTRIES,
+    PEVI,
+    VAPVI,
+    LinearPublic,
+    check_sizes,
+    outputs,
+    record_table,
 )
+from privrl.offline.pevi import PEVIConfig
+from privrl.offline.vapvi import (
+    DEFAULT_DELTA,
+    DEFAULT_FAILURE_PROB,
+    DEFAULT_MATRIX_NOISE,
+    LAMBDA_RANGE,
+    DPVAPVIConfig,
+    FeatureTable,
+    LinearConfig,
+    LinearEpisodes,
+    LinearPVIResult,
+    VAPVIConfig,
+)
+from privrl.privacy.public import PublicParameters, Source
+from privrl.runs.system import Plan, Result, RunContext, System
+from privrl.systems.tabular import flag_names, seed_streams
+
+if TYPE_CHECKING:
+    from privrl.data.dataset import TrajectoryDataset
+    from privrl.data.io import DatasetHeader
+    from privrl.offline.linear import _LinearLearner
+
+__all__ = [
+    "DEFAULT_DELTA",
+    "DEFAULT_FAILURE_PROB",
+    "DEFAULT_MATRIX_NOISE",
+    "ENV_NAMES",
+    "LAMBDA_RANGE",
+    "MAX_ENTRIES",
+    "DpVapviConfig",
+    "DpVapviSystem",
+    "PeviConfig",
+    "PeviSystem",
+    "VapviConfig",
+    "VapviSystem",
+]
 
 ENV_NAMES = ("linear-mdp",)
-# Largest array a run builds (the [K, H] episode arrays, Q̂ [H, S, A], Λ̃ [H, d, d]).
-MAX_ENTRIES = 50_000_000
-# A ridge λ below this can leave Λ numerically singular (a Cholesky failure on some data).
-LAMBDA_RANGE = (1e-6, 1e6)
-DEFAULT_DELTA = 1e-5
-DEFAULT_FAILURE_PROB = 0.05
-DEFAULT_MATRIX_NOISE = "strict"
 
 
 # ---------------------------------------------------------------------------------------------
-# configs
+# configs: the library's, plus where the data and the features come from
 # ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class LinearConfig(RunConfig):
-    """What the three linear-MDP systems share: the data source, H, the bonus and the ridge."""
+class LinearSource(Config):
+    """The data-source settings of the command line: the feature spec the adapter loads into
+    the library's `phi`, or the built-in linear MDP to sample from."""
 
     features: str | None = option(
         None,
@@ -84,106 +118,77 @@ class LinearConfig(RunConfig):
     )
     episodes: int | None = option(None, "--episodes", "-K", help="Episodes to sample (with --env).")
     instance: int = option(0, "--instance", help="Instance of the built-in linear MDP (--env).")
-    bonus_scale: float = option(
-        1.0,
-        "--bonus-scale",
-        "-C",
-        help="Multiplier C of the pessimism bonus (1 = theory).",
-        allow_nan=True,
-    )
-    lam: float = option(1.0, "--lambda", help="Ridge parameter λ.", allow_nan=True)
-    horizon: int | None = option(
-        None,
-        "--horizon",
-        help="Horizon H (default: the dataset's metadata, or the environment's; never taken "
-        "from the data). Longer episodes are truncated to H.",
-    )
-    stationary: bool = stationary_option("every regression sum pooled over h")
 
-    def validate(self) -> None:
-        check_nonnegative(self, "bonus_scale")
-        lo, hi = LAMBDA_RANGE
-        check(
-            lo <= self.lam <= hi,
-            "lam",
-            f"must be in [{lo:g}, {hi:g}], got {self.lam:g} (a smaller ridge can leave Λ "
-            "numerically singular)",
-        )
-        check(
-            self.horizon is None or self.horizon >= 1,
-            "horizon",
-            f"must be >= 1, got {self.horizon}",
-        )
+
+def _names(config_cls: type[Config]) -> dict[str, str]:
+    return flag_names(config_cls, phi="--features")
+
+
+def _validate_run_config(config: LinearConfig) -> None:
+    """The library's checks, messages naming flags, and the data-source fields'."""
+    config.validate_named(_names(type(config)))
+    check(
+        config.phi is None,
+        "phi",
+        "is the Python API's array; a run loads it from features (a .npy file or module:function)",
+    )
 
 
 @dataclass(frozen=True)
-class VapviConfig(LinearConfig):
-    """VAPVI: DP-VAPVI's code with the noise off (DP-VAPVI adds the budget)."""
+class VapviConfig(VAPVIConfig, LinearSource):
+    """`privrl train vapvi`: `privrl.offline.VAPVIConfig` plus the data source."""
 
     system = "vapvi"
-    additive_bonus: float = option(
-        0.0,
-        "--additive-bonus",
-        help="Numerator D of the additive D/K bonus (0 = off; theory: 2H³√d).",
-        allow_nan=True,
-    )
-    split: bool = option(False, "--split", help="Split the data into halves (D', D).")
 
     def validate(self) -> None:
-        check_nonnegative(self, "additive_bonus")
-        super().validate()
+        _validate_run_config(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return without_keyless_defaults(self, super().to_dict())
 
 
 @dataclass(frozen=True)
-class DpVapviConfig(VapviConfig):
-    """DP-VAPVI: VAPVI's settings plus the budget; ρ-zCDP for one trajectory (replace-one)."""
+class DpVapviConfig(DPVAPVIConfig, LinearSource):
+    """`privrl train dp-vapvi`: `privrl.offline.DPVAPVIConfig` plus the data source."""
 
     system = "dp-vapvi"
-    rho: float = option(
-        ...,
-        "--rho",
-        help="zCDP budget ρ of the whole run, in [1e-6, 1e6].",
-        allow_nan=True,
-    )
-    matrix_noise: Literal["strict", "paper_exact"] | None = option(
-        None,
-        "--matrix-noise",
-        help="Gram-matrix noise: strict (default; ρ-zCDP under replace-one) or paper_exact "
-        "(Algorithm 2's s² = 1/(4ρ0); the report then states 7ρ/5).",
-    )
-    delta: float | None = option(
-        None, "--delta", help="δ at which ε is reported (default 1e-5).", allow_nan=True
-    )
-    failure_prob: float | None = option(
-        None,
-        "--failure-prob",
-        help="Utility failure probability in the PD shift E (default 0.05).",
-        allow_nan=True,
-    )
 
     def validate(self) -> None:
-        check_budget(self.rho, "rho", "vapvi")
-        for key in ("delta", "failure_prob"):
-            value = getattr(self, key)
-            check(value is None or 0 < value < 1, key, f"must be in (0, 1), got {value}")
-        super().validate()
+        _validate_run_config(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return without_keyless_defaults(self, super().to_dict())
 
 
 @dataclass(frozen=True)
-class PeviConfig(LinearConfig):
-    """PEVI: pessimistic least-squares value iteration."""
+class PeviConfig(PEVIConfig, LinearSource):
+    """`privrl train pevi`: `privrl.offline.PEVIConfig` plus the data source."""
 
     system = "pevi"
-    xi: float = option(
-        0.05,
-        "--xi",
-        help="Failure probability ξ in β = c·dH√log(2dHK/ξ).",
-        allow_nan=True,
-    )
 
     def validate(self) -> None:
-        check(0 < self.xi < 1, "xi", f"must be in (0, 1), got {self.xi}")
-        super().validate()
+        _validate_run_config(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return without_keyless_defaults(self, super().to_dict())
+
+
+LinearRunConfig = VapviConfig | DpVapviConfig | PeviConfig
+"""A run config of the linear learners."""
+
+_LIBRARY: dict[type[Config], type[LinearConfig]] = {
+    VapviConfig: VAPVIConfig,
+    DpVapviConfig: DPVAPVIConfig,
+    PeviConfig: PEVIConfig,
+}
+
+
+def library_config(config: LinearConfig, phi: FeatureTable | None) -> LinearConfig:
+    """The library's config of a run config (the data-source fields dropped), with the
+    loaded feature table."""
+    cls = _LIBRARY[type(config)]
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls)}
+    return cls(**{**values, "phi": phi})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,19 +196,9 @@ class PeviConfig(LinearConfig):
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Public:
-    """What is known before the ledger check: all public (flags, header, feature table)."""
-
-    features: Any  # FeatureTable
-    mdp: Any  # LinearMDP | None: the true model when known (exact suboptimality)
-    H: int
-    K: int
-
-
 class _Loaded(NamedTuple):
-    episodes: Any  # LinearEpisodes
-    dataset: Any  # TrajectoryDataset
+    episodes: LinearEpisodes
+    dataset: TrajectoryDataset
 
 
 # The help of the non-private commands says why a ledgered dataset refuses them.
@@ -211,76 +206,54 @@ NOT_PRIVATE = "Refused on a dataset with a budget ledger (a non-private run woul
 
 
 class _LinearSystem(System):
-    """The shared plan/load/run; a subclass says how it is private and which learner runs."""
+    """The shared plan/load/run of the adapters; the library object does the work."""
 
     data = "optional"
-    private: ClassVar[bool] = False
+    algorithm: ClassVar[type[_LinearLearner[Any]]]
 
-    def resolve(self, config: Any, params: Any) -> dict[str, Any]:
-        """The privacy settings, resolved as public parameters (before the sizes)."""
-        return {}
-
-    def planned(self, settings: dict[str, Any], public: _Public, params: Any) -> Any:
-        """The planned report (for the ledger)."""
-        from privrl.offline.vapvi import RELATION, UNIT
-        from privrl.privacy.report import PrivacyReport
-
-        return PrivacyReport.non_private(UNIT, RELATION, system=self.name)
-
-    def fit(
-        self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
-    ) -> Any:
-        """The learner's result (its `.report`, `.policy`, `.v`, `.q`, `.bonus`)."""
-        raise NotImplementedError
-
-    def plan(self, config: Any, header: Any) -> Plan:
-        from privrl.privacy.public import PublicParameters
-
+    def plan(  # type: ignore[override]
+        self, config: LinearRunConfig, header: DatasetHeader | None
+    ) -> Plan:
         _check_source(config, header)
-        params = PublicParameters()
-        settings = self.resolve(config, params)
-        public = _prepare(config, header, params)
-        report = self.planned(settings, public, params)
+        names = _names(type(config))
+        table = _load_features(config.features) if config.features is not None else None
+        algorithm = self.algorithm(library_config(config, table))
+        if header is None:
+            params = PublicParameters()
+            settings = algorithm.resolve(params, names)
+            plan = algorithm.sized_plan(settings, _env_public(config, params), params)
+        else:
+            _check_features_given(config, header)
+            plan = algorithm.plan(header, names=names)
         published = {
             "command": f"privrl train {self.name}",
-            "algorithm": self.name,
+            **plan.public,
             "instance": config.instance if config.env is not None else None,
-            "features": public.features.source,
-            "feature_scale": public.features.scale,
-            "horizon": public.H,
-            "stationary": config.stationary,
-            **settings,  # the resolved privacy settings (and E), which override the flags
-            "lambda": config.lam,
         }
-        facts = {"public": public, "params": params, "settings": settings}
-        return Plan(report=report, public=published, facts=facts)
+        return Plan(plan.report, published, {**plan.facts, "algorithm": algorithm})
 
-    def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
+    def load(  # type: ignore[override]
+        self, config: LinearRunConfig, source: Path | None, plan: Plan, rng: np.random.Generator
+    ) -> _Loaded:
         """Read (or sample) the episodes — inside the ledger transaction."""
-        from privrl.offline.common import refuse_declared_units
-        from privrl.offline.vapvi import LinearEpisodes
-
-        public: _Public = plan.facts["public"]
+        public: LinearPublic = plan.facts["public"]
         if source is None:
             data_rng = np.random.default_rng(seed_streams(rng, 2)[0])
-            dataset = public.mdp.sample(public.K, rng=data_rng)
+            dataset = public.mdp.sample(public.K, rng=data_rng)  # type: ignore[union-attr]
         else:
             dataset = super().load(config, source, plan, rng)
-        table = public.features
-        episodes = LinearEpisodes.from_dataset(
-            dataset, n_states=table.S, n_actions=table.A, horizon=public.H
-        )
-        if self.private:
-            refuse_declared_units(dataset, self.name.upper())
-        return _Loaded(episodes, dataset)
+        return _Loaded(plan.facts["algorithm"].episodes(dataset, plan), dataset)
 
-    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+    def run(  # type: ignore[override]
+        self, config: LinearRunConfig, data: _Loaded, rng: np.random.Generator, ctx: RunContext
+    ) -> Result:
         assert ctx.plan is not None
-        public: _Public = ctx.plan.facts["public"]
+        public: LinearPublic = ctx.plan.facts["public"]
+        algorithm: _LinearLearner[Any] = ctx.plan.facts["algorithm"]
         algo_rng = np.random.default_rng(seed_streams(rng, 2)[1])
-        result = self.fit(config, data, ctx.plan, algo_rng, ctx)
-        result.report.with_public_parameters(ctx.plan.facts["params"])
-        metrics, curve, truth = _outputs(self.name, data.episodes, public, result)
+        noise = ctx.noise.generator(self.name) if algorithm.private else None
+        result = algorithm.compute(data.episodes, ctx.plan, algo_rng, noise)
+        metrics, curve, truth = outputs(self.name, data.episodes, public, result)
         line = f"K = {metrics['K']}, H = {metrics['H']}, d = {metrics['d']}"
         if "suboptimality" in metrics:
             line += (
@@ -300,6 +273,7 @@ class _LinearSystem(System):
 class DpVapviSystem(_LinearSystem):
     name = "dp-vapvi"
     Config = DpVapviConfig
+    algorithm = DPVAPVI
     summary = "DP-VAPVI (Qiao & Wang, Algorithm 2): ρ-zCDP for one trajectory under replace-one."
     help = """DP-VAPVI (Qiao & Wang, Algorithm 2): ρ-zCDP for one trajectory under replace-one.
 
@@ -308,151 +282,36 @@ class DpVapviSystem(_LinearSystem):
     table, ρ and δ are public (privacy.json lists each with its source); only the file's
     header is read before the dataset's ledger is checked.
     """
-    private = True
-
-    def resolve(self, config: Any, params: Any) -> dict[str, Any]:
-        rho = params.resolve("zCDP budget ρ", flag=config.rho, fix="pass --rho")
-        matrix_noise = params.resolve(
-            "Gram-matrix noise", flag=config.matrix_noise, default=DEFAULT_MATRIX_NOISE, fix=""
-        )
-        delta = params.resolve(
-            "privacy δ",
-            flag=config.delta,
-            default=DEFAULT_DELTA,
-            fix="",
-            detail="the δ at which ρ-zCDP is stated as (ε, δ)",
-        )
-        failure_prob = params.resolve(
-            "utility failure probability",
-            flag=config.failure_prob,
-            default=DEFAULT_FAILURE_PROB,
-            fix="",
-            detail="in the PD shift E; not a privacy parameter",
-        )
-        return {
-            "rho": rho,
-            "matrix_noise": matrix_noise,
-            "delta": delta,
-            "failure_prob": failure_prob,
-            "stationary": bool(config.stationary),
-        }
-
-    def planned(self, settings: dict[str, Any], public: _Public, params: Any) -> Any:
-        from privrl.data.padding import entries_per_trajectory
-        from privrl.offline.vapvi import (
-            GRAM_SENSITIVITY,
-            N_RELEASES_PER_STEP,
-            dp_vapvi_planned_report,
-            gram_shift,
-        )
-
-        H, d, rho = public.H, public.features.d, settings["rho"]
-        stationary = bool(settings["stationary"])
-        T = entries_per_trajectory(H, stationary)
-        # pooled over h, one trajectory adds up to H terms to a sum: every sensitivity ×H
-        per = "H·" if stationary else ""
-        params.derive("number of releases", N_RELEASES_PER_STEP * H, "5H (5 statistics per step)")
-        params.derive("ρ0 per release", rho / (N_RELEASES_PER_STEP * H), "ρ/(5H)")
-        params.derive(
-            "terms per trajectory in one statistic",
-            T,
-            "H, the declared horizon (pooled over h)" if stationary else "1 (one per step h)",
-        )
-        params.derive("ℓ2 sensitivity of Σφ̄Ṽ²", T * 2.0 * H**2, f"{per}2H²")
-        params.derive("ℓ2 sensitivity of Σφ̄Ṽ and Σφ(r+Ṽ)/σ̃²", T * 2.0 * H, f"{per}2H")
-        params.derive(
-            "Frobenius sensitivity of the Gram matrices", T * GRAM_SENSITIVITY, f"{per}√2"
-        )
-        settings["E"] = params.derive(
-            "PD shift E",
-            gram_shift(
-                H, d, rho, settings["failure_prob"], settings["matrix_noise"], stationary=stationary
-            ),
-            "2√2·s·(2√d + √(2 log(2H/failure probability)))"
-            + (", s ×H (pooled over h)" if stationary else ""),
-        )
-        return dp_vapvi_planned_report(rho, settings["matrix_noise"], settings["delta"])
-
-    def fit(
-        self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
-    ) -> Any:
-        from privrl.offline.vapvi import dp_vapvi
-
-        s = plan.facts["settings"]
-        return dp_vapvi(
-            loaded.episodes,
-            plan.facts["public"].features,
-            rho=s["rho"],
-            rng=rng,
-            noise=ctx.noise.generator("dp-vapvi"),
-            delta=s["delta"],
-            failure_prob=s["failure_prob"],
-            matrix_noise=s["matrix_noise"],
-            bonus_scale=config.bonus_scale,
-            lam=config.lam,
-            additive_bonus=config.additive_bonus,
-            split=config.split,
-            stationary=config.stationary,
-        )
 
 
 class VapviSystem(_LinearSystem):
     name = "vapvi"
     Config = VapviConfig
+    algorithm = VAPVI
     summary = "VAPVI (Yin et al. 2022): DP-VAPVI's code with the noise off. NOT private."
     help = f"""VAPVI (Yin et al. 2022): DP-VAPVI's code with the noise off. NOT private.
 
     {NOT_PRIVATE}
     """
 
-    def fit(
-        self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
-    ) -> Any:
-        from privrl.offline.vapvi import vapvi
-
-        return vapvi(
-            loaded.episodes,
-            plan.facts["public"].features,
-            bonus_scale=config.bonus_scale,
-            lam=config.lam,
-            additive_bonus=config.additive_bonus,
-            split=config.split,
-            rng=rng,
-            stationary=config.stationary,
-        )
-
 
 class PeviSystem(_LinearSystem):
     name = "pevi"
     Config = PeviConfig
+    algorithm = PEVI
     summary = "PEVI (Jin et al. 2021): pessimistic least-squares value iteration. NOT private."
     help = f"""PEVI (Jin et al. 2021): pessimistic least-squares value iteration. NOT private.
 
     {NOT_PRIVATE}
     """
 
-    def fit(
-        self, config: Any, loaded: _Loaded, plan: Plan, rng: np.random.Generator, ctx: RunContext
-    ) -> Any:
-        from privrl.offline.pevi import pevi
-
-        features = plan.facts["public"].features
-        return pevi(
-            loaded.episodes,
-            features,
-            bonus_scale=config.bonus_scale,
-            lam=config.lam,
-            xi=config.xi,
-            stationary=config.stationary,
-        )
-
 
 # ---------------------------------------------------------------------------------------------
-# plan: the data source, the feature table, H and K (never the episodes)
+# plan: the data source and the feature spec (the library plans from the header)
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_source(config: Any, header: Any) -> None:
+def _check_source(config: LinearRunConfig, header: DatasetHeader | None) -> None:
     if (header is None) == (config.env is None):
         raise ValueError(
             "give exactly one data source: --data FILE [--features SPEC], or --env linear-mdp "
@@ -477,6 +336,42 @@ def _check_source(config: Any, header: Any) -> None:
             "episodes",
             "is for --env; with --data all episodes of the file are used",
         )
+
+
+def _check_features_given(config: LinearRunConfig, header: DatasetHeader) -> None:
+    """Without --features the dataset must record the built-in MDP's recipe."""
+    from privrl.envs.linear import linear_mdp_from_metadata
+
+    if config.features is None and linear_mdp_from_metadata(header.metadata.extra) is None:
+        raise ValueError(
+            "--features SPEC is required: the dataset records no built-in feature map "
+            "(give a .npy array [S, A, d] or module:function)"
+        )
+
+
+def _env_public(config: LinearRunConfig, params: PublicParameters) -> LinearPublic:
+    """The built-in linear MDP's features, H and K (public choices), recorded in `params`."""
+    from privrl.envs.linear import LinearMDP
+
+    mdp = LinearMDP.qiao_wang(config.instance)
+    # φ is already divided by its max norm (mdp.scale = √7); record that factor.
+    table = FeatureTable(phi=mdp.phi, scale=mdp.scale, source=f"{config.env}:{config.instance}")
+    where = (Source.DEFAULT, f"the built-in {config.env} instance {config.instance}")
+    H = params.resolve(
+        "horizon H", flag=config.horizon, default=mdp.H, fix="", detail="the environment's"
+    )
+    K = params.resolve("number of trajectories K", flag=config.episodes, fix="pass --episodes")
+    check_sizes(max(H, mdp.H), table, K, h_name="--horizon", k_name="--episodes")
+    return record_table(params, LinearPublic(table, mdp, int(H), int(K)), where)
+
+
+def _load_features(spec: str) -> FeatureTable:
+    """The feature table of ``--features`` (a public file or code), validated and rescaled."""
+    array = _load_feature_spec(spec)
+    try:
+        return FeatureTable.from_array(array, source=spec)
+    except ValueError as exc:
+        raise ValueError(f"--features: {exc}") from None
 
 
 def _load_feature_spec(spec: str) -> np.ndarray:
@@ -509,192 +404,9 @@ def _load_feature_spec(spec: str) -> np.ndarray:
     )
 
 
-def _prepare(config: Any, header: Any, params: Any) -> _Public:
-    """The features, H and K from the config, the file's header and the feature table only
-    (the episodes are not read), each recorded as a public parameter."""
-    from privrl.envs.linear import LinearMDP, linear_mdp_from_metadata
-    from privrl.offline.vapvi import FeatureTable
-    from privrl.privacy.public import Source
-
-    if header is None:
-        mdp = LinearMDP.qiao_wang(config.instance)
-        # φ is already divided by its max norm (mdp.scale = √7); record that factor.
-        table = FeatureTable(phi=mdp.phi, scale=mdp.scale, source=f"{config.env}:{config.instance}")
-        where = (Source.DEFAULT, f"the built-in {config.env} instance {config.instance}")
-        H = params.resolve(
-            "horizon H", flag=config.horizon, default=mdp.H, fix="", detail="the environment's"
-        )
-        K = params.resolve("number of trajectories K", flag=config.episodes, fix="pass --episodes")
-        _check_sizes(max(H, mdp.H), table, K, h_flag="--horizon", k_flag="--episodes")
-    else:
-        meta = header.metadata
-        recorded = meta.extra.get("linear_mdp")
-        mdp = linear_mdp_from_metadata(meta.extra)
-        if config.features is not None:
-            array = _load_feature_spec(config.features)
-            try:
-                table = FeatureTable.from_array(array, source=config.features)
-            except ValueError as exc:
-                raise ValueError(f"--features: {exc}") from None
-            if isinstance(recorded, dict) and recorded.get("dim") not in (None, table.d):
-                raise ValueError(
-                    f"--features: feature dimension mismatch: the table has d = {table.d} but "
-                    f"the dataset was sampled with d = {recorded['dim']} features"
-                )
-            if mdp is not None and (
-                mdp.phi.shape != table.phi.shape or not np.allclose(mdp.phi, table.phi)
-            ):
-                mdp = None  # user features differ from the generating model: no exact metric
-            where = (Source.FLAG, f"--features {config.features}")
-        elif mdp is not None:
-            table = FeatureTable(
-                phi=mdp.phi,
-                scale=mdp.scale,
-                source=f"linear-mdp:{mdp.recipe.get('instance')} (from metadata)",
-            )
-            where = (Source.METADATA, "the linear-MDP recipe in metadata field 'linear_mdp'")
-        else:
-            raise ValueError(
-                "--features SPEC is required: the dataset records no built-in feature map "
-                "(give a .npy array [S, A, d] or module:function)"
-            )
-        _check_spaces(meta, table)
-        H = params.resolve(
-            "horizon H",
-            flag=config.horizon,
-            metadata=meta,
-            key="horizon",
-            fix="pass --horizon H (the steps of an episode; longer episodes are truncated to H)",
-        )
-        K = header_trajectories(params, "number of trajectories K", header)
-        if K < 1:
-            raise ValueError(f"the dataset {header.path} has no episodes")
-        h_flag = "--horizon" if config.horizon is not None else "the metadata's horizon H"
-        _check_sizes(H, table, K, h_flag=h_flag, k_flag="the dataset's episode count K")
-    params.given("feature table [S, A, d]", [table.S, table.A, table.d], *where)
-    params.derive(
-        "feature scale", table.scale, "the table's max norm if above 1, which it is divided by"
-    )
-    params.given("reward range", [0.0, 1.0], Source.DEFAULT, "rewards are clipped to [0, 1]")
-    params.derive("value range", [0.0, float(H)], "[0, H]; values are clipped to it")
-    return _Public(table, mdp, int(H), int(K))
-
-
-def _at_most(value: int, name: str, maximum: int, why: str) -> None:
-    if value > maximum:
-        raise ValueError(f"{name} must be at most {maximum} ({why}), got {value}")
-
-
-def _check_sizes(H: int, table: Any, K: int, *, h_flag: str, k_flag: str) -> None:
-    """Refuse, before any work, sizes whose arrays cannot fit (all public), naming the flag
-    (or the source) of the size at fault and the largest value that fits."""
-    per_step = max(table.S * table.A, table.d * table.d)
-    _at_most(
-        H,
-        h_flag,
-        MAX_ENTRIES // per_step,
-        f"H·S·A and H·d² with S={table.S}, A={table.A}, d={table.d} must stay within "
-        f"the limit of {MAX_ENTRIES:.0e} entries (memory)",
-    )
-    _at_most(
-        K,
-        k_flag,
-        MAX_ENTRIES // max(H, 1),
-        f"K·H with H={H} must stay within the limit of {MAX_ENTRIES:.0e} entries (memory); "
-        "or use a shorter horizon",
-    )
-
-
-def _check_spaces(meta: Any, table: Any) -> None:
-    """The metadata's declared spaces against the feature table (public: spaces marked as
-    inferred from the data are not compared — the data are fitted to the table instead)."""
-    from gymnasium import spaces
-
-    from privrl.privacy.public import inferred_fields
-
-    inferred = set(inferred_fields(meta))
-    obs_space = None if "observation_space" in inferred else meta.observation_space
-    act_space = None if "action_space" in inferred else meta.action_space
-    if obs_space is not None and not isinstance(obs_space, spaces.Discrete):
-        raise ValueError(
-            f"non-integer states: the observation space is {obs_space}, but a feature table "
-            "needs integer states (Discrete); discretise the observations first"
-        )
-    if act_space is not None and not isinstance(act_space, spaces.Discrete):
-        raise ValueError(
-            f"non-integer actions: the action space is {act_space}, but a feature table needs "
-            "integer actions (Discrete)"
-        )
-    for space in (obs_space, act_space):
-        if isinstance(space, spaces.Discrete) and int(space.start) != 0:
-            raise ValueError(
-                f"the dataset's metadata declares {space}, which does not start at 0; a feature "
-                "table indexes states and actions from 0 (re-index them)"
-            )
-    if isinstance(obs_space, spaces.Discrete) and int(obs_space.n) > table.S:
-        raise ValueError(
-            f"--features: feature dimension mismatch: the table has S = {table.S} states but "
-            f"the dataset's observation space has {int(obs_space.n)}"
-        )
-    if isinstance(act_space, spaces.Discrete) and int(act_space.n) != table.A:
-        raise ValueError(
-            f"--features: feature dimension mismatch: the table has A = {table.A} actions but "
-            f"the dataset's action space has {int(act_space.n)}"
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# outputs: public, or post-processing of the releases
-# ---------------------------------------------------------------------------------------------
-
-
-def _outputs(
-    algorithm: str, episodes: Any, public: _Public, result: Any
-) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
-    """metrics.json, the metrics.csv rows and the true value curves (when the model is known)."""
-    H = episodes.H
-    metrics: dict[str, Any] = {
-        "algorithm": algorithm,
-        "K": episodes.K,
-        "H": H,
-        "d": public.features.d,
-        "epsilon": result.report.epsilon,
-        "delta": result.report.delta,
-        "rho": result.report.rho,
-        # Post-processing of the releases: the pessimistic value Ṽ_1 per state.
-        "pessimistic_value_per_state": result.v[0].tolist(),
-    }
-    truth = None
-    mdp = public.mdp
-    if mdp is not None and mdp.H == H:
-        evaluation = mdp.tabular().evaluate(result.policy.actions, return_q=False)
-        _, v_star, _ = mdp.tabular().backward_induction()
-        v_pi = float(evaluation.value)
-        metrics.update(
-            {
-                "suboptimality": mdp.optimal_value() - v_pi,
-                "v_star": mdp.optimal_value(),
-                "policy_value": v_pi,
-                "pessimistic_value": float(mdp.d1 @ result.v[0]),
-            }
-        )
-        truth = (np.asarray(evaluation.V), np.asarray(v_star))
-    rows = []
-    for h in range(H):
-        row: dict[str, Any] = {
-            "h": h + 1,
-            "pessimistic_value_mean": float(result.v[h].mean()),
-            "bonus_mean": float(result.bonus[h].mean()),
-            "q_zero_fraction": float(np.mean(result.q[h] == 0.0)),
-        }
-        if truth is not None:
-            row["policy_value_mean"] = float(truth[0][h].mean())
-            row["optimal_value_mean"] = float(truth[1][h].mean())
-        rows.append(row)
-    return metrics, rows, truth
-
-
-def _plot_values(path: Path, *, result: Any, curve: Any, algo: str) -> None:
+def _plot_values(
+    path: Path, *, result: LinearPVIResult, curve: tuple[np.ndarray, np.ndarray] | None, algo: str
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
