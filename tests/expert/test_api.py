@@ -48,9 +48,16 @@ def _state(learner: DiscreteLearner) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy().copy() for k, v in learner.params.items()}
 
 
+def _report(report: Any) -> dict[str, Any]:
+    """A report's dict without its timestamp."""
+    found = report.to_dict()
+    found.pop("created", None)
+    return found
+
+
 def _same_fit(a: Fitted[DiscreteLearner], b: Fitted[DiscreteLearner]) -> None:
     assert a.metrics == b.metrics
-    assert a.report.to_dict() == b.report.to_dict()
+    assert _report(a.report) == _report(b.report)
     sa, sb = _state(a.policy), _state(b.policy)
     assert sa.keys() == sb.keys()
     for key in sa:
@@ -73,7 +80,7 @@ def test_expert_dp_fits_a_small_dataset() -> None:
     result = ExpertDP(ExpertDPConfig(**EXPERT_DP)).fit(
         expert_dataset(n_experts=M), experts=ConstantExperts(M)
     )
-    assert isinstance(result.policy, DiscreteLearner) and result.policy.steps == 6
+    assert isinstance(result.policy, DiscreteLearner) and 0 < result.policy.steps <= 6
     report = result.report
     assert report.unit.value == "expert" and report.relation.value == "add_remove"
     assert report.private and 0 < report.epsilon <= 10.0
@@ -103,7 +110,7 @@ def test_dp_sgd_fits_and_its_twin_is_not_private() -> None:
 
 
 def _same_plan(cli: Any, python: Any, command: str) -> None:
-    assert cli.report.to_dict() == python.report.to_dict()
+    assert _report(cli.report) == _report(python.report)
     assert cli.public["command"] == command
     published = {k: v for k, v in cli.public.items() if k not in ("command", "experts")}
     assert published == dict(python.public)
@@ -160,7 +167,15 @@ def test_python_runs_what_the_command_line_runs(tmp_path: Path, capsys) -> None:
         "eval_window": 12,
     }
     argv = ["train", "dp-sgd", "--data", str(path), "--out", str(tmp_path / "run")]
-    argv += ["--seed", "3", "--insecure-noise", "--n-experts", str(M), "--delta", "1e-3"]
+    argv += [
+        "--seed",
+        "3",
+        "--insecure-reproducible-noise",
+        "--n-experts",
+        str(M),
+        "--delta",
+        "1e-3",
+    ]
     argv += ["--batch-size", "6", "--noise-multiplier", "5", "--hidden", "8", "--epsilon", "1"]
     argv += ["--steps-cap", "12", "--eval-episodes", "1", "--eval-horizon", "10"]
     argv += ["--evals", "2", "--eval-window", "12"]
@@ -169,8 +184,9 @@ def test_python_runs_what_the_command_line_runs(tmp_path: Path, capsys) -> None:
         load_hdf5(path), seed=3, noise=NoiseSource.insecure(3)
     )
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert "return_mean" in metrics
-    assert json.loads(json.dumps(dict(result.metrics))) == metrics
+    assert "return_mean" in metrics and metrics.pop("epsilon") == "inf"  # insecure noise
+    assert result.metrics["epsilon"] == float("inf")
+    assert {k: v for k, v in result.metrics.items() if k != "epsilon"} == metrics
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert privacy["public_parameters"] == result.report.to_dict()["public_parameters"]
     cli_learner = torch.load(tmp_path / "run" / "learner.pt")
@@ -188,7 +204,7 @@ def _ledger(stored: Path, tmp_path: Path, epsilon: float) -> tuple[Path, BudgetL
 
     copy = Path(shutil.copy(stored, tmp_path / "copy.h5"))
     ledger = BudgetLedger.init(
-        copy, epsilon=epsilon, delta=1e-2, unit="expert", relation="add_remove", backend="pld"
+        copy, epsilon=epsilon, delta=1e-3, unit="expert", relation="add_remove", backend="pld"
     )
     return copy, ledger
 
@@ -275,12 +291,12 @@ def test_plan_errors_name_the_field_not_a_flag() -> None:
     """A public parameter with no public source is refused with the setting that gives it."""
     undeclared = header_of(expert_dataset(n_experts=M))
     with pytest.raises(PublicParameterError) as err:
-        ExpertDP(epsilon=10.0).plan(undeclared)
+        ExpertDP(epsilon=10.0, no_eval=True).plan(undeclared)
     assert "`n_experts=M`" in str(err.value) and "--" not in str(err.value)
     no_horizon = expert_dataset(n_experts=M)
     no_horizon = no_horizon.with_metadata(no_horizon.metadata.replace(horizon=None))
     with pytest.raises(PublicParameterError) as err:
-        ExpertDP(epsilon=10.0, n_experts=M, no_eval=True).plan(header_of(no_horizon))
+        ExpertDP(epsilon=10.0, n_experts=M, batch_size=6, no_eval=True).plan(header_of(no_horizon))
     assert "`max_len=L`" in str(err.value) and "--" not in str(err.value)
     with pytest.raises(ValueError, match="`no_eval=True`") as err:
         DPSGD(epsilon=1.0, n_experts=M).plan(undeclared)  # no environment to evaluate in
