@@ -17,7 +17,7 @@ so); or ε = ∞ for an uncertified mode, which a ledger refuses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from privrl.algorithm import Plan
@@ -76,7 +76,6 @@ class Resolved:
     delta: float | None = None
     z: float | None = None
     c: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
