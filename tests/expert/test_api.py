@@ -19,6 +19,7 @@ from privrl.cli.main import main
 from privrl.config import ConfigError
 from privrl.data.io import header_of, load_hdf5, read_header, save_hdf5
 from privrl.expert import DPSGD, DPSGDConfig, ExpertDP, ExpertDPConfig, Fitted
+from privrl.expert.public import NEEDS_EVALUATION, NEEDS_NONPRIVATE
 from privrl.privacy.ledger import BudgetLedger, LedgerError
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameterError
@@ -312,3 +313,8 @@ def test_the_command_line_words_fields_as_flags() -> None:
     )
     with pytest.raises(ConfigError, match=r"epsilon is required \(or --non-private for"):
         DpSgdConfig()
+    # where the command has one more way to give R_np (a twin's run directory), it says so
+    assert command_words(NEEDS_NONPRIVATE, DpSgdConfig) == (
+        "needs R_np too: pass --reference RUN_DIR or --reference-return"
+    )
+    assert "--reference/--reference-return" in command_words(NEEDS_EVALUATION, DpSgdConfig)

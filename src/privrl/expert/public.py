@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 CARTPOLE_EVAL_HORIZON = 1000
 
+# the score's references without what they need (the command line has one more way to give R_np)
+NEEDS_EVALUATION = "the normalised score's references need an evaluation (drop `no_eval=True`)"
+NEEDS_NONPRIVATE = "needs R_np too: pass `reference_return=R_np`"
+
 Evaluate = Callable[["DiscreteLearner"], np.ndarray]
 EnvFactory = Callable[[], Any]
 
@@ -242,11 +246,9 @@ class Reference:
             ok = r_np is not None and r_rand is not None and r_np != r_rand
             return replace(self, nonprivate=r_np, random=r_rand, source=source) if ok else self
         if "eval_horizon" not in eval_info:
-            raise ValueError(
-                "the normalised score's references need an evaluation (drop `no_eval=True`)"
-            )
+            raise ValueError(NEEDS_EVALUATION)
         if r_np is None:
-            raise ConfigError("random_return", "needs R_np too: pass `reference_return=R_np`")
+            raise ConfigError("random_return", NEEDS_NONPRIVATE)
         if r_rand is None:
             raise ValueError(
                 "the dataset records no random-policy return (extra['reference_returns']"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from privrl.config import Config, ConfigError, flags_of, option
+from privrl.expert.public import NEEDS_EVALUATION, NEEDS_NONPRIVATE
 from privrl.runs.system import Result
 
 if TYPE_CHECKING:
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
 
 # a setting as the library's messages write it: `field` or `field=VALUE`
 _SETTING = re.compile(r"`([a-z][a-z0-9_]*)(?:=([^`]*))?`")
+# messages where the command has a way the library does not (a twin's run directory)
+_COMMAND_TEXT = {
+    NEEDS_EVALUATION: "--reference/--reference-return need an evaluation (drop --no-eval)",
+    NEEDS_NONPRIVATE: "needs R_np too: pass --reference RUN_DIR or --reference-return",
+}
 
 
 def reference_option() -> Any:
@@ -46,6 +52,8 @@ def check_one_reference(reference: Path | None, reference_return: float | None) 
 def command_words(text: str, config_cls: type[Config]) -> str:
     """``text`` with every `field` / `field=VALUE` of ``config_cls`` written as its flag
     (``--field`` / ``--field VALUE``; a switch's ``=True`` is the flag alone)."""
+    if text in _COMMAND_TEXT:
+        return _COMMAND_TEXT[text]
     fields = config_cls.field_map()
 
     def flag(match: re.Match[str]) -> str:
