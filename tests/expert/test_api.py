@@ -97,8 +97,11 @@ def test_expert_dp_fits_a_small_dataset() -> None:
 
 def test_dp_sgd_fits_and_its_twin_is_not_private() -> None:
     ds = expert_dataset(n_experts=M)
-    private = DPSGD(DPSGDConfig(**DP_SGD)).fit(ds)
+    seen: list[tuple[str, int, int]] = []
+    private = DPSGD(DPSGDConfig(**DP_SGD)).fit(ds, progress=lambda *done: seen.append(done))
     assert private.report.private and private.report.epsilon <= 1.0
+    steps = private.metrics["steps"]
+    assert seen and seen[-1] == ("dp-sgd cql", steps, steps)  # reported through the callback
     assert private.metrics["private_steps"] == private.metrics["steps"] > 0
     twin = DPSGD(**{**DP_SGD, "epsilon": None, "non_private": True, "steps": 5}).fit(ds)
     assert not twin.report.private and twin.metrics["steps"] == 5

@@ -217,7 +217,7 @@ def effective_split(split: BudgetSplit, rounds: int) -> BudgetSplit:
         return split
     if split.p == 0.0:
         raise ValueError(
-            "p = 0 trains on D_stable only, but --filter-rounds 0 disables the filter: "
+            "p = 0 trains on D_stable only, but `filter_rounds=0` disables the filter: "
             "nothing could be learned (give T > 0 rounds or p > 0)"
         )
     return BudgetSplit(
