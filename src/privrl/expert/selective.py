@@ -534,6 +534,10 @@ def check_experts(experts: ExpertSet, learner: DiscreteLearner, dataset: Traject
 class ExpertDPSettings:
     """The resolved public settings of the pipeline (consensus filter + Selective DP-SGD).
 
+    ``batch_size``, ``noise_multiplier``, ``clip_norm``, ``steps``, ``steps_cap``,
+    ``accounting``, ``n_evals``, ``eval_window`` and ``clip_method`` are as in
+    `SelectiveSettings`.
+
     Attributes:
         n_units: the public number of experts m (the rate b/m of the private steps; never
             counted in the data).
@@ -545,8 +549,6 @@ class ExpertDPSettings:
         max_len: the filter's public L (default: a declared ``metadata.horizon``;
             `privrl.expert.consensus.data_release` refuses otherwise).
         split: the budget split (default ``split_budget(epsilon, delta, p)``).
-        batch_size, noise_multiplier, clip_norm, steps, steps_cap, accounting, n_evals,
-            eval_window, clip_method: as in `SelectiveSettings`.
         filter_calibration: "paper", "tight" or "pld" (`DataReleaseCalibration.from_budget`).
         dp_sgd_budget: "split" (the paper: DP-SGD's steps fit (ε2, δ2) on their own) or
             "joint" (the steps fit the *total* (ε1 + ε2, δ1 + δ2) composed with the filter's
