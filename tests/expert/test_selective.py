@@ -15,6 +15,8 @@ from scipy import stats
 from privrl.expert.dpsgd import ExpertTransitions, paper_accounting_epsilon, plan_steps
 from privrl.expert.selective import (
     BudgetSplit,
+    ExpertDPSettings,
+    SelectiveSettings,
     selective_dp_sgd,
     split_budget,
     train_expert_dp,
@@ -113,16 +115,13 @@ def test_exact_accounting_runs_until_k_private_steps() -> None:
     ds, stable, unstable = _split_data()
     learner = DiscreteCQL(2, 3, hidden=(8,), seed=0)
     res = selective_dp_sgd(
+        SelectiveSettings(
+            n_units=M, p=0.5, epsilon=1.0, delta=1e-3, batch_size=B, noise_multiplier=Z
+        ),
         learner,
         stable,
         unstable,
         expert_ids=np.unique(ds.unit_ids),
-        n_units=M,
-        p=0.5,
-        epsilon=1.0,
-        delta=1e-3,
-        batch_size=B,
-        noise_multiplier=Z,
         rng=noise_rng(0),
     )
     k, _ = plan_steps(noise_multiplier=Z, sampling_probability=B / M, epsilon=1.0, delta=1e-3)
@@ -142,17 +141,19 @@ def test_paper_accounting_is_not_certified() -> None:
     state survives only as a labelled comparison (paper_accounting_epsilon)."""
     ds, stable, unstable = _split_data()
     res = selective_dp_sgd(
+        SelectiveSettings(
+            n_units=M,
+            p=0.5,
+            epsilon=1.0,
+            delta=1e-3,
+            batch_size=B,
+            noise_multiplier=Z,
+            accounting="paper",
+        ),
         DiscreteCQL(2, 3, hidden=(8,)),
         stable,
         unstable,
         expert_ids=np.unique(ds.unit_ids),
-        n_units=M,
-        p=0.5,
-        epsilon=1.0,
-        delta=1e-3,
-        batch_size=B,
-        noise_multiplier=Z,
-        accounting="paper",
         rng=noise_rng(0),
     )
     rep = res.report
@@ -173,17 +174,19 @@ def test_paper_accounting_pipeline_is_not_certified() -> None:
     part is not, so the total report is not (ε = ∞); its comparison note composes both."""
     ds = expert_dataset(n_experts=M)
     res = train_expert_dp(
+        ExpertDPSettings(
+            n_units=M,
+            epsilon=10.0,
+            delta=1e-3,
+            p=0.5,
+            rounds=3,
+            batch_size=B,
+            noise_multiplier=Z,
+            accounting="paper",
+        ),
         DiscreteCQL(2, 3, hidden=(8,), seed=0),
         ds,
         ConstantExperts(M),
-        n_units=M,
-        epsilon=10.0,
-        delta=1e-3,
-        p=0.5,
-        rounds=3,
-        batch_size=B,
-        noise_multiplier=Z,
-        accounting="paper",
         rng=noise_rng(0),
     )
     rep = res.report
@@ -203,17 +206,13 @@ def test_more_experts_than_m_are_sampled_not_refused() -> None:
     source = ExpertTransitions(ds, np.unique(ds.unit_ids), 5, TransitionTable(ds))
     assert source.n_units == 5 and source.n_slots == M
     res = selective_dp_sgd(
+        SelectiveSettings(
+            n_units=5, p=1.0, epsilon=None, delta=1e-3, batch_size=2, noise_multiplier=Z, steps=3
+        ),
         DiscreteCQL(2, 3, hidden=(8,)),
         None,
         ds,
         expert_ids=np.unique(ds.unit_ids),
-        n_units=5,
-        p=1.0,
-        epsilon=None,
-        delta=1e-3,
-        batch_size=2,
-        noise_multiplier=Z,
-        steps=3,
         rng=noise_rng(0),
     )
     assert res.private_steps == 3
@@ -224,17 +223,13 @@ def test_empty_stable_skips_nonprivate_steps_keeps_rate() -> None:
     ds, _, unstable = _split_data()
     learner = DiscreteCQL(2, 3, hidden=(8,), seed=0)
     res = selective_dp_sgd(
+        SelectiveSettings(
+            n_units=M, p=0.5, epsilon=None, delta=1e-3, batch_size=B, noise_multiplier=Z, steps=40
+        ),
         learner,
         None,
         unstable,
         expert_ids=np.unique(ds.unit_ids),
-        n_units=M,
-        p=0.5,
-        epsilon=None,
-        delta=1e-3,
-        batch_size=B,
-        noise_multiplier=Z,
-        steps=40,
         rng=noise_rng(1),
     )
     assert res.steps == 40 and 5 < res.private_steps < 35
@@ -255,17 +250,13 @@ def test_expert_without_unstable_data_contributes_nothing() -> None:
     assert batch.obs.shape[0] == 6
     assert source.batch_for(np.arange(6, M), noise_rng(0)).obs.shape[0] == 0
     res = selective_dp_sgd(  # rate b/m over all m experts, not the 6 with data
+        SelectiveSettings(
+            n_units=M, p=1.0, epsilon=None, delta=1e-3, batch_size=B, noise_multiplier=Z, steps=3
+        ),
         learner,
         None,
         part,
         expert_ids=np.unique(ds.unit_ids),
-        n_units=M,
-        p=1.0,
-        epsilon=None,
-        delta=1e-3,
-        batch_size=B,
-        noise_multiplier=Z,
-        steps=3,
         rng=noise_rng(0),
     )
     assert res.report.releases[0].event.event.sampling_probability == pytest.approx(B / M)
@@ -275,31 +266,22 @@ def test_p_zero_trains_on_stable_only() -> None:
     ds, stable, unstable = _split_data()
     learner = DiscreteCQL(2, 3, hidden=(8,))
     res = selective_dp_sgd(
+        SelectiveSettings(n_units=M, p=0.0, epsilon=None, delta=1e-3, batch_size=B, steps_cap=15),
         learner,
         stable,
         unstable,
         expert_ids=np.unique(ds.unit_ids),
-        n_units=M,
-        p=0.0,
-        epsilon=None,
-        delta=1e-3,
-        batch_size=B,
-        steps_cap=15,
         rng=noise_rng(0),
     )
     assert res.steps == 15 and res.private_steps == 0 and learner.steps == 15
     assert res.report.releases == [] and res.report.epsilon == 0.0
     with pytest.raises(ValueError, match="steps"):
         selective_dp_sgd(
+            SelectiveSettings(n_units=M, p=0.0, epsilon=None, delta=1e-3, batch_size=B),
             learner,
             stable,
             unstable,
             expert_ids=np.unique(ds.unit_ids),
-            n_units=M,
-            p=0.0,
-            epsilon=None,
-            delta=1e-3,
-            batch_size=B,
             rng=noise_rng(0),
         )
 
@@ -311,16 +293,12 @@ def test_pipeline_report_composes_filter_and_dp_sgd() -> None:
     ds = expert_dataset(n_experts=M)
     learner = DiscreteCQL(2, 3, hidden=(8,), seed=0)
     res = train_expert_dp(
+        ExpertDPSettings(
+            n_units=M, epsilon=10.0, delta=1e-3, p=0.5, rounds=3, batch_size=B, noise_multiplier=Z
+        ),
         learner,
         ds,
         ConstantExperts(M),
-        n_units=M,
-        epsilon=10.0,
-        delta=1e-3,
-        p=0.5,
-        rounds=3,
-        batch_size=B,
-        noise_multiplier=Z,
         rng=noise_rng(0),
     )
     assert res.split.epsilon1 == 7.5 and res.split.epsilon2 == 2.5
@@ -338,45 +316,39 @@ def test_pipeline_report_composes_filter_and_dp_sgd() -> None:
 def test_pipeline_without_filter() -> None:
     ds = expert_dataset(n_experts=M)
     res = train_expert_dp(
+        ExpertDPSettings(
+            n_units=M, epsilon=1.0, delta=1e-3, p=1.0, rounds=0, batch_size=B, noise_multiplier=Z
+        ),
         DiscreteCQL(2, 3, hidden=(8,)),
         ds,
         ConstantExperts(M),
-        n_units=M,
-        epsilon=1.0,
-        delta=1e-3,
-        p=1.0,
-        rounds=0,
-        batch_size=B,
-        noise_multiplier=Z,
         rng=noise_rng(0),
     )
     assert res.split.epsilon1 == 0.0 and res.stable_size == 0
     assert [r.mechanism for r in res.report.releases] == ["poisson_subsampled_gaussian"]
     disabled = train_expert_dp(  # rounds = 0 with p < 1 moves the filter's share to DP-SGD
+        ExpertDPSettings(
+            n_units=M,
+            epsilon=6.0,
+            delta=1e-3,
+            p=0.5,
+            rounds=0,
+            batch_size=B,
+            noise_multiplier=Z,
+            steps=4,
+        ),
         DiscreteCQL(2, 3, hidden=(8,)),
         ds,
         ConstantExperts(M),
-        n_units=M,
-        epsilon=6.0,
-        delta=1e-3,
-        p=0.5,
-        rounds=0,
-        batch_size=B,
-        noise_multiplier=Z,
-        steps=4,
         rng=noise_rng(0),
     )
     assert disabled.split.epsilon2 == 6.0 and "T = 0" in disabled.split.rule
     with pytest.raises(ValueError, match="nothing could be learned"):
         train_expert_dp(
+            ExpertDPSettings(n_units=M, epsilon=10.0, delta=1e-3, p=0.0, rounds=0),
             DiscreteCQL(2, 3, hidden=(8,)),
             ds,
             ConstantExperts(M),
-            n_units=M,
-            epsilon=10.0,
-            delta=1e-3,
-            p=0.0,
-            rounds=0,
             rng=noise_rng(0),
         )
 
@@ -386,40 +358,28 @@ def test_pipeline_checks_experts() -> None:
     rng = noise_rng(0)
     with pytest.raises(ValueError, match="actions"):
         train_expert_dp(
+            ExpertDPSettings(n_units=M, epsilon=1.0, delta=1e-3, p=1.0, rounds=0),
             DiscreteCQL(2, 3),
             ds,
             ConstantExperts(M, n_actions=4),
-            n_units=M,
-            epsilon=1.0,
-            delta=1e-3,
-            p=1.0,
-            rounds=0,
             rng=rng,
             noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="dimension"):
         train_expert_dp(
+            ExpertDPSettings(n_units=M, epsilon=1.0, delta=1e-3, p=1.0, rounds=0),
             DiscreteCQL(2, 3),
             ds,
             ConstantExperts(M, obs_dim=5),
-            n_units=M,
-            epsilon=1.0,
-            delta=1e-3,
-            p=1.0,
-            rounds=0,
             rng=rng,
             noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="expert ids"):
         train_expert_dp(
+            ExpertDPSettings(n_units=M, epsilon=1.0, delta=1e-3, p=1.0, rounds=0),
             DiscreteCQL(2, 3),
             expert_dataset(unit_ids=False),
             ConstantExperts(M),
-            n_units=M,
-            epsilon=1.0,
-            delta=1e-3,
-            p=1.0,
-            rounds=0,
             rng=rng,
             noise=noise_source(rng),
         )
@@ -439,16 +399,18 @@ def test_pipeline_trains_on_released_stable_prefixes() -> None:
                   metadata=ds.metadata)  # fmt: skip
     learner = DiscreteCQL(2, 3, hidden=(8,), seed=0)
     res = train_expert_dp(
+        ExpertDPSettings(
+            n_units=m,
+            epsilon=10.0,
+            delta=1 / m,
+            p=0.5,
+            rounds=5,
+            batch_size=m // 2,
+            noise_multiplier=Z,
+        ),
         learner,
         ds,
         _AgreeingExperts(m),
-        n_units=m,
-        epsilon=10.0,
-        delta=1 / m,
-        p=0.5,
-        rounds=5,
-        batch_size=m // 2,
-        noise_multiplier=Z,
         rng=noise_rng(0),
     )
     assert res.stable_size > 0 and res.filter_summary["released_trajectories"] > 0
@@ -464,18 +426,20 @@ def test_joint_dp_sgd_budget_spends_the_total_and_takes_more_steps() -> None:
 
     def run(budget: str):
         return train_expert_dp(
+            ExpertDPSettings(
+                n_units=M,
+                epsilon=10.0,
+                delta=1e-3,
+                p=0.5,
+                rounds=3,
+                batch_size=B,
+                noise_multiplier=Z,
+                filter_calibration="pld",
+                dp_sgd_budget=budget,  # type: ignore[arg-type]
+            ),
             DiscreteCQL(2, 3, hidden=(8,), seed=0),
             ds,
             ConstantExperts(M),
-            n_units=M,
-            epsilon=10.0,
-            delta=1e-3,
-            p=0.5,
-            rounds=3,
-            batch_size=B,
-            noise_multiplier=Z,
-            filter_calibration="pld",
-            dp_sgd_budget=budget,  # type: ignore[arg-type]
             rng=noise_rng(0),
         )
 

@@ -1,9 +1,10 @@
 """`privrl train expert-dp` and `privrl train dp-sgd`: offline RL with expert-level privacy
 (Sharma et al.), generated from their configs on the run layer.
 
-The systems, their settings and their privacy rules are in `privrl.systems.expert`
-(`ExpertDpConfig`, `DpSgdConfig`); `privrl run CONFIG.toml` with ``system = "expert-dp"`` or
-``"dp-sgd"`` runs the same thing from a file. ``--out`` keeps its old default,
+The settings and their privacy rules are the library's (`privrl.expert.ExpertDPConfig`,
+`privrl.expert.DPSGDConfig`); the run layer reaches them through `privrl.systems.expert`
+(`ExpertDpConfig`, `DpSgdConfig` add the files a command reads). `privrl run CONFIG.toml` with
+``system = "expert-dp"`` or ``"dp-sgd"`` runs the same thing from a file. ``--out`` defaults to
 ``runs/<command>``.
 """
 

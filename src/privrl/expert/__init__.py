@@ -1,3 +1,48 @@
-"""Expert-level DP offline RL (Sharma et al.): the consensus filter (PrefixQuery, DataRelease),
-expert-level DP-SGD and Selective DP-SGD. The privacy unit is the expert: neighbouring datasets
-add or remove one expert with all of their trajectories."""
+"""Expert-level DP offline RL (Sharma et al.): `ExpertDP` / `ExpertDPConfig` (consensus filter +
+Selective DP-SGD), `DPSGD` / `DPSGDConfig` (expert-level DP-SGD and its non-private twin),
+`ExpertTrainingConfig` (their shared settings), `Fitted` (what `fit` returns, with
+`ExpertDpResult` / `DpSgdResult` as its details), `ExpertSet` and `load_experts` (the experts'
+policies), and the trainers underneath: `train_expert_dp` (`ExpertDPSettings`),
+`selective_dp_sgd` (`SelectiveSettings`), `expert_dp_sgd`.
+
+    from privrl.expert import ExpertDP, ExpertDPConfig
+
+    result = ExpertDP(ExpertDPConfig(epsilon=10.0)).fit(dataset, experts=experts)
+
+The privacy unit is the expert: neighbouring datasets add or remove one expert with all of
+their trajectories. Submodules: `consensus` (PrefixQuery, DataRelease), `dpsgd` (expert-level
+DP-SGD), `selective` (Selective DP-SGD and the pipeline), `experts` (expert sets), `planning`
+(the public parameters and the planned report), `api` (the objects).
+"""
+
+from privrl.algorithm import Fitted
+from privrl.expert.api import DPSGD, ExpertDP
+from privrl.expert.base import ExpertSet
+from privrl.expert.config import DPSGDConfig, ExpertDPConfig, ExpertTrainingConfig
+from privrl.expert.dpsgd import DpSgdResult, expert_dp_sgd
+from privrl.expert.experts import load_experts
+from privrl.expert.selective import (
+    ExpertDpResult,
+    ExpertDPSettings,
+    SelectiveSettings,
+    selective_dp_sgd,
+    train_expert_dp,
+)
+
+__all__ = [
+    "DPSGD",
+    "DPSGDConfig",
+    "DpSgdResult",
+    "ExpertDP",
+    "ExpertDPConfig",
+    "ExpertDPSettings",
+    "ExpertDpResult",
+    "ExpertSet",
+    "ExpertTrainingConfig",
+    "Fitted",
+    "SelectiveSettings",
+    "expert_dp_sgd",
+    "load_experts",
+    "selective_dp_sgd",
+    "train_expert_dp",
+]

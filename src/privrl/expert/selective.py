@@ -47,6 +47,7 @@ import numpy as np
 from dp_accounting.dp_event import ComposedDpEvent, DpEvent
 
 from privrl.data.dataset import TrajectoryDataset
+from privrl.expert.base import ExpertSet
 from privrl.expert.dpsgd import (
     COMPARISON_NOTE,
     DpSgdResult,
@@ -70,7 +71,9 @@ from privrl.rl.discrete_common import DiscreteLearner, TransitionTable
 __all__ = [
     "DP_SGD_BUDGETS",
     "BudgetSplit",
+    "ExpertDPSettings",
     "ExpertDpResult",
+    "SelectiveSettings",
     "effective_split",
     "private_steps_bound",
     "selective_dp_sgd",
@@ -214,7 +217,7 @@ def effective_split(split: BudgetSplit, rounds: int) -> BudgetSplit:
         return split
     if split.p == 0.0:
         raise ValueError(
-            "p = 0 trains on D_stable only, but --filter-rounds 0 disables the filter: "
+            "p = 0 trains on D_stable only, but `filter_rounds=0` disables the filter: "
             "nothing could be learned (give T > 0 rounds or p > 0)"
         )
     return BudgetSplit(
@@ -287,37 +290,63 @@ def private_steps_bound(
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SelectiveSettings:
+    """The resolved public settings of Selective DP-SGD (Algorithm 3).
+
+    Attributes:
+        n_units: the public number of experts m (private steps sample every expert at rate
+            b/m; never counted in the data).
+        p: the probability of a private step.
+        epsilon, delta: the budget (ε2, δ2) of the private steps; with ``prior_event`` (the
+            filter's T rounds) instead the total budget of that event composed with them.
+        batch_size: the expected batch size b.
+        noise_multiplier, clip_norm: σ and C of the private steps.
+        steps: an explicit step count N (its coins drawn first; their K private steps must
+            fit the budget), else the run stops at the K-th private step, K the largest count
+            within the budget.
+        steps_cap: the most steps in all.
+        accounting: "exact" (the coins conditioned on, certified) or "paper" (N steps at
+            q = p·b/m, NOT certified: the report states ε = ∞).
+        n_evals, eval_window: the evaluation schedule (``n_evals`` evaluations spread over
+            the last ``eval_window`` steps).
+        clip_method: how per-example gradients are clipped (`privrl.nn.per_example`).
+        prior_event: an event released before the steps, composed with them (joint budget).
+    """
+
+    n_units: int
+    p: float
+    epsilon: float | None
+    delta: float
+    batch_size: int = 128
+    noise_multiplier: float = 20.0
+    clip_norm: float = 1.0
+    steps: int | None = None
+    steps_cap: int | None = None
+    accounting: Accounting = "exact"
+    n_evals: int = 10
+    eval_window: int = 10_000
+    clip_method: ClipMethod = DEFAULT_CLIP_METHOD
+    prior_event: DpEvent | None = None
+
+
 def selective_dp_sgd(
+    settings: SelectiveSettings,
     learner: DiscreteLearner,
     stable: TrajectoryDataset | None,
     unstable: TrajectoryDataset,
     *,
     expert_ids: np.ndarray,
-    n_units: int,
-    p: float,
-    epsilon: float | None,
-    delta: float,
-    batch_size: int = 128,
-    noise_multiplier: float = 20.0,
-    clip_norm: float = 1.0,
-    steps: int | None = None,
-    steps_cap: int | None = None,
-    accounting: Accounting = "exact",
     rng: np.random.Generator,
     noise: NoiseSource | None = None,
     evaluate: Evaluate | None = None,
-    n_evals: int = 10,
-    eval_window: int = 10_000,
-    clip_method: ClipMethod = DEFAULT_CLIP_METHOD,
     progress: Callable[[int, int], None] | None = None,
-    prior_event: DpEvent | None = None,
 ) -> DpSgdResult:
-    """Algorithm 3 with budget (ε2, δ2) = (``epsilon``, ``delta``) for its private steps.
-    With ``prior_event`` (the filter's T rounds), (``epsilon``, ``delta``) is instead the
-    total budget of that event composed with the private steps (joint PLD accounting).
+    """Algorithm 3 with the budget of ``settings`` for its private steps (see
+    `SelectiveSettings`): with probability p a DP-SGD step on ``unstable``, else an ordinary
+    step on ``stable``.
 
-    ``expert_ids``: the experts' ids (groups the transitions); ``n_units``: the public number
-    of experts m; private steps sample every expert at rate b/m. Steps: ``accounting="exact"``
+    ``expert_ids``: the experts' ids (groups the transitions). Steps: ``accounting="exact"``
     runs until the K-th private step, K the largest count within the budget (at most
     ``steps_cap`` steps in all); with ``steps`` the coins of N steps are drawn first and their
     K private steps must fit the budget. ``"paper"``: N steps at q = p·b/m, NOT certified
@@ -325,6 +354,10 @@ def selective_dp_sgd(
     ``rng`` is public randomness (the step coins, the ordinary steps' minibatches); the private
     steps' sampling and their noise come from ``noise`` (default: secure).
     """
+    s = settings
+    n_units, p, epsilon, delta = s.n_units, s.p, s.epsilon, s.delta
+    batch_size, noise_multiplier, clip_norm = s.batch_size, s.noise_multiplier, s.clip_norm
+    steps, steps_cap, accounting, prior_event = s.steps, s.steps_cap, s.accounting, s.prior_event
     noise = noise or NoiseSource.secure()
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
@@ -396,7 +429,7 @@ def selective_dp_sgd(
     private = None
     if k_real > 0:
         private = _Private(
-            source, rate, b, float(noise_multiplier), float(clip_norm), "poisson", clip_method
+            source, rate, b, float(noise_multiplier), float(clip_norm), "poisson", s.clip_method
         )
     curve, returns = run_steps(
         learner,
@@ -407,8 +440,8 @@ def selective_dp_sgd(
         rng=train_rng,
         noise=noise,
         evaluate=evaluate,
-        n_evals=n_evals,
-        eval_window=eval_window,
+        n_evals=s.n_evals,
+        eval_window=s.eval_window,
         progress=progress,
     )
     notes: list[str] = []
@@ -473,7 +506,7 @@ class ExpertDpResult:
     filter_summary: dict[str, Any] = field(default_factory=dict)
 
 
-def check_experts(experts: Any, learner: DiscreteLearner, dataset: TrajectoryDataset) -> int:
+def check_experts(experts: ExpertSet, learner: DiscreteLearner, dataset: TrajectoryDataset) -> int:
     """The expert set must match the data and the learner; returns m = n_experts."""
     m = int(experts.n_experts)
     if int(experts.n_actions) != learner.n_actions:
@@ -497,51 +530,73 @@ def check_experts(experts: Any, learner: DiscreteLearner, dataset: TrajectoryDat
     return m
 
 
+@dataclass(frozen=True)
+class ExpertDPSettings:
+    """The resolved public settings of the pipeline (consensus filter + Selective DP-SGD).
+
+    ``batch_size``, ``noise_multiplier``, ``clip_norm``, ``steps``, ``steps_cap``,
+    ``accounting``, ``n_evals``, ``eval_window`` and ``clip_method`` are as in
+    `SelectiveSettings`.
+
+    Attributes:
+        n_units: the public number of experts m (the rate b/m of the private steps; never
+            counted in the data).
+        epsilon, delta: the total budget (ε, δ).
+        p: the probability of a private step.
+        rounds: the filter's T (0 disables the filter: all budget to DP-SGD; refused with
+            p = 0, which would leave nothing to train on).
+        p_min: the experts' action floor.
+        max_len: the filter's public L (default: a declared ``metadata.horizon``;
+            `privrl.expert.consensus.data_release` refuses otherwise).
+        split: the budget split (default ``split_budget(epsilon, delta, p)``).
+        filter_calibration: "paper", "tight" or "pld" (`DataReleaseCalibration.from_budget`).
+        dp_sgd_budget: "split" (the paper: DP-SGD's steps fit (ε2, δ2) on their own) or
+            "joint" (the steps fit the *total* (ε1 + ε2, δ1 + δ2) composed with the filter's
+            T rounds by the PLD accountant, so DP-SGD also gets the part of ε1 that the
+            composition of the two does not use).
+    """
+
+    n_units: int
+    epsilon: float
+    delta: float
+    p: float
+    rounds: int
+    p_min: float = 0.02
+    max_len: int | None = None
+    split: BudgetSplit | None = None
+    batch_size: int = 128
+    noise_multiplier: float = 20.0
+    clip_norm: float = 1.0
+    steps: int | None = None
+    steps_cap: int | None = None
+    accounting: Accounting = "exact"
+    n_evals: int = 10
+    eval_window: int = 10_000
+    clip_method: ClipMethod = DEFAULT_CLIP_METHOD
+    filter_calibration: str = "paper"
+    dp_sgd_budget: DpSgdBudget = "split"
+
+
 def train_expert_dp(
+    settings: ExpertDPSettings,
     learner: DiscreteLearner,
     dataset: TrajectoryDataset,
-    experts: Any,
+    experts: ExpertSet,
     *,
-    n_units: int,
-    epsilon: float,
-    delta: float,
-    p: float,
-    rounds: int,
-    p_min: float = 0.02,
-    max_len: int | None = None,
-    split: BudgetSplit | None = None,
-    batch_size: int = 128,
-    noise_multiplier: float = 20.0,
-    clip_norm: float = 1.0,
-    steps: int | None = None,
-    steps_cap: int | None = None,
-    accounting: Accounting = "exact",
     rng: np.random.Generator,
     noise: NoiseSource | None = None,
     evaluate: Evaluate | None = None,
-    n_evals: int = 10,
-    eval_window: int = 10_000,
-    clip_method: ClipMethod = DEFAULT_CLIP_METHOD,
     progress: Callable[[int, int], None] | None = None,
-    filter_calibration: str = "paper",
-    dp_sgd_budget: DpSgdBudget = "split",
 ) -> ExpertDpResult:
-    """Consensus filter (ε1, δ1, T = ``rounds``) then Selective DP-SGD (ε2, δ2).
+    """Consensus filter (ε1, δ1, T rounds) then Selective DP-SGD (ε2, δ2), with the settings
+    of `ExpertDPSettings`.
 
-    ``n_units`` is the public number of experts m (the rate b/m of the private steps; never
-    counted in the data); ``max_len`` the filter's public L (default: a declared
-    ``metadata.horizon``; `privrl.expert.consensus.data_release` refuses otherwise).
-
-    ``split`` defaults to ``split_budget(epsilon, delta, p)``; ``rounds = 0`` disables the
-    filter (all budget to DP-SGD; refused with p = 0, which would leave nothing to train on).
-    ``filter_calibration``: "paper", "tight" or "pld" (`DataReleaseCalibration.from_budget`).
-    ``dp_sgd_budget``: "split" (the paper: DP-SGD's steps fit (ε2, δ2) on their own) or
-    "joint" (the steps fit the *total* (ε1 + ε2, δ1 + δ2) composed with the filter's T
-    rounds by the PLD accountant, so DP-SGD also gets the part of ε1 that the composition
-    of the two does not use). ``rng`` is public randomness (the step coins, minibatches); the
-    filter's draws, the private steps' sampling and all noise come from ``noise`` (default:
-    secure).
+    ``rng`` is public randomness (the step coins, minibatches); the filter's draws, the
+    private steps' sampling and all noise come from ``noise`` (default: secure).
     """
+    s = settings
+    n_units, epsilon, delta, p, rounds = s.n_units, s.epsilon, s.delta, s.p, s.rounds
+    dp_sgd_budget, split = s.dp_sgd_budget, s.split
     noise = noise or NoiseSource.secure()
     if dp_sgd_budget not in DP_SGD_BUDGETS:
         raise ValueError(
@@ -580,10 +635,10 @@ def train_expert_dp(
             epsilon1=split.epsilon1,
             delta1=split.delta1,
             rounds=int(rounds),
-            p_min=p_min,
+            p_min=s.p_min,
             rng=filter_rng,
-            max_len=max_len,
-            calibration=filter_calibration,
+            max_len=s.max_len,
+            calibration=s.filter_calibration,
         )
         stable, unstable = released.stable, released.unstable
         releases.extend(released.releases)
@@ -591,27 +646,29 @@ def train_expert_dp(
     joint = dp_sgd_budget == "joint" and split.filter and split.dp_sgd and bool(releases)
     prior = ComposedDpEvent([r.event for r in releases if r.event is not None]) if joint else None
     training = selective_dp_sgd(
+        SelectiveSettings(
+            n_units=m,
+            p=split.p,
+            epsilon=(split.epsilon if joint else split.epsilon2) if split.dp_sgd else None,
+            delta=(split.delta if joint else split.delta2) if split.dp_sgd else split.delta,
+            prior_event=prior,
+            batch_size=s.batch_size,
+            noise_multiplier=s.noise_multiplier,
+            clip_norm=s.clip_norm,
+            steps=s.steps,
+            steps_cap=s.steps_cap,
+            accounting=s.accounting,
+            n_evals=s.n_evals,
+            eval_window=s.eval_window,
+            clip_method=s.clip_method,
+        ),
         learner,
         stable,
         unstable,
         expert_ids=expert_ids,
-        n_units=m,
-        p=split.p,
-        epsilon=(split.epsilon if joint else split.epsilon2) if split.dp_sgd else None,
-        delta=(split.delta if joint else split.delta2) if split.dp_sgd else split.delta,
-        prior_event=prior,
-        batch_size=batch_size,
-        noise_multiplier=noise_multiplier,
-        clip_norm=clip_norm,
-        steps=steps,
-        steps_cap=steps_cap,
-        accounting=accounting,
         rng=train_rng,
         noise=noise,
         evaluate=evaluate,
-        n_evals=n_evals,
-        eval_window=eval_window,
-        clip_method=clip_method,
         progress=progress,
     )
     releases.extend(training.report.releases)

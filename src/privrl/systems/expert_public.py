@@ -1,30 +1,64 @@
-"""The public side of the expert-level systems (`privrl.systems.expert`), from the dataset's
+"""The run layer's side of the expert-level systems (`privrl.systems.expert`), from the dataset's
 header and the command's settings only — nothing here reads an episode or an expert's policy.
 
-- the public parameters m (number of experts), |A| (number of actions) and δ, resolved through
-  `PublicParameters` (flag > declared metadata > default; never counted in the data);
-- the expert set the dataset's metadata name (``extra["experts_dir"]``);
-- the planned spend a ledger checks before the data are read;
-- the evaluation set-up in the dataset's (public) environment;
-- `Reference`: R_rand and R_np of the normalised score, possibly read from an earlier run
-  directory (the non-private twin).
+The public parameters, the evaluation set-up and the normalised score's references are the
+library's (`privrl.expert.public`, re-exported here); this module adds what only a command
+has: the expert set's directory (``--experts`` or the metadata's ``extra["experts_dir"]``),
+the evaluation environment of a recipe's dataset, the non-private twin's run directory
+(``--reference``) and the planned spend of a target budget.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from privrl.config import ConfigError
+from privrl.expert.config import EVAL_SEED_STEP, MAX_ACTIONS, MAX_EXPERTS
+from privrl.expert.public import (
+    CARTPOLE_EVAL_HORIZON,
+    Reference,
+    check_batch,
+    eval_setup,
+    flag_or_default,
+    greedy_evaluator,
+    resolve_actions,
+    resolve_delta,
+    resolve_experts,
+)
 
-CARTPOLE_EVAL_HORIZON = 1000
-MAX_EXPERTS = 10**9
-MAX_ACTIONS = 10**6
+if TYPE_CHECKING:
+    from privrl.data.dataset import DatasetMetadata
+    from privrl.data.io import DatasetHeader
+    from privrl.expert.config import ExpertTrainingConfig
+    from privrl.privacy.report import PrivacyReport
+    from privrl.rl.discrete_common import DiscreteLearner
+
+__all__ = [
+    "CARTPOLE_EVAL_HORIZON",
+    "EVAL_SEED_STEP",
+    "MAX_ACTIONS",
+    "MAX_EXPERTS",
+    "REFERENCE_NOTE",
+    "Reference",
+    "check_batch",
+    "eval_setup",
+    "evaluator",
+    "expert_set_path",
+    "experts_from_metadata",
+    "flag_or_default",
+    "planned_spend",
+    "reference_from",
+    "resolve_actions",
+    "resolve_delta",
+    "resolve_experts",
+    "twin_reference",
+]
 
 REFERENCE_NOTE = (
     "metrics.json's normalised_score uses R_np, the return of a non-private twin trained on "
@@ -34,110 +68,7 @@ REFERENCE_NOTE = (
 )
 
 
-# ---------------------------------------------------------------------------------------------
-# public parameters
-# ---------------------------------------------------------------------------------------------
-
-
-def _declared_experts(meta: Any) -> tuple[Any, str]:
-    """(m, metadata key) as the data holder declared it: ``extra["n_experts"]``, the number
-    of units declared at import (``privrl data import --unit ... --units K`` records
-    ``n_users`` for a unit column, ``n_trajectories`` for ``--unit episode``: the unit is the
-    expert), or the ``experts-*`` recipes' ``extra["recipe"]["n_experts"]``."""
-    extra = meta.extra if isinstance(meta.extra, dict) else {}
-    if extra.get("n_experts") is not None:
-        return extra["n_experts"], "n_experts"
-    unit_key = "n_trajectories" if extra.get("unit") == "episode" else "n_users"
-    if extra.get(unit_key) is not None:
-        return extra[unit_key], unit_key
-    recipe = extra.get("recipe")
-    if isinstance(recipe, dict) and recipe.get("n_experts") is not None:
-        return recipe["n_experts"], "recipe.n_experts"
-    return None, "n_experts"
-
-
-def resolve_experts(params: Any, flag: int | None, meta: Any) -> int:
-    """m, the number of experts: ``--n-experts`` or the metadata's declaration, never the
-    number of distinct ids in the data (under add/remove-one-expert it differs between
-    neighbours)."""
-    value, key = _declared_experts(meta)
-    m = params.resolve(
-        "number of experts m",
-        flag=flag,
-        metadata={key: value, "extra": meta.extra},
-        key=key,
-        fix="pass --n-experts M, the number of experts the data holder declares",
-        detail="sets the sampling rate q = b/m and the default δ = 1/m",
-    )
-    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_EXPERTS:
-        raise ValueError(
-            f"the dataset's metadata declare {key} = {m!r}, not a number of experts in "
-            f"[1, {MAX_EXPERTS}]; pass --n-experts M"
-        )
-    return m
-
-
-def resolve_actions(params: Any, flag: int | None, meta: Any) -> int:
-    """|A|: ``--actions`` or the metadata's declared Discrete action space (not one the
-    metadata mark as inferred from the data: the largest action index is private)."""
-    from gymnasium import spaces
-
-    from privrl.privacy.public import inferred_fields
-
-    space = meta.action_space
-    declared = None
-    if space is not None:
-        if not isinstance(space, spaces.Discrete):
-            raise ValueError(
-                f"CQL/BCQ need discrete actions; the dataset's action space is {space}"
-            )
-        if int(space.start) != 0:
-            raise ValueError(f"the action space must start at 0, got {space}")
-        declared = int(space.n)
-    a = params.resolve(
-        "number of actions |A|",
-        flag=flag,
-        metadata={"action_space": declared, "extra": meta.extra},
-        key="action_space",
-        fix="pass --actions A, the size of the public action space",
-        detail="the network's output size; the consensus count's g = 1 − (|A|−1)·p_min",
-    )
-    if (
-        flag is not None
-        and declared is not None
-        and "action_space" not in inferred_fields(meta)
-        and flag != declared
-    ):
-        raise ConfigError(
-            "actions",
-            f"{flag} contradicts the dataset's declared action space Discrete({declared}); "
-            "drop --actions or fix the dataset's metadata",
-        )
-    if not 2 <= int(a) <= MAX_ACTIONS:
-        raise ValueError(f"need between 2 and {MAX_ACTIONS} actions, the dataset declares {a}")
-    return int(a)
-
-
-def resolve_delta(params: Any, flag: float | None, m: int) -> float:
-    """δ: ``--delta``, else 1/m (the paper's choice)."""
-    if flag is not None:
-        return float(params.resolve("δ", flag=flag, fix="pass --delta"))
-    delta = params.derive("δ", 1.0 / m, "1/m (the paper's choice; --delta overrides)")
-    if not 0 < delta < 1:
-        raise ValueError(f"the default δ = 1/m needs m >= 2 experts, got m = {m}; pass --delta")
-    return float(delta)
-
-
-def flag_or_default(params: Any, name: str, flag: Any, default: Any) -> Any:
-    return params.resolve(name, flag=flag, default=default, fix="")
-
-
-def check_batch(b: int, m: int) -> None:
-    if b > m:
-        raise ConfigError("batch_size", f"{b} exceeds the number of experts m = {m}")
-
-
-def planned_spend(epsilon: float, delta: float, system: str) -> Any:
+def planned_spend(epsilon: float, delta: float, system: str) -> PrivacyReport:
     """The spend checked against a ledger before the data are read: the run's target (ε, δ)
     under the expert unit (the run never exceeds it; the certified report is recorded)."""
     from privrl.expert.dpsgd import BACKEND, RELATION, UNIT
@@ -167,7 +98,7 @@ def planned_spend(epsilon: float, delta: float, system: str) -> Any:
     )
 
 
-def experts_from_metadata(data: Path, meta: Any) -> Path:
+def experts_from_metadata(data: Path, meta: DatasetMetadata) -> Path:
     """The expert set named by the dataset's metadata (``extra["experts_dir"]``, relative to
     the dataset file), for ``--experts`` left out. Uses the header's metadata only."""
     extra = meta.extra if isinstance(meta.extra, dict) else {}
@@ -189,7 +120,7 @@ def experts_from_metadata(data: Path, meta: Any) -> Path:
     return path
 
 
-def expert_set_path(given: Path | None, data: Path, meta: Any) -> Path:
+def expert_set_path(given: Path | None, data: Path, meta: DatasetMetadata) -> Path:
     """``--experts`` (checked to be a directory), or the one the metadata name."""
     if given is None:
         return experts_from_metadata(data, meta)
@@ -205,124 +136,23 @@ def expert_set_path(given: Path | None, data: Path, meta: Any) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def eval_setup(meta: Any, *, episodes: int, horizon: int | None, no_eval: bool) -> dict[str, Any]:
-    """What the evaluation will be (published in config.json), from the metadata only."""
-    if no_eval:
-        return {"evaluation": "skipped (--no-eval)"}
-    import gymnasium as gym
-
-    from privrl.envs import register_envs
-
-    env_id = meta.env_id
-    if env_id is None:
-        raise ValueError(
-            "cannot evaluate: the dataset's metadata name no environment (env_id); pass --no-eval"
-        )
-    register_envs()
-    if env_id not in gym.registry:
-        raise ValueError(f"cannot evaluate: unknown environment {env_id!r}; pass --no-eval")
-    if horizon is None:
-        horizon = CARTPOLE_EVAL_HORIZON if env_id.startswith("CartPole") else meta.horizon
-    return {"env_id": env_id, "eval_horizon": horizon, "eval_episodes": episodes}
-
-
-EVAL_SEED_STEP = 7919  # evaluation k resets from seed + k·step by default
-
-
 def evaluator(
-    meta: Any, info: dict[str, Any], seed: int, *, step: int = EVAL_SEED_STEP
-) -> Callable[[Any], np.ndarray] | None:
-    """Greedy evaluation as `eval_setup` planned it (None when skipped); evaluation k resets
-    its environments from seed ``seed + k·step``."""
+    meta: DatasetMetadata, info: dict[str, Any], seed: int, *, step: int = EVAL_SEED_STEP
+) -> Callable[[DiscreteLearner], np.ndarray] | None:
+    """Greedy evaluation as `eval_setup` planned it (None when skipped), in the dataset's
+    environment with its recipe's ``env_kwargs``; evaluation k resets its environments from
+    seed ``seed + k·step``."""
     if "eval_horizon" not in info:
         return None
     from privrl.experiments.expert import eval_env_factory
-    from privrl.rl.discrete_common import evaluate_greedy
 
     make = eval_env_factory(meta, info["eval_horizon"])  # with the recipe's env_kwargs (HIV)
-    counter = iter(range(10**9))
-    episodes = info["eval_episodes"]
-
-    def evaluate(learner: Any) -> np.ndarray:
-        return evaluate_greedy(learner, make, episodes=episodes, seed=seed + step * next(counter))
-
-    return evaluate
+    return greedy_evaluator(info, make, seed, step=step)
 
 
 # ---------------------------------------------------------------------------------------------
-# the normalised score's references
+# the normalised score's references: the non-private twin's run directory
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reference:
-    """R_rand and R_np of the normalised score (R − R_rand)/(R_np − R_rand). ``explicit``: asked
-    for by the user, so a score that cannot be computed is an error before training."""
-
-    nonprivate: float | None = None
-    random: float | None = None
-    source: str | None = None
-    explicit: bool = False
-    eval_horizon: int | None = None  # of the twin run, when R_np comes from one
-    twin: bool = False  # R_np is the return of a twin trained on this dataset (--reference)
-
-    @property
-    def outside_guarantee(self) -> bool:
-        """The score uses a twin trained on the same private data without a mechanism: it is
-        evaluation-only, not covered by the run's guarantee."""
-        return self.twin and self.nonprivate is not None and self.random is not None
-
-    def resolve(self, meta: Any, eval_info: dict[str, Any]) -> Reference:
-        """Fill in what the dataset's (public) metadata record; check the score is defined."""
-        refs = meta.extra.get("reference_returns")
-        refs = refs if isinstance(refs, dict) else {}
-        r_np, source = self.nonprivate, self.source
-        if r_np is None and refs.get("nonprivate") is not None:
-            r_np, source = float(refs["nonprivate"]), "dataset metadata"
-        r_rand = self.random if self.random is not None else refs.get("random")
-        if not self.explicit:
-            ok = r_np is not None and r_rand is not None and r_np != r_rand
-            return replace(self, nonprivate=r_np, random=r_rand, source=source) if ok else self
-        if "eval_horizon" not in eval_info:
-            raise ValueError("--reference/--reference-return need an evaluation (drop --no-eval)")
-        if self.eval_horizon is not None and self.eval_horizon != eval_info["eval_horizon"]:
-            raise ConfigError(
-                "reference",
-                f"(the twin) was evaluated over {self.eval_horizon} steps, this run over "
-                f"{eval_info['eval_horizon']}; pass the same --eval-horizon",
-            )
-        if r_np is None:
-            raise ConfigError(
-                "random_return", "needs R_np too: pass --reference RUN_DIR or --reference-return"
-            )
-        if r_rand is None:
-            raise ValueError(
-                "the dataset records no random-policy return (extra['reference_returns']"
-                "['random']) for the normalised score; pass --random-return"
-            )
-        if r_np == float(r_rand):
-            raise ValueError(
-                f"the reference return R_np = {r_np:g} equals the random return: the normalised "
-                "score is undefined"
-            )
-        return replace(self, nonprivate=r_np, random=float(r_rand), source=source)
-
-    def score(self, ret: float) -> dict[str, Any]:
-        """``normalised_score`` and the references it used (nothing when they are unknown)."""
-        if self.nonprivate is None or self.random is None:
-            return {}
-        from privrl.rl.discrete_common import normalised_score
-
-        refs = {"random": self.random, "nonprivate": self.nonprivate, "source": self.source}
-        if self.eval_horizon is not None:
-            refs["eval_horizon"] = self.eval_horizon
-        return {
-            "normalised_score": normalised_score(ret, self.random, self.nonprivate),
-            "reference_returns": refs,
-            # true: R_np comes from a non-private twin on the same data (evaluation-only);
-            # false: R_np was given as a public number (flag or the dataset's metadata)
-            "reference_return_outside_guarantee": self.outside_guarantee,
-        }
 
 
 def reference_from(
@@ -382,3 +212,34 @@ def _same_file(recorded: Path, data: Path) -> bool:
     if recorded.exists() and data.exists():
         return os.path.samefile(recorded, data)
     return recorded.name == data.name
+
+
+def twin_reference(
+    config: ExpertTrainingConfig, reference: Path | None, header: DatasetHeader
+) -> Reference | None:
+    """The normalised score's references from the twin's run directory ``--reference`` (None
+    without one: the library takes the config's numbers), checked against this run's
+    evaluation horizon before the data are read."""
+    if reference is None or header.path is None:
+        return None
+    ref = reference_from(
+        reference,
+        config.reference_return,
+        config.random_return,
+        algo=config.algo,
+        data=Path(header.path),
+    )
+    info = eval_setup(
+        header.metadata,
+        episodes=config.eval_episodes,
+        horizon=config.eval_horizon,
+        no_eval=config.no_eval,
+    )
+    horizon = info.get("eval_horizon")
+    if horizon is not None and ref.eval_horizon is not None and ref.eval_horizon != horizon:
+        raise ConfigError(
+            "reference",
+            f"(the twin) was evaluated over {ref.eval_horizon} steps, this run over "
+            f"{horizon}; pass the same --eval-horizon",
+        )
+    return replace(ref, note=REFERENCE_NOTE)
