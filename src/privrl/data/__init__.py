@@ -9,18 +9,18 @@ from privrl.data.dataset import (
     TrajectoryDataset,
     Transitions,
 )
-from privrl.data.io import (
-    SCHEMA_VERSION,
-    ColumnMapping,
-    export_table,
-    import_table,
-    load_hdf5,
-    parse_column_mapping,
-    save_hdf5,
-)
+from privrl.data.io import SCHEMA_VERSION, header_of, load_hdf5, read_header, save_hdf5
 from privrl.data.minari_io import export_minari, import_minari
 from privrl.data.paths import cache_dir, data_dir
 from privrl.data.spaces import space_from_dict, space_from_json, space_to_dict, space_to_json
+from privrl.data.tables import (
+    ColumnMapping,
+    export_table,
+    from_table,
+    import_table,
+    parse_column_mapping,
+    read_table,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -36,10 +36,14 @@ __all__ = [
     "data_dir",
     "export_minari",
     "export_table",
+    "from_table",
+    "header_of",
     "import_minari",
     "import_table",
     "load_hdf5",
     "parse_column_mapping",
+    "read_header",
+    "read_table",
     "save_hdf5",
     "space_from_dict",
     "space_from_json",
