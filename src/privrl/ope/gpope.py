@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -67,6 +67,7 @@ __all__ = [
     "GpopeResult",
     "NoiseGroup",
     "PublicTuning",
+    "PublicTuningConfig",
     "StepSize",
     "calibrated_sigma",
     "gpope",
@@ -674,41 +675,98 @@ class PublicTuning:
 DEFAULT_ETAS: tuple[float, ...] = tuple(float(x) for x in np.geomspace(1e-3, 10.0, 13))
 
 
+@dataclass(frozen=True)
+class PublicTuningConfig:
+    """How `tune_on_public` chooses h and the step size on public data.
+
+    Attributes:
+        m: the PRIVATE dataset's number of trajectories (public under replace-one); with
+            `epsilon`, `delta`, `iterations` and `accounting` it sets the σ the tuning runs
+            use, which is the σ of the private run.
+        epsilon: the private run's target ε (None: tune without noise, σ = 0).
+        delta: its δ.
+        iterations: N, the private run's number of iterations.
+        accounting: how σ is calibrated (`privrl.ope.accounting`).
+        etas: the step sizes η tried.
+        schedule, k: the step schedule (`StepSize`); `diminishing` uses λ_min(Q) of the
+            public system.
+        clip_quantile: h is this quantile of ‖B_i‖ along the best non-private run.
+        repeats: private-noise runs per η (their mean MSPBE ranks η).
+        seed: the seed of the tuning runs' draws (public data: repeatable).
+        source: how the public sample was obtained, for the report line.
+        orders: RDP orders for σ (None: the dense default; a coarse grid is an upper bound).
+        clip: a given h (skips step 1, e.g. an h chosen on the same public sample for
+            another ε).
+        clip_multipliers: step 2 also tries h × each multiplier.
+        batched: run every (h, η) of a step as one lock-step array loop, each run keeping its
+            own index and noise streams (the same draws as one run at a time; the same
+            choice, the MSPBEs equal up to floating-point rounding), faster at large N.
+    """
+
+    m: int
+    epsilon: float | None
+    iterations: int
+    delta: float = 1e-5
+    accounting: AccountingMode = "rigorous"
+    etas: Sequence[float] = DEFAULT_ETAS
+    schedule: Literal["constant", "diminishing"] = "constant"
+    k: float = 0.0
+    clip_quantile: float = 0.95
+    repeats: int = 4
+    seed: SeedLike = 0
+    source: str = "sampled from the simulator"
+    orders: tuple[float, ...] | None = None
+    clip: float | None = None
+    clip_multipliers: Sequence[float] = (1.0,)
+    batched: bool = False
+
+    def __post_init__(self) -> None:
+        if int(self.m) < 1 or int(self.iterations) < 1:
+            raise ValueError(f"m and iterations must be >= 1, got {self.m}, {self.iterations}")
+        if not self.etas:
+            raise ValueError("etas must name at least one step size")
+        if int(self.repeats) < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if not 0.0 < self.clip_quantile <= 1.0:
+            raise ValueError(f"clip_quantile must be in (0, 1], got {self.clip_quantile}")
+
+    def replace(self, **changes: Any) -> PublicTuningConfig:
+        return replace(self, **changes)
+
+
 def tune_on_public(
     public: TrajectoryStats,
     system: LinearSystem | None,
-    *,
-    m: int,
-    epsilon: float | None,
-    delta: float = 1e-5,
-    iterations: int,
-    accounting: AccountingMode = "rigorous",
-    etas: Sequence[float] = DEFAULT_ETAS,
-    schedule: Literal["constant", "diminishing"] = "constant",
-    k: float = 0.0,
-    clip_quantile: float = 0.95,
-    repeats: int = 4,
-    seed: SeedLike = 0,
-    source: str = "sampled from the simulator",
-    orders: tuple[float, ...] | None = None,
-    clip: float | None = None,
-    clip_multipliers: Sequence[float] = (1.0,),
-    batched: bool = False,
+    config: PublicTuningConfig | None = None,
+    **settings: Any,
 ) -> PublicTuning:
     """Choose h and the step size on PUBLIC data (never on the private data).
 
     1. Non-private GTD2 (σ = 0, h = ∞) on the public sample for each η; keep the best by MSPBE
-       and set h to the `clip_quantile` of ‖B_i‖ along that run (skipped when `clip` is given,
-       e.g. an h already chosen on the same public sample for another ε).
+       and set h to the `clip_quantile` of ‖B_i‖ along that run (skipped when `clip` is given).
        `clip_multipliers` (default (1,)) also tries h × each multiplier in step 2.
     2. With that h and the σ the private run will use (ε, δ, the private m, N), run GPOPE on
        the public sample `repeats` times per η; pick the η of smallest mean MSPBE.
     MSPBE is measured with `system` (the known model, or a public large sample); without one,
     with the public sample's own empirical (A, b, C).
-    `batched`: run every (h, η) of a step as one lock-step array loop, each run keeping its
-    own index and noise streams (the same draws as one run at a time; the same choice, the
-    MSPBEs equal up to floating-point rounding), much faster at large N.
+
+    The settings are a `PublicTuningConfig`; keywords build one (or change the one given).
     """
+    if config is None:
+        config = PublicTuningConfig(**settings)
+    elif settings:
+        config = config.replace(**settings)
+    return _tune(public, system, config)
+
+
+def _tune(
+    public: TrajectoryStats, system: LinearSystem | None, config: PublicTuningConfig
+) -> PublicTuning:
+    m, epsilon, delta, iterations = config.m, config.epsilon, config.delta, config.iterations
+    accounting, etas, schedule, k = config.accounting, config.etas, config.schedule, config.k
+    clip_quantile, repeats, seed = config.clip_quantile, config.repeats, config.seed
+    source, orders, clip = config.source, config.orders, config.clip
+    clip_multipliers, batched = config.clip_multipliers, config.batched
     if system is None:
         system = LinearSystem(*public.mean(), info={"source": "public sample"})
     lam = system.lambda_min_q() if schedule == "diminishing" else None

@@ -1,298 +1,95 @@
-"""`privrl ope dp-lsw` and `dp-lsl`: the output-perturbation baselines (Balle et al. 2016)."""
+"""`privrl ope dp-lsw` and `dp-lsl`: the output-perturbation baselines (Balle et al. 2016;
+`privrl.ope.linear.baselines`) on the run layer.
+
+    privrl ope dp-lsw --data data.h5 --features onehot --epsilon 1 --reward-range 1 --out runs/v1
+
+The plan and the computation are the library's; this adapter adds the data source and the
+run directory. With --data, a declared horizon (`--max-horizon`, else the metadata's)
+truncates every episode to its first H steps and bounds the returns over H steps
+(`privrl.ope.horizon`), which is what makes γ = 1 possible.
+"""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from privrl.config import ConfigError, check, option
+from privrl.data.dataset import TrajectoryDataset
+from privrl.data.io import DatasetHeader
+from privrl.ope.linear.baselines import (
+    DPLSLConfig,
+    DPLSWConfig,
+    OutputPerturbationConfig,
+    plan_baseline,
+    reward_bounds,
+    run_baseline,
+    tabular_view,
+)
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope.common import (
-    MAX_TABULAR_STATES,
+    OpeSource,
     OpeSystem,
-    PrivateOpeConfig,
-    Problem,
-    _facts,
-    _positive,
-    _spec_dim,
     check_on_policy,
-    ope_result,
-    resolve_reward_scale,
-    value_metrics,
+    cli_errors,
+    estimate_result,
 )
+
+__all__ = [
+    "BaselineConfig",
+    "DpLsl",
+    "DpLslConfig",
+    "DpLsw",
+    "DpLswConfig",
+    "reward_bounds",
+    "tabular_view",
+]
 
 
 @dataclass(frozen=True)
-class BaselineConfig(PrivateOpeConfig):
-    """DP-LSW / DP-LSL: on-policy first-visit Monte Carlo least squares on a tabular view of
-    the states, released with Gaussian noise at a smooth-sensitivity bound. The rewards are
-    clipped into the public interval [L, L + R]."""
-
-    aggregation: int = option(10, help="Bins per dimension for continuous states (>= 1).")
-    reward_range: float | None = option(
-        None,
-        allow_nan=True,
-        help="Width R of the public interval holding one reward (default: the dataset "
-        "metadata's extra reward_range, or the domain's).",
-    )
-    reward_min: float | None = option(
-        None,
-        allow_nan=True,
-        help="Lower end L of the public reward interval: every reward is clipped to lie between "
-        "L and L + R (default: the dataset metadata's extra reward_min, else 0).",
-    )
+class BaselineConfig(OutputPerturbationConfig, OpeSource):
+    """`OutputPerturbationConfig` and the data source (the target policy is the behaviour)."""
 
     def validate(self) -> None:
         super().validate()
         check_on_policy(self, "Balle et al. 2016")
-        check(
-            self.aggregation >= 1,
-            "aggregation",
-            f"must be >= 1 (bins per dimension), got {self.aggregation}",
-        )
-        _positive(self.reward_range, "reward_range")
-        check(
-            self.reward_min is None or math.isfinite(self.reward_min),
-            "reward_min",
-            f"must be a finite number, got {self.reward_min}",
-        )
 
 
 @dataclass(frozen=True)
-class DpLswConfig(BaselineConfig):
-    """DP-LSW (Balle et al. 2016, "V1"): θ_X + N(0, σ_X² I), σ_X = α·S_β(X)."""
+class DpLswConfig(DPLSWConfig, BaselineConfig):
+    """`privrl ope dp-lsw`: `DPLSWConfig` and the data source."""
 
     system: ClassVar[str] = "dp-lsw"
 
 
 @dataclass(frozen=True)
-class DpLslConfig(BaselineConfig):
-    """DP-LSL (Balle et al. 2016, "V2"): the ridge version, λ = c·m^0.4."""
+class DpLslConfig(DPLSLConfig, BaselineConfig):
+    """`privrl ope dp-lsl`: `DPLSLConfig` and the data source."""
 
     system: ClassVar[str] = "dp-lsl"
 
-    c: float | None = option(
-        None, "--c", allow_nan=True, help="Ridge λ = c·m^0.4 (c > 0; default 1)."
-    )
-
-    def validate(self) -> None:
-        super().validate()
-        _positive(self.c, "c")
-
-
-# ------------------------------------------------------------------------ baselines
-
-
-def _check_states(S: int, aggregation: int | None) -> None:
-    if S > MAX_TABULAR_STATES:
-        problem = (
-            f"gives {S:,} tabular states, above the limit of {MAX_TABULAR_STATES:,} "
-            "for DP-LSW/DP-LSL; use fewer --aggregation bins"
-        )
-        if aggregation is None:
-            raise ValueError(f"the observation space {problem}")
-        raise ConfigError("aggregation", f"{aggregation} {problem}")
-
-
-def tabular_view(problem: Problem, aggregation: int) -> tuple[Any, np.ndarray, Any, str]:
-    """(state_index, Φ, value-feature map, note) for the output-perturbation baselines,
-    built from public information only (the observation space, the domain)."""
-    from gymnasium import spaces
-
-    from privrl.rl.features import StateAggregation, make_features
-
-    space = problem.observation_space
-    if problem.env == "chain":
-        S = problem.domain.mdp.n_states
-        Phi = np.eye(S)[:, : S - 1]  # one-hot over the non-absorbing states
-        return (lambda o: np.asarray(o).reshape(-1).astype(np.int64)), Phi, problem.features, ""
-    if isinstance(space, spaces.Discrete):
-        S, start = int(space.n), int(space.start)
-        _check_states(S, None)
-        return (
-            (lambda o: np.asarray(o).reshape(-1).astype(np.int64) - start),
-            np.eye(S),
-            make_features("onehot", spaces.Discrete(S)),
-            "",
-        )
-    if space is None:
-        raise ValueError("the dataset has no observation space in its metadata")
-    dim = _spec_dim(f"aggregation:{aggregation}", space)
-    if dim is not None:
-        _check_states(dim, aggregation)
-    try:
-        agg = make_features(f"aggregation:{aggregation}", space)
-    except ValueError as exc:
-        raise ConfigError("aggregation", f"is invalid here: {exc}") from exc
-    assert isinstance(agg, StateAggregation)
-    _check_states(agg.dim, aggregation)
-    note = (
-        f"APPROXIMATE: tabular first-visit MC on a {aggregation}-bin state aggregation of a "
-        "continuous state (not Markov); MSPBE scored in the run's features"
-    )
-    return agg.cell, np.eye(agg.dim), agg, note
-
-
-def _reward_bounds(config: BaselineConfig, problem: Problem, params: Any) -> tuple[float, float]:
-    """The public interval [L, L + R] every reward is clipped into, R and L resolved publicly."""
-    fix = (
-        "pass --reward-range R (the width of the public interval [--reward-min, "
-        "--reward-min + R] that holds every reward)"
-    )
-    R = resolve_reward_scale(
-        params, problem, "reward range R", config.reward_range, key="reward_range", fix=fix
-    )
-    if not (math.isfinite(R) and R > 0):
-        raise ValueError(f"the reward range must be a finite number > 0, got {R}; {fix}")
-    lo = float(
-        params.resolve(
-            "reward lower bound",
-            flag=config.reward_min,
-            metadata=problem.metadata,
-            key="reward_min",
-            default=0.0,
-            fix="pass --reward-min",
-            detail="rewards are clipped into [lower bound, lower bound + R]",
-        )
-    )
-    if not math.isfinite(lo):
-        raise ValueError(f"the reward lower bound must be finite, got {lo}; pass --reward-min")
-    if problem.gamma >= 1.0 and problem.horizon is None:
-        raise ValueError(
-            f"{config.system} bounds a first-visit return by R/(1−γ), which needs γ < 1, but "
-            f"γ = {problem.gamma:g} and no horizon is declared; pass --max-horizon H (the "
-            "steps of an episode that count: returns are then bounded by R·H) or --gamma below 1"
-        )
-    bounds = (lo, lo + R)
-    if not (math.isfinite(bounds[1]) and bounds[1] > lo):
-        raise ValueError(
-            f"the reward interval [{lo:g}, {lo:g} + {R:g}] is not representable; use a smaller "
-            "--reward-range or --reward-min"
-        )
-    return bounds
-
 
 class _Baseline(OpeSystem):
-    """DP-LSW and DP-LSL: the same plan and run; the estimator differs (`which`)."""
+    """DP-LSW and DP-LSL: the same plan and run; the estimator differs by config."""
 
-    def plan(self, config: BaselineConfig, header: Any | None, *, seed: int = 0) -> Plan:
-        from privrl.ope.baselines import plan_dp_lsl, plan_dp_lsw, return_range
-        from privrl.privacy.public import Source
-
-        params, problem = self.start(config, header, seed)
-        bounds = _reward_bounds(config, problem, params)
-        try:
-            W = return_range(bounds, problem.gamma, problem.horizon)
-        except ValueError as exc:
-            raise ValueError(f"{exc}; use a smaller --reward-range or --reward-min") from exc
-        over = "at γ" if problem.horizon is None else "over at most H steps at γ"
-        params.derive(
-            "return range",
-            W,
-            "width of the interval holding every return-to-go of rewards in "
-            f"[{bounds[0]:g}, {bounds[1]:g}] {over}",
-        )
-        state_index, Phi, value_features, note = tabular_view(problem, config.aggregation)
-        S = Phi.shape[0]
-        rho = np.full(S, 1.0 / S)
-        rho_source = "uniform over the states"
-        if problem.env == "chain":
-            rho = problem.domain.mdp.start_distribution
-            rho_source = "the chain's start distribution"
-        params.given("state weights ρ", rho_source, Source.DEFAULT, "data-independent (Γ = diag ρ)")
-        notes = tuple(
-            x
-            for x in (
-                note,
-                f"ρ: {rho_source}",
-                f"rewards clipped to the public interval [{bounds[0]:g}, {bounds[1]:g}] before "
-                "the first-visit returns are computed",
-            )
-            if x
-        )
-        budget = dict(epsilon=config.epsilon, delta=config.delta, return_range=W)
-        if isinstance(config, DpLslConfig):
-            c = config.c
-            c_val = params.given(
-                "c (λ = c·m^0.4)",
-                1.0 if c is None else float(c),
-                Source.DEFAULT if c is None else Source.FLAG,
-                "--c",
-            )
-            sens = plan_dp_lsl(Phi, rho, problem.m, c=c_val, **budget)
-            params.derive("ridge λ", sens.lam, "c·m^0.4")
-        else:
-            sens = plan_dp_lsw(Phi, rho, problem.m, **budget)
-        params.derive("smooth-sensitivity α", sens.alpha, "5√(2 ln(2/δ))/ε")
-        params.derive("smooth-sensitivity β", sens.beta, "ε/(4(n + ln(2/δ)))")
-        planned = sens.report(notes).with_public_parameters(params)
-        algorithm = {**sens.config(), "reward_bounds": list(bounds)}
-        if note:
-            algorithm["aggregation"] = config.aggregation
-        view = dict(state_index=state_index, Phi=Phi, rho=rho, value_features=value_features)
-        facts = dict(params=params, bounds=bounds, W=W, notes=notes, lam=sens.lam)
-        facts["sigma_hi"] = sens.sigma_bounds[1]  # public: the clamp's upper end
-        return self.finish(problem, planned, algorithm, **view, **facts)
+    def plan(self, config: BaselineConfig, header: DatasetHeader | None, *, seed: int = 0) -> Plan:
+        with cli_errors(config):
+            params, problem = self.start(config, header, seed)
+            plan = plan_baseline(config, problem, params)
+        return self.adapt(plan, type(config))
 
     def run(
-        self, config: BaselineConfig, data: Any, rng: np.random.Generator, ctx: RunContext
+        self,
+        config: BaselineConfig,
+        data: TrajectoryDataset,
+        rng: np.random.Generator,
+        ctx: RunContext,
     ) -> Result:
-        from privrl.ope.baselines import dp_lsl, dp_lsw, first_visit_returns
-        from privrl.ope.mspbe import LinearSystem, model_system
-
-        f, problem = _facts(ctx)
-        Phi, rho = f["Phi"], f["rho"]
-        fv = first_visit_returns(
-            data, f["state_index"], Phi.shape[0], problem.gamma, reward_bounds=f["bounds"]
-        )
-        common = dict(
-            epsilon=config.epsilon,
-            delta=config.delta,
-            return_range=f["W"],
-            rng=ctx.noise.generator("dp-lsw"),
-            notes=f["notes"],
-        )
-        if isinstance(config, DpLslConfig):
-            res = dp_lsl(fv, Phi, rho, lam=f["lam"], **common)
-        else:
-            res = dp_lsw(fv, Phi, rho, **common)
-        # res.private_sigma and res.theta_nonprivate are data-dependent: never published.
-        report = res.report.with_public_parameters(f["params"])
-        metrics: dict[str, Any] = {}
-        value_features = f["value_features"]
-        if problem.domain is not None and value_features is not problem.features:
-            cross = model_system(
-                problem.domain,
-                target_policy=None,
-                features=problem.features,
-                value_features=value_features,
-            )
-            metrics["mspbe"] = float(LinearSystem(cross.A, cross.b, cross.C).mspbe(res.theta))
-            metrics["mspbe_source"] = cross.info.get("source", "")
-            metrics["mspbe_note"] = "value function in aggregation features, MSPBE in run features"
-        from privrl.ope.horizon import return_bounds
-
-        index, sigma_hi = f["state_index"], f["sigma_hi"]
-        # every component of θ_X is a weighted mean of first-visit returns (DP-LSL: shrunk
-        # towards 0) and w = d₀ᵀΦ a sub-distribution, so wᵀθ_X lies in this public range
-        lo, hi = return_bounds(f["bounds"], problem.gamma, problem.horizon)
-        metrics.update(
-            value_metrics(
-                problem,
-                res.theta,
-                lambda obs: Phi[index(obs)],
-                config.confidence,
-                noise_sd=lambda w: sigma_hi * float(np.linalg.norm(w)),
-                value_range=(min(lo, 0.0), max(hi, 0.0)),
-                covers="privacy noise only, conservatively: at σ_hi, the public upper bound on "
-                "the withheld noise scale σ_X, and within the public return range; not "
-                "sampling error",
-            )
-        )
-        return ope_result(problem, res.theta, report, metrics=metrics)
+        assert ctx.plan is not None
+        with cli_errors(config):
+            estimate = run_baseline(config, ctx.plan, data, ctx.noise)
+        return estimate_result(ctx.plan.facts["problem"], estimate, type(config))
 
 
 class DpLsw(_Baseline):

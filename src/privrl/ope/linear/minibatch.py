@@ -1,59 +1,96 @@
-"""`privrl ope gpope --mode minibatch` on the run layer (`privrl.ope.minibatch`)."""
+"""GPOPE's mode minibatch from Python (`privrl.ope.minibatch`, beyond the paper): Poisson-sampled
+minibatch GTD2 with Polyak averaging, under ADD/REMOVE neighbours (the relation Poisson sampling
+is analysed under; the replace-one ε of the same run is listed beside it).
+
+Neighbours differ in m, so the header's count is neither used nor published: the declared m̄
+(`declared_trajectories`, or the metadata's n_trajectories; on a simulator the sample size)
+sets the default q = min(1, 20/m̄) and the step normaliser, and σ is calibrated by the PLD
+accountant for (ε, δ, q, T) in the plan. h and η come from the config or a public tuning sample.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from privrl.privacy.noise import NoiseSource
-from privrl.runs.system import Plan, Result, RunContext
-from privrl.systems.ope.common import (
-    _facts,
-    declared_trajectories,
-    ope_result,
-    value_metrics,
-)
-from privrl.systems.ope.gpope import (
-    MAX_TUNING_GATHER,
-    Gpope,
-    GpopeConfig,
-    _check_gpope_inputs,
-    _public_sample,
+from privrl.algorithm import Plan
+from privrl.ope.linear.common import LinearProblem, declared_trajectories, value_metrics
+from privrl.ope.linear.estimator import LinearEstimate, public_plan
+from privrl.ope.linear.gpope import (
+    GPOPE_VALUE_REPLICAS,
+    MAX_REPLICA_GATHER,
+    MAX_REPLICA_WORK,
+    MIN_VALUE_REPLICAS,
+    GPOPEConfig,
+    PublicSource,
+    check_gpope_inputs,
     flag_or_tuned,
     measured_on_public,
-    minibatch_batch,
-    minibatch_value_replicas,
     needs_public_data,
     public_clipping,
+    public_sample,
 )
+from privrl.privacy.noise import NoiseSource
+
+if TYPE_CHECKING:
+    from privrl.data.dataset import TrajectoryDataset
+    from privrl.privacy.public import PublicParameters
+
+# mode minibatch gathers about q·m_pub trajectories' n × n statistics per replica and step;
+# its public tuning runs all (h, η) pairs in lock step, refused above this many numbers a step.
+MAX_TUNING_GATHER = 2**25
 
 
-def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed: int) -> Plan:
-    """The public plan of `--mode minibatch` (`privrl.ope.minibatch`): m̄, q, T, h, η and σ from
+def minibatch_batch(q: float, public_size: int) -> int:
+    """The expected batch q·m of a public sample of `public_size` trajectories (at least 1)."""
+    return max(1, math.ceil(float(q) * int(public_size)))
+
+
+def minibatch_value_replicas(iterations: int, n: int, batch: int) -> int:
+    """How many public minibatch replicas the value's interval uses (0: too costly): the
+    paper mode's rule with each step gathering `batch` trajectories instead of one."""
+    per = int(batch) * n * n
+    r = min(
+        GPOPE_VALUE_REPLICAS, MAX_REPLICA_GATHER // per, MAX_REPLICA_WORK // (int(iterations) * per)
+    )
+    return r if r >= MIN_VALUE_REPLICAS else 0
+
+
+def plan_minibatch(
+    config: GPOPEConfig,
+    problem: LinearProblem,
+    params: PublicParameters,
+    header: Any | None,
+    public_source: PublicSource,
+    seed: int,
+) -> Plan:
+    """The public plan of mode minibatch (`privrl.ope.minibatch`): m̄, q, T, h, η and σ from
     public sources only, σ calibrated by the PLD accountant for the target (ε, δ) under
     add/remove, before any private byte is read."""
     from privrl.ope import minibatch as mb
     from privrl.ope.mspbe import LinearSystem
     from privrl.privacy.public import Source
 
-    params, problem = system.start(config, header, seed, count_is_public=False)
     m_bar = declared_trajectories(
         config, problem, header, params, detail="sets q's default and the step normaliser 1/(q·m̄)"
     )
     if config.sampling_rate is not None:
         q = params.given(
-            "sampling rate q", float(config.sampling_rate), Source.FLAG, "--sampling-rate"
+            "sampling rate q", float(config.sampling_rate), Source.FLAG, "sampling_rate"
         )
     else:
         q = params.derive(
             "sampling rate q", mb.default_sampling_rate(m_bar), f"min(1, {mb.DEFAULT_BATCH}/m̄)"
         )
     if config.steps is not None:
-        T = params.given("iterations T", int(config.steps), Source.FLAG, "--steps")
+        T = params.given("iterations T", int(config.steps), Source.FLAG, "steps")
     else:
         T = params.given("iterations T", mb.DEFAULT_STEPS, Source.DEFAULT, "privrl.ope.minibatch")
-    n, needs_tuning = _check_gpope_inputs(config, problem, m_bar, "m̄ = {m:,} declared trajectories")
+    n, needs_tuning = check_gpope_inputs(
+        config, problem, public_source, m_bar, "m̄ = {m:,} declared trajectories"
+    )
     params.given("accountant", "pld", Source.DEFAULT, "dp-accounting PLD, add/remove")
     sigma = mb.minibatch_sigma(config.epsilon, config.delta, q, T)
     params.derive(
@@ -72,15 +109,17 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
     tuned = None
     pub_stats, pub_source = None, ""
     if needs_tuning:
-        pub_stats, pub_source = _public_sample(config, problem, m_bar, seed, " with its own seed")
+        pub_stats, pub_source = public_sample(
+            public_source, problem, m_bar, seed, " with its own seed"
+        )
         n_etas = len(mb.TUNING_ETAS) if config.step_size is None else 1
         n_clips = len(mb.TUNING_CLIP_MULTIPLIERS) if config.clip is None else 1
         gather = n_etas * n_clips * mb.TUNING_REPEATS * minibatch_batch(q, pub_stats.m) * n * n
         if gather > MAX_TUNING_GATHER:  # public sizes only: q, the public sample's m, n
             raise ValueError(
                 f"tuning h and η on the public sample would gather {gather:,} numbers a step "
-                f"(above {MAX_TUNING_GATHER:,}); give --clip and --step-size, a smaller "
-                "--sampling-rate or fewer features"
+                f"(above {MAX_TUNING_GATHER:,}); give `clip` and `step_size`, a smaller "
+                "`sampling_rate` or fewer features"
             )
         model = problem.system()
         if model is None:
@@ -107,8 +146,8 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
             f"{tuned.source}",
         )
         tuned_eta = (tuned.config.eta, f"best mean MSPBE of {mb.TUNING_ETAS}, {tuned.source}")
-    h = flag_or_tuned(params, "clip bound h", config.clip, "--clip", tuned_h)
-    eta = flag_or_tuned(params, "step size η", config.step_size, "--step-size", tuned_eta)
+    h = flag_or_tuned(params, "clip bound h", config.clip, "clip", tuned_h)
+    eta = flag_or_tuned(params, "step size η", config.step_size, "step_size", tuned_eta)
     cfg = base.with_(clip=h, eta=eta)
     eps_ro = mb.replace_one_epsilon(sigma, q, T, config.delta)
     planned = mb.minibatch_report(
@@ -143,11 +182,12 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
         "delta": config.delta,
         "n_features": n,
     }
-    return system.finish(
+    return public_plan(
         problem,
         planned,
         algorithm,
         relation=mb.MINIBATCH_RELATION,
+        public_source=public_source,
         params=params,
         mb_config=cfg,
         sigma=sigma,
@@ -158,15 +198,18 @@ def plan_minibatch(system: Gpope, config: GpopeConfig, header: Any | None, seed:
     )
 
 
-def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
-    """`--mode minibatch` on the private episodes: minibatch GTD2 with the planned (q, T, h, η,
+def run_minibatch(
+    config: GPOPEConfig, plan: Plan, data: TrajectoryDataset, noise: NoiseSource, seed: int
+) -> LinearEstimate:
+    """Mode minibatch on the private episodes: minibatch GTD2 with the planned (q, T, h, η,
     σ), noise from the stream [seed, 3]; θ̄ (Polyak) and its value with an interval from
     replica runs of the same mechanism on PUBLIC data."""
     from privrl.ope.minibatch import minibatch_gtd2
 
-    f, problem = _facts(ctx)
+    f = plan.facts
+    problem: LinearProblem = f["problem"]
     cfg, sigma = f["mb_config"], f["sigma"]
-    trace = minibatch_gtd2([problem.stats(data)], cfg, sigma=sigma, noise=ctx.noise)
+    trace = minibatch_gtd2([problem.stats(data)], cfg, sigma=sigma, noise=noise)
     theta = trace.theta_avg[0]
     # the clipped fraction of the private run is not published (it is not noised)
     metrics: dict[str, Any] = {
@@ -182,7 +225,7 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
     metrics.update(public_clipping(f["tuned"], "gradients on the PUBLIC tuning runs"))
     pub_stats, pub_source = f["pub_stats"], f["pub_source"]
     if pub_stats is None:
-        pub_stats, pub_source = _public_sample(config, problem, cfg.public_m, ctx.seed)
+        pub_stats, pub_source = public_sample(f["public_source"], problem, cfg.public_m, seed)
     n_rep = 0  # public sizes only: T, n and the public sample's expected batch
     if pub_stats is not None:
         batch = minibatch_batch(cfg.q, pub_stats.m)
@@ -196,7 +239,7 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
             [pub_stats] * n_rep,
             cfg,
             sigma=sigma,
-            noise=NoiseSource.insecure([ctx.seed, 7]),  # PUBLIC data: repeatable
+            noise=NoiseSource.insecure([seed, 7]),  # PUBLIC data: repeatable
         )
         return runs.theta_avg @ w
 
@@ -208,7 +251,7 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
         covers = (
             "nothing: measuring the noise on public replica runs would cost too much for "
             f"T = {cfg.iterations:,} iterations, n = {problem.features.dim} features and an "
-            f"expected batch of {batch:,}; use fewer steps, features or a smaller --sampling-rate"
+            f"expected batch of {batch:,}; use fewer steps, features or a smaller `sampling_rate`"
         )
     metrics.update(
         value_metrics(
@@ -220,4 +263,4 @@ def run_minibatch(config: GpopeConfig, data: Any, ctx: RunContext) -> Result:
             covers=covers,
         )
     )
-    return ope_result(problem, theta, ctx.plan.report, metrics=metrics)
+    return LinearEstimate(theta, plan.report, metrics, details=trace)
