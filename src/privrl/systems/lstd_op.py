@@ -14,8 +14,8 @@ from privrl.data.io import DatasetHeader
 from privrl.ope.linear.lstd_op import LSTDOPConfig, plan_lstd_op, run_lstd_op
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope.common import (
-    OpeSource,
     OpeSystem,
+    PrivateOpeConfig,
     check_on_policy,
     cli_errors,
     estimate_result,
@@ -25,7 +25,7 @@ __all__ = ["LstdOp", "LstdOpConfig"]
 
 
 @dataclass(frozen=True)
-class LstdOpConfig(LSTDOPConfig, OpeSource):
+class LstdOpConfig(LSTDOPConfig, PrivateOpeConfig):
     """`privrl ope lstd-op`: `LSTDOPConfig` and the data source (the target policy is the
     behaviour)."""
 

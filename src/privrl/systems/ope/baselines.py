@@ -29,8 +29,8 @@ from privrl.ope.linear.baselines import (
 )
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope.common import (
-    OpeSource,
     OpeSystem,
+    PrivateOpeConfig,
     check_on_policy,
     cli_errors,
     estimate_result,
@@ -48,7 +48,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class BaselineConfig(OutputPerturbationConfig, OpeSource):
+class BaselineConfig(OutputPerturbationConfig, PrivateOpeConfig):
     """`OutputPerturbationConfig` and the data source (the target policy is the behaviour)."""
 
     def validate(self) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -50,7 +50,12 @@ from privrl.ope.linear.estimator import LinearEstimate, prepare
 from privrl.ope.targets import USER_CODE_HELP
 from privrl.privacy.public import PublicParameter, PublicParameters
 from privrl.privacy.report import PrivacyReport
+from privrl.privacy.units import NeighbourRelation
 from privrl.runs.system import PlotSpec, Result, RunContext, Series, System
+
+if TYPE_CHECKING:
+    from privrl.envs.chain import ChainDomain
+    from privrl.ope.domains import OpeDomain
 
 __all__ = [
     "DEFAULT_DELTA",
@@ -69,6 +74,7 @@ __all__ = [
     "OpeSystem",
     "PrivateOpeConfig",
     "Problem",
+    "TargetBudget",
     "check_declared_trajectories",
     "check_gamma_confidence",
     "check_ledger_relation",
@@ -215,11 +221,11 @@ class OpeConfig(LinearOpeConfig, OpeSource):
 
 
 @dataclass(frozen=True)
-class PrivateOpeConfig(PrivateLinearOpeConfig, OpeSource):
+class PrivateOpeConfig(PrivateLinearOpeConfig, OpeConfig):
     """An (ε, δ)-DP estimator's run: the data source and the target budget."""
 
 
-def check_on_policy(config: Any, why: str) -> None:
+def check_on_policy(config: OpeConfig, why: str) -> None:
     """An on-policy estimator refuses any target policy but the behaviour (`why` says why)."""
     check(
         config.target_policy in ON_POLICY,
@@ -229,7 +235,14 @@ def check_on_policy(config: Any, why: str) -> None:
     )
 
 
-def target_parameters(config: Any, epsilon_label: str = "ε") -> PublicParameters:
+class TargetBudget(Protocol):
+    """A config with a target (ε, δ) (the OPE systems', and ips, snips and dr)."""
+
+    epsilon: float
+    delta: float
+
+
+def target_parameters(config: TargetBudget, epsilon_label: str = "ε") -> PublicParameters:
     """`PublicParameters` holding the target ε (its flag) and δ (its flag, or the default)."""
     return cli_parameters(lib.target_parameters(config, epsilon_label), type(config))
 
@@ -237,7 +250,7 @@ def target_parameters(config: Any, epsilon_label: str = "ε") -> PublicParameter
 # ------------------------------------------------------------------------ the public side
 
 
-def get_domain(env: str) -> Any:
+def get_domain(env: str) -> ChainDomain | OpeDomain:
     """A built-in OPE domain by name (its policies are fixed public objects)."""
     if env == "chain":
         from privrl.envs.chain import ChainDomain
@@ -255,7 +268,7 @@ def get_domain(env: str) -> Any:
 
 
 def public_problem(
-    config: Any,
+    config: OpeConfig,
     header: DatasetHeader | None,
     params: PublicParameters,
     seed: int,
@@ -330,7 +343,9 @@ def load_episodes(problem: LinearProblem) -> TrajectoryDataset:
     return prepare(problem, load_hdf5(problem.data_path))
 
 
-def check_ledger_relation(problem: LinearProblem, relation: Any = None) -> None:
+def check_ledger_relation(
+    problem: LinearProblem, relation: NeighbourRelation | None = None
+) -> None:
     """A ledger kept for another unit or relation refuses these estimators (the guard would);
     say how to make a ledger they can use. Reads the ledger only, not the episodes.
     `relation`: the run's (default: replace-one, the relation of every mode but gpope's
@@ -445,7 +460,7 @@ def _summary(problem: LinearProblem, metrics: dict[str, Any]) -> list[str]:
     return summary
 
 
-def _facts(ctx: RunContext) -> tuple[Any, LinearProblem]:
+def _facts(ctx: RunContext) -> tuple[Mapping[str, Any], LinearProblem]:
     """The plan's facts and its public problem, as `run` sees them."""
     assert ctx.plan is not None
     return ctx.plan.facts, ctx.plan.facts["problem"]
@@ -460,7 +475,7 @@ class OpeSystem(System):
     epsilon_label: ClassVar[str] = "ε"
 
     def load(
-        self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator
+        self, config: OpeConfig, source: Path | None, plan: Plan, rng: np.random.Generator
     ) -> TrajectoryDataset:
         with cli_errors(type(config)):
             return load_episodes(plan.facts["problem"])
@@ -471,7 +486,7 @@ class OpeSystem(System):
         report: PrivacyReport,
         algorithm: dict[str, Any],
         *,
-        relation: Any = None,
+        relation: NeighbourRelation | None = None,
         **facts: Any,
     ) -> Plan:
         """The plan: the ledger's unit and relation checked, config.json = the problem's
@@ -494,7 +509,7 @@ class OpeSystem(System):
 
     def start(
         self,
-        config: Any,
+        config: OpeConfig,
         header: DatasetHeader | None,
         seed: int,
         *,

@@ -43,7 +43,7 @@ from privrl.ope.linear.minibatch import (
     minibatch_value_replicas,
 )
 from privrl.runs.system import Plan, Result, RunContext
-from privrl.systems.ope.common import OpeSource, OpeSystem, cli_errors, estimate_result
+from privrl.systems.ope.common import OpeSystem, PrivateOpeConfig, cli_errors, estimate_result
 
 __all__ = [
     "GPOPE_VALUE_REPLICAS",
@@ -65,7 +65,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class GpopeConfig(GPOPEConfig, OpeSource):
+class GpopeConfig(GPOPEConfig, PrivateOpeConfig):
     """`privrl ope gpope`: `GPOPEConfig` and the data source, with `--public-data FILE` for
     the public dataset h and the step are tuned on."""
 

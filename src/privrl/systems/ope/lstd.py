@@ -14,7 +14,7 @@ from privrl.ope.linear.lstd import LSTDConfig, plan_lstd, run_lstd
 from privrl.privacy.public import PublicParameters
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope.common import (
-    OpeSource,
+    OpeConfig,
     OpeSystem,
     cli_errors,
     estimate_result,
@@ -25,7 +25,7 @@ __all__ = ["Lstd", "LstdConfig"]
 
 
 @dataclass(frozen=True)
-class LstdConfig(LSTDConfig, OpeSource):
+class LstdConfig(LSTDConfig, OpeConfig):
     """`privrl ope lstd`: `LSTDConfig` and the data source."""
 
     system: ClassVar[str] = "lstd"
