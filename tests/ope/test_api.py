@@ -148,6 +148,18 @@ def test_an_overspend_is_refused_before_the_episodes_are_read(
     assert counted == [] and ledger.entries == ()
 
 
+def test_a_ledger_refuses_an_insecure_estimate_before_the_episodes_are_read(
+    stored: Path, tmp_path: Path, counted: list[int]
+) -> None:
+    path = save_hdf5(load_hdf5(stored), tmp_path / "d.h5")
+    ledger = new_ledger(path, epsilon=5.0)
+    with pytest.raises(LedgerError):
+        DPLSW(epsilon=1.0, features="onehot", reward_range=1.0).estimate(
+            load_hdf5(path), ledger=ledger, noise=NoiseSource.insecure(0)
+        )
+    assert counted == [] and ledger.entries == ()
+
+
 def test_insecure_noise_repeats_and_secure_noise_does_not(stored: Path) -> None:
     data = load_hdf5(stored)
     gp = GPOPE(epsilon=1.0, **FIXED)
@@ -166,6 +178,7 @@ def test_minibatch_mode_from_python(stored: Path) -> None:
     a = mb.estimate(load_hdf5(stored), noise=NoiseSource.insecure(1))
     b = mb.estimate(load_hdf5(stored), noise=NoiseSource.insecure(1))
     assert a.report.relation.value == "add_remove" and a.value == b.value
+    assert a.report.epsilon == float("inf")  # insecure noise: uncertified in every mode
     names = {p["name"] for p in a.report.public_parameters}
     assert "trajectories m" not in names  # the count is not public under add/remove
     assert "declared trajectories m̄" in names
@@ -220,6 +233,13 @@ def test_plan_errors_name_fields_not_flags(stored: Path) -> None:
     with pytest.raises(ConfigError) as cerr:
         GPOPE(epsilon=1.0, **FIXED, public=data).estimate(data)
     assert cerr.value.key == "public" and "same episodes" in str(cerr.value)
+    minibatch = dict(mode="minibatch", features="onehot", clip=0.01, step_size=3.0)
+    with pytest.raises(ConfigError) as cerr:  # add/remove: the header's count is not public
+        GPOPE(epsilon=1.0, **minibatch, simulator=ChainDomain()).estimate(data)
+    assert cerr.value.key == "simulator"
+    with pytest.raises(ValueError) as err:  # nor is it m̄: declared, or refused
+        GPOPE(epsilon=1.0, **minibatch).estimate(data)
+    assert "`declared_trajectories=M`" in str(err.value)
 
 
 def test_public_tuning_takes_a_config_or_its_keywords() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.io import DatasetHeader
-from privrl.ope.linear.lstd_op import LSTDOPConfig, plan_lstd_op, run_lstd_op
+from privrl.ope.linear.lstd_op import LSTDOP, LSTDOPConfig
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope.common import (
     OpeSystem,
@@ -48,7 +48,7 @@ class LstdOp(OpeSystem):
         with cli_errors(config):
             # add/remove neighbours differ in the header's count: it is not a public parameter
             params, problem = self.start(config, header, seed, count_is_public=False)
-            plan = plan_lstd_op(config, problem, params, header)
+            plan = LSTDOP(config).plan_problem(problem, params, header)
         return self.adapt(plan, LstdOpConfig)
 
     def run(
@@ -60,5 +60,5 @@ class LstdOp(OpeSystem):
     ) -> Result:
         assert ctx.plan is not None
         with cli_errors(config):
-            estimate = run_lstd_op(config, ctx.plan, data, ctx.noise)
+            estimate = LSTDOP(config).compute(ctx.plan, data, ctx.noise)
         return estimate_result(ctx.plan.facts["problem"], estimate, LstdOpConfig)

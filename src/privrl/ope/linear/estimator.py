@@ -4,7 +4,7 @@ ledger transaction (`privrl.algorithm.spending`) returning an `Estimated`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
@@ -69,7 +69,7 @@ def prepare(problem: LinearProblem, data: TrajectoryDataset) -> TrajectoryDatase
         )
     if problem.target_policy is not None and data.behaviour_probs is None:
         raise DatasetError(
-            f"{where} has no 'behaviour_probs' field: off-policy evaluation of target policy "
+            f"{where} has no 'behaviour_probs' field: off-policy evaluation of `target_policy` "
             f"{problem.target_spec} needs the behaviour policy's action probabilities (record "
             "them when collecting, or evaluate on-policy with `target_policy=behaviour`)",
             field="behaviour_probs",
@@ -166,9 +166,14 @@ class LinearEstimator(Algorithm[C]):
     def plan_problem(
         self, problem: LinearProblem, params: PublicParameters, header: Any | None
     ) -> Plan:
+        """The plan from a public problem (a dataset's, or a simulator's sample that the
+        command line's `--env` draws) and the parameters resolved so far; `header`: the
+        dataset's, or None for a simulator's sample."""
         raise NotImplementedError
 
     def compute(self, plan: Plan, data: TrajectoryDataset, noise: NoiseSource) -> LinearEstimate:
+        """The estimate on the private episodes (as `prepare` returns them) with the planned
+        public settings; every release's noise from `noise`."""
         raise NotImplementedError
 
     def estimate(
@@ -189,10 +194,13 @@ class LinearEstimator(Algorithm[C]):
         header = header_of(dataset)
         plan = self.plan(header, policy)
         source = noise_or_secure(noise)
+        if not source.certified:  # uncertified (ε = ∞): a ledger refuses it before the data
+            plan = replace(plan, report=source.certify(plan.report))
 
         def compute() -> Estimated:
             problem: LinearProblem = plan.facts["problem"]
             result = self.compute(plan, prepare(problem, dataset), source)
+            result.report = source.certify(result.report)
             return estimated(problem, result)
 
         return spending(ledger, plan, header, compute, label=self.label or self.config.system)

@@ -19,12 +19,12 @@ import numpy as np
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.io import DatasetHeader
 from privrl.ope.linear.baselines import (
+    DPLSL,
+    DPLSW,
     DPLSLConfig,
     DPLSWConfig,
     OutputPerturbationConfig,
-    plan_baseline,
     reward_bounds,
-    run_baseline,
     tabular_view,
 )
 from privrl.runs.system import Plan, Result, RunContext
@@ -73,10 +73,14 @@ class DpLslConfig(DPLSLConfig, BaselineConfig):
 class _Baseline(OpeSystem):
     """DP-LSW and DP-LSL: the same plan and run; the estimator differs by config."""
 
+    @staticmethod
+    def estimator(config: BaselineConfig) -> DPLSW | DPLSL:
+        return DPLSL(config) if isinstance(config, DPLSLConfig) else DPLSW(config)
+
     def plan(self, config: BaselineConfig, header: DatasetHeader | None, *, seed: int = 0) -> Plan:
         with cli_errors(config):
             params, problem = self.start(config, header, seed)
-            plan = plan_baseline(config, problem, params)
+            plan = self.estimator(config).plan_problem(problem, params, header)
         return self.adapt(plan, type(config))
 
     def run(
@@ -88,7 +92,7 @@ class _Baseline(OpeSystem):
     ) -> Result:
         assert ctx.plan is not None
         with cli_errors(config):
-            estimate = run_baseline(config, ctx.plan, data, ctx.noise)
+            estimate = self.estimator(config).compute(ctx.plan, data, ctx.noise)
         return estimate_result(ctx.plan.facts["problem"], estimate, type(config))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +51,7 @@ from privrl.ope.targets import USER_CODE_HELP
 from privrl.privacy.public import PublicParameter, PublicParameters
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation
-from privrl.runs.system import PlotSpec, Result, RunContext, Series, System
+from privrl.runs.system import PlotSpec, Result, Series, System
 
 if TYPE_CHECKING:
     from privrl.envs.chain import ChainDomain
@@ -460,12 +460,6 @@ def _summary(problem: LinearProblem, metrics: dict[str, Any]) -> list[str]:
     return summary
 
 
-def _facts(ctx: RunContext) -> tuple[Mapping[str, Any], LinearProblem]:
-    """The plan's facts and its public problem, as `run` sees them."""
-    assert ctx.plan is not None
-    return ctx.plan.facts, ctx.plan.facts["problem"]
-
-
 class OpeSystem(System):
     """The shared side of the estimators: optional data, a seeded plan (the episodes are
     sampled with --env from the run's seed) and `load`."""
@@ -479,21 +473,6 @@ class OpeSystem(System):
     ) -> TrajectoryDataset:
         with cli_errors(type(config)):
             return load_episodes(plan.facts["problem"])
-
-    @staticmethod
-    def finish(
-        problem: LinearProblem,
-        report: PrivacyReport,
-        algorithm: dict[str, Any],
-        *,
-        relation: NeighbourRelation | None = None,
-        **facts: Any,
-    ) -> Plan:
-        """The plan: the ledger's unit and relation checked, config.json = the problem's
-        public description + the estimator's public settings, `facts` for `run`."""
-        check_ledger_relation(problem, relation)
-        public = {**problem.public_config(), **algorithm}
-        return Plan(report=report, public=public, facts={"problem": problem, **facts})
 
     @staticmethod
     def adapt(plan: Plan, config_type: type[Config]) -> Plan:

@@ -22,19 +22,17 @@ from privrl.config import ConfigError, check, option
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.io import DatasetHeader
 from privrl.ope.linear.gpope import (
+    GPOPE,
     GPOPE_VALUE_REPLICAS,
     MAX_REPLICA_GATHER,
     MAX_REPLICA_WORK,
     MIN_VALUE_REPLICAS,
     PAPER_ONLY,
     GPOPEConfig,
-    PublicSource,
     flag_or_tuned,
     measured_on_public,
     needs_public_data,
-    plan_gpope,
     public_clipping,
-    run_gpope,
     value_replicas,
 )
 from privrl.ope.linear.minibatch import (
@@ -98,7 +96,7 @@ class Gpope(OpeSystem):
             params, problem = self.start(
                 config, header, seed, count_is_public=config.mode == "paper"
             )
-            plan = plan_gpope(config, problem, params, header, public_source(config), seed)
+            plan = estimator(config, seed).plan_problem(problem, params, header)
         return self.adapt(plan, GpopeConfig)
 
     def run(
@@ -110,17 +108,19 @@ class Gpope(OpeSystem):
     ) -> Result:
         assert ctx.plan is not None
         with cli_errors(config):
-            estimate = run_gpope(config, ctx.plan, data, ctx.noise, ctx.seed)
+            estimate = estimator(config, ctx.seed, public=False).compute(ctx.plan, data, ctx.noise)
         return estimate_result(ctx.plan.facts["problem"], estimate, GpopeConfig)
 
 
-def public_source(config: GpopeConfig) -> PublicSource:
-    """--public-data FILE read into the public dataset the library tunes on (or none)."""
-    if config.public_data is None:
-        return PublicSource()
+def estimator(config: GpopeConfig, seed: int, *, public: bool = True) -> GPOPE:
+    """The library's GPOPE for this run: --public-data FILE read into its public dataset (for
+    the plan; the run finds it in the plan's facts)."""
+    if not public or config.public_data is None:
+        return GPOPE(config, seed=seed)
     from privrl.data.io import load_hdf5
 
-    return PublicSource(load_hdf5(config.public_data), f"public dataset {config.public_data.name}")
+    name = f"public dataset {config.public_data.name}"
+    return GPOPE(config, public=load_hdf5(config.public_data), public_name=name, seed=seed)
 
 
 def _refuse_data_as_public(config: GpopeConfig, header: DatasetHeader | None) -> None:

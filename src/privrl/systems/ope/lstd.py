@@ -10,7 +10,7 @@ import numpy as np
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.io import DatasetHeader
-from privrl.ope.linear.lstd import LSTDConfig, plan_lstd, run_lstd
+from privrl.ope.linear.lstd import LSTD, LSTDConfig
 from privrl.privacy.public import PublicParameters
 from privrl.runs.system import Plan, Result, RunContext
 from privrl.systems.ope.common import (
@@ -40,7 +40,7 @@ class Lstd(OpeSystem):
         with cli_errors(config):
             params = PublicParameters()
             problem = public_problem(config, header, params, seed)
-            plan = plan_lstd(config, problem, params)
+            plan = LSTD(config).plan_problem(problem, params, header)
         return self.adapt(plan, LstdConfig)
 
     def run(
@@ -52,5 +52,5 @@ class Lstd(OpeSystem):
     ) -> Result:
         assert ctx.plan is not None
         with cli_errors(config):
-            estimate = run_lstd(config, ctx.plan, data)
+            estimate = LSTD(config).compute(ctx.plan, data, ctx.noise)
         return estimate_result(ctx.plan.facts["problem"], estimate, LstdConfig)
