@@ -142,8 +142,8 @@ class LstdOpParameters:
 
 
 LstdOpConfig = LstdOpParameters
-"""The former name of `LstdOpParameters` (the resolved public inputs, not a user config:
-that is `privrl.ope.linear.lstd_op.LSTDOPConfig`)."""
+"""Another name of `LstdOpParameters` (the reproductions use it): the resolved public inputs,
+not a user's config (that is `privrl.ope.linear.lstd_op.LSTDOPConfig`)."""
 
 
 @dataclass(frozen=True)
