@@ -260,3 +260,23 @@ def test_public_tuning_takes_a_config_or_its_keywords() -> None:
     assert changed.step.eta == 1e-2
     with pytest.raises(ValueError, match="repeats"):
         PublicTuningConfig(m=40, epsilon=1.0, iterations=10, repeats=0)
+
+
+def test_the_command_line_names_the_fields_as_flags() -> None:
+    """The run layer's adapter turns the library's field references into flags, so the
+    command line's messages and privacy.json keep naming flags."""
+    from privrl.systems.ope import GpopeConfig, cli_text
+    from privrl.systems.ope.common import cli_detail
+
+    text = "applies to `mode=paper` only (minibatch takes `steps` T); pass `max_horizon=H`"
+    assert cli_text(text, GpopeConfig) == (
+        "applies to --mode paper only (minibatch takes --steps T); pass --max-horizon H"
+    )
+    assert cli_text("`iterations=N` or a public dataset (`public=`)", GpopeConfig) == (
+        "--iterations N or --public-data FILE"
+    )
+    assert cli_detail("step_size, schedule, k", GpopeConfig) == "--step-size, --schedule, --k"
+    assert cli_detail("10·m", GpopeConfig) == "10·m"  # not a list of fields: unchanged
+    with pytest.raises(ConfigError) as err:
+        GpopeConfig(epsilon=1.0, steps=10)
+    assert "--mode minibatch" in str(err.value) and "`" not in str(err.value)
