@@ -280,3 +280,18 @@ def test_the_command_line_names_the_fields_as_flags() -> None:
     with pytest.raises(ConfigError) as err:
         GpopeConfig(epsilon=1.0, steps=10)
     assert "--mode minibatch" in str(err.value) and "`" not in str(err.value)
+
+
+def test_the_library_loads_no_application_module() -> None:
+    """`privrl.ope` (the estimators from Python) imports no command-line, plotting or run-layer
+    module: the layers point downwards."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, privrl.ope, privrl.ope.linear; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'matplotlib', 'ray') "
+        "or m.startswith(('privrl.runs', 'privrl.systems', 'privrl.cli', 'privrl.experiments'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
