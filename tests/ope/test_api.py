@@ -295,3 +295,24 @@ def test_the_library_loads_no_application_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_docs_from_python_section_runs_as_printed(
+    stored: Path, public: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """docs/ope.md's "From Python" example, on a chain dataset and an independent public one."""
+    import re
+    import shutil
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "ope.md"
+    section = docs.read_text().split("## From Python: GPOPE", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    shutil.copy(stored, tmp_path / "logs.h5")
+    shutil.copy(public, tmp_path / "public.h5")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(compile(code.group(1), str(docs), "exec"), namespace)
+    assert np.isfinite(namespace["result"].value)  # type: ignore[attr-defined]
+    assert namespace["theta"].shape == (load_hdf5(stored).metadata.observation_space.n,)  # type: ignore[attr-defined]
+    assert "ε" in capsys.readouterr().out
