@@ -1,4 +1,16 @@
-"""Off-policy evaluation with differential privacy for one whole trajectory.
+"""Off-policy evaluation with differential privacy for one whole trajectory: GPOPE,
+GPOPEConfig, DPLSW, DPLSWConfig, DPLSL, DPLSLConfig, LSTD, LSTDConfig, LSTDOP, LSTDOPConfig,
+IPS, IPSConfig, SNIPS, SNIPSConfig, DR, DRConfig, Estimated, PublicTuningConfig and the
+functions below.
+
+From Python (`privrl.ope.linear`): a frozen config and an object per estimator,
+
+    from privrl.ope import GPOPE
+
+    result = GPOPE(epsilon=1.0, features="onehot", clip=1.0, step_size=0.1).estimate(ds, "uniform")
+    result.value, result.interval, result.report
+
+with `estimate(dataset, policy, *, ledger=None, noise=None)` returning an `Estimated`.
 
 Exports: `IPS`, `SNIPS`, `DR` with `IPSConfig`, `SNIPSConfig`, `DRConfig` (`ImportanceConfig`
 their base) returning `Estimated`; the `bandit` array entry points; GPOPE's and the baselines'
@@ -18,6 +30,7 @@ functions and types listed in `__all__`.
 - `stats`: per-trajectory statistics Â_i, b̂_i, Ĉ_i (2.2), computed once per dataset.
 - `mspbe`: MSPBE and the model (A, b, C) it is measured with.
 - `lstd`: non-private LSTD(0) references (on- and off-policy).
+- `linear`: the estimators' configs and objects (GPOPE, DPLSW, DPLSL, LSTD, LSTDOP).
 - `lstd_op`: output-perturbed ridge LSTD, one Gaussian release at a public worst-case
   sensitivity (a baseline for GPOPE; `privrl ope lstd-op`).
 - `baselines`: DP-LSW / DP-LSL output perturbation (Balle, Gomrokchi & Precup 2016).
@@ -32,7 +45,13 @@ from privrl.algorithm import Estimated
 from privrl.ope import bandit
 from privrl.ope.accounting import calibrate_sigma, gpope_epsilon, paper_epsilon
 from privrl.ope.baselines import dp_lsl, dp_lsw, first_visit_returns
-from privrl.ope.gpope import GpopeResult, PublicTuning, StepSize, tune_on_public
+from privrl.ope.gpope import (
+    GpopeResult,
+    PublicTuning,
+    PublicTuningConfig,
+    StepSize,
+    tune_on_public,
+)
 from privrl.ope.is_estimators import (
     DR,
     IPS,
@@ -42,20 +61,43 @@ from privrl.ope.is_estimators import (
     IPSConfig,
     SNIPSConfig,
 )
+from privrl.ope.linear import (
+    DPLSL,
+    DPLSW,
+    GPOPE,
+    LSTD,
+    LSTDOP,
+    DPLSLConfig,
+    DPLSWConfig,
+    GPOPEConfig,
+    LSTDConfig,
+    LSTDOPConfig,
+)
 from privrl.ope.mspbe import LinearSystem, model_system
 from privrl.ope.stats import TrajectoryStats, mean_system, trajectory_stats
 
 __all__ = [
+    "DPLSL",
+    "DPLSW",
     "DR",
+    "GPOPE",
     "IPS",
+    "LSTD",
+    "LSTDOP",
     "SNIPS",
+    "DPLSLConfig",
+    "DPLSWConfig",
     "DRConfig",
     "Estimated",
+    "GPOPEConfig",
     "GpopeResult",
     "IPSConfig",
     "ImportanceConfig",
+    "LSTDConfig",
+    "LSTDOPConfig",
     "LinearSystem",
     "PublicTuning",
+    "PublicTuningConfig",
     "SNIPSConfig",
     "StepSize",
     "TrajectoryStats",

@@ -24,9 +24,10 @@ The iterates θ_i are post-processing of the released noisy gradients, so the re
 θ-history (for MSPBE curves) is covered by the same guarantee; the final θ is the output.
 
 Tuning. h and the step size must not be chosen on the private data (that would leak
-information the accounting does not cover): `tune_on_public` chooses them on an independent
-public sample from the same simulator and returns a report line saying so. The fraction of
-clipped steps is computed on that public run only; the private run never reports it.
+information the accounting does not cover): `tune_on_public` (`privrl.ope.tuning`) chooses
+them on an independent public sample from the same simulator and returns a report line saying
+so. The fraction of clipped steps is computed on that public run only; the private run never
+reports it.
 
 This is the paper's mode, kept for comparison. Its per-step noise is as large as the clipped
 gradient and it returns the last iterate, so at small ε it stays near θ = 0;
@@ -53,7 +54,6 @@ from privrl.ope.accounting import (
     gpope_event,
     paper_epsilon,
 )
-from privrl.ope.mspbe import LinearSystem
 from privrl.ope.stats import TrajectoryStats
 from privrl.privacy.accounting import describe_backend
 from privrl.privacy.accounting import epsilon as accounting_epsilon
@@ -67,6 +67,7 @@ __all__ = [
     "GpopeResult",
     "NoiseGroup",
     "PublicTuning",
+    "PublicTuningConfig",
     "StepSize",
     "calibrated_sigma",
     "gpope",
@@ -641,207 +642,9 @@ def gpope_replicas(
     return trace.x[:, :n], rec, trace.history, sig, trace
 
 
-# ------------------------------------------------------------------------ public tuning
-
-
-@dataclass
-class PublicTuning:
-    """Clip bound and step size chosen on an independent public sample."""
-
-    clip: float
-    step: StepSize
-    clip_quantile: float
-    clipped_fraction: float  # on the public private-noise run with the chosen settings
-    public_m: int
-    sigma: float
-    iterations: int
-    grid: list[dict[str, float]]
-    source: str
-    clip_multiplier: float = 1.0  # h = multiplier × the quantile
-    nonprivate_step: StepSize | None = None  # best step of the non-private sweep (if run)
-
-    def report_line(self) -> str:
-        times = "" if self.clip_multiplier == 1 else f"{self.clip_multiplier:g} × the "
-        return (
-            f"clip bound h = {self.clip:.4g} ({times}{self.clip_quantile:.0%} quantile of ‖B_i‖ "
-            f"along a non-private GTD2 run) and step size ({self.step.describe()}) were chosen "
-            f"on an independent PUBLIC sample of {self.public_m} trajectories ({self.source}), "
-            f"not on the private data; fraction of clipped steps on the public run: "
-            f"{self.clipped_fraction:.3f}"
-        )
-
-
-DEFAULT_ETAS: tuple[float, ...] = tuple(float(x) for x in np.geomspace(1e-3, 10.0, 13))
-
-
-def tune_on_public(
-    public: TrajectoryStats,
-    system: LinearSystem | None,
-    *,
-    m: int,
-    epsilon: float | None,
-    delta: float = 1e-5,
-    iterations: int,
-    accounting: AccountingMode = "rigorous",
-    etas: Sequence[float] = DEFAULT_ETAS,
-    schedule: Literal["constant", "diminishing"] = "constant",
-    k: float = 0.0,
-    clip_quantile: float = 0.95,
-    repeats: int = 4,
-    seed: SeedLike = 0,
-    source: str = "sampled from the simulator",
-    orders: tuple[float, ...] | None = None,
-    clip: float | None = None,
-    clip_multipliers: Sequence[float] = (1.0,),
-    batched: bool = False,
-) -> PublicTuning:
-    """Choose h and the step size on PUBLIC data (never on the private data).
-
-    1. Non-private GTD2 (σ = 0, h = ∞) on the public sample for each η; keep the best by MSPBE
-       and set h to the `clip_quantile` of ‖B_i‖ along that run (skipped when `clip` is given,
-       e.g. an h already chosen on the same public sample for another ε).
-       `clip_multipliers` (default (1,)) also tries h × each multiplier in step 2.
-    2. With that h and the σ the private run will use (ε, δ, the private m, N), run GPOPE on
-       the public sample `repeats` times per η; pick the η of smallest mean MSPBE.
-    MSPBE is measured with `system` (the known model, or a public large sample); without one,
-    with the public sample's own empirical (A, b, C).
-    `batched`: run every (h, η) of a step as one lock-step array loop, each run keeping its
-    own index and noise streams (the same draws as one run at a time; the same choice, the
-    MSPBEs equal up to floating-point rounding), much faster at large N.
-    """
-    if system is None:
-        system = LinearSystem(*public.mean(), info={"source": "public sample"})
-    lam = system.lambda_min_q() if schedule == "diminishing" else None
-    if schedule == "diminishing" and (lam is None or lam <= 0):
-        raise ValueError("λ_min(Q) of the public system is not positive; use a constant step")
-
-    def make(eta: float) -> StepSize:
-        return StepSize(schedule, eta, k, lam)
-
-    # Everything here runs on PUBLIC data, so its draws may be repeatable from the seed.
-    ss = np.random.SeedSequence(seed if isinstance(seed, int) else None)
-    s_np, s_priv = ss.spawn(2)
-    # 1. non-private runs (one replica per η, all on the public data)
-    np_rng = np.random.default_rng(s_np)
-    public_noise = NoiseSource.insecure(s_priv)
-    nonprivate_eta: float | None = None
-    if clip is None and batched:
-        # the index streams the one-at-a-time path below draws, in the same order
-        runs = [(eta, _streams(NoiseSource.insecure(np_rng))[0]) for eta in etas]
-        index = np.concatenate([r.integers(0, public.m, size=(iterations, 1)) for _, r in runs], 1)
-        trace = gtd2_saddle_point(
-            public.A,
-            public.b,
-            public.C,
-            index,
-            np.stack([make(eta).betas(iterations) for eta in etas], axis=1),
-            clip=math.inf,
-            noise_std=0.0,
-            rng=None,
-            keep_norms=True,
-        )
-        vals = np.asarray(system.mspbe(trace.x[:, : public.n]), dtype=np.float64)
-        ok = [v for v in range(len(etas)) if math.isfinite(vals[v])]
-        if not ok:
-            raise ValueError("every step size diverged on the public data; give smaller step sizes")
-        best = min(ok, key=lambda v: (vals[v], v))
-        nonprivate_eta = float(etas[best])
-        assert trace.norms is not None
-        col = trace.norms[:, best]
-        clip = float(np.quantile(col[np.isfinite(col)], clip_quantile))
-        if not clip > 0:
-            clip = 1.0
-    elif clip is None:
-        best_val, best_norms = math.inf, None
-        for eta in etas:
-            _, _, _, _, trace = gpope_replicas(
-                [public],
-                delta=delta,
-                iterations=iterations,
-                clip=math.inf,
-                step=make(eta),
-                sigma=0.0,
-                noise=NoiseSource.insecure(np_rng),
-                keep_norms=True,
-            )
-            val = float(system.mspbe(trace.x[0, : public.n]))
-            if math.isfinite(val) and val < best_val:
-                best_val, best_norms, nonprivate_eta = val, trace.norms, float(eta)
-        if best_norms is None:
-            raise ValueError("every step size diverged on the public data; give smaller step sizes")
-        clip = float(np.quantile(best_norms[np.isfinite(best_norms)], clip_quantile))
-        if not clip > 0:
-            clip = 1.0
-    # 2. private-noise runs at the σ the private run will use
-    if epsilon is None:
-        sig = 0.0
-    else:
-        sig, _ = _resolve_sigma(epsilon, None, delta, m, iterations, accounting, orders=orders)
-    grid: list[dict[str, float]] = []
-    choice: tuple[float, float, float, float] | None = None
-    base_clip = clip
-    if batched:
-        cells = [(base_clip * float(mult), float(eta)) for mult in clip_multipliers for eta in etas]
-        streams = [_streams(public_noise) for _ in cells]
-        index = np.concatenate(
-            [a.integers(0, public.m, size=(iterations, repeats)) for a, _ in streams], axis=1
-        )
-        betas = np.concatenate(
-            [np.tile(make(eta).betas(iterations)[:, None], (1, repeats)) for _, eta in cells], 1
-        )
-        trace = gtd2_saddle_point(
-            public.A,
-            public.b,
-            public.C,
-            index,
-            betas,
-            clip=math.inf,
-            noise_std=0.0,
-            rng=None,
-            groups=[
-                NoiseGroup(repeats, nz, h * sig, h)
-                for (h, _), (_, nz) in zip(cells, streams, strict=True)
-            ],
-        )
-        vals_all = np.asarray(system.mspbe(trace.x[:, : public.n]), dtype=np.float64)
-        for c, (h, eta) in enumerate(cells):
-            vals = vals_all[c * repeats : (c + 1) * repeats]
-            mean = float(np.mean(vals)) if np.all(np.isfinite(vals)) else math.inf
-            frac = float(
-                trace.clipped[c * repeats : (c + 1) * repeats].sum() / (iterations * repeats)
-            )
-            grid.append({"clip": h, "eta": eta, "mspbe": mean, "clipped_fraction": frac})
-            if choice is None or mean < choice[1]:
-                choice = (eta, mean, frac, h)
-    for mult in clip_multipliers if not batched else ():
-        h = base_clip * float(mult)
-        for eta in etas:
-            _, _, _, _, trace = gpope_replicas(
-                [public] * repeats,
-                delta=delta,
-                iterations=iterations,
-                clip=h,
-                step=make(eta),
-                sigma=sig,
-                noise=public_noise,
-            )
-            vals = np.asarray(system.mspbe(trace.x[:, : public.n]), dtype=np.float64)
-            mean = float(np.mean(vals)) if np.all(np.isfinite(vals)) else math.inf
-            frac = float(trace.clipped.sum() / (iterations * repeats))
-            grid.append({"clip": h, "eta": float(eta), "mspbe": mean, "clipped_fraction": frac})
-            if choice is None or mean < choice[1]:
-                choice = (float(eta), mean, frac, h)
-    assert choice is not None
-    return PublicTuning(
-        clip=choice[3],
-        step=make(choice[0]),
-        clip_quantile=clip_quantile,
-        clipped_fraction=choice[2],
-        public_m=public.m,
-        sigma=sig,
-        iterations=int(iterations),
-        grid=grid,
-        source=source,
-        clip_multiplier=choice[3] / base_clip,
-        nonprivate_step=None if nonprivate_eta is None else make(nonprivate_eta),
-    )
+# Public tuning (`privrl.ope.tuning`) is re-exported here, its historical home.
+from privrl.ope.tuning import (  # noqa: E402 (tuning runs GPOPE, so it imports this module)
+    PublicTuning,
+    PublicTuningConfig,
+    tune_on_public,
+)

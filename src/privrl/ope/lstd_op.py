@@ -71,6 +71,7 @@ from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 __all__ = [
     "LSTD_OP_RELATION",
     "LstdOpConfig",
+    "LstdOpParameters",
     "LstdOpResult",
     "LstdOpStatistics",
     "lstd_op",
@@ -87,8 +88,9 @@ PLD_DISCRETIZATION = 1e-4
 
 
 @dataclass(frozen=True)
-class LstdOpConfig:
-    """Public inputs of output-perturbed ridge LSTD (every one enters the sensitivity (4)).
+class LstdOpParameters:
+    """The resolved public inputs of output-perturbed ridge LSTD (each enters the sensitivity
+    (4)); `privrl.ope.linear.lstd_op.LSTDOPConfig` is the user's config they are resolved from.
 
     feature_bound: Φ̄ (‖φ(s)‖₂ ≤ Φ̄, enforced by scaling longer rows down); reward_bound: R̄
     (rewards clipped to [−R̄, R̄]); gamma: γ; ridge: λ > 0; public_m: m̄, the declared number of
@@ -139,6 +141,11 @@ class LstdOpConfig:
         return params
 
 
+LstdOpConfig = LstdOpParameters
+"""Another name of `LstdOpParameters` (the reproductions use it): the resolved public inputs,
+not a user's config (that is `privrl.ope.linear.lstd_op.LSTDOPConfig`)."""
+
+
 @dataclass(frozen=True)
 class LstdOpStatistics:
     """Σ_i Ã_i [n, n], Σ_i b̂_i [n] and m of one dataset (private; never published)."""
@@ -147,7 +154,7 @@ class LstdOpStatistics:
     b_sum: np.ndarray
     m: int
 
-    def solve(self, config: LstdOpConfig) -> np.ndarray:
+    def solve(self, config: LstdOpParameters) -> np.ndarray:
         return ridge_solution(self.A_sum, self.b_sum, self.m, config)
 
 
@@ -158,7 +165,7 @@ def _clip_rows(phi: np.ndarray, bound: float) -> np.ndarray:
 
 
 def lstd_op_statistics(
-    data: TrajectoryDataset, features: FeatureFn, config: LstdOpConfig
+    data: TrajectoryDataset, features: FeatureFn, config: LstdOpParameters
 ) -> LstdOpStatistics:
     """The sums of (1)–(2) over the dataset's trajectories, with Φ̄ and R̄ enforced."""
     bound = float(config.feature_bound)
@@ -195,7 +202,7 @@ def lstd_op_statistics(
 
 
 def ridge_solution(
-    A_sum: np.ndarray, b_sum: np.ndarray, m: int, config: LstdOpConfig
+    A_sum: np.ndarray, b_sum: np.ndarray, m: int, config: LstdOpParameters
 ) -> np.ndarray:
     """θ_D = (Σ Ã_i / n_D + λI)⁻¹ Σ b̂_i / n_D with n_D = max(m, m̄), eq. (3)."""
     n_d = float(max(int(m), int(config.public_m)))
@@ -223,7 +230,7 @@ def lstd_op_noise_multiplier(epsilon: float, delta: float) -> float:
 
 def lstd_op_release(
     theta: np.ndarray,
-    config: LstdOpConfig,
+    config: LstdOpParameters,
     *,
     noise_multiplier: float,
     rng: np.random.Generator,
@@ -241,7 +248,7 @@ def lstd_op_release(
 
 def lstd_op_report(
     release: Release,
-    config: LstdOpConfig,
+    config: LstdOpParameters,
     *,
     delta: float,
     public: Sequence[str] = (),
@@ -277,7 +284,7 @@ class LstdOpResult:
 def lstd_op(
     data: TrajectoryDataset,
     features: FeatureFn,
-    config: LstdOpConfig,
+    config: LstdOpParameters,
     *,
     epsilon: float,
     delta: float,

@@ -1,79 +1,39 @@
-"""`privrl ope lstd-op`: output-perturbed ridge LSTD (`privrl.ope.lstd_op`) on the run layer.
-
-Plan (header only): ε, δ, the feature bound Φ̄, the reward bound R̄, γ, the ridge λ and the
-declared number of trajectories m̄ are resolved as public parameters (flag > public metadata >
-default; refused when missing), the sensitivity Δ₂ (eq. 4 of `privrl.ope.lstd_op`) and the
-noise multiplier are derived from them, and the report is complete before any episode is read.
-Run: statistics with Φ̄ and R̄ enforced by clipping, the ridge solution, one Gaussian release.
-On-policy only (the positivity (S1) that bounds ‖A_D⁻¹‖ needs ρ_t = 1).
-"""
+"""`privrl ope lstd-op`: output-perturbed ridge LSTD (`privrl.ope.linear.lstd_op`) on the run
+layer: the library's plan and estimate, with the data source (`--data`, or `--env` sampled
+from the run's seed) and the run directory. On-policy only."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from privrl.config import check, option
-from privrl.privacy.noise import NoiseSource
+from privrl.data.dataset import TrajectoryDataset
+from privrl.data.io import DatasetHeader
+from privrl.ope.linear.lstd_op import LSTDOP, LSTDOPConfig
 from privrl.runs.system import Plan, Result, RunContext
-from privrl.systems.ope import (
+from privrl.systems.ope.common import (
     OpeSystem,
     PrivateOpeConfig,
-    _facts,
-    check_declared_trajectories,
     check_on_policy,
-    check_statistics_fit,
-    declared_trajectories,
-    ope_result,
-    resolve_reward_scale,
-    value_metrics,
+    cli_errors,
+    estimate_result,
 )
+
+__all__ = ["LstdOp", "LstdOpConfig"]
 
 
 @dataclass(frozen=True)
-class LstdOpConfig(PrivateOpeConfig):
-    """LSTD-OP: θ̃ = (A_D + λI)⁻¹ b_D + N(0, σ²I), σ = z·Δ₂, Δ₂ = R̄Φ̄(2 + α/λ)/(λ m̄)."""
+class LstdOpConfig(LSTDOPConfig, PrivateOpeConfig):
+    """`privrl ope lstd-op`: `LSTDOPConfig` and the data source (the target policy is the
+    behaviour)."""
 
     system: ClassVar[str] = "lstd-op"
-
-    ridge: float = option(
-        1.0,
-        "--ridge",
-        allow_nan=True,
-        help="Ridge λ > 0 on A (sets the sensitivity: Δ₂ ∝ 1/λ²; choose it on public data).",
-    )
-    feature_bound: float | None = option(
-        None,
-        allow_nan=True,
-        help="Public bound Φ̄ on ‖φ(s)‖₂; longer feature vectors are scaled down to it "
-        "(default 1: one-hot and normalised features).",
-    )
-    reward_bound: float | None = option(
-        None,
-        allow_nan=True,
-        help="Public bound R̄ on |reward|; rewards are clipped to [−R̄, R̄] (default: the "
-        "dataset metadata's extra reward_bound, or the domain's largest reward).",
-    )
-    declared_trajectories: int | None = option(
-        None,
-        help="With --data: the declared (public) number of trajectories m̄ (default: the "
-        "metadata's n_trajectories). With --env it is --trajectories.",
-    )
 
     def validate(self) -> None:
         super().validate()
         check_on_policy(self, "its sensitivity bound needs ρ_t = 1")
-        for key in ("ridge", "feature_bound", "reward_bound"):
-            v = getattr(self, key)
-            check(
-                v is None or (math.isfinite(v) and v > 0),
-                key,
-                f"must be a finite number > 0, got {v}",
-            )
-        check_declared_trajectories(self)
 
 
 class LstdOp(OpeSystem):
@@ -84,122 +44,21 @@ class LstdOp(OpeSystem):
         "worst-case sensitivity (a baseline for GPOPE)."
     )
 
-    def plan(self, config: LstdOpConfig, header: Any | None, *, seed: int = 0) -> Plan:
-        from privrl.ope.lstd_op import (
-            LSTD_OP_RELATION,
-            lstd_op_noise_multiplier,
-        )
-        from privrl.ope.lstd_op import (
-            LstdOpConfig as Core,
-        )
-        from privrl.privacy.public import Source
-
-        # add/remove neighbours differ in the header's count: it is not a public parameter
-        params, problem = self.start(config, header, seed, count_is_public=False)
-        if problem.gamma >= 1.0:
-            raise ValueError(
-                f"lstd-op needs γ < 1 (its sensitivity has 1 + 3γ/2 and a ridge), got "
-                f"γ = {problem.gamma:g}; pass --gamma below 1"
-            )
-        phi = float(
-            params.resolve(
-                "feature bound Φ̄",
-                flag=config.feature_bound,
-                metadata=problem.metadata,
-                key="feature_bound",
-                default=1.0,
-                fix="pass --feature-bound",
-                detail="‖φ(s)‖₂ ≤ Φ̄ enforced by scaling longer vectors down",
-            )
-        )
-        rbar = resolve_reward_scale(
-            params,
-            problem,
-            "reward bound R̄",
-            config.reward_bound,
-            key="reward_bound",
-            fix="pass --reward-bound R (every reward is clipped to [−R, R])",
-            detail="rewards clipped to [−R̄, R̄]",
-        )
-        if not (math.isfinite(rbar) and rbar > 0 and math.isfinite(phi) and phi > 0):
-            raise ValueError(
-                f"the feature and reward bounds must be finite numbers > 0, got Φ̄ = {phi}, "
-                f"R̄ = {rbar}; pass --feature-bound / --reward-bound"
-            )
-        lam = params.given(
-            "ridge λ",
-            float(config.ridge),
-            Source.FLAG if config.ridge != 1.0 else Source.DEFAULT,
-            "--ridge",
-        )
-        m_bar = declared_trajectories(
-            config, problem, header, params, detail="normalises A and b by max(m, m̄)"
-        )
-        n = int(problem.features.dim)
-        check_statistics_fit("lstd-op", m_bar, n, f"m̄ = {m_bar:,} declared trajectories")
-        core = Core(
-            feature_bound=phi,
-            reward_bound=rbar,
-            gamma=float(problem.gamma),
-            ridge=float(lam),
-            public_m=m_bar,
-        )
-        z = params.derive(
-            "noise multiplier z = σ/Δ₂",
-            lstd_op_noise_multiplier(config.epsilon, config.delta),
-            "one Gaussian release at (ε, δ), PLD accountant",
-        )
-        # the report, from public inputs only: a zero vector stands in for θ (never released)
-        planned = _planned_report(core, z, config.delta, params, n)
-        # config.json: public settings only (m̄ replaces the header's count, which add/remove
-        # neighbours change)
-        algorithm = {
-            "algorithm": "lstd-op",
-            "trajectories": m_bar,
-            "ridge": core.ridge,
-            "feature_bound": phi,
-            "reward_bound": rbar,
-            "declared_trajectories": m_bar,
-        }
-        return self.finish(
-            problem, planned, algorithm, relation=LSTD_OP_RELATION, params=params, core=core, z=z
-        )
+    def plan(self, config: LstdOpConfig, header: DatasetHeader | None, *, seed: int = 0) -> Plan:
+        with cli_errors(config):
+            # add/remove neighbours differ in the header's count: it is not a public parameter
+            params, problem = self.start(config, header, seed, count_is_public=False)
+            plan = LSTDOP(config).plan_problem(problem, params, header)
+        return self.adapt(plan, LstdOpConfig)
 
     def run(
-        self, config: LstdOpConfig, data: Any, rng: np.random.Generator, ctx: RunContext
+        self,
+        config: LstdOpConfig,
+        data: TrajectoryDataset,
+        rng: np.random.Generator,
+        ctx: RunContext,
     ) -> Result:
-        from privrl.ope.lstd_op import lstd_op_release, lstd_op_report, lstd_op_statistics
-
-        f, problem = _facts(ctx)
-        core = f["core"]
-        theta = lstd_op_statistics(data, problem.features, core).solve(core)
-        noisy, release = lstd_op_release(
-            theta, core, noise_multiplier=f["z"], rng=ctx.noise.generator("lstd-op")
-        )
-        # θ (before the noise) is private: only `noisy` and the public facts are published
-        report = lstd_op_report(release, core, delta=config.delta, params=f["params"])
-        sigma = f["z"] * core.sensitivity()
-        metrics = value_metrics(
-            problem,
-            noisy,
-            problem.features,
-            config.confidence,
-            noise_sd=lambda w: sigma * float(np.linalg.norm(w)),
-            covers="privacy noise only (σ = z·Δ₂, public); not sampling error",
-        )
-        return ope_result(problem, noisy, report, metrics=metrics)
-
-
-def _planned_report(core: Any, z: float, delta: float, params: Any, n: int) -> Any:
-    """The report of the one release, from public inputs only (θ itself is not needed)."""
-    from privrl.ope.lstd_op import lstd_op_report
-    from privrl.privacy.mechanisms import gaussian_mechanism
-
-    _, release = gaussian_mechanism(
-        np.zeros(n),
-        sensitivity=core.sensitivity(),
-        noise_multiplier=z,
-        rng=NoiseSource.secure().generator("planning"),  # the draw is discarded
-        name="LSTD-OP θ = (A_D + λI)⁻¹ b_D",
-    )
-    return lstd_op_report(release, core, delta=delta, params=params)
+        assert ctx.plan is not None
+        with cli_errors(config):
+            estimate = LSTDOP(config).compute(ctx.plan, data, ctx.noise)
+        return estimate_result(ctx.plan.facts["problem"], estimate, LstdOpConfig)
