@@ -127,8 +127,8 @@ def test_the_docs_show_commands_of_every_family() -> None:
 @pytest.mark.parametrize("argv", CASES)
 def test_documented_command_line_parses(root, argv: list[str]) -> None:
     """The documented line parses; a named reproduction or recipe exists."""
-    from privrl.experiments.recipes import RECIPES
     from privrl.experiments.reproduce import REPRODUCTIONS
+    from privrl.runs.recipes import RECIPES
 
     params = parse(root, argv)
     if argv[:1] == ["reproduce"] and params.get("target") and not _placeholder(params["target"]):

@@ -190,37 +190,6 @@ def test_run_config_key_identifies_the_configuration() -> None:
     assert json.loads(json.dumps(a.to_dict()))["hidden"] == [256, 256]
 
 
-def test_eval_env_factory_uses_the_recipes_env_kwargs() -> None:
-    from gymnasium import spaces
-
-    from privrl.data.dataset import DatasetMetadata
-    from privrl.envs.hiv import observation_space
-
-    meta = DatasetMetadata(
-        observation_space=observation_space(),
-        action_space=spaces.Discrete(4),
-        env_id="privrl/HIV-v0",
-        horizon=50,
-        extra={"env_kwargs": {"interval": 20.0, "horizon": 50, "reward_scale": 1e-6}},
-    )
-    env = E.eval_env_factory(meta, 50)()
-    sim = env.unwrapped.sim
-    assert sim.interval == 20.0 and sim.horizon == 50
-    assert sim.reward_weights.scale == 1e-6 and sim.reward_weights.r1 == 20000.0
-    env.reset(seed=0)
-    _, r, *_ = env.step(0)
-    assert abs(r) < 100  # scaled: the unscaled reward is of order 1e4–1e6
-    env.close()
-    cart = DatasetMetadata(
-        observation_space=spaces.Box(-1, 1, (4,)),
-        action_space=spaces.Discrete(2),
-        env_id="CartPole-v1",
-    )
-    env = E.eval_env_factory(cart, 1000)()
-    assert env.spec.max_episode_steps == 1000
-    env.close()
-
-
 def test_bcq_has_linear_imitation_logits_by_default() -> None:
     """BCQ (as the reproductions use it): no final ReLU on the imitation logits, so no output
     unit is dead for all states (with the ReLU, seed 0 on 4-dim inputs has one: logits ≡ 0)."""
@@ -245,7 +214,7 @@ def test_bcq_has_linear_imitation_logits_by_default() -> None:
 def quick_cache(tmp_path_factory: pytest.TempPathFactory):
     """A temporary PRIVRL_CACHE; ``quick_cache(env)`` builds that ``--quick`` recipe dataset
     there once (CartPole ~4 s, Acrobot ~8 s)."""
-    from privrl.experiments.recipes import expert as recipes_expert
+    from privrl.runs.recipes import expert as recipes_expert
 
     root = tmp_path_factory.mktemp("privrl_cache")
     built: set[str] = set()

@@ -105,8 +105,8 @@ def test_quick_reproduction_runs_end_to_end(
 
 
 def test_reproduce_checks_backend_and_all_before_any_work(tmp_path: Path) -> None:
-    from privrl.experiments.checks import InputError
     from privrl.experiments.reproduce import REPRODUCTIONS, reproduce
+    from privrl.privacy.limits import InputError
 
     assert all(r.sweep for r in REPRODUCTIONS.values())  # every one runs on the sweep runner
     with pytest.raises(InputError, match="--backend must be local or ray"):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from privrl.experiments.claims import Claim, count_verdict, with_kinds, write_claims
-from privrl.experiments.rundir import RunDir
+from privrl.runs.rundir import RunDir
 
 # (label, system, budget flag, budgets) of the private rows; twins: (label, system, settings)
 PRIVATE: tuple[tuple[str, str, str, tuple[float, ...]], ...] = (

@@ -20,8 +20,9 @@ variants with ``--quick``; quick mode builds them itself, they are tiny). Scores
 with each dataset's reference returns: 100·(R − R_rand)/(R_exp − R_rand).
 
 This module holds the grid and its cells; the report (tables, plot, claims, the rollout-batch
-section) is written by `mopo_report`. It also holds the metrics and the learning-curve plot of a
-MOPO run, which ``privrl train mopo`` (`privrl.systems.mopo`) uses.
+section) is written by `mopo_report`. The metrics of a MOPO run are `privrl.primorl.metrics`'s
+and its learning-curve plot is `privrl.runs.plots.plot_learning_curve`, both shared with
+``privrl train mopo``.
 """
 
 from __future__ import annotations
@@ -34,15 +35,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 __all__ = [
     "PAPER_MOPO",
     "TABLE1_TASKS",
     "TARGETS",
     "TASK_SEEDS",
-    "mopo_metrics",
-    "plot_learning_curve",
     "regenerate",
     "run_options",
     "sweep_doc",
@@ -57,83 +54,6 @@ TARGETS = {"pendulum": 90.0, "balance": 90.0, "swingup": 85.0}  # normalised sco
 # per run), the cartpoles (≈ 11–25 min per run) at 3.
 TASK_SEEDS = {"pendulum": 5, "balance": 3, "swingup": 3}
 QUICK_SEEDS = 2
-
-
-# --------------------------------------------------------------------------------------------
-# run directories and plots (shared with `privrl train mopo`)
-# --------------------------------------------------------------------------------------------
-
-
-def plot_learning_curve(
-    path: Path,
-    curves: dict[str, np.ndarray],
-    *,
-    reference: dict[str, float] | None = None,
-    title: str = "",
-    steps_per_epoch: int = 1000,
-    ax: Any = None,
-) -> Path:
-    """Real-environment return per epoch: mean ± std over the columns of each ``[epochs, k]``
-    array (episodes of one run, or per-seed means), with the random/expert reference returns
-    as grey lines. With ``ax`` the curve is drawn there and nothing is saved."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    own = ax is None
-    if own:
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for label, arr in curves.items():
-        a = np.asarray(arr, dtype=np.float64)
-        if a.ndim == 1:
-            a = a[:, None]
-        mean, std = a.mean(axis=1), a.std(axis=1)
-        x = np.arange(1, a.shape[0] + 1)
-        (line,) = ax.plot(x, mean, label=label)
-        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
-    if reference:
-        for name, style in (("random", ":"), ("expert", "--")):
-            if name in reference:
-                ax.axhline(reference[name], color="gray", ls=style, lw=1, label=f"{name} policy")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(f"SAC epoch ({steps_per_epoch} steps)")
-    ax.set_ylabel("return (real environment)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    if own:
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-    return path
-
-
-def mopo_metrics(config: Any, result: Any, task: Any) -> dict[str, Any]:
-    """metrics.json of a finished MOPO run (``privrl train mopo`` and the reproduction)."""
-    stage = result.stage
-    return {
-        "algorithm": "mopo",
-        "task": task.name,
-        "env_id": task.env_id,
-        "return_mean": result.return_mean,
-        "return_std": result.return_std,
-        "normalised_score": result.normalised_score,
-        "reference_returns": result.reference_returns,
-        "final_epochs": min(config.final_epochs, len(stage.curve)),
-        "epochs": len(stage.curve),
-        "start_mode": stage.start_mode,
-        "penalty": config.penalty,
-        "lambda": config.lam,
-        "rollout_length": config.rollout_length,
-        "real_ratio": config.real_ratio,
-        "epsilon": math.inf,
-        "private": False,
-        "split": result.split,
-        "dynamics": result.dynamics,
-        "seconds": result.seconds,
-        "policy_stage_seconds": stage.seconds,
-    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,7 +127,7 @@ def _datasets(tasks: tuple[str, ...], quick: bool) -> dict[str, Path]:
     missing = [t for t, p in paths.items() if not p.is_file()]
     if missing and quick:
         from privrl.data.paths import data_dir
-        from privrl.experiments.recipes import RECIPES
+        from privrl.runs.recipes import RECIPES
 
         for t in missing:
             RECIPES[f"primorl-{t}"].load()(data_dir(), seed=0, quick=True, progress=False)

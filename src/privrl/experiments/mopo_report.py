@@ -19,10 +19,10 @@ from privrl.experiments.mopo import (
     TABLE1_TASKS,
     TARGETS,
     TASK_SEEDS,
-    plot_learning_curve,
     task_config,
 )
-from privrl.experiments.rundir import RunDir
+from privrl.runs.plots import plot_learning_curve
+from privrl.runs.rundir import RunDir
 
 __all__ = [
     "PAPER_ROLLOUT_BATCH",

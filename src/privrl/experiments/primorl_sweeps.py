@@ -196,7 +196,7 @@ def recipe_path(task: str, quick: bool) -> Path:
     """Where the recipe dataset of `task` is (built or not); a build lacking the recipe's
     public declaration gains it (`recipes.primorl.declare_recipe_public`)."""
     from privrl.data.paths import data_dir
-    from privrl.experiments.recipes.primorl import declare_recipe_public
+    from privrl.runs.recipes.primorl import declare_recipe_public
 
     path = data_dir() / f"primorl-{task}{'-quick' if quick else ''}.h5"
     return declare_recipe_public(path) if path.is_file() else path
@@ -210,7 +210,7 @@ def recipe_dataset(task: str, quick: bool, reproduction: str) -> Path:
         return path
     if quick:
         from privrl.data.paths import data_dir
-        from privrl.experiments.recipes import RECIPES
+        from privrl.runs.recipes import RECIPES
 
         RECIPES[f"primorl-{task}"].load()(data_dir(), seed=0, quick=True, progress=False)
         return path
@@ -493,7 +493,7 @@ def write_outputs(
 ) -> Path:
     """A reproduction's claims.json, config.json, metrics.json and report.md (`markdown`);
     returns the report's path."""
-    from privrl.experiments.rundir import RunDir
+    from privrl.runs.rundir import RunDir
 
     (out / "claims.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
     run = RunDir(out)

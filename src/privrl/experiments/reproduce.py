@@ -218,7 +218,8 @@ def reproduce(
     Monte-Carlo studies, `privrl.runs.units`), so `reproduce("all", backend="ray")` regenerates
     every report on Ray. `address` (Ray only) is the cluster every Ray start of the process
     then connects to (it sets $PRIVRL_RAY_ADDRESS) instead of a local instance."""
-    from privrl.experiments.checks import InputError, check_int, check_out_dir
+    from privrl.privacy.limits import InputError, check_int
+    from privrl.runs.rundir import check_out_dir
 
     if address is not None:
         if backend != "ray":
@@ -251,8 +252,8 @@ def reproduce(
 def write_index(root: Path | None = None) -> Path:
     """Regenerate the gallery `root`/index.md (default docs/reproductions) from every
     `root`/*/claims.json; refuses a root that is not an existing directory."""
-    from privrl.experiments.checks import InputError
     from privrl.experiments.gallery import write_index as _write_index
+    from privrl.privacy.limits import InputError
 
     root = root or Path("docs") / "reproductions"
     if not root.is_dir():

@@ -19,7 +19,9 @@ from typing import Any
 from dp_accounting import dp_event
 from rich.table import Table
 
-from privrl.experiments.checks import (
+from privrl.privacy import accounting as acc
+from privrl.privacy.events import ApproxDpEvent, PureDpEvent
+from privrl.privacy.limits import (
     MAX_EPSILON,
     InputError,
     check_delta,
@@ -29,8 +31,6 @@ from privrl.experiments.checks import (
     format_bytes,
     machine_memory,
 )
-from privrl.privacy import accounting as acc
-from privrl.privacy.events import ApproxDpEvent, PureDpEvent
 from privrl.privacy.units import parse_relation
 
 

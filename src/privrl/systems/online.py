@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from privrl.config import ConfigError, RunConfig, check, option
-from privrl.experiments.checks import (
+from privrl.online.common import ENVS
+from privrl.privacy.limits import (
     InputError,
     check_delta,
     check_int,
     check_number,
 )
-from privrl.online.common import ENVS
 from privrl.privacy.noise import NoiseSource
 from privrl.runs.system import Plan, Result, RunContext, System
 
@@ -70,7 +70,7 @@ _MAX_SHUFFLE_TRIALS = 1e10
 
 
 def _checked(key: str, check_fn: Callable[..., Any], value: Any, **bounds: Any) -> None:
-    """Run one of the shared input checks (`privrl.experiments.checks`) on a config field; its
+    """Run one of the shared input checks (`privrl.privacy.limits`) on a config field; its
     refusal becomes a `ConfigError` of `key` (on the command line: the same text as before)."""
     flag = "--" + key.replace("_", "-")
     try:
@@ -242,8 +242,8 @@ class DpUcbviConfig(UcbviConfig):
 def check_memory(config: OnlineConfig, privatizer: str) -> None:
     """Refuse up front what cannot fit in memory: the per-episode arrays and the model copies
     (`_BYTES_PER_EPISODE`, `_MODEL_COPIES`); the message names the largest sizes that fit."""
-    from privrl.experiments.checks import check_memory as check_bytes
-    from privrl.experiments.checks import format_bytes, machine_memory
+    from privrl.privacy.limits import check_memory as check_bytes
+    from privrl.privacy.limits import format_bytes, machine_memory
     from privrl.privacy.tree import tree_levels
 
     S, A, H = config.sizes()

@@ -63,7 +63,7 @@ from privrl.experiments.dp_apvi_tabular.summary import (
     _summary,
     gallery_claims,
 )
-from privrl.experiments.rundir import RunDir
+from privrl.runs.rundir import RunDir
 from privrl.runs.units import keyed_unit, log_progress, run_units
 
 UNITS = "privrl.experiments.dp_apvi_tabular.study:"

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from privrl.experiments.dp_apvi_tabular.study import StudyConfig, Variant
-from privrl.experiments.rundir import RunDir
+from privrl.runs.rundir import RunDir
 
 
 def _plt():

@@ -68,7 +68,6 @@ from privrl.experiments.expert.paper import (
     normalised,
     pick_best,
 )
-from privrl.experiments.expert.runs import eval_env_factory
 from privrl.experiments.expert.tables import table2a, table2b
 from privrl.experiments.expert.verdicts import (
     gallery_claims_fig3,
@@ -87,7 +86,6 @@ __all__ = [
     "Scale",
     "ci95",
     "dataset_path",
-    "eval_env_factory",
     "fig3",
     "fig3_regime",
     "fig4",

@@ -24,7 +24,7 @@ from privrl.experiments.expert.paper import (
     normalised,
 )
 from privrl.experiments.expert.runs import _lr, _run_all, _scale_tag, lr_method_of
-from privrl.experiments.rundir import RunDir
+from privrl.runs.rundir import RunDir
 from privrl.runs.sweep import budget_deadline
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import hashlib
 import json
 import math
 import shutil
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -40,30 +40,6 @@ RUN_METRICS = ("return_mean", "return_std", "steps", "private_steps", "stable_si
 # ---------------------------------------------------------------------------------------------
 # one configuration as a sweep cell
 # ---------------------------------------------------------------------------------------------
-
-
-def eval_env_factory(metadata: Any, horizon: int | None) -> Callable[[], Any]:
-    """A factory of the dataset's (public) evaluation environment: ``metadata.env_id`` with
-    the recipe's ``extra["env_kwargs"]`` (HIV: 20-day interval, 50 steps, reward scale 1e-6;
-    ``reward_scale`` becomes ``RewardWeights(scale=…)``), truncated at ``horizon`` steps."""
-    import gymnasium as gym
-
-    from privrl.envs import register_envs
-
-    register_envs()
-    env_id = metadata.env_id
-    kwargs = dict(metadata.extra.get("env_kwargs") or {})
-    if "reward_scale" in kwargs:
-        from privrl.envs.hiv import RewardWeights
-
-        kwargs["reward"] = RewardWeights(scale=float(kwargs.pop("reward_scale")))
-    if horizon is not None:
-        kwargs["max_episode_steps"] = int(horizon)
-
-    def make() -> Any:
-        return gym.make(env_id, **kwargs)
-
-    return make
 
 
 def cell_values(cfg: RunConfig, data: Path) -> dict[str, Any]:

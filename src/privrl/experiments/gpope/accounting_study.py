@@ -28,10 +28,10 @@ from privrl.experiments.gpope.common import (
     _setup_lines,
     mspbe_figure,
 )
-from privrl.experiments.rundir import RunDir
 from privrl.ope.accounting import paper_sigma, rigorous_epsilon, rigorous_sigma
 from privrl.privacy.accounting import epsilon, sampled_gaussian_event
 from privrl.privacy.units import NeighbourRelation
+from privrl.runs.rundir import RunDir
 
 # ------------------------------------------------------------------------ accounting
 

@@ -43,7 +43,6 @@ from privrl.experiments.gpope.common import (
     _ss,
     _tune,
 )
-from privrl.experiments.rundir import write_rows
 from privrl.ope.baselines import (
     FirstVisit,
     first_visit_returns,
@@ -59,6 +58,7 @@ from privrl.ope.gpope import (
 from privrl.ope.lstd import lstd, solve_linear
 from privrl.ope.mspbe import LinearSystem
 from privrl.ope.stats import TrajectoryStats, trajectory_stats
+from privrl.runs.rundir import write_rows
 
 
 class _Chain:

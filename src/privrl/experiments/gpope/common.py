@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from privrl.experiments.claims import VERDICT_OF_KIND, Claim, derive_kind, write_claims
-from privrl.experiments.rundir import RunDir, write_rows
 from privrl.ope.accounting import COARSE_ORDERS
 from privrl.ope.baselines import (
     FirstVisit,
@@ -31,6 +30,7 @@ from privrl.ope.mspbe import LinearSystem
 from privrl.ope.stats import TrajectoryStats
 from privrl.privacy.mechanisms import gaussian_mechanism
 from privrl.privacy.noise import NoiseSource
+from privrl.runs.rundir import RunDir, write_rows
 
 DELTA = 1e-5
 EPS_GRID = (0.1, 0.5, 1.0, 5.0)

@@ -22,7 +22,7 @@ from privrl.experiments.gpope.common import (
     _setup_lines,
 )
 from privrl.experiments.gpope.plots import Panel, mspbe_panels
-from privrl.experiments.rundir import RunDir
+from privrl.runs.rundir import RunDir
 
 if TYPE_CHECKING:
     from privrl.experiments.gpope.continuous_units import _Cont

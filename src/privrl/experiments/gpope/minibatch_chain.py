@@ -178,8 +178,8 @@ def study(out: Path, *, seeds: int | None = None, seed: int = 0, quick: bool = F
         _setup_lines,
         mspbe_figure,
     )
-    from privrl.experiments.rundir import RunDir, write_rows
     from privrl.ope.lstd import lstd
+    from privrl.runs.rundir import RunDir, write_rows
 
     t0 = time.time()
     cfg = _cfg(seeds, seed, quick, TRIALS)

@@ -76,9 +76,9 @@ from privrl.experiments.qiao_wang.report import (
     gallery_claims_b,
 )
 from privrl.experiments.qiao_wang.tuning import Tuning, tune, tuning_lines
-from privrl.experiments.rundir import RunDir
 from privrl.offline.vapvi import gram_shift
 from privrl.privacy.accounting import zcdp_to_dp
+from privrl.runs.rundir import RunDir
 
 __all__ = ["fig1a", "fig1b"]
 

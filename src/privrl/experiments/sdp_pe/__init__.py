@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from privrl.experiments.claims import write_claims
-from privrl.experiments.rundir import RunDir
 from privrl.experiments.sdp_pe.analysis import (
     LDP_DERIVED,
     _calibration_table,
@@ -65,6 +64,7 @@ from privrl.experiments.sdp_pe.jobs import (
 )
 from privrl.experiments.sdp_pe.report import _report
 from privrl.privacy.report import PrivacyReport
+from privrl.runs.rundir import RunDir
 
 __all__ = ["Fig4Config", "fig4", "refresh_fig4", "run_fig4", "sweep_dir", "write_fig4"]
 

@@ -47,7 +47,8 @@ from privrl.envs.perturbed import (
     lunar_lander_rollout,
     numpy_rollout,
 )
-from privrl.experiments.recipes.common import (
+from privrl.expert import experts as ex
+from privrl.runs.recipes.common import (
     Bar,
     build_stem,
     locked_build,
@@ -58,7 +59,7 @@ from privrl.experiments.recipes.common import (
     stage_rng,
     write_json,
 )
-from privrl.experiments.recipes.expert_shards import (
+from privrl.runs.recipes.expert_shards import (
     P_MIN,
     _collect,
     _default_sim,
@@ -66,7 +67,6 @@ from privrl.experiments.recipes.expert_shards import (
     plot_expert_returns,
     rollout_to_dataset,
 )
-from privrl.expert import experts as ex
 
 __all__ = [
     "SPECS",

@@ -12,7 +12,11 @@ from dp_accounting import dp_event
 
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.io import read_header, save_hdf5
-from privrl.experiments.rundir import (
+from privrl.privacy.ledger import BudgetExceededError, BudgetLedger, LedgerError
+from privrl.privacy.release import Release
+from privrl.privacy.report import PrivacyReport
+from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+from privrl.runs.rundir import (
     STAGING,
     OutDirError,
     RunDir,
@@ -20,10 +24,6 @@ from privrl.experiments.rundir import (
     ledger_transaction,
     read_run,
 )
-from privrl.privacy.ledger import BudgetExceededError, BudgetLedger, LedgerError
-from privrl.privacy.release import Release
-from privrl.privacy.report import PrivacyReport
-from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 
 
 def test_read_run_returns_what_rundir_wrote(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from privrl.data.dataset import redacted_errors
 from privrl.privacy.ledger import BudgetLedger, LedgerEntry, LedgerError
+from privrl.privacy.limits import InputError
 from privrl.privacy.report import PrivacyReport, json_safe
 
 STANDARD_METRICS = ("suboptimality", "regret", "mspbe", "return_mean", "return_std")
@@ -104,25 +105,26 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
-class OutDirError(ValueError):
+class OutDirError(InputError):
     """`--out` cannot become a run directory (an existing file, inside a file, not writable)."""
 
 
 _RUN_FILES = ("config.json", "metrics.json", "privacy.json")
 
 
-def check_out_dir(path: str | Path) -> Path:
+def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
     """Make sure `path` can hold a run directory, before any work is done or budget spent.
 
     Refuses an existing file, a path inside a file and a directory that cannot be created or
-    written to; creates the directory (empty) so that nothing later fails to write it.
+    written to; creates the directory (empty) so that nothing later fails to write it. The
+    refusal names `flag`, the option the path came from.
     """
     path = Path(path)
     for parent in [path, *path.parents]:
         if parent.exists() and not parent.is_dir():
             where = "is an existing file" if parent == path else f"is inside the file {parent}"
             raise OutDirError(
-                f"--out {path} {where}; give a directory path (new or an earlier run's)"
+                f"{flag} {path} {where}; give a directory path (new or an earlier run's)"
             )
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -132,7 +134,7 @@ def check_out_dir(path: str | Path) -> Path:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise OutDirError(
-            f"--out {path} cannot be written ({reason}); choose a writable directory"
+            f"{flag} {path} cannot be written ({reason}); choose a writable directory"
         ) from None
     return path
 

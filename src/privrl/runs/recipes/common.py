@@ -96,7 +96,7 @@ def remove_stale_temps(directory: Path, *, prefix: str = "", recursive: bool = T
 
 def check_data_dir(root: Path) -> None:
     """--data-dir must be a writable directory (created if new), checked before any work."""
-    from privrl.experiments.checks import InputError
+    from privrl.privacy.limits import InputError
 
     for parent in [root, *root.parents]:
         if parent.exists() and not parent.is_dir():

@@ -117,7 +117,8 @@ _BYTES_PER_STEP = 100
 def demo_config(out: Path, *, episodes: int, seed: int, total_epsilon: float) -> DemoConfig:
     """The demo's config from its public inputs, checked (sizes against this machine's memory,
     `out` writable) before any work."""
-    from privrl.experiments.checks import check_epsilon, check_int, check_memory, check_out_dir
+    from privrl.privacy.limits import check_epsilon, check_int, check_memory
+    from privrl.runs.rundir import check_out_dir
 
     check_int(episodes, "--episodes", minimum=1)
     check_int(seed, "--seed", minimum=0)
@@ -346,7 +347,7 @@ def demo_recipe() -> Any:
     returns from ~5,000), its checkpoints rolled out with action noise plus 10% uniform-random
     episodes; 10,000 trajectories of 200 steps (the name carries the size, so a cached build
     of an earlier, smaller demo set is never taken for this one)."""
-    from privrl.experiments.recipes.primorl import AgentSpec, RecipeSpec
+    from privrl.runs.recipes.primorl import AgentSpec, RecipeSpec
 
     return RecipeSpec(
         "primorl-pendulum-demo-10k",
@@ -383,10 +384,12 @@ class PrimorlDemoConfig:
 
     def run_config(self) -> Any:
         """The `privrl train primorl` options of the run (the task preset fills the rest)."""
-        from privrl.systems.primorl import PrimorlRunConfig
+        from privrl.runs import registry
+
+        config_cls = registry.get("primorl").Config  # the registered system's config
 
         explicit = self.noise_multiplier is not None
-        return PrimorlRunConfig(
+        return config_cls(
             epsilon=None if explicit else self.epsilon,
             noise_multiplier=self.noise_multiplier,
             delta=self.delta,
@@ -404,7 +407,8 @@ def primorl_demo_config(
     out: Path, *, seed: int, epsilon: float | None, total_epsilon: float
 ) -> PrimorlDemoConfig:
     """The PRIMORL demo's config from its public inputs, checked before any work."""
-    from privrl.experiments.checks import InputError, check_epsilon, check_int, check_out_dir
+    from privrl.privacy.limits import InputError, check_epsilon, check_int
+    from privrl.runs.rundir import check_out_dir
 
     check_int(seed, "--seed", minimum=0)
     check_epsilon(total_epsilon, "--total-epsilon")
@@ -440,14 +444,14 @@ def _is_demo_run(run: Path) -> bool:
 
 def demo_dataset(data_dir: Path | None = None, *, progress: bool = True) -> Path:
     """The demo's Pendulum dataset (built by the recipe code if missing, then cached)."""
-    from privrl.experiments.recipes.primorl import build_recipe
+    from privrl.runs.recipes.primorl import build_recipe
 
     if data_dir is None:
         from privrl.data.paths import data_dir as default_data_dir
 
         data_dir = default_data_dir()
     from privrl.data.io import read_header
-    from privrl.experiments.checks import InputError
+    from privrl.privacy.limits import InputError
 
     spec = demo_recipe()
     path = build_recipe(spec, data_dir, seed=0, progress=progress)

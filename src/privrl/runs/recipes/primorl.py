@@ -51,7 +51,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from privrl.experiments.recipes.common import (
+from privrl.runs.recipes.common import (
     atomic_write,
     build_stem,
     locked_build,
@@ -61,7 +61,7 @@ from privrl.experiments.recipes.common import (
     stage_fingerprint,
     write_json,
 )
-from privrl.experiments.recipes.primorl_stages import (
+from privrl.runs.recipes.primorl_stages import (
     _Job,
     _load_stage,
     _plan_jobs,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from privrl.experiments.recipes.common import (
+from privrl.runs.recipes.common import (
     RecipeBusyError,
     build_lock,
     check_data_dir,
@@ -67,42 +67,42 @@ for _r in (
     Recipe(
         "primorl-pendulum",
         "PRIMORL Pendulum: 30,000 replay-style trajectories (random to expert) of 200 steps",
-        "privrl.experiments.recipes.primorl:pendulum",
+        "privrl.runs.recipes.primorl:pendulum",
     ),
     Recipe(
         "primorl-balance",
         "PRIMORL cartpole balance (dm_control): 30,000 replay-style trajectories of 1000 steps",
-        "privrl.experiments.recipes.primorl:balance",
+        "privrl.runs.recipes.primorl:balance",
     ),
     Recipe(
         "primorl-swingup",
         "PRIMORL cartpole swingup (dm_control): 30,000 replay-style trajectories of 1000 steps",
-        "privrl.experiments.recipes.primorl:swingup",
+        "privrl.runs.recipes.primorl:swingup",
     ),
     Recipe(
         "primorl-halfcheetah",
         "PRIMORL HalfCheetah: ~2,000 medium-expert-style trajectories of 1000 steps",
-        "privrl.experiments.recipes.primorl:halfcheetah",
+        "privrl.runs.recipes.primorl:halfcheetah",
     ),
     Recipe(
         "experts-cartpole",
         "Expert-level DP: 3000 CartPole experts (perturbed physics) x 20 trajectories",
-        "privrl.experiments.recipes.expert:cartpole",
+        "privrl.runs.recipes.expert:cartpole",
     ),
     Recipe(
         "experts-acrobot",
         "Expert-level DP: 3000 Acrobot experts (perturbed physics) x 20 trajectories",
-        "privrl.experiments.recipes.expert:acrobot",
+        "privrl.runs.recipes.expert:acrobot",
     ),
     Recipe(
         "experts-lunarlander",
         "Expert-level DP: 3000 LunarLander experts (perturbed physics) x 20 trajectories",
-        "privrl.experiments.recipes.expert:lunarlander",
+        "privrl.runs.recipes.expert:lunarlander",
     ),
     Recipe(
         "experts-hiv",
         "Expert-level DP: 3000 HIV-treatment experts (perturbed model) x 20 trajectories",
-        "privrl.experiments.recipes.expert:hiv",
+        "privrl.runs.recipes.expert:hiv",
     ),
 ):
     register(_r)
@@ -126,7 +126,7 @@ def build_recipe(
 ) -> Path:
     """Build (or resume) the dataset of recipe `name` in `data_dir` (default
     `default_data_dir()`), copied to `out` if given; returns the dataset's path."""
-    from privrl.experiments.checks import InputError
+    from privrl.privacy.limits import InputError
 
     if name not in RECIPES:
         raise InputError(f"unknown recipe {name!r}; available: {', '.join(RECIPES)}")

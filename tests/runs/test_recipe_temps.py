@@ -11,10 +11,10 @@ import pytest
 
 from privrl.cli.main import main
 from privrl.data.io import load_hdf5
-from privrl.experiments.recipes import RecipeBusyError, build_lock, remove_stale_temps
-from privrl.experiments.recipes import expert as rx
-from privrl.experiments.recipes import primorl as rp
-from privrl.experiments.recipes.common import build_stem
+from privrl.runs.recipes import RecipeBusyError, build_lock, remove_stale_temps
+from privrl.runs.recipes import expert as rx
+from privrl.runs.recipes import primorl as rp
+from privrl.runs.recipes.common import build_stem
 
 
 def _plant(directory: Path, name: str, size: int = 1 << 20) -> Path:

@@ -1,6 +1,6 @@
 """The PRIMORL recipes' stages: training the behaviour agents (with their checkpoints), the
 allocation of episodes to behaviours, one shard of rollouts, and the reference returns (see
-`privrl.experiments.recipes.primorl`)."""
+`privrl.runs.recipes.primorl`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from privrl.experiments.recipes.common import atomic_write, int_seed, seed_seq, stage_fingerprint
+from privrl.runs.recipes.common import atomic_write, int_seed, seed_seq, stage_fingerprint
 
 if TYPE_CHECKING:
-    from privrl.experiments.recipes.primorl import AgentSpec, RecipeSpec
+    from privrl.runs.recipes.primorl import AgentSpec, RecipeSpec
 
 
 def _torch_save(obj: Any, path: Path) -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from privrl.data.io import load_hdf5
-from privrl.experiments.recipes import expert as rx
 from privrl.expert.experts import load_experts
+from privrl.runs.recipes import expert as rx
 
 G = 1.0 - 0.02  # greedy probability of a 2-action expert with p_min = 0.02
 
@@ -154,7 +154,7 @@ def test_registry_and_cli_quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     from typer.testing import CliRunner
 
     from privrl.cli.main import app
-    from privrl.experiments.recipes import RECIPES
+    from privrl.runs.recipes import RECIPES
 
     for env in ("cartpole", "acrobot", "lunarlander", "hiv"):
         assert RECIPES[f"experts-{env}"].load() is getattr(rx, env)

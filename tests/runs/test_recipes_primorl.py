@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from privrl.data.io import load_hdf5
-from privrl.experiments.recipes import RECIPES, primorl_stages
-from privrl.experiments.recipes import primorl as rp
+from privrl.runs.recipes import RECIPES, primorl_stages
+from privrl.runs.recipes import primorl as rp
 
 torch.set_num_threads(1)
 
@@ -254,7 +254,7 @@ def test_recipe_declares_public_episodes_from_its_seed(reference_build, tmp_path
 
     from privrl.data.io import content_sha256, read_header
     from privrl.data.public import declare_public_episodes
-    from privrl.experiments.recipes.common import seed_seq
+    from privrl.runs.recipes.common import seed_seq
 
     meta = read_header(reference_build).metadata
     expected = declare_public_episodes(14, 0.01, seed_seq(0, rp.PUBLIC_STREAM))

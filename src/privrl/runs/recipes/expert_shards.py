@@ -11,11 +11,11 @@ import numpy as np
 
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.envs.perturbed import Rollout, lunar_lander_rollout, numpy_rollout
-from privrl.experiments.recipes.common import Bar
 from privrl.expert import experts as ex
+from privrl.runs.recipes.common import Bar
 
 if TYPE_CHECKING:
-    from privrl.experiments.recipes.expert import ExpertRecipeSpec
+    from privrl.runs.recipes.expert import ExpertRecipeSpec
 P_MIN = 0.02  # the experts' behaviour: p_min-modified policies (Sharma et al., B.1)
 
 
