@@ -23,8 +23,8 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src reproductions tests benchmarks
+	$(VENV)/bin/ruff format --check src reproductions tests benchmarks
 	$(VENV)/bin/lint-imports
 
 format: $(STAMP)

@@ -81,3 +81,49 @@ def test_algorithm_packages_may_not_import_the_application(package: str) -> None
     sources = {m.removeprefix("privrl.") for m in contract["source_modules"]}
     algorithms = {"offline", "online", "ope", "expert", "primorl", "audit"}
     assert sources == algorithms | {"rl", "nn", "envs", "data"}
+
+
+def test_nothing_installed_may_import_the_reproductions() -> None:
+    contract = contracts()["reproductions-not-installed"]
+    assert contract["type"] == "forbidden"
+    assert contract["source_modules"] == ["privrl"]
+    assert contract["forbidden_modules"] == ["reproductions"]
+
+
+def test_the_wheel_holds_no_reproduction_code() -> None:
+    """The packages setuptools puts in the wheel (`[tool.setuptools.packages.find]`, found
+    offline the way the build finds them) are privrl's, and `reproductions/` is outside them."""
+    from setuptools import find_packages
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    find = config["tool"]["setuptools"]["packages"]["find"]
+    roots = [ROOT / where for where in find.get("where", ["."])]
+    found = {
+        name
+        for root in roots
+        for name in find_packages(
+            where=str(root),
+            include=find.get("include", ["*"]),
+            exclude=find.get("exclude", []),
+        )
+    }
+    assert "privrl" in found and "privrl.privacy" in found
+    assert all(name == "privrl" or name.startswith("privrl.") for name in found), sorted(found)
+    reproductions = (ROOT / "reproductions").resolve()
+    assert (reproductions / "reproduce.py").is_file()
+    assert not any(reproductions.is_relative_to(root.resolve()) for root in roots)
+
+
+def test_importing_the_cli_imports_no_reproduction() -> None:
+    """At run time too: the CLI and the library load without the reproductions."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, privrl.cli.main, privrl.runs.layer, privrl.systems.tabular; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'reproductions'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "[]"

@@ -265,7 +265,7 @@ ONLINE = [
 # work has started fails the test (instead of passing slowly).
 WORK = {
     "demo": ["privrl.runs.demo.run_demo"],
-    "reproduce": ["privrl.experiments.gpope.accounting"],
+    "reproduce": ["reproductions.gpope.accounting"],
     "data": [
         "privrl.data.collect.collect",
         "privrl.data.io.import_table",
