@@ -31,7 +31,7 @@ trajectories q·K = 1e-3 × 30,000 = 30 of their horizon) and HalfCheetah (q·K 
 20 trajectories of 1000 steps) — timed interleaved in one run on one thread; the result is each
 task's seconds per round and its ratio to Pendulum's (robust to the machine's load; absolute
 seconds are not), in ``results/bench_primorl_step_tasks.json``. A run's DP stage costs about
-ratio × Pendulum's measured DP stage × T/7000 (``privrl.experiments.primorl_table1``).
+ratio × Pendulum's measured DP stage × T/7000 (``reproductions.primorl.table1``).
 
     python benchmarks/bench_primorl_step.py [--quick] [--rounds N] [--out PATH]
     python benchmarks/bench_primorl_step.py --mode tasks [--rounds N] [--out PATH]

@@ -1,6 +1,6 @@
 """What one run of PRIMORL's Table 11 (HalfCheetah) costs on this machine, measured.
 
-Three numbers, each on one thread (``privrl.experiments.primorl_table11`` chooses its full
+Three numbers, each on one thread (``reproductions.primorl.table11`` chooses its full
 scale from them; its report states them):
 
 * one DP-FedAvg round at HalfCheetah sizes (7 members × 4×200, in 23 → out 18, per-layer
@@ -71,7 +71,7 @@ def _train(system: str, data: Path, out: Path, *args: str) -> dict:
 
 def stages() -> dict:
     """A policy-stage epoch (PRIMORL, MOPO) and a MOPO dynamics epoch at HalfCheetah sizes."""
-    from privrl.experiments.primorl_sweeps import recipe_dataset
+    from reproductions.primorl.sweeps import recipe_dataset
 
     data = recipe_dataset("halfcheetah", True, "bench")
     with tempfile.TemporaryDirectory() as tmp:

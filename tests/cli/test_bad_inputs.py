@@ -264,13 +264,13 @@ ONLINE = [
 # The work each family would start; replaced by a sentinel so that a check made after the
 # work has started fails the test (instead of passing slowly).
 WORK = {
-    "demo": ["privrl.experiments.demo.run_demo"],
-    "reproduce": ["privrl.experiments.gpope.accounting"],
+    "demo": ["privrl.runs.demo.run_demo"],
+    "reproduce": ["reproductions.gpope.accounting"],
     "data": [
         "privrl.data.collect.collect",
         "privrl.data.io.import_table",
         "privrl.data.io.export_table",
-        "privrl.experiments.recipes.primorl.pendulum",
+        "privrl.runs.recipes.primorl.pendulum",
     ],
     "online": ["privrl.online.sdp_pe.sdp_pe", "privrl.online.ucbvi.ucbvi"],
 }
@@ -487,7 +487,7 @@ def _demo_raises(
     def boom(*args: object, **kwargs: object) -> None:
         raise exc
 
-    monkeypatch.setattr("privrl.experiments.demo.run_demo", boom)
+    monkeypatch.setattr("privrl.runs.demo.run_demo", boom)
     return run(["demo", "--episodes", "10", "--out", str(tmp_path / "d")], capsys)
 
 
@@ -520,7 +520,7 @@ def test_sigterm_unwinds_like_ctrl_c_and_exits_143(
         finally:
             cleaned.append(True)
 
-    monkeypatch.setattr("privrl.experiments.demo.run_demo", killed)
+    monkeypatch.setattr("privrl.runs.demo.run_demo", killed)
     code, _, err = run(["demo", "--episodes", "10", "--out", str(tmp_path)], capsys)
     assert code == 143 and went_on == []
     assert err.strip().startswith("error: terminated") and len(err.strip().splitlines()) == 1
@@ -574,7 +574,7 @@ def test_warnings_are_one_line_without_source(
         for _ in range(3):  # dp-accounting logs through absl: one line per kind
             logging.getLogger("absl").warning("Negative Renyi divergence of -%g", 1e-312)
 
-    monkeypatch.setattr("privrl.experiments.demo.run_demo", warn)
+    monkeypatch.setattr("privrl.runs.demo.run_demo", warn)
     code, _, err = run(["demo", "--episodes", "10", "--out", str(tmp_path)], capsys)
     assert code == 0
     lines = err.strip().splitlines()

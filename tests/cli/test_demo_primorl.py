@@ -12,7 +12,7 @@ import pytest
 
 from privrl.cli.main import main
 from privrl.data.io import save_hdf5
-from privrl.experiments import demo as lib
+from privrl.runs import demo as lib
 from tests.primorl.test_primorl import pendulum_data
 
 TINY = {
@@ -133,7 +133,7 @@ def test_the_demo_recipe_comes_from_the_recipe_package_and_declares_k() -> None:
     so `privrl demo --system primorl` stopped with an internal error) and declares the K that
     its name carries: the cached build of the earlier 1,000-episode demo set, kept under the
     old name, can never be read as this one."""
-    from privrl.experiments.recipes.primorl import RecipeSpec
+    from privrl.runs.recipes.primorl import RecipeSpec
 
     spec = lib.demo_recipe()
     assert isinstance(spec, RecipeSpec) and spec.task == "pendulum"
@@ -147,7 +147,7 @@ def test_a_cached_demo_set_that_declares_another_k_is_refused(
     """A cached file under the demo recipe's name whose declared K differs from the recipe's
     (an older build) is refused from its public header with one `error:` line naming the fix,
     before it is copied or a ledger is bound; a file declaring the recipe's K is used."""
-    from privrl.experiments.recipes import primorl as recipes
+    from privrl.runs.recipes import primorl as recipes
 
     stale = tmp_path / "stale.h5"
     save_hdf5(pendulum_data(30, seed=0, extra={"n_trajectories": 1000}), stale)

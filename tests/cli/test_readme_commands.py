@@ -127,8 +127,8 @@ def test_the_docs_show_commands_of_every_family() -> None:
 @pytest.mark.parametrize("argv", CASES)
 def test_documented_command_line_parses(root, argv: list[str]) -> None:
     """The documented line parses; a named reproduction or recipe exists."""
-    from privrl.experiments.recipes import RECIPES
-    from privrl.experiments.reproduce import REPRODUCTIONS
+    from privrl.runs.recipes import RECIPES
+    from reproductions.reproduce import REPRODUCTIONS
 
     params = parse(root, argv)
     if argv[:1] == ["reproduce"] and params.get("target") and not _placeholder(params["target"]):
@@ -148,7 +148,7 @@ def test_command_named_in_the_readme_exists(root, line: str) -> None:
     command, _, _, rest = _walk(root, words)
     assert not rest or not hasattr(command, "get_command"), f"{line!r}: no command {rest[0]!r}"
     if words[:1] == ["reproduce"] and rest:
-        from privrl.experiments.reproduce import REPRODUCTIONS
+        from reproductions.reproduce import REPRODUCTIONS
 
         assert rest[0] in REPRODUCTIONS
 

@@ -258,7 +258,7 @@ def test_the_learners_load_no_command_line_or_plotting_package() -> None:
         "import sys, json, privrl.online\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('typer', 'matplotlib', 'ray') or m.startswith(('privrl.runs', 'privrl.systems', "
-        "'privrl.cli', 'privrl.experiments')))))\n"
+        "'privrl.cli', 'reproductions')))))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True

@@ -291,7 +291,7 @@ def test_the_library_loads_no_application_module() -> None:
     code = (
         "import sys, privrl.ope, privrl.ope.linear; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'matplotlib', 'ray') "
-        "or m.startswith(('privrl.runs', 'privrl.systems', 'privrl.cli', 'privrl.experiments'))))"
+        "or m.startswith(('privrl.runs', 'privrl.systems', 'privrl.cli', 'reproductions'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

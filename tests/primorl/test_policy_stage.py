@@ -93,7 +93,7 @@ def test_policy_stage_module_imports_no_data_layer() -> None:
             imported.append(node.module or "")
         elif isinstance(node, ast.Import):
             imported.extend(a.name for a in node.names)
-    forbidden = ("privrl.data", "privrl.primorl.mopo", "h5py", "minari", "privrl.experiments")
+    forbidden = ("privrl.data", "privrl.primorl.mopo", "h5py", "minari", "reproductions")
     bad = [m for m in imported if m.startswith(forbidden)]
     assert not bad, bad
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from privrl.experiments.checks import InputError
 from privrl.privacy import accounting as acc
 from privrl.privacy import calculator
+from privrl.privacy.limits import InputError
 
 
 def test_account_reports_the_accountants_epsilon_for_the_event_it_builds() -> None:

@@ -148,9 +148,9 @@ def test_uncertified_run_refusal_is_one_sentence_with_the_budget(tmp_path: Path)
     """Message rule: a run whose report turns out uncertified (ε=∞) is refused after it ran,
     nothing published, with one sentence naming ε=∞, the ledger's budget and the fix; its
     reservation keeps counting (the data were read)."""
-    from privrl.experiments.rundir import RunDir, ledger_transaction
     from privrl.privacy.ledger import LedgerError
     from privrl.privacy.report import PrivacyReport
+    from privrl.runs.rundir import RunDir, ledger_transaction
 
     data = save_hdf5(_data(units=True), tmp_path / "d.h5")
     ledger = BudgetLedger.init(data, epsilon=5, delta=1e-5, unit="expert", relation="add_remove")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from privrl.data import tools
+from privrl.runs import collect
 from privrl.runs.console import console_conventions, one_line, os_error
 
 
@@ -30,11 +30,13 @@ def test_warnings_print_as_one_line_and_are_restored(capsys: pytest.CaptureFixtu
 def test_recipe_flags_are_refused_before_any_build(tmp_path: Path) -> None:
     """A recipe fixes its environment: --env with --recipe is refused, and nothing is built."""
     with pytest.raises(ValueError, match="remove --env"):
-        tools.collect_recipe("primorl-pendulum", {"--env"}, tmp_path, seed=0, quick=True, out=None)
+        collect.collect_recipe(
+            "primorl-pendulum", {"--env"}, tmp_path, seed=0, quick=True, out=None
+        )
     assert not any(tmp_path.iterdir())
     assert any(
         line.startswith("primorl-pendulum")
-        for line in tools.collect_recipe("list", set(), None, seed=0, quick=False, out=None)
+        for line in collect.collect_recipe("list", set(), None, seed=0, quick=False, out=None)
     )
     with pytest.raises(ValueError, match="--quick applies to --recipe only"):
-        tools.check_env_collect({"--quick"}, "CartPole-v1", tmp_path / "d.h5")
+        collect.check_env_collect({"--quick"}, "CartPole-v1", tmp_path / "d.h5")

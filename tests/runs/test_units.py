@@ -93,6 +93,16 @@ def test_keyed_units_are_named_by_their_arguments(tmp_path: Path) -> None:
     assert run_units([a, b], workers=1) == [unit_toys.draw(1), unit_toys.draw(2)]
 
 
+def test_a_keyed_unit_that_moved_keeps_its_result_file_by_its_key(tmp_path: Path) -> None:
+    """`key` is hashed in the target's place: the unit of a function that moved to another
+    module, keyed by its former name, has the former unit's file; without it the file differs."""
+    old = keyed_unit(tmp_path, "draw", "old.module:draw", {"seed": 1})
+    moved = keyed_unit(tmp_path, "draw", DRAW, {"seed": 1}, key="old.module:draw")
+    assert moved.path == old.path and moved.target == DRAW
+    assert keyed_unit(tmp_path, "draw", DRAW, {"seed": 1}).path != old.path
+    assert run_units([moved], workers=1) == [unit_toys.draw(1)]
+
+
 def test_sigterm_stops_the_workers_too(tmp_path: Path) -> None:
     """SIGTERM to a process running units (e.g. `pkill` on a reproduction) stops its pool's
     workers as well: without the handler the parent alone dies and a worker keeps computing."""

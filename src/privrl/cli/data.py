@@ -1,5 +1,5 @@
 """`privrl data`: inspect, import, export and collect trajectory datasets; the operations are
-`privrl.data.tools` and `privrl.experiments.recipes.build_recipe`."""
+`privrl.data.tools` and `privrl.runs.collect`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from privrl.data import import_help, tools
+from privrl.runs import collect
 
 data_app = typer.Typer(
     help=(
@@ -159,7 +160,7 @@ def collect_(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed for the environments and the policy."),
     num_envs: int = typer.Option(
-        8, "--num-envs", help=f"Environments stepped together (1 to {tools.MAX_NUM_ENVS})."
+        8, "--num-envs", help=f"Environments stepped together (1 to {collect.MAX_NUM_ENVS})."
     ),
     max_steps: int = typer.Option(None, "--max-steps", help="Cap on steps per episode."),
     out: Path = typer.Option(None, "--out", "-o", help="Dataset file to write (.h5)."),
@@ -176,11 +177,13 @@ def collect_(
     if out is not None:
         tools.refuse_ledgered_out(out)
     if recipe is not None:
-        for line in tools.collect_recipe(recipe, given, data_dir, seed=seed, quick=quick, out=out):
+        for line in collect.collect_recipe(
+            recipe, given, data_dir, seed=seed, quick=quick, out=out
+        ):
             typer.echo(line)
         return
-    tools.check_env_collect(given, env, out)
-    ds = tools.collect_dataset(
+    collect.check_env_collect(given, env, out)
+    ds = collect.collect_dataset(
         env,
         out,
         policy=policy,

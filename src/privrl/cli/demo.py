@@ -51,7 +51,7 @@ def demo(
     """
     if system not in SYSTEMS:
         raise CliError(f"--system must be one of {', '.join(SYSTEMS)}, got {system!r}")
-    from privrl.experiments import demo as lib
+    from privrl.runs import demo as lib
 
     if system == "primorl":
         if episodes is not None:

@@ -1,28 +1,25 @@
 """Errors the CLI turns into a one-line `error:` message with exit code 2. The checks every
-command shares live in the library (`privrl.experiments.checks`, re-exported here): they refuse
-bad public input before any work starts, and their `InputError` is a ValueError."""
+command shares live in the library and are re-exported here (`privrl.privacy.limits`: numbers,
+budgets, memory; `privrl.data.files`: file paths; `privrl.runs.rundir`: a run directory): they
+refuse bad public input before any work starts, and their `InputError` is a ValueError."""
 
 from __future__ import annotations
 
-from privrl.experiments.checks import (  # noqa: F401  (the commands import them from here)
+from privrl.data.files import check_input_file, check_output_file  # noqa: F401  (re-exported)
+from privrl.privacy.limits import (  # noqa: F401  (the commands import them from here)
     MAX_EPSILON,
     MIN_EPSILON,
     InputError,
     check_delta,
     check_epsilon,
-    check_input_file,
     check_int,
     check_memory,
     check_number,
-    check_out_dir,
-    check_output_file,
     format_bytes,
     machine_memory,
 )
-
-
-class CliError(Exception):
-    """Bad input found by the CLI itself; the message names the problem and the fix."""
+from privrl.runs.console import CliError  # noqa: F401  (re-exported)
+from privrl.runs.rundir import check_out_dir  # noqa: F401  (re-exported)
 
 
 def known_errors() -> tuple[type[BaseException], ...]:

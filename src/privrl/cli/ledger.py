@@ -9,9 +9,9 @@ import typer
 from rich.console import Console
 
 from privrl.cli.errors import CliError, check_delta, check_epsilon
-from privrl.experiments.rundir import settle_reservation
 from privrl.privacy.ledger import LEDGER_SUFFIX, BudgetLedger, open_ledger, registry_dir
 from privrl.privacy.units import parse_relation, parse_unit
+from privrl.runs.rundir import settle_reservation
 
 ledger_app = typer.Typer(
     help=(

@@ -1,4 +1,7 @@
-"""`privrl reproduce ID`: regenerate a paper's figure or table and write a markdown report."""
+"""`privrl reproduce ID`: regenerate a paper's figure or table and write a markdown report.
+
+The reproductions are not installed with privrl: the command loads them from the checkout it
+runs in (`privrl.runs.checkout`) and writes to that checkout's docs/reproductions/ID."""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from privrl.experiments import reproduce as registry
-from privrl.experiments.reproduce import MAX_SEEDS
+from privrl.runs.checkout import load_reproductions
+
+MAX_SEEDS = 1000  # the reports use 2-50; a thousand full runs is beyond any documented scale
 
 
 def reproduce(
@@ -17,7 +21,10 @@ def reproduce(
     ),
     *,
     out: Path = typer.Option(
-        None, "--out", "-o", help="Output directory (default: docs/reproductions/ID)."
+        None,
+        "--out",
+        "-o",
+        help="Output directory (default: the checkout's docs/reproductions/ID).",
     ),
     seeds: int = typer.Option(
         None, "--seeds", help=f"Number of seeds (default: the report's; at most {MAX_SEEDS})."
@@ -53,8 +60,10 @@ def reproduce(
 
     Writes a markdown report (our numbers beside the paper's), its PNG plots, and the run
     directory files (config.json, metrics.json, metrics.csv) to --out, and the report's claims
-    (claims.json) that `privrl reproduce --index` collects into the gallery.
+    (claims.json) that `privrl reproduce --index` collects into the gallery. Runs from a
+    checkout of the privrl repository (the reproductions are not installed with the package).
     """
+    registry = load_reproductions()
     if index:
         if target is not None:
             raise ValueError(

@@ -8,14 +8,20 @@ torch's zip reader), which the command line would report as a bug.
 
 An .npz archive is read eagerly (every member at once): its members are decompressed lazily by
 numpy, so a truncated member would otherwise fail later, far from the file's name.
+
+`check_input_file` and `check_output_file` check a path a command reads or writes before any
+work starts; their refusal is an `InputError` naming the flag the path came from.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from privrl.privacy.limits import InputError
 
 # What parsing a damaged or mislabelled file can raise is open-ended (OSError, ValueError,
 # EOFError, zipfile.BadZipFile, zlib.error, tokenize.TokenError and SyntaxError from numpy's
@@ -83,3 +89,48 @@ def read_torch(path: str | Path, what: str = "", *, weights_only: bool = True) -
         return torch.load(path, map_location="cpu", weights_only=weights_only)
     except _READ_ERRORS as exc:
         raise _fail(path, what, "a torch checkpoint", exc) from None
+
+
+def check_output_file(path: str | Path, flag: str = "--out") -> Path:
+    """A file the command will write (created or replaced), checked before any work: not a
+    directory, not inside a file, in a directory that exists or can be created and is
+    writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{flag} {path} is a directory; give a file path (e.g. {path}/data.h5)")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise InputError(
+                f"{flag} {path} is inside the file {parent}; give a path in a directory"
+            )
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(
+            f"{flag} {path}: cannot create its directory {parent} ({reason}); choose a "
+            "writable location"
+        ) from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(
+            f"{flag} {path}: the directory {parent} is not writable; choose a writable location"
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InputError(f"{flag} {path} exists and is not writable; choose another file")
+    return path
+
+
+def check_input_file(path: str | Path, flag: str = "", *, what: str = "file") -> Path:
+    """An existing, readable, non-empty regular file (`flag` names the option, if any)."""
+    path = Path(path)
+    lead = f"{flag}: " if flag else ""
+    if not path.exists():
+        raise InputError(f"{lead}{what} not found: {path}")
+    if path.is_dir():
+        raise InputError(f"{lead}{path} is a directory, not a {what}; give the file's path")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{lead}{path} is not readable (permission denied); check its mode")
+    if path.stat().st_size == 0:
+        raise InputError(f"{lead}{path} is empty (0 bytes); re-create or re-import it")
+    return path

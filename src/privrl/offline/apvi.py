@@ -67,11 +67,9 @@ being privatised).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -85,7 +83,6 @@ from privrl.data.padding import PADDINGS, pad_absorbing
 from privrl.envs.tabular import Episodes
 from privrl.offline.common import (
     DATA_RULES,
-    GreedyTableActions,
     Names,
     as_indices,
     check_budget,
@@ -110,6 +107,7 @@ from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 from privrl.rl.projection import project_counts
+from privrl.rl.tabular_policy import FiniteHorizonPolicy
 
 __all__ = [
     "C1",
@@ -910,70 +908,6 @@ def pessimistic_value_iteration(
         policy[h] = np.argmax(q, axis=1)
         V[h] = q.max(axis=1)
     return ValueIteration(Q=Q, V=V, policy=policy, bonus=bonus)
-
-
-# ---------------------------------------------------------------------------------------------
-# policy
-# ---------------------------------------------------------------------------------------------
-
-
-class FiniteHorizonPolicy(GreedyTableActions):
-    """A deterministic time-dependent tabular policy π_h(s) ``[H, S]`` over A actions.
-
-    Saved as ``.npz`` with a ``kind`` field, so a run's policy can be reloaded and checked:
-    ``FiniteHorizonPolicy.load(run_dir / "policy.npz")``.
-    """
-
-    KIND = "privrl.finite_horizon_tabular_policy"
-    VERSION = 1
-
-    def __init__(
-        self, actions: npt.ArrayLike, n_actions: int, info: dict[str, Any] | None = None
-    ) -> None:
-        table = np.asarray(actions)
-        if table.ndim != 2 or not np.issubdtype(table.dtype, np.integer):
-            raise ValueError(
-                f"actions must be an integer array [H, S], got {table.dtype} {table.shape}"
-            )
-        if n_actions < 1 or (table.size and (table.min() < 0 or table.max() >= n_actions)):
-            raise ValueError(f"actions must be in [0, {n_actions})")
-        self.actions: IntArray = table.astype(np.int64)
-        self.actions.flags.writeable = False
-        self.n_actions = int(n_actions)
-        self.info: dict[str, Any] = dict(info or {})
-
-    @property
-    def H(self) -> int:
-        return int(self.actions.shape[0])
-
-    @property
-    def S(self) -> int:
-        return int(self.actions.shape[1])
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        np.savez(
-            path,
-            kind=np.array(self.KIND),
-            version=np.array(self.VERSION),
-            actions=self.actions,
-            n_actions=np.array(self.n_actions),
-            info=np.array(json.dumps(self.info)),
-        )
-        return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
-
-    @classmethod
-    def load(cls, path: str | Path) -> FiniteHorizonPolicy:
-        from privrl.data.files import UnreadableFileError, read_npz
-
-        f = read_npz(path, "policy")
-        kind = str(f["kind"]) if "kind" in f else None
-        if kind != cls.KIND:
-            raise ValueError(f"{path} is not a finite-horizon tabular policy (kind={kind!r})")
-        try:
-            return cls(f["actions"], int(f["n_actions"]), json.loads(str(f["info"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UnreadableFileError(f"policy {path}: a damaged policy file ({exc})") from None
 
 
 # ---------------------------------------------------------------------------------------------

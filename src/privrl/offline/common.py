@@ -38,7 +38,6 @@ from privrl.data.dataset import DatasetError
 __all__ = [
     "BUDGET_RANGE",
     "DATA_RULES",
-    "GreedyTableActions",
     "Names",
     "as_indices",
     "check_budget",
@@ -142,25 +141,6 @@ def refuse_declared_units(dataset: Any, system: str) -> None:
             "episode, re-import the data without the unit column",
             field="unit_ids",
         )
-
-
-class GreedyTableActions:
-    """``act``/``action_probs`` of a deterministic time-dependent tabular policy: the class
-    provides ``actions [H, S]`` (int64) and ``n_actions``."""
-
-    actions: npt.NDArray[np.int64]
-    n_actions: int
-
-    def act(
-        self, obs: npt.ArrayLike, rng: np.random.Generator | None = None, *, h: int
-    ) -> npt.NDArray[np.int64]:
-        """Actions ``π_h(s)`` for a batch of integer states (deterministic: rng unused)."""
-        return self.actions[h, np.asarray(obs, dtype=np.int64)]
-
-    def action_probs(self, obs: npt.ArrayLike, *, h: int) -> npt.NDArray[np.float64]:
-        """One-hot ``π_h(·|s)`` ``[batch, A]``."""
-        a = self.act(obs, h=h)
-        return (a[:, None] == np.arange(self.n_actions)).astype(np.float64)
 
 
 # ---------------------------------------------------------------------------------------------

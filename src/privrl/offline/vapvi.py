@@ -77,7 +77,6 @@ from privrl.data.dataset import DatasetError
 from privrl.data.padding import entries_per_trajectory, step_rows
 from privrl.offline.common import (
     DATA_RULES,
-    GreedyTableActions,
     Names,
     as_indices,
     check_budget,
@@ -94,6 +93,7 @@ from privrl.privacy.noise import noise_generator
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+from privrl.rl.tabular_policy import GreedyTableActions
 
 if TYPE_CHECKING:
     from privrl.data.dataset import TrajectoryDataset

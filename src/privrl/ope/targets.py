@@ -14,7 +14,7 @@ horizon only.
   as the deterministic time-indexed table;
 * ``DIR/learner.pt`` — a saved privrl discrete-action learner (`privrl train dp-sgd |
   expert-dp`, discrete CQL or BCQ), read by the loader of `privrl eval`
-  (`privrl.systems.evaluate.load_policy`). Its observation size and action count must match
+  (`privrl.rl.policy_files.load_policy`). Its observation size and action count must match
   the dataset's declared spaces. The target is the policy the learner acts with:
   ``learner.pt`` (or ``learner.pt:greedy``) is the greedy policy, π(a|s) = 1 on the action
   `privrl eval` would take (argmax Q for CQL, BCQ's constrained argmax); ``learner.pt:epsilon=E``
@@ -566,7 +566,7 @@ def _checkpoint_policy(
 ) -> TargetPolicy:
     """A saved discrete learner (learner.pt) through `privrl eval`'s loader, its sizes checked
     against the declared spaces; greedy, ε-greedy or (BCQ) the imitation classifier."""
-    from privrl.systems.evaluate import load_policy
+    from privrl.rl.policy_files import load_policy
 
     mode = (mode or "greedy").strip()
     epsilon = None

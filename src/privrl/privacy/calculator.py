@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from dp_accounting import dp_event
 
-from privrl.experiments.checks import (
+from privrl.privacy import accounting as acc
+from privrl.privacy.events import ApproxDpEvent, PureDpEvent
+from privrl.privacy.limits import (
     MAX_EPSILON,
     InputError,
     check_delta,
@@ -28,8 +30,6 @@ from privrl.experiments.checks import (
     format_bytes,
     machine_memory,
 )
-from privrl.privacy import accounting as acc
-from privrl.privacy.events import ApproxDpEvent, PureDpEvent
 from privrl.privacy.units import parse_relation
 
 if TYPE_CHECKING:  # rich draws tables only; importing the privacy core does not load it

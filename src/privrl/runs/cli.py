@@ -22,7 +22,7 @@ import typer
 
 from privrl.config import ConfigError, RunConfig, allows_nan, coerce, flags_of
 from privrl.runs import registry
-from privrl.runs.console import note_output
+from privrl.runs.console import CliError, note_output
 from privrl.runs.layer import RunSpec, execute
 from privrl.runs.system import Result
 
@@ -130,8 +130,6 @@ def make_command(
 
 def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
     """Build the spec from parsed options and execute it; errors name the flags."""
-    from privrl.cli.errors import CliError
-
     system = registry.get(system_name)
     config_cls = system.Config
     fields = config_cls.field_map()

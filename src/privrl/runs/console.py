@@ -1,6 +1,7 @@
 """Console conventions of the command line, kept out of the CLI modules so that any entry
 point (the `privrl` CLI, a script) can share them.
 
+- `CliError`: bad input found by the command line itself (one `error:` line, exit code 2).
 - `one_line`: a message on one line (no newlines, single spaces).
 - `os_error`: one line for an operating-system error on a user's path.
 - `console_conventions`: warnings (and dp-accounting's absl log warnings) as one `warning: …`
@@ -23,6 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+class CliError(Exception):
+    """Bad input found by the CLI itself; the message names the problem and the fix."""
 
 
 def one_line(message: object) -> str:

@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 
 from privrl.config import ConfigError, RunConfig
-from privrl.experiments.rundir import RunDir, check_out_dir, crash_point, ledger_transaction
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import json_safe
 from privrl.runs import registry
 from privrl.runs.plots import draw
+from privrl.runs.rundir import RunDir, check_out_dir, crash_point, ledger_transaction
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, System
 
 RESERVED = ("system", "data", "out", "seed", "insecure_reproducible_noise")

@@ -1,9 +1,13 @@
-"""The standard plots of a run directory, drawn from declarative `PlotSpec`s."""
+"""The standard plots of a run directory, drawn from declarative `PlotSpec`s, and the
+learning-curve plot of a run that ends in a policy stage (MOPO, PRIMORL)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from privrl.runs.system import PlotSpec
 
@@ -42,5 +46,50 @@ def draw(spec: PlotSpec, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
     finally:
+        plt.close(fig)
+    return path
+
+
+def plot_learning_curve(
+    path: Path,
+    curves: dict[str, np.ndarray],
+    *,
+    reference: dict[str, float] | None = None,
+    title: str = "",
+    steps_per_epoch: int = 1000,
+    ax: Any = None,
+) -> Path:
+    """Real-environment return per epoch: mean ± std over the columns of each ``[epochs, k]``
+    array (episodes of one run, or per-seed means), with the random/expert reference returns
+    as grey lines. With ``ax`` the curve is drawn there and nothing is saved."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for label, arr in curves.items():
+        a = np.asarray(arr, dtype=np.float64)
+        if a.ndim == 1:
+            a = a[:, None]
+        mean, std = a.mean(axis=1), a.std(axis=1)
+        x = np.arange(1, a.shape[0] + 1)
+        (line,) = ax.plot(x, mean, label=label)
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+    if reference:
+        for name, style in (("random", ":"), ("expert", "--")):
+            if name in reference:
+                ax.axhline(reference[name], color="gray", ls=style, lw=1, label=f"{name} policy")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(f"SAC epoch ({steps_per_epoch} steps)")
+    ax.set_ylabel("return (real environment)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    if own:
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
         plt.close(fig)
     return path

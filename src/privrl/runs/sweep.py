@@ -838,7 +838,7 @@ def run_sweep(
     starts after `deadline` (a `time.monotonic()` value; on Ray it is checked once, before
     the cells are sent: Ray queues them all at once); the cells left stay unfinished. A cell
     that failed with one of `outcomes` is `settled`: kept as it is, not run again."""
-    from privrl.experiments.rundir import check_out_dir
+    from privrl.runs.rundir import check_out_dir
 
     options = sweep.options
     import_modules(options.imports)
@@ -1182,7 +1182,7 @@ def summary_line(spec: Sweep, outcome: SweepOutcome) -> str:
 def _shown(names: list[str], limit: int = 4) -> list[str]:
     """The metrics the console table shows by default: the standard ones first, then ε spent,
     then the others, at most `limit` (sweep.json and the plots have them all)."""
-    from privrl.experiments.rundir import STANDARD_METRICS
+    from privrl.runs.rundir import STANDARD_METRICS
 
     first = [m for m in STANDARD_METRICS if m in names]
     first += [m for m in ("privacy_epsilon",) if m in names]

@@ -176,11 +176,15 @@ def run_units(
     return results
 
 
-def keyed_unit(root: str | Path, name: str, target: str, kwargs: Mapping[str, Any]) -> Unit:
+def keyed_unit(
+    root: str | Path, name: str, target: str, kwargs: Mapping[str, Any], *, key: str | None = None
+) -> Unit:
     """A unit whose result file is `root/NAME-HASH.json`, HASH a digest of its target and
-    arguments: a changed unit never reads another's result, an unchanged one is reused."""
+    arguments: a changed unit never reads another's result, an unchanged one is reused.
+    `key` (default `target`) is the name hashed in the target's place: a function that moved
+    to another module keeps its cached results by passing the name they were cached under."""
     plain = json.loads(json.dumps(kwargs))
-    text = json.dumps([target, plain], sort_keys=True)
+    text = json.dumps([target if key is None else key, plain], sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return Unit(Path(root) / f"{name}-{digest}.json", target, plain)
 

@@ -144,7 +144,7 @@ def evaluator(
     seed ``seed + k·step``."""
     if "eval_horizon" not in info:
         return None
-    from privrl.experiments.expert import eval_env_factory
+    from privrl.envs import eval_env_factory
 
     make = eval_env_factory(meta, info["eval_horizon"])  # with the recipe's env_kwargs (HIV)
     return greedy_evaluator(info, make, seed, step=step)
@@ -169,7 +169,7 @@ def reference_from(
         return Reference(reference_return, random_return, "--reference-return", explicit=True)
     if reference is None:
         return Reference(random=random_return, explicit=random_return is not None)
-    from privrl.experiments.rundir import read_run
+    from privrl.runs.rundir import read_run
 
     found = read_run(reference)
     if found is None:

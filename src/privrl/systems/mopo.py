@@ -281,7 +281,7 @@ def stage_result(
     """The `Result` of a run ending in a policy stage: metrics.csv (one row per SAC epoch),
     policy.pt and plots/learning_curve.png (real-environment return per epoch, mean ± std).
     Without a normalised score, metrics.json says why (`normalised_score_note`)."""
-    from privrl.experiments.mopo import plot_learning_curve
+    from privrl.runs.plots import plot_learning_curve
 
     if metrics.get("normalised_score") is None:
         metrics["normalised_score_note"] = NO_SCORE
@@ -475,7 +475,7 @@ class MopoSystem(System):
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
         import torch
 
-        from privrl.experiments.mopo import mopo_metrics
+        from privrl.primorl.metrics import mopo_metrics
         from privrl.primorl.mopo import mopo
 
         assert ctx.plan is not None and ctx.checkpoint_dir is not None

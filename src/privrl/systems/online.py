@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import numpy as np
 
 from privrl.config import ConfigError, RunConfig, check, option
-from privrl.experiments.checks import (
-    InputError,
-    check_int,
-)
 from privrl.online.common import ENVS
 from privrl.online.learners import DPUCBVI, PE, SDPPE, UCBVI, OnlineLearner, Sizes
 from privrl.online.sdp_pe import PEConfig, SDPPEConfig, check_shuffle_budget
 from privrl.online.ucbvi import DPUCBVIConfig, UCBVIConfig
+from privrl.privacy.limits import (
+    InputError,
+    check_int,
+)
 from privrl.privacy.public import Source
 from privrl.runs.layer import OMIT
 from privrl.runs.system import Plan, Result, RunContext, System
@@ -62,7 +62,7 @@ _LOCAL_CHUNK = 512
 
 
 def _checked(key: str, check_fn: Callable[..., Any], value: Any, **bounds: Any) -> None:
-    """Run one of the shared input checks (`privrl.experiments.checks`) on a config field; its
+    """Run one of the shared input checks (`privrl.privacy.limits`) on a config field; its
     refusal becomes a `ConfigError` of `key` (on the command line: named by its flag)."""
     flag = _flag(key)
     try:
@@ -170,8 +170,8 @@ C = TypeVar("C", PeConfig, SdpPeConfig, UcbviConfig, DpUcbviConfig)
 def check_memory(config: OnlineConfig, privatizer: str) -> None:
     """Refuse up front what cannot fit in memory: the per-episode arrays and the model copies
     (`_BYTES_PER_EPISODE`, `_MODEL_COPIES`); the message names the largest sizes that fit."""
-    from privrl.experiments.checks import check_memory as check_bytes
-    from privrl.experiments.checks import format_bytes, machine_memory
+    from privrl.privacy.limits import check_memory as check_bytes
+    from privrl.privacy.limits import format_bytes, machine_memory
     from privrl.privacy.tree import tree_levels
 
     S, A, H = config.sizes()
