@@ -88,3 +88,19 @@ def test_license_matches_pyproject() -> None:
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert text.lstrip().startswith("Apache License")
     assert "Version 2.0, January 2004" in text
+
+
+def test_every_top_level_name_resolves_to_its_family_s_object() -> None:
+    """`privrl.X` is the object its family exports (loaded on first use), and an unknown name
+    is an AttributeError."""
+    import importlib
+
+    import privrl
+
+    for name in privrl.__all__:
+        if name == "__version__":
+            continue
+        module = importlib.import_module(privrl._EXPORTS[name])
+        assert getattr(privrl, name) is getattr(module, name), name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        privrl.Nope  # noqa: B018
