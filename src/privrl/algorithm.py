@@ -33,21 +33,27 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from privrl.config import Config
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
+from privrl.progress import Progress, no_progress
+
+__all__ = [
+    "Algorithm",
+    "Estimated",
+    "Fitted",
+    "Plan",
+    "Progress",
+    "header_and_plan",
+    "no_progress",
+    "noise_or_secure",
+    "spending",
+]
 
 if TYPE_CHECKING:
     from privrl.data.dataset import TrajectoryDataset
     from privrl.data.io import DatasetHeader
     from privrl.privacy.ledger import BudgetLedger
 
-Progress = Callable[[str, int, int], None]
-"""`progress(label, done, total)`: how long work reports how far it is (a no-op by default)."""
-
 C = TypeVar("C", bound=Config)
 P = TypeVar("P")
-
-
-def no_progress(label: str, done: int, total: int) -> None:
-    """The default `Progress`: report nothing."""
 
 
 @dataclass(frozen=True)

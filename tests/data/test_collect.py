@@ -88,7 +88,10 @@ def test_pendulum_box_actions_with_max_steps() -> None:
     assert ds.metadata.horizon == 12
 
 
-def test_env_factory_unit_ids_and_progress_bar() -> None:
+def test_env_factory_unit_ids_and_progress_callback() -> None:
+    """Progress goes to the caller's callback (the library draws nothing): one call per
+    batch of finished episodes, counting up to the total."""
+    calls: list[tuple[str, int, int]] = []
     ds = collect(
         lambda: gym.make("CartPole-v1"),
         UniformRandomPolicy(gym.spaces.Discrete(2)),
@@ -96,9 +99,12 @@ def test_env_factory_unit_ids_and_progress_bar() -> None:
         seed=0,
         num_envs=2,
         unit_ids=[10, 11, 10, 12],
-        progress=True,
+        progress=lambda label, done, total: calls.append((label, done, total)),
     )
     np.testing.assert_array_equal(ds.unit_ids, [10, 11, 10, 12])
+    assert calls and calls[-1][1:] == (4, 4)
+    assert [done for _, done, _ in calls] == sorted(done for _, done, _ in calls)
+    assert all(label.startswith("collecting") and total == 4 for label, _, total in calls)
     assert ds.metadata.env_id == "CartPole-v1"
     with pytest.raises(DatasetError, match="unit_ids"):
         cartpole(n_episodes=3, unit_ids=[1, 2])

@@ -29,6 +29,7 @@ from gymnasium import spaces
 
 from privrl.data.dataset import DatasetError, DatasetMetadata, TrajectoryDataset
 from privrl.policies import Policy
+from privrl.progress import Progress, no_progress
 
 __all__ = ["collect", "collection_seeds"]
 
@@ -60,7 +61,7 @@ def collect(
     seed: int,
     num_envs: int = 8,
     max_steps: int | None = None,
-    progress: bool = True,
+    progress: Progress | None = None,
     unit_ids: Sequence[int] | np.ndarray | None = None,
     discount: float = 1.0,
     vectorization: Literal["sync", "async"] = "sync",
@@ -119,59 +120,59 @@ def collect(
         o_ep.append(env_ids.copy())  # first episode of sub-env i is episode i
         o_time.append(np.full(num_envs, -1))
         o_obs.append(np.asarray(obs).copy())
-        progress_ctx = _progress(progress, n_episodes, env)
-        with progress_ctx as bar:
-            step = 0
-            while np.any(done_count < quota):
-                actions = np.asarray(policy.act(obs, rng))
-                if actions.shape[0] != num_envs:
+        report = progress or no_progress
+        label = f"collecting {env if isinstance(env, str) else getattr(env, '__name__', 'env')}"
+        step = 0
+        while np.any(done_count < quota):
+            actions = np.asarray(policy.act(obs, rng))
+            if actions.shape[0] != num_envs:
+                raise DatasetError(
+                    f"policy.act returned {actions.shape[0]} actions for a batch of "
+                    f"{num_envs} observations"
+                )
+            probs = None
+            if record_probs:
+                table = np.asarray(policy.action_probs(obs))  # type: ignore[attr-defined]
+                idx = actions.astype(np.int64) - int(act_space.start)
+                probs = table[env_ids, idx]
+            next_obs, rew, term, trunc, _ = venv.step(actions)
+            next_obs = np.asarray(next_obs)
+            episode = done_count * num_envs + env_ids
+            active = (~resetting) & (done_count < quota)
+            if active.any():
+                if probs is not None and np.any(probs[active] <= 0):
+                    bad = int(np.flatnonzero(active & (probs <= 0))[0])
                     raise DatasetError(
-                        f"policy.act returned {actions.shape[0]} actions for a batch of "
-                        f"{num_envs} observations"
+                        f"episode {int(episode[bad])}: the policy took action "
+                        f"{actions[bad]!r} to which its action_probs gives probability "
+                        f"{probs[bad]}; act must sample from action_probs"
                     )
-                probs = None
-                if record_probs:
-                    table = np.asarray(policy.action_probs(obs))  # type: ignore[attr-defined]
-                    idx = actions.astype(np.int64) - int(act_space.start)
-                    probs = table[env_ids, idx]
-                next_obs, rew, term, trunc, _ = venv.step(actions)
-                next_obs = np.asarray(next_obs)
-                episode = done_count * num_envs + env_ids
-                active = (~resetting) & (done_count < quota)
-                if active.any():
-                    if probs is not None and np.any(probs[active] <= 0):
-                        bad = int(np.flatnonzero(active & (probs <= 0))[0])
-                        raise DatasetError(
-                            f"episode {int(episode[bad])}: the policy took action "
-                            f"{actions[bad]!r} to which its action_probs gives probability "
-                            f"{probs[bad]}; act must sample from action_probs"
-                        )
-                    t_ep.append(episode[active])
-                    t_time.append(np.full(int(active.sum()), step))
-                    t_obs.append(np.asarray(obs)[active].copy())
-                    t_act.append(actions[active].copy())
-                    t_rew.append(np.asarray(rew)[active].copy())
-                    t_term.append(np.asarray(term)[active].copy())
-                    # A terminal reached at the time limit is terminal (Gymnasium sets both).
-                    t_trunc.append((np.asarray(trunc) & ~np.asarray(term))[active])
-                    if probs is not None:
-                        t_prob.append(probs[active].astype(np.float64))
-                    o_ep.append(episode[active])
-                    o_time.append(np.full(int(active.sum()), step))
-                    o_obs.append(next_obs[active].copy())
-                # After an autoreset step, next_obs is the first observation of the next episode.
-                starting = resetting & (done_count < quota)
-                if starting.any():
-                    o_ep.append(episode[starting])
-                    o_time.append(np.full(int(starting.sum()), step))
-                    o_obs.append(next_obs[starting].copy())
-                ended = active & (np.asarray(term) | np.asarray(trunc))
-                done_count += ended
-                if bar is not None and ended.any():
-                    bar[0].update(bar[1], advance=int(ended.sum()))
-                resetting = np.asarray(term) | np.asarray(trunc)
-                obs = next_obs
-                step += 1
+                t_ep.append(episode[active])
+                t_time.append(np.full(int(active.sum()), step))
+                t_obs.append(np.asarray(obs)[active].copy())
+                t_act.append(actions[active].copy())
+                t_rew.append(np.asarray(rew)[active].copy())
+                t_term.append(np.asarray(term)[active].copy())
+                # A terminal reached at the time limit is terminal (Gymnasium sets both).
+                t_trunc.append((np.asarray(trunc) & ~np.asarray(term))[active])
+                if probs is not None:
+                    t_prob.append(probs[active].astype(np.float64))
+                o_ep.append(episode[active])
+                o_time.append(np.full(int(active.sum()), step))
+                o_obs.append(next_obs[active].copy())
+            # After an autoreset step, next_obs is the first observation of the next episode.
+            starting = resetting & (done_count < quota)
+            if starting.any():
+                o_ep.append(episode[starting])
+                o_time.append(np.full(int(starting.sum()), step))
+                o_obs.append(next_obs[starting].copy())
+            ended = active & (np.asarray(term) | np.asarray(trunc))
+            done_count += ended
+            if ended.any():
+                report(label, int(done_count.sum()), n_episodes)
+            resetting = np.asarray(term) | np.asarray(trunc)
+            obs = next_obs
+            step += 1
     finally:
         venv.close()
 
@@ -218,35 +219,3 @@ def collect(
         unit_ids=None if unit_ids is None else np.asarray(unit_ids, dtype=np.int64),
         metadata=meta,
     )
-
-
-class _NoBar:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-class _Bar:
-    def __init__(self, total: int, label: str) -> None:
-        from privrl.data.progress import rich_progress
-
-        self._progress = rich_progress("[bold]{task.description}", remaining=False)
-        self._total = total
-        self._label = label
-
-    def __enter__(self) -> tuple[Any, Any]:
-        self._progress.__enter__()
-        task = self._progress.add_task(self._label, total=self._total)
-        return self._progress, task
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.__exit__(*exc)
-
-
-def _progress(enabled: bool, total: int, env: Any) -> Any:
-    if not enabled:
-        return _NoBar()
-    name = env if isinstance(env, str) else getattr(env, "__name__", "env")
-    return _Bar(total, f"collecting {name}")

@@ -25,7 +25,7 @@ Policies (decisions, following the paper §7 and our resolution of its gaps):
 
 Learned Q-functions are trained once per (domain, seed) and cached at
 ``cache_dir()/ope/<domain>-<seed>.npz`` (a suffix is added for non-default training
-configurations); a missing or stale cache is retrained (a progress bar shows).
+configurations); a missing or stale cache is retrained (reported to the `progress` callback).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from privrl.data.paths import cache_dir
 from privrl.envs import hiv as hiv_env
 from privrl.envs import mountain_car as mc_env
 from privrl.policies import Policy, UniformRandomPolicy
+from privrl.progress import Progress
 from privrl.rl.features import FeatureMap, make_features
 from privrl.rl.linear_q import (
     MLPQ,
@@ -248,7 +249,7 @@ class _Constant:
 
 
 def _train_mountain_car(
-    seed: int, config: SarsaLambdaConfig, progress: bool
+    seed: int, config: SarsaLambdaConfig, progress: Progress | None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     sim = mc_env.MountainCarBatch(horizon=config.max_steps)
     feats = make_features("fourier:5", sim.observation_space)
@@ -267,7 +268,7 @@ def _train_mountain_car(
 
 
 def _train_hiv(
-    seed: int, config: FQIConfig, progress: bool
+    seed: int, config: FQIConfig, progress: Progress | None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     sim = hiv_env.HIVBatch(horizon=config.horizon or hiv_env.DEFAULT_HORIZON)
     feats = make_features("hiv-log", sim.observation_space)
@@ -327,7 +328,8 @@ def get_domain(name: str, *, seed: int = 0, **overrides: Any) -> OpeDomain:
 
     Overrides (all optional): ``mode`` ("off-policy" default, or "on-policy": target =
     behaviour), ``horizon``, ``gamma``, ``features`` (spec for the OPE features, e.g.
-    "aggregation:10"), ``progress`` (bar while training, default True), ``train`` (a
+    "aggregation:10"), ``progress`` (a `privrl.progress.Progress` callback told how training
+    goes; default none), ``train`` (a
     ``SarsaLambdaConfig``/``FQIConfig``; small ones make tests fast), ``cache`` (default True).
     Mountain Car: ``epsilon`` (behaviour exploration, 0.1). HIV: ``behaviour_greedy_prob``
     (0.8) or an explicit log-scale ``temperature``; ``params`` (``HIVParams``, may be
@@ -345,7 +347,8 @@ def get_domain(name: str, *, seed: int = 0, **overrides: Any) -> OpeDomain:
     mode = overrides.get("mode", "off-policy")
     if mode not in ("off-policy", "on-policy"):
         raise ValueError(f"mode must be 'off-policy' or 'on-policy', got {mode!r}")
-    progress = bool(overrides.get("progress", True))
+    progress = overrides.get("progress")
+    progress = progress if callable(progress) else None  # (False: none, as before callbacks)
     use_cache = bool(overrides.get("cache", True))
     seed = int(seed)
     if key == "mountain-car":
@@ -354,7 +357,7 @@ def get_domain(name: str, *, seed: int = 0, **overrides: Any) -> OpeDomain:
 
 
 def _mountain_car(
-    seed: int, mode: str, progress: bool, use_cache: bool, ov: dict[str, Any]
+    seed: int, mode: str, progress: Progress | None, use_cache: bool, ov: dict[str, Any]
 ) -> OpeDomain:
     gamma = float(ov.get("gamma", MC_GAMMA))
     config = ov.get("train", MC_TRAIN)
@@ -401,7 +404,9 @@ def _mountain_car(
     )
 
 
-def _hiv(seed: int, mode: str, progress: bool, use_cache: bool, ov: dict[str, Any]) -> OpeDomain:
+def _hiv(
+    seed: int, mode: str, progress: Progress | None, use_cache: bool, ov: dict[str, Any]
+) -> OpeDomain:
     config = ov.get("train", HIV_TRAIN)
     if not isinstance(config, FQIConfig):
         raise ValueError("train must be an FQIConfig for hiv")

@@ -30,6 +30,7 @@ from gymnasium import spaces
 from privrl.arrays import FloatArray
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.policies import EpsilonGreedy, Policy, UniformRandomPolicy, sample_from_probs
+from privrl.progress import Progress, no_progress
 from privrl.rl.features import FeatureMap, one_hot
 
 __all__ = [
@@ -421,22 +422,17 @@ def epsilon_greedy_q(q: QFunction, epsilon: float) -> EpsilonGreedy:
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
-    """Yields ``advance(k=1)``; a transient rich bar when enabled, a no-op otherwise."""
-    if not enabled:
-        yield lambda k=1: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+def _progress(progress: Progress | None, total: int, label: str) -> Iterator[Any]:
+    """Yields ``advance(k=1)``, which reports ``done`` of ``total`` to ``progress`` (if any)."""
+    report = progress or no_progress
+    done = 0
 
-    with Progress(
-        "[bold]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda k=1: bar.advance(task, k)
+    def advance(k: int = 1) -> None:
+        nonlocal done
+        done += k
+        report(label, done, total)
+
+    yield advance
 
 
 # ------------------------------------------------------------------------------------------
@@ -472,7 +468,7 @@ def sarsa_lambda(
     *,
     config: SarsaLambdaConfig | None = None,
     seed: SeedLike = 0,
-    progress: bool = False,
+    progress: Progress | None = None,
 ) -> tuple[LinearQ, npt.NDArray[np.int64]]:
     """Learn a linear Q by Sarsa(λ) with accumulating traces; returns (Q, episode lengths).
 
@@ -568,7 +564,7 @@ def fitted_q_iteration(
     *,
     config: FQIConfig | None = None,
     seed: int = 0,
-    progress: bool = False,
+    progress: Progress | None = None,
 ) -> tuple[MLPQ, FQIInfo]:
     """FQI: collect episodes in rounds, regress Q on r + γ max_a' Q(s', a') repeatedly.
 

@@ -28,6 +28,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from privrl.progress import Progress, no_progress
+
 __all__ = ["OnlineAgent", "OnlineResult", "ReplayBuffer", "train_online"]
 
 
@@ -184,7 +186,7 @@ def train_online(
     updates_per_step: float = 1.0,
     checkpoint_every: int | None = None,
     callback: Callable[[int, OnlineAgent, OnlineResult], None] | None = None,
-    progress: bool = False,
+    progress: Progress | None = None,
     seed: int = 0,
     buffer: ReplayBuffer | None = None,
     buffer_capacity: int = 1_000_000,
@@ -251,69 +253,67 @@ def train_online(
     alive = np.ones(n, dtype=bool)
     ep_ret = np.zeros(n)
     t_ep = 0
-    with _progress(progress, total_steps, description) as bar:
-        while result.steps < total_steps:
-            if result.steps < start_steps:
-                act = low + rng.random((n, act_dim)) * (high - low)
-            else:
-                act = agent.act(obs)
-            next_obs, rew, term = env.step(act)
-            term = np.asarray(term, dtype=bool)
-            t_ep += 1
-            keep = alive
-            n_new = int(keep.sum())
-            if n_new == n:
-                buffer.add_batch(obs, act, rew, next_obs, term)
-            elif n_new > 0:
-                buffer.add_batch(obs[keep], act[keep], rew[keep], next_obs[keep], term[keep])
-            ep_ret += np.where(alive, rew, 0.0)
-            alive = alive & ~term
-            result.steps += n_new
-            if len(buffer) >= update_after:
-                due += n_new * updates_per_step
-            if due >= update_every:
-                k = int(due)
-                for _ in range(k):
-                    result.last_stats = agent.update(buffer.sample(batch_size))
-                result.updates += k
-                due -= k
-            obs = next_obs
-            boundary = t_ep >= horizon or not alive.any()
-            if boundary:
-                result.episode_steps.append(result.steps)
-                result.episode_returns.append(float(ep_ret.mean()))
-            if next_ckpt is not None and result.steps >= next_ckpt:
+    report = progress or no_progress
+    while result.steps < total_steps:
+        if result.steps < start_steps:
+            act = low + rng.random((n, act_dim)) * (high - low)
+        else:
+            act = agent.act(obs)
+        next_obs, rew, term = env.step(act)
+        term = np.asarray(term, dtype=bool)
+        t_ep += 1
+        keep = alive
+        n_new = int(keep.sum())
+        if n_new == n:
+            buffer.add_batch(obs, act, rew, next_obs, term)
+        elif n_new > 0:
+            buffer.add_batch(obs[keep], act[keep], rew[keep], next_obs[keep], term[keep])
+        ep_ret += np.where(alive, rew, 0.0)
+        alive = alive & ~term
+        result.steps += n_new
+        if len(buffer) >= update_after:
+            due += n_new * updates_per_step
+        if due >= update_every:
+            k = int(due)
+            for _ in range(k):
+                result.last_stats = agent.update(buffer.sample(batch_size))
+            result.updates += k
+            due -= k
+        obs = next_obs
+        boundary = t_ep >= horizon or not alive.any()
+        if boundary:
+            result.episode_steps.append(result.steps)
+            result.episode_returns.append(float(ep_ret.mean()))
+        if next_ckpt is not None and result.steps >= next_ckpt:
+            result.wall_time = time.perf_counter() - start
+            if callback is not None:
+                callback(result.steps, agent, result)
+            while next_ckpt <= result.steps:
+                next_ckpt += checkpoint_every  # type: ignore[operator]
+        if boundary:
+            if snap_path is not None and result.steps >= next_snap:
+                while next_snap <= result.steps:
+                    next_snap += snap_every
                 result.wall_time = time.perf_counter() - start
-                if callback is not None:
-                    callback(result.steps, agent, result)
-                while next_ckpt <= result.steps:
-                    next_ckpt += checkpoint_every  # type: ignore[operator]
-            if boundary:
-                if snap_path is not None and result.steps >= next_snap:
-                    while next_snap <= result.steps:
-                        next_snap += snap_every
-                    result.wall_time = time.perf_counter() - start
-                    _save_snapshot(
-                        snap_path,
-                        {
-                            "tag": snapshot_tag,
-                            "agent": agent.state_dict(),  # type: ignore[attr-defined]
-                            "buffer": buffer.state_dict(),
-                            "rng": rng.bit_generator.state,
-                            "result": dataclasses.asdict(result),
-                            "due": due,
-                            "next_ckpt": next_ckpt,
-                            "next_snap": next_snap,
-                            "extra_state": dict(extra_state or {}),
-                        },
-                    )
-                obs = env.reset(seed=int(rng.integers(2**31)))
-                alive[:] = True
-                ep_ret[:] = 0.0
-                t_ep = 0
-            if bar is not None:
-                last = result.episode_returns[-1] if result.episode_returns else float("nan")
-                bar[0].update(bar[1], completed=result.steps, ret=last)
+                _save_snapshot(
+                    snap_path,
+                    {
+                        "tag": snapshot_tag,
+                        "agent": agent.state_dict(),  # type: ignore[attr-defined]
+                        "buffer": buffer.state_dict(),
+                        "rng": rng.bit_generator.state,
+                        "result": dataclasses.asdict(result),
+                        "due": due,
+                        "next_ckpt": next_ckpt,
+                        "next_snap": next_snap,
+                        "extra_state": dict(extra_state or {}),
+                    },
+                )
+            obs = env.reset(seed=int(rng.integers(2**31)))
+            alive[:] = True
+            ep_ret[:] = 0.0
+            t_ep = 0
+        report(description, result.steps, total_steps)
     result.wall_time = time.perf_counter() - start
     if callback is not None and (checkpoint_every is None or result.steps % checkpoint_every):
         callback(result.steps, agent, result)
@@ -331,27 +331,3 @@ def _save_snapshot(path: Path, obj: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-class _ProgressCtx:
-    def __init__(self, enabled: bool, total: int, label: str) -> None:
-        self.enabled, self.total, self.label = enabled, total, label
-        self._progress: Any = None
-
-    def __enter__(self) -> tuple[Any, Any] | None:
-        if not self.enabled:
-            return None
-        from privrl.data.progress import rich_progress
-
-        self._progress = rich_progress("[bold]{task.description}", "return {task.fields[ret]:.1f}")
-        self._progress.__enter__()
-        task = self._progress.add_task(self.label, total=self.total, ret=float("nan"))
-        return self._progress, task
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
-
-
-def _progress(enabled: bool, total: int, label: str) -> _ProgressCtx:
-    return _ProgressCtx(enabled, total, label)

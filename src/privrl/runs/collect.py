@@ -17,6 +17,7 @@ from gymnasium import spaces
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.files import check_output_file
 from privrl.privacy.limits import InputError, check_int, check_memory, format_bytes, machine_memory
+from privrl.runs.progress import progress_bars
 
 # Collection keeps every transition in memory until the dataset is written: per transition
 # two observations (recorded and next), the action, reward, flags, episode and time indices
@@ -93,14 +94,16 @@ def collect_dataset(
             f"machine's {format_bytes(machine_memory())}, if the episodes run long",
             stacklevel=1,
         )
-    ds = collect(
-        env,
-        UniformRandomPolicy(action_space),
-        n_episodes=episodes,
-        seed=seed,
-        num_envs=num_envs,
-        max_steps=max_steps,
-    )
+    with progress_bars() as progress:
+        ds = collect(
+            env,
+            UniformRandomPolicy(action_space),
+            n_episodes=episodes,
+            seed=seed,
+            num_envs=num_envs,
+            max_steps=max_steps,
+            progress=progress,
+        )
     save_hdf5(ds, out)
     return ds
 

@@ -326,27 +326,11 @@ def print_summary(out: Path, result: Result) -> None:
 def _progress(
     quiet: bool, callback: Callable[[str, int, int], None] | None
 ) -> Iterator[Callable[[str, int, int], None]]:
-    """A `progress(label, done, total)` function: the caller's, a rich bar, or a no-op."""
-    if callback is not None or quiet or not sys.stderr.isatty():
-        yield callback or (lambda label, done, total: None)
+    """A `progress(label, done, total)` function: the caller's, rich bars, or a no-op."""
+    if callback is not None:
+        yield callback
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+    from privrl.runs.progress import progress_bars
 
-    bars = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    tasks: dict[str, Any] = {}
-
-    def update(label: str, done: int, total: int) -> None:
-        if label not in tasks:
-            tasks[label] = bars.add_task(label, total=total)
-        bars.update(tasks[label], completed=done, total=total)
-
-    with bars:
+    with progress_bars(not quiet) as update:
         yield update

@@ -214,7 +214,7 @@ def progress_bar(
     if not enabled:
         yield Bar(None, None)
         return
-    from privrl.data.progress import rich_progress
+    from privrl.runs.progress import rich_progress
 
     with rich_progress("{task.description}", transient=transient) as p:
         yield Bar(p, p.add_task(label, total=total))

@@ -97,6 +97,7 @@ def _train_agent(
     """Stage: train agent ``i`` and keep its deterministic checkpoints (with eval returns)."""
     from privrl.envs.batched import make_batched
     from privrl.rl.replay import train_online
+    from privrl.runs.progress import progress_bars
 
     a_spec = spec.agents[i]
     ss = seed_seq(seed, 1, i)
@@ -128,22 +129,23 @@ def _train_agent(
         )
 
     snapshot = path.with_name(path.stem + ".partial.pt")
-    res = train_online(
-        agent,
-        env,
-        a_spec.steps,
-        start_steps=a_spec.start_steps,
-        update_after=a_spec.start_steps if a_spec.update_after is None else a_spec.update_after,
-        checkpoint_every=a_spec.checkpoint_every,
-        callback=on_checkpoint,
-        progress=progress,
-        seed=s_env,
-        buffer_capacity=max(a_spec.steps, 1),
-        description=f"{spec.name}: agent {i} ({a_spec.algo})",
-        snapshot_path=snapshot,
-        snapshot_tag=fingerprint,
-        extra_state=kept,
-    )
+    with progress_bars(progress) as report:
+        res = train_online(
+            agent,
+            env,
+            a_spec.steps,
+            start_steps=a_spec.start_steps,
+            update_after=a_spec.start_steps if a_spec.update_after is None else a_spec.update_after,
+            checkpoint_every=a_spec.checkpoint_every,
+            callback=on_checkpoint,
+            progress=report,
+            seed=s_env,
+            buffer_capacity=max(a_spec.steps, 1),
+            description=f"{spec.name}: agent {i} ({a_spec.algo})",
+            snapshot_path=snapshot,
+            snapshot_tag=fingerprint,
+            extra_state=kept,
+        )
     out = {
         "fingerprint": fingerprint,
         "algo": a_spec.algo,

@@ -294,7 +294,10 @@ def public_problem(
             count_is_public=count_is_public,
         )
     env = config.env
-    domain = get_domain(env)
+    from privrl.runs.progress import progress_bars
+
+    with progress_bars() as progress:  # training the domain's policies once per seed
+        domain = get_domain(env, progress=progress)
     horizon = getattr(domain, "horizon", None)
     if horizon is not None and config.trajectories * int(horizon) > MAX_SAMPLED_TRANSITIONS:
         raise ConfigError(
