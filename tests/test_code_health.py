@@ -109,4 +109,3 @@ def test_cli_is_under_1500_lines() -> None:
         f"src/privrl/cli/*.py has {total} lines, the target is under {MAX_CLI_LINES}; largest: "
         + ", ".join(f"{k} ({n})" for k, n in largest)
     )
-
