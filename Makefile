@@ -24,13 +24,13 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src reproductions tests benchmarks
-	$(VENV)/bin/ruff format --check src reproductions tests benchmarks
+	$(VENV)/bin/ruff check src reproductions tests benchmarks examples
+	$(VENV)/bin/ruff format --check src reproductions tests benchmarks examples
 	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests benchmarks
-	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src reproductions tests benchmarks examples
+	$(VENV)/bin/ruff check --fix src reproductions tests benchmarks examples
 
 # The documentation site (mkdocs.yml) into site/; --strict fails on a broken link or docstring.
 docs: $(STAMP)
