@@ -47,9 +47,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from privrl.envs.batched import make_batched
 from privrl.envs.control import ControlTask
 from privrl.primorl.pessimism import ModelStep, PenalizedModel
+from privrl.primorl.tasks import simulator
 from privrl.rl.replay import ReplayBuffer
 from privrl.rl.sac import SAC, SACConfig
 
@@ -259,9 +259,9 @@ def make_start_states(
     MOPO pipeline has), and ``public-split`` needs ``public_states``.
     """
     if mode == "initial":
-        simulator = make_batched(task, 1)
+        sim = simulator(task, 1)
         return InitialStartStates(
-            simulator.sample_initial_observations,
+            sim.sample_initial_observations,
             task.obs_dim,
             task.horizon,
             capacity=pool_capacity,
@@ -632,7 +632,7 @@ def run_policy_stage(
     )
     rng = np.random.default_rng(seeds["starts"])
     model_gen = torch.Generator().manual_seed(seeds["model"])
-    eval_env = make_batched(task, config.eval_episodes, seed=seeds["eval"])
+    eval_env = simulator(task, config.eval_episodes, seed=seeds["eval"])
     use_real = real_buffer is not None and config.real_ratio > 0
     bounds = RolloutBounds.of_task(task) if config.bounded_rollouts else None
     fingerprint = {
