@@ -20,6 +20,7 @@ run directory, checkpoints and plots.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -375,9 +376,12 @@ class PRIMORL(Algorithm[PrimorlConfig]):
         same task and spaces, not protected). `seed` governs everything but the privacy
         noise (`noise`, secure by default); with a `ledger` the planned report is reserved
         before the episodes are read."""
+        noise = noise_or_secure(noise)
         header = header_of(dataset)
         pub_header = None if public is None else header_of(public)
         the_plan = self.plan(header, public=pub_header, has_unit_ids=dataset.unit_ids is not None)
+        # a ledger sees the planned report as the noise makes it: uncertified when insecure
+        the_plan = dataclasses.replace(the_plan, report=noise.certify(the_plan.report))
 
         def compute() -> tuple[PrimorlResult, int]:
             data = in_task_scale(dataset, "data", "the dataset", the_plan)
