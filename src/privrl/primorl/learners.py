@@ -262,6 +262,7 @@ def plan_primorl(
         "source": source,
         "primorl": settings,
         "T_max": the_plan.T_max,
+        "fedavg_plan": the_plan,
         "public_source": public_source,
     }
     return Plan(report=planned_report(settings, the_plan, task), public=published, facts=facts)
@@ -377,6 +378,7 @@ class PRIMORL(Algorithm[PrimorlConfig]):
         noise (`noise`, secure by default); with a `ledger` the planned report is reserved
         before the episodes are read."""
         noise = noise_or_secure(noise)
+        _threads(self.config.threads)
         header = header_of(dataset)
         pub_header = None if public is None else header_of(public)
         the_plan = self.plan(header, public=pub_header, has_unit_ids=dataset.unit_ids is not None)
@@ -421,6 +423,7 @@ class PRIMORL(Algorithm[PrimorlConfig]):
             workdir=workdir,
             noise=noise_or_secure(noise),
             secret_dir=secret_dir,
+            fedavg_plan=the_plan.facts["fedavg_plan"],
         )
 
 
@@ -472,6 +475,13 @@ def policy_stage_only(
         return_std=stage.return_std,
         normalised_score=normalised_score(stage.return_mean, released.reference_returns),
     )
+
+
+def _threads(n: int) -> None:
+    """torch's threads for this process, as the config's ``threads`` asks."""
+    import torch
+
+    torch.set_num_threads(n)
 
 
 def fitted(stage: Any, report: PrivacyReport, metrics: dict[str, Any], details: Any) -> Fitted:
@@ -571,6 +581,7 @@ class MOPO(Algorithm[MOPOConfig]):
     ) -> Fitted[SACPolicy]:
         """Train on `dataset` (not private: `noise` is unused, and a `ledger` refuses the
         run before the episodes are read)."""
+        _threads(self.config.threads)
         header, the_plan = header_and_plan(self, dataset)
 
         def compute() -> MOPOResult:

@@ -767,6 +767,7 @@ def run(
     fedavg_checkpoint_every: int = 100,
     noise: NoiseSource | None = None,
     secret_dir: str | Path | None = None,
+    fedavg_plan: DpFedAvgPlan | None = None,
 ) -> PrimorlResult:
     """PRIMORL on the private episodes ``data``.
 
@@ -783,11 +784,12 @@ def run(
     ``workdir``: checkpoints (``fedavg_state.pt``: secret, removed when training ends, and
     kept in ``secret_dir`` when one is given — the run layer gives one beside the dataset;
     ``released.pending.pt``: the release; ``checkpoint.pt``: the policy stage) so a rerun
-    resumes.
+    resumes. ``fedavg_plan``: DP-FedAvg's plan when already made from the header (default:
+    made here from the data's metadata, the same public facts).
     """
     task = task_of(config, data.metadata)
     config = config.for_task(task)
-    the_plan = plan(config, data.metadata)
+    the_plan = plan(config, data.metadata) if fedavg_plan is None else fedavg_plan
     seeds = _seeds(rng)
     work = None if workdir is None else Path(workdir)
     # the release while the run is unfinished; the caller publishes it as model.pt at the end
