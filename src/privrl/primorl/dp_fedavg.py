@@ -1,7 +1,7 @@
 """PRIMORL's private core: TDP model-ensemble training, i.e. DP-FedAvg with trajectories as users.
 
-Paper 000 (PRIMORL), Algorithm 1 = Appendix K, Algorithm 2 (TDP MODEL ENSEMBLE TRAINING) and
-Algorithm 3 (ENSEMBLECLIP); specs/primorl.md, "TDP ensemble training". One function per box:
+The PRIMORL paper's Algorithm 1 = Appendix K, Algorithm 2 (TDP MODEL ENSEMBLE TRAINING) and
+Algorithm 3 (ENSEMBLECLIP). One function per box:
 
 ``plan_dp_fedavg``       every public parameter (q, z, C, T_max, K, B, E, η, clip mode, δ) with
                          its source; z calibrated for a target (ε, δ) at the fixed T_max; the
@@ -172,7 +172,7 @@ def _real(value: Any, what: str) -> float:
 class DpFedAvgConfig:
     """TDP ensemble training as the user asked for it (``None`` = not given).
 
-    Symbols (paper 000, Algorithm 2): q ``sampling_rate``, z ``noise_multiplier``, C
+    Symbols (PRIMORL, Algorithm 2): q ``sampling_rate``, z ``noise_multiplier``, C
     ``clip_norm``, T_max ``max_rounds``, K ``n_units``, B ``local_batch``, E ``local_epochs``,
     η ``local_lr``. Give z, or a ``target_epsilon`` for which z is calibrated at T_max (with
     δ). C, T_max and K have no default: they must be given (K may also be declared in the
@@ -366,7 +366,7 @@ class DpFedAvgPlan:
     def release(self, rounds: int, n_params: int) -> Release:
         """The one release of a run: the ensemble's parameters after ``rounds`` rounds."""
         extra: dict[str, Any] = {
-            "algorithm": "PRIMORL TDP model-ensemble training (DP-FedAvg, paper 000 Alg. 1)",
+            "algorithm": "PRIMORL TDP model-ensemble training (DP-FedAvg, PRIMORL's Algorithm 1)",
             "sampling": "poisson",
             "sampling_probability": self.q,
             "unit": self.privacy_unit.value,

@@ -1,6 +1,6 @@
 """The ensemble dynamics model of MOPO and PRIMORL, and its non-private training (MOPO).
 
-Model (specs/primorl.md, "Dynamics model"): N Gaussian MLPs (SWISH, per-layer weight decay,
+Model (as the PRIMORL paper and MOPO specify it): N Gaussian MLPs (SWISH, per-layer weight decay,
 learnable log-variance bounds) on ``concat(s, a)`` → mean and log-variance of ``[s' − s, r]``
 (diagonal covariance, Gaussian NLL). Non-private training (MOPO) lets all members see the same
 batch, diversity coming from initialisation only; bootstrap or independent shuffles are
@@ -8,7 +8,7 @@ options. Early stopping and elite selection use the holdout split, the input nor
 fitted only on the arrays the caller passes as usable (``fit_normalizer_on``) — for PRIMORL the
 public split, or known bounds via :meth:`privrl.nn.normalizer.Normalizer.from_bounds`.
 
-Pessimism (specs/primorl.md, "Pessimism"): :func:`u_ma`, :func:`u_ma_frobenius`, :func:`u_mpd`
+Pessimism: :func:`u_ma`, :func:`u_ma_frobenius`, :func:`u_mpd`
 take the per-member means/stds that :meth:`DynamicsModel.predict` returns in ``info``.
 
 Elites default (MOPO): all members when N ≤ 5, else 5 (MOPO uses 5 of 7).
@@ -122,7 +122,7 @@ class DynamicsConfig:
         return cls(**d)
 
 
-# Spec sizes (specs/primorl.md, "Dynamics model") and holdout shares ("Train/test split").
+# The papers' ensemble sizes per task and holdout shares.
 DYNAMICS_PRESETS: dict[str, DynamicsConfig] = {
     "pendulum": DynamicsConfig(hidden=(64, 64), members=3, holdout_fraction=0.01),
     "balance": DynamicsConfig(hidden=(128, 128), members=5, holdout_fraction=0.01),

@@ -1,7 +1,7 @@
 """MOPO (Yu et al. 2020), PRIMORL's non-private baseline: split → dynamics model → policy stage.
 
 1. Split the dataset by episode into train and holdout (1% Pendulum and cartpole, 10%
-   HalfCheetah; specs/primorl.md) with the run's seed. The holdout drives early stopping and
+   HalfCheetah) with the run's seed. The holdout drives early stopping and
    elite selection. It is part of the private data, not public data (MOPO is not private);
    PRIMORL uses only data declared public for these (:mod:`privrl.data.public`).
 2. Train the Gaussian ensemble (:mod:`privrl.primorl.dynamics`) on the training episodes,
@@ -88,8 +88,8 @@ class _TaskDefaults:
     dynamics: dict[str, Any] = field(default_factory=dict)  # MOPO training overrides
 
 
-# Pessimism and rollout length: specs/primorl.md (Table 8). Epochs: not reported by the paper;
-# chosen so that a full run fits the machine (Pendulum ≤ 20 min, measured; docs/primorl.md).
+# Pessimism and rollout length: the PRIMORL paper's Table 8. Epochs: not reported by the paper;
+# chosen so that a full run stays short (docs/primorl.md, "Measured run time").
 # Dynamics: the spec's architecture presets; an "epoch" of model training is capped at
 # `steps_per_epoch` minibatches (the datasets have 6–30 M transitions), holdout evaluations at
 # 50k rows.
@@ -248,7 +248,7 @@ class MOPOConfig(StageOptions):
 
     @classmethod
     def for_task(cls, task: str | ControlTask, **overrides: Any) -> MOPOConfig:
-        """A preset task's defaults (specs/primorl.md) with ``overrides``;
+        """A preset task's defaults (the paper's Table 8) with ``overrides``;
         ``dynamics_overrides`` (a dict) changes single fields of the dynamics preset."""
         name = task_name(task)
         if name not in MOPO_DEFAULTS:

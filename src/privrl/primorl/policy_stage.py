@@ -15,7 +15,7 @@ SAC learns from short branched rollouts of the penalised model (r̃ = r̂ − λ
 
 **Privacy structure.** This stage receives the released model, the task's public description
 (dimensions, action box, horizon, simulator) and a start-state sampler — never the dataset.
-Start-state modes (specs/primorl.md, decision "rollout starts"):
+Start-state modes (docs/primorl.md, "Start-state modes"):
 
 * ``initial`` (PRIMORL default): states from the environment's initial distribution (public
   simulator knowledge), extended with states reached in earlier model rollouts (chained,
@@ -288,7 +288,7 @@ def make_start_states(
 
 @dataclass
 class PolicyStageConfig:
-    """Settings of the SAC-in-the-model stage (defaults: MOPO/PRIMORL, specs/primorl.md)."""
+    """Settings of the SAC-in-the-model stage (defaults: MOPO's and PRIMORL's)."""
 
     epochs: int = 100
     steps_per_epoch: int = 1000
@@ -347,7 +347,7 @@ class PolicyStageConfig:
         d.pop("epochs")
         d.pop("checkpoint_every")
         if not d["bounded_rollouts"]:
-            d.pop("bounded_rollouts")  # as before the option existed: old checkpoints resume
+            d.pop("bounded_rollouts")  # off: the fingerprint of checkpoints without it
         return d
 
 

@@ -1,6 +1,6 @@
 """PRIMORL: trajectory-level private model-based offline RL, end to end.
 
-Pipeline (specs/primorl.md; paper Algorithm 1):
+Pipeline (the paper's Algorithm 1):
 
 1. public data        declared public, never chosen from the private episodes: a separate
                       dataset the holder declares public, or episodes the private file's
@@ -105,7 +105,7 @@ FEDAVG_STEP = {"server_momentum": 0.0, "server_lr": 1.0}  # the paper's server s
 
 @dataclass(frozen=True)
 class TaskPreset:
-    """Per-task public defaults (specs/primorl.md, paper Table 8 and Table 1)."""
+    """Per-task public defaults (the paper's Table 8 and Table 1)."""
 
     penalty: str
     lam: float
@@ -499,7 +499,7 @@ def plan(config: PrimorlConfig, metadata: Any = None) -> DpFedAvgPlan:
     if p.max_rounds is not None:
         defaults["max_rounds"] = p.max_rounds
     if name in PRESETS:
-        detail = f"task preset {name!r} (specs/primorl.md)"
+        detail = f"task preset {name!r} (the paper's Table 8)"
     else:
         detail = f"privrl's generic defaults ({name} has no preset)"
     if name == "pendulum":

@@ -155,7 +155,7 @@ class PrimorlSystem(System):
     model.pt, policy.pt and plots/. A rerun with the same flags and --out resumes.
 """
     resumable = True
-    checkpoint_subdir = ""  # the checkpoints beside config.json, as before the run layer
+    checkpoint_subdir = ""  # the checkpoints beside config.json
     auto_resume = True
 
     # -- plan: public facts only ---------------------------------------------------------------
