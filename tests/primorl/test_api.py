@@ -237,3 +237,17 @@ def test_primorl_learns_on_a_gymnasium_task_without_a_preset() -> None:
     assert result.policy.act(np.zeros((2, 2)), np.random.default_rng(0)).shape == (2, 1)
     control = result.details.released.control  # the facts travel with the release
     assert control.horizon == 15 and control.env_id == "MountainCarContinuous-v0"
+
+
+def test_mopo_takes_a_gymnasium_task_and_names_fields_in_errors() -> None:
+    data = random_logs("MountainCarContinuous-v0", 8, 15)
+    tiny = dict(epochs=1, steps_per_epoch=5, rollout_batch_size=10, rollout_length=3)
+    tiny.update(sac_hidden=(8, 8), sac_batch_size=8, eval_episodes=1, final_epochs=1)
+    tiny["dynamics"] = dynamics_config("pendulum", hidden=(8, 8), members=2, max_epochs=1)
+    result = MOPO(**tiny).fit(data)
+    assert result.details.stage.curve[0]["epoch"] == 1 and not result.report.private
+    assert result.metrics["penalty"] == "ma"  # the generic defaults: no preset for the task
+    for settings, key in (({"real_ratio": 2.0}, "real_ratio"), ({"starts": "x"}, "starts")):
+        with pytest.raises(ConfigError) as err:
+            MOPO(**settings)
+        assert err.value.key == key and "--" not in str(err.value)

@@ -7,14 +7,14 @@ record is read); `load` reads the episodes and checks their shapes; `run` calls 
 computation with the checkpoints ``dynamics.pt`` and ``checkpoint.pt`` kept in the run
 directory itself, and returns metrics, the per-epoch curve, policy.pt and the learning curve.
 
-This module also holds what PRIMORL's system shares with MOPO (the resume check, progress and
-the learning-curve plot): `privrl.systems.primorl` imports them.
+This module also holds what PRIMORL's system shares with MOPO (the task from the header, the
+resume check and the learning-curve plot): `privrl.systems.primorl` imports them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,25 +125,13 @@ def check_resume(
     return found
 
 
-def stage_progress(
-    ctx: RunContext, model_phase: tuple[str, str, str, int | None] | None = None
-) -> Callable[[str, dict[str, Any]], None]:
-    """The library's `progress(phase, record)` as `ctx.progress` bars (see
-    `privrl.primorl.learners.stage_progress`)."""
-    from privrl.primorl.learners import stage_progress as library_progress
-
-    progress = library_progress(ctx.progress, model_phase)
-    assert progress is not None
-    return progress
-
-
 def stage_result(
     metrics: dict[str, Any],
     report: PrivacyReport,
     stage: PolicyStageResult,
     *,
     label: str,
-    reference: Any,
+    reference: Mapping[str, float] | None,
     title: str,
     steps_per_epoch: int,
     summary: list[str],
