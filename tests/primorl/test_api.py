@@ -231,7 +231,10 @@ def test_primorl_learns_on_a_gymnasium_task_without_a_preset() -> None:
     small["dynamics"] = dynamics_config("pendulum", hidden=(8, 8), members=2)
     with pytest.raises(ValueError, match="C"):
         PRIMORL(**{**small, "trajectories": 12}).plan(header_of(data))
-    result = PRIMORL(**small, clip=0.1, trajectories=12).fit(data, noise=NoiseSource.insecure(1))
+    primorl = PRIMORL(**small, clip=0.1, trajectories=12)
+    facts = primorl.plan(header_of(data)).public["task_facts"]  # published: public facts
+    assert (facts["obs_dim"], facts["horizon"], facts["action_high"]) == (2, 15, 1.0)
+    result = primorl.fit(data, noise=NoiseSource.insecure(1))
     assert result.metrics["task"] == "MountainCarContinuous-v0"
     assert result.metrics["rounds"] == 4 and len(result.curve) == 2
     assert result.policy.act(np.zeros((2, 2)), np.random.default_rng(0)).shape == (2, 1)
@@ -251,3 +254,13 @@ def test_mopo_takes_a_gymnasium_task_and_names_fields_in_errors() -> None:
         with pytest.raises(ConfigError) as err:
             MOPO(**settings)
         assert err.value.key == key and "--" not in str(err.value)
+
+
+def test_a_config_filled_in_for_one_task_is_not_reused_for_another() -> None:
+    pendulum = PrimorlConfig(task="pendulum")
+    assert pendulum.for_task("Pendulum-v1").penalty == "mpd"  # the same task, raw rewards
+    with pytest.raises(ConfigError) as err:
+        pendulum.for_task("swingup")
+    assert err.value.key == "task"
+    with pytest.raises(ConfigError):
+        MOPOConfig.for_task("pendulum").mopo_config("halfcheetah")

@@ -57,7 +57,7 @@ from privrl.primorl.primorl import (
     stage_report,
 )
 from privrl.primorl.primorl import _seeds as primorl_seeds
-from privrl.primorl.tasks import in_reward_scale, resolve_task
+from privrl.primorl.tasks import in_reward_scale, is_preset, resolve_task, task_facts
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 from privrl.rl.sac import SACPolicy
@@ -138,6 +138,12 @@ class PublicSource:
                 "ids": len(self.declaration.ids),
             }
         return {"source": "none", "normaliser": "declared observation/action bounds"}
+
+
+def published_task(task: ControlTask) -> dict[str, Any]:
+    """The facts of a task without a preset (dimensions, action box, horizon, reward range:
+    all public), for config.json; nothing for a preset, which its id names."""
+    return {} if is_preset(task) else {"task_facts": task_facts(task)}
 
 
 def _where(header: DatasetHeader) -> str:
@@ -256,6 +262,7 @@ def plan_primorl(
         **settings.settings(),
         "public_parameters": the_plan.params.to_list(),
         "public_data": public_source.identity,
+        **published_task(task),
     }
     facts = {
         "task": task,
@@ -525,6 +532,7 @@ def plan_mopo(config: MOPOConfig, header: DatasetHeader) -> Plan:
         "data_env_id": source.env_id,
         "reward_transform": task.reward_transform,
         **settings.settings(),
+        **published_task(task),
     }
     planned = PrivacyReport.non_private(UNIT, RELATION, system="mopo")
     facts = {"task": task, "source": source, "mopo": settings}

@@ -58,7 +58,7 @@ from privrl.primorl.policy_stage import (
     run_policy_stage,
     save_atomic,
 )
-from privrl.primorl.primorl import GENERIC_DYNAMICS
+from privrl.primorl.primorl import GENERIC_DYNAMICS, check_same_task
 from privrl.primorl.tasks import task_name
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
@@ -267,7 +267,9 @@ class MOPOConfig(StageOptions):
         return cls(task=task, **overrides)
 
     def mopo_config(self, task: str | ControlTask) -> Self:
-        """This config for `task`, its defaults filled in (the run layer's name)."""
+        """This config for `task`, its defaults filled in (ConfigError for a config already
+        filled in for another task)."""
+        check_same_task(self.task, task)
         return self.replace(task=task)
 
     def stage_config(self) -> PolicyStageConfig:

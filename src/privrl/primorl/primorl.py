@@ -86,6 +86,7 @@ __all__ = [
     "PrimorlResult",
     "ReleasedModel",
     "TaskPreset",
+    "check_same_task",
     "load_released_model",
     "plan",
     "planned_report",
@@ -386,7 +387,9 @@ class PrimorlConfig(StageOptions):
         return task_name(self.task) or "?"
 
     def for_task(self, task: str | ControlTask) -> Self:
-        """This config for `task`, with the task's preset filled into the unset settings."""
+        """This config for `task`, with the task's preset filled into the unset settings
+        (ConfigError for a config already filled in for another task)."""
+        check_same_task(self.task, task)
         return self.replace(task=task)
 
     def primorl_config(self, task: str | ControlTask, *, policy_only: bool = False) -> Self:
@@ -474,6 +477,16 @@ class PrimorlConfig(StageOptions):
 
 # The dynamics ensemble of a task without a preset: the spec's smaller architecture.
 GENERIC_DYNAMICS = DynamicsConfig(hidden=(200, 200), members=5, holdout_fraction=0.01)
+
+
+def check_same_task(mine: str | ControlTask | None, task: str | ControlTask) -> None:
+    """A config filled in for one task is not reused for another (its presets would stay)."""
+    if mine is not None and task_name(mine) != task_name(task):
+        raise ConfigError(
+            "task",
+            f"is {task_name(mine)!r}, and the data's task is {task_name(task)!r}; give the "
+            "data's task, or leave task unset",
+        )
 
 
 def dynamics_of(name: str) -> DynamicsConfig:
