@@ -69,21 +69,25 @@ def header_task(
 ) -> tuple[ControlTask, ControlTask]:
     """(the dataset's task, the task to run): the control task named by the header's env id
     (a public schema check; `needs` says what the system needs and how to build a dataset for
-    it) and the same task in the reward scale `transform` (None: the dataset's own)."""
-    from privrl.envs.control import task_for_env_id, with_reward_transform
+    it): a preset's id, or any Gymnasium id with Box spaces (`privrl.primorl.tasks`), and the
+    same task in the reward scale `transform` (None: the dataset's own)."""
+    from privrl.envs.control import task_for_env_id
+    from privrl.primorl.tasks import gym_task, resolve_task
 
     if header is None:
         raise ConfigError("data", "is required: give a dataset file of a control task")
-    if not header.metadata.env_id:
+    env_id = header.metadata.env_id
+    if not env_id:
         raise ConfigError("data", f"{header.path}: the dataset records no env id; {needs}")
     try:
-        source = task_for_env_id(header.metadata.env_id)
+        source = task_for_env_id(env_id)
     except ValueError as exc:
-        raise ConfigError("data", f"{header.path}: {exc}") from None
-    try:
-        return source, with_reward_transform(source, transform)
-    except ValueError as exc:
-        raise ConfigError("reward_transform", f"{transform}: {exc}") from None
+        try:
+            source = gym_task(env_id, header.metadata)
+        except ValueError as why:
+            problem = f"{header.path}: {exc} (as a Gymnasium task: {why})"
+            raise ConfigError("data", problem) from None
+    return resolve_task(source, header.metadata, transform)
 
 
 def check_resume(
