@@ -264,22 +264,3 @@ def test_a_config_filled_in_for_one_task_is_not_reused_for_another() -> None:
     assert err.value.key == "task"
     with pytest.raises(ConfigError):
         MOPOConfig.for_task("pendulum").mopo_config("halfcheetah")
-
-
-def test_the_command_line_trains_on_a_gymnasium_task_without_a_preset(tmp_path: Path) -> None:
-    """`privrl train primorl` on logs of MountainCarContinuous-v0: the task's facts come from
-    the simulator and the file's declared horizon; C and T_max are given on the command line."""
-    import json
-
-    from privrl.cli.main import main
-
-    path = save_hdf5(random_logs("MountainCarContinuous-v0", 8, 15), tmp_path / "mc.h5")
-    out = tmp_path / "run"
-    argv = ["train", "primorl", "--data", str(path), "-z", "2", "--steps", "2", "--clip", "0.1"]
-    argv += ["--trajectories", "8", "--epochs", "1", "--steps-per-epoch", "5"]
-    argv += ["--rollout-batch-size", "10", "--out", str(out)]
-    assert main(argv) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["env_id"] == "MountainCarContinuous-v0" and metrics["rounds"] == 2
-    config = json.loads((out / "config.json").read_text())
-    assert config["task_facts"]["horizon"] == 15 and config["task"] == "MountainCarContinuous-v0"

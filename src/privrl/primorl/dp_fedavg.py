@@ -131,8 +131,8 @@ DEFAULTS: dict[str, Any] = {
     "local_lr": 1e-3,
 }
 
-# Float32 elements of one chunk's stacked parameters (copies × members × params). Measured in
-# benchmarks/bench_primorl_step.py on this 2-core machine: see `auto_chunk_copies`.
+# Float32 elements of one chunk's stacked parameters (copies × members × params), chosen
+# from benchmarks/bench_primorl_step.py: see `auto_chunk_copies`.
 CHUNK_ELEMENTS = 2_000_000
 
 # Public metadata key (in ``metadata.extra``) that may declare K, per unit.
@@ -635,9 +635,7 @@ def auto_chunk_copies(layout: EnsembleLayout, n_clients: int) -> int:
 
     Pendulum (3 × 2×64, 15k parameters per copy) → 133 copies, i.e. all sampled clients at
     once; cartpole (5 × 2×128, 95k) → 21; HalfCheetah (7 × 4×200, 0.93M) → 2 per chunk.
-    Measured at HalfCheetah sizes (30 clients, low load): chunks of 1, 2 and 4 copies within
-    5% of each other, 8 copies 1.2× and all 30 stacked 1.2× slower (the buffers leave the
-    cache); cartpole sizes: 10–30 copies within 5%, 2.8× faster than one at a time.
+    Larger stacks leave the cache; the limit comes from benchmarks/bench_primorl_step.py.
     """
     per_copy = layout.members * layout.size
     return max(1, min(max(n_clients, 1), CHUNK_ELEMENTS // per_copy))

@@ -69,24 +69,20 @@ def header_task(
 ) -> tuple[ControlTask, ControlTask]:
     """(the dataset's task, the task to run): the control task named by the header's env id
     (a public schema check; `needs` says what the system needs and how to build a dataset for
-    it): a preset's id, or any Gymnasium id with Box spaces (`privrl.primorl.tasks`), and the
-    same task in the reward scale `transform` (None: the dataset's own)."""
+    it) and the same task in the reward scale `transform` (None: the dataset's own). The
+    command line takes the ids privrl declares facts for; the Python API takes any Gymnasium
+    continuous-control id (`privrl.primorl.tasks`)."""
     from privrl.envs.control import task_for_env_id
-    from privrl.primorl.tasks import gym_task, resolve_task
+    from privrl.primorl.tasks import resolve_task
 
     if header is None:
         raise ConfigError("data", "is required: give a dataset file of a control task")
-    env_id = header.metadata.env_id
-    if not env_id:
+    if not header.metadata.env_id:
         raise ConfigError("data", f"{header.path}: the dataset records no env id; {needs}")
     try:
-        source = task_for_env_id(env_id)
+        source = task_for_env_id(header.metadata.env_id)
     except ValueError as exc:
-        try:
-            source = gym_task(env_id, header.metadata)
-        except ValueError as why:
-            problem = f"{header.path}: {exc} (as a Gymnasium task: {why})"
-            raise ConfigError("data", problem) from None
+        raise ConfigError("data", f"{header.path}: {exc}") from None
     return resolve_task(source, header.metadata, transform)
 
 
