@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,6 +61,9 @@ from privrl.primorl.tasks import in_reward_scale, is_preset, resolve_task, task_
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 from privrl.rl.sac import SACPolicy
+
+if TYPE_CHECKING:
+    from privrl.privacy.ledger import BudgetLedger
 
 __all__ = [
     "MOPO",
@@ -375,7 +378,7 @@ class PRIMORL(Algorithm[PrimorlConfig]):
         dataset: TrajectoryDataset,
         *,
         public: TrajectoryDataset | None = None,
-        ledger: Any = None,
+        ledger: BudgetLedger | None = None,
         noise: NoiseSource | None = None,
         progress: Progress | None = None,
         seed: int = 0,
@@ -582,7 +585,7 @@ class MOPO(Algorithm[MOPOConfig]):
         self,
         dataset: TrajectoryDataset,
         *,
-        ledger: Any = None,
+        ledger: BudgetLedger | None = None,
         noise: NoiseSource | None = None,
         progress: Progress | None = None,
         seed: int = 0,
