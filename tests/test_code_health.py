@@ -109,3 +109,20 @@ def test_cli_is_under_1500_lines() -> None:
         f"src/privrl/cli/*.py has {total} lines, the target is under {MAX_CLI_LINES}; largest: "
         + ", ".join(f"{k} ({n})" for k, n in largest)
     )
+
+
+def test_only_the_application_layer_draws_progress_bars() -> None:
+    """Library packages report progress through a callback (`privrl.progress.Progress`); only
+    `privrl.runs` and `privrl.cli` import rich's progress bars."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "privrl"
+    drawing = []
+    for path in sorted(src.rglob("*.py")):
+        package = path.relative_to(src).parts[0]
+        if package in ("runs", "cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rich.progress"):
+                drawing.append(path.relative_to(src).as_posix())
+    assert drawing == [], drawing

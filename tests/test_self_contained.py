@@ -22,8 +22,6 @@ FORBIDDEN = re.compile(
 
 # Being moved or rewritten in parallel under issue 32; each leaves this list when its move lands:
 EXCLUDED = (
-    # docstrings still cite specs/primorl.md and "paper 000"; the package is being rewritten
-    SRC / "primorl",
 )
 
 

@@ -16,7 +16,6 @@ from gymnasium import spaces
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.data.public import declare_public_episodes, declared_public, split_declared
 from privrl.primorl import primorl as P
-from privrl.primorl.dp_fedavg import DpFedAvgConfig
 from privrl.primorl.dynamics import dynamics_config
 from tests.noise import noise_rng, noise_source
 
@@ -67,12 +66,15 @@ def pendulum_data(
     return TrajectoryDataset.from_episodes(episodes, metadata=meta)
 
 
+FED_NAMES = {"max_rounds": "steps", "n_units": "trajectories"}  # DP-FedAvg's → the config's
+
+
 def tiny_config(**fed) -> P.PrimorlConfig:
     base = dict(noise_multiplier=2.0, max_rounds=4, sampling_rate=0.2, n_units=30, eval_every=2)
     base.update(fed)
     return P.PrimorlConfig(
         task="pendulum",
-        fedavg=DpFedAvgConfig(**base),
+        **{FED_NAMES.get(k, k): v for k, v in base.items()},
         epochs=2,
         steps_per_epoch=10,
         rollout_every=10,
@@ -108,7 +110,7 @@ def declared_split(
 def test_presets_and_variants_set_what_the_papers_rows_set() -> None:
     """Table 1 rows: HIGH/LOW set the paper's z at the task's T_max (a public default, named
     as the preset); NO PRIVACY is z = 0 with clipping, NO CLIP z = 0 and C = ∞ (not private)."""
-    high = P.PrimorlConfig(task="pendulum", variant="high", fedavg=DpFedAvgConfig(n_units=30000))
+    high = P.PrimorlConfig(task="pendulum", variant="high", trajectories=30000)
     plan = P.plan(high)
     assert (plan.z, plan.T_max, plan.clip_mode, plan.q) == (0.52, 7000, "per_layer", 1e-3)
     assert high.penalty == "mpd" and high.lam == 2.0 and high.rollout_length == 30
@@ -116,15 +118,13 @@ def test_presets_and_variants_set_what_the_papers_rows_set() -> None:
     assert sources["T_max (rounds, fixed in advance)"][0] == "default"
     assert "pendulum" in sources["T_max (rounds, fixed in advance)"][1]
     assert sources["z (noise multiplier)"][0] == "flag"
-    low = P.plan(P.PrimorlConfig(task="swingup", variant="low", fedavg=DpFedAvgConfig(n_units=9)))
+    low = P.plan(P.PrimorlConfig(task="swingup", variant="low", trajectories=9))
     assert (low.z, low.T_max, low.clip_mode) == (0.25, 10000, "flat")
     nopriv = P.plan(
         P.PrimorlConfig(task="balance", variant="no-privacy"), {"extra": {"n_trajectories": 9}}
     )
     assert nopriv.z == 0 and math.isfinite(nopriv.C) and not nopriv.private
-    noclip = P.plan(
-        P.PrimorlConfig(task="pendulum", variant="no-clip", fedavg=DpFedAvgConfig(n_units=5))
-    )
+    noclip = P.plan(P.PrimorlConfig(task="pendulum", variant="no-clip", trajectories=5))
     assert math.isinf(noclip.C) and not noclip.private
 
 
@@ -140,10 +140,10 @@ def test_no_privacy_variant_still_needs_K_from_a_public_source() -> None:
 @pytest.mark.parametrize(
     "kw, match",
     [
-        ({"variant": "high", "fedavg": DpFedAvgConfig(noise_multiplier=1.0)}, "variant"),
-        ({"variant": "no-clip", "fedavg": DpFedAvgConfig(clip_norm=1.0)}, "clipping"),
+        ({"variant": "high", "noise_multiplier": 1.0}, "variant"),
+        ({"variant": "no-clip", "clip": 1.0}, "clipping"),
         ({"variant": "medium"}, "variant"),
-        ({"starts": "dataset"}, "private states"),
+        ({"start_states": "dataset"}, "private states"),
         ({"penalty": "max"}, "penalty"),
         ({"lam": -1.0}, "λ"),
     ],
@@ -156,14 +156,11 @@ def test_config_refuses_bad_settings(kw: dict, match: str) -> None:
 def test_halfcheetah_has_no_low_high_row_and_needs_its_T() -> None:
     with pytest.raises(ValueError, match="no HIGH row"):
         P.PrimorlConfig(task="halfcheetah", variant="high")
-    cfg = P.PrimorlConfig(task="halfcheetah", fedavg=DpFedAvgConfig(noise_multiplier=1e-3))
+    cfg = P.PrimorlConfig(task="halfcheetah", noise_multiplier=1e-3)
     with pytest.raises(ValueError, match="--steps"):
         P.plan(cfg, {"extra": {"n_trajectories": 2000}})
     plan = P.plan(
-        cfg.__class__(
-            task="halfcheetah",
-            fedavg=DpFedAvgConfig(noise_multiplier=1e-3, max_rounds=10, n_units=2000),
-        )
+        cfg.__class__(task="halfcheetah", noise_multiplier=1e-3, steps=10, trajectories=2000)
     )
     assert (plan.C, plan.q, plan.clip_mode) == (15.0, 1e-2, "per_layer")
 
@@ -420,8 +417,8 @@ def test_a_run_with_server_momentum_resumes_to_the_same_release(tmp_path) -> Non
     assert _same_release(full, _interrupted_and_resumed(cfg, priv, pub, tmp_path))
     assert not _same_release(full, fedavg)
     assert full.fedavg["best_round"] != [1] * len(full.fedavg["best_round"])
-    assert "server_momentum" in cfg.to_dict()["fedavg"]
-    assert "server_momentum" not in tiny_config().to_dict()["fedavg"]  # earlier runs resume
+    assert "server_momentum" in cfg.settings()["fedavg"]
+    assert "server_momentum" not in tiny_config().settings()["fedavg"]  # earlier runs resume
 
 
 # ----------------------------------------------------------------------------- neighbours

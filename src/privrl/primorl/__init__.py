@@ -1,2 +1,21 @@
-"""PRIMORL (trajectory-level DP model-based offline RL) and its non-private baseline, MOPO:
-ensemble dynamics models, pessimistic model MDPs and SAC on model rollouts."""
+"""PRIMORL (private) and MOPO: `PrimorlConfig`, `PRIMORL`, `MOPOConfig`, `MOPO`, `ControlTask`,
+`PublicSource`, `ReleasedModel`; `fit` returns `Fitted` (details `PrimorlResult`, `MOPOResult`)."""
+
+from privrl.algorithm import Fitted
+from privrl.envs.control import ControlTask
+from privrl.primorl.learners import MOPO, PRIMORL, PublicSource
+from privrl.primorl.mopo import MOPOConfig, MOPOResult
+from privrl.primorl.primorl import PrimorlConfig, PrimorlResult, ReleasedModel
+
+__all__ = [
+    "MOPO",
+    "PRIMORL",
+    "ControlTask",
+    "Fitted",
+    "MOPOConfig",
+    "MOPOResult",
+    "PrimorlConfig",
+    "PrimorlResult",
+    "PublicSource",
+    "ReleasedModel",
+]

@@ -1,7 +1,7 @@
 """PRIMORL's private core: TDP model-ensemble training, i.e. DP-FedAvg with trajectories as users.
 
-Paper 000 (PRIMORL), Algorithm 1 = Appendix K, Algorithm 2 (TDP MODEL ENSEMBLE TRAINING) and
-Algorithm 3 (ENSEMBLECLIP); specs/primorl.md, "TDP ensemble training". One function per box:
+The PRIMORL paper's Algorithm 1 = Appendix K, Algorithm 2 (TDP MODEL ENSEMBLE TRAINING) and
+Algorithm 3 (ENSEMBLECLIP). One function per box:
 
 ``plan_dp_fedavg``       every public parameter (q, z, C, T_max, K, B, E, η, clip mode, δ) with
                          its source; z calibrated for a target (ε, δ) at the fixed T_max; the
@@ -131,8 +131,8 @@ DEFAULTS: dict[str, Any] = {
     "local_lr": 1e-3,
 }
 
-# Float32 elements of one chunk's stacked parameters (copies × members × params). Measured in
-# benchmarks/bench_primorl_step.py on this 2-core machine: see `auto_chunk_copies`.
+# Float32 elements of one chunk's stacked parameters (copies × members × params), chosen
+# from benchmarks/bench_primorl_step.py: see `auto_chunk_copies`.
 CHUNK_ELEMENTS = 2_000_000
 
 # Public metadata key (in ``metadata.extra``) that may declare K, per unit.
@@ -172,7 +172,7 @@ def _real(value: Any, what: str) -> float:
 class DpFedAvgConfig:
     """TDP ensemble training as the user asked for it (``None`` = not given).
 
-    Symbols (paper 000, Algorithm 2): q ``sampling_rate``, z ``noise_multiplier``, C
+    Symbols (PRIMORL, Algorithm 2): q ``sampling_rate``, z ``noise_multiplier``, C
     ``clip_norm``, T_max ``max_rounds``, K ``n_units``, B ``local_batch``, E ``local_epochs``,
     η ``local_lr``. Give z, or a ``target_epsilon`` for which z is calibrated at T_max (with
     δ). C, T_max and K have no default: they must be given (K may also be declared in the
@@ -366,7 +366,7 @@ class DpFedAvgPlan:
     def release(self, rounds: int, n_params: int) -> Release:
         """The one release of a run: the ensemble's parameters after ``rounds`` rounds."""
         extra: dict[str, Any] = {
-            "algorithm": "PRIMORL TDP model-ensemble training (DP-FedAvg, paper 000 Alg. 1)",
+            "algorithm": "PRIMORL TDP model-ensemble training (DP-FedAvg, PRIMORL's Algorithm 1)",
             "sampling": "poisson",
             "sampling_probability": self.q,
             "unit": self.privacy_unit.value,
@@ -635,9 +635,7 @@ def auto_chunk_copies(layout: EnsembleLayout, n_clients: int) -> int:
 
     Pendulum (3 × 2×64, 15k parameters per copy) → 133 copies, i.e. all sampled clients at
     once; cartpole (5 × 2×128, 95k) → 21; HalfCheetah (7 × 4×200, 0.93M) → 2 per chunk.
-    Measured at HalfCheetah sizes (30 clients, low load): chunks of 1, 2 and 4 copies within
-    5% of each other, 8 copies 1.2× and all 30 stacked 1.2× slower (the buffers leave the
-    cache); cartpole sizes: 10–30 copies within 5%, 2.8× faster than one at a time.
+    Larger stacks leave the cache; the limit comes from benchmarks/bench_primorl_step.py.
     """
     per_copy = layout.members * layout.size
     return max(1, min(max(n_clients, 1), CHUNK_ELEMENTS // per_copy))

@@ -1,6 +1,6 @@
-"""The ensemble dynamics model of MOPO (now) and PRIMORL (later), and its non-private training.
+"""The ensemble dynamics model of MOPO and PRIMORL, and its non-private training (MOPO).
 
-Model (specs/primorl.md, "Dynamics model"): N Gaussian MLPs (SWISH, per-layer weight decay,
+Model (as the PRIMORL paper and MOPO specify it): N Gaussian MLPs (SWISH, per-layer weight decay,
 learnable log-variance bounds) on ``concat(s, a)`` → mean and log-variance of ``[s' − s, r]``
 (diagonal covariance, Gaussian NLL). Non-private training (MOPO) lets all members see the same
 batch, diversity coming from initialisation only; bootstrap or independent shuffles are
@@ -8,7 +8,7 @@ options. Early stopping and elite selection use the holdout split, the input nor
 fitted only on the arrays the caller passes as usable (``fit_normalizer_on``) — for PRIMORL the
 public split, or known bounds via :meth:`privrl.nn.normalizer.Normalizer.from_bounds`.
 
-Pessimism (specs/primorl.md, "Pessimism"): :func:`u_ma`, :func:`u_ma_frobenius`, :func:`u_mpd`
+Pessimism: :func:`u_ma`, :func:`u_ma_frobenius`, :func:`u_mpd`
 take the per-member means/stds that :meth:`DynamicsModel.predict` returns in ``info``.
 
 Elites default (MOPO): all members when N ≤ 5, else 5 (MOPO uses 5 of 7).
@@ -122,7 +122,7 @@ class DynamicsConfig:
         return cls(**d)
 
 
-# Spec sizes (specs/primorl.md, "Dynamics model") and holdout shares ("Train/test split").
+# The papers' ensemble sizes per task and holdout shares.
 DYNAMICS_PRESETS: dict[str, DynamicsConfig] = {
     "pendulum": DynamicsConfig(hidden=(64, 64), members=3, holdout_fraction=0.01),
     "balance": DynamicsConfig(hidden=(128, 128), members=5, holdout_fraction=0.01),
@@ -506,7 +506,7 @@ def train_dynamics(
     holdout: TransitionArrays | None = None,
     config: DynamicsConfig | None = None,
     seed: int = 0,
-    progress: bool | Callable[[dict[str, Any]], None] = False,
+    progress: Callable[[dict[str, Any]], None] | None = None,
     *,
     fit_normalizer_on: TransitionArrays | None = None,
     normalizer_source: str = "fit_normalizer_on",
@@ -519,7 +519,8 @@ def train_dynamics(
     normalisers untouched; the holdout is never used for them. The holdout (declared public in
     PRIMORL) drives early stopping, best-snapshot selection and elites only. ``config``
     overrides the training settings of ``model.config`` (architecture comes from the model).
-    ``progress``: True for a progress bar, or a callable receiving each epoch's record.
+    ``progress``: called with each epoch's record (``epoch``, ``train_loss``, and
+    ``holdout_mse`` with a holdout); the application layer draws any bar from it.
     """
     cfg = config if config is not None else model.config
     t0 = time.perf_counter()
@@ -562,46 +563,43 @@ def train_dynamics(
     losses: list[float] = []
     mses: list[np.ndarray] = []
     since, steps, stopped_early = 0, 0, False
-    bar = _progress_bar(progress, cfg.max_epochs)
-    try:
-        for epoch in range(1, cfg.max_epochs + 1):
-            idx = torch.from_numpy(_epoch_indices(rng, n, n_members, cfg.sampling, n_rows, boot))
-            ens.train()
-            total, count = 0.0, 0
-            for s in range(0, n_rows, bs):
-                rows = idx[:, s : s + bs]
-                loss = ens.loss(x_tr[rows], y_tr[rows], weight_decay=cfg.weight_decay).sum()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += float(loss.detach())
-                count += 1
-            steps += count
-            losses.append(total / count)
-            record: dict[str, Any] = {"epoch": epoch, "train_loss": losses[-1]}
-            if has_holdout:
-                cur = _mse_tensors(model, x_ho, y_ho, cfg.eval_batch_size).double().numpy()
-                mses.append(cur)
-                improved = (best - cur) / np.where(np.isinf(best), 1.0, best) > cfg.min_improvement
-                improved |= np.isinf(best)
-                if improved.any():
-                    mask = torch.from_numpy(improved)
-                    with torch.no_grad():
-                        for k, v in ens.parameters_dict().items():
-                            m = mask.view(1, -1, *([1] * (v.dim() - 2)))
-                            snapshot[k] = torch.where(m, v.detach(), snapshot[k])
-                    best = np.where(improved, cur, best)
-                    best_epoch[improved] = epoch
-                    since = 0
-                else:
-                    since += 1
-                record["holdout_mse"] = cur.tolist()
-            bar(record)
-            if has_holdout and since >= cfg.patience:
-                stopped_early = True
-                break
-    finally:
-        bar(None)
+    report = progress if progress is not None else (lambda record: None)
+    for epoch in range(1, cfg.max_epochs + 1):
+        idx = torch.from_numpy(_epoch_indices(rng, n, n_members, cfg.sampling, n_rows, boot))
+        ens.train()
+        total, count = 0.0, 0
+        for s in range(0, n_rows, bs):
+            rows = idx[:, s : s + bs]
+            loss = ens.loss(x_tr[rows], y_tr[rows], weight_decay=cfg.weight_decay).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach())
+            count += 1
+        steps += count
+        losses.append(total / count)
+        record: dict[str, Any] = {"epoch": epoch, "train_loss": losses[-1]}
+        if has_holdout:
+            cur = _mse_tensors(model, x_ho, y_ho, cfg.eval_batch_size).double().numpy()
+            mses.append(cur)
+            improved = (best - cur) / np.where(np.isinf(best), 1.0, best) > cfg.min_improvement
+            improved |= np.isinf(best)
+            if improved.any():
+                mask = torch.from_numpy(improved)
+                with torch.no_grad():
+                    for k, v in ens.parameters_dict().items():
+                        m = mask.view(1, -1, *([1] * (v.dim() - 2)))
+                        snapshot[k] = torch.where(m, v.detach(), snapshot[k])
+                best = np.where(improved, cur, best)
+                best_epoch[improved] = epoch
+                since = 0
+            else:
+                since += 1
+            record["holdout_mse"] = cur.tolist()
+        report(record)
+        if has_holdout and since >= cfg.patience:
+            stopped_early = True
+            break
     if has_holdout:
         ens.load_parameters_dict(snapshot)
         elites = select_elites(best, cfg.n_elites)
@@ -625,41 +623,3 @@ def train_dynamics(
         normalizer_source=model.input_normalizer.source,
         extra={"elites_source": elites_source, "sampling": cfg.sampling},
     )
-
-
-def _progress_bar(
-    progress: bool | Callable[[dict[str, Any]], None], total: int
-) -> Callable[[dict[str, Any] | None], None]:
-    """A per-epoch callback; ``None`` closes it."""
-    if callable(progress):
-        user = progress
-
-        def call(record: dict[str, Any] | None) -> None:
-            if record is not None:
-                user(record)
-
-        return call
-    if not progress:
-        return lambda record: None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    bar = Progress(
-        TextColumn("[bold]dynamics"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        transient=True,
-    )
-    bar.start()
-    task = bar.add_task("dynamics", total=total, info="")
-
-    def update(record: dict[str, Any] | None) -> None:
-        if record is None:
-            bar.stop()
-            return
-        info = f"loss {record['train_loss']:.4f}"
-        if "holdout_mse" in record:
-            info += f"  holdout MSE {np.mean(record['holdout_mse']):.3g}"
-        bar.update(task, advance=1, info=info)
-
-    return update

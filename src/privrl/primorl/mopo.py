@@ -1,7 +1,7 @@
 """MOPO (Yu et al. 2020), PRIMORL's non-private baseline: split → dynamics model → policy stage.
 
 1. Split the dataset by episode into train and holdout (1% Pendulum and cartpole, 10%
-   HalfCheetah; specs/primorl.md) with the run's seed. The holdout drives early stopping and
+   HalfCheetah) with the run's seed. The holdout drives early stopping and
    elite selection. It is part of the private data, not public data (MOPO is not private);
    PRIMORL uses only data declared public for these (:mod:`privrl.data.public`).
 2. Train the Gaussian ensemble (:mod:`privrl.primorl.dynamics`) on the training episodes,
@@ -19,27 +19,36 @@ MOPO reads the private data in every stage: its privacy report says ε = ∞.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
+from privrl.config import ConfigError, check, option
 from privrl.data.dataset import TrajectoryDataset
 from privrl.envs.control import ControlTask, task_for_env_id
 from privrl.primorl.dynamics import (
+    DYNAMICS_PRESETS,
     DynamicsConfig,
     DynamicsModel,
     dynamics_config,
     split_episode_indices,
     train_dynamics,
 )
-from privrl.primorl.pessimism import PENALTIES, PenalizedModel
+from privrl.primorl.options import (
+    MAX_EPOCHS,
+    StageOptions,
+    parse_target_entropy,
+    plain,
+    settle,
+    within,
+)
+from privrl.primorl.pessimism import PenalizedModel
 from privrl.primorl.policy_stage import (
     START_MODES,
     PolicyStageConfig,
@@ -49,6 +58,8 @@ from privrl.primorl.policy_stage import (
     run_policy_stage,
     save_atomic,
 )
+from privrl.primorl.primorl import GENERIC_DYNAMICS, check_same_task
+from privrl.primorl.tasks import task_name
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.rl.replay import ReplayBuffer
@@ -77,8 +88,8 @@ class _TaskDefaults:
     dynamics: dict[str, Any] = field(default_factory=dict)  # MOPO training overrides
 
 
-# Pessimism and rollout length: specs/primorl.md (Table 8). Epochs: not reported by the paper;
-# chosen so that a full run fits the machine (Pendulum ≤ 20 min, measured; docs/primorl.md).
+# Pessimism and rollout length: the PRIMORL paper's Table 8. Epochs: not reported by the paper;
+# chosen so that a full run stays short (docs/primorl.md, "Measured run time").
 # Dynamics: the spec's architecture presets; an "epoch" of model training is capped at
 # `steps_per_epoch` minibatches (the datasets have 6–30 M transitions), holdout evaluations at
 # 50k rows.
@@ -98,85 +109,210 @@ MOPO_DEFAULTS: dict[str, _TaskDefaults] = {
 }
 
 
-@dataclass
-class MOPOConfig:
-    """Everything a MOPO run depends on (besides the data and the seed)."""
+# A task without MOPO defaults (any other Gymnasium task): short rollouts, MA pessimism.
+GENERIC_MOPO = _TaskDefaults("ma", 1.0, 5, 30, 5_000, _DYN)
 
-    task: str
-    penalty: str
-    lam: float
-    rollout_length: int
-    epochs: int
-    rollout_batch_size: int
-    real_ratio: float = 0.05
-    starts: str = "dataset"
-    init_fraction: float = 0.2  # share of fresh initial states per batch ("initial" mode)
-    mpd_include_reward: bool = False
-    target_entropy: float | None = -3.0  # None ⇒ −|A|
-    sac_hidden: tuple[int, ...] = (256, 256)
-    sac_batch_size: int = 256
-    sac_init_alpha: float = 1.0
-    holdout_fraction: float = 0.01
-    steps_per_epoch: int = 1000
-    rollout_every: int = 1000
-    retain_epochs: int = 5
-    eval_episodes: int = 10
-    final_epochs: int = 10
-    checkpoint_every: int = 1  # a checkpoint costs ~0.1 s; an epoch 10–30 s
-    dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
+
+@dataclass(frozen=True)
+class MOPOConfig(StageOptions):
+    """Every setting of MOPO besides the data and the seed.
+
+    MOPO (Yu et al. 2020): SAC in the model M̃ with r̃ = r̂ − λ·u (u ``penalty``, λ ``lam``),
+    rollouts of h = ``rollout_length`` steps from ``starts``, a share ``real_ratio`` of real
+    transitions in every SAC batch, the dynamics ensemble trained on all but a seeded
+    ``holdout_fraction`` of the episodes. ``task``: a preset name, a Gymnasium id or a
+    `ControlTask` (None: the dataset's env id). `None` elsewhere means the task's default; once
+    the task is known (``task`` given) the defaults are filled in.
+    """
+
+    system = "mopo"
+
+    real_ratio: float = option(
+        0.05, "--real-ratio", help="Share of real transitions in each SAC batch (0 = none)."
+    )
+    starts: str = option(
+        "dataset",
+        "--starts",
+        help="Rollout start states: dataset (MOPO) | initial (env's initial distribution, "
+        "chained) | public-split (the holdout's states: part of the data, not public; MOPO is "
+        "not private).",
+    )
+    init_fraction: float = option(
+        0.2, "--init-fraction", help="With --starts initial: share of fresh initial states."
+    )
+    mpd_reward: bool = option(
+        False, "--mpd-reward", help="Include the reward output in u_MPD (default: states only)."
+    )
+    model_epochs: int | None = option(
+        None, "--model-epochs", help="Most epochs of dynamics training (default: per task)."
+    )
+    checkpoint_every: int = option(
+        1, "--checkpoint-every", help="Save a checkpoint every this many epochs."
+    )
+    # -- settings of the Python API and config files only (their defaults are what runs ran)
+    task: str | ControlTask | None = option(  # noqa: RUF009 - option() is a dataclasses.field
+        None,
+        cli=False,
+        keyless_default=True,
+        help="The control task: a preset name, a Gymnasium id or a ControlTask (None: the "
+        "dataset's env id).",
+    )
+    sac_hidden: tuple[int, ...] = option(
+        (256, 256), cli=False, keyless_default=True, help="SAC's hidden layer widths."
+    )
+    sac_batch_size: int = option(256, cli=False, keyless_default=True, help="SAC batch size.")
+    sac_init_alpha: float = option(
+        1.0, cli=False, keyless_default=True, help="SAC's initial temperature α."
+    )
+    holdout_fraction: float | None = option(
+        None,
+        cli=False,
+        keyless_default=True,
+        help="Share of episodes held out (early stopping, elites); None: the task's.",
+    )
+    rollout_every: int = option(
+        1000, cli=False, keyless_default=True, help="SAC updates between rollout batches."
+    )
+    retain_epochs: int = option(
+        5, cli=False, keyless_default=True, help="Epochs of rollouts the model buffer keeps."
+    )
+    eval_episodes: int = option(
+        10, cli=False, keyless_default=True, help="Simulator episodes per evaluation."
+    )
+    final_epochs: int = option(
+        10, cli=False, keyless_default=True, help="Last epochs averaged into the return."
+    )
+    dynamics: DynamicsConfig | None = option(  # noqa: RUF009 - option() is a dataclasses.field
+        None,
+        cli=False,
+        keyless_default=True,
+        help="The dynamics ensemble and its training (None: the task's preset).",
+    )
 
     def __post_init__(self) -> None:
-        if self.penalty not in PENALTIES:
-            raise ValueError(f"unknown penalty {self.penalty!r}; choose {', '.join(PENALTIES)}")
-        if self.starts not in START_MODES:
-            raise ValueError(f"unknown start mode {self.starts!r}; choose {', '.join(START_MODES)}")
-        if not (math.isfinite(self.real_ratio) and 0.0 <= self.real_ratio <= 1.0):
-            raise ValueError(f"real ratio must be in [0, 1], got {self.real_ratio}")
-        if not (math.isfinite(self.lam) and self.lam >= 0):
-            raise ValueError(f"λ must be finite and >= 0, got {self.lam}")
-        if not 0.0 <= self.holdout_fraction < 1.0:
-            raise ValueError(f"holdout fraction must be in [0, 1), got {self.holdout_fraction}")
-        if self.rollout_length < 1 or self.epochs < 1 or self.rollout_batch_size < 1:
-            raise ValueError("rollout length, epochs and rollout batch size must be >= 1")
+        settle(self)
+        name = task_name(self.task)
+        if name is not None:
+            d = MOPO_DEFAULTS.get(name, GENERIC_MOPO)
+            if self.dynamics is None:
+                base = DYNAMICS_PRESETS.get(name, GENERIC_DYNAMICS)
+                object.__setattr__(self, "dynamics", base.replace(**d.dynamics))
+            self.fill(
+                {
+                    "penalty": d.penalty,
+                    "lam": d.lam,
+                    "rollout_length": d.rollout_length,
+                    "epochs": d.epochs,
+                    "rollout_batch_size": d.rollout_batch_size,
+                }
+            )
+        dyn = self.dynamics
+        if dyn is not None and self.model_epochs is not None:
+            object.__setattr__(self, "dynamics", dyn.replace(max_epochs=self.model_epochs))
+        if self.holdout_fraction is None and self.dynamics is not None:
+            object.__setattr__(self, "holdout_fraction", self.dynamics.holdout_fraction)
+        super().__post_init__()
+
+    def validate(self) -> None:
+        check(
+            math.isfinite(self.real_ratio) and 0.0 <= self.real_ratio <= 1.0,
+            "real_ratio",
+            f"must be in [0, 1] (the real ratio; MOPO: 0.05, none: 0), got {self.real_ratio}",
+        )
+        super().validate()
+        check(
+            self.starts in START_MODES,
+            "starts",
+            f"must be one of {', '.join(START_MODES)} (the start mode of rollouts), got "
+            f"{self.starts!r}",
+        )
+        check(
+            math.isfinite(self.init_fraction) and 0.0 < self.init_fraction <= 1.0,
+            "init_fraction",
+            f"must be in (0, 1], got {self.init_fraction}",
+        )
+        check(
+            self.checkpoint_every >= 1,
+            "checkpoint_every",
+            f"must be >= 1, got {self.checkpoint_every}",
+        )
+        check(
+            within(self.model_epochs, 1, MAX_EPOCHS),
+            "model_epochs",
+            f"must be in [1, {MAX_EPOCHS}], got {self.model_epochs}",
+        )
+        h = self.holdout_fraction
+        check(h is None or 0.0 <= h < 1.0, "holdout_fraction", f"must be in [0, 1), got {h}")
+        for key in ("rollout_every", "retain_epochs", "eval_episodes", "final_epochs"):
+            check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
 
     @classmethod
-    def for_task(cls, task: str, **overrides: Any) -> MOPOConfig:
-        """Per-task defaults (specs/primorl.md) with ``overrides``; ``dynamics_overrides`` (a
-        dict) changes single fields of the dynamics preset."""
-        if task not in MOPO_DEFAULTS:
-            raise ValueError(f"no MOPO defaults for task {task!r}; known: {sorted(MOPO_DEFAULTS)}")
-        d = MOPO_DEFAULTS[task]
-        dyn_over = {**d.dynamics, **overrides.pop("dynamics_overrides", {})}
-        dyn = dynamics_config(task, **dyn_over)
-        base: dict[str, Any] = {
-            "task": task,
-            "penalty": d.penalty,
-            "lam": d.lam,
-            "rollout_length": d.rollout_length,
-            "epochs": d.epochs,
-            "rollout_batch_size": d.rollout_batch_size,
-            "holdout_fraction": dyn.holdout_fraction,
-            "dynamics": dyn,
-        }
-        base.update(overrides)
-        return cls(**base)
+    def for_task(cls, task: str | ControlTask, **overrides: Any) -> MOPOConfig:
+        """A preset task's defaults (the paper's Table 8) with ``overrides``;
+        ``dynamics_overrides`` (a dict) changes single fields of the dynamics preset."""
+        name = task_name(task)
+        if name not in MOPO_DEFAULTS:
+            raise ConfigError(
+                "task",
+                f"{task!r}: no MOPO defaults for task {task!r}; known: {sorted(MOPO_DEFAULTS)} "
+                "(for another Gymnasium task give MOPOConfig(task=ENV_ID))",
+            )
+        if "mpd_include_reward" in overrides:
+            overrides["mpd_reward"] = overrides.pop("mpd_include_reward")
+        if "target_entropy" in overrides and overrides["target_entropy"] is None:
+            overrides["target_entropy"] = "action-dim"
+        dyn_over = {**MOPO_DEFAULTS[name].dynamics, **overrides.pop("dynamics_overrides", {})}
+        if "dynamics" not in overrides:
+            overrides["dynamics"] = dynamics_config(name, **dyn_over)
+        return cls(task=task, **overrides)
+
+    def mopo_config(self, task: str | ControlTask) -> Self:
+        """This config for `task`, its defaults filled in (ConfigError for a config already
+        filled in for another task)."""
+        check_same_task(self.task, task)
+        return self.replace(task=task)
 
     def stage_config(self) -> PolicyStageConfig:
         sac = SACConfig(
             hidden=tuple(self.sac_hidden),
             batch_size=self.sac_batch_size,
             init_alpha=self.sac_init_alpha,
-            target_entropy=self.target_entropy,
+            target_entropy=parse_target_entropy(self.target_entropy),
         )
         return PolicyStageConfig.of(self, sac=sac)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dynamics"
-        }
+    @property
+    def mpd_include_reward(self) -> bool:
+        """u_MPD over the reward output as well (`mpd_reward`)."""
+        return self.mpd_reward
+
+    def settings(self) -> dict[str, Any]:
+        """What a run with the task known runs, as published (config.json)."""
+        assert self.dynamics is not None, "settings() needs the task (mopo_config)"
+        keys = (
+            "penalty",
+            "lam",
+            "rollout_length",
+            "epochs",
+            "rollout_batch_size",
+            "real_ratio",
+            "starts",
+            "init_fraction",
+            "mpd_include_reward",
+        )
+        d: dict[str, Any] = {"task": task_name(self.task), **{k: getattr(self, k) for k in keys}}
+        d["target_entropy"] = parse_target_entropy(self.target_entropy)
         d["sac_hidden"] = list(self.sac_hidden)
+        for k in ("sac_batch_size", "sac_init_alpha", "holdout_fraction", "steps_per_epoch"):
+            d[k] = getattr(self, k)
+        for k in ("rollout_every", "retain_epochs", "eval_episodes", "final_epochs"):
+            d[k] = getattr(self, k)
+        d["checkpoint_every"] = self.checkpoint_every
         d["dynamics"] = self.dynamics.to_dict()
         return d
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self, super().to_dict())
 
 
 @dataclass
@@ -202,16 +338,18 @@ class MOPOResult:
 # --------------------------------------------------------------------------------------------
 
 
-def check_dataset(dataset: TrajectoryDataset) -> ControlTask:
-    """The control task of ``dataset`` (from its env id); ValueError naming the problem if the
-    env is unknown or the observation/action shapes do not match it."""
+def check_dataset(dataset: TrajectoryDataset, task: ControlTask | None = None) -> ControlTask:
+    """The control task of ``dataset`` (``task``, else the known task of its env id);
+    ValueError naming the problem if the env is unknown or the observation/action shapes do
+    not match it."""
     env_id = dataset.metadata.env_id
-    if not env_id:
+    if task is None and not env_id:
         raise ValueError(
             "the dataset records no env id; MOPO needs one of the privrl control tasks "
             "(collect with `privrl data collect --recipe primorl-pendulum`, for example)"
         )
-    task = task_for_env_id(env_id)
+    task = task_for_env_id(env_id) if task is None else task
+    env_id = env_id or task.env_id
     obs = np.asarray(dataset.observations)
     act = np.asarray(dataset.actions)
     if obs.ndim != 2 or obs.shape[1] != task.obs_dim:
@@ -307,16 +445,23 @@ def mopo(
     seed: int = 0,
     workdir: str | Path | None = None,
     progress: ProgressFn | None = None,
+    task: ControlTask | None = None,
 ) -> MOPOResult:
     """Run MOPO on ``dataset``. With ``workdir`` the trained model (``dynamics.pt``) and the
     policy stage (``checkpoint.pt``) are checkpointed there, and a rerun with the same data,
     configuration and seed resumes (ValueError if the directory holds a different run).
-    ``progress(phase, record)``: phase "dynamics" per model epoch, "policy" per SAC epoch."""
+    ``progress(phase, record)``: phase "dynamics" per model epoch, "policy" per SAC epoch.
+    ``task``: the resolved task (default: the config's `ControlTask`, else the dataset's)."""
     t_start = time.perf_counter()
-    task = check_dataset(dataset)
-    if task.name != config.task:
+    if task is None and isinstance(config.task, ControlTask):
+        task = config.task
+    task = check_dataset(dataset, task)
+    if config.task is None:
+        config = config.mopo_config(task)
+    elif task_name(config.task) != task.name:
         raise ValueError(
-            f"the dataset is for task {task.name!r} but the config is for {config.task!r}"
+            f"the dataset is for task {task.name!r} but the config is for "
+            f"{task_name(config.task)!r}"
         )
     seeds = _seeds(seed)
     train_idx, hold_idx = split_episode_indices(dataset, config.holdout_fraction, seeds["split"])
@@ -363,7 +508,7 @@ def mopo(
             hold_tr,
             config.dynamics,
             seed=seeds["dynamics_train"],
-            progress=(lambda r: progress("dynamics", r)) if progress is not None else False,
+            progress=(lambda r: progress("dynamics", r)) if progress is not None else None,
             fit_normalizer_on=train_tr,
             normalizer_source="training episodes (MOPO, non-private)",
         )
@@ -406,7 +551,7 @@ def mopo(
         public_states=None if hold_tr is None else (hold_tr.observations, hold_ds.transition_steps),
         dataset_states=(train_tr.observations, train_ds.transition_steps),
     )
-    pmodel = PenalizedModel(model, config.penalty, config.lam, config.mpd_include_reward)
+    pmodel = PenalizedModel(model, config.penalty, config.lam, config.mpd_reward)
     # set-up time of this call (split, buffers), excluding model training counted above
     setup_seconds = time.perf_counter() - t_start - trained_seconds
     stage = run_policy_stage(

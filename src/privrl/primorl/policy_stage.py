@@ -15,7 +15,7 @@ SAC learns from short branched rollouts of the penalised model (r̃ = r̂ − λ
 
 **Privacy structure.** This stage receives the released model, the task's public description
 (dimensions, action box, horizon, simulator) and a start-state sampler — never the dataset.
-Start-state modes (specs/primorl.md, decision "rollout starts"):
+Start-state modes (docs/primorl.md, "Start-state modes"):
 
 * ``initial`` (PRIMORL default): states from the environment's initial distribution (public
   simulator knowledge), extended with states reached in earlier model rollouts (chained,
@@ -47,9 +47,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from privrl.envs.batched import make_batched
 from privrl.envs.control import ControlTask
 from privrl.primorl.pessimism import ModelStep, PenalizedModel
+from privrl.primorl.tasks import simulator
 from privrl.rl.replay import ReplayBuffer
 from privrl.rl.sac import SAC, SACConfig
 
@@ -259,9 +259,9 @@ def make_start_states(
     MOPO pipeline has), and ``public-split`` needs ``public_states``.
     """
     if mode == "initial":
-        simulator = make_batched(task, 1)
+        sim = simulator(task, 1)
         return InitialStartStates(
-            simulator.sample_initial_observations,
+            sim.sample_initial_observations,
             task.obs_dim,
             task.horizon,
             capacity=pool_capacity,
@@ -288,7 +288,7 @@ def make_start_states(
 
 @dataclass
 class PolicyStageConfig:
-    """Settings of the SAC-in-the-model stage (defaults: MOPO/PRIMORL, specs/primorl.md)."""
+    """Settings of the SAC-in-the-model stage (defaults: MOPO's and PRIMORL's)."""
 
     epochs: int = 100
     steps_per_epoch: int = 1000
@@ -347,7 +347,7 @@ class PolicyStageConfig:
         d.pop("epochs")
         d.pop("checkpoint_every")
         if not d["bounded_rollouts"]:
-            d.pop("bounded_rollouts")  # as before the option existed: old checkpoints resume
+            d.pop("bounded_rollouts")  # off: the fingerprint of checkpoints without it
         return d
 
 
@@ -632,7 +632,7 @@ def run_policy_stage(
     )
     rng = np.random.default_rng(seeds["starts"])
     model_gen = torch.Generator().manual_seed(seeds["model"])
-    eval_env = make_batched(task, config.eval_episodes, seed=seeds["eval"])
+    eval_env = simulator(task, config.eval_episodes, seed=seeds["eval"])
     use_real = real_buffer is not None and config.real_ratio > 0
     bounds = RolloutBounds.of_task(task) if config.bounded_rollouts else None
     fingerprint = {

@@ -1,6 +1,6 @@
 """PRIMORL: trajectory-level private model-based offline RL, end to end.
 
-Pipeline (specs/primorl.md; paper Algorithm 1):
+Pipeline (the paper's Algorithm 1):
 
 1. public data        declared public, never chosen from the private episodes: a separate
                       dataset the holder declares public, or episodes the private file's
@@ -40,11 +40,12 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
 
+from privrl.config import ConfigError, check, option
 from privrl.data.dataset import TrajectoryDataset
 from privrl.envs.control import ControlTask, control_task, task_for_env_id
 from privrl.nn.normalizer import Normalizer
@@ -56,19 +57,28 @@ from privrl.primorl.dp_fedavg import (
     plan_dp_fedavg,
     train_dp_fedavg,
 )
-from privrl.primorl.dynamics import DynamicsConfig, DynamicsModel, dynamics_config
-from privrl.primorl.pessimism import PENALTIES, PenalizedModel
+from privrl.primorl.dynamics import DYNAMICS_PRESETS, DynamicsConfig, DynamicsModel
+from privrl.primorl.options import StageOptions, parse_target_entropy, plain, settle
+from privrl.primorl.pessimism import PenalizedModel
 from privrl.primorl.policy_stage import (
     PolicyStageConfig,
     PolicyStageResult,
     make_start_states,
     run_policy_stage,
 )
+from privrl.primorl.tasks import (
+    is_preset,
+    resolve_task,
+    task_facts,
+    task_from_facts,
+    task_name,
+)
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 from privrl.rl.sac import SACConfig
 
 __all__ = [
+    "GENERIC",
     "MODEL_FORMAT",
     "PRESETS",
     "VARIANTS",
@@ -76,12 +86,15 @@ __all__ = [
     "PrimorlResult",
     "ReleasedModel",
     "TaskPreset",
+    "check_same_task",
     "load_released_model",
     "plan",
     "planned_report",
     "policy_from_model",
+    "preset_of",
     "run",
     "save_released_model",
+    "task_of",
 ]
 
 MODEL_FORMAT = "privrl.primorl/released-model-1"
@@ -93,7 +106,7 @@ FEDAVG_STEP = {"server_momentum": 0.0, "server_lr": 1.0}  # the paper's server s
 
 @dataclass(frozen=True)
 class TaskPreset:
-    """Per-task public defaults (specs/primorl.md, paper Table 8 and Table 1)."""
+    """Per-task public defaults (the paper's Table 8 and Table 1)."""
 
     penalty: str
     lam: float
@@ -123,152 +136,362 @@ PRESETS: dict[str, TaskPreset] = {
 }
 
 
+# A task without a preset (any other Gymnasium task): MOPO's short rollouts and pessimism,
+# flat clipping, the paper's q. C and T_max have no default there: they must be given.
+GENERIC = TaskPreset("ma", 1.0, 5, "flat", None, 1e-3, None, None, None, 30, 5_000)
+
+
+def preset_of(name: str | None) -> TaskPreset:
+    """The preset of a task name, or `GENERIC` for a task without one."""
+    return PRESETS.get(name or "", GENERIC)
+
+
 def _variant_settings(task: str, variant: str | None) -> dict[str, Any]:
     """What a paper row sets: z (and C = ∞ for NO CLIP)."""
     if variant is None:
         return {}
-    p = PRESETS[task]
     if variant == "no-privacy":  # Table 1 "NO PRIVACY": z = 0, clipping kept
         return {"noise_multiplier": 0.0}
     if variant == "no-clip":  # Table 11 "NO CLIP": z = 0, no clipping
         return {"noise_multiplier": 0.0, "clip_norm": math.inf}
     if variant in ("low", "high"):
+        p = preset_of(task)
         z = p.low if variant == "low" else p.high
         if z is None:
-            raise ValueError(
-                f"the paper has no {variant.upper()} row for {task}; give --noise-multiplier Z "
-                "or --epsilon E with --steps T"
+            raise ConfigError(
+                "variant",
+                f"{variant}: the paper has no {variant.upper()} row for {task}; give "
+                "noise_multiplier Z or epsilon E with steps T",
             )
         return {"noise_multiplier": z}
-    raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+    raise ConfigError(
+        "variant", f"{variant!r} is not a paper row; choose one of {', '.join(VARIANTS)}"
+    )
 
 
 @dataclass(frozen=True)
-class PrimorlConfig:
-    """Everything a PRIMORL run depends on besides the data and the seed.
+class PrimorlConfig(StageOptions):
+    """Every setting of PRIMORL besides the data, the public data and the seed.
 
-    ``fedavg``: the DP-FedAvg settings as given (``None`` fields are resolved from the task
-    preset and the paper's defaults by :func:`plan`, each with its source). ``variant``: a
-    paper row (``no-clip``, ``no-privacy``, ``low``, ``high``) — it sets z (and C = ∞ for
-    no-clip); combining it with an explicit z or target ε is refused. Policy stage: ``penalty``
-    u ∈ {ma, ma-frobenius, mpd}, ``lam`` λ, ``rollout_length`` h, ``starts`` (initial |
-    public-split: the public data's states; it needs public data), SAC ``epochs`` of
-    ``steps_per_epoch`` updates. Which data is public is not a setting: it is declared with
-    the data (see :func:`run`).
+    DP-FedAvg (paper Algorithm 2): z ``noise_multiplier`` (or a target ε ``epsilon`` for which
+    z is calibrated at T_max), δ ``delta``, T_max ``steps``, C ``clip``, q ``sampling_rate``,
+    K ``trajectories`` (the declared number of units), B ``local_batch``, E ``local_epochs``,
+    η ``local_lr``; ``variant`` sets z (and C = ∞) as a row of the paper does. Policy stage
+    (Algorithm 4): u ``penalty``, λ ``lam``, h ``rollout_length``, SAC ``epochs`` of
+    ``steps_per_epoch`` updates from ``start_states``. ``task``: a preset name, a Gymnasium
+    id or a `ControlTask` (None: the dataset's env id; see `privrl.primorl.tasks`). `None`
+    elsewhere means the task's preset (or the paper's default), resolved by `plan` with its
+    source; once the task is known (``task`` given) the preset's values are filled in. Which
+    data is public is not a setting: it is declared with the data.
     """
 
-    task: str
-    fedavg: DpFedAvgConfig = field(default_factory=DpFedAvgConfig)
-    variant: str | None = None
-    penalty: str = ""
-    lam: float = math.nan
-    rollout_length: int = 0
-    epochs: int = 0
-    rollout_batch_size: int = 0
-    starts: str = "initial"
-    init_fraction: float = 0.2
-    mpd_include_reward: bool = False
-    bounded_rollouts: bool = True
-    target_entropy: float | None = -3.0
-    sac_hidden: tuple[int, ...] = (256, 256)
-    sac_batch_size: int = 256
-    steps_per_epoch: int = 1000
-    rollout_every: int = 1000
-    retain_epochs: int = 5
-    eval_episodes: int = 10
-    final_epochs: int = 10
-    checkpoint_every: int = 1
-    dynamics: DynamicsConfig | None = None
+    system = "primorl"
+
+    epsilon: float | None = option(
+        None, "--epsilon", help="Target ε: z is calibrated for T_max rounds (PLD by default)."
+    )
+    delta: float | None = option(None, "--delta", help="δ (default 1e-5).")
+    noise_multiplier: float | None = option(
+        None, "--noise-multiplier", "-z", help="Noise multiplier z (instead of --epsilon)."
+    )
+    steps: int | None = option(
+        None, "--steps", help="T_max, DP-FedAvg rounds fixed in advance (default: task preset)."
+    )
+    variant: str | None = option(
+        None,
+        "--variant",
+        help="A paper row: no-clip | no-privacy (z = 0; not private) | low | high (the "
+        "paper's z and T for the task).",
+    )
+    clip: float | None = option(
+        None, "--clip", help="C, L2 bound on one unit's update of the whole ensemble."
+    )
+    clip_mode: str | None = option(
+        None, "--clip-mode", help="flat | per-layer (default: task preset)."
+    )
+    sampling_rate: float | None = option(
+        None, "--sampling-rate", "-q", help="Poisson sampling rate q of units per round."
+    )
+    local_batch: int | None = option(None, "--local-batch", help="Local batch size B (16).")
+    local_lr: float | None = option(None, "--local-lr", help="Local SGD step η (1e-3).")
+    local_optimizer: str = option(
+        "sgd",
+        "--local-optimizer",
+        help="sgd (the paper's) | adam (reset for every unit and round: no state crosses "
+        "units or rounds, so the clip and the sensitivity are unchanged).",
+        keyless_default=True,  # added after runs were cached: SGD is what they ran
+    )
+    server_momentum: float = option(
+        0.0,
+        "--server-momentum",
+        help="β of the server's momentum on the noisy mean update (0: the paper's FedAvg "
+        "step; 0.9 as in McMahan et al. 2018). Post-processing: ε is unchanged.",
+        keyless_default=True,
+    )
+    server_lr: float = option(
+        1.0,
+        "--server-lr",
+        help="η_s, the server's step on the noisy mean update (1: FedAvg's).",
+        keyless_default=True,
+    )
+    trajectories: int | None = option(
+        None,
+        "--trajectories",
+        "--users",
+        "-K",
+        help="Declared number K of units (public; default: the dataset's declared "
+        "n_trajectories / n_users, never counted from the data).",
+    )
+    unit: str = option(
+        "trajectory", "--unit", help="Privacy unit: trajectory | user (all of one user's)."
+    )
+    accountant: str = option("pld", "--accountant", help="pld | rdp (other beside it).")
+    start_states: str = option(
+        "initial",
+        "--start-states",
+        help="Rollout starts: initial (simulator's initial states, chained) | public-split.",
+    )
+    held_rollouts: bool = option(
+        True,
+        "--held-rollouts",
+        help="Hold model rollouts inside the simulator's public observation box and reward "
+        "range (--no-held-rollouts: free rollouts, which drift from initial starts).",
+    )
+    eval_every: int = option(50, "--eval-every", help="Rounds between public-split evals.")
+    patience: int = option(10, "--patience", help="Early stopping patience (evals).")
+    # -- settings of the Python API and config files only (their defaults are what runs ran)
+    task: str | ControlTask | None = option(  # noqa: RUF009 - option() is a dataclasses.field
+        None,
+        cli=False,
+        keyless_default=True,
+        help="The control task: a preset name, a Gymnasium id or a ControlTask (None: the "
+        "dataset's env id).",
+    )
+    local_epochs: int | None = option(
+        None, cli=False, keyless_default=True, help="E, local epochs per unit and round (1)."
+    )
+    min_improvement: float = option(
+        0.01,
+        cli=False,
+        keyless_default=True,
+        help="Relative drop of a member's public-split MSE that counts as an improvement.",
+    )
+    init_fraction: float = option(
+        0.2,
+        cli=False,
+        keyless_default=True,
+        help="With start_states initial: share of fresh initial states per rollout batch.",
+    )
+    mpd_include_reward: bool = option(
+        False, cli=False, keyless_default=True, help="Include the reward output in u_MPD."
+    )
+    sac_hidden: tuple[int, ...] = option(
+        (256, 256), cli=False, keyless_default=True, help="SAC's hidden layer widths."
+    )
+    sac_batch_size: int = option(256, cli=False, keyless_default=True, help="SAC batch size.")
+    rollout_every: int = option(
+        1000, cli=False, keyless_default=True, help="SAC updates between rollout batches."
+    )
+    retain_epochs: int = option(
+        5, cli=False, keyless_default=True, help="Epochs of rollouts the model buffer keeps."
+    )
+    eval_episodes: int = option(
+        10, cli=False, keyless_default=True, help="Simulator episodes per evaluation."
+    )
+    final_epochs: int = option(
+        10, cli=False, keyless_default=True, help="Last epochs averaged into the return."
+    )
+    checkpoint_every: int = option(
+        1, cli=False, keyless_default=True, help="Epochs between policy-stage checkpoints."
+    )
+    dynamics: DynamicsConfig | None = option(  # noqa: RUF009 - option() is a dataclasses.field
+        None,
+        cli=False,
+        keyless_default=True,
+        help="The dynamics ensemble's architecture (None: the task's preset).",
+    )
 
     def __post_init__(self) -> None:
-        if self.task not in PRESETS:
-            raise ValueError(f"unknown task {self.task!r}; choose one of {', '.join(PRESETS)}")
-        p = PRESETS[self.task]
-        fill = {
-            "penalty": (self.penalty == "", p.penalty),
-            "lam": (math.isnan(self.lam), p.lam),
-            "rollout_length": (self.rollout_length == 0, p.rollout_length),
-            "epochs": (self.epochs == 0, p.epochs),
-            "rollout_batch_size": (self.rollout_batch_size == 0, p.rollout_batch_size),
-            "dynamics": (self.dynamics is None, dynamics_config(self.task)),
-        }
-        for name, (missing, value) in fill.items():
-            if missing:
-                object.__setattr__(self, name, value)
-        object.__setattr__(self, "sac_hidden", tuple(int(h) for h in self.sac_hidden))
-        if self.variant is not None:
-            settings = _variant_settings(self.task, self.variant)
-            if self.fedavg.noise_multiplier is not None or self.fedavg.target_epsilon is not None:
-                raise ValueError(
-                    f"--variant {self.variant} sets the noise multiplier; do not also give "
-                    "--noise-multiplier or --epsilon"
-                )
-            if "clip_norm" in settings and self.fedavg.clip_norm is not None:
-                raise ValueError("--variant no-clip removes clipping; do not also give --clip")
-            object.__setattr__(self, "fedavg", dataclasses.replace(self.fedavg, **settings))
-        if self.penalty not in PENALTIES:
-            raise ValueError(f"unknown penalty {self.penalty!r}; choose {', '.join(PENALTIES)}")
-        if not (math.isfinite(self.lam) and self.lam >= 0):
-            raise ValueError(f"λ must be finite and >= 0, got {self.lam}")
-        if self.starts not in PRIMORL_STARTS:
-            raise ValueError(
-                f"start states must be one of {', '.join(PRIMORL_STARTS)} (PRIMORL never starts "
-                f"rollouts from private states), got {self.starts!r}"
+        settle(self)
+        name = task_name(self.task)
+        if name is not None:
+            p = preset_of(name)
+            self.fill(
+                {
+                    "penalty": p.penalty,
+                    "lam": p.lam,
+                    "rollout_length": p.rollout_length,
+                    "epochs": p.epochs,
+                    "rollout_batch_size": p.rollout_batch_size,
+                    "dynamics": dynamics_of(name),
+                }
             )
-        if not 0.0 < self.init_fraction <= 1.0:
-            raise ValueError(f"init fraction must be in (0, 1], got {self.init_fraction}")
-        for name in ("rollout_length", "epochs", "rollout_batch_size", "steps_per_epoch"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        self.stage_config()  # validates the policy-stage settings
+        super().__post_init__()
+
+    def validate(self) -> None:
+        check(
+            self.unit in ("trajectory", "user"),
+            "unit",
+            f"must be trajectory or user, got {self.unit!r}",
+        )
+        check(
+            self.accountant in ("pld", "rdp"),
+            "accountant",
+            f"must be pld or rdp, got {self.accountant!r}",
+        )
+        check(
+            self.start_states in PRIMORL_STARTS,
+            "start_states",
+            f"must be one of {', '.join(PRIMORL_STARTS)} (PRIMORL never starts rollouts from "
+            f"private states), got {self.start_states!r}",
+        )
+        check(
+            math.isfinite(self.init_fraction) and 0.0 < self.init_fraction <= 1.0,
+            "init_fraction",
+            f"must be in (0, 1], got {self.init_fraction}",
+        )
+        for key in ("rollout_every", "retain_epochs", "eval_episodes", "final_epochs"):
+            check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
+        super().validate()
+        if self.variant is not None:
+            if self.noise_multiplier is not None or self.epsilon is not None:
+                raise ConfigError(
+                    "variant",
+                    f"{self.variant} sets the noise multiplier; do not also give "
+                    "noise_multiplier or epsilon",
+                )
+            if self.variant == "no-clip" and self.clip is not None:
+                raise ConfigError("variant", "no-clip removes clipping; do not also give clip")
+            name = task_name(self.task)
+            if name is None:
+                check(
+                    self.variant in VARIANTS,
+                    "variant",
+                    f"{self.variant!r} is not a paper row; choose one of {', '.join(VARIANTS)}",
+                )
+            else:
+                _variant_settings(name, self.variant)
+        self.fedavg()  # DP-FedAvg's own checks (z or ε, q, C, clip mode)
+
+    # -- the task's settings -------------------------------------------------------------------
 
     @property
     def preset(self) -> TaskPreset:
-        return PRESETS[self.task]
+        """The task's preset (`GENERIC` for a task without one)."""
+        return preset_of(task_name(self.task))
+
+    @property
+    def task_label(self) -> str:
+        """The task's name (a preset's, or the Gymnasium id)."""
+        return task_name(self.task) or "?"
+
+    def for_task(self, task: str | ControlTask) -> Self:
+        """This config for `task`, with the task's preset filled into the unset settings
+        (ConfigError for a config already filled in for another task)."""
+        check_same_task(self.task, task)
+        return self.replace(task=task)
+
+    def primorl_config(self, task: str | ControlTask, *, policy_only: bool = False) -> Self:
+        """`for_task` (the name the run layer and the reproductions use)."""
+        return self.for_task(task)
+
+    def fedavg(self) -> DpFedAvgConfig:
+        """The DP-FedAvg settings as given (None: resolved by `plan`), the variant applied."""
+        given = DpFedAvgConfig(
+            noise_multiplier=self.noise_multiplier,
+            target_epsilon=self.epsilon,
+            delta=self.delta,
+            sampling_rate=self.sampling_rate,
+            clip_norm=self.clip,
+            clip_mode=self.clip_mode,
+            max_rounds=self.steps,
+            n_units=self.trajectories,
+            local_batch=self.local_batch,
+            local_epochs=self.local_epochs,
+            local_lr=self.local_lr,
+            local_optimizer=self.local_optimizer,  # type: ignore[arg-type]
+            server_momentum=self.server_momentum,
+            server_lr=self.server_lr,
+            unit=self.unit,  # type: ignore[arg-type]
+            accountant=self.accountant,  # type: ignore[arg-type]
+            eval_every=self.eval_every,
+            patience=self.patience,
+            min_improvement=self.min_improvement,
+        )
+        name = task_name(self.task)
+        if self.variant is None or name is None:
+            return given
+        return dataclasses.replace(given, **_variant_settings(name, self.variant))
 
     def stage_config(self) -> PolicyStageConfig:
         sac = SACConfig(
-            hidden=self.sac_hidden,
+            hidden=tuple(self.sac_hidden),
             batch_size=self.sac_batch_size,
-            target_entropy=self.target_entropy,
+            target_entropy=parse_target_entropy(self.target_entropy),
         )
         # PRIMORL's SAC batches hold model rollouts only, never real (private) transitions.
-        return PolicyStageConfig.of(self, sac=sac, real_ratio=0.0)
+        return PolicyStageConfig.of(
+            self, sac=sac, real_ratio=0.0, bounded_rollouts=self.held_rollouts
+        )
 
     def stage_dict(self) -> dict[str, Any]:
-        """The policy-stage settings (what ``--model`` runs may change)."""
-        keys = (
-            "penalty",
-            "lam",
-            "rollout_length",
-            "epochs",
-            "rollout_batch_size",
-            "starts",
-            "init_fraction",
-            "mpd_include_reward",
-            "bounded_rollouts",
-            "target_entropy",
-            "sac_hidden",
-            "sac_batch_size",
-            "steps_per_epoch",
-            "rollout_every",
-            "retain_epochs",
-            "eval_episodes",
-            "final_epochs",
-        )
-        return {k: getattr(self, k) for k in keys}
+        """The policy-stage settings (what a run on a released model may change)."""
+        return {
+            "penalty": self.penalty,
+            "lam": self.lam,
+            "rollout_length": self.rollout_length,
+            "epochs": self.epochs,
+            "rollout_batch_size": self.rollout_batch_size,
+            "starts": self.start_states,
+            "init_fraction": self.init_fraction,
+            "mpd_include_reward": self.mpd_include_reward,
+            "bounded_rollouts": self.held_rollouts,
+            "target_entropy": parse_target_entropy(self.target_entropy),
+            "sac_hidden": tuple(self.sac_hidden),
+            "sac_batch_size": self.sac_batch_size,
+            "steps_per_epoch": self.steps_per_epoch,
+            "rollout_every": self.rollout_every,
+            "retain_epochs": self.retain_epochs,
+            "eval_episodes": self.eval_episodes,
+            "final_epochs": self.final_epochs,
+        }
 
-    def to_dict(self) -> dict[str, Any]:
-        assert self.dynamics is not None
-        d = {"task": self.task, "variant": self.variant, **self.stage_dict()}
+    def settings(self) -> dict[str, Any]:
+        """What a run with the task known runs, as published (config.json): the task, the
+        variant, the policy stage, DP-FedAvg as given and the dynamics model."""
+        assert self.dynamics is not None, "settings() needs the task (for_task)"
+        d = {"task": self.task_label, "variant": self.variant, **self.stage_dict()}
         d["sac_hidden"] = list(self.sac_hidden)
         d["fedavg"] = {  # the server step recorded when not FedAvg's: earlier runs resume
             k: v
-            for k, v in dataclasses.asdict(self.fedavg).items()
+            for k, v in dataclasses.asdict(self.fedavg()).items()
             if not (k in FEDAVG_STEP and v == FEDAVG_STEP[k])
         }
         d["dynamics"] = self.dynamics.to_dict()
         return d
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self, super().to_dict())
+
+
+# The dynamics ensemble of a task without a preset: the spec's smaller architecture.
+GENERIC_DYNAMICS = DynamicsConfig(hidden=(200, 200), members=5, holdout_fraction=0.01)
+
+
+def check_same_task(mine: str | ControlTask | None, task: str | ControlTask) -> None:
+    """A config filled in for one task is not reused for another (its presets would stay)."""
+    if mine is not None and task_name(mine) != task_name(task):
+        raise ConfigError(
+            "task",
+            f"is {task_name(mine)!r}, and the data's task is {task_name(task)!r}; give the "
+            "data's task, or leave task unset",
+        )
+
+
+def dynamics_of(name: str) -> DynamicsConfig:
+    """The dynamics preset of a task name (`GENERIC_DYNAMICS` for a task without one)."""
+    return DYNAMICS_PRESETS.get(name, GENERIC_DYNAMICS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,21 +500,27 @@ class PrimorlConfig:
 
 
 def plan(config: PrimorlConfig, metadata: Any = None) -> DpFedAvgPlan:
-    """Resolve DP-FedAvg's public parameters: flags > public metadata (K) > task preset >
-    paper defaults; z calibrated for a target ε at T_max."""
+    """Resolve DP-FedAvg's public parameters: settings > public metadata (K) > task preset >
+    paper defaults; z calibrated for a target ε at T_max. `config` names its task."""
+    name = task_name(config.task)
+    if name is None:
+        raise ConfigError("task", "is not known yet: plan with the config for_task(task)")
     p = config.preset
     defaults: dict[str, Any] = {"clip_mode": p.clip_mode, "sampling_rate": p.sampling_rate}
     if p.clip_norm is not None:
         defaults["clip_norm"] = p.clip_norm
     if p.max_rounds is not None:
         defaults["max_rounds"] = p.max_rounds
-    detail = f"task preset {config.task!r} (specs/primorl.md)"
-    if config.task == "pendulum":
+    if name in PRESETS:
+        detail = f"task preset {name!r} (the paper's Table 8)"
+    else:
+        detail = f"privrl's generic defaults ({name} has no preset)"
+    if name == "pendulum":
         detail += "; C: privrl default, from update norms at init (the paper does not report C)"
-    elif config.task != "halfcheetah":
+    elif name in ("balance", "swingup"):
         detail += "; C: privrl's untuned default (the paper does not report C)"
     return plan_dp_fedavg(
-        config.fedavg, metadata=metadata, defaults=defaults, defaults_detail=detail
+        config.fedavg(), metadata=metadata, defaults=defaults, defaults_detail=detail
     )
 
 
@@ -302,9 +531,13 @@ def _n_params(config: PrimorlConfig, task: ControlTask) -> int:
     return layout.members * layout.size
 
 
-def planned_report(config: PrimorlConfig, the_plan: DpFedAvgPlan) -> PrivacyReport:
-    """The report of a run that uses all T_max rounds (what the ledger checks in advance)."""
-    task = control_task(config.task)
+def planned_report(
+    config: PrimorlConfig, the_plan: DpFedAvgPlan, task: ControlTask | None = None
+) -> PrivacyReport:
+    """The report of a run that uses all T_max rounds (what the ledger checks in advance);
+    `task`: the resolved task (default: the config's preset task)."""
+    if task is None:
+        task = config.task if isinstance(config.task, ControlTask) else control_task(config.task)
     return the_plan.report(the_plan.T_max, _n_params(config, task))
 
 
@@ -329,9 +562,19 @@ class ReleasedModel:
     env_id: str | None = None  # the task's id (its reward scale); None: privrl's id for `task`
     public_source: str | None = None
 
+    def for_task(self, task: ControlTask) -> ReleasedModel:
+        """Carry the facts of a task without a preset (a Gymnasium id or a `ControlTask`),
+        which no id resolves to; a preset task is found from its id."""
+        if not is_preset(task):
+            self._facts = task_facts(task)
+        return self
+
     @property
     def control(self) -> ControlTask:
         """The task's public facts, in the reward scale the model was trained on."""
+        facts = getattr(self, "_facts", None)
+        if facts is not None:
+            return task_from_facts(facts)
         return control_task(self.env_id or self.task)
 
     def state_dict(self) -> dict[str, Any]:
@@ -347,6 +590,7 @@ class ReleasedModel:
             "reference_returns": self.reference_returns,
             "fedavg": self.fedavg,
             "public_source": self.public_source,
+            "task_facts": getattr(self, "_facts", None),
         }
 
     @classmethod
@@ -354,7 +598,7 @@ class ReleasedModel:
         if not isinstance(state, Mapping) or state.get("format") != MODEL_FORMAT:
             raise ValueError("not a PRIMORL released model (model.pt of `privrl train primorl`)")
         ps = state.get("public_states")
-        return cls(
+        released = cls(
             model=DynamicsModel.from_state_dict(state["model"]),
             task=str(state["task"]),
             report=PrivacyReport.from_dict(dict(state["report"])),
@@ -364,6 +608,8 @@ class ReleasedModel:
             env_id=state.get("env_id"),
             public_source=state.get("public_source"),
         )
+        facts = state.get("task_facts")
+        return released if facts is None else released.for_task(task_from_facts(facts))
 
 
 def save_released_model(released: ReleasedModel, path: str | Path) -> Path:
@@ -407,7 +653,7 @@ def policy_from_model(
     task = released.control
     stage_cfg = config.stage_config()
     starts = make_start_states(
-        config.starts,
+        config.start_states,
         task,
         pool_capacity=stage_cfg.model_buffer_capacity,
         init_fraction=config.init_fraction,
@@ -501,6 +747,27 @@ def coverage_note(unit: str, public_source: str | None) -> str:
     )
 
 
+def task_of(config: PrimorlConfig, metadata: Any) -> ControlTask:
+    """The task `config` runs on a dataset with `metadata`: the config's task (a
+    `ControlTask` as given), else resolved from the metadata's env id; ValueError if the
+    dataset records another task."""
+    if isinstance(config.task, ControlTask):
+        task = config.task
+    else:
+        if not (config.task or metadata.env_id):
+            raise ValueError("the dataset records no env id; give the config a task")
+        task = resolve_task(config.task, metadata)[1]
+    recorded = metadata.env_id
+    if recorded and recorded != task.env_id:
+        try:
+            same = task_for_env_id(recorded).name == task.name
+        except ValueError:
+            same = False
+        if not same:
+            raise ValueError(f"the dataset is for {recorded!r}, the config for task {task.name!r}")
+    return task
+
+
 def run(
     config: PrimorlConfig,
     data: TrajectoryDataset,
@@ -513,6 +780,7 @@ def run(
     fedavg_checkpoint_every: int = 100,
     noise: NoiseSource | None = None,
     secret_dir: str | Path | None = None,
+    fedavg_plan: DpFedAvgPlan | None = None,
 ) -> PrimorlResult:
     """PRIMORL on the private episodes ``data``.
 
@@ -529,15 +797,12 @@ def run(
     ``workdir``: checkpoints (``fedavg_state.pt``: secret, removed when training ends, and
     kept in ``secret_dir`` when one is given — the run layer gives one beside the dataset;
     ``released.pending.pt``: the release; ``checkpoint.pt``: the policy stage) so a rerun
-    resumes.
+    resumes. ``fedavg_plan``: DP-FedAvg's plan when already made from the header (default:
+    made here from the data's metadata, the same public facts).
     """
-    env_id = data.metadata.env_id
-    if not env_id:
-        raise ValueError("the dataset records no env id; PRIMORL needs a privrl control task")
-    task = task_for_env_id(env_id)
-    if task.name != config.task:
-        raise ValueError(f"the dataset is for task {task.name!r}, the config for {config.task!r}")
-    the_plan = plan(config, data.metadata)
+    task = task_of(config, data.metadata)
+    config = config.for_task(task)
+    the_plan = plan(config, data.metadata) if fedavg_plan is None else fedavg_plan
     seeds = _seeds(rng)
     work = None if workdir is None else Path(workdir)
     # the release while the run is unfinished; the caller publishes it as model.pt at the end
@@ -589,7 +854,7 @@ def run(
             )
         reference = data.metadata.extra.get("reference_returns")
         report = PrivacyReport.from_dict(fed_res.report.to_dict())
-        unit = "user" if config.fedavg.unit == "user" else "trajectory"
+        unit = "user" if config.unit == "user" else "trajectory"
         source = (public_source or "data declared public") if has_public else None
         report.notes = [*report.notes, coverage_note(unit, source)]
         if source is not None:
@@ -605,7 +870,7 @@ def run(
             fedavg=fed_res.to_dict(),
             env_id=task.env_id,
             public_source=source,
-        )
+        ).for_task(task)
         if model_path is not None:
             save_released_model(released, model_path)
             assert state_path is not None

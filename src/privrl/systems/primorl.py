@@ -1,23 +1,21 @@
 """PRIMORL on the run layer (`privrl train primorl`): a dynamics ensemble trained
 with trajectory-level (or user-level) DP by DP-FedAvg, a pessimistic model, and SAC inside it
-with zero access to the data. The system adapts `privrl.primorl.primorl` (`PrimorlConfig`,
-`plan`, `run`); the algorithm lives there.
+with zero access to the data. The system adapts `privrl.primorl.PRIMORL`; the algorithm and
+its config (`PrimorlConfig`, every flag one of its fields) live there. `PrimorlRunConfig` adds
+the data sources of a run: a public dataset file, a released model, the unit column.
 
-`PrimorlRunConfig` is the command's face: each option maps onto one field of the library's
-`PrimorlConfig` / `DpFedAvgConfig` (`None`: the library's default, resolved with its source by
-`privrl.primorl.primorl.plan`), so no default is repeated here.
-
-- `plan` (header only): the task from the env id, the declared spaces, the unit ids' presence,
-  every public parameter (z or target ε, C, q, δ, T_max, K) and the planned report for T_max
-  rounds, which the ledger checks before a byte of episode data is read.
+- `plan` (header only): the task from the env id, the file's unit ids and unit column, the
+  `--public-data` file's header, then the library's plan: every public parameter (z or
+  target ε, C, q, δ, T_max, K) and the planned report for T_max rounds, which the ledger checks
+  before a byte of episode data is read. Which data is public is fixed from the headers alone,
+  and config.json records its identity (the public file's content fingerprint, or the
+  declared list's digest), never anything computed from the private episodes.
 - `load` (inside the ledger transaction): the episodes, a schema check of their shapes, and the
   public data: the `--public-data` file, or the episodes the file's metadata declares public
-  (`privrl.data.public`), or none. Which data is public is fixed in `plan` from the headers
-  alone, and config.json records its identity (the public file's content fingerprint, or the
-  declared list's digest), never anything computed from the private episodes.
-- `run`: DP-FedAvg → the released model (model.pt) → the policy stage; checkpoints
-  (``released.pending.pt``, ``checkpoint.pt``, ``run.json``) stay in the run directory itself,
-  as before the run layer, and a rerun with the same settings resumes. DP-FedAvg's secret state
+  (`privrl.data.public`), or none.
+- `run`: the library's computation (DP-FedAvg → the released model (model.pt) → the policy
+  stage); checkpoints (``released.pending.pt``, ``checkpoint.pt``, ``run.json``) stay in the
+  run directory itself, and a rerun with the same settings resumes. DP-FedAvg's secret state
   (``fedavg_state.pt``: θ(t) and the noise generator's state) is kept beside the dataset, in
   `RunContext.secret_dir` (``.privrl-secret/KEY/``), never in the run directory.
   The pending release and the secret DP-FedAvg state are deleted once the spend is completed;
@@ -36,16 +34,13 @@ from typing import Any
 import numpy as np
 
 from privrl.config import ConfigError, check, option
+from privrl.data.dataset import TrajectoryDataset
+from privrl.data.io import DatasetHeader
+from privrl.envs.control import ControlTask
+from privrl.primorl.learners import PublicSource
+from privrl.primorl.primorl import PrimorlConfig, PrimorlResult, ReleasedModel
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
-from privrl.systems.mopo import (
-    StageOptions,
-    check_resume,
-    header_task,
-    in_reward_scale,
-    return_line,
-    stage_progress,
-    stage_result,
-)
+from privrl.systems.mopo import check_resume, header_task, return_line, stage_result
 
 __all__ = ["PrimorlRunConfig", "PrimorlSystem"]
 
@@ -56,89 +51,20 @@ NEEDS_TASK = (
     "PRIMORL needs a control task: a privrl id or a standard Gymnasium id with declared facts "
     "(collect with `privrl data collect --env Pendulum-v1` or `--recipe primorl-pendulum`)"
 )
+LoadedData = tuple[TrajectoryDataset, TrajectoryDataset, str | None]
 
 
 @dataclass(frozen=True)
-class PrimorlRunConfig(StageOptions):
-    """`privrl train primorl`: the options of a PRIMORL run (`None`: the library's default)."""
+class PrimorlRunConfig(PrimorlConfig):
+    """`privrl train primorl`: PRIMORL's config and the data sources of a run."""
 
     system = "primorl"
 
-    epsilon: float | None = option(
-        None, "--epsilon", help="Target ε: z is calibrated for T_max rounds (PLD by default)."
-    )
-    delta: float | None = option(None, "--delta", help="δ (default 1e-5).")
-    noise_multiplier: float | None = option(
-        None, "--noise-multiplier", "-z", help="Noise multiplier z (instead of --epsilon)."
-    )
-    steps: int | None = option(
-        None, "--steps", help="T_max, DP-FedAvg rounds fixed in advance (default: task preset)."
-    )
-    variant: str | None = option(
-        None,
-        "--variant",
-        help="A paper row: no-clip | no-privacy (z = 0; not private) | low | high (the "
-        "paper's z and T for the task).",
-    )
-    clip: float | None = option(
-        None, "--clip", help="C, L2 bound on one unit's update of the whole ensemble."
-    )
-    clip_mode: str | None = option(
-        None, "--clip-mode", help="flat | per-layer (default: task preset)."
-    )
-    sampling_rate: float | None = option(
-        None, "--sampling-rate", "-q", help="Poisson sampling rate q of units per round."
-    )
-    local_batch: int | None = option(None, "--local-batch", help="Local batch size B (16).")
-    local_lr: float | None = option(None, "--local-lr", help="Local SGD step η (1e-3).")
-    local_optimizer: str = option(
-        "sgd",
-        "--local-optimizer",
-        help="sgd (the paper's) | adam (reset for every unit and round: no state crosses "
-        "units or rounds, so the clip and the sensitivity are unchanged).",
-        keyless_default=True,  # added after runs were cached: SGD is what they ran
-    )
-    server_momentum: float = option(
-        0.0,
-        "--server-momentum",
-        help="β of the server's momentum on the noisy mean update (0: the paper's FedAvg "
-        "step; 0.9 as in McMahan et al. 2018). Post-processing: ε is unchanged.",
-        keyless_default=True,
-    )
-    server_lr: float = option(
-        1.0,
-        "--server-lr",
-        help="η_s, the server's step on the noisy mean update (1: FedAvg's).",
-        keyless_default=True,
-    )
-    trajectories: int | None = option(
-        None,
-        "--trajectories",
-        "--users",
-        "-K",
-        help="Declared number K of units (public; default: the dataset's declared "
-        "n_trajectories / n_users, never counted from the data).",
-    )
-    unit: str = option(
-        "trajectory", "--unit", help="Privacy unit: trajectory | user (all of one user's)."
-    )
     user_column: str | None = option(
         None,
         "--user-column",
         help="With --unit user: the table column `privrl data import -c …,unit=COL` mapped "
         "to the dataset's unit ids (checked against the file's record).",
-    )
-    accountant: str = option("pld", "--accountant", help="pld | rdp (other beside it).")
-    start_states: str = option(
-        "initial",
-        "--start-states",
-        help="Rollout starts: initial (simulator's initial states, chained) | public-split.",
-    )
-    held_rollouts: bool = option(
-        True,
-        "--held-rollouts",
-        help="Hold model rollouts inside the simulator's public observation box and reward "
-        "range (--no-held-rollouts: free rollouts, which drift from initial starts).",
     )
     public_data: Path | None = option(  # noqa: RUF009 - option() is a dataclasses.field
         None,
@@ -151,8 +77,6 @@ class PrimorlRunConfig(StageOptions):
         "all --steps rounds run and every member is an elite.",
         keyless_default=True,
     )
-    eval_every: int = option(50, "--eval-every", help="Rounds between public-split evals.")
-    patience: int = option(10, "--patience", help="Early stopping patience (evals).")
     model: Path | None = option(  # noqa: RUF009 - option() is a dataclasses.field
         None,
         "--model",
@@ -160,16 +84,6 @@ class PrimorlRunConfig(StageOptions):
     )
 
     def validate(self) -> None:
-        check(
-            self.unit in ("trajectory", "user"),
-            "unit",
-            f"must be trajectory or user, got {self.unit!r}",
-        )
-        check(
-            self.accountant in ("pld", "rdp"),
-            "accountant",
-            f"must be pld or rdp, got {self.accountant!r}",
-        )
         check(
             self.user_column is None or self.unit == "user", "user_column", "goes with --unit user"
         )
@@ -203,45 +117,6 @@ class PrimorlRunConfig(StageOptions):
                     f"{', '.join(given)} set(s) the private training, which --model reuses as "
                     "released; drop it"
                 )
-        self.fedavg()  # DP-FedAvg's own checks (z or ε, q, C, clip mode), before any file
-
-    def fedavg(self) -> Any:
-        """The library's `DpFedAvgConfig` as given (None: resolved by `plan`)."""
-        from privrl.primorl.dp_fedavg import DpFedAvgConfig
-
-        return DpFedAvgConfig(
-            noise_multiplier=self.noise_multiplier,
-            target_epsilon=self.epsilon,
-            delta=self.delta,
-            sampling_rate=self.sampling_rate,
-            clip_norm=self.clip,
-            clip_mode=self.clip_mode,
-            max_rounds=self.steps,
-            n_units=self.trajectories,
-            local_batch=self.local_batch,
-            local_lr=self.local_lr,
-            local_optimizer=self.local_optimizer,  # type: ignore[arg-type]
-            server_momentum=self.server_momentum,
-            server_lr=self.server_lr,
-            unit=self.unit,  # type: ignore[arg-type]
-            accountant=self.accountant,  # type: ignore[arg-type]
-            eval_every=self.eval_every,
-            patience=self.patience,
-        )
-
-    def primorl_config(self, task: str, *, policy_only: bool = False) -> Any:
-        """The library's `PrimorlConfig` for `task` (the policy stage's settings alone with
-        `policy_only`: the release's own training settings are kept)."""
-        from privrl.primorl.primorl import PrimorlConfig
-
-        stage = {
-            **self.stage_overrides(),
-            "starts": self.start_states,
-            "bounded_rollouts": self.held_rollouts,
-        }
-        if policy_only:
-            return PrimorlConfig(task=task, **stage)
-        return PrimorlConfig(task=task, fedavg=self.fedavg(), variant=self.variant, **stage)
 
 
 class PrimorlSystem(System):
@@ -280,12 +155,12 @@ class PrimorlSystem(System):
     model.pt, policy.pt and plots/. A rerun with the same flags and --out resumes.
 """
     resumable = True
-    checkpoint_subdir = ""  # the checkpoints beside config.json, as before the run layer
+    checkpoint_subdir = ""  # the checkpoints beside config.json
     auto_resume = True
 
     # -- plan: public facts only ---------------------------------------------------------------
 
-    def plan(self, config: Any, header: Any) -> Plan:
+    def plan(self, config: PrimorlRunConfig, header: DatasetHeader | None) -> Plan:
         if config.model is not None:
             if header is not None:
                 raise ConfigError(
@@ -296,45 +171,37 @@ class PrimorlSystem(System):
             return self._plan_policy_only(config)
         if header is None:
             raise ValueError("give --data D.h5 (train a private model) or --model DIR/model.pt")
-        from privrl.primorl import primorl as P
+        from privrl.primorl.learners import plan_primorl
 
+        assert header.path is not None
         source, task = header_task(header, NEEDS_TASK, config.reward_transform)
         _check_declared(header, task, config)
-        lib = config.primorl_config(task.name)
-        the_plan = P.plan(lib, header.metadata)  # flags > header metadata > preset
-        public_source = plan_public_source(config, header, lib)
+        given = None if config.public_data is None else _public_file(config.public_data, header)
+        planned = plan_primorl(
+            config.for_task(source), header, given, has_unit_ids=_has_unit_ids(header.path)
+        )
         public = {
             "command": "privrl train primorl",
             "algorithm": "primorl",
             "data": header.path.name,
-            "env_id": task.env_id,
-            "data_env_id": source.env_id,
-            "reward_transform": task.reward_transform,
-            **lib.to_dict(),
-            "public_parameters": the_plan.params.to_list(),
-            "public_data": public_source.identity,
+            **planned.public,
         }
-        facts = {
-            "task": task,
-            "source": source,
-            "primorl": lib,
-            "T_max": the_plan.T_max,
-            "public_source": public_source,
-        }
-        return Plan(report=P.planned_report(lib, the_plan), public=public, facts=facts)
+        facts = {**planned.facts, "public_path": config.public_data}
+        return Plan(report=planned.report, public=public, facts=facts)
 
-    def _plan_policy_only(self, config: Any) -> Plan:
+    def _plan_policy_only(self, config: PrimorlRunConfig) -> Plan:
         from privrl.primorl import primorl as P
 
+        assert config.model is not None
         if not config.model.is_file():
             raise ValueError(f"--model: file not found: {config.model}")
         released = P.load_released_model(config.model)
-        lib = config.primorl_config(released.task, policy_only=True)
-        if lib.starts == "public-split" and released.public_states is None:
+        lib = config.for_task(released.control)
+        if lib.start_states == "public-split" and released.public_states is None:
             raise ConfigError(
                 "start_states", "public-split: the released model carries no public split"
             )
-        if lib.starts == "public-split" and released.public_source is None:
+        if lib.start_states == "public-split" and released.public_source is None:
             raise ConfigError(
                 "start_states",
                 "public-split: this model was released before public data had to be declared; "
@@ -353,52 +220,44 @@ class PrimorlSystem(System):
 
     # -- load: inside the ledger transaction -------------------------------------------------------
 
-    def load(self, config: Any, source: Path | None, plan: Plan, rng: np.random.Generator) -> Any:
+    def load(
+        self,
+        config: PrimorlRunConfig,
+        source: Path | None,
+        plan: Plan,
+        rng: np.random.Generator,
+    ) -> LoadedData | None:
         if source is None:
             return None
         from privrl.data.io import load_hdf5
-        from privrl.data.public import episodes_sha256, split_declared
+        from privrl.primorl.learners import in_task_scale, split_public
 
-        public_source: PublicSource = plan.facts["public_source"]
-        dataset = self._checked(super().load(config, source, plan, rng), "data", source, plan)
-        if public_source.path is not None:
-            public = load_hdf5(public_source.path)
-            private = dataset
-            public = self._checked(public, "public_data", public_source.path, plan)
-        else:
-            private, public = split_declared(dataset, public_source.declaration)
-        described = public_source.describe()
-        if public_source.declaration is not None:  # identity from the public episodes alone
-            described = f"{described}; content sha256 {episodes_sha256(public)}"
-        return private, public, described
-
-    @staticmethod
-    def _checked(dataset: Any, key: str, path: Path, plan: Plan) -> Any:
-        """Schema checks a public schema would make (array shapes), never value checks; the
-        rewards in the task's scale."""
-        task = plan.facts["task"]
-        for name, arr, dim in (
-            ("observations", dataset.observations, task.obs_dim),
-            ("actions", dataset.actions, task.act_dim),
-        ):
-            arr = np.asarray(arr)
-            if arr.ndim != 2 or arr.shape[1] != dim:
-                raise ConfigError(key, f"{path}: {name} do not have shape [n, {dim}]")
-        return in_reward_scale(dataset, plan.facts["source"], task)
+        dataset = in_task_scale(super().load(config, source, plan, rng), "data", str(source), plan)
+        path: Path | None = plan.facts["public_path"]
+        public = None
+        if path is not None:
+            public = in_task_scale(load_hdf5(path), "public_data", str(path), plan)
+        return split_public(dataset, public, plan)
 
     # -- run -------------------------------------------------------------------------------------
 
-    def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
+    def run(
+        self,
+        config: PrimorlRunConfig,
+        data: LoadedData | None,
+        rng: np.random.Generator,
+        ctx: RunContext,
+    ) -> Result:
         import torch
 
         from privrl.primorl import primorl as P
+        from privrl.primorl.learners import PRIMORL
 
         assert ctx.plan is not None and ctx.checkpoint_dir is not None
         torch.set_num_threads(config.threads)
         facts, work = ctx.plan.facts, ctx.checkpoint_dir
         if data is None:
             return self._policy_only(facts["primorl"], facts["released"], ctx)
-        private, public, public_source = data
         if check_resume(
             work, {**ctx.plan.public, "seed": ctx.seed}, CHECKPOINTS, insist=ctx.resume
         ):
@@ -408,145 +267,42 @@ class PrimorlSystem(System):
                     f"released model (no new spend) use --model {work}/model.pt --out NEW_DIR"
                 )
             ctx.notice(f"resuming {work}/ from its checkpoint")
-        progress = stage_progress(ctx, ("fedavg", "DP-FedAvg rounds", "round", facts["T_max"]))
-        result = P.run(
-            facts["primorl"],
-            private,
-            ctx.seed,
-            public_split=public,
-            public_source=public_source,
-            progress=progress,
-            workdir=work,
+        result = PRIMORL(facts["primorl"]).compute(
+            ctx.plan,
+            data,
+            seed=ctx.seed,
             noise=ctx.noise,
+            progress=ctx.progress,
+            workdir=work,
             secret_dir=ctx.secret_dir,
         )
-        out = _outputs(facts["primorl"], result, n_public=public.n_episodes)
+        out = _outputs(facts["primorl"], result, n_public=data[1].n_episodes)
         out.artifacts["model.pt"] = lambda path: P.save_released_model(result.released, path)
         out.discard = [PENDING, FEDAVG_STATE]
         return out
 
-    def _policy_only(self, lib: Any, released: Any, ctx: RunContext) -> Result:
-        from privrl.primorl import primorl as P
+    def _policy_only(self, lib: PrimorlConfig, released: ReleasedModel, ctx: RunContext) -> Result:
+        from privrl.primorl.learners import policy_stage_only
 
-        seeds = P._seeds(ctx.seed)
-        progress = stage_progress(ctx)
         assert ctx.checkpoint_dir is not None
-        stage = P.policy_from_model(
+        result = policy_stage_only(
             released,
             lib,
-            seed=seeds["stage"],
+            seed=ctx.seed,
             checkpoint=ctx.checkpoint_dir / "checkpoint.pt",
-            progress=lambda record: progress("policy", record),
-        )
-        result = P.PrimorlResult(
-            released=released,
-            fedavg=released.fedavg,
-            stage=stage,
-            report=P.stage_report(released.report, lib, stage.start_mode),
-            return_mean=stage.return_mean,
-            return_std=stage.return_std,
-            normalised_score=P.normalised_score(stage.return_mean, released.reference_returns),
+            progress=ctx.progress,
         )
         return _outputs(lib, result, n_public=None)
 
 
-@dataclass(frozen=True)
-class PublicSource:
-    """Which data a run uses in the clear, fixed from the headers before any episode is read:
-    the `--public-data` file (``path``), the episodes the data file's metadata declares public
-    (``declaration``), or none (both None)."""
-
-    path: Path | None = None
-    content_sha256: str | None = None
-    n_episodes: int = 0
-    declaration: Any = None  # privrl.data.public.PublicDeclaration
-
-    def describe(self) -> str | None:
-        """The public data, as the report names it (None: there is none)."""
-        if self.path is not None:
-            return (
-                f"the dataset {self.path.name} declared public ({self.n_episodes} episodes, "
-                f"content sha256 {self.content_sha256})"
-            )
-        if self.declaration is not None:
-            return self.declaration.describe()
-        return None
-
-    @property
-    def identity(self) -> dict[str, Any]:
-        """config.json's record of the public source: its identity, nothing from private data."""
-        if self.path is not None:
-            return {
-                "source": "public dataset file",
-                "file": self.path.name,
-                "content_sha256": self.content_sha256,
-                "episodes": self.n_episodes,
-            }
-        if self.declaration is not None:
-            return {  # the count only: positions would tell where private episodes lie
-                "source": "declared in the dataset's metadata",
-                "key": self.declaration.key,
-                "ids": len(self.declaration.ids),
-            }
-        return {"source": "none", "normaliser": "declared observation/action bounds"}
-
-
-def plan_public_source(config: PrimorlRunConfig, header: Any, lib: Any) -> PublicSource:
-    """The run's public data from the headers alone (`--public-data`, else the data file's
-    declaration, else none), checked: a public file describes the same task and spaces, has no
-    ledger and is not the private file; without public data the declared bounds must be
-    finite; ``--start-states public-split`` needs public data."""
-    from privrl.data.dataset import DatasetError
-    from privrl.data.public import PUBLIC_EPISODES, PUBLIC_UNIT_IDS, declared_public
-    from privrl.primorl.primorl import bounds_normalizer
-
-    try:
-        declaration = declared_public(header.metadata, header.n_episodes)
-    except DatasetError as exc:
-        raise ConfigError("data", f"{header.path}: {exc}") from None
-    if declaration is not None and declaration.key == PUBLIC_EPISODES and config.unit == "user":
-        raise ConfigError(
-            "unit",
-            f"user: {header.path} declares public episodes, not users; with --unit user "
-            "declare public users (metadata extra public_unit_ids) or give --public-data",
-        )
-    if declaration is not None and declaration.key == PUBLIC_UNIT_IDS:
-        if not _has_unit_ids(header.path):
-            raise ConfigError(
-                "data",
-                f"{header.path} declares public unit ids but stores no unit ids; declare "
-                f"public episodes ({PUBLIC_EPISODES}) instead",
-            )
-    source = PublicSource(declaration=declaration)
-    if config.public_data is not None:
-        path = Path(config.public_data)
-        if declaration is not None:
-            raise ConfigError(
-                "public_data",
-                f"{path}: {header.path} already declares public episodes "
-                f"({declaration.key}); give one public source",
-            )
-        source = _public_file(path, header)
-    if source.describe() is None:
-        try:
-            bounds_normalizer(header.metadata)
-        except ValueError as exc:
-            raise ConfigError("public_data", f"is not given: {exc}") from None
-        if lib.starts == "public-split":
-            raise ConfigError(
-                "start_states",
-                "public-split needs public data: give --public-data FILE (or declare public "
-                "episodes in the dataset's metadata), or use --start-states initial",
-            )
-    return source
-
-
-def _public_file(path: Path, header: Any) -> PublicSource:
+def _public_file(path: Path, header: DatasetHeader) -> PublicSource:
     """The `--public-data` file, checked from its header (no episode read)."""
     from privrl.data.dataset import DatasetError
     from privrl.data.io import content_sha256, read_header
     from privrl.data.public import check_public_compatible, not_public_because
+    from privrl.primorl.learners import one_public_source
 
+    one_public_source(str(path), header)
     try:
         pub = read_header(path)
         check_public_compatible(pub.metadata, header.metadata, where=str(path))
@@ -560,30 +316,21 @@ def _public_file(path: Path, header: Any) -> PublicSource:
     digest = content_sha256(path)
     if pub.n_episodes < 1:
         raise ConfigError("public_data", f"{path} has no episodes")
-    return PublicSource(path=path, content_sha256=digest, n_episodes=pub.n_episodes)
+    return PublicSource(
+        name=path.name,
+        content_sha256=digest,
+        n_episodes=pub.n_episodes,
+        kind="public dataset file",
+    )
 
 
-def _check_declared(header: Any, task: Any, config: PrimorlRunConfig) -> None:
+def _check_declared(header: DatasetHeader, task: ControlTask, config: Any) -> None:
     """The header's declared spaces, unit ids and unit column fit the task and the options."""
-    meta, path = header.metadata, header.path
-    for name, space, dim in (
-        ("observation", meta.observation_space, task.obs_dim),
-        ("action", meta.action_space, task.act_dim),
-    ):
-        shape = getattr(space, "shape", None)
-        if shape is not None and tuple(shape) != (dim,):
-            raise ConfigError(
-                "data",
-                f"{path}: the declared {name} space has shape {tuple(shape)} but "
-                f"{task.env_id} has ({dim},); re-import it with the task's spaces",
-            )
-    if config.unit == "user" and not _has_unit_ids(path):
-        raise ConfigError(
-            "unit",
-            f"user: {path} has no unit ids; import the table with a user column "
-            "(`privrl data import T.csv -c episode=…,obs=…,action=…,reward=…,unit=user_id`)",
-        )
-    recorded = meta.extra.get("unit_column")
+    from privrl.primorl.learners import check_declared
+
+    assert header.path is not None
+    check_declared(header, task, config, has_unit_ids=_has_unit_ids(header.path))
+    recorded = header.metadata.extra.get("unit_column")
     if config.user_column is not None and recorded is not None and recorded != config.user_column:
         raise ConfigError(
             "user_column",
@@ -600,41 +347,13 @@ def _has_unit_ids(path: Path) -> bool:
         return "unit_ids" in f
 
 
-def _outputs(lib: Any, result: Any, *, n_public: int | None) -> Result:
+def _outputs(lib: PrimorlConfig, result: PrimorlResult, *, n_public: int | None) -> Result:
     """metrics.json, metrics.csv, model_holdout.csv, privacy.json, policy.pt and the plots."""
+    from privrl.primorl.learners import primorl_metrics
+
     task = result.released.control
     stage, fed, report = result.stage, result.fedavg, result.report
-    metrics: dict[str, Any] = {
-        "algorithm": "primorl",
-        "task": task.name,
-        "env_id": task.env_id,
-        "reward_transform": task.reward_transform,
-        "variant": lib.variant,
-        "return_mean": result.return_mean,
-        "return_std": result.return_std,
-        "normalised_score": result.normalised_score,
-        "reference_returns": result.released.reference_returns,
-        "epsilon": float(report.epsilon),
-        "delta": float(report.delta),
-        "private": bool(report.private),
-        "unit": report.unit.value,
-        "epsilon_max": fed.get("epsilon_max"),
-        "rounds": fed.get("rounds"),
-        "max_rounds": fed.get("max_rounds"),
-        "stopped_early": fed.get("stopped_early"),
-        "best_holdout_mse": fed.get("best_holdout_mse"),
-        "elites": fed.get("elites"),
-        "start_mode": stage.start_mode,
-        "penalty": lib.penalty,
-        "lambda": lib.lam,
-        "rollout_length": lib.rollout_length,
-        "epochs": len(stage.curve),
-        "final_epochs": min(lib.final_epochs, len(stage.curve)),
-        "policy_stage_seconds": stage.seconds,
-        "model_reused": n_public is None,
-    }
-    if n_public is not None:
-        metrics["public_split_units"] = int(n_public)
+    metrics = primorl_metrics(lib, result, n_public=n_public)
     out = stage_result(
         metrics,
         report,
