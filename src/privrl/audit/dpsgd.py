@@ -231,16 +231,18 @@ def trainer_displacements(
     b, m = sampling_sizes(sgd.rate, runs * n)
     heads = TrialHeads(runs, units.shape[1], sgd.lr)
     result = trainer.expert_dp_sgd(
+        trainer.DPSGDSettings(
+            epsilon=None,
+            delta=delta,
+            batch_size=b,
+            noise_multiplier=1.0 if sgd.noise_multiplier is None else sgd.noise_multiplier,
+            clip_norm=sgd.clip,
+            steps=sgd.steps,
+            n_units=m,
+            private=sgd.noise_multiplier is not None,
+        ),
         heads,  # type: ignore[arg-type]
         _units_dataset(units, member),
-        epsilon=None,
-        delta=delta,
-        batch_size=b,
-        noise_multiplier=1.0 if sgd.noise_multiplier is None else sgd.noise_multiplier,
-        clip_norm=sgd.clip,
-        steps=sgd.steps,
-        n_units=m,
-        private=sgd.noise_multiplier is not None,
         rng=rng,
         noise=NoiseSource.insecure(rng),  # canaries are synthetic: the audit repeats from its seed
     )

@@ -365,7 +365,7 @@ def audit_expert_dp_sgd_one_run(
     import torch
 
     from privrl.audit.dpsgd import OneRunAudit
-    from privrl.expert.dpsgd import expert_dp_sgd
+    from privrl.expert.dpsgd import DPSGDSettings, expert_dp_sgd
     from privrl.rl.cql import DiscreteCQL
     from privrl.rl.discrete_common import TransitionTable
 
@@ -403,16 +403,18 @@ def audit_expert_dp_sgd_one_run(
     with torch.no_grad():
         before = per_canary(learner.per_example_loss(learner.params, canary_batch))
     result = expert_dp_sgd(
+        DPSGDSettings(
+            epsilon=None,
+            delta=delta,
+            batch_size=b,
+            noise_multiplier=noise_multiplier if noise_multiplier is not None else 1.0,
+            clip_norm=clip,
+            steps=steps,
+            n_units=units,
+            private=noise_multiplier is not None,
+        ),
         learner,
         data,
-        epsilon=None,
-        delta=delta,
-        batch_size=b,
-        noise_multiplier=noise_multiplier if noise_multiplier is not None else 1.0,
-        clip_norm=clip,
-        steps=steps,
-        n_units=units,
-        private=noise_multiplier is not None,
         rng=seeds[2],
         noise=NoiseSource.insecure(seeds[2]),  # synthetic canaries: repeatable from the seed
     )
