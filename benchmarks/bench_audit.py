@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from privrl.audit.attacks import audit_dp_apvi, audit_gpope, calibrate_apvi_rho
-from privrl.audit.dpsgd import audit_dp_sgd
+from privrl.audit.dpsgd import DPSGDAuditSettings, audit_dp_sgd
 from privrl.audit.releases import audit_dp_lsw, audit_dp_vapvi, audit_sdp_pe
 from privrl.offline.apvi import PrivacyConfig
 
@@ -64,7 +64,12 @@ def main() -> None:
         audit_sdp_pe(epsilon=2.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
 
     def dp_sgd(trials: int, batch: int | None) -> None:
-        audit_dp_sgd(noise_multiplier=2.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
+        audit_dp_sgd(
+            DPSGDAuditSettings(noise_multiplier=2.0),
+            trials=trials,
+            rng=np.random.default_rng(0),
+            batch=batch,
+        )
 
     results = {}
     for name, fn in (
