@@ -284,12 +284,14 @@ def test_dp_sgd_and_gpope_audits_are_tight(eps: float) -> None:
     """Tightness: the worst-case audits of DP-SGD (gradient canary, q = 1, N = 1; 200,000
     trials of the production trainer, about 1 ms each: 4.54 at ε = 8) and GPOPE (m = 1, N = 1;
     10⁶ trials) reach at least half the claimed ε at ε = 1, 4, 8."""
-    from privrl.audit.attacks import audit_gpope
+    from privrl.audit.attacks import GPOPEAuditSettings, audit_gpope
     from privrl.audit.dpsgd import dp_sgd_noise_multiplier
 
     z = dp_sgd_noise_multiplier(eps, DELTA, 1.0, 1)
     for r in (
         _sgd(z, 200_000),
-        audit_gpope(epsilon=eps, delta=DELTA, trials=1_000_000, rng=noise_rng(0)),
+        audit_gpope(
+            GPOPEAuditSettings(epsilon=eps, delta=DELTA), trials=1_000_000, rng=noise_rng(0)
+        ),
     ):
         assert 0.5 * r.epsilon_claimed <= _bound(r) <= r.epsilon_claimed, r.system

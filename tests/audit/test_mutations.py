@@ -36,7 +36,7 @@ import privrl.expert.dpsgd as trainer
 import privrl.ope.accounting as ope_accounting
 import privrl.ope.baselines as baselines
 import privrl.ope.gpope as gpope
-from privrl.audit.attacks import audit_gpope, gpope_report
+from privrl.audit.attacks import GPOPEAuditSettings, audit_gpope, gpope_report
 from privrl.audit.bounds import epsilon_lower_bound
 from privrl.audit.dpsgd import (
     DPSGDAuditSettings,
@@ -209,7 +209,11 @@ def test_gpope_replace_one_accounted_as_add_remove_is_caught_by_its_audit() -> N
     honest = gpope_report(**kw).epsilon
     with gpope_add_remove():
         assert honest >= 2.0 * gpope_report(**kw).epsilon
-        result = audit_gpope(epsilon=None, sigma=2.0, delta=DELTA, trials=400_000, rng=noise_rng(1))
+        result = audit_gpope(
+            GPOPEAuditSettings(epsilon=None, sigma=2.0, delta=DELTA),
+            trials=400_000,
+            rng=noise_rng(1),
+        )
     assert result.epsilon_claimed < honest / 2.0
     assert _bound(result) > result.epsilon_claimed
 
