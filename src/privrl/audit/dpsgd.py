@@ -31,7 +31,7 @@ guess "in" for the k highest scores and "out" for the k lowest; the number of co
 gives the ε lower bound of Steinke et al. 2023 (`privrl.audit.bounds.one_run_epsilon`).
 
 The non-private twin (`noise_multiplier` None) is the trainer's own twin
-(``expert_dp_sgd(private=False)``): ordinary minibatches drawn with replacement, no clipping,
+(``DPSGDSettings(private=False)``): ordinary minibatches drawn with replacement, no clipping,
 no noise.
 """
 

@@ -400,7 +400,7 @@ def audit_expert_dp_sgd_one_run(
     own loss, relative to the public initialisation (the target network is the initial one for
     fewer than 1000 steps); guesses and bound as in `privrl.audit.dpsgd.audit_dp_sgd_one_run`.
     `batch_size` b defaults to all M = canaries + background experts (q = b/M = 1);
-    `noise_multiplier` None is the non-private twin (`expert_dp_sgd(private=False)`: ordinary
+    `noise_multiplier` None is the non-private twin (`DPSGDSettings(private=False)`: ordinary
     minibatches, no clipping, no noise). ``canary="random"``: the canary experts are drawn like
     the background's (`_random_canaries`), and canary j's score is the mean over its
     transitions (a much weaker attack: nothing isolates its gradient). `units`: the canary
