@@ -24,8 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from privrl.audit.attacks import audit_dp_apvi, audit_gpope, calibrate_apvi_rho
-from privrl.audit.dpsgd import audit_dp_sgd
+from privrl.audit.attacks import (
+    GPOPEAuditSettings,
+    audit_dp_apvi,
+    audit_gpope,
+    calibrate_apvi_rho,
+)
+from privrl.audit.dpsgd import DPSGDAuditSettings, audit_dp_sgd
 from privrl.audit.releases import audit_dp_lsw, audit_dp_vapvi, audit_sdp_pe
 from privrl.offline.apvi import PrivacyConfig
 
@@ -52,7 +57,9 @@ def main() -> None:
         )
 
     def gpope(trials: int, batch: int | None) -> None:
-        audit_gpope(sigma=3.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
+        audit_gpope(
+            GPOPEAuditSettings(sigma=3.0), trials=trials, rng=np.random.default_rng(0), batch=batch
+        )
 
     def vapvi(trials: int, batch: int | None) -> None:
         audit_dp_vapvi(rho=1.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
@@ -64,7 +71,12 @@ def main() -> None:
         audit_sdp_pe(epsilon=2.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
 
     def dp_sgd(trials: int, batch: int | None) -> None:
-        audit_dp_sgd(noise_multiplier=2.0, trials=trials, rng=np.random.default_rng(0), batch=batch)
+        audit_dp_sgd(
+            DPSGDAuditSettings(noise_multiplier=2.0),
+            trials=trials,
+            rng=np.random.default_rng(0),
+            batch=batch,
+        )
 
     results = {}
     for name, fn in (

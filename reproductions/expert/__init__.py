@@ -5,7 +5,7 @@ and ``expert-fig4`` (Acrobot, ε = 10, CQL, m ∈ {1000, 2000, 3000} experts).
 
 Methods (one learner per algorithm, the same code with and without privacy):
 
-* **non-private**: CQL / BCQ on all data (`expert_dp_sgd(private=False)`), the reference
+* **non-private**: CQL / BCQ on all data (`DPSGDSettings(private=False)`), the reference
   R_nonprivate of the normalised score (R − R_random)/(R_nonprivate − R_random); R_random is
   the recipe's uniform-random return (``extra["reference_returns"]["random"]``).
 * **DP-SGD**: expert-level DP-SGD on all data (Algorithm 4, `expert_dp_sgd`), all of (ε, δ).

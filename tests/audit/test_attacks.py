@@ -8,7 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from privrl.audit.attacks import audit_dp_apvi, audit_gpope, calibrate_apvi_rho
+from privrl.audit.attacks import (
+    GPOPEAuditSettings,
+    audit_dp_apvi,
+    audit_gpope,
+    calibrate_apvi_rho,
+)
 from privrl.audit.bounds import epsilon_lower_bound
 from privrl.audit.run import summarise
 from privrl.offline.apvi import PrivacyConfig
@@ -102,7 +107,7 @@ def test_apvi_audit_is_reproducible() -> None:
 def test_gpope_bound_stays_below_claimed_epsilon(eps: float) -> None:
     """Privacy property: GPOPE's single-Gaussian worst case (m = 1, N = 1, gradients ±h·u) has
     an empirical ε lower bound below the rigorous accountant's ε."""
-    r = audit_gpope(epsilon=eps, delta=1e-5, trials=100_000, rng=noise_rng(0))
+    r = audit_gpope(GPOPEAuditSettings(epsilon=eps, delta=1e-5), trials=100_000, rng=noise_rng(0))
     assert r.epsilon_claimed <= eps * (1 + 1e-3)
     b = _bound(r)
     assert 0.2 * eps < b <= r.epsilon_claimed
@@ -110,9 +115,8 @@ def test_gpope_bound_stays_below_claimed_epsilon(eps: float) -> None:
 
 def test_gpope_many_steps_random_canary_stays_below_claimed_epsilon() -> None:
     r = audit_gpope(
-        sigma=7.0,  # ≈ ε = 1.1 at m = 4, N = 5 (explicit: calibrating takes seconds)
-        m=4,
-        iterations=5,
+        # σ ≈ ε = 1.1 at m = 4, N = 5 (explicit: calibrating takes seconds)
+        GPOPEAuditSettings(sigma=7.0, m=4, iterations=5),
         canary="random",
         trials=5000,
         rng=noise_rng(1),
@@ -121,24 +125,24 @@ def test_gpope_many_steps_random_canary_stays_below_claimed_epsilon() -> None:
 
 
 def test_non_private_gpope_leaks() -> None:
-    r = audit_gpope(sigma=0.0, trials=2000, rng=noise_rng(0))
+    r = audit_gpope(GPOPEAuditSettings(sigma=0.0), trials=2000, rng=noise_rng(0))
     assert math.isinf(r.epsilon_claimed)
     assert _bound(r) > 4.0
 
 
 def test_broken_gpope_noise_is_caught(broken_gaussian) -> None:
-    r = audit_gpope(epsilon=1.0, trials=20_000, rng=noise_rng(0))
+    r = audit_gpope(GPOPEAuditSettings(epsilon=1.0), trials=20_000, rng=noise_rng(0))
     assert _bound(r) > r.epsilon_claimed
 
 
 def test_bad_audit_inputs_are_refused() -> None:
     rng = noise_rng(0)
     with pytest.raises(ValueError, match="trials"):
-        audit_gpope(epsilon=1.0, trials=1, rng=rng)
+        audit_gpope(GPOPEAuditSettings(epsilon=1.0), trials=1, rng=rng)
     with pytest.raises(ValueError, match="canary"):
-        audit_gpope(epsilon=1.0, trials=10, canary="best", rng=rng)  # type: ignore[arg-type]
+        audit_gpope(GPOPEAuditSettings(epsilon=1.0), trials=10, canary="best", rng=rng)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="exactly one"):
-        audit_gpope(epsilon=1.0, sigma=1.0, trials=10, rng=rng)
+        audit_gpope(GPOPEAuditSettings(epsilon=1.0, sigma=1.0), trials=10, rng=rng)
     with pytest.raises(ValueError, match="S >= 2"):
         audit_dp_apvi(H=2, S=1, A=2, privacy=None, trials=10, rng=rng)
 

@@ -84,7 +84,7 @@ def test_gpope_file_canary_uses_its_own_statistics(tmp_path: Path) -> None:
     """A gpope canary file is mapped through the declared feature map to its (Â, b̂, Ĉ): the
     played statistic is the episode's, not worst's b̂ = ±2h·e₀ (so the scores differ), and the
     bound stays below the claim."""
-    from privrl.audit.attacks import GPOPE_AUDIT_GAMMA, audit_gpope
+    from privrl.audit.attacks import GPOPE_AUDIT_GAMMA, GPOPEAuditSettings, audit_gpope
     from privrl.audit.canary import load_gpope_canary
     from privrl.audit.run import summarise
 
@@ -92,9 +92,10 @@ def test_gpope_file_canary_uses_its_own_statistics(tmp_path: Path) -> None:
     A, b, C = load_gpope_canary(path, feature_map="onehot", n=3, gamma=GPOPE_AUDIT_GAMMA)
     assert np.allclose(b, [0.0, 0.0, 1.0]) and np.allclose(C, np.diag([0.0, 0.0, 1.0]))
     assert np.allclose(A[2, 2], 1.0 - GPOPE_AUDIT_GAMMA * 2 / 3)  # φ_{τ} = 0 after terminating
-    kw = {"epsilon": 1.0, "features": 3, "trials": 4000}
-    file = audit_gpope(**kw, statistic=(A, b, C), rng=np.random.default_rng(0))
-    worst = audit_gpope(**kw, rng=np.random.default_rng(0))
+    settings = GPOPEAuditSettings(epsilon=1.0, features=3)
+    kw = {"trials": 4000}
+    file = audit_gpope(settings, **kw, statistic=(A, b, C), rng=np.random.default_rng(0))
+    worst = audit_gpope(settings, **kw, rng=np.random.default_rng(0))
     assert file.params["canary"] == "file" and not np.allclose(file.scores, worst.scores)
     metrics = summarise(file, confidence=0.95)
     assert 0.5 < metrics["auc"] and metrics["epsilon_lower_bound"] <= metrics["epsilon_claimed"]

@@ -14,7 +14,7 @@ import pytest
 from gymnasium import spaces
 
 from privrl.audit.canary import load_expert_canary, load_gradient_canary, load_lsw_canary
-from privrl.audit.dpsgd import CANARY_NORM, audit_dp_sgd
+from privrl.audit.dpsgd import CANARY_NORM, DPSGDAuditSettings, audit_dp_sgd
 from privrl.cli.main import main
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.data.io import save_hdf5
@@ -142,11 +142,12 @@ def test_dp_sgd_file_canary_holding_worst_unit_reproduces_worst(tmp_path: Path) 
     path = _box_episode(tmp_path / "w.h5", [[CANARY_NORM, 0.0, 0.0], [0.0, 0.0, 0.0]], 3)
     unit = load_gradient_canary(path, p=3)
     np.testing.assert_array_equal(unit, [CANARY_NORM, 0.0, 0.0])
-    kw = {"noise_multiplier": 1.0, "trials": 500}
-    worst = audit_dp_sgd(**kw, rng=noise_rng(0))
-    same = audit_dp_sgd(**kw, canary="file", unit=unit, rng=noise_rng(0))
+    settings = DPSGDAuditSettings(noise_multiplier=1.0)
+    kw = {"trials": 500}
+    worst = audit_dp_sgd(settings, **kw, rng=noise_rng(0))
+    same = audit_dp_sgd(settings, **kw, canary="file", unit=unit, rng=noise_rng(0))
     np.testing.assert_array_equal(worst.scores, same.scores)
-    other = audit_dp_sgd(**kw, canary="file", unit=np.r_[0.0, 0.5, 0.0], rng=noise_rng(0))
+    other = audit_dp_sgd(settings, **kw, canary="file", unit=np.r_[0.0, 0.5, 0.0], rng=noise_rng(0))
     assert not np.array_equal(other.scores, worst.scores)
 
 
@@ -193,16 +194,17 @@ def test_dp_sgd_one_run_file_canaries_own_their_coordinates(tmp_path: Path) -> N
     its own coordinate j. A file of m units `CANARY_NORM`·C·e₀ reproduces worst's canaries
     exactly (same scores under the same seed); a file of other units gives other scores."""
     from privrl.audit.canary import load_gradient_canaries
-    from privrl.audit.dpsgd import audit_dp_sgd_one_run
+    from privrl.audit.dpsgd import DPSGDAuditSettings, audit_dp_sgd_one_run
 
     m = 40
     worst_units = [[CANARY_NORM, 0, 0]] * m
     same = load_gradient_canaries(_units_file(tmp_path / "w.h5", worst_units), p=3, m=m)
     other = load_gradient_canaries(_units_file(tmp_path / "o.h5", [[0.3, 0.4, 0]] * m), p=3, m=m)
-    kw = {"noise_multiplier": 1.0, "canaries": m, "guesses": 20, "background": 10}
-    worst = audit_dp_sgd_one_run(**kw, rng=noise_rng(3))
-    as_worst = audit_dp_sgd_one_run(**kw, units=same, rng=noise_rng(3))
-    mine = audit_dp_sgd_one_run(**kw, units=other, rng=noise_rng(3))
+    settings = DPSGDAuditSettings(noise_multiplier=1.0, background=10)
+    kw = {"canaries": m, "guesses": 20}
+    worst = audit_dp_sgd_one_run(settings, **kw, rng=noise_rng(3))
+    as_worst = audit_dp_sgd_one_run(settings, **kw, units=same, rng=noise_rng(3))
+    mine = audit_dp_sgd_one_run(settings, **kw, units=other, rng=noise_rng(3))
     assert np.allclose(as_worst.scores, worst.scores) and as_worst.params["canary"] == "file"
     assert not np.allclose(mine.scores, worst.scores)
     assert mine.epsilon_lower_bound <= mine.epsilon_claimed
@@ -271,14 +273,14 @@ def _one_run_file(path: Path, m: int, first: float, reward: float, *, box_action
 
 
 def _one_run_audit(command: str, units: Any, seed: int) -> Any:
-    from privrl.audit.expert import audit_expert_dp_sgd_one_run
+    from privrl.audit.expert import ExpertDPSGDAuditSettings, audit_expert_dp_sgd_one_run
     from privrl.audit.primorl import PrimorlAuditSetup, audit_primorl_one_run, primorl_plan
 
     rng = noise_rng(seed)
     if command == "expert-dp-sgd":
+        settings = ExpertDPSGDAuditSettings(noise_multiplier=None, background=10, steps=2)
         return audit_expert_dp_sgd_one_run(
-            noise_multiplier=None, canaries=40, guesses=20, background=10, steps=2, rng=rng,
-            units=units,
+            settings, canaries=40, guesses=20, rng=rng, units=units
         )  # fmt: skip
     setup = PrimorlAuditSetup(
         canaries=40, background=10, canary="worst" if units is None else "file", file=units

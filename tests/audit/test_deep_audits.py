@@ -12,6 +12,8 @@ import torch
 
 from privrl.audit.bounds import one_run_epsilon
 from privrl.audit.expert import (
+    ConsensusFilterAuditSettings,
+    ExpertDPSGDAuditSettings,
     _expert_dataset,
     audit_consensus_filter,
     audit_expert_dp_sgd_one_run,
@@ -66,7 +68,9 @@ def test_filter_claim_is_the_filter_report() -> None:
 def test_filter_audit_stays_below_its_claim(epsilon: float) -> None:
     """Privacy property: the Clopper–Pearson lower bound of the worst-case canary expert does
     not exceed the filter's claimed ε (and the attack sees something at ε = 4)."""
-    result = audit_consensus_filter(epsilon=epsilon, trials=50_000, rng=noise_rng(0))
+    result = audit_consensus_filter(
+        ConsensusFilterAuditSettings(epsilon=epsilon), trials=50_000, rng=noise_rng(0)
+    )
     m = summarise(result)
     assert m["epsilon_claimed"] == pytest.approx(epsilon, rel=1e-3)
     assert not m["violated"]
@@ -77,7 +81,11 @@ def test_filter_audit_stays_below_its_claim(epsilon: float) -> None:
 def test_filter_twin_leaks() -> None:
     """Twin leaks: the same filter without noise tells Π₀ from Π₀ ∪ {canary} every time."""
     m = summarise(
-        audit_consensus_filter(epsilon=4.0, non_private=True, trials=2000, rng=noise_rng(0))
+        audit_consensus_filter(
+            ConsensusFilterAuditSettings(epsilon=4.0, non_private=True),
+            trials=2000,
+            rng=noise_rng(0),
+        )
     )
     assert math.isinf(m["epsilon_claimed"])
     assert m["auc"] == 1.0 and m["epsilon_lower_bound"] > 5.0
@@ -86,8 +94,14 @@ def test_filter_twin_leaks() -> None:
 def test_random_canary_is_weaker_than_worst() -> None:
     """The worst-case canary expert (follows τ everywhere) leaks more than a random one."""
     rng = noise_rng(1)
-    worst = summarise(audit_consensus_filter(epsilon=8.0, trials=20_000, rng=rng))
-    rand = summarise(audit_consensus_filter(epsilon=8.0, trials=20_000, canary="random", rng=rng))
+    worst = summarise(
+        audit_consensus_filter(ConsensusFilterAuditSettings(epsilon=8.0), trials=20_000, rng=rng)
+    )
+    rand = summarise(
+        audit_consensus_filter(
+            ConsensusFilterAuditSettings(epsilon=8.0), trials=20_000, canary="random", rng=rng
+        )
+    )
     assert worst["auc"] > rand["auc"]
 
 
@@ -95,7 +109,9 @@ def test_broken_filter_noise_is_caught(broken_laplace: None) -> None:
     """A 10× weaker Laplace noise (threshold and queries) puts the bound above the claimed
     ε = 1. (The filter's analysis charges 2ε' per round where one query of this canary leaks
     about ε'/4, so only a fault of this size is visible; 10⁵ trials give bounds of 1.25–1.4.)"""
-    result = audit_consensus_filter(epsilon=1.0, trials=100_000, rng=noise_rng(0))
+    result = audit_consensus_filter(
+        ConsensusFilterAuditSettings(epsilon=1.0), trials=100_000, rng=noise_rng(0)
+    )
     m = summarise(result)
     assert m["violated"], m["epsilon_lower_bound"]
 
@@ -125,7 +141,9 @@ def test_canary_expert_owns_its_input_column() -> None:
 def test_expert_dp_sgd_claim_is_the_system_report_and_bound_stays_below() -> None:
     """Accountant value and validity: the claim is `expert_dp_sgd`'s own report (and the
     plan's `expert_dp_sgd_claimed` equals it); one run at z = 3 stays below it."""
-    audit = audit_expert_dp_sgd_one_run(noise_multiplier=3.0, rng=noise_rng(0))
+    audit = audit_expert_dp_sgd_one_run(
+        ExpertDPSGDAuditSettings(noise_multiplier=3.0), rng=noise_rng(0)
+    )
     planned = expert_dp_sgd_claimed(
         noise_multiplier=3.0, canaries=500, background=50, batch_size=None, steps=5,
         delta=DELTA, clip=1.0,
@@ -138,7 +156,9 @@ def test_expert_dp_sgd_claim_is_the_system_report_and_bound_stays_below() -> Non
 
 def test_expert_dp_sgd_twin_leaks() -> None:
     """Twin leaks: minibatch SGD without clipping or noise (expert_dp_sgd(private=False))."""
-    audit = audit_expert_dp_sgd_one_run(noise_multiplier=None, rng=noise_rng(0))
+    audit = audit_expert_dp_sgd_one_run(
+        ExpertDPSGDAuditSettings(noise_multiplier=None), rng=noise_rng(0)
+    )
     assert math.isinf(audit.epsilon_claimed)
     assert audit.correct >= 48 and audit.epsilon_lower_bound > 2.0
 
@@ -146,7 +166,9 @@ def test_expert_dp_sgd_twin_leaks() -> None:
 def test_broken_expert_dp_sgd_noise_is_caught(broken_gaussian: None) -> None:
     """The Gaussian of `privatize_sum_torch` 10× smaller than the report says (z = 8,
     claimed ε ≈ 1.05) is caught by one run of 500 canary experts."""
-    audit = audit_expert_dp_sgd_one_run(noise_multiplier=8.0, rng=noise_rng(0))
+    audit = audit_expert_dp_sgd_one_run(
+        ExpertDPSGDAuditSettings(noise_multiplier=8.0), rng=noise_rng(0)
+    )
     assert audit.epsilon_claimed < 1.1
     assert audit.epsilon_lower_bound > audit.epsilon_claimed
 

@@ -10,7 +10,12 @@ import numpy
 import pytest
 
 from privrl.audit.bounds import epsilon_lower_bound
-from privrl.audit.dpsgd import audit_dp_sgd, audit_dp_sgd_one_run, dp_sgd_claimed
+from privrl.audit.dpsgd import (
+    DPSGDAuditSettings,
+    audit_dp_sgd,
+    audit_dp_sgd_one_run,
+    dp_sgd_claimed,
+)
 from privrl.audit.releases import (
     audit_dp_lsw,
     audit_dp_vapvi,
@@ -35,8 +40,13 @@ def _vapvi(eps: float | None, trials: int, seed: int = 0, canary: str = "worst")
     return audit_dp_vapvi(rho=rho, delta=DELTA, trials=trials, canary=canary, rng=noise_rng(seed))
 
 
-def _sgd(z: float | None, trials: int, seed: int = 0, **kw):
-    return audit_dp_sgd(noise_multiplier=z, delta=DELTA, trials=trials, rng=noise_rng(seed), **kw)
+def _sgd(z: float | None, trials: int, seed: int = 0, canary: str = "worst", **kw):
+    return audit_dp_sgd(
+        DPSGDAuditSettings(noise_multiplier=z, delta=DELTA, **kw),
+        trials=trials,
+        canary=canary,
+        rng=noise_rng(seed),
+    )
 
 
 # ---------------------------------------------------------------------------- private: ≤ claim
@@ -190,7 +200,7 @@ def test_broken_dp_sgd_is_caught_in_one_run(broken_gaussian) -> None:
     """One run, 1000 canaries, 100 guesses: DP-SGD drawing 10× less noise than its report
     (claimed ε ≈ 1; each canary then sees a Gaussian of μ ≈ 2.7) is caught by one run."""
     broken = audit_dp_sgd_one_run(
-        noise_multiplier=Z_EPS1, delta=DELTA, rng=noise_rng(0), canaries=1000
+        DPSGDAuditSettings(noise_multiplier=Z_EPS1, delta=DELTA), rng=noise_rng(0), canaries=1000
     )
     assert broken.metrics()["violated"]
 
@@ -203,11 +213,13 @@ def test_one_run_dp_sgd_bound_is_valid_and_twin_leaks() -> None:
     stays below it; the trainer's non-private twin (minibatches drawn with replacement, so a
     canary can miss the step) gets ≥ 95 of the 100 guesses right (bound > 2.5)."""
     rng = noise_rng(0)
-    private = audit_dp_sgd_one_run(noise_multiplier=Z_EPS1, delta=DELTA, rng=rng)
+    private = audit_dp_sgd_one_run(
+        DPSGDAuditSettings(noise_multiplier=Z_EPS1, delta=DELTA), rng=rng
+    )
     m = private.metrics()
     assert m["mode"] == "one-run" and m["canaries"] == 1000 and m["guesses"] == 100
     assert m["epsilon_lower_bound"] <= m["epsilon_claimed"]
-    twin = audit_dp_sgd_one_run(noise_multiplier=None, delta=DELTA, rng=rng)
+    twin = audit_dp_sgd_one_run(DPSGDAuditSettings(noise_multiplier=None, delta=DELTA), rng=rng)
     assert twin.correct >= 95 and twin.epsilon_lower_bound > 2.5
 
 
@@ -257,7 +269,9 @@ def test_bad_inputs_are_refused() -> None:
     with pytest.raises(ValueError, match="rate"):
         _sgd(1.0, 10, rate=0.0)
     with pytest.raises(ValueError, match="guesses"):
-        audit_dp_sgd_one_run(noise_multiplier=1.0, canaries=10, guesses=11, rng=rng)
+        audit_dp_sgd_one_run(
+            DPSGDAuditSettings(noise_multiplier=1.0), canaries=10, guesses=11, rng=rng
+        )
     with pytest.raises(ValueError, match="S >= 2"):
         audit_sdp_pe(epsilon=1.0, S=1, trials=10, rng=rng)
     with pytest.raises(ValueError, match="canary"):
@@ -270,12 +284,14 @@ def test_dp_sgd_and_gpope_audits_are_tight(eps: float) -> None:
     """Tightness: the worst-case audits of DP-SGD (gradient canary, q = 1, N = 1; 200,000
     trials of the production trainer, about 1 ms each: 4.54 at ε = 8) and GPOPE (m = 1, N = 1;
     10⁶ trials) reach at least half the claimed ε at ε = 1, 4, 8."""
-    from privrl.audit.attacks import audit_gpope
+    from privrl.audit.attacks import GPOPEAuditSettings, audit_gpope
     from privrl.audit.dpsgd import dp_sgd_noise_multiplier
 
     z = dp_sgd_noise_multiplier(eps, DELTA, 1.0, 1)
     for r in (
         _sgd(z, 200_000),
-        audit_gpope(epsilon=eps, delta=DELTA, trials=1_000_000, rng=noise_rng(0)),
+        audit_gpope(
+            GPOPEAuditSettings(epsilon=eps, delta=DELTA), trials=1_000_000, rng=noise_rng(0)
+        ),
     ):
         assert 0.5 * r.epsilon_claimed <= _bound(r) <= r.epsilon_claimed, r.system

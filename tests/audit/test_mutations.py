@@ -36,9 +36,14 @@ import privrl.expert.dpsgd as trainer
 import privrl.ope.accounting as ope_accounting
 import privrl.ope.baselines as baselines
 import privrl.ope.gpope as gpope
-from privrl.audit.attacks import audit_gpope, gpope_report
+from privrl.audit.attacks import GPOPEAuditSettings, audit_gpope, gpope_report
 from privrl.audit.bounds import epsilon_lower_bound
-from privrl.audit.dpsgd import audit_dp_sgd, audit_dp_sgd_one_run, dp_sgd_noise_multiplier
+from privrl.audit.dpsgd import (
+    DPSGDAuditSettings,
+    audit_dp_sgd,
+    audit_dp_sgd_one_run,
+    dp_sgd_noise_multiplier,
+)
 from privrl.privacy import mechanisms
 from privrl.privacy.accounting import epsilon as accountant_epsilon
 from privrl.privacy.accounting import sampled_gaussian_event
@@ -150,11 +155,12 @@ def test_widened_or_removed_clipping_is_caught_by_the_one_run_audit(factor: floa
     (true ε ≥ 2× the claim: z/10 under the same accountant) and every guess is right."""
     z = dp_sgd_noise_multiplier(1.0, DELTA, 1.0, 1)
     assert _sgd_epsilon(z / 10.0) >= 2.0 * _sgd_epsilon(z)
-    kw = {"noise_multiplier": z, "canaries": 200, "guesses": 40, "delta": DELTA}
-    intact = audit_dp_sgd_one_run(**kw, rng=noise_rng(0))
+    settings = DPSGDAuditSettings(noise_multiplier=z, delta=DELTA)
+    kw = {"canaries": 200, "guesses": 40}
+    intact = audit_dp_sgd_one_run(settings, **kw, rng=noise_rng(0))
     assert intact.verdict == "pass"
     with trainer_clip(factor):
-        broken = audit_dp_sgd_one_run(**kw, rng=noise_rng(0))
+        broken = audit_dp_sgd_one_run(settings, **kw, rng=noise_rng(0))
     assert broken.correct == broken.guesses and broken.verdict == "violated"
 
 
@@ -187,7 +193,9 @@ def test_noise_scaled_down_is_caught_by_the_dp_sgd_audit_and_the_noise_test() ->
     z = dp_sgd_noise_multiplier(2.0, DELTA, 1.0, 1)
     assert _sgd_epsilon(z / 2.0) >= 2.0 * _sgd_epsilon(z)
     with noise_scaled(0.5):
-        result = audit_dp_sgd(noise_multiplier=z, delta=DELTA, trials=60_000, rng=noise_rng(1))
+        result = audit_dp_sgd(
+            DPSGDAuditSettings(noise_multiplier=z, delta=DELTA), trials=60_000, rng=noise_rng(1)
+        )
         assert _bound(result) > result.epsilon_claimed
         assert _fails(test_noise_std_is_z_times_c)
 
@@ -201,7 +209,11 @@ def test_gpope_replace_one_accounted_as_add_remove_is_caught_by_its_audit() -> N
     honest = gpope_report(**kw).epsilon
     with gpope_add_remove():
         assert honest >= 2.0 * gpope_report(**kw).epsilon
-        result = audit_gpope(epsilon=None, sigma=2.0, delta=DELTA, trials=400_000, rng=noise_rng(1))
+        result = audit_gpope(
+            GPOPEAuditSettings(epsilon=None, sigma=2.0, delta=DELTA),
+            trials=400_000,
+            rng=noise_rng(1),
+        )
     assert result.epsilon_claimed < honest / 2.0
     assert _bound(result) > result.epsilon_claimed
 

@@ -15,6 +15,7 @@ from gymnasium import spaces
 
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.expert.dpsgd import (
+    DPSGDSettings,
     ExpertTransitions,
     _Private,
     _private_step,
@@ -137,13 +138,9 @@ def test_run_uses_budgeted_steps_and_reports_expert_event() -> None:
     ds = expert_dataset(n_experts=10)
     learner = DiscreteCQL(2, 3, hidden=(8,), seed=0)
     res = expert_dp_sgd(
+        DPSGDSettings(epsilon=1.0, delta=1e-3, n_units=10, batch_size=5, noise_multiplier=5.0),
         learner,
         ds,
-        epsilon=1.0,
-        delta=1e-3,
-        n_units=10,
-        batch_size=5,
-        noise_multiplier=5.0,
         rng=noise_rng(0),
     )
     n, _ = plan_steps(noise_multiplier=5.0, sampling_probability=0.5, epsilon=1.0, delta=1e-3)
@@ -234,14 +231,11 @@ def test_explicit_steps_reported_or_refused() -> None:
     ds = expert_dataset(n_experts=10)
     learner = DiscreteCQL(2, 3, hidden=(8,), seed=0)
     res = expert_dp_sgd(
+        DPSGDSettings(
+            epsilon=None, delta=1e-3, n_units=10, batch_size=5, noise_multiplier=5.0, steps=7
+        ),
         learner,
         ds,
-        epsilon=None,
-        delta=1e-3,
-        n_units=10,
-        batch_size=5,
-        noise_multiplier=5.0,
-        steps=7,
         rng=noise_rng(0),
     )
     expected = accountant_epsilon(
@@ -250,14 +244,11 @@ def test_explicit_steps_reported_or_refused() -> None:
     assert res.steps == 7 and res.report.epsilon == pytest.approx(expected)
     with pytest.raises(ValueError, match="budget"):
         expert_dp_sgd(
+            DPSGDSettings(
+                epsilon=0.01, delta=1e-3, n_units=10, batch_size=5, noise_multiplier=5.0, steps=7
+            ),
             DiscreteCQL(2, 3, hidden=(8,)),
             ds,
-            epsilon=0.01,
-            delta=1e-3,
-            n_units=10,
-            batch_size=5,
-            noise_multiplier=5.0,
-            steps=7,
             rng=noise_rng(0),
         )
 
@@ -268,15 +259,17 @@ def test_shuffle_sampling_is_not_certified() -> None:
     ε the paper would state is kept only as a labelled comparison."""
     ds = expert_dataset(n_experts=10)
     res = expert_dp_sgd(
+        DPSGDSettings(
+            epsilon=None,
+            delta=1e-3,
+            n_units=10,
+            batch_size=4,
+            noise_multiplier=5.0,
+            steps=5,
+            sampling="shuffle",
+        ),
         DiscreteCQL(2, 3, hidden=(8,)),
         ds,
-        epsilon=None,
-        delta=1e-3,
-        n_units=10,
-        batch_size=4,
-        noise_multiplier=5.0,
-        steps=5,
-        sampling="shuffle",
         rng=noise_rng(0),
     )
     rep = res.report
@@ -300,13 +293,9 @@ def test_non_private_twin_is_ordinary_minibatch_training() -> None:
     ds = expert_dataset()
     twin = DiscreteCQL(2, 3, hidden=(8,), lr=1e-2, seed=0)
     res = expert_dp_sgd(
+        DPSGDSettings(epsilon=None, delta=1e-3, batch_size=6, steps=4, private=False),
         twin,
         ds,
-        epsilon=None,
-        delta=1e-3,
-        batch_size=6,
-        steps=4,
-        private=False,
         rng=noise_rng(3),
     )
     assert not res.report.private and math.isinf(res.report.epsilon)
@@ -326,14 +315,11 @@ def test_same_seed_same_result() -> None:
     for _ in range(2):
         learner = DiscreteCQL(2, 3, hidden=(8,), seed=0)
         expert_dp_sgd(
+            DPSGDSettings(
+                epsilon=None, delta=1e-3, n_units=12, batch_size=3, noise_multiplier=5.0, steps=5
+            ),
             learner,
             ds,
-            epsilon=None,
-            delta=1e-3,
-            n_units=12,
-            batch_size=3,
-            noise_multiplier=5.0,
-            steps=5,
             rng=noise_rng(11),
             noise=noise_source(11),
         )
@@ -350,18 +336,20 @@ def test_evaluation_curve_follows_schedule() -> None:
         return np.array([1.0, 3.0])
 
     res = expert_dp_sgd(
+        DPSGDSettings(
+            epsilon=None,
+            delta=1e-3,
+            n_units=12,
+            batch_size=3,
+            noise_multiplier=5.0,
+            steps=20,
+            n_evals=4,
+            eval_window=8,
+        ),
         DiscreteCQL(2, 3, hidden=(8,)),
         ds,
-        epsilon=None,
-        delta=1e-3,
-        n_units=12,
-        batch_size=3,
-        noise_multiplier=5.0,
-        steps=20,
         rng=noise_rng(0),
         evaluate=evaluate,
-        n_evals=4,
-        eval_window=8,
     )
     assert calls == [14, 16, 18, 20]
     assert [r["step"] for r in res.curve] == calls
@@ -374,45 +362,42 @@ def test_bad_input() -> None:
     no_ids = expert_dataset(unit_ids=False)
     with pytest.raises(ValueError, match="expert ids"):
         expert_dp_sgd(
-            learner, no_ids, epsilon=1.0, delta=1e-3, n_units=12, rng=rng, noise=noise_source(rng)
+            DPSGDSettings(epsilon=1.0, delta=1e-3, n_units=12),
+            learner,
+            no_ids,
+            rng=rng,
+            noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="exceeds the number of experts"):
         expert_dp_sgd(
+            DPSGDSettings(epsilon=1.0, delta=1e-3, n_units=12, batch_size=50),
             learner,
             expert_dataset(),
-            epsilon=1.0,
-            delta=1e-3,
-            n_units=12,
-            batch_size=50,
             rng=rng,
             noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="noise_multiplier"):
         expert_dp_sgd(
+            DPSGDSettings(epsilon=1.0, delta=1e-3, n_units=12, batch_size=2, noise_multiplier=0.0),
             learner,
             expert_dataset(),
-            epsilon=1.0,
-            delta=1e-3,
-            n_units=12,
-            batch_size=2,
-            noise_multiplier=0.0,
             rng=rng,
             noise=noise_source(rng),
         )
     with pytest.raises(ValueError, match="single step"):
         expert_dp_sgd(
+            DPSGDSettings(epsilon=1e-3, delta=1e-5, n_units=12, batch_size=6, noise_multiplier=5.0),
             learner,
             expert_dataset(),
-            epsilon=1e-3,
-            delta=1e-5,
-            n_units=12,
-            batch_size=6,
-            noise_multiplier=5.0,
             rng=rng,
             noise=noise_source(rng),
         )
     # m is public: a private run without it is refused (it is never counted in the data)
     with pytest.raises(ValueError, match="n_units"):
         expert_dp_sgd(
-            learner, expert_dataset(), epsilon=1.0, delta=1e-3, rng=rng, noise=noise_source(rng)
+            DPSGDSettings(epsilon=1.0, delta=1e-3),
+            learner,
+            expert_dataset(),
+            rng=rng,
+            noise=noise_source(rng),
         )

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from privrl.rl.replay import ReplayBuffer, train_online
+from privrl.rl.replay import OnlineTrainingSettings, ReplayBuffer, train_online
 
 torch.set_num_threads(1)
 
@@ -138,13 +138,11 @@ def test_train_online_counts_steps_updates_episodes_and_checkpoints():
     agent = _RecordingAgent()
     seen = []
     res = train_online(
+        OnlineTrainingSettings(
+            total_steps=60, start_steps=15, update_after=6, update_every=1, checkpoint_every=30
+        ),
         agent,
         env,
-        total_steps=60,
-        start_steps=15,
-        update_after=6,
-        update_every=1,
-        checkpoint_every=30,
         callback=lambda step, ag, r: seen.append(step),
         seed=0,
     )
@@ -170,18 +168,20 @@ def test_train_online_resumes_from_a_snapshot_exactly(tmp_path):
             kept.setdefault("ckpts", []).append(step)
 
         res = train_online(
+            OnlineTrainingSettings(
+                total_steps=total,
+                start_steps=40,
+                update_after=40,
+                update_every=10,
+                checkpoint_every=40,
+                snapshot_every=40,
+                snapshot_tag="t",
+            ),
             ag,
             ToyBatchedEnv(2, seed=0),
-            total,
-            start_steps=40,
-            update_after=40,
-            update_every=10,
-            checkpoint_every=40,
             callback=cb,
             seed=5,
             snapshot_path=snap,
-            snapshot_every=40,
-            snapshot_tag="t",
             extra_state=kept,
         )
         return ag, res
@@ -203,14 +203,13 @@ def test_train_online_resumes_from_a_snapshot_exactly(tmp_path):
     other, _ = run(40, None, {})
     fresh = agent()
     train_online(
+        OnlineTrainingSettings(
+            total_steps=40, start_steps=40, update_after=40, snapshot_tag="other"
+        ),
         fresh,
         ToyBatchedEnv(2, seed=0),
-        40,
-        start_steps=40,
-        update_after=40,
         seed=5,
         snapshot_path=snap,
-        snapshot_tag="other",
     )
     for p, q in zip(other.actor.parameters(), fresh.actor.parameters(), strict=True):
         assert torch.equal(p, q)

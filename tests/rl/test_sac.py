@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from privrl.policies import Policy
-from privrl.rl.replay import ReplayBuffer, train_online
+from privrl.rl.replay import OnlineTrainingSettings, ReplayBuffer, train_online
 from privrl.rl.sac import SAC, SACConfig
 from tests.rl._toy import ToyBatchedEnv, mean_squared_action_error
 
@@ -143,7 +143,12 @@ def test_sac_learns_a_toy_task_fast():
     cfg = SACConfig(hidden=(32, 32), lr=3e-3, gamma=0.5, batch_size=64)
     agent = SAC(2, 1, [-2.0], [2.0], cfg, seed=0)
     before = mean_squared_action_error(agent)
-    res = train_online(agent, env, 600, start_steps=200, update_after=200, seed=0)
+    res = train_online(
+        OnlineTrainingSettings(total_steps=600, start_steps=200, update_after=200),
+        agent,
+        env,
+        seed=0,
+    )
     after = mean_squared_action_error(agent)
     assert before > 0.2
     assert after < 0.03, (before, after)
@@ -157,7 +162,7 @@ def test_sac_learns_pendulum_online():
     env = make_batched("pendulum", 1, seed=0)
     t = env.task
     agent = SAC(t.obs_dim, t.act_dim, [t.action_low], [t.action_high], seed=0)
-    train_online(agent, env, 7000, start_steps=1000, seed=0)
+    train_online(OnlineTrainingSettings(total_steps=7000, start_steps=1000), agent, env, seed=0)
     ev = make_batched("pendulum", 20, seed=1)
     obs, ret = ev.reset(seed=1), np.zeros(20)
     for _ in range(ev.horizon):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from privrl.policies import Policy
-from privrl.rl.replay import train_online
+from privrl.rl.replay import OnlineTrainingSettings, train_online
 from privrl.rl.td3 import TD3, TD3Config
 from tests.rl._toy import ToyBatchedEnv, mean_squared_action_error
 
@@ -104,7 +104,11 @@ def test_learns_a_toy_task(algo):
     cfg = TD3Config(**kw) if algo == "td3" else TD3Config.ddpg(**kw)
     agent = TD3(2, 1, [-2.0], [2.0], cfg, seed=0)
     before = mean_squared_action_error(agent)
-    train_online(agent, ToyBatchedEnv(4, seed=0), 600, start_steps=200, update_after=200)
+    train_online(
+        OnlineTrainingSettings(total_steps=600, start_steps=200, update_after=200),
+        agent,
+        ToyBatchedEnv(4, seed=0),
+    )
     after = mean_squared_action_error(agent)
     assert before > 0.2 and after < 0.03, (before, after)
 
@@ -117,7 +121,7 @@ def test_learns_pendulum(algo):
     env = make_batched("pendulum", 1, seed=0)
     cfg = TD3Config() if algo == "td3" else TD3Config.ddpg(actor_lr=1e-3, critic_lr=1e-3)
     agent = TD3(3, 1, [-2.0], [2.0], cfg, seed=0)
-    train_online(agent, env, 9000, start_steps=1000, seed=0)
+    train_online(OnlineTrainingSettings(total_steps=9000, start_steps=1000), agent, env, seed=0)
     ev = make_batched("pendulum", 20)
     obs, ret = ev.reset(seed=1), np.zeros(20)
     for _ in range(ev.horizon):

@@ -7,13 +7,14 @@
 layer. See docs/audit.md.
 """
 
-from privrl.audit.attacks import AuditTrials, audit_dp_apvi, audit_gpope
+from privrl.audit.attacks import AuditTrials, GPOPEAuditSettings, audit_dp_apvi, audit_gpope
 from privrl.audit.bounds import EpsilonBound, auc, epsilon_lower_bound, roc_curve
 from privrl.audit.run import roc_plot, summarise
 
 __all__ = [
     "AuditTrials",
     "EpsilonBound",
+    "GPOPEAuditSettings",
     "auc",
     "audit_dp_apvi",
     "audit_gpope",

@@ -40,6 +40,7 @@ from privrl.privacy.report import PrivacyReport
 __all__ = [
     "AuditTrials",
     "Canary",
+    "GPOPEAuditSettings",
     "apvi_claimed",
     "audit_dp_apvi",
     "audit_gpope",
@@ -331,15 +332,33 @@ def gpope_report(
     return PrivacyReport.build("trajectory", RELATION, [rel], delta, system="gpope")
 
 
+@dataclass(frozen=True)
+class GPOPEAuditSettings:
+    """The audited GPOPE run (`audit_gpope`).
+
+    Attributes:
+        epsilon: the budget σ is calibrated for by GPOPE's rigorous accountant (with
+            `delta`, `m`, `iterations`); give it or `sigma`, not both.
+        sigma: the noise scale σ itself (0: the non-private twin, plain GTD2 with clipping).
+        delta: the δ of the claimed ε.
+        clip: the clip norm of the per-trajectory gradients.
+        m: the number of trajectories.
+        iterations: N, the number of noisy steps.
+        features: n, the number of features.
+    """
+
+    epsilon: float | None = None
+    sigma: float | None = None
+    delta: float = 1e-5
+    clip: float = 1.0
+    m: int = 1
+    iterations: int = 1
+    features: int = 2
+
+
 def audit_gpope(
+    settings: GPOPEAuditSettings,
     *,
-    epsilon: float | None = None,
-    sigma: float | None = None,
-    delta: float = 1e-5,
-    clip: float = 1.0,
-    m: int = 1,
-    iterations: int = 1,
-    features: int = 2,
     trials: int,
     canary: Canary = "worst",
     rng: np.random.Generator,
@@ -359,11 +378,15 @@ def audit_gpope(
     `statistic`: a canary trajectory's own (Â, b̂, Ĉ) [n, n], [n], [n, n] (``--canary FILE``,
     `privrl.audit.canary.load_gpope_canary`): D₀ is ``worst``'s (statistics 0), x₀ the
     trajectory that adds no gradient (statistics 0) and x₁ the canary; the score is the
-    projection on the canary's clipped first-step gradient, as for ``worst``.
+    projection on the canary's clipped first-step gradient, as for ``worst``. The settings are
+    those of `GPOPEAuditSettings`.
     """
     from privrl.ope.gpope import StepSize, calibrated_sigma, gpope_replicas
     from privrl.ope.stats import TrajectoryStats
 
+    st = settings
+    epsilon, sigma, delta, clip = st.epsilon, st.sigma, st.delta, st.clip
+    m, iterations, features = st.m, st.iterations, st.features
     if statistic is not None:
         canary = "file"  # type: ignore[assignment]
     trials = _check_trials(trials, canary, file=statistic is not None)

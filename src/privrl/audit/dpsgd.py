@@ -31,7 +31,7 @@ guess "in" for the k highest scores and "out" for the k lowest; the number of co
 gives the ε lower bound of Steinke et al. 2023 (`privrl.audit.bounds.one_run_epsilon`).
 
 The non-private twin (`noise_multiplier` None) is the trainer's own twin
-(``expert_dp_sgd(private=False)``): ordinary minibatches drawn with replacement, no clipping,
+(``DPSGDSettings(private=False)``): ordinary minibatches drawn with replacement, no clipping,
 no noise.
 """
 
@@ -51,6 +51,7 @@ from privrl.privacy.report import PrivacyReport
 
 __all__ = [
     "CANARY_NORM",
+    "DPSGDAuditSettings",
     "OneRunAudit",
     "TrialHeads",
     "audit_dp_sgd",
@@ -111,20 +112,33 @@ def dp_sgd_noise_multiplier(epsilon: float, delta: float, rate: float, steps: in
 
 
 @dataclass(frozen=True)
-class _DpSgd:
-    """The audited DP-SGD run: sampling rate q, N steps, noise multiplier z (None: the
-    non-private twin), clip C, step size lr."""
+class DPSGDAuditSettings:
+    """The audited DP-SGD run (`audit_dp_sgd`, `audit_dp_sgd_one_run`).
 
-    rate: float
-    steps: int
+    Attributes:
+        noise_multiplier: z (None: the non-private twin, the same steps without noise).
+        rate: the sampling rate q.
+        steps: N, the number of steps.
+        delta: the δ of the claimed ε.
+        clip: the clip norm C.
+        lr: the step size.
+        background: the number of background units.
+        dim: the background units' input dimension.
+    """
+
     noise_multiplier: float | None
-    clip: float
-    lr: float
+    rate: float = 1.0
+    steps: int = 1
+    delta: float = 1e-5
+    clip: float = 1.0
+    lr: float = 1.0
+    background: int = 10
+    dim: int = 2
 
-    def check(self, background: int, dim: int) -> None:
+    def check(self) -> None:
         if not 0.0 < self.rate <= 1.0:
             raise ValueError(f"--rate must be in (0, 1], got {self.rate}")
-        if self.steps < 1 or background < 0 or dim < 1:
+        if self.steps < 1 or self.background < 0 or self.dim < 1:
             raise ValueError(f"need --steps >= 1, --background >= 0, dim >= 1 (steps={self.steps})")
         for name, v in (("clip", self.clip), ("lr", self.lr)):
             if not (math.isfinite(v) and v > 0):
@@ -212,11 +226,10 @@ def sampling_sizes(rate: float, slots: int) -> tuple[int, int]:
 
 
 def trainer_displacements(
-    sgd: _DpSgd,
+    sgd: DPSGDAuditSettings,
     units: np.ndarray,
     member: np.ndarray,
     *,
-    delta: float,
     rng: np.random.Generator,
 ) -> tuple[np.ndarray, PrivacyReport]:
     """θ_N − θ_0 [runs, p] of `runs` independent DP-SGD runs on the units [n, p] whose
@@ -231,16 +244,18 @@ def trainer_displacements(
     b, m = sampling_sizes(sgd.rate, runs * n)
     heads = TrialHeads(runs, units.shape[1], sgd.lr)
     result = trainer.expert_dp_sgd(
+        trainer.DPSGDSettings(
+            epsilon=None,
+            delta=sgd.delta,
+            batch_size=b,
+            noise_multiplier=1.0 if sgd.noise_multiplier is None else sgd.noise_multiplier,
+            clip_norm=sgd.clip,
+            steps=sgd.steps,
+            n_units=m,
+            private=sgd.noise_multiplier is not None,
+        ),
         heads,  # type: ignore[arg-type]
         _units_dataset(units, member),
-        epsilon=None,
-        delta=delta,
-        batch_size=b,
-        noise_multiplier=1.0 if sgd.noise_multiplier is None else sgd.noise_multiplier,
-        clip_norm=sgd.clip,
-        steps=sgd.steps,
-        n_units=m,
-        private=sgd.noise_multiplier is not None,
         rng=rng,
         noise=NoiseSource.insecure(rng),  # canaries are synthetic: the audit repeats from its seed
     )
@@ -286,15 +301,8 @@ def _units(
 
 
 def audit_dp_sgd(
+    settings: DPSGDAuditSettings,
     *,
-    noise_multiplier: float | None,
-    rate: float = 1.0,
-    steps: int = 1,
-    delta: float = 1e-5,
-    clip: float = 1.0,
-    lr: float = 1.0,
-    background: int = 10,
-    dim: int = 2,
     trials: int,
     canary: Canary = "worst",
     rng: np.random.Generator,
@@ -306,9 +314,9 @@ def audit_dp_sgd(
     `noise_multiplier` None is the non-private twin (the same steps without noise). `unit`
     [1 + dim] (with ``canary="file"``) is the canary's input x."""
     trials = _check_trials(trials, canary, file=unit is not None)
-    sgd = _DpSgd(rate=rate, steps=steps, noise_multiplier=noise_multiplier, clip=clip, lr=lr)
-    sgd.check(background, dim)
-    units = _units(background, 1, dim, canary, clip, rng, unit=unit)
+    sgd = settings
+    sgd.check()
+    units = _units(sgd.background, 1, sgd.dim, canary, sgd.clip, rng, unit=unit)
     if not np.any(units[0]):
         raise ValueError("the canary unit is 0: its gradient moves nothing; give a nonzero unit")
     direction = units[0] / float(np.linalg.norm(units[0]))  # −(its gradient), normalised
@@ -320,21 +328,21 @@ def audit_dp_sgd(
     for done, size in _trial_batches(trials, 1, min(batch or cap, cap), progress):
         member = np.ones((size, units.shape[0]), bool)
         member[:, 0] = labels[done : done + size] == 1
-        disp, report = trainer_displacements(sgd, units, member, delta=delta, rng=rng)
+        disp, report = trainer_displacements(sgd, units, member, rng=rng)
         scores[done : done + size] = disp @ direction
     assert report is not None
     return AuditTrials.from_report(
-        "dp-sgd" if noise_multiplier is not None else "sgd",
+        "dp-sgd" if sgd.noise_multiplier is not None else "sgd",
         report,
         scores,
         labels,
-        delta=delta,
+        delta=sgd.delta,
         params={
-            "noise_multiplier": noise_multiplier,
-            "sampling_rate": rate,
-            "steps": steps,
-            "clip": clip,
-            "background_units": background,
+            "noise_multiplier": sgd.noise_multiplier,
+            "sampling_rate": sgd.rate,
+            "steps": sgd.steps,
+            "clip": sgd.clip,
+            "background_units": sgd.background,
             "canary": canary,
             "audited_release": "the final parameters of N DP-SGD steps (linear model)",
         },
@@ -454,17 +462,10 @@ def one_run_verdict(bound: float, claimed: float, ceiling: float) -> str:
 
 
 def audit_dp_sgd_one_run(
+    settings: DPSGDAuditSettings,
     *,
-    noise_multiplier: float | None,
     canaries: int = 1000,
     guesses: int = 100,
-    rate: float = 1.0,
-    steps: int = 1,
-    delta: float = 1e-5,
-    clip: float = 1.0,
-    lr: float = 1.0,
-    background: int = 10,
-    dim: int = 2,
     confidence: float = 0.95,
     canary: Canary = "worst",
     rng: np.random.Generator,
@@ -482,13 +483,13 @@ def audit_dp_sgd_one_run(
     m, r = int(canaries), int(guesses)
     if m < 2 or not (2 <= r <= m) or r % 2:
         raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
-    sgd = _DpSgd(rate=rate, steps=steps, noise_multiplier=noise_multiplier, clip=clip, lr=lr)
-    sgd.check(background, dim)
-    units = _units(background, m, dim, canary, clip, rng, unit=units)
+    sgd = settings
+    sgd.check()
+    units = _units(sgd.background, m, sgd.dim, canary, sgd.clip, rng, unit=units)
     included = rng.integers(0, 2, size=m).astype(bool)
     member = np.ones((1, units.shape[0]), bool)
     member[0, :m] = included
-    disp, report = trainer_displacements(sgd, units, member, delta=delta, rng=rng)
+    disp, report = trainer_displacements(sgd, units, member, rng=rng)
     norms = np.maximum(np.linalg.norm(units[:m], axis=1), 1e-300)
     scores = (units[:m] @ disp[0]) / norms  # projection on each canary's own direction
     return OneRunAudit.from_guesses(
@@ -497,13 +498,13 @@ def audit_dp_sgd_one_run(
         guesses=r,
         confidence=confidence,
         report=report,
-        delta=delta,
+        delta=sgd.delta,
         params={
-            "system": "dp-sgd" if noise_multiplier is not None else "sgd",
+            "system": "dp-sgd" if sgd.noise_multiplier is not None else "sgd",
             "confidence": confidence,
-            "noise_multiplier": noise_multiplier,
-            "sampling_rate": rate,
-            "steps": steps,
+            "noise_multiplier": sgd.noise_multiplier,
+            "sampling_rate": sgd.rate,
+            "steps": sgd.steps,
             "canary": canary,
         },
     )

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,8 @@ from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 
 __all__ = [
+    "ConsensusFilterAuditSettings",
+    "ExpertDPSGDAuditSettings",
     "TableExperts",
     "audit_consensus_filter",
     "audit_expert_dp_sgd_one_run",
@@ -157,16 +160,34 @@ def stable_prefix_lengths(
     return np.where(passed.all(1), L, np.argmin(passed, axis=1)).astype(np.float64)
 
 
+@dataclass(frozen=True)
+class ConsensusFilterAuditSettings:
+    """The audited round of DataRelease (`audit_consensus_filter`).
+
+    Attributes:
+        epsilon, delta: the filter's budget (ε1, δ1).
+        non_private: run the same rule without noise (the threshold of that budget kept).
+        max_len: the public L (τ's length).
+        actions: the number of actions |A|.
+        p_min: the experts' action floor.
+        calibration: "paper", "tight" or "pld" (`DataReleaseCalibration.from_budget`).
+        agree: the experts of Π₀ that follow τ (default: chosen from the public calibration so
+            that the first prefix's count sits just below θ_shifted without the canary).
+    """
+
+    epsilon: float
+    non_private: bool = False
+    delta: float = 1e-5
+    max_len: int = 5
+    actions: int = 2
+    p_min: float = 0.01
+    calibration: str = "pld"
+    agree: int | None = None
+
+
 def audit_consensus_filter(
+    settings: ConsensusFilterAuditSettings,
     *,
-    epsilon: float,
-    non_private: bool = False,
-    delta: float = 1e-5,
-    max_len: int = 5,
-    actions: int = 2,
-    p_min: float = 0.01,
-    calibration: str = "pld",
-    agree: int | None = None,
     trials: int,
     canary: Canary = "worst",
     rng: np.random.Generator,
@@ -178,7 +199,11 @@ def audit_consensus_filter(
     (b = 1), add/remove one expert. `epsilon` is the filter's budget ε1 (with `delta` = δ1);
     `non_private` runs the same rule without noise (the threshold of that budget kept).
     `greedy` [L] (with ``canary="file"``, `privrl.audit.canary.load_expert_canary`) is the
-    canary expert's greedy action in each of τ's states."""
+    canary expert's greedy action in each of τ's states. The settings are those of
+    `ConsensusFilterAuditSettings`."""
+    st = settings
+    epsilon, non_private, delta, p_min = st.epsilon, st.non_private, st.delta, st.p_min
+    max_len, actions, calibration, agree = st.max_len, st.actions, st.calibration, st.agree
     trials = _check_trials(trials, canary, file=greedy is not None)
     calib = filter_calibration(epsilon, delta, max_len, p_min, calibration)
     L, A = int(max_len), int(actions)
@@ -329,19 +354,39 @@ def expert_dp_sgd_claimed(
     return build_report([release], float(delta), system="expert-dp-sgd")
 
 
+@dataclass(frozen=True)
+class ExpertDPSGDAuditSettings:
+    """The audited run of expert-level DP-SGD (`audit_expert_dp_sgd_one_run`).
+
+    Attributes:
+        noise_multiplier: z (None: the non-private twin).
+        background: the number of background experts B.
+        batch_size: the expected batch size b (default: all M = canaries + background
+            experts, q = b/M = 1).
+        steps: N, the number of steps.
+        delta: the δ of the claimed ε.
+        clip: the clip norm C.
+        lr: the learner's step size.
+        hidden: the width of the learner's hidden layer.
+        scale: the canary state's coordinate (``worst``).
+    """
+
+    noise_multiplier: float | None
+    background: int = 50
+    batch_size: int | None = None
+    steps: int = 5
+    delta: float = 1e-5
+    clip: float = 1.0
+    lr: float = 1e-2
+    hidden: int = 16
+    scale: float = 10.0
+
+
 def audit_expert_dp_sgd_one_run(
+    settings: ExpertDPSGDAuditSettings,
     *,
-    noise_multiplier: float | None,
     canaries: int = 500,
     guesses: int = 50,
-    background: int = 50,
-    batch_size: int | None = None,
-    steps: int = 5,
-    delta: float = 1e-5,
-    clip: float = 1.0,
-    lr: float = 1e-2,
-    hidden: int = 16,
-    scale: float = 10.0,
     confidence: float = 0.95,
     canary: str = "worst",
     rng: np.random.Generator,
@@ -355,20 +400,23 @@ def audit_expert_dp_sgd_one_run(
     own loss, relative to the public initialisation (the target network is the initial one for
     fewer than 1000 steps); guesses and bound as in `privrl.audit.dpsgd.audit_dp_sgd_one_run`.
     `batch_size` b defaults to all M = canaries + background experts (q = b/M = 1);
-    `noise_multiplier` None is the non-private twin (`expert_dp_sgd(private=False)`: ordinary
+    `noise_multiplier` None is the non-private twin (`DPSGDSettings(private=False)`: ordinary
     minibatches, no clipping, no noise). ``canary="random"``: the canary experts are drawn like
     the background's (`_random_canaries`), and canary j's score is the mean over its
     transitions (a much weaker attack: nothing isolates its gradient). `units`: the canary
     experts of a ``--canary FILE`` (`privrl.audit.canary.load_one_run_canaries`, m experts
     with 1 + 2 inputs), each placed on its own coordinate j as ``worst``'s; canary j's score
-    is the mean over its transitions."""
+    is the mean over its transitions. The settings are those of `ExpertDPSGDAuditSettings`."""
     import torch
 
     from privrl.audit.dpsgd import OneRunAudit
-    from privrl.expert.dpsgd import expert_dp_sgd
+    from privrl.expert.dpsgd import DPSGDSettings, expert_dp_sgd
     from privrl.rl.cql import DiscreteCQL
     from privrl.rl.discrete_common import TransitionTable
 
+    st = settings
+    noise_multiplier, background, batch_size = st.noise_multiplier, st.background, st.batch_size
+    steps, delta, clip, lr, hidden, scale = st.steps, st.delta, st.clip, st.lr, st.hidden, st.scale
     m, r = int(canaries), int(guesses)
     file, units = units, None  # the file's canary experts (`units` is reused for M below)
     if file is not None:
@@ -403,16 +451,18 @@ def audit_expert_dp_sgd_one_run(
     with torch.no_grad():
         before = per_canary(learner.per_example_loss(learner.params, canary_batch))
     result = expert_dp_sgd(
+        DPSGDSettings(
+            epsilon=None,
+            delta=delta,
+            batch_size=b,
+            noise_multiplier=noise_multiplier if noise_multiplier is not None else 1.0,
+            clip_norm=clip,
+            steps=steps,
+            n_units=units,
+            private=noise_multiplier is not None,
+        ),
         learner,
         data,
-        epsilon=None,
-        delta=delta,
-        batch_size=b,
-        noise_multiplier=noise_multiplier if noise_multiplier is not None else 1.0,
-        clip_norm=clip,
-        steps=steps,
-        n_units=units,
-        private=noise_multiplier is not None,
         rng=seeds[2],
         noise=NoiseSource.insecure(seeds[2]),  # synthetic canaries: repeatable from the seed
     )

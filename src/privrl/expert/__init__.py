@@ -3,7 +3,7 @@ Selective DP-SGD), `DPSGD` / `DPSGDConfig` (expert-level DP-SGD and its non-priv
 `ExpertTrainingConfig` (their shared settings), `Fitted` (what `fit` returns, with
 `ExpertDpResult` / `DpSgdResult` as its details), `ExpertSet` and `load_experts` (the experts'
 policies), and the trainers underneath: `train_expert_dp` (`ExpertDPSettings`),
-`selective_dp_sgd` (`SelectiveSettings`), `expert_dp_sgd`.
+`selective_dp_sgd` (`SelectiveSettings`), `expert_dp_sgd` (`DPSGDSettings`).
 
     from privrl.expert import ExpertDP, ExpertDPConfig
 
@@ -19,7 +19,7 @@ from privrl.algorithm import Fitted
 from privrl.expert.api import DPSGD, ExpertDP
 from privrl.expert.base import ExpertSet
 from privrl.expert.config import DPSGDConfig, ExpertDPConfig, ExpertTrainingConfig
-from privrl.expert.dpsgd import DpSgdResult, expert_dp_sgd
+from privrl.expert.dpsgd import DpSgdResult, DPSGDSettings, expert_dp_sgd
 from privrl.expert.experts import load_experts
 from privrl.expert.selective import (
     ExpertDpResult,
@@ -32,6 +32,7 @@ from privrl.expert.selective import (
 __all__ = [
     "DPSGD",
     "DPSGDConfig",
+    "DPSGDSettings",
     "DpSgdResult",
     "ExpertDP",
     "ExpertDPConfig",

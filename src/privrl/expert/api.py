@@ -267,7 +267,7 @@ def fit_dp_sgd(
     progress: Progress | None,
 ) -> Fitted[DiscreteLearner]:
     """DPSGD's training on ``dataset`` after `plan_dp_sgd` (the plan's facts)."""
-    from privrl.expert.dpsgd import expert_dp_sgd
+    from privrl.expert.dpsgd import DPSGDSettings, expert_dp_sgd
 
     f = plan.facts
     r: Resolved = f["resolved"]
@@ -275,23 +275,25 @@ def fit_dp_sgd(
     data, obs_dim = expert_data(dataset, r.n_actions, units=not config.non_private)
     learner = make_learner(config, r, obs_dim, seed)
     result = expert_dp_sgd(
+        DPSGDSettings(
+            epsilon=r.epsilon,
+            delta=0.0 if r.delta is None else r.delta,
+            batch_size=r.b,
+            noise_multiplier=DEFAULT_NOISE if r.z is None else r.z,
+            clip_norm=DEFAULT_CLIP if r.c is None else r.c,
+            steps=f["n_steps"],
+            steps_cap=r.cap,
+            n_units=r.m,
+            sampling=config.sampling,
+            private=not config.non_private,
+            n_evals=config.evals,
+            eval_window=config.eval_window,
+        ),
         learner,
         data,
-        epsilon=r.epsilon,
-        delta=0.0 if r.delta is None else r.delta,
-        batch_size=r.b,
-        noise_multiplier=DEFAULT_NOISE if r.z is None else r.z,
-        clip_norm=DEFAULT_CLIP if r.c is None else r.c,
-        steps=f["n_steps"],
-        steps_cap=r.cap,
-        n_units=r.m,
-        sampling=config.sampling,
-        private=not config.non_private,
         rng=np.random.default_rng(seed),
         noise=noise,
         evaluate=evaluate,
-        n_evals=config.evals,
-        eval_window=config.eval_window,
         progress=_every_100(progress, f"dp-sgd {config.algo}"),
     )
     if f["capped"]:

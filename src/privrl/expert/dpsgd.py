@@ -69,6 +69,7 @@ __all__ = [
     "COMPARISON_NOTE",
     "RELATION",
     "UNIT",
+    "DPSGDSettings",
     "DpSgdResult",
     "ExpertTransitions",
     "build_report",
@@ -519,38 +520,60 @@ def run_steps(
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class DPSGDSettings:
+    """The resolved public settings of expert-level DP-SGD (Algorithm 4).
+
+    Attributes:
+        epsilon, delta: the budget (ε2, δ2) of this part; the step count is the largest N
+            within it (PLD), capped at ``steps_cap``.
+        batch_size: the expected batch size b.
+        noise_multiplier, clip_norm: σ and C of the private steps.
+        steps: an explicit step count N (its ε is reported; refused if above ``epsilon``).
+        steps_cap: the most steps in all.
+        n_units: m, the public number of experts (required for a private run: it sets
+            q = b/m, and is never counted in the data).
+        sampling: "poisson" (certified) or "shuffle" (the paper's shuffled batches, NOT
+            certified: the report says ε = ∞, `build_report`).
+        private: False runs the non-private twin for ``steps`` (or ``steps_cap``) steps.
+        n_evals, eval_window: the evaluation schedule (``n_evals`` evaluations spread over
+            the last ``eval_window`` steps).
+        clip_method: how per-example gradients are clipped (`privrl.nn.per_example`).
+    """
+
+    epsilon: float | None
+    delta: float
+    batch_size: int = 128
+    noise_multiplier: float = 20.0
+    clip_norm: float = 1.0
+    steps: int | None = None
+    steps_cap: int | None = None
+    n_units: int | None = None
+    sampling: Sampling = "poisson"
+    private: bool = True
+    n_evals: int = 10
+    eval_window: int = 10_000
+    clip_method: ClipMethod = DEFAULT_CLIP_METHOD
+
+
 def expert_dp_sgd(
+    settings: DPSGDSettings,
     learner: DiscreteLearner,
     dataset: TrajectoryDataset,
     *,
-    epsilon: float | None,
-    delta: float,
-    batch_size: int = 128,
-    noise_multiplier: float = 20.0,
-    clip_norm: float = 1.0,
-    steps: int | None = None,
-    steps_cap: int | None = None,
-    n_units: int | None = None,
-    sampling: Sampling = "poisson",
-    private: bool = True,
     rng: np.random.Generator,
     noise: NoiseSource | None = None,
     evaluate: Evaluate | None = None,
-    n_evals: int = 10,
-    eval_window: int = 10_000,
-    clip_method: ClipMethod = DEFAULT_CLIP_METHOD,
     progress: Callable[[int, int], None] | None = None,
 ) -> DpSgdResult:
-    """Train ``learner`` on ``dataset`` with expert-level DP-SGD (Algorithm 4).
+    """Train ``learner`` on ``dataset`` with expert-level DP-SGD (Algorithm 4), with the
+    settings of `DPSGDSettings`.
 
-    ``epsilon``/``delta``: the budget (ε2, δ2) of this part; the step count is the largest N
-    within it (PLD), capped at ``steps_cap``; or give ``steps`` (its ε is reported; refused if
-    above ``epsilon``). ``n_units`` = m, the public number of experts (required for a private
-    run: it sets q = b/m, and is never counted in the data). ``sampling="shuffle"`` runs the
-    paper's shuffled batches, NOT certified: the report says ε = ∞ (`build_report`).
-    ``private=False`` runs the non-private twin for ``steps`` (or ``steps_cap``) steps.
     ``rng`` is public randomness; the sampling and noise come from ``noise`` (default: secure).
     """
+    s = settings
+    epsilon, delta, steps, steps_cap = s.epsilon, s.delta, s.steps, s.steps_cap
+    batch_size, sampling, private = s.batch_size, s.sampling, s.private
     noise = noise or NoiseSource.secure()
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
@@ -562,12 +585,12 @@ def expert_dp_sgd(
     table = TransitionTable(dataset, learner.obs_transform)
     if private:
         ids = expert_index(dataset)  # expert-level sampling needs each trajectory's expert
-        m = public_units(n_units)
+        m = public_units(s.n_units)
         if b > m:
             raise ValueError(f"batch_size b = {b} exceeds the number of experts m = {m}")
         q = b / m
-        z = _check_positive(noise_multiplier, "noise_multiplier")
-        c = _check_positive(clip_norm, "clip_norm")
+        z = _check_positive(s.noise_multiplier, "noise_multiplier")
+        c = _check_positive(s.clip_norm, "clip_norm")
         n, capped = plan_steps(
             noise_multiplier=z,
             sampling_probability=q,
@@ -576,7 +599,8 @@ def expert_dp_sgd(
             steps=steps,
             steps_cap=steps_cap,
         )
-        cfg = _Private(ExpertTransitions(dataset, ids, m, table), q, b, z, c, sampling, clip_method)
+        source = ExpertTransitions(dataset, ids, m, table)
+        cfg = _Private(source, q, b, z, c, sampling, s.clip_method)
     else:
         n = steps if steps is not None else steps_cap
         if n is None:
@@ -592,8 +616,8 @@ def expert_dp_sgd(
         rng=rng,
         noise=noise,
         evaluate=evaluate,
-        n_evals=n_evals,
-        eval_window=eval_window,
+        n_evals=s.n_evals,
+        eval_window=s.eval_window,
         progress=progress,
     )
     if not private:

@@ -30,7 +30,7 @@ import torch
 
 from privrl.progress import Progress, no_progress
 
-__all__ = ["OnlineAgent", "OnlineResult", "ReplayBuffer", "train_online"]
+__all__ = ["OnlineAgent", "OnlineResult", "OnlineTrainingSettings", "ReplayBuffer", "train_online"]
 
 
 class ReplayBuffer:
@@ -175,29 +175,51 @@ class OnlineResult:
     last_stats: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class OnlineTrainingSettings:
+    """The settings of :func:`train_online`.
+
+    Attributes:
+        total_steps: transitions to collect (summed over the ``env.num_envs`` copies).
+        start_steps: transitions with uniform random actions before the agent acts.
+        update_after: stored transitions before the first update (default
+            ``max(1000, batch_size)``).
+        update_every: updates run in blocks once this many are due.
+        updates_per_step: updates per collected transition (update-to-data ratio).
+        checkpoint_every: transitions between calls of the callback (None: only at the end).
+        buffer_capacity: the replay buffer's capacity (when the caller gives no buffer).
+        description: the progress label.
+        snapshot_every: transitions between snapshots (default ``checkpoint_every``).
+        snapshot_tag: a snapshot resumes only a run of the same tag.
+    """
+
+    total_steps: int
+    start_steps: int = 5000
+    update_after: int | None = None
+    update_every: int = 50
+    updates_per_step: float = 1.0
+    checkpoint_every: int | None = None
+    buffer_capacity: int = 1_000_000
+    description: str = "training"
+    snapshot_every: int | None = None
+    snapshot_tag: str = ""
+
+
 def train_online(
+    settings: OnlineTrainingSettings,
     agent: OnlineAgent,
     env: Any,
-    total_steps: int,
     *,
-    start_steps: int = 5000,
-    update_after: int | None = None,
-    update_every: int = 50,
-    updates_per_step: float = 1.0,
-    checkpoint_every: int | None = None,
-    callback: Callable[[int, OnlineAgent, OnlineResult], None] | None = None,
-    progress: Progress | None = None,
     seed: int = 0,
     buffer: ReplayBuffer | None = None,
-    buffer_capacity: int = 1_000_000,
-    description: str = "training",
+    callback: Callable[[int, OnlineAgent, OnlineResult], None] | None = None,
+    progress: Progress | None = None,
     snapshot_path: str | Path | None = None,
-    snapshot_every: int | None = None,
-    snapshot_tag: str = "",
     extra_state: dict[str, Any] | None = None,
 ) -> OnlineResult:
     """Train ``agent`` online on a batched fixed-horizon environment for ``total_steps``
-    transitions (summed over the ``env.num_envs`` parallel copies).
+    transitions (summed over the ``env.num_envs`` parallel copies), with the settings of
+    `OnlineTrainingSettings`.
 
     * Actions: uniform in the box for the first ``start_steps`` transitions (drawn from
       ``seed``), then ``agent.act(obs)`` (exploratory).
@@ -215,6 +237,10 @@ def train_online(
       the loop's generator alone, so a resumed run equals an uninterrupted one. The caller
       deletes the snapshot when it no longer needs it.
     """
+    s = settings
+    total_steps, start_steps, update_after = s.total_steps, s.start_steps, s.update_after
+    update_every, updates_per_step = s.update_every, s.updates_per_step
+    checkpoint_every, snapshot_tag = s.checkpoint_every, s.snapshot_tag
     rng = np.random.default_rng(seed)
     n = int(env.num_envs)
     horizon = int(env.horizon)
@@ -226,13 +252,13 @@ def train_online(
         update_after = max(1000, batch_size)
     if buffer is None:
         buffer = ReplayBuffer(
-            env.task.obs_dim, act_dim, buffer_capacity, seed=int(rng.integers(2**31))
+            env.task.obs_dim, act_dim, s.buffer_capacity, seed=int(rng.integers(2**31))
         )
     result = OnlineResult()
     due = 0.0
     next_ckpt = checkpoint_every if checkpoint_every else None
     snap_path = Path(snapshot_path) if snapshot_path is not None else None
-    snap_every = snapshot_every or checkpoint_every or max(total_steps // 10, 1)
+    snap_every = s.snapshot_every or checkpoint_every or max(total_steps // 10, 1)
     next_snap = snap_every
     elapsed_before = 0.0
     if snap_path is not None and snap_path.is_file():
@@ -313,7 +339,7 @@ def train_online(
             alive[:] = True
             ep_ret[:] = 0.0
             t_ep = 0
-        report(description, result.steps, total_steps)
+        report(s.description, result.steps, total_steps)
     result.wall_time = time.perf_counter() - start
     if callback is not None and (checkpoint_every is None or result.steps % checkpoint_every):
         callback(result.steps, agent, result)

@@ -673,15 +673,17 @@ class AuditGpope(AuditSystem):
         return Plan(report=report, public=public, facts={"statistic": statistic})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
-        from privrl.audit.attacks import audit_gpope
+        from privrl.audit.attacks import GPOPEAuditSettings, audit_gpope
 
         return audit_gpope(
-            epsilon=config.epsilon,
-            sigma=config.sigma,
-            delta=config.delta,
-            clip=config.clip,
-            m=config.m,
-            iterations=config.iterations,
-            features=config.features,
+            GPOPEAuditSettings(
+                epsilon=config.epsilon,
+                sigma=config.sigma,
+                delta=config.delta,
+                clip=config.clip,
+                m=config.m,
+                iterations=config.iterations,
+                features=config.features,
+            ),
             **self.trial_keywords(config, plan, rng, ctx, "statistic"),
         )

@@ -150,16 +150,18 @@ class AuditExpertDp(AuditSystem):
         return Plan(report=report, public=public, facts={"greedy": greedy})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
-        from privrl.audit.expert import audit_consensus_filter
+        from privrl.audit.expert import ConsensusFilterAuditSettings, audit_consensus_filter
 
         return audit_consensus_filter(
-            epsilon=config.epsilon,
-            non_private=config.non_private,
-            delta=config.delta,
-            max_len=config.max_len,
-            actions=config.actions,
-            p_min=config.p_min,
-            calibration=config.calibration,
+            ConsensusFilterAuditSettings(
+                epsilon=config.epsilon,
+                non_private=config.non_private,
+                delta=config.delta,
+                max_len=config.max_len,
+                actions=config.actions,
+                p_min=config.p_min,
+                calibration=config.calibration,
+            ),
             **self.trial_keywords(config, plan, rng, ctx, "greedy"),
         )
 
@@ -268,17 +270,19 @@ class AuditExpertDpSgd(AuditSystem):
         return Plan(report=report, public=public, facts={"z": z, "units": units, "size": size})
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
-        from privrl.audit.expert import audit_expert_dp_sgd_one_run
+        from privrl.audit.expert import ExpertDPSGDAuditSettings, audit_expert_dp_sgd_one_run
 
         assert ctx.plan is not None
         audit = audit_expert_dp_sgd_one_run(
-            noise_multiplier=ctx.plan.facts["z"],
+            ExpertDPSGDAuditSettings(
+                noise_multiplier=ctx.plan.facts["z"],
+                background=config.background,
+                steps=config.steps,
+                delta=config.delta,
+                clip=config.clip,
+            ),
             canaries=ctx.plan.facts["size"].canaries,
             guesses=ctx.plan.facts["size"].guesses,
-            background=config.background,
-            steps=config.steps,
-            delta=config.delta,
-            clip=config.clip,
             confidence=config.confidence,
             canary="worst" if ctx.plan.facts["units"] is not None else config.canary,
             units=ctx.plan.facts["units"],

@@ -425,33 +425,37 @@ class AuditDpSgd(AuditSystem):
         return Plan(report=report, public=public, facts={"z": z, "unit": unit, "size": size})
 
     def trials(self, config: Any, plan: Plan, rng: np.random.Generator, ctx: RunContext) -> Any:
-        from privrl.audit.dpsgd import audit_dp_sgd
+        from privrl.audit.dpsgd import DPSGDAuditSettings, audit_dp_sgd
 
         return audit_dp_sgd(
-            noise_multiplier=plan.facts["z"],
-            rate=config.rate,
-            steps=config.steps,
-            delta=config.delta,
-            clip=config.clip,
-            background=config.background,
+            DPSGDAuditSettings(
+                noise_multiplier=plan.facts["z"],
+                rate=config.rate,
+                steps=config.steps,
+                delta=config.delta,
+                clip=config.clip,
+                background=config.background,
+            ),
             **self.trial_keywords(config, plan, rng, ctx, "unit"),
         )
 
     def run(self, config: Any, data: Any, rng: np.random.Generator, ctx: RunContext) -> Result:
         if config.mode == "two-run":
             return super().run(config, data, rng, ctx)
-        from privrl.audit.dpsgd import audit_dp_sgd_one_run
+        from privrl.audit.dpsgd import DPSGDAuditSettings, audit_dp_sgd_one_run
 
         assert ctx.plan is not None
         audit = audit_dp_sgd_one_run(
-            noise_multiplier=ctx.plan.facts["z"],
+            DPSGDAuditSettings(
+                noise_multiplier=ctx.plan.facts["z"],
+                rate=config.rate,
+                steps=config.steps,
+                delta=config.delta,
+                clip=config.clip,
+                background=config.background,
+            ),
             canaries=ctx.plan.facts["size"].canaries,
             guesses=ctx.plan.facts["size"].guesses,
-            rate=config.rate,
-            steps=config.steps,
-            delta=config.delta,
-            clip=config.clip,
-            background=config.background,
             confidence=config.confidence,
             canary="worst" if ctx.plan.facts["unit"] is not None else config.canary,
             units=ctx.plan.facts["unit"],

@@ -96,7 +96,7 @@ def _train_agent(
 ) -> dict[str, Any]:
     """Stage: train agent ``i`` and keep its deterministic checkpoints (with eval returns)."""
     from privrl.envs.batched import make_batched
-    from privrl.rl.replay import train_online
+    from privrl.rl.replay import OnlineTrainingSettings, train_online
     from privrl.runs.progress import progress_bars
 
     a_spec = spec.agents[i]
@@ -129,21 +129,24 @@ def _train_agent(
         )
 
     snapshot = path.with_name(path.stem + ".partial.pt")
+    update_after = a_spec.start_steps if a_spec.update_after is None else a_spec.update_after
     with progress_bars(progress) as report:
         res = train_online(
+            OnlineTrainingSettings(
+                total_steps=a_spec.steps,
+                start_steps=a_spec.start_steps,
+                update_after=update_after,
+                checkpoint_every=a_spec.checkpoint_every,
+                buffer_capacity=max(a_spec.steps, 1),
+                description=f"{spec.name}: agent {i} ({a_spec.algo})",
+                snapshot_tag=fingerprint,
+            ),
             agent,
             env,
-            a_spec.steps,
-            start_steps=a_spec.start_steps,
-            update_after=a_spec.start_steps if a_spec.update_after is None else a_spec.update_after,
-            checkpoint_every=a_spec.checkpoint_every,
             callback=on_checkpoint,
             progress=report,
             seed=s_env,
-            buffer_capacity=max(a_spec.steps, 1),
-            description=f"{spec.name}: agent {i} ({a_spec.algo})",
             snapshot_path=snapshot,
-            snapshot_tag=fingerprint,
             extra_state=kept,
         )
     out = {
