@@ -263,7 +263,11 @@ def get_domain(env: str) -> ChainDomain | OpeDomain:
             raise ValueError(
                 f"domain {env!r} is not available in this installation: {exc}"
             ) from exc
-        return _get(env, seed=0)  # the learned policies are fixed public objects (seed 0)
+        from privrl.runs.progress import progress_bars
+
+        with progress_bars() as progress:  # training the domain's policies (once, then cached)
+            # the learned policies are fixed public objects (seed 0)
+            return _get(env, seed=0, progress=progress)
     raise ConfigError("env", f"{env!r} is unknown; choose one of: {', '.join(ENVS)}")
 
 
@@ -294,10 +298,7 @@ def public_problem(
             count_is_public=count_is_public,
         )
     env = config.env
-    from privrl.runs.progress import progress_bars
-
-    with progress_bars() as progress:  # training the domain's policies once per seed
-        domain = get_domain(env, progress=progress)
+    domain = get_domain(env)
     horizon = getattr(domain, "horizon", None)
     if horizon is not None and config.trajectories * int(horizon) > MAX_SAMPLED_TRANSITIONS:
         raise ConfigError(
