@@ -164,10 +164,12 @@ def _rebuilt_fig1a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, as_full_r
     from reproductions.gpope import chain
 
     if as_full_run:
+        import dataclasses
+
         write = chain._write_fig1a
 
-        def full(*args: Any, **kwargs: Any) -> Path:
-            return write(*args, **{**kwargs, "rebuilt_in": None})
+        def full(out: Path, inputs: Any) -> Path:
+            return write(out, dataclasses.replace(inputs, rebuilt_in=None))
 
         monkeypatch.setattr(chain, "_write_fig1a", full)
     out = tmp_path / "gpope-fig1a"
