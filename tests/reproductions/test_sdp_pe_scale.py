@@ -298,6 +298,8 @@ def test_jdp_table_names_an_epsilon_this_run_did_not_measure() -> None:
 def test_report_of_a_fresh_quick_run_is_the_stored_rendering(tmp_path: Path, monkeypatch) -> None:
     """The committed groups rendered as a fresh quick run would render them (the QUICK banner,
     a wall time, no 'read back' paragraph) are byte for byte the stored rendering."""
+    import dataclasses
+
     from reproductions import sdp_pe
     from reproductions.sdp_pe import report
 
@@ -314,8 +316,8 @@ def test_report_of_a_fresh_quick_run_is_the_stored_rendering(tmp_path: Path, mon
     cfg = Fig4Config()
     cfg.jdp_long_epsilons = [float(k.split("|")[2]) for k in finals if k.startswith("jdp-long|")]
     run_fig4(cfg, out, reuse=(*GROUPS, JDP_LONG), log=lambda _: None)
-    (args, kwargs), *_ = seen
-    fresh = {**kwargs, "quick": True, "reused": False}
-    text = report._report(*args[:5], 754.2, **fresh)  # type: ignore[arg-type]
+    ((inputs,), _), *_ = seen
+    fresh = dataclasses.replace(inputs, wall=754.2, quick=True, reused=False)  # type: ignore[type-var]
+    text = report._report(fresh)
     golden = Path(__file__).resolve().parent / "golden" / "sdp-pe-fig4-fresh-quick.md"
     assert text == golden.read_text(encoding="utf-8")
