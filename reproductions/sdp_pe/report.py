@@ -181,38 +181,28 @@ def _calibration_markdown(calib: list[dict[str, Any]]) -> str:
 def _discussion(cfg: Fig4Config, merged: dict, finals: dict) -> list[str]:
     """Data-driven remarks: who learned within K, and what the private runs were doing."""
     gap = _all_left_gap(cfg)
-    out = []
     learned, burn = [], []
     for (g, a, e), m in sorted(merged.items(), key=lambda kv: str(kv[0])):
         if g != "main":
             continue
         name = a if e is None else f"{a} (ε = {e:g})"
         (burn if _slope(m) >= 0.8 * gap else learned).append(f"{name}: {_slope(m):.3f}")
-    out.append(
-        f"- Learning within K = {cfg.episodes:,} (final slope < 0.8 × the all-left cost "
-        f"{gap:.3f}/episode): " + ("; ".join(learned) or "none") + "."
-    )
-    out.append(
-        "- Still in burn-in (slope ≥ 0.8 × all-left cost): " + ("; ".join(burn) or "none") + "."
-    )
     pe_first = finals.get("main|PE|-", {}).get("first_elimination_stage")
-    if pe_first:
-        out.append(
-            f"- PE first eliminates at stage {pe_first[0]} (seed 0; all seeds: "
-            f"{sorted(set(x for x in pe_first if x is not None))}); stage k ends after "
-            "3·B·(2^k − 1) episodes, so with the theory-shaped F threshold (H²ι visits in a "
-            "crude batch) PE spends most of K = 10⁶ exploring; UCB-VI's per-episode updates "
-            "learn long before."
+    text = TEXT.fill(
+        "discussion",
+        K=f"{cfg.episodes:,}",
+        gap=f"{gap:.3f}",
+        learned="; ".join(learned) or "none",
+        burn="; ".join(burn) or "none",
+        pe_first=TEXT.fill(
+            "pe_first",
+            stage=pe_first[0],
+            stages=sorted(set(x for x in pe_first if x is not None)),
         )
-    out.append(
-        "- An algorithm in burn-in runs whatever its rule gives with no usable data: DP-UCBVI's "
-        "bonus caps every Q̃ at H − h and the tie goes to action 0 (all-left, the cheapest "
-        "uninformed policy on RiverSwim, hence zero variance across seeds); SDP-PE's "
-        "explorations target (h, s, a) through a model whose tuples are all still in F, which "
-        "also reduces to mostly all-left. The ordering among private methods at this K is "
-        "therefore a tie-breaking artefact, not a privacy–regret comparison."
+        if pe_first
+        else "",
     )
-    return out
+    return text.split("\n")
 
 
 def _slope(m: dict[str, Any]) -> float:
@@ -276,19 +266,27 @@ def ldp_burn_in_end(
 
 def _burn_in_lines(cfg: Fig4Config) -> list[str]:
     """Public-parameter analysis: when can each private algorithm start using its data?"""
-    from privrl.privacy.tree import laplace_sum_bound, tree_levels
-
     H, S, A, K, beta = cfg.horizon, cfg.states, 2, cfg.episodes, 0.1
     iota_ucb = math.log(2 * H * S * A * K / beta)
+    iota_pe = math.log(2 * H * S * S * A * len(stage_schedule(K, H * S * A)) / beta)
+    text = TEXT.fill(
+        "burn_in",
+        iota_ucb=f"{iota_ucb:.1f}",
+        ucbvi="\n".join(_ucbvi_burn_in(cfg, iota_ucb, beta)),
+        iota_pe=f"{iota_pe:.1f}",
+        pe="\n".join(_pe_burn_in(cfg, iota_pe, beta)),
+    )
+    return text.split("\n")
+
+
+def _ucbvi_burn_in(cfg: Fig4Config, iota_ucb: float, beta: float) -> list[str]:
+    """Per ε, the earliest episode at which UCBVI-JDP / UCBVI-LDP can use any row."""
+    from privrl.privacy.tree import laplace_sum_bound, tree_levels
+
+    H, S, A, K = cfg.horizon, cfg.states, 2, cfg.episodes
     d = 2 * H * S * A + H * S * A * S
     beta_c = beta / (K * d)
-    lines = [
-        "DP-UCBVI (C = 1) can use a row (h, s, a) only once its bonus can fall below H, i.e. "
-        "H·ñ > H·S·E·ι + H²·S·ι with ñ ≤ n + E; until then Q̃ = H − h everywhere and the "
-        "greedy policy is 'action 0 everywhere' (all-left on RiverSwim). Earliest episode "
-        f"t at which this is possible for any row (n ≤ t, ι = {iota_ucb:.1f}):",
-        "",
-    ]
+    out = []
     for eps in cfg.epsilons:
         L = tree_levels(K)
         b_tree = L * 6 * H / eps  # smallest E over the run: a prefix of one node (popcount 1)
@@ -297,22 +295,24 @@ def _burn_in_lines(cfg: Fig4Config) -> list[str]:
             lambda t, E=E_min: (H * S * E * iota_ucb + H * H * S * iota_ucb) / H - E, 10**13
         )
         t_ldp = ldp_burn_in_end(H, S, A, K, eps, beta=beta)
-        lines.append(
-            f"- ε = {eps:g}: UCBVI-JDP (tree, E ≥ {E_min:,.0f}) — t ≥ "
-            f"{_fmt_t(t_jdp)}; UCBVI-LDP (E grows like √t) — t ≥ {_fmt_t(t_ldp)}."
+        out.append(
+            TEXT.fill(
+                "burn_in_ucbvi",
+                epsilon=f"{eps:g}",
+                E_min=f"{E_min:,.0f}",
+                t_jdp=_fmt_t(t_jdp),
+                t_ldp=_fmt_t(t_ldp),
+            )
         )
+    return out
+
+
+def _pe_burn_in(cfg: Fig4Config, iota_pe: float, beta: float) -> list[str]:
+    """Per PE / SDP-PE variant, the first stage whose crude batch can leave F."""
+    H, S, A, K = cfg.horizon, cfg.states, 2, cfg.episodes
     sched = stage_schedule(max(cfg.episodes, cfg.long_episodes), H * S * A)
-    iota_pe = math.log(2 * H * S * S * A * len(stage_schedule(K, H * S * A)) / beta)
     n_rel = len(stage_schedule(K, H * S * A)) * (H + 1)
-    lines += [
-        "",
-        "SDP-PE / PE can remove a tuple from the infrequent set F (and so estimate anything "
-        "beyond the first step) only if its count in the crude batch of T/H users exceeds "
-        f"H²ι + H·E_crude (ι = {iota_pe:.1f}); a targeted (s, a) gets about T/(H·S·A) of "
-        "those users. First stage where T/(H·S·A) exceeds the threshold (and the episodes "
-        "used up to the end of that stage):",
-        "",
-    ]
+    out = []
     for label, eps, mode in [("PE", None, None)] + [
         (f"SDP-PE ε = {e:g} ({m})", e, m)
         for e in sorted({*cfg.epsilons, *cfg.long_epsilons})
@@ -329,13 +329,18 @@ def _burn_in_lines(cfg: Fig4Config) -> list[str]:
                 first = (k, 3 * H * S * A * (2**k - 1), E)
                 break
         if first is None:
-            lines.append(f"- {label}: not within {len(sched)} stages")
+            out.append(TEXT.fill("burn_in_pe_never", label=label, stages=len(sched)))
         else:
-            lines.append(
-                f"- {label}: stage {first[0]} (after {first[1]:,} episodes; "
-                f"E_crude = {first[2]:,.0f})"
+            out.append(
+                TEXT.fill(
+                    "burn_in_pe",
+                    label=label,
+                    stage=first[0],
+                    episodes=f"{first[1]:,}",
+                    E=f"{first[2]:,.0f}",
+                )
             )
-    return lines
+    return out
 
 
 def _fmt_t(t: int | None) -> str:
