@@ -186,3 +186,38 @@ def test_fig1a_report_of_a_full_run_is_the_stored_rendering(tmp_path, monkeypatc
     text = _rebuilt_fig1a(tmp_path, monkeypatch, as_full_run=True)
     assert "Regenerated from" not in text and "- wall time: " in text
     assert text == (GOLDEN / "gpope-fig1a-full-run.md").read_text(encoding="utf-8")
+
+
+def _rebuilt_fig1b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, as_full_run: bool) -> str:
+    """report.md of `fig1b_from_results` on a copy of the committed run (`as_full_run`: as a
+    full run renders it, with its wall time and no 'regenerated from' line)."""
+    import shutil
+
+    from reproductions.gpope import chain
+
+    if as_full_run:
+        write = chain._write_fig1b
+
+        def full(*args: Any, **kwargs: Any) -> Path:
+            return write(*args, **{**kwargs, "rebuilt_in": None})
+
+        monkeypatch.setattr(chain, "_write_fig1b", full)
+    out = tmp_path / ("full" if as_full_run else "rebuilt") / "gpope-fig1b"
+    shutil.copytree(ROOT / "gpope-fig1b", out)
+    return chain.fig1b_from_results(out).read_text(encoding="utf-8")
+
+
+def _without(prefix: str, text: str) -> str:
+    lines = text.split("\n")
+    assert sum(x.startswith(prefix) for x in lines) == 1, prefix
+    return "\n".join(x for x in lines if not x.startswith(prefix))
+
+
+def test_fig1b_report_regenerates_the_committed_report(tmp_path, monkeypatch):
+    """Byte for byte but the wall-time line (the committed run predates its wording); a rebuild
+    replaces that line with the 'regenerated from' one and changes nothing else."""
+    committed = (ROOT / "gpope-fig1b" / "report.md").read_text(encoding="utf-8")
+    rebuilt = _rebuilt_fig1b(tmp_path, monkeypatch, as_full_run=False)
+    full = _rebuilt_fig1b(tmp_path, monkeypatch, as_full_run=True)
+    assert _without("- wall time: ", full) == _without("- wall time: ", committed)
+    assert _without("- Regenerated from ", rebuilt) == _without("- wall time: ", committed)
