@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from reproductions.templates import Fragments, table
@@ -50,3 +52,25 @@ def test_table() -> None:
     assert table(["a", "b"], [[1, "x"], [2.5, "y"]]) == (
         "| a | b |\n|---|---|\n| 1 | x |\n| 2.5 | y |"
     )
+
+
+def test_report_templates_are_self_contained() -> None:
+    """The report templates hold the prose that the reproductions' code used to hold: the same
+    self-containment check applies to them (no design document, specification file, internal
+    paper number or machine path)."""
+    from tests.test_self_contained import offending_lines
+
+    root = Path(__file__).resolve().parents[2] / "reproductions"
+    templates = sorted(root.rglob("*.md.tmpl"))
+    assert root / "dp_apvi_tabular" / "report.md.tmpl" in templates
+    bad = {str(p): offending_lines(p.read_text(encoding="utf-8")) for p in templates}
+    assert {p: lines for p, lines in bad.items() if lines} == {}
+
+
+def test_every_report_template_parses() -> None:
+    """Each template file splits into named fragments, none defined twice."""
+    from reproductions.templates import fragments
+
+    root = Path(__file__).resolve().parents[2] / "reproductions"
+    for path in sorted(root.rglob("*.md.tmpl")):
+        assert "report" in fragments(path).names() or "fig1a" in fragments(path).names(), path
