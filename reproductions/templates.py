@@ -1,10 +1,12 @@
 """Report prose from markdown templates.
 
 A template file holds named fragments; each starts at a line ``%% name`` and runs to the next
-such line (trailing blank lines dropped). Fragments are `string.Template` text: ``$name`` or
-``${name}`` is filled from a mapping (``$$`` is a literal dollar). A line that is only a field,
-``$name``, whose value is the empty string disappears entirely, so an optional paragraph is a
-field that the code fills with a fragment or with "". Tables come from `table`.
+such line (trailing blank lines dropped; text before the first marker is a comment). Fragments
+are `string.Template` text: ``$name`` or ``${name}`` is filled from a mapping (``$$`` is a
+literal dollar); a value may span lines (a table, a list) and is spliced in as it is. A line
+that is only a field, ``$name``, whose value is the empty string disappears entirely, so an
+optional paragraph is a field that the code fills with a fragment or with "". Tables come from
+`table`.
 """
 
 from __future__ import annotations
