@@ -39,7 +39,7 @@ from privrl.ope.stats import TrajectoryStats, trajectory_stats
 from privrl.runs.rundir import write_rows
 from reproductions.gpope import lstd_op_chain as op
 from reproductions.gpope import minibatch_chain as mb
-from reproductions.gpope.chain_report import _write_fig1a, _write_fig1b
+from reproductions.gpope.chain_report import Fig1aInputs, _write_fig1a, _write_fig1b
 from reproductions.gpope.chain_units import cfg_json, run_chain_units
 from reproductions.gpope.common import (
     CHAIN_EPS,
@@ -244,8 +244,7 @@ def fig1a(
     facts = [res["facts"] for res in results[: len(ms)]]
     mb_facts = [res["facts"] for res in results[len(ms) : len(specs) - len(ms)]]
     op_facts = [f for res in results[len(specs) - len(ms) :] for f in res["facts"]]
-    return _write_fig1a(
-        out,
+    inputs = Fig1aInputs(
         chain,
         cfg,
         acc,
@@ -256,6 +255,7 @@ def fig1a(
         seconds=time.time() - t0,
         factors=factors,
     )
+    return _write_fig1a(out, inputs)
 
 
 def fig1a_from_results(out: Path, *, recompute_lstd_op: bool = False) -> Path:
@@ -292,8 +292,7 @@ def fig1a_from_results(out: Path, *, recompute_lstd_op: bool = False) -> Path:
     else:
         acc.rows += [r for r, o in zip(rows, is_op, strict=True) if o]
     seconds = float(conf.get("wall_time_s") or _report_wall_time(out / "report.md"))
-    report = _write_fig1a(
-        out,
+    inputs = Fig1aInputs(
         chain,
         cfg,
         acc,
@@ -305,6 +304,7 @@ def fig1a_from_results(out: Path, *, recompute_lstd_op: bool = False) -> Path:
         factors=tuple(conf["step_factors"]),
         rebuilt_in=time.time() - t0 if op_seconds is None else float(op_seconds),
     )
+    report = _write_fig1a(out, inputs)
     if from_subdir:  # the minibatch rows stay in minibatch/ only (no second copy)
         kept = [r for r in acc.rows if r["method"] not in mb_methods]
         write_rows(out / "results_per_trial.csv", kept)

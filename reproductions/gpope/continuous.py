@@ -20,6 +20,7 @@ import numpy as np
 from reproductions.gpope.common import PAPER, _Acc, _Cfg, _cfg, _Claims
 from reproductions.gpope.continuous_report import (
     RATIO_CLAIMS,
+    ContinuousInputs,
     _ratio_claims,
     _write_continuous,
 )
@@ -101,10 +102,9 @@ def _continuous(
             "same MSPBE of the Fourier features through the cross system "
             "E[(1/τ)Σ ρ_t φ_t(ψ_t − γψ_{t+1})ᵀ]."
         )
-    return _write_continuous(
-        out,
-        acc,
-        facts,
+    inputs = ContinuousInputs(
+        acc=acc,
+        facts=facts,
         zero=zero,
         r_bar=s.r_bar,
         t0=t0,
@@ -126,6 +126,7 @@ def _continuous(
         with_v1=with_v1,
         relative=relative,
     )
+    return _write_continuous(out, inputs)
 
 
 def _cont_scale(quick: bool, full: _Cont) -> _Cont:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,179 +24,178 @@ from reproductions.gpope.common import (
     _setup_lines,
 )
 from reproductions.gpope.plots import Panel, mspbe_panels
+from reproductions.templates import beside
+from reproductions.templates import table as tpl_table
 
 if TYPE_CHECKING:
     from reproductions.gpope.continuous_units import _Cont
 
+TEXT = beside(__file__, "continuous_report.md.tmpl")
 
-def _write_continuous(
-    out: Path,
-    acc: _Acc,
-    facts: list[dict[str, Any]],
-    *,
-    zero: float,
-    r_bar: float,
-    t0: float,
-    figure: str,
-    title: str,
-    paper_lines: Sequence[str],
-    notes: Sequence[str],
-    claims_fn: Callable[[dict, list[int], Sequence[float], float], _Claims],
-    domain_name: str,
-    off_policy: bool,
-    features: Any,
-    gamma: float,
-    model_n: int,
-    lstd_name: str,
-    v1_note: str,
-    cont: _Cont,
-    cfg: _Cfg,
-    eps_grid: Sequence[float],
-    with_v1: bool,
-    relative: bool,
-) -> Path:
-    """One continuous-domain figure's report from its per-trial rows (`acc`), public tuning
-    facts and references (θ = 0's MSPBE `zero`, r̄): table, plot, claims (`claims_fn`) and the
-    run-directory files. Keywords by role: the results, the figure's text, the domain, the
-    scale; `t0` is when the invocation started, for its wall time."""
-    ms = list(cont.ms)
-    methods = [f"GP ε={e:g}" for e in eps_grid] + ["GP non-private (σ = 0)", lstd_name]
-    if with_v1:
+
+@dataclass(frozen=True, kw_only=True)
+class ContinuousInputs:
+    """What one continuous-domain figure's report is written from, by role: the results
+    (per-trial rows `acc`, public tuning facts, θ = 0's MSPBE `zero`, r̄, `t0` when the
+    invocation started, for its wall time), the figure's text, the domain, the scale."""
+
+    acc: _Acc
+    facts: list[dict[str, Any]]
+    zero: float
+    r_bar: float
+    t0: float
+    figure: str
+    title: str
+    paper_lines: Sequence[str]
+    notes: Sequence[str]
+    claims_fn: Callable[[dict, list[int], Sequence[float], float], _Claims]
+    domain_name: str
+    off_policy: bool
+    features: Any
+    gamma: float
+    model_n: int
+    lstd_name: str
+    v1_note: str
+    cont: _Cont
+    cfg: _Cfg
+    eps_grid: Sequence[float]
+    with_v1: bool
+    relative: bool
+
+
+def _write_continuous(out: Path, inputs: ContinuousInputs) -> Path:
+    """One continuous-domain figure's report from `inputs`: table, plot, claims
+    (`inputs.claims_fn`) and the run-directory files."""
+    ms, eps_grid = list(inputs.cont.ms), inputs.eps_grid
+    methods = [f"GP ε={e:g}" for e in eps_grid] + ["GP non-private (σ = 0)", inputs.lstd_name]
+    if inputs.with_v1:
         methods += [f"V1 ε={e:g} (approx.)" for e in eps_grid]
-    table = {(m, k): acc.stats(m=m, method=k) for m in ms for k in methods}
+    table = {(m, k): inputs.acc.stats(m=m, method=k) for m in ms for k in methods}
     run = RunDir(out)
-    eps_figure(
-        run.plot_path(figure),
-        eps_grid,
-        {e: table[(ms[-1], f"GP ε={e:g}")] for e in eps_grid},
-        zero=zero,
-        lstd=table[(ms[-1], lstd_name)],
-        nonprivate=table[(ms[-1], "GP non-private (σ = 0)")],
-        lstd_label=lstd_name,
-        v1={e: table[(ms[-1], f"V1 ε={e:g} (approx.)")] for e in eps_grid} if with_v1 else None,
-        title=f"{title}, m = {ms[-1]}, N = {cont.iter_per_traj}·m",
-        ylabel="relative MSPBE (MSPBE / r̄²)" if relative else "MSPBE",
-    )
-    lines = ["| m | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
-    for m in ms:
-        lines.append(f"| {m} | " + " | ".join(_fmt(table[(m, k)]) for k in methods) + " |")
-    fact_lines = [
-        "| m | N | ε | σ | h (multiple of the public 95% quantile) | η | public clipped fraction |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for f in facts:
-        fact_lines.append(
-            f"| {f['m']} | {f['N']} | {f['epsilon']:g} | {f['sigma']:.3g} | "
-            f"{f['h']:.3g} ({f['h_multiplier']:g}×) | {f['eta']:.3g} | "
-            f"{f['public_clipped_fraction']:.3f} |"
-        )
-    claims = claims_fn(table, ms, eps_grid, zero)
-    at_edge = [f for f in facts if f["eta"] == min(cont.etas)]
-    edge_lines = (
-        [
-            "",
-            f"The tuned η is the smallest of the grid ({min(cont.etas):g}) at ε = "
-            + ", ".join(f"{f['epsilon']:g}" for f in at_edge)
-            + ": the public optimum may lie below it (a smaller step keeps GP nearer θ = 0).",
-        ]
-        if at_edge
-        else []
-    )
-    metric = "relative MSPBE = MSPBE / r̄²" if relative else "MSPBE"
-    md = [
-        f"# GPOPE {title}",
-        "",
-        *paper_lines,
-        "",
-        "## Setup",
-        "",
-        f"- domain `{domain_name}` (privrl.ope.domains, seed 0), γ = {gamma}, features "
-        f"{getattr(features, 'spec', features)} ({features.dim}); "
-        + (
-            "off-policy: target = the domain's target policy, data from its behaviour policy"
-            if off_policy
-            else "on-policy: the evaluated policy is the domain's behaviour "
-            "policy, data from it (ρ = 1)"
-        )
-        + ".",
-        f"- {metric}; MSPBE from a cached public sample of {model_n} simulator trajectories "
-        f"(E over trajectories of the per-trajectory statistics (2.1))"
-        + (
-            f"; r̄ = {r_bar:.4g} (mean reward per step of the evaluated policy, 500 public "
-            "simulator episodes)"
-            if relative
-            else ""
-        )
-        + ".",
-        f"- scale: m ∈ {ms}, N = {cont.iter_per_traj}·m (N = {cont.iter_per_traj * ms[-1]:,} "
-        f"at m = {ms[-1]}), {cfg.trials} trials per point, ε ∈ "
-        f"{list(eps_grid)}, δ = {DELTA:g}.",
-        f"- h and η tuned per (m, ε) on an independent public sample of m trajectories: h ∈ "
-        f"{{{', '.join(f'{c:g}' for c in cont.clip_mults)}}} × the 95% quantile of ‖B_i‖ "
-        "along the best non-private public run (the spec's rule alone, 1×, left every step "
-        "clipped to a bound tuned for the converged phase and GPOPE could not leave θ = 0 in "
-        f"a first run), η ∈ {{{', '.join(f'{e:.2g}' for e in cont.etas)}}}, {cont.repeats} "
-        "noise repeats each; the non-private GTD2 row (σ = 0, no clipping) uses the best η "
-        "of the non-private public sweep.",
-        *([f"- {v1_note}"] if v1_note else []),
-        *_setup_lines(
-            cfg,
-            time.time() - t0,
-            [
-                f"- cut to fit the budget (a shared machine): one m ({ms[-1]}; the paper plots "
-                f"several), ε ∈ {list(eps_grid)} (the chain's 0.5 dropped), {cfg.trials} "
-                "trials, the (h, η) grid above; the plot is MSPBE against ε at that m.",
-                "- every finished unit (tuning, references, one ε's trials) is cached in the "
-                f"project cache (`$PRIVRL_CACHE/reproduce/gpope-{figure}/`), keyed by this "
-                "configuration: an interrupted run resumes, and the wall time below is that "
-                "of the last invocation.",
-            ],
-        ),
-        "",
-        f"## Results ({metric}, mean ± std over trials)",
-        "",
-        *lines,
-        "",
-        f"θ = 0 gives {zero:.4g}.",
-        "",
-        "Per-point privacy and tuning facts (public):",
-        "",
-        *fact_lines,
-        *edge_lines,
-        "",
-        "## Claims",
-        "",
-        *claims.rows,
-        "",
-        *(["## Notes", "", *[f"- {x}" for x in notes], ""] if notes else []),
-        f"![{figure}](plots/{figure}.png)",
-    ]
-    fact = next(f for f in reversed(facts) if f["epsilon"] == eps_grid[0])
-    report = _finish(
+    _continuous_plot(run.plot_path(inputs.figure), inputs, table)
+    claims = inputs.claims_fn(table, ms, eps_grid, inputs.zero)
+    md = TEXT.fill("report", _fields(inputs, table, methods), claims="\n".join(claims.rows))
+    fact = next(f for f in reversed(inputs.facts) if f["epsilon"] == eps_grid[0])
+    return _finish(
         run,
-        md,
-        acc,
+        md.split("\n"),
+        inputs.acc,
         {
-            "figure": figure,
-            "domain": domain_name,
+            "figure": inputs.figure,
+            "domain": inputs.domain_name,
             "ms": ms,
-            "trials": cfg.trials,
+            "trials": inputs.cfg.trials,
             "epsilons": list(eps_grid),
-            "base_seed": cfg.base,
-            "model_trajectories": model_n,
-            "iter_per_traj": cont.iter_per_traj,
-            "relative": relative,
-            "r_bar": r_bar,
-            "facts": facts,
+            "base_seed": inputs.cfg.base,
+            "model_trajectories": inputs.model_n,
+            "iter_per_traj": inputs.cont.iter_per_traj,
+            "relative": inputs.relative,
+            "r_bar": inputs.r_bar,
+            "facts": inputs.facts,
         },
-        {"mspbe": table[(ms[-1], methods[0])]["mean"], "r_bar": r_bar},
+        {"mspbe": table[(ms[-1], methods[0])]["mean"], "r_bar": inputs.r_bar},
         fact,
         epsilon=eps_grid[0],
-        orders=cfg.orders,
-        n_features=features.dim,
+        orders=inputs.cfg.orders,
+        n_features=inputs.features.dim,
         claims=claims.items,
     )
-    return report
+
+
+def _continuous_plot(path: Path, inputs: ContinuousInputs, table: dict) -> None:
+    m, eps_grid = inputs.cont.ms[-1], inputs.eps_grid
+    eps_figure(
+        path,
+        eps_grid,
+        {e: table[(m, f"GP ε={e:g}")] for e in eps_grid},
+        zero=inputs.zero,
+        lstd=table[(m, inputs.lstd_name)],
+        nonprivate=table[(m, "GP non-private (σ = 0)")],
+        lstd_label=inputs.lstd_name,
+        v1={e: table[(m, f"V1 ε={e:g} (approx.)")] for e in eps_grid} if inputs.with_v1 else None,
+        title=f"{inputs.title}, m = {m}, N = {inputs.cont.iter_per_traj}·m",
+        ylabel="relative MSPBE (MSPBE / r̄²)" if inputs.relative else "MSPBE",
+    )
+
+
+def _fields(inputs: ContinuousInputs, table: dict, methods: list[str]) -> dict[str, str]:
+    cont, cfg, features = inputs.cont, inputs.cfg, inputs.features
+    ms = list(cont.ms)
+    scale = {
+        "m": str(ms[-1]),
+        "eps_grid": str(list(inputs.eps_grid)),
+        "trials": str(cfg.trials),
+        "figure": inputs.figure,
+    }
+    return {
+        **scale,
+        "title": inputs.title,
+        "paper_lines": "\n".join(inputs.paper_lines),
+        "domain_name": inputs.domain_name,
+        "gamma": str(inputs.gamma),
+        "features": str(getattr(features, "spec", features)),
+        "dim": str(features.dim),
+        "policy_mode": TEXT.fill("off_policy" if inputs.off_policy else "on_policy"),
+        "metric": TEXT.fill("relative_metric") if inputs.relative else "MSPBE",
+        "model_n": str(inputs.model_n),
+        "r_bar": TEXT.fill("r_bar", r_bar=f"{inputs.r_bar:.4g}") if inputs.relative else "",
+        "ms": str(ms),
+        "iter_per_traj": str(cont.iter_per_traj),
+        "iterations": f"{cont.iter_per_traj * ms[-1]:,}",
+        "delta": f"{DELTA:g}",
+        "clip_mults": ", ".join(f"{c:g}" for c in cont.clip_mults),
+        "etas": ", ".join(f"{e:.2g}" for e in cont.etas),
+        "repeats": str(cont.repeats),
+        "v1_note": f"- {inputs.v1_note}" if inputs.v1_note else "",
+        "setup": "\n".join(
+            _setup_lines(
+                cfg,
+                time.time() - inputs.t0,
+                [TEXT.fill("cut_to_budget", scale), TEXT.fill("cached_units", scale)],
+            )
+        ),
+        "results_table": tpl_table(
+            ["m", *methods], [[m, *(_fmt(table[(m, k)]) for k in methods)] for m in ms]
+        ),
+        "zero": f"{inputs.zero:.4g}",
+        "facts_table": _facts_table(inputs.facts),
+        "edge_note": _edge_note(inputs),
+        "notes": (
+            TEXT.fill("notes", notes="\n".join(f"- {x}" for x in inputs.notes)) + "\n"
+            if inputs.notes
+            else ""
+        ),
+    }
+
+
+def _facts_table(facts: Sequence[dict[str, Any]]) -> str:
+    header = ["m", "N", "ε", "σ", "h (multiple of the public 95% quantile)", "η"]
+    rows = [
+        [
+            f["m"],
+            f["N"],
+            f"{f['epsilon']:g}",
+            f"{f['sigma']:.3g}",
+            f"{f['h']:.3g} ({f['h_multiplier']:g}×)",
+            f"{f['eta']:.3g}",
+            f"{f['public_clipped_fraction']:.3f}",
+        ]
+        for f in facts
+    ]
+    return tpl_table([*header, "public clipped fraction"], rows)
+
+
+def _edge_note(inputs: ContinuousInputs) -> str:
+    """The note when the tuned η is the grid's smallest at some ε ("" when at none)."""
+    eta_min = min(inputs.cont.etas)
+    at_edge = [f for f in inputs.facts if f["eta"] == eta_min]
+    if not at_edge:
+        return ""
+    return TEXT.fill(
+        "edge_note",
+        eta_min=f"{eta_min:g}",
+        at_edge=", ".join(f"{f['epsilon']:g}" for f in at_edge),
+    )
 
 
 def eps_figure(

@@ -64,7 +64,7 @@ from reproductions.sdp_pe.jobs import (
     load_group,
     sweep_doc,
 )
-from reproductions.sdp_pe.report import _report
+from reproductions.sdp_pe.report import Fig4ReportInputs, _report
 
 __all__ = ["Fig4Config", "fig4", "refresh_fig4", "run_fig4", "sweep_dir", "write_fig4"]
 
@@ -272,15 +272,17 @@ def write_fig4(
     report = run.path / "report.md"
     report.write_text(
         _report(
-            cfg,
-            merged,
-            finals,
-            expectations,
-            calib,
-            wall,
-            quick=quick,
-            sens=sens,
-            reused=bool(reused),
+            Fig4ReportInputs(
+                cfg,
+                merged,
+                finals,
+                expectations,
+                calib,
+                wall,
+                quick=quick,
+                sens=sens,
+                reused=bool(reused),
+            )
         )
     )
     write_claims(run.path, gallery_claims(expectations))

@@ -40,3 +40,19 @@ def test_vacuous_comparison_is_inconclusive_in_the_gallery():
     assert claims.items[0].verdict == "inconclusive"
     assert "**vacuous**" in claims.rows[2] and "vacuous:" in claims.rows[2]
     assert claims.items[1].verdict == "does not hold"
+
+
+def test_quick_report_is_the_stored_rendering(tmp_path, monkeypatch) -> None:
+    """A quick run's report.md (deterministic but for its wall-time line) is byte for byte the
+    stored one: the report's prose and tables do not drift when its code is reorganised."""
+    from pathlib import Path
+
+    from reproductions.gpope import accounting
+
+    monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path / "cache"))
+    text = accounting(tmp_path / "out", seeds=1, seed=0, quick=True).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    assert sum(x.startswith("- wall time: ") for x in lines) == 1
+    golden = Path(__file__).resolve().parent / "golden" / "gpope-accounting-quick.md"
+    kept = "\n".join(x for x in lines if not x.startswith("- wall time: "))
+    assert kept == golden.read_text(encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -146,3 +147,77 @@ def test_committed_fig1b_claims_rebuild_from_the_committed_rows():
         acc.stats(method="LSTD (non-private)")["mean"],
     )
     assert [c.to_dict() for c in claims.items] == _committed("gpope-fig1b")
+
+
+# ---------------------------------------------------------------------------------------------
+# the reports, rebuilt from the committed per-trial results
+# ---------------------------------------------------------------------------------------------
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def _rebuilt_fig1a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, as_full_run: bool) -> str:
+    """report.md of `fig1a_from_results` on a copy of the committed run; `as_full_run` renders
+    it as a full run would (no 'regenerated from' line, the wall time instead)."""
+    import shutil
+
+    from reproductions.gpope import chain
+
+    if as_full_run:
+        import dataclasses
+
+        write = chain._write_fig1a
+
+        def full(out: Path, inputs: Any) -> Path:
+            return write(out, dataclasses.replace(inputs, rebuilt_in=None))
+
+        monkeypatch.setattr(chain, "_write_fig1a", full)
+    out = tmp_path / "gpope-fig1a"
+    shutil.copytree(ROOT / "gpope-fig1a", out)
+    return chain.fig1a_from_results(out).read_text(encoding="utf-8")
+
+
+def test_fig1a_report_regenerates_the_committed_report_byte_for_byte(tmp_path, monkeypatch):
+    text = _rebuilt_fig1a(tmp_path, monkeypatch, as_full_run=False)
+    assert text == (ROOT / "gpope-fig1a" / "report.md").read_text(encoding="utf-8")
+
+
+def test_fig1a_report_of_a_full_run_is_the_stored_rendering(tmp_path, monkeypatch):
+    text = _rebuilt_fig1a(tmp_path, monkeypatch, as_full_run=True)
+    assert "Regenerated from" not in text and "- wall time: " in text
+    assert text == (GOLDEN / "gpope-fig1a-full-run.md").read_text(encoding="utf-8")
+
+
+def _rebuilt_fig1b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, as_full_run: bool) -> str:
+    """report.md of `fig1b_from_results` on a copy of the committed run (`as_full_run`: as a
+    full run renders it, with its wall time and no 'regenerated from' line)."""
+    import shutil
+
+    from reproductions.gpope import chain
+
+    if as_full_run:
+        write = chain._write_fig1b
+
+        def full(*args: Any, **kwargs: Any) -> Path:
+            return write(*args, **{**kwargs, "rebuilt_in": None})
+
+        monkeypatch.setattr(chain, "_write_fig1b", full)
+    out = tmp_path / ("full" if as_full_run else "rebuilt") / "gpope-fig1b"
+    shutil.copytree(ROOT / "gpope-fig1b", out)
+    return chain.fig1b_from_results(out).read_text(encoding="utf-8")
+
+
+def _without(prefix: str, text: str) -> str:
+    lines = text.split("\n")
+    assert sum(x.startswith(prefix) for x in lines) == 1, prefix
+    return "\n".join(x for x in lines if not x.startswith(prefix))
+
+
+def test_fig1b_report_regenerates_the_committed_report(tmp_path, monkeypatch):
+    """Byte for byte but the wall-time line (the committed run predates its wording); a rebuild
+    replaces that line with the 'regenerated from' one and changes nothing else."""
+    committed = (ROOT / "gpope-fig1b" / "report.md").read_text(encoding="utf-8")
+    rebuilt = _rebuilt_fig1b(tmp_path, monkeypatch, as_full_run=False)
+    full = _rebuilt_fig1b(tmp_path, monkeypatch, as_full_run=True)
+    assert _without("- wall time: ", full) == _without("- wall time: ", committed)
+    assert _without("- Regenerated from ", rebuilt) == _without("- wall time: ", committed)

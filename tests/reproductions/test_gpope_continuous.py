@@ -5,6 +5,7 @@ claims entry carries its kind of verdict."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,78 @@ def test_units_keep_the_cache_layout_and_a_dry_run_computes_nothing(tmp_path, mo
     for name in first:
         (root / name).write_text(json.dumps(fact if name.startswith("tune") else []))
     assert run_figure(FIGURES["fig2a"], tmp_path / "q", quick=True, dry=True) == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# the reports, rendered from the committed per-trial results
+# ---------------------------------------------------------------------------------------------
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "reproductions"
+
+
+def _render_committed(figure: str, out: Path) -> str:
+    """report.md written by `_write_continuous` from a committed run's per-trial results and
+    public facts; what the run printed of its domain (γ, features, the V1 note), θ = 0's MSPBE
+    and its wall time are read back from its report."""
+    import csv
+    import re
+    import time
+    from types import SimpleNamespace
+
+    from reproductions.gpope.common import _Acc, _Cfg
+    from reproductions.gpope.continuous import CONT_EPS, FIGURES
+    from reproductions.gpope.continuous_report import RATIO_CLAIMS, _ratio_claims
+
+    run = COMMITTED / f"gpope-{figure}"
+    spec = FIGURES[figure]
+    conf = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    text = (run / "report.md").read_text(encoding="utf-8")
+    domain = re.search(r"γ = (\S+), features (\S+) \((\d+)\)", text)
+    zero = re.search(r"θ = 0 gives ([0-9.eE+-]+)\.", text)
+    wall = re.search(r"- wall time: (\d+) s", text)
+    assert domain and zero and wall
+    v1_note = next((x[2:] for x in text.split("\n") if x.startswith("- V1 runs on")), "")
+    acc = _Acc([])
+    with (run / "results_per_trial.csv").open(encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            acc.add(m=int(r["m"]), method=r["method"], mspbe=float(r["mspbe"]))
+    inputs = gpope.continuous_report.ContinuousInputs(
+        acc=acc,
+        facts=conf["facts"],
+        zero=float(zero.group(1)),
+        r_bar=conf["r_bar"],
+        t0=time.time() - int(wall.group(1)),
+        figure=figure,
+        title=spec.title,
+        paper_lines=[spec.paper_line],
+        notes=spec.notes,
+        claims_fn=lambda t, ms, eg, z: _ratio_claims(t, ms, eg, z, **RATIO_CLAIMS[figure]),
+        domain_name=spec.domain_name,
+        off_policy=spec.off_policy,
+        features=SimpleNamespace(spec=domain.group(2), dim=int(domain.group(3))),
+        gamma=float(domain.group(1)),
+        model_n=conf["model_trajectories"],
+        lstd_name="off-policy LSTD (non-private)" if spec.off_policy else LSTD,
+        v1_note=v1_note,
+        cont=spec.scale,
+        cfg=_Cfg(quick=False, trials=conf["trials"], base=conf["base_seed"], orders=None),
+        eps_grid=CONT_EPS,
+        with_v1=spec.with_v1,
+        relative=spec.relative,
+    )
+    return gpope.continuous_report._write_continuous(out, inputs).read_text(encoding="utf-8")
+
+
+def _without_wall_time(text: str) -> str:
+    lines = text.split("\n")
+    assert sum(x.startswith("- wall time: ") for x in lines) == 1
+    return "\n".join(x for x in lines if not x.startswith("- wall time: "))
+
+
+@pytest.mark.parametrize("figure", ["fig2a", "fig3b", "fig4"])
+def test_report_regenerates_the_committed_report_byte_for_byte(figure: str, tmp_path) -> None:
+    """Byte for byte but the wall-time line (this rendering's own time; the committed runs
+    also predate its current wording)."""
+    text = _render_committed(figure, tmp_path)
+    committed = (COMMITTED / f"gpope-{figure}" / "report.md").read_text(encoding="utf-8")
+    assert _without_wall_time(text) == _without_wall_time(committed)

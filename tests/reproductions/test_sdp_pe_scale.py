@@ -292,3 +292,32 @@ def test_jdp_table_names_an_epsilon_this_run_did_not_measure() -> None:
         assert text.count("| 1 |") == 1
         assert ("Not measured at this K" in text) == (skipped is not None)
         assert skipped is None or skipped in text
+
+
+@pytest.mark.skipif(not (ROOT / "stage_logs.json").exists(), reason="no committed run")
+def test_report_of_a_fresh_quick_run_is_the_stored_rendering(tmp_path: Path, monkeypatch) -> None:
+    """The committed groups rendered as a fresh quick run would render them (the QUICK banner,
+    a wall time, no 'read back' paragraph) are byte for byte the stored rendering."""
+    import dataclasses
+
+    from reproductions import sdp_pe
+    from reproductions.sdp_pe import report
+
+    seen: list[tuple[tuple, dict]] = []
+
+    def recording(*args: object, **kwargs: object) -> str:
+        seen.append((args, kwargs))
+        return report._report(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sdp_pe, "_report", recording)
+    out = tmp_path / "fig4"
+    shutil.copytree(ROOT, out)
+    finals = json.loads((ROOT / "metrics.json").read_text())["final_regret"]
+    cfg = Fig4Config()
+    cfg.jdp_long_epsilons = [float(k.split("|")[2]) for k in finals if k.startswith("jdp-long|")]
+    run_fig4(cfg, out, reuse=(*GROUPS, JDP_LONG), log=lambda _: None)
+    ((inputs,), _), *_ = seen
+    fresh = dataclasses.replace(inputs, wall=754.2, quick=True, reused=False)  # type: ignore[type-var]
+    text = report._report(fresh)
+    golden = Path(__file__).resolve().parent / "golden" / "sdp-pe-fig4-fresh-quick.md"
+    assert text == golden.read_text(encoding="utf-8")
