@@ -92,6 +92,12 @@ _EXPORTS: dict[str, str] = {
     "ExpertDPConfig": "privrl.expert",
     "DPSGD": "privrl.expert",
     "DPSGDConfig": "privrl.expert",
+    # deep model-based offline RL (loads torch on first use)
+    "PRIMORL": "privrl.primorl",
+    "PrimorlConfig": "privrl.primorl",
+    "MOPO": "privrl.primorl",
+    "MOPOConfig": "privrl.primorl",
+    "ControlTask": "privrl.primorl",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
