@@ -150,8 +150,8 @@ def _render_committed(figure: str, out: Path) -> str:
     text = (run / "report.md").read_text(encoding="utf-8")
     domain = re.search(r"γ = (\S+), features (\S+) \((\d+)\)", text)
     zero = re.search(r"θ = 0 gives ([0-9.eE+-]+)\.", text)
-    wall = re.search(r"- wall time: (\d+) s", text)
-    assert domain and zero and wall
+    recorded = re.search(r"- wall time: (\d+) s", text)
+    assert domain and zero and recorded
     v1_note = next((x[2:] for x in text.split("\n") if x.startswith("- V1 runs on")), "")
     acc = _Acc([])
     with (run / "results_per_trial.csv").open(encoding="utf-8") as fh:
@@ -162,7 +162,7 @@ def _render_committed(figure: str, out: Path) -> str:
         facts=conf["facts"],
         zero=float(zero.group(1)),
         r_bar=conf["r_bar"],
-        t0=time.time() - int(wall.group(1)),
+        t0=time.time() - int(recorded.group(1)),
         figure=figure,
         title=spec.title,
         paper_lines=[spec.paper_line],
