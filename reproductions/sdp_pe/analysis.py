@@ -11,8 +11,9 @@ from privrl.online.common import checkpoints
 from privrl.online.sdp_pe import stage_schedule
 from privrl.privacy.shuffle import binary_sum_error_bound, calibrate_binary_sum
 from reproductions.claims import Claim, holds
+from reproductions.sdp_pe.burn_in import ldp_burn_in_end
 from reproductions.sdp_pe.jobs import COLORS, LDP_DERIVED, Fig4Config, sens_group
-from reproductions.sdp_pe.report import _all_left_gap, _slope, ldp_burn_in_end
+from reproductions.sdp_pe.report import _all_left_gap, _slope
 
 
 def _stats(x: np.ndarray) -> tuple[float, float]:

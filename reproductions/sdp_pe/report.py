@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 from privrl.online.common import make_env
 from privrl.online.sdp_pe import stage_schedule
 from privrl.privacy.shuffle import binary_sum_error_bound, calibrate_binary_sum
+from reproductions.sdp_pe.burn_in import first_time, ldp_burn_in_end
 from reproductions.sdp_pe.jobs import Fig4Config
 from reproductions.templates import beside, table
 
@@ -213,57 +213,6 @@ def _slope(m: dict[str, Any]) -> float:
     return float((mean[-1] - mean[i]) / (grid[-1] - grid[i]))
 
 
-def _first_time(need: Callable[[int], float], limit: int) -> int | None:
-    """Smallest t ≤ limit with need(t) < t (need non-decreasing in the cases used), by
-    doubling then bisection on integers."""
-    if need(limit) >= limit:
-        return None
-    lo, hi = 0, 1
-    while need(hi) >= hi:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if need(mid) < mid:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def ldp_burn_in_end(
-    H: int,
-    S: int,
-    A: int,
-    episodes: int,
-    epsilon: float,
-    *,
-    bonus_scale: float = 1.0,
-    beta: float = 0.1,
-) -> int | None:
-    """Earliest episode t at which a DP-UCBVI-LDP run of ``episodes`` episodes can use any row,
-    on the event (probability ≥ 1 − β) that every raw noisy count is within E/4 of the truth;
-    None if not before 10¹³.
-
-    A row (h, s, a) changes the plan only if C·(H·S·E·ι + H²·S·ι) < H·ñ⁺ with
-    ñ⁺ = max(n̂, 0) + 3E/4 ≤ n + E (`unusable_rows`), and n ≤ t; E = 4·(the Laplace-sum bound of
-    t users at Laplace(6H/ε), β over every counter of every release), ι = ln(2HSAK/β). Before
-    t, Q̃ = H − h everywhere and the greedy plan is action 0 everywhere (all-left)."""
-    from privrl.privacy.tree import laplace_sum_bound
-
-    K = int(episodes)
-    iota = math.log(2 * H * S * A * K / beta)
-    d = 2 * H * S * A + H * S * A * S
-    beta_c = beta / (K * d)
-    b = 6 * H / epsilon
-    C = float(bonus_scale)
-
-    def need(t: int) -> float:
-        E = 4 * laplace_sum_bound(b, t, beta_c)
-        return C * (H * S * E * iota + H * H * S * iota) / H - E
-
-    return _first_time(need, 10**13)
-
-
 def _burn_in_lines(cfg: Fig4Config) -> list[str]:
     """Public-parameter analysis: when can each private algorithm start using its data?"""
     H, S, A, K, beta = cfg.horizon, cfg.states, 2, cfg.episodes, 0.1
@@ -291,7 +240,7 @@ def _ucbvi_burn_in(cfg: Fig4Config, iota_ucb: float, beta: float) -> list[str]:
         L = tree_levels(K)
         b_tree = L * 6 * H / eps  # smallest E over the run: a prefix of one node (popcount 1)
         E_min = 4 * laplace_sum_bound(b_tree, 1, beta_c)
-        t_jdp = _first_time(
+        t_jdp = first_time(
             lambda t, E=E_min: (H * S * E * iota_ucb + H * H * S * iota_ucb) / H - E, 10**13
         )
         t_ldp = ldp_burn_in_end(H, S, A, K, eps, beta=beta)

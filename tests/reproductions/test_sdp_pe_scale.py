@@ -23,6 +23,7 @@ from reproductions.sdp_pe.analysis import (
     gallery_claims,
     sensitivity,
 )
+from reproductions.sdp_pe.burn_in import ldp_burn_in_end
 from reproductions.sdp_pe.jobs import (
     GROUPS,
     JDP_LONG,
@@ -34,7 +35,7 @@ from reproductions.sdp_pe.jobs import (
     load_group,
     sens_group,
 )
-from reproductions.sdp_pe.report import _all_left_gap, _jdp_lines, ldp_burn_in_end
+from reproductions.sdp_pe.report import _all_left_gap, _jdp_lines
 
 ROOT = Path(__file__).resolve().parents[2] / "docs" / "reproductions" / "sdp-pe-fig4"
 
