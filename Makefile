@@ -17,8 +17,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/privrl demo --out runs/demo
 
+# The default suite runs on every core (pytest-xdist; PYTEST_WORKERS=0 runs it in one process).
+PYTEST_WORKERS ?= auto
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
