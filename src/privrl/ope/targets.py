@@ -60,10 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import io
-import math
-import re
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -71,6 +68,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from privrl.rl.policy_files import (
+    ATOL,
+    CHECKPOINT,
+    TableError,
+    checkpoint_probs,
+    import_function,
+    parse_checkpoint,
+    read_table,
+    table_problem,
+)
 
 __all__ = [
     "FALLBACK_NOTE",
@@ -88,13 +96,13 @@ __all__ = [
 ]
 
 TABULAR_POLICY_KIND = "privrl.finite_horizon_tabular_policy"
-_ATOL = 1e-6
+_ATOL = ATOL
 _HELP = (
     "give uniform, FILE.npy (π(a|s) as [S, A], [H, S, A] or [A]), a saved privrl policy.npz, "
     "a saved discrete learner DIR/learner.pt[:greedy|:epsilon=E|:imitation], module:function "
     "or column:NAME"
 )
-_CHECKPOINT = re.compile(r"^(?P<path>.+\.pth?)(?::(?P<mode>[^:]*))?$")
+_CHECKPOINT = CHECKPOINT
 
 #: Public inputs a user's target policy is checked on before the data are read: every state of
 #: a Discrete space of at most `ALL_STATES` states, else `PUBLIC_POINTS` draws from the declared
@@ -319,16 +327,10 @@ def _state_index(obs: np.ndarray, start: int) -> np.ndarray:
 
 
 def _read_npy(path: Path, spec: str) -> np.ndarray:
-    if not path.is_file():
-        raise ValueError(f"--target-policy {spec}: no such file; {_HELP}")
-    from privrl.data.files import read_npy
-
-    table = read_npy(path, "--target-policy")
-    if not isinstance(table, np.ndarray) or not (
-        np.issubdtype(table.dtype, np.floating) or np.issubdtype(table.dtype, np.integer)
-    ):
-        raise ValueError(f"--target-policy {spec}: not a numeric array; {_HELP}")
-    return np.asarray(table, dtype=np.float64)
+    try:
+        return read_table(path, "--target-policy")
+    except TableError as exc:
+        raise ValueError(f"--target-policy {spec}: {exc.problem}; {_HELP}") from None
 
 
 def _read_npz(path: Path, spec: str, A: int) -> np.ndarray:
@@ -400,13 +402,9 @@ def _check_table(
                 )
     else:
         raise ValueError(f"--target-policy {spec}: shape {shape}; {_HELP}")
-    if not np.all(np.isfinite(table)):
-        raise ValueError(f"--target-policy {spec} holds NaN or infinite values")
-    if np.any(table < 0) or not np.allclose(table.sum(axis=-1), 1.0, atol=_ATOL):
-        raise ValueError(
-            f"--target-policy {spec}: every row must be a probability distribution "
-            "(non-negative, summing to 1)"
-        )
+    problem = table_problem(table)
+    if problem is not None:
+        raise ValueError(f"--target-policy {spec}: {problem}")
 
 
 def load_target_policy(
@@ -433,9 +431,7 @@ def load_target_policy(
         return TargetPolicy(spec, A, lambda obs: np.full((len(obs), A), 1.0 / A), guarded=False)
     checkpoint = _CHECKPOINT.match(spec)
     if checkpoint is not None:
-        return _checkpoint_policy(
-            spec, Path(checkpoint["path"]), checkpoint["mode"], A, observation_space
-        )
+        return _checkpoint_policy(spec, A, observation_space)
     if spec.endswith((".npy", ".npz")):
         path = Path(spec)
         table = _read_npy(path, spec) if spec.endswith(".npy") else _read_npz(path, spec, A)
@@ -445,7 +441,7 @@ def load_target_policy(
         return _column_policy(spec, name, A, columns)
     if sep and module and name:
         try:
-            fn = getattr(importlib.import_module(module), name)
+            fn = import_function(spec)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"--target-policy {spec}: cannot import it ({exc})") from None
         return _code_policy(spec, fn, A, observation_space)
@@ -561,30 +557,17 @@ def _column_policy(spec: str, name: str, A: int, columns: Any) -> TargetPolicy:
     return TargetPolicy(spec, A, no_table, column=name, guarded=False)
 
 
-def _checkpoint_policy(
-    spec: str, path: Path, mode: str | None, A: int, observation_space: Any
-) -> TargetPolicy:
+def _checkpoint_policy(spec: str, A: int, observation_space: Any) -> TargetPolicy:
     """A saved discrete learner (learner.pt) through `privrl eval`'s loader, its sizes checked
     against the declared spaces; greedy, ε-greedy or (BCQ) the imitation classifier."""
     from privrl.rl.policy_files import load_policy
 
-    mode = (mode or "greedy").strip()
-    epsilon = None
-    if mode.startswith("epsilon="):
-        try:
-            epsilon = float(mode.partition("=")[2])
-        except ValueError:
-            epsilon = math.nan
-        if not 0.0 <= epsilon <= 1.0:  # also refuses NaN
-            raise ValueError(
-                f"--target-policy {spec}: epsilon must be a number in [0, 1] (e.g. "
-                f"{path}:epsilon=0.1)"
-            )
-    elif mode not in ("greedy", "imitation"):
-        raise ValueError(
-            f"--target-policy {spec}: unknown mode {mode!r}; give {path}, {path}:greedy, "
-            f"{path}:epsilon=E or (BCQ) {path}:imitation"
-        )
+    try:
+        parsed = parse_checkpoint(spec)
+    except ValueError as exc:
+        raise ValueError(f"--target-policy {spec}: {exc}") from None
+    assert parsed is not None
+    path, mode, epsilon = parsed
     try:
         loaded = load_policy(path)
     except ValueError as exc:
@@ -616,14 +599,8 @@ def _checkpoint_policy(
     for fn in (loaded.probs, loaded.imitation):
         if fn is not None:
             _check_on_public(spec, fn, A, observation_space)
-    if mode == "imitation":
-        if loaded.imitation is None:
-            raise ValueError(
-                f"--target-policy {spec}: only a BCQ learner has an imitation classifier "
-                f"(this is {loaded.kind}); use {path} or {path}:epsilon=E"
-            )
-        return TargetPolicy(spec, A, loaded.imitation)
-    if epsilon is not None:
-        greedy, eps = loaded.probs, float(epsilon)
-        return TargetPolicy(spec, A, lambda obs: (1.0 - eps) * greedy(obs) + eps / A)
-    return TargetPolicy(spec, A, loaded.probs)
+    try:
+        probs = checkpoint_probs(loaded, path, mode, epsilon)
+    except ValueError as exc:
+        raise ValueError(f"--target-policy {spec}: {exc}") from None
+    return TargetPolicy(spec, A, probs)

@@ -1,65 +1,354 @@
-"""Reading a saved privrl policy: what `privrl eval` rolls out and what the OPE commands'
-``--target-policy DIR/learner.pt`` evaluates.
+"""Reading a policy in any form privrl accepts: what `privrl eval` rolls out and what the OPE
+commands' target-policy resolver (`privrl.ope.targets`) evaluates.
 
-Formats read (what the training commands write):
+Forms read (`load_policy` for the files the training commands write, `load_any_policy` for
+every form):
 
 * ``policy.npz`` with ``kind = "privrl.finite_horizon_tabular_policy"`` — a deterministic
   time-dependent tabular policy π_h(s) ``[H, S]`` (`privrl train apvi | dp-apvi`).
+* ``FILE.npy`` — a table π(a|s): ``[S, A]`` (stationary), ``[H, S, A]`` (time-indexed,
+  h = 0..H-1 in code) or ``[A]`` (context-free); every row a distribution (`read_table`,
+  `table_problem`). Acts by drawing from its row.
 * ``policy.pt`` — a SAC or TD3 agent's state (`privrl train mopo | primorl`; the file records
   its kind, sizes, action bounds and config). Acts with its deterministic (mean) action.
 * ``learner.pt`` — a discrete-action learner's state (`privrl train expert-dp | dp-sgd`:
   discrete CQL or BCQ; the file records its config). Acts greedily; ``LoadedPolicy.probs``
   gives the greedy action as a one-hot for a batch of observations and, for BCQ,
   ``LoadedPolicy.imitation`` the softmax of its behaviour-cloning classifier's logits.
+  ``learner.pt:epsilon=E`` and ``learner.pt:imitation`` select the ε-greedy policy and (BCQ)
+  the classifier (`parse_checkpoint`, `checkpoint_probs`).
+* ``module:function`` — user code called with a batch of observations ``[n, ...]`` returning
+  ``[n, A]`` probabilities (`import_function`). Acts by drawing from its row.
 
 Not policies, refused with a message that says so: PRIMORL's ``model.pt`` (a released dynamics
 model), the linear systems' ``policy.npz`` (``kind = "privrl.linear_greedy_q"``: it needs the
 feature map it was trained with).
+
+Messages here name the policy by what the caller calls it (``what``): each caller adds its own
+context (the OPE resolver names its option and the dataset's declared spaces).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from dataclasses import dataclass
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from privrl.policies import sample_from_probs
 
-@dataclass
+__all__ = [
+    "ANY_FORMATS",
+    "ATOL",
+    "CHECKPOINT",
+    "FORMATS",
+    "LoadedPolicy",
+    "TableError",
+    "checkpoint_probs",
+    "function_policy",
+    "import_function",
+    "load_any_policy",
+    "load_policy",
+    "parse_checkpoint",
+    "read_table",
+    "table_policy",
+    "table_problem",
+]
+
+#: Tolerance of a row's sum in a table or user code's probabilities.
+ATOL = 1e-6
+#: ``PATH.pt`` or ``PATH.pth`` with an optional ``:mode`` (greedy, epsilon=E, imitation).
+CHECKPOINT = re.compile(r"^(?P<path>.+\.pth?)(?::(?P<mode>[^:]*))?$")
+
+
+@dataclass(frozen=True)
 class LoadedPolicy:
-    """A policy read from a file: ``act(obs [1, ...], h, rng) -> action``, what it is, and
-    the horizon it was learned for (tabular) or None."""
+    """A policy read from a file or code: ``act(obs, h, rng) -> action`` for one observation
+    at step h (an action index for discrete actions), what it is, and the horizon it was
+    learned for (a time-indexed table) or None.
+
+    Attributes:
+        kind: ``tabular`` (policy.npz), ``table`` (.npy), ``sac`` / ``td3``, ``cql`` / ``bcq``
+            or ``function`` (module:function).
+        spec: what the user gave (a path, a path with a mode, module:function).
+        n_states: a per-state table's S (None for other forms).
+        n_actions: the number of discrete actions (None: unknown before it is called, or a
+            continuous policy).
+        obs_dim / act_dim: a network's input size and (SAC/TD3) action size.
+        probs: π(a|s) ``[n, A]`` for a batch of observations (discrete learners, tables, code).
+        imitation: BCQ's behaviour-cloning classifier as ``[n, A]`` probabilities.
+        stochastic: whether `act` draws from `rng` (a table or code that is not one-hot).
+    """
 
     kind: str
-    act: Any
+    act: Callable[[Any, int, np.random.Generator], Any]
     horizon: int | None
     n_states: int | None = None
     n_actions: int | None = None
     obs_dim: int | None = None
     act_dim: int | None = None
     action_bounds: tuple[list[float], list[float]] | None = None
-    probs: Any = None
-    imitation: Any = None
+    probs: Callable[[np.ndarray], np.ndarray] | None = None
+    imitation: Callable[[np.ndarray], np.ndarray] | None = None
+    spec: str = ""
+    stochastic: bool = False
+    table: np.ndarray | None = None
+    """A tabular policy's π as ``[H, S, A]`` / ``[S, A]`` / ``[A]`` (one-hot for policy.npz)."""
 
 
 FORMATS = (
     "policy.npz (tabular, from train apvi | dp-apvi), policy.pt (SAC/TD3, from train mopo | "
     "primorl) or learner.pt (discrete CQL/BCQ, from train expert-dp | dp-sgd)"
 )
+ANY_FORMATS = (
+    "a saved privrl policy.npz, policy.pt or learner.pt[:greedy|:epsilon=E|:imitation], a "
+    "table FILE.npy (π(a|s) as [S, A], [H, S, A] or [A]) or module:function (returning [n, A] "
+    "probabilities)"
+)
+
+
+class TableError(ValueError):
+    """A table file that is missing or not numeric; `problem` says which (callers add the
+    option or role and the formats they accept)."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
+def read_table(path: Path, what: str = "") -> np.ndarray:
+    """The table π(a|s) in a ``.npy`` file as float64 (no pickles); `TableError` when the file
+    is missing or holds no numbers, `privrl.data.files.UnreadableFileError` when it is not a
+    ``.npy`` array (`what` names the option or role in that message)."""
+    if not Path(path).is_file():
+        raise TableError("no such file")
+    from privrl.data.files import read_npy
+
+    table = read_npy(path, what)
+    if not isinstance(table, np.ndarray) or not (
+        np.issubdtype(table.dtype, np.floating) or np.issubdtype(table.dtype, np.integer)
+    ):
+        raise TableError("not a numeric array")
+    return np.asarray(table, dtype=np.float64)
+
+
+def table_problem(table: np.ndarray) -> str | None:
+    """What is wrong with the rows of a table π(a|s) in themselves (None: every row is a
+    distribution: finite, non-negative, summing to 1 within `ATOL`). Its shape against the
+    spaces is the caller's check."""
+    if not np.all(np.isfinite(table)):
+        return "holds NaN or infinite values"
+    if np.any(table < 0) or not np.allclose(table.sum(axis=-1), 1.0, atol=ATOL):
+        return "every row must be a probability distribution (non-negative, summing to 1)"
+    return None
+
+
+def import_function(spec: str) -> Any:
+    """The object ``function`` of ``module:function`` (ImportError or AttributeError if the
+    module or the name does not exist; the caller says which option it was)."""
+    module, _, name = str(spec).strip().partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def parse_checkpoint(spec: str) -> tuple[Path, str, float | None] | None:
+    """``PATH.pt[:mode]`` as (path, mode, ε of ``epsilon=E`` or None); None when `spec` names
+    no checkpoint. ValueError (the problem alone) for an unknown mode or an ε outside [0, 1]."""
+    match = CHECKPOINT.match(str(spec).strip())
+    if match is None:
+        return None
+    path, mode = Path(match["path"]), (match["mode"] or "greedy").strip()
+    if mode.startswith("epsilon="):
+        try:
+            epsilon = float(mode.partition("=")[2])
+        except ValueError:
+            epsilon = math.nan
+        if not 0.0 <= epsilon <= 1.0:  # also refuses NaN
+            raise ValueError(f"epsilon must be a number in [0, 1] (e.g. {path}:epsilon=0.1)")
+        return path, mode, epsilon
+    if mode not in ("greedy", "imitation"):
+        raise ValueError(
+            f"unknown mode {mode!r}; give {path}, {path}:greedy, {path}:epsilon=E or (BCQ) "
+            f"{path}:imitation"
+        )
+    return path, mode, None
+
+
+def checkpoint_probs(
+    loaded: LoadedPolicy, path: Path, mode: str, epsilon: float | None
+) -> Callable[[np.ndarray], np.ndarray]:
+    """π(a|s) ``[n, A]`` of a discrete learner in `mode`: greedy (one-hot), ε-greedy
+    ((1 − ε)·1[a = greedy] + ε/A) or BCQ's imitation classifier. ValueError (the problem
+    alone) for a learner without that policy."""
+    if mode == "imitation":
+        if loaded.imitation is None:
+            raise ValueError(
+                f"only a BCQ learner has an imitation classifier (this is {loaded.kind}); use "
+                f"{path} or {path}:epsilon=E"
+            )
+        return loaded.imitation
+    greedy = loaded.probs
+    if greedy is None or loaded.n_actions is None:
+        raise ValueError(
+            f"a {loaded.kind} policy has no discrete action probabilities (SAC/TD3 act in a "
+            "continuous box)"
+        )
+    if epsilon is None:
+        return greedy
+    eps, A = float(epsilon), int(loaded.n_actions)
+    return lambda obs: (1.0 - eps) * greedy(obs) + eps / A
+
+
+# ---------------------------------------------------------------------------------------------
+# every form
+# ---------------------------------------------------------------------------------------------
+
+
+def load_any_policy(spec: str | Path, *, what: str = "policy") -> LoadedPolicy:
+    """A policy in any form of the module docstring; ValueError naming the problem and the
+    forms accepted otherwise (`what` names the policy in messages)."""
+    spec = str(spec).strip()
+    if CHECKPOINT.match(spec):
+        return _checkpoint(spec, what)
+    if spec.endswith(".npy"):
+        return _table_file(spec, what)
+    if spec.endswith(".npz"):
+        return replace(load_policy(Path(spec)), spec=spec)
+    module, sep, name = spec.partition(":")
+    if sep and module and name and "/" not in module:
+        try:
+            fn = import_function(spec)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"{what} {spec}: cannot import it ({exc})") from None
+        if not callable(fn):
+            raise ValueError(f"{what} {spec} is not callable")
+        return function_policy(spec, fn)
+    if not Path(spec).is_file():
+        raise ValueError(f"policy file not found: {spec} (give {ANY_FORMATS})")
+    raise ValueError(f"unknown policy file {Path(spec).name}: give {ANY_FORMATS}")
+
+
+def _checkpoint(spec: str, what: str) -> LoadedPolicy:
+    try:
+        parsed = parse_checkpoint(spec)
+    except ValueError as exc:
+        raise ValueError(f"{what} {spec}: {exc}") from None
+    assert parsed is not None
+    path, mode, epsilon = parsed
+    loaded = replace(load_policy(path), spec=spec)
+    if mode == "greedy" and epsilon is None:
+        return loaded
+    try:
+        probs = checkpoint_probs(loaded, path, mode, epsilon)
+    except ValueError as exc:
+        raise ValueError(f"{what} {spec}: {exc}") from None
+    return replace(loaded, act=_drawing(probs, spec), probs=probs, stochastic=True)
+
+
+def _drawing(
+    probs: Callable[[np.ndarray], np.ndarray], spec: str, n_actions: int | None = None
+) -> Callable[[Any, int, np.random.Generator], int]:
+    """``act`` that draws one action from ``probs(obs[None])``, refusing a row that is not a
+    distribution over `n_actions` actions (when known)."""
+
+    def act(obs: Any, h: int, rng: np.random.Generator) -> int:
+        p = np.asarray(probs(np.asarray(obs)[None]), dtype=np.float64)
+        want = f"(1, {n_actions})" if n_actions is not None else "(1, A)"
+        if p.ndim != 2 or p.shape[0] != 1 or (n_actions is not None and p.shape[1] != n_actions):
+            raise ValueError(
+                f"policy {spec} returned shape {p.shape} for one observation; it must return "
+                f"action probabilities of shape {want}"
+            )
+        problem = table_problem(p)
+        if problem is not None:
+            raise ValueError(f"policy {spec} on observation {np.asarray(obs).tolist()}: {problem}")
+        return int(sample_from_probs(p, rng)[0])
+
+    return act
+
+
+def function_policy(
+    spec: str, fn: Callable[[np.ndarray], Any], *, n_actions: int | None = None
+) -> LoadedPolicy:
+    """User code ``fn(obs [n, ...]) -> [n, A]`` as a policy that draws its actions from the
+    probabilities it returns (each call checked: shape ``(1, A)``, a distribution)."""
+    return LoadedPolicy(
+        "function",
+        _drawing(fn, spec, n_actions),
+        None,
+        n_actions=n_actions,
+        probs=fn,
+        spec=spec,
+        stochastic=True,
+    )
+
+
+def table_policy(spec: str, table: np.ndarray) -> LoadedPolicy:
+    """A table π(a|s) (``[A]``, ``[S, A]`` or ``[H, S, A]``, rows already checked) as a
+    policy over state indices 0..S-1 that draws from its row; step h ≥ H uses row H-1."""
+    table = np.array(table, dtype=np.float64)
+    table.flags.writeable = False
+    H = int(table.shape[0]) if table.ndim == 3 else None
+
+    def row(s: int, h: int) -> np.ndarray:
+        if table.ndim == 1:
+            return table
+        if table.ndim == 2:
+            return table[s]
+        return table[min(h, table.shape[0] - 1), s]
+
+    def act(obs: Any, h: int, rng: np.random.Generator) -> int:
+        return int(sample_from_probs(row(int(obs), h)[None], rng)[0])
+
+    return LoadedPolicy(
+        "table",
+        act,
+        H,
+        n_states=int(table.shape[-2]) if table.ndim >= 2 else None,
+        n_actions=int(table.shape[-1]),
+        spec=spec,
+        stochastic=not np.all((table == 0.0) | (table == 1.0)),
+        table=table,
+    )
+
+
+def _table_file(spec: str, what: str) -> LoadedPolicy:
+    try:
+        table = read_table(Path(spec), what)
+    except TableError as exc:
+        if exc.problem == "no such file":
+            raise ValueError(f"policy file not found: {spec} (give {ANY_FORMATS})") from None
+        raise ValueError(f"{what} {spec}: {exc.problem}; give {ANY_FORMATS}") from None
+    if table.ndim not in (1, 2, 3):
+        raise ValueError(
+            f"{what} {spec}: a table π(a|s) has shape [A], [S, A] or [H, S, A], not {table.shape}"
+        )
+    problem = table_problem(table)
+    if problem is not None:
+        raise ValueError(f"{what} {spec}: {problem}")
+    return table_policy(spec, table)
+
+
+# ---------------------------------------------------------------------------------------------
+# the files the training commands write
+# ---------------------------------------------------------------------------------------------
 
 
 def load_policy(path: Path) -> LoadedPolicy:
-    """Read a saved privrl policy (see the module docstring); ValueError naming the problem
-    and the formats accepted otherwise."""
+    """Read a saved privrl policy file (policy.npz, policy.pt, learner.pt); ValueError naming
+    the problem and the formats accepted otherwise."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"policy file not found: {path} (give {FORMATS})")
     if path.suffix == ".npz":
         return _load_npz(path)
     if path.suffix in (".pt", ".pth"):
-        return _load_torch(path)
+        return replace(_load_torch(path), spec=str(path))
     raise ValueError(f"unknown policy file {path.name}: give {FORMATS}")
 
 
@@ -83,7 +372,15 @@ def _load_npz(path: Path) -> LoadedPolicy:
     def act(obs: Any, h: int, rng: np.random.Generator) -> Any:
         return int(pol.actions[min(h, H - 1), int(obs)])
 
-    return LoadedPolicy("tabular", act, H, n_states=pol.S, n_actions=pol.n_actions)
+    return LoadedPolicy(
+        "tabular",
+        act,
+        H,
+        n_states=pol.S,
+        n_actions=pol.n_actions,
+        spec=str(path),
+        table=np.eye(pol.n_actions)[pol.actions],
+    )
 
 
 def _load_torch(path: Path) -> LoadedPolicy:
