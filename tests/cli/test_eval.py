@@ -169,7 +169,7 @@ def test_missing_policy_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_unknown_env(tabular: tuple[Path, float], capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["eval", str(tabular[0]), "--env", "NoSuchEnv-v9"], capsys)
-    assert_bad_input(code, err, "unknown --env", "NoSuchEnv-v9")
+    assert_bad_input(code, err, "--env 'NoSuchEnv-v9' is unknown", "not a registered Gymnasium")
 
 
 def test_policy_of_the_wrong_size(
