@@ -423,7 +423,7 @@ def policy_report(
     origin: dict[str, Any] = {"policy": spec, "policy_sha256": sha}
     if report is not None:
         own, run = _given_report(Path(report), spec, sha), _run_of(Path(report))
-        notes = [_given_note(run, path, sha), spent]
+        notes = [_given_note(run, _recorded(own)), spent]
         origin["report"] = str(report)
     elif policy.kind in RUN_OUTPUTS and path is not None:
         run = path.parent
@@ -435,6 +435,9 @@ def policy_report(
     else:
         return _uncertified(_why_none(policy), public, spent, origin)
     origin.update(run=str(run), **_published_source(run))
+    for key, value in (own.derived_from or {}).items():  # a report carried over once already
+        if key.startswith("trained_") and origin.get(key) is None:
+            origin[key] = value
     if not own.private:
         notes.insert(0, "not certified: the policy's own run is not private (ε = ∞)")
     return own.post_processing(system="eval", derived_from=origin, public=public, notes=notes)
@@ -469,6 +472,12 @@ def _run_of(report: Path) -> Path:
     return report if report.is_dir() else report.parent
 
 
+def _recorded(report: PrivacyReport) -> str | None:
+    """The policy SHA-256 a report records (an evaluation's, in ``derived_from``), if any."""
+    value = (report.derived_from or {}).get("policy_sha256")
+    return str(value) if value else None
+
+
 def _given_report(report: Path, spec: str, sha: str | None) -> PrivacyReport:
     """The report the caller names (a privacy.json or its run directory), refused if it is
     not readable or records another policy file's SHA-256."""
@@ -479,30 +488,27 @@ def _given_report(report: Path, spec: str, sha: str | None) -> PrivacyReport:
         own = PrivacyReport.from_json(file)
     except (OSError, ValueError, TypeError, AttributeError) as exc:
         raise ConfigError("report", f"{file} is not a readable privacy report ({exc})") from None
-    recorded = (own.derived_from or {}).get("policy_sha256")
-    if recorded and recorded != sha:
+    recorded = _recorded(own)
+    if recorded is not None and recorded != sha:
         raise ConfigError(
             "report",
-            f"{file} is the report of the policy with SHA-256 {str(recorded)[:12]}…, not of "
+            f"{file} is the report of the policy with SHA-256 {recorded[:12]}…, not of "
             f"{spec} ({'no file' if sha is None else sha[:12] + '…'}); give the report of the "
             "run this policy came from",
         )
     return own
 
 
-def _given_note(run: Path, path: Path | None, sha: str | None) -> str:
-    """Whether the named run directory holds the policy's bytes (checked, by SHA-256)."""
-    from privrl.privacy.ledger import fingerprint
-
-    if sha is not None and run.is_dir():
-        for other in sorted(run.iterdir()):
-            if other.is_file() and other.suffix in (".npz", ".pt", ".pth", ".npy"):
-                if fingerprint(other) == sha:
-                    return f"the report given is its run's: {run} holds the policy ({other.name})"
+def _given_note(run: Path, sha: str | None) -> str:
+    """What the report says of a report the caller named for the policy."""
+    checked = (
+        "it records the SHA-256 of this policy file"
+        if sha is not None
+        else "it records no other policy file's SHA-256"
+    )
     return (
-        f"the report of {run} was given for this policy; privrl could not check that the policy "
-        "came from that run (its directory holds no file with the policy's SHA-256): the "
-        "guarantee stated is the one of that run"
+        f"the report of {run} was named for this policy (`report`): the guarantee stated is "
+        f"that run's, as the caller says; privrl checked only that {checked}"
     )
 
 
