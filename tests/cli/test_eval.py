@@ -280,3 +280,153 @@ def test_a_non_private_or_unreported_policy_is_not_certified(
             why,
             got["notes"],
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# every policy form: tables, code, checkpoint modes, the absorbing state
+# ---------------------------------------------------------------------------------------------
+
+
+def _metrics_and_privacy(out: Path) -> tuple[dict, dict]:
+    return (
+        json.loads((out / "metrics.json").read_text()),
+        json.loads((out / "privacy.json").read_text()),
+    )
+
+
+def test_a_npy_table_is_evaluated_and_not_certified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The optimal [H, S, A] table of FrozenLake-v1 as a plain .npy: its return agrees with
+    the exact value; privacy.json says ε = ∞ and why (no run's report is taken for a table)."""
+    from privrl.privacy.ledger import fingerprint
+
+    actions, exact = frozenlake_optimal(20)
+    np.save(tmp_path / "pi.npy", np.eye(4)[actions])
+    out = tmp_path / "ev"
+    argv = ["eval", str(tmp_path / "pi.npy"), "--env", "FrozenLake-v1", "-n", "400"]
+    code, _, err = run([*argv, "--out", str(out)], capsys)
+    assert code == 0, err
+    metrics, privacy = _metrics_and_privacy(out)
+    assert metrics["policy_kind"] == "table" and metrics["max_steps"] == 20
+    assert abs(metrics["return_mean"] - exact) < 4 * metrics["return_stderr"] + 1e-9
+    assert privacy["epsilon"] == "inf" and privacy["certified"] is False
+    assert any(n.startswith("not certified") and ".npy table" in n for n in privacy["notes"])
+    assert privacy["derived_from"]["policy_sha256"] == fingerprint(tmp_path / "pi.npy")
+
+
+def test_an_absorbing_state_policy_on_cliffwalking(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy learned on padded episodes has 49 states for CliffWalking's 48: the last (the
+    absorbing state) is dropped, said so, and the optimal path returns −13."""
+    from tests.rl.test_evaluation import optimal, with_absorbing
+
+    actions, value = optimal("CliffWalking-v1", 20)
+    np.save(tmp_path / "pi49.npy", with_absorbing(np.eye(4)[actions]))
+    out = tmp_path / "ev"
+    argv = ["eval", str(tmp_path / "pi49.npy"), "--env", "CliffWalking-v1", "-n", "2"]
+    code, stdout, err = run([*argv, "--out", str(out)], capsys)
+    assert code == 0, err
+    metrics, _ = _metrics_and_privacy(out)
+    assert metrics["return_mean"] == value == -13.0 and metrics["absorbing_state_dropped"]
+    assert "absorbing" in stdout.replace("\n", " ")
+    config = json.loads((out / "config.json").read_text())
+    assert config["absorbing_state_dropped"] is True and config["max_steps"] == 20
+
+
+def test_module_function_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Always 'left' as code: never reaches FrozenLake's goal, every return exactly 0."""
+    import sys
+
+    (tmp_path / "left_only.py").write_text(
+        "import numpy as np\ndef probs(obs):\n    return np.tile([1.0, 0, 0, 0], (len(obs), 1))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "left_only", raising=False)
+    out = tmp_path / "ev"
+    code, _, err = run(
+        ["eval", "left_only:probs", "--env", "FrozenLake-v1", "-n", "20", "--out", str(out)],
+        capsys,
+    )
+    assert code == 0, err
+    metrics, privacy = _metrics_and_privacy(out)
+    assert metrics["policy_kind"] == "function" and metrics["return_mean"] == 0.0
+    assert privacy["epsilon"] == "inf" and any("module:function" in n for n in privacy["notes"])
+    code, _, err = run(["eval", "left_only:nope", "--env", "FrozenLake-v1"], capsys)
+    assert_bad_input(code, err, "cannot import")
+
+
+def test_a_learner_in_epsilon_greedy_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    from privrl.rl.cql import DiscreteCQL
+
+    torch.save(DiscreteCQL(4, 2, hidden=(8,)).state_dict(), tmp_path / "learner.pt")
+    spec = f"{tmp_path / 'learner.pt'}:epsilon=0.5"
+    out = tmp_path / "ev"
+    code, _, err = run(["eval", spec, "--env", "CartPole-v1", "-n", "3", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert _metrics_and_privacy(out)[0]["policy_kind"] == "cql"
+    code, _, err = run(["eval", f"{tmp_path / 'learner.pt'}:bogus", "--env", "CartPole-v1"], capsys)
+    assert_bad_input(code, err, "unknown mode")
+
+
+@pytest.mark.parametrize(
+    ("shape", "env", "fragments"),
+    [
+        ((20, 18, 4), "FrozenLake-v1", ("S = 18", "16", "S + 1")),
+        ((16, 3), "FrozenLake-v1", ("A = 3", "4")),
+        ((16, 2), "CartPole-v1", ("Discrete observations",)),
+        ((5,), "FrozenLake-v1", ("5 actions",)),
+    ],
+)
+def test_a_table_for_other_spaces_is_one_error_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    shape: tuple[int, ...],
+    env: str,
+    fragments: tuple[str, ...],
+) -> None:
+    np.save(tmp_path / "p.npy", np.full(shape, 1.0 / shape[-1]))
+    code, _, err = run(["eval", str(tmp_path / "p.npy"), "--env", env], capsys)
+    assert_bad_input(code, err, *fragments)
+
+
+# ---------------------------------------------------------------------------------------------
+# --report: the run a policy outside its directory came from
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_carries_a_runs_guarantee_to_a_table_and_refuses_another_policys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A .npy made from a private run's policy.npz, with --report naming that run: the run's ε
+    and releases are carried over with a note that the caller named it. An eval's own
+    privacy.json (which records the SHA-256 of the policy it evaluated) named for another
+    policy is refused: one error line naming --report."""
+    from privrl.rl.tabular_policy import FiniteHorizonPolicy as Saved
+
+    own = _train("dp-apvi", tmp_path / "train", capsys, "--rho", "0.5")
+    policy = Saved.load(tmp_path / "train" / "policy.npz")
+    np.save(tmp_path / "pi.npy", np.eye(4)[policy.actions])
+    argv = ["eval", str(tmp_path / "pi.npy"), "--env", "FrozenLake-v1", "-n", "5"]
+    code, _, err = run([*argv, "--report", str(tmp_path / "train"), "--out", str(tmp_path / "a")],
+                       capsys)  # fmt: skip
+    assert code == 0, err
+    got = json.loads((tmp_path / "a" / "privacy.json").read_text())
+    for key in ("unit", "relation", "epsilon", "delta", "releases"):
+        assert got[key] == own[key], key
+    assert got["derived_from"]["report"] == str(tmp_path / "train")
+    assert got["derived_from"]["trained_by"] == "dp-apvi"
+    assert any("was named for this policy" in n for n in got["notes"])
+    other = _eval(tmp_path / "train" / "policy.npz", tmp_path / "b", capsys)
+    assert other["derived_from"]["policy_sha256"]
+    code, _, err = run([*argv, "--report", str(tmp_path / "b" / "privacy.json")], capsys)
+    assert_bad_input(code, err, "--report", "SHA-256")
+    code, _, err = run([*argv, "--report", str(tmp_path / "nope.json")], capsys)
+    assert_bad_input(code, err, "--report", "no such privacy report")
