@@ -142,6 +142,12 @@ def test_a_context_free_table_is_the_uniform_policy(tmp_path: Path) -> None:
     assert np.all(out.returns < -13.0) and np.all(out.lengths <= 30)
     again = evaluate_policy(policy, "CliffWalking-v1", episodes=5, max_steps=30)
     np.testing.assert_array_equal(out.returns, again.returns)  # same seed, same draws
+    uniform = evaluate_policy("uniform", "CliffWalking-v1", episodes=5, max_steps=30)
+    np.testing.assert_array_equal(uniform.returns, out.returns)  # the same π, the same draws
+    with pytest.raises(ValueError, match="uniform policy needs Discrete actions"):
+        evaluate_policy("uniform", "Pendulum-v1", episodes=1)
+    report = policy_report(load_any_policy("uniform"), "uniform", "CliffWalking-v1")
+    assert report.epsilon == np.inf and any("learned from no data" in n for n in report.notes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ HELP = """Evaluate a policy in a Gymnasium environment: mean and std of the retu
 
 POLICY: a saved privrl policy.npz (train apvi | dp-apvi), policy.pt (mopo | primorl) or
 learner.pt[:greedy|:epsilon=E|:imitation] (expert-dp | dp-sgd), a table FILE.npy (π(a|s) as
-[S, A], [H, S, A] or [A]) or module:function (π(a|s) of a batch of observations as an (n, A)
-array). A tabular policy over S + 1 states on an environment with S states drops the last
+[S, A], [H, S, A] or [A]), module:function (π(a|s) of a batch of observations as an (n, A)
+array) or uniform. A tabular policy over S + 1 states on an environment with S states drops the last
 (the absorbing state of padded episodes).
 
 Post-processing: spends nothing and carries over the policy's own privacy report (the

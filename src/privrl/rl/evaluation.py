@@ -51,7 +51,13 @@ from privrl.algorithm import Algorithm, Estimated, Plan
 from privrl.config import Config, ConfigError, check, option
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
-from privrl.rl.policy_files import LoadedPolicy, function_policy, load_any_policy, table_policy
+from privrl.rl.policy_files import (
+    LoadedPolicy,
+    function_policy,
+    load_any_policy,
+    table_policy,
+    uniform_probs,
+)
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -83,7 +89,7 @@ class EvalConfig(Config):
         ...,
         "--policy",
         help="The policy: policy.npz, policy.pt, learner.pt[:greedy|:epsilon=E|:imitation], a "
-        "table FILE.npy (π(a|s) as [S, A], [H, S, A] or [A]) or module:function.",
+        "table FILE.npy (π(a|s) as [S, A], [H, S, A] or [A]), module:function or uniform.",
     )
     env: str = option(..., "--env", help="Gymnasium environment id, e.g. FrozenLake-v1.")
     episodes: int = option(100, "--episodes", "-n", help="Episodes to roll out.")
@@ -171,13 +177,17 @@ def bind(policy: LoadedPolicy, env: Any, name: str) -> Bound:
     from gymnasium import spaces
 
     obs_sp, act_sp = env.observation_space, env.action_space
-    if policy.kind in ("tabular", "table", "function"):
+    if policy.kind in ("tabular", "table", "function", "uniform"):
         if not isinstance(act_sp, spaces.Discrete):
             raise ValueError(
                 f"a {_form(policy)} needs Discrete actions; {name}'s actions are {act_sp}"
             )
         A, a0 = int(act_sp.n), int(act_sp.start)
-        if policy.kind == "function":
+        if policy.kind == "uniform":
+            policy = replace(
+                function_policy("uniform", uniform_probs(A), n_actions=A), kind="uniform"
+            )
+        elif policy.kind == "function":
             policy = function_policy(policy.spec, _probs(policy), n_actions=A)
         elif policy.n_states is None:
             if policy.n_actions != A:
@@ -197,9 +207,8 @@ def bind(policy: LoadedPolicy, env: Any, name: str) -> Bound:
 
 
 def _form(policy: LoadedPolicy) -> str:
-    return {"function": "module:function policy", "table": "table π(a|s)"}.get(
-        policy.kind, "tabular policy"
-    )
+    forms = {"function": "module:function policy", "table": "table π(a|s)"}
+    return forms.get(policy.kind, f"{policy.kind} policy")
 
 
 def _probs(policy: LoadedPolicy) -> Callable[[np.ndarray], np.ndarray]:
@@ -454,6 +463,8 @@ def _why_none(policy: LoadedPolicy) -> str:
             "module:function code has no privacy report (give the privacy.json of the run it "
             "came from as `report`)"
         )
+    if policy.kind == "uniform":
+        return "the uniform policy was learned from no data, so no run's report applies"
     return "the policy has no privacy report"
 
 

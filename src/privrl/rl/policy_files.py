@@ -17,6 +17,7 @@ every form):
   ``LoadedPolicy.imitation`` the softmax of its behaviour-cloning classifier's logits.
   ``learner.pt:epsilon=E`` and ``learner.pt:imitation`` select the ε-greedy policy and (BCQ)
   the classifier (`parse_checkpoint`, `checkpoint_probs`).
+* ``uniform`` — π(a|s) = 1/A over the actions of the space it is used in.
 * ``module:function`` — user code called with a batch of observations ``[n, ...]`` returning
   ``[n, A]`` probabilities (`import_function`). Acts by drawing from its row.
 
@@ -59,6 +60,7 @@ __all__ = [
     "read_table",
     "table_policy",
     "table_problem",
+    "uniform_probs",
 ]
 
 #: Tolerance of a row's sum in a table or user code's probabilities.
@@ -74,8 +76,8 @@ class LoadedPolicy:
     learned for (a time-indexed table) or None.
 
     Attributes:
-        kind: ``tabular`` (policy.npz), ``table`` (.npy), ``sac`` / ``td3``, ``cql`` / ``bcq``
-            or ``function`` (module:function).
+        kind: ``tabular`` (policy.npz), ``table`` (.npy), ``sac`` / ``td3``, ``cql`` / ``bcq``,
+            ``function`` (module:function) or ``uniform``.
         spec: what the user gave (a path, a path with a mode, module:function).
         n_states: a per-state table's S (None for other forms).
         n_actions: the number of discrete actions (None: unknown before it is called, or a
@@ -107,7 +109,7 @@ FORMATS = (
     "primorl) or learner.pt (discrete CQL/BCQ, from train expert-dp | dp-sgd)"
 )
 ANY_FORMATS = (
-    "a saved privrl policy.npz, policy.pt or learner.pt[:greedy|:epsilon=E|:imitation], a "
+    "uniform, a saved privrl policy.npz, policy.pt or learner.pt[:greedy|:epsilon=E|:imitation], a "
     "table FILE.npy (π(a|s) as [S, A], [H, S, A] or [A]) or module:function (returning [n, A] "
     "probabilities)"
 )
@@ -213,6 +215,8 @@ def load_any_policy(spec: str | Path, *, what: str = "policy") -> LoadedPolicy:
     """A policy in any form of the module docstring; ValueError naming the problem and the
     forms accepted otherwise (`what` names the policy in messages)."""
     spec = str(spec).strip()
+    if spec == "uniform":  # π(a|s) = 1/A, A from the environment (`function_policy` there)
+        return LoadedPolicy("uniform", _uniform_unbound, None, spec=spec, stochastic=True)
     if CHECKPOINT.match(spec):
         return _checkpoint(spec, what)
     if spec.endswith(".npy"):
@@ -231,6 +235,15 @@ def load_any_policy(spec: str | Path, *, what: str = "policy") -> LoadedPolicy:
     if not Path(spec).is_file():
         raise ValueError(f"policy file not found: {spec} (give {ANY_FORMATS})")
     raise ValueError(f"unknown policy file {Path(spec).name}: give {ANY_FORMATS}")
+
+
+def _uniform_unbound(obs: Any, h: int, rng: np.random.Generator) -> int:
+    raise ValueError("the uniform policy needs the number of actions: bind it to a space first")
+
+
+def uniform_probs(n_actions: int) -> Callable[[np.ndarray], np.ndarray]:
+    """π(a|s) = 1/A for a batch of observations."""
+    return lambda obs: np.full((len(obs), int(n_actions)), 1.0 / int(n_actions))
 
 
 def _checkpoint(spec: str, what: str) -> LoadedPolicy:

@@ -9,12 +9,16 @@ and the console lines. What the evaluation reads and reports is described in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from privrl.data.io import DatasetHeader
 from privrl.rl.evaluation import EvalConfig, Evaluate, Returns, evaluate_policy, policy_report
 from privrl.rl.policy_files import LoadedPolicy, load_any_policy, load_policy
 from privrl.runs.system import Plan, PlotSpec, Result, RunContext, Series, System
+
+if TYPE_CHECKING:
+    from privrl.data.io import DatasetHeader
 
 __all__ = [
     "EvalConfig",
