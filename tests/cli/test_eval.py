@@ -192,18 +192,21 @@ def test_tabular_policy_on_a_continuous_env(
         ("x.npz", None, "not a privrl policy"),
         ("x.pt", b"not a checkpoint", "cannot read"),
         ("x.txt", b"hello", "unknown policy file"),
+        ("lin.npz", "privrl.linear_greedy_q", "linear-MDP policy"),
     ],
 )
 def test_files_that_are_not_policies(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     name: str,
-    content: bytes | None,
+    content: bytes | str | None,
     fragment: str,
 ) -> None:
     path = tmp_path / name
     if content is None:
         np.savez(path, a=np.zeros(3))
+    elif isinstance(content, str):  # an .npz of another privrl kind
+        np.savez(path, kind=np.array(content), theta=np.zeros(3))
     else:
         path.write_bytes(content)
     code, _, err = run(["eval", str(path), "--env", "FrozenLake-v1"], capsys)

@@ -374,8 +374,8 @@ def _load_npz(path: Path) -> LoadedPolicy:
     if kind == "privrl.linear_greedy_q":
         raise ValueError(
             f"{path} is a linear-MDP policy: it needs the feature map it was trained with, "
-            "which an environment id does not give; evaluate it with the training command's "
-            "--env instead"
+            "which an environment id does not give; its training command (privrl train vapvi | "
+            "dp-vapvi on the built-in linear MDP) reports its value instead"
         )
     if kind != FiniteHorizonPolicy.KIND:
         raise ValueError(f"{path} is not a privrl policy (kind={kind!r}); give {FORMATS}")

@@ -64,7 +64,8 @@ class EvalSystem(System):
             ],
         )
         summary = [
-            f"{config.env}: {kind} policy {config.policy}",
+            f"{config.env}: {kind} policy"
+            + ("" if str(config.policy).strip() == kind else f" {config.policy}"),
             *out.notes,
             f"return: {out.mean:.4f} ± {out.std:.4f} (std) over {n} episodes "
             f"(± {out.stderr:.4f} standard error); mean length "
