@@ -316,6 +316,8 @@ def test_a_npy_table_is_evaluated_and_not_certified(
     assert privacy["epsilon"] == "inf" and privacy["certified"] is False
     assert any(n.startswith("not certified") and ".npy table" in n for n in privacy["notes"])
     assert privacy["derived_from"]["policy_sha256"] == fingerprint(tmp_path / "pi.npy")
+    code, stdout, err = run(argv, capsys)  # and the console says why, without --out
+    assert code == 0 and "not certified: a .npy table" in " ".join(stdout.split()), err
 
 
 def test_an_absorbing_state_policy_on_cliffwalking(

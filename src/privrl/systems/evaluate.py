@@ -70,6 +70,7 @@ class EvalSystem(System):
             f"return: {out.mean:.4f} ± {out.std:.4f} (std) over {n} episodes "
             f"(± {out.stderr:.4f} standard error); mean length "
             f"{float(out.lengths.mean()):.1f} of at most {out.max_steps} steps",
+            *(note for note in result.report.notes if note.startswith("not certified")),
         ]
         return Result(
             metrics=dict(result.metrics),
