@@ -281,3 +281,6 @@ def test_the_object_plans_then_estimates(tmp_path: Path) -> None:
     assert result.value == -13.0 and result.metrics["absorbing_state_dropped"] is True
     assert result.metrics["max_steps"] == 20 and result.report.private
     assert Evaluate(config).plan().public["policy_kind"] == "table"
+    heard: list[tuple[str, int, int]] = []
+    Evaluate(config).estimate(progress=lambda *call: heard.append(call))
+    assert heard == [("rolling out", 1, 2), ("rolling out", 2, 2)]

@@ -70,11 +70,14 @@ def _evaluate(config: EvalConfig, seed: int, out: Path | None) -> None:
     import numpy as np
     from rich.console import Console
 
+    from privrl.runs.progress import progress_bars
     from privrl.runs.system import RunContext
 
     system = EvalSystem()
     plan = system.plan(config, None)
-    result = system.run(config, None, np.random.default_rng(seed), RunContext(seed=seed, plan=plan))
+    with progress_bars() as progress:
+        ctx = RunContext(seed=seed, plan=plan, progress=progress)
+        result = system.run(config, None, np.random.default_rng(seed), ctx)
     console = Console()
     for line in result.summary:
         console.print(line, highlight=False)

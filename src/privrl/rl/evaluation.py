@@ -51,6 +51,7 @@ from privrl.algorithm import Algorithm, Estimated, Plan
 from privrl.config import Config, ConfigError, check, option
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+from privrl.progress import Progress, no_progress
 from privrl.rl.policy_files import (
     LoadedPolicy,
     function_policy,
@@ -362,10 +363,11 @@ def rollouts(
     episodes: int,
     max_steps: int,
     seed: int,
+    progress: Progress = no_progress,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Returns and lengths of `episodes` rollouts of at most `max_steps` steps (the env's own
     time limit may end them earlier). The env is seeded once with `seed`; the policy's draws
-    come from a stream of its own spawned from `seed`."""
+    come from a stream of its own spawned from `seed`. `progress` hears of each episode."""
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
     returns = np.zeros(episodes)
     lengths = np.zeros(episodes, dtype=np.int64)
@@ -377,6 +379,7 @@ def rollouts(
             lengths[i] = t + 1
             if terminated or truncated:
                 break
+        progress("rolling out", i + 1, episodes)
     return returns, lengths
 
 
@@ -586,9 +589,11 @@ class Evaluate(Algorithm[EvalConfig]):
         }
         return Plan(report=report, public=public, facts={"bound": bound, "max_steps": max_steps})
 
-    def estimate(self, *, seed: int = 0, plan: Plan | None = None) -> Estimated:
+    def estimate(
+        self, *, seed: int = 0, plan: Plan | None = None, progress: Progress = no_progress
+    ) -> Estimated:
         """Roll out `config.episodes` episodes (env seeded with `seed`, the policy's draws
-        from a stream spawned from it)."""
+        from a stream spawned from it); `progress` hears of each episode."""
         check(seed >= 0, "seed", f"must be >= 0, got {seed}")
         plan = self.plan() if plan is None else plan
         bound: Bound = plan.facts["bound"]
@@ -600,6 +605,7 @@ class Evaluate(Algorithm[EvalConfig]):
                 episodes=self.config.episodes,
                 max_steps=int(plan.facts["max_steps"]),
                 seed=seed,
+                progress=progress,
             )
         finally:
             env.close()

@@ -44,7 +44,7 @@ class EvalSystem(System):
         self, config: EvalConfig, data: None, rng: np.random.Generator, ctx: RunContext
     ) -> Result:
         assert ctx.plan is not None
-        result = Evaluate(config).estimate(seed=ctx.seed, plan=ctx.plan)
+        result = Evaluate(config).estimate(seed=ctx.seed, plan=ctx.plan, progress=ctx.progress)
         out: Returns = result.details
         kind = str(result.metrics["policy_kind"])
         n = out.episodes
