@@ -343,6 +343,11 @@ def _table_file(spec: str, what: str) -> LoadedPolicy:
         )
     problem = table_problem(table)
     if problem is not None:
+        if table.ndim <= 2 and np.all(np.isfinite(table)) and np.all(table == np.round(table)):
+            problem += (
+                "; a table of actions ([S] or [H, S]) is not a table π(a|s): give its one-hot "
+                "probabilities, numpy.eye(A)[actions]"
+            )
         raise ValueError(f"{what} {spec}: {problem}")
     return table_policy(spec, table)
 
