@@ -14,6 +14,8 @@ The public names are importable from here and from their families:
 - `privrl.online`: `PE`, `SDPPE`, `UCBVI`, `DPUCBVI` and their configs.
 - `privrl.expert`: `ExpertDP`, `DPSGD` and their configs.
 - `privrl.primorl`: `PRIMORL`, `MOPO` and their configs (needs torch).
+- `privrl.rl.evaluation`: `Evaluate`, `EvalConfig`, `evaluate_policy` (a policy's return in a
+  Gymnasium environment: post-processing that inherits the policy's report).
 - `privrl.data`: `TrajectoryDataset`, `from_table`, `import_table`, `load_hdf5`, `save_hdf5`.
 - `privrl.privacy`: `PrivacyReport`, `NoiseSource`, `BudgetLedger`, mechanisms, accounting.
 
@@ -98,6 +100,10 @@ _EXPORTS: dict[str, str] = {
     "MOPO": "privrl.primorl",
     "MOPOConfig": "privrl.primorl",
     "ControlTask": "privrl.primorl",
+    # evaluation of a saved or in-memory policy in a Gymnasium environment
+    "Evaluate": "privrl.rl.evaluation",
+    "EvalConfig": "privrl.rl.evaluation",
+    "evaluate_policy": "privrl.rl.evaluation",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
