@@ -1,0 +1,137 @@
+"""The PRIMORL reproductions' reports (primorl-table1, primorl-table11, primorl-ablation,
+primorl-fig3, mopo-table1) rendered from the committed runs' own results are the committed
+report.md byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reproductions.primorl.sweeps import Scale
+from tests.reproductions.committed import committed, committed_json, sweep_rows, with_cell_files
+
+PENDULUM = Path("primorl-pendulum.h5")
+
+
+def _wall(rid: str) -> float:
+    return _minutes(committed(rid))
+
+
+def _minutes(text: str) -> float:
+    head = text.split("this invocation took ", 1)[1]
+    return 60.0 * float(head.split(" ", 1)[0])
+
+
+def test_table1_report_regenerates_the_committed_report(tmp_path: Path) -> None:
+    from reproductions.primorl.table1 import row_of, task_of
+    from reproductions.primorl.table1_report import write_report
+
+    metrics = committed_json("primorl-table1", "metrics.json")
+
+    def privacy(row: dict[str, Any]) -> dict[str, Any]:
+        task = task_of(row)
+        table = metrics if task == "pendulum" else metrics[task]
+        return _privacy((table.get(row_of(row)) or {}).get("noise_multiplier"))
+
+    rows = with_cell_files(sweep_rows("primorl-table1"), tmp_path / "cells", privacy)
+    missing = {"swingup": "its recipe dataset primorl-swingup.h5 is not built on this machine"}
+    data = {"pendulum": PENDULUM, "balance": Path("primorl-balance.h5")}
+    report = write_report(
+        tmp_path / "out",
+        rows,
+        Scale(seeds=5, epochs=20),
+        data=data,
+        missing=missing,
+        wall=_wall("primorl-table1"),
+    )
+    assert report.read_text(encoding="utf-8") == committed("primorl-table1")
+
+
+def test_table11_report_regenerates_the_committed_report(tmp_path: Path) -> None:
+    from reproductions.primorl.table11 import row_of
+    from reproductions.primorl.table11_report import write_report
+
+    by_row = committed_json("primorl-table11", "metrics.json")["rows"]
+
+    def model(row: dict[str, Any]) -> dict[str, Any]:
+        mse = (by_row.get(row_of(row)) or {}).get("model_mse")
+        return {} if mse is None else {"run/metrics.json": {"best_holdout_mse": [mse]}}
+
+    rows = with_cell_files(sweep_rows("primorl-table11"), tmp_path / "cells", model)
+    report = write_report(
+        tmp_path / "out",
+        rows,
+        Scale(seeds=1, epochs=60),
+        data=Path("primorl-halfcheetah.h5"),
+        wall=_wall("primorl-table11"),
+    )
+    assert report.read_text(encoding="utf-8") == committed("primorl-table11")
+
+
+def test_ablation_report_regenerates_the_committed_report(tmp_path: Path) -> None:
+    from reproductions.primorl.ablation import write_report
+
+    missing = {
+        "balance": "dataset missing (build it with `privrl data collect --recipe "
+        "primorl-balance`, then rerun)"
+    }
+    report = write_report(
+        tmp_path,
+        sweep_rows("primorl-ablation"),
+        Scale(seeds=2, epochs=20),
+        datasets={"pendulum": PENDULUM},
+        missing=missing,
+        wall=_wall("primorl-ablation"),
+    )
+    assert report.read_text(encoding="utf-8") == committed("primorl-ablation")
+
+
+def _privacy(z: float | None) -> dict[str, Any]:
+    """A cell's privacy.json as far as the reports read it (its z), none for MOPO."""
+    if z is None:
+        return {}
+    return {"run/privacy.json": {"releases": [{"noise": {"noise_multiplier": z}}]}}
+
+
+def test_fig3_report_regenerates_the_committed_report(tmp_path: Path) -> None:
+    from reproductions.primorl.fig3 import write_report
+    from reproductions.primorl.sweeps import noise_multiplier
+
+    by_key = committed_json("primorl-fig3", "metrics.json")
+
+    def privacy(row: dict[str, Any]) -> dict[str, Any]:
+        key = "mopo" if row["system"] == "mopo" else f"{float(row['epsilon']):g}"
+        return _privacy(by_key[key].get("noise_multiplier"))
+
+    rows = with_cell_files(sweep_rows("primorl-fig3"), tmp_path / "cells", privacy)
+    for r in rows:  # as `fig3` does before its report
+        r["noise_multiplier"] = noise_multiplier(r["dir"])
+    report = write_report(
+        tmp_path / "out",
+        rows,
+        Scale(seeds=2, epochs=20),
+        data=PENDULUM,
+        wall=_wall("primorl-fig3"),
+    )
+    assert report.read_text(encoding="utf-8") == committed("primorl-fig3")
+
+
+def _mopo_note(text: str) -> list[str]:
+    """The paragraphs on how the added runs were made, which `regenerate` was given (`note`)."""
+    section = text.split("## How these runs were obtained\n\n", 1)[1]
+    return section.split("\n\n![learning curves]", 1)[0].split("\n\n")
+
+
+def test_mopo_table1_report_regenerates_the_committed_report(tmp_path: Path) -> None:
+    from reproductions.primorl.mopo import recorded_runs
+    from reproductions.primorl.mopo_report import _write_table1
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "reproductions" / "mopo-table1"
+    runs, datasets = recorded_runs(root)
+    text = committed("mopo-table1")
+    wall = committed_json("mopo-table1", "metrics.json")["wall_time_s"]
+    tasks = ("pendulum", "balance", "swingup")
+    report = _write_table1(
+        tmp_path, runs, datasets, tasks, 0, quick=False, wall=wall, note=_mopo_note(text)
+    )
+    assert report.read_text(encoding="utf-8") == text
