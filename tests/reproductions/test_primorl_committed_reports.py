@@ -135,3 +135,23 @@ def test_mopo_table1_report_regenerates_the_committed_report(tmp_path: Path) -> 
         tmp_path, runs, datasets, tasks, 0, quick=False, wall=wall, note=_mopo_note(text)
     )
     assert report.read_text(encoding="utf-8") == text
+    for name in ("metrics.json", "metrics.csv", "claims.json", "config.json"):
+        assert (tmp_path / name).read_text(encoding="utf-8") == committed("mopo-table1", name)
+
+
+def test_mopo_table1_quick_report_of_one_task_is_the_stored_rendering(tmp_path: Path) -> None:
+    """Pendulum's recorded runs rendered as a quick invocation of 1.5 min: the quick-mode
+    line, the absent tasks, the wall time and no note."""
+    from reproductions.primorl.mopo import recorded_runs
+    from reproductions.primorl.mopo_report import _write_table1
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "reproductions" / "mopo-table1"
+    runs, datasets = recorded_runs(root)
+    runs = [r for r in runs if r["task"] == "pendulum"]
+    report = _write_table1(
+        tmp_path, runs, {"pendulum": datasets["pendulum"]}, ("pendulum",), 0, quick=True, wall=90.0
+    )
+    text = report.read_text(encoding="utf-8")
+    assert "**Quick mode**" in text and "Not in this report: balance, swingup" in text
+    golden = Path(__file__).resolve().parent / "golden" / "mopo-table1-quick-pendulum.md"
+    assert text == golden.read_text(encoding="utf-8")
