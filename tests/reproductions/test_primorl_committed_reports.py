@@ -155,3 +155,27 @@ def test_mopo_table1_quick_report_of_one_task_is_the_stored_rendering(tmp_path: 
     assert "**Quick mode**" in text and "Not in this report: balance, swingup" in text
     golden = Path(__file__).resolve().parent / "golden" / "mopo-table1-quick-pendulum.md"
     assert text == golden.read_text(encoding="utf-8")
+
+
+def test_ablation_quick_report_with_pending_cells_is_the_stored_rendering(tmp_path: Path) -> None:
+    """The committed rows without the HIGH cells and with a MOPO that did not learn, rendered
+    as a quick run with Balance pending: the smoke line, pending rows and section, MOPO's
+    warning in place of the ceiling note."""
+    from reproductions.primorl.ablation import write_report
+
+    rows = [r for r in sweep_rows("primorl-ablation") if r.get("variant") != "high"]
+    for r in rows:
+        if r["system"] == "mopo":
+            r["normalised_score"] = 10.0
+    report = write_report(
+        tmp_path,
+        rows,
+        Scale(seeds=2, epochs=20, quick=True),
+        datasets={"pendulum": PENDULUM},
+        missing={},
+        wall=30.0,
+    )
+    text = report.read_text(encoding="utf-8")
+    assert "| pending |" in text and "did not learn" in text and "Every row's" not in text
+    golden = Path(__file__).resolve().parent / "golden" / "primorl-ablation-quick-variant.md"
+    assert text == golden.read_text(encoding="utf-8")
