@@ -197,88 +197,85 @@ def claims(
     (2) — when every row is at the task's ceiling (no difference can show)."""
     found = []
     for task in TASKS:
-        label = TASK_LABELS[task]
-        preset = preset_combo(task)
-        paper = PAPER[task]
-        p_shares = {
-            (v, *c): 100.0 * paper[c][i] / PAPER_MOPO[task]
-            for c in COMBOS
-            for i, v in enumerate(VARIANTS)
-        }
-        p_best = [max(p_shares[(v, *c)] for c in COMBOS) for v in VARIANTS]
-        p_pre = [p_shares[(v, *preset)] for v in VARIANTS]
-        p_worst = min(p_shares.values())
-        c1 = (
-            f"{COMBO_LABELS[preset]} (the paper's {label} choice) is as good as the best "
-            "combination"
-        )
-        c2 = f"The penalty × clipping choice matters on {label} (worst combination < 90% of MOPO)"
-        p1 = "; ".join(
-            f"z = {PAPER_Z[task][i]}: {p_pre[i]:.1f}% vs best {p_best[i]:.1f}% of MOPO"
-            for i in range(2)
-        )
-        p2 = f"worst {p_worst:.1f}% of MOPO"
+        stated = _paper_claims(task)
         table = summary.get(task)
         rows = None if table is None else [table.get((v, *c)) for v in VARIANTS for c in COMBOS]
         if table is None or rows is None or None in rows or "share" not in rows[0]:
             why = (missing or {}).get(task)  # none: the dataset is there, the runs pending
-            for c, p in ((c1, p1), (c2, p2)):
-                found.append(
-                    {
-                        "claim": c,
-                        "paper": p,
-                        "ours": f"not run: {why}" if why else "pending",
-                        "verdict": "inconclusive",
-                        "plot": "plots/ablation.png",
-                        "kind": "inconclusive at our scale",
-                    }
-                )
+            ours = f"not run: {why}" if why else "pending"
+            found += [_claim(c, p, ours, "inconclusive", "inconclusive at our scale")
+                      for c, p in stated]  # fmt: skip
             continue
-        seeds = min(s["seeds"] for s in rows)
-        mopo = table[("mopo", "", "")]
-        learned = (mopo.get("normalised") or -math.inf) >= MOPO_LEARNED
-        weak = quick or seeds < 2 or not learned
-        ties, parts = [], []
-        for i, v in enumerate(VARIANTS):
-            best = max(COMBOS, key=lambda c: table[(v, *c)]["share"])
-            b, p = table[(v, *best)], table[(v, *preset)]
-            ties.append(b["share"] - p["share"] <= b["ci_share"] + p["ci_share"])
-            parts.append(
-                f"z = {PAPER_Z[task][i]} (ε = {p['epsilon']:.2f}): {p['share']:.1f}% vs best "
-                f"{b['share']:.1f}% ({COMBO_LABELS[best]})"
-            )
-        v1 = k1 = "holds" if all(ties) else "does not hold"
-        worst = min(s["share"] for s in rows)
-        v2 = k2 = "holds" if worst < 90.0 else "does not hold"
-        # too small a run (or every row at the ceiling) cannot tell; shares of a MOPO that did
-        # not learn are vacuous
-        small = "inconclusive at our scale" if quick or seeds < 2 else "vacuous"
-        if weak:
-            v1, k1 = "inconclusive", small
-        if weak or (v2 == "does not hold" and shared.at_ceiling(table, CEILING)):
-            v2, k2 = "inconclusive", small if weak else "inconclusive at our scale"
-        suffix = f" ({seeds} seeds)"
-        found.append(
-            {
-                "claim": c1,
-                "paper": p1,
-                "ours": "; ".join(parts) + suffix,
-                "verdict": v1,
-                "plot": "plots/ablation.png",
-                "kind": k1,
-            }
-        )
-        found.append(
-            {
-                "claim": c2,
-                "paper": p2,
-                "ours": f"worst {worst:.1f}% of MOPO{suffix}",
-                "verdict": v2,
-                "plot": "plots/ablation.png",
-                "kind": k2,
-            }
-        )
+        found += _task_claims(task, table, rows, stated, quick=quick)
     return found
+
+
+def _claim(claim: str, paper: str, ours: str, verdict: str, kind: str) -> dict[str, str]:
+    return {"claim": claim, "paper": paper, "ours": ours, "verdict": verdict,
+            "plot": "plots/ablation.png", "kind": kind}  # fmt: skip
+
+
+def _paper_claims(task: str) -> list[tuple[str, str]]:
+    """The two claims for `task` with the paper's side of each: (1) its choice against the best
+    combination at each z, (2) its worst combination's share of MOPO."""
+    label = TASK_LABELS[task]
+    preset = preset_combo(task)
+    paper = PAPER[task]
+    p_shares = {
+        (v, *c): 100.0 * paper[c][i] / PAPER_MOPO[task]
+        for c in COMBOS
+        for i, v in enumerate(VARIANTS)
+    }
+    p_best = [max(p_shares[(v, *c)] for c in COMBOS) for v in VARIANTS]
+    p_pre = [p_shares[(v, *preset)] for v in VARIANTS]
+    c1 = f"{COMBO_LABELS[preset]} (the paper's {label} choice) is as good as the best combination"
+    c2 = f"The penalty × clipping choice matters on {label} (worst combination < 90% of MOPO)"
+    p1 = "; ".join(
+        f"z = {PAPER_Z[task][i]}: {p_pre[i]:.1f}% vs best {p_best[i]:.1f}% of MOPO"
+        for i in range(2)
+    )
+    return [(c1, p1), (c2, f"worst {min(p_shares.values()):.1f}% of MOPO")]
+
+
+def _task_claims(
+    task: str,
+    table: Mapping[tuple, Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    stated: Sequence[tuple[str, str]],
+    *,
+    quick: bool,
+) -> list[dict[str, str]]:
+    """The two claims of a task whose every cell finished (`rows`)."""
+    preset = preset_combo(task)
+    seeds = min(s["seeds"] for s in rows)
+    mopo = table[("mopo", "", "")]
+    learned = (mopo.get("normalised") or -math.inf) >= MOPO_LEARNED
+    weak = quick or seeds < 2 or not learned
+    ties, parts = [], []
+    for i, v in enumerate(VARIANTS):
+        best = max(COMBOS, key=lambda c: table[(v, *c)]["share"])
+        b, p = table[(v, *best)], table[(v, *preset)]
+        ties.append(b["share"] - p["share"] <= b["ci_share"] + p["ci_share"])
+        parts.append(
+            f"z = {PAPER_Z[task][i]} (ε = {p['epsilon']:.2f}): {p['share']:.1f}% vs best "
+            f"{b['share']:.1f}% ({COMBO_LABELS[best]})"
+        )
+    v1 = k1 = "holds" if all(ties) else "does not hold"
+    worst = min(s["share"] for s in rows)
+    v2 = k2 = "holds" if worst < 90.0 else "does not hold"
+    # too small a run (or every row at the ceiling) cannot tell; shares of a MOPO that did
+    # not learn are vacuous
+    small = "inconclusive at our scale" if quick or seeds < 2 else "vacuous"
+    if weak:
+        v1, k1 = "inconclusive", small
+    if weak or (v2 == "does not hold" and shared.at_ceiling(table, CEILING)):
+        v2, k2 = "inconclusive", small if weak else "inconclusive at our scale"
+    suffix = f" ({seeds} seeds)"
+    (c1, p1), (c2, p2) = stated
+    return [
+        _claim(c1, p1, "; ".join(parts) + suffix, v1, k1),
+        _claim(c2, p2, f"worst {worst:.1f}% of MOPO{suffix}", v2, k2),
+    ]
 
 
 def write_report(

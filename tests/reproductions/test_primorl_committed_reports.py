@@ -84,6 +84,8 @@ def test_ablation_report_regenerates_the_committed_report(tmp_path: Path) -> Non
         wall=_wall("primorl-ablation"),
     )
     assert report.read_text(encoding="utf-8") == committed("primorl-ablation")
+    for name in ("claims.json", "metrics.json", "config.json"):
+        assert (tmp_path / name).read_text(encoding="utf-8") == committed("primorl-ablation", name)
 
 
 def _privacy(z: float | None) -> dict[str, Any]:
