@@ -181,3 +181,34 @@ def test_ablation_quick_report_with_pending_cells_is_the_stored_rendering(tmp_pa
     assert "| pending |" in text and "did not learn" in text and "Every row's" not in text
     golden = Path(__file__).resolve().parent / "golden" / "primorl-ablation-quick-variant.md"
     assert text == golden.read_text(encoding="utf-8")
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def test_table11_report_without_its_dataset_is_the_stored_rendering(tmp_path: Path) -> None:
+    from reproductions.primorl.table11_report import write_report
+
+    why = "its recipe dataset primorl-halfcheetah.h5 is not built on this machine"
+    report = write_report(tmp_path, [], Scale(seeds=1, epochs=60), data=None, wall=0.0, missing=why)
+    text = report.read_text(encoding="utf-8")
+    assert "## Not run: the dataset is absent" in text and "![returns]" not in text
+    assert text == (GOLDEN / "primorl-table11-absent.md").read_text(encoding="utf-8")
+
+
+def test_table11_report_with_a_pending_cell_is_the_stored_rendering(tmp_path: Path) -> None:
+    """The committed rows with the z = 1e-3 cell unfinished and a MOPO that did not learn."""
+    from reproductions.primorl.table11 import row_of
+    from reproductions.primorl.table11_report import write_report
+
+    rows = sweep_rows("primorl-table11")
+    for r in rows:
+        if row_of(r) == "z-1e-3":
+            r["status"], r["error"] = "pending", None
+        if r["system"] == "mopo":
+            r["normalised_score"] = 10.0
+    data = Path("primorl-halfcheetah.h5")
+    report = write_report(tmp_path, rows, Scale(seeds=1, epochs=60), data=data, wall=60.0)
+    text = report.read_text(encoding="utf-8")
+    assert "**Incomplete**: 1 of 6 cells" in text and "`$PRIVRL_REPRO_BUDGET_S`" in text
+    assert text == (GOLDEN / "primorl-table11-pending.md").read_text(encoding="utf-8")
