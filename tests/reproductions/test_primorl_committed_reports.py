@@ -22,9 +22,9 @@ def _minutes(text: str) -> float:
     return 60.0 * float(head.split(" ", 1)[0])
 
 
-def test_table1_report_regenerates_the_committed_report(tmp_path: Path) -> None:
+def _table1_rows(where: Path, keep: Any = lambda row: True) -> list[dict[str, Any]]:
+    """The committed primorl-table1 rows that `keep` keeps, each cell's z in its privacy.json."""
     from reproductions.primorl.table1 import row_of, task_of
-    from reproductions.primorl.table1_report import write_report
 
     metrics = committed_json("primorl-table1", "metrics.json")
 
@@ -33,7 +33,14 @@ def test_table1_report_regenerates_the_committed_report(tmp_path: Path) -> None:
         table = metrics if task == "pendulum" else metrics[task]
         return _privacy((table.get(row_of(row)) or {}).get("noise_multiplier"))
 
-    rows = with_cell_files(sweep_rows("primorl-table1"), tmp_path / "cells", privacy)
+    rows = [r for r in sweep_rows("primorl-table1") if keep(r)]
+    return with_cell_files(rows, where, privacy)
+
+
+def test_table1_report_regenerates_the_committed_report(tmp_path: Path) -> None:
+    from reproductions.primorl.table1_report import write_report
+
+    rows = _table1_rows(tmp_path / "cells")
     missing = {"swingup": "its recipe dataset primorl-swingup.h5 is not built on this machine"}
     data = {"pendulum": PENDULUM, "balance": Path("primorl-balance.h5")}
     report = write_report(
@@ -212,3 +219,22 @@ def test_table11_report_with_a_pending_cell_is_the_stored_rendering(tmp_path: Pa
     text = report.read_text(encoding="utf-8")
     assert "**Incomplete**: 1 of 6 cells" in text and "`$PRIVRL_REPRO_BUDGET_S`" in text
     assert text == (GOLDEN / "primorl-table11-pending.md").read_text(encoding="utf-8")
+
+
+def test_table1_quick_report_with_pending_balance_runs_is_the_stored_rendering(
+    tmp_path: Path,
+) -> None:
+    """The committed rows without Balance's HIGH cells, rendered as a quick run with Swingup
+    not run: the quick line, Balance's progress note and pending rows, an absent section."""
+    from reproductions.primorl.table1 import row_of, task_of
+    from reproductions.primorl.table1_report import write_report
+
+    rows = _table1_rows(
+        tmp_path / "cells", lambda r: not (task_of(r) == "balance" and row_of(r) == "high")
+    )
+    data = {"pendulum": PENDULUM, "balance": Path("primorl-balance.h5")}
+    scale = Scale(seeds=5, epochs=20, quick=True)
+    report = write_report(tmp_path / "out", rows, scale, data=data, wall=120.0)
+    text = report.read_text(encoding="utf-8")
+    assert "**Quick mode (smoke test)**" in text and "runs has finished**" in text
+    assert text == (GOLDEN / "primorl-table1-quick-pending.md").read_text(encoding="utf-8")
