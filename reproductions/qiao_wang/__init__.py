@@ -409,6 +409,24 @@ def fig1b(
         _plot(p, agg, setup, c, lines, f"Figure 1(b) reproduction, C = {c:g}")
         plots.append(p)
 
+    md = _report_b(setup, agg, claims, vstar, seconds, plots=plots, root=run.path)
+    target = run.artifact("report.md")
+    target.write_text(md)
+    write_claims(run.path, gallery_claims_b(claims, rhos, f"plots/fig1b_C{setup.scales[0]:g}.png"))
+    return target
+
+
+def _report_b(
+    setup: _Setup,
+    agg: dict,
+    claims: list[dict[str, Any]],
+    vstar: dict[int, float],
+    seconds: float,
+    *,
+    plots: list[Path],
+    root: Path,
+) -> str:
+    rhos = RHOS_B
     n_pairs = len(rhos) - 1
     md = [
         "# Qiao & Wang, Figure 1(b): DP-VAPVI at several privacy budgets",
@@ -454,10 +472,7 @@ def fig1b(
     md += ["", "## Suboptimality (mean ± s.e.)", ""]
     algs = ("VAPVI", *(_rho_name(r) for r in rhos))
     md += _tables(agg, setup, algs, setup.scales, titled=True)
-    md += [f"![Figure 1(b), C = {c:g}]({p.relative_to(run.path).as_posix()})" for c, p in
+    md += [f"![Figure 1(b), C = {c:g}]({p.relative_to(root).as_posix()})" for c, p in
            zip(setup.scales, plots, strict=True)]  # fmt: skip
     md.append("")
-    target = run.artifact("report.md")
-    target.write_text("\n".join(md) + "\n")
-    write_claims(run.path, gallery_claims_b(claims, rhos, f"plots/fig1b_C{setup.scales[0]:g}.png"))
-    return target
+    return "\n".join(md) + "\n"
