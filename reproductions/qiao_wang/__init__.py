@@ -134,7 +134,25 @@ def fig1a(
     claims = _claims_a(agg, setup, vstar)
     report_priv = _representative_report(RHO_A)
 
-    config = _run_config(
+    run.write_config(_fig1a_config(setup, tuning))
+    run.write_metrics(_fig1a_metrics(setup, agg, extras, claims, vstar, tuning, seconds, cell_cpu))
+    run.write_curve(_curve_rows(agg, zero))
+    run.write_privacy(report_priv)
+    plots = _fig1a_plots(run, agg, setup)
+
+    md = _report_a(
+        setup, agg, extras, claims, vstar, seconds, plots=plots, root=run.path, priv=report_priv,
+        tuning=tuning, cell_cpu=cell_cpu,
+    )  # fmt: skip
+    target = run.artifact("report.md")
+    target.write_text(md)
+    write_claims(run.path, gallery_claims_a(claims, f"plots/fig1a_C{setup.scales[0]:g}.png"))
+    return target
+
+
+def _fig1a_config(setup: _Setup, tuning: Tuning) -> dict[str, Any]:
+    """config.json of Figure 1(a): the grid, ρ, PEVI's ξ and the D/K constant's tuning."""
+    return _run_config(
         setup,
         "qiao-wang-fig1a",
         budget={"rho": RHO_A},
@@ -151,30 +169,42 @@ def fig1a(
             },
         },
     )
-    run.write_config(config)
+
+
+def _fig1a_metrics(
+    setup: _Setup,
+    agg: dict,
+    extras: dict[str, dict],
+    claims: list[dict[str, Any]],
+    vstar: dict[int, float],
+    tuning: Tuning,
+    seconds: float,
+    cell_cpu: float,
+) -> dict[str, Any]:
+    """metrics.json of Figure 1(a): the headline cells, every cell and the diagnostics."""
     main_c = setup.scales[-1]
     kmax = setup.ks[-1]
-    run.write_metrics(
-        {
-            "suboptimality": {
-                alg: {str(i): _mean(agg, alg, i, main_c, kmax) for i in INSTANCES}
-                for alg in ("PEVI", "VAPVI", "DP-VAPVI", DK_ON)
-            },
-            "suboptimality_note": f"at K = {kmax}, C = {main_c:g}; all cells in 'cells'",
-            "dk_tuning": tuning.as_json(),
-            "v_star": {str(i): v for i, v in vstar.items()},
-            "claims": claims,
-            "cells": _agg_json(agg),
-            "zero_q_fraction": _agg_json(zero),
-            "cap_q_fraction": _agg_json(extras["cap_q"]),
-            "pessimistic_value_estimate": _agg_json(extras["v_hat"]),
-            "privacy": _privacy_facts([RHO_A]),
-            "wall_seconds": seconds,
-            "cell_cpu_seconds": cell_cpu,
-        }
-    )
-    run.write_curve(_curve_rows(agg, zero))
-    run.write_privacy(report_priv)
+    return {
+        "suboptimality": {
+            alg: {str(i): _mean(agg, alg, i, main_c, kmax) for i in INSTANCES}
+            for alg in ("PEVI", "VAPVI", "DP-VAPVI", DK_ON)
+        },
+        "suboptimality_note": f"at K = {kmax}, C = {main_c:g}; all cells in 'cells'",
+        "dk_tuning": tuning.as_json(),
+        "v_star": {str(i): v for i, v in vstar.items()},
+        "claims": claims,
+        "cells": _agg_json(agg),
+        "zero_q_fraction": _agg_json(extras["zero_q"]),
+        "cap_q_fraction": _agg_json(extras["cap_q"]),
+        "pessimistic_value_estimate": _agg_json(extras["v_hat"]),
+        "privacy": _privacy_facts([RHO_A]),
+        "wall_seconds": seconds,
+        "cell_cpu_seconds": cell_cpu,
+    }
+
+
+def _fig1a_plots(run: RunDir, agg: dict, setup: _Setup) -> list[Path]:
+    """One Figure 1(a) plot per C, then the diagnostics at the largest C (the last path)."""
     lines = [("PEVI", "PEVI", {"marker": "s"}), ("VAPVI", "VAPVI", {"marker": "o"}),
              ("DP-VAPVI", f"DP-VAPVI (ρ={RHO_A:g}), D/K off", {"marker": "^"})]  # fmt: skip
     dk_label = f"DP-VAPVI (ρ={RHO_A:g}), D/K on"
@@ -192,18 +222,10 @@ def fig1a(
         ("diag: DP-VAPVI noise only", "noise only, no shift", {"ls": ":"}),
         ("diag: PEVI β=C√d", "PEVI with β = C√d", {"ls": "-."}),
     ]
+    main_c = setup.scales[-1]
     diag_plot = run.plot_path(f"fig1a_diagnostics_C{main_c:g}")
     _plot(diag_plot, agg, setup, main_c, diag_lines, f"Diagnostics, C = {main_c:g}")
-    plots.append(diag_plot)
-
-    md = _report_a(
-        setup, agg, extras, claims, vstar, seconds, plots=plots, root=run.path, priv=report_priv,
-        tuning=tuning, cell_cpu=cell_cpu,
-    )  # fmt: skip
-    target = run.artifact("report.md")
-    target.write_text(md)
-    write_claims(run.path, gallery_claims_a(claims, f"plots/fig1a_C{setup.scales[0]:g}.png"))
-    return target
+    return [*plots, diag_plot]
 
 
 def _report_a(

@@ -91,6 +91,31 @@ def test_fig1a_report_regenerates_the_committed_report(tmp_path: Path) -> None:
     assert text == committed(rid)
 
 
+def test_fig1a_config_and_metrics_rebuild_from_the_committed_cells(tmp_path: Path) -> None:
+    """config.json and metrics.json written from the committed cells, claims recomputed."""
+    from privrl.runs.rundir import RunDir
+    from reproductions.qiao_wang import _fig1a_config, _fig1a_metrics
+    from reproductions.qiao_wang.report import _claims_a
+
+    rid = "qiao-wang-fig1a"
+    setup = _setup_of(committed_json(rid, "config.json"))
+    m = committed_json(rid, "metrics.json")
+    agg = _agg(m["cells"])
+    extras = {
+        "zero_q": _agg(m["zero_q_fraction"]),
+        "cap_q": _agg(m["cap_q_fraction"]),
+        "v_hat": _agg(m["pessimistic_value_estimate"]),
+    }
+    vstar, tuning = _vstar(), _tuning(setup, m["dk_tuning"])
+    claims = _claims_a(agg, setup, vstar)
+    run = RunDir(tmp_path)
+    run.write_config(_fig1a_config(setup, tuning))
+    seconds, cpu = m["wall_seconds"], m["cell_cpu_seconds"]
+    run.write_metrics(_fig1a_metrics(setup, agg, extras, claims, vstar, tuning, seconds, cpu))
+    for name in ("config.json", "metrics.json"):
+        assert (tmp_path / name).read_text(encoding="utf-8") == committed(rid, name)
+
+
 def test_fig1b_report_regenerates_the_committed_report(tmp_path: Path) -> None:
     rid = "qiao-wang-fig1b"
     setup = _setup_of(committed_json(rid, "config.json"))
