@@ -232,31 +232,31 @@ def _json_ref(ref: dict[str, Any]) -> dict[str, Any]:
 
 
 def _header(title: str, name: str, ctx: _Context, seeds: Sequence[int]) -> list[str]:
+    """The opening of a report: its title, the paper, the scale's notes and the seeds."""
     scale = ctx.scale
-    regenerate = "" if scale.is_regime else TEXT.fill("regenerate", {"name": name})
-    parts = [
-        TEXT.fill(
-            "title", title=title, regime=TEXT.fill("title_regime") if scale.is_regime else ""
-        ),
-        TEXT.fill("paper", regenerate=regenerate),
-    ]
+    regime = ""
     if scale.is_regime:
-        parts.append(
-            TEXT.fill(
-                "regime",
-                {"name": name},
-                z=f"{scale.fixed_noise:g}",
-                batch=scale.batch_size,
-                steps=f"{scale.steps:,}",
-            )
+        regime = TEXT.fill(
+            "regime",
+            {"name": name},
+            z=f"{scale.fixed_noise:g}",
+            batch=scale.batch_size,
+            steps=f"{scale.steps:,}",
         )
+    quick = ""
     if scale.is_quick:
-        parts.append(
-            TEXT.fill("quick", steps=scale.steps, hidden=scale.hidden, z=scale.fixed_noise)
-        )
-    stopped = TEXT.fill("stopped") if ctx.stopped else ""
-    parts.append(TEXT.fill("seeds", seeds=", ".join(str(s) for s in seeds), stopped=stopped))
-    return _lines("\n\n".join(parts))
+        quick = TEXT.fill("quick", steps=scale.steps, hidden=scale.hidden, z=scale.fixed_noise)
+    text = TEXT.fill(
+        "report",
+        title=title,
+        regime=TEXT.fill("title_regime") if scale.is_regime else "",
+        regenerate="" if scale.is_regime else TEXT.fill("regenerate", {"name": name}),
+        regime_note=regime + "\n" if regime else "",
+        quick=quick + "\n" if quick else "",
+        seeds=", ".join(str(s) for s in seeds),
+        stopped=TEXT.fill("stopped") if ctx.stopped else "",
+    )
+    return _lines(text)
 
 
 _PAPER_BATCH = " (the paper's most frequent best value)"
