@@ -92,7 +92,30 @@ def fig3(
                     label = f"{ENVS[env].label} {algo.upper()} ε = {eps:g} {METHOD_LABEL[method]}"
                     cells[f"{env}/{algo}/eps{eps:g}/{method}"] = Cell(label, cfgs)
     run_cells(ctx, cells, refs)
+    lines, claims = _fig3_lines(ctx, cells, refs, envs, algos, seed_list)
+    gallery = gallery_claims_fig3(
+        _scores(cells), envs, algos, ctx.scale.fig3_epsilons, regime=ctx.scale.is_regime
+    )
+    return _write_outputs(
+        ctx,
+        "expert-fig3",
+        cells,
+        refs,
+        lines,
+        {"claims_hold": claims},
+        claims=gallery,
+    )
 
+
+def _fig3_lines(
+    ctx: _Context,
+    cells: dict[str, Cell],
+    refs: dict[str, dict[str, Any]],
+    envs: Sequence[str],
+    algos: Sequence[str],
+    seed_list: Sequence[int],
+) -> tuple[list[str], list[bool]]:
+    """Figure 3's report (its lines) and the claim's outcome per comparison of distinct runs."""
     lines = _header("Figure 3 — ours vs expert-level DP-SGD over ε", "expert-fig3", ctx, seed_list)
     lines += [
         "## Results",
@@ -160,18 +183,7 @@ def fig3(
         {k.split("/")[0]: r["random"] for k, r in refs.items()},
     )
     lines += closing(ctx, "expert-fig3", cells, refs, envs)
-    gallery = gallery_claims_fig3(
-        _scores(cells), envs, algos, ctx.scale.fig3_epsilons, regime=ctx.scale.is_regime
-    )
-    return _write_outputs(
-        ctx,
-        "expert-fig3",
-        cells,
-        refs,
-        lines,
-        {"claims_hold": claims},
-        claims=gallery,
-    )
+    return lines, claims
 
 
 def fig3_regime(out: Path, **options: Any) -> Path:
@@ -360,7 +372,27 @@ def fig4(ctx: _Context, seed_list: list[int]) -> Path:
                 cfgs = private_cells(ctx, env, algo, seed_list, epsilon=eps, p=p, m=m)
                 cells[f"m{m}/{method}"] = Cell(f"m = {m} {METHOD_LABEL[method]}", cfgs)
     run_cells(ctx, cells, refs)
+    lines, gaps, grows = _fig4_lines(ctx, cells, refs, ms, seed_list)
+    return _write_outputs(
+        ctx,
+        "expert-fig4",
+        cells,
+        refs,
+        lines,
+        {"gaps": gaps, "gap_grows_with_m": grows},
+        claims=gallery_claims_fig4(_scores(cells), ms),
+    )
 
+
+def _fig4_lines(
+    ctx: _Context,
+    cells: dict[str, Cell],
+    refs: dict[str, dict[str, Any]],
+    ms: Sequence[int],
+    seed_list: Sequence[int],
+) -> tuple[list[str], list[float], bool]:
+    """Figure 4's report (its lines), the gap of ours over DP-SGD per m and whether it grows."""
+    env = "acrobot"
     lines = _header(
         "Figure 4 — number of experts (Acrobot, ε = 10, CQL)", "expert-fig4", ctx, seed_list
     )
@@ -400,15 +432,7 @@ def fig4(ctx: _Context, seed_list: list[int]) -> Path:
     ]
     lines += _plot_fig4(ctx, cells, ms)
     lines += closing(ctx, "expert-fig4", cells, refs, [env], ("cql",), above_notes=False)
-    return _write_outputs(
-        ctx,
-        "expert-fig4",
-        cells,
-        refs,
-        lines,
-        {"gaps": gaps, "gap_grows_with_m": grows},
-        claims=gallery_claims_fig4(_scores(cells), ms),
-    )
+    return lines, gaps, grows
 
 
 def _plot_fig4(ctx: _Context, cells: dict[str, Cell], ms: Sequence[int]) -> list[str]:

@@ -88,7 +88,20 @@ def table2a(
         )
         cells[f"{env}/{algo}/p{p:g}/{variant}"] = Cell(label, cfgs)
     run_cells(ctx, cells, refs)
+    lines = _table2a_lines(ctx, cells, refs, envs, seed_list)
+    claims_2a = gallery_claims_table2a(_scores(cells), envs, eps, regime=ctx.scale.is_regime)
+    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a)
 
+
+def _table2a_lines(
+    ctx: _Context,
+    cells: dict[str, Cell],
+    refs: dict[str, dict[str, Any]],
+    envs: Sequence[str],
+    seed_list: Sequence[int],
+) -> list[str]:
+    """Table 2a's report (its lines)."""
+    eps = 10.0
     lines = _header(
         "Table 2a — p ablation at ε = 10 (expert-level DP)", "expert-table2a", ctx, seed_list
     )
@@ -172,8 +185,7 @@ def table2a(
     ]
     lines += _plot_table2a(ctx, cells)
     lines += closing(ctx, "expert-table2a", cells, refs, envs)
-    claims_2a = gallery_claims_table2a(_scores(cells), envs, eps, regime=ctx.scale.is_regime)
-    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a)
+    return lines
 
 
 def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
@@ -230,7 +242,15 @@ def table2b(ctx: _Context, seed_list: list[int]) -> Path:
             label = f"{ENVS[env].label} BCQ ε = {eps:g}, " + ("ε1 = 3ε/4" if frac else "ε1 = 0")
             cells[f"{env}/bcq/eps{eps:g}/{col}"] = Cell(label, cfgs)
     run_cells(ctx, cells, refs)
+    lines = _table2b_lines(ctx, cells, refs, seed_list)
+    claims = gallery_claims_table2b(_scores(cells))
+    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims)
 
+
+def _table2b_lines(
+    ctx: _Context, cells: dict[str, Cell], refs: dict[str, dict[str, Any]], seed_list: Sequence[int]
+) -> list[str]:
+    """Table 2b's report (its lines)."""
     lines = _header("Table 2b — splitting ε at low ε (BCQ)", "expert-table2b", ctx, seed_list)
     lines += [
         "## Results",
@@ -262,8 +282,7 @@ def table2b(ctx: _Context, seed_list: list[int]) -> Path:
     ]
     lines += _plot_pairs(ctx, cells, "table2b", "Table 2b: ε1 = 3ε/4 vs ε1 = 0 (BCQ)")
     lines += closing(ctx, "expert-table2b", cells, refs, [e for e, _ in PAPER_TABLE2B], ("bcq",))
-    claims = gallery_claims_table2b(_scores(cells))
-    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims)
+    return lines
 
 
 def _plot_pairs(ctx: _Context, cells: dict[str, Cell], name: str, title: str) -> list[str]:

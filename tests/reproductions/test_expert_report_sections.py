@@ -6,10 +6,8 @@ and quick scales it is compared with a stored rendering."""
 
 from __future__ import annotations
 
-import csv
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,52 +21,15 @@ from reproductions.expert.report import (
     _tail,
     raw_return_section,
 )
-from tests.reproductions.committed import ROOT, committed, committed_json
+from tests.reproductions import expert_committed as E
+from tests.reproductions.committed import committed, committed_json
 
-REPORTS = ("expert-table2a", "expert-table2b", "expert-fig3", "expert-fig4", "expert-fig3/regime")
-
-
-def _scale(rid: str) -> Scale:
-    scale = Scale.regime() if rid.endswith("/regime") else Scale.full()
-    recorded = committed_json(rid, "config.json")["scale"]
-    mine = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(scale).items()}
-    assert {k: mine[k] for k in recorded} == recorded  # the scale the run recorded
-    return scale
-
-
-def _context(rid: str) -> _Context:
-    """The invocation as the committed run records it: its scale, no missing dataset or failed
-    run, whether it trained anything and its wall time (metrics.json)."""
-    ctx = _Context(ROOT / rid, _scale(rid), None)
-    m = committed_json(rid, "metrics.json")
-    ctx.missing, ctx.failed = dict(m["missing_datasets"]), dict(m["failed_runs"])
-    ctx.n_run = 0 if "this invocation trained nothing" in committed(rid) else 1
-    ctx.started = time.perf_counter() - float(m["wall_time_s"])
-    return ctx
+REPORTS = E.REPORTS
+_context, _refs = E.context, E.refs
 
 
 def _cells(rid: str) -> dict[str, Cell]:
-    """The committed cells with their finished runs (metrics.csv: key, seed, wall time) and
-    scores (metrics.json), without their configurations."""
-    runs: dict[str, list[dict[str, Any]]] = {}
-    with open(ROOT / rid / "metrics.csv", newline="", encoding="utf-8") as fh:
-        for r in csv.DictReader(fh):
-            runs.setdefault(r["cell"], []).append({"key": r["key"], "wall_s": float(r["wall_s"])})
-    cells = {}
-    for key, c in committed_json(rid, "metrics.json")["cells"].items():
-        cell = Cell(c["label"], [], runs.get(key, []))
-        cell.score = (float(c["normalised_mean"]), float(c["normalised_ci95"]))
-        cells[key] = cell
-    return cells
-
-
-def _refs(rid: str) -> dict[str, dict[str, Any]]:
-    return committed_json(rid, "metrics.json")["references"]
-
-
-def _seeds(text: str) -> list[int]:
-    line = next(x for x in text.split("\n") if x.startswith("Seeds "))
-    return [int(s) for s in line[len("Seeds ") :].split(";")[0].split(", ")]
+    return E.cells(rid)
 
 
 def _in_report(rid: str, lines: list[str]) -> None:
@@ -81,12 +42,15 @@ def test_header_is_the_committed_one(rid: str) -> None:
     text = committed(rid)
     title = text.split("\n", 1)[0][2:].replace(" (the paper's noise regime)", "")
     name = rid.split("/")[0]
-    lines = _header(title, name, _context(rid), _seeds(text))
+    lines = _header(title, name, _context(rid), E.seeds(rid))
     assert text.startswith("\n".join(lines))
 
 
 @pytest.mark.parametrize("rid", REPORTS)
-def test_references_and_status_are_the_committed_ones(rid: str) -> None:
+def test_references_and_status_are_the_committed_ones(
+    rid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    E.frozen_clock(monkeypatch, rid)
     ctx, cells = _context(rid), _cells(rid)
     _in_report(rid, _refs_section(ctx, _refs(rid), cells))
     name = rid.split("/")[0]
