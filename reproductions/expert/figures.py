@@ -45,7 +45,8 @@ from reproductions.expert.verdicts import (
 )
 from reproductions.templates import beside, table
 
-TEXT = beside(__file__, "figures.md.tmpl")
+FIG3 = beside(__file__, "fig3.md.tmpl")
+FIG4 = beside(__file__, "fig4.md.tmpl")
 
 # ---------------------------------------------------------------------------------------------
 # Figure 3: ours vs DP-SGD over ε
@@ -124,7 +125,9 @@ def _fig3_lines(
     header = ["env", "algo", "ε", "p (ours)", "paper (ours; DP-SGD)", "ours", "DP-SGD",
               "ours − DP-SGD", "claim", "return (ours; DP-SGD)", "stable set (ours)",
               "z (ours; DP-SGD)"]  # fmt: skip
-    text = TEXT.fill("fig3", results_table=table(header, rows), held=sum(claims), total=len(claims))
+    text = FIG3.fill(
+        "report", results_table=table(header, rows), held=sum(claims), total=len(claims)
+    )
     lines += [*text.split("\n"), ""]
     if not ctx.scale.is_regime:
         lines += scale_note(ctx.out, *z_by_method(cells))
@@ -133,7 +136,7 @@ def _fig3_lines(
         lines += _spent_section(cells)
         skipped = [ENVS[e].label for e in ENVS if e not in envs]
         if skipped:
-            lines += [TEXT.fill("not_in_regime", envs=", ".join(skipped)), ""]
+            lines += [FIG3.fill("not_in_regime", envs=", ".join(skipped)), ""]
     lines += _plot_fig3(ctx, cells, envs)
     lines += raw_return_section(
         {k: _cell_info(c) for k, c in cells.items() if c.runs},
@@ -199,7 +202,7 @@ def _spent_section(cells: dict[str, Cell]) -> list[str]:
         return []
     header = ["cell", "z", "private / all steps (mean)", "ε certified (max over seeds)",
               "budget ε"]  # fmt: skip
-    return [*TEXT.fill("spent", table=table(header, rows)).split("\n"), ""]
+    return [*FIG3.fill("spent", table=table(header, rows)).split("\n"), ""]
 
 
 def _paper_pair(env: str, algo: str, eps: float) -> str:
@@ -238,7 +241,7 @@ def _fig3_pld_section(
         return []
     header = ["env", "algo", "ε", "p", "ours (paper calibration)", "ours, PLD + joint", "DP-SGD",
               "PLD + joint − DP-SGD", "stable set (PLD)", "z (PLD + joint)"]  # fmt: skip
-    text = TEXT.fill("fig3_pld", table=table(header, rows), wins=sum(wins), total=len(wins))
+    text = FIG3.fill("fig3_pld", table=table(header, rows), wins=sum(wins), total=len(wins))
     return [*text.split("\n"), ""]
 
 
@@ -369,14 +372,14 @@ def _fig4_lines(
     grows = len(finite) == len(ms) and all(b >= a for a, b in itertools.pairwise(finite))
     ahead = [m for m, g in zip(ms, gaps, strict=False) if math.isfinite(g) and g >= 0]
     header = ["m", "ours (p = 0, T = 25)", "DP-SGD", "gap", "stable set (ours)", "z (DP-SGD)"]
-    text = TEXT.fill(
-        "fig4",
+    text = FIG4.fill(
+        "report",
         results_table=table(header, rows),
         grows="yes" if grows else "no",
         incomplete="" if len(finite) == len(ms) else " (incomplete)",
-        ahead=TEXT.fill("ahead", ms=", ".join(str(m) for m in ahead))
+        ahead=FIG4.fill("ahead", ms=", ".join(str(m) for m in ahead))
         if ahead
-        else TEXT.fill("ahead_none"),
+        else FIG4.fill("ahead_none"),
     )
     lines += [*text.split("\n"), ""]
     lines += _plot_fig4(ctx, cells, ms)

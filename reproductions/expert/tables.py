@@ -43,7 +43,8 @@ from reproductions.expert.verdicts import (
 )
 from reproductions.templates import beside, table
 
-TEXT = beside(__file__, "tables.md.tmpl")
+TABLE2A = beside(__file__, "table2a.md.tmpl")
+TABLE2B = beside(__file__, "table2b.md.tmpl")
 
 # ---------------------------------------------------------------------------------------------
 # Table 2a: p ablation at ε = 10
@@ -122,13 +123,13 @@ def _table2a_lines(
               "ε (reported)"]  # fmt: skip
     rows = [_table2a_row(key, cell) for key, cell in cells.items()]
     claims = _table2a_claims(cells, envs, eps)
-    claim_check = "\n" + TEXT.fill("claim_check", claims="\n".join(claims)) if claims else ""
+    claim_check = "\n" + TABLE2A.fill("claim_check", claims="\n".join(claims)) if claims else ""
     note = ""
     if not ctx.scale.is_regime:
         main = {k: c for k, c in cells.items() if k.endswith("/main")}
         note = "\n" + "\n".join(scale_note(ctx.out, *z_by_method(main))[:-1])
-    text = TEXT.fill(
-        "table2a", results_table=table(header, rows), claim_check=claim_check, scale_note=note
+    text = TABLE2A.fill(
+        "report", results_table=table(header, rows), claim_check=claim_check, scale_note=note
     )
     lines += [*text.split("\n"), ""]
     lines += _plot_table2a(ctx, cells)
@@ -146,7 +147,7 @@ def _table2a_row(key: str, cell: Cell) -> list[str]:
     c0 = cell.cfgs[0]
     score = _fmt(*cell.score)
     if c0.method == "ours" and p == 0.0 and cell.runs and max(cell.stable_sizes()) == 0:
-        score += TEXT.fill("infeasible")
+        score += TABLE2A.fill("infeasible")
     eps_rep = [r["epsilon"] for r in cell.runs if r.get("epsilon") is not None]
     eps_txt = f"{max(eps_rep):.3g}" if eps_rep else "—"
     method = METHOD_LABEL[c0.method] + _VARIANT[variant]
@@ -167,7 +168,7 @@ def _table2a_claims(cells: dict[str, Cell], envs: Sequence[str], eps: float) -> 
                 continue
             diff = o.score[0] - d.score[0]
             claims.append(
-                TEXT.fill(
+                TABLE2A.fill(
                     "claim_2a",
                     env=ENVS[env].label,
                     algo=algo.upper(),
@@ -259,7 +260,7 @@ def _table2b_lines(
         )  # fmt: skip
     header = ["env", "ε", "paper ε1 = 3ε/4", "ours ε1 = 3ε/4 (p = 0.5)", "stable set",
               "paper ε1 = 0", "ours ε1 = 0 (DP-SGD)", "z (3ε/4; 0)"]  # fmt: skip
-    lines += [*TEXT.fill("table2b", results_table=table(header, rows)).split("\n"), ""]
+    lines += [*TABLE2B.fill("report", results_table=table(header, rows)).split("\n"), ""]
     lines += _plot_pairs(ctx, cells, "table2b", "Table 2b: ε1 = 3ε/4 vs ε1 = 0 (BCQ)")
     return lines + closing(
         ctx, "expert-table2b", cells, refs, [e for e, _ in PAPER_TABLE2B], ("bcq",)
