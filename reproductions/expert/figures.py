@@ -43,6 +43,10 @@ from reproductions.expert.verdicts import (
     gallery_claims_fig4,
     scale_note,
 )
+from reproductions.templates import beside, table
+
+FIG3 = beside(__file__, "fig3.md.tmpl")
+FIG4 = beside(__file__, "fig4.md.tmpl")
 
 # ---------------------------------------------------------------------------------------------
 # Figure 3: ours vs DP-SGD over ε
@@ -92,74 +96,7 @@ def fig3(
                     label = f"{ENVS[env].label} {algo.upper()} ε = {eps:g} {METHOD_LABEL[method]}"
                     cells[f"{env}/{algo}/eps{eps:g}/{method}"] = Cell(label, cfgs)
     run_cells(ctx, cells, refs)
-
-    lines = _header("Figure 3 — ours vs expert-level DP-SGD over ε", "expert-fig3", ctx, seed_list)
-    lines += [
-        "## Results",
-        "",
-        "Paper claim: ours ≥ DP-SGD at every ε ∈ {5, 7.5, 10}, in all four environments, "
-        "with CQL and BCQ (figure only, no numbers printed). Where the paper's Table 1 p is 1 "
-        "(ε = 5 on CartPole, LunarLander, HIV), ours *is* DP-SGD (the filter is skipped), and "
-        "the two rows are the same runs.",
-        "",
-        "Paper column: the points of the figure that the paper's tables print (Table 2a at "
-        "ε = 10, Table 2b's ε1 = 0 column at CartPole BCQ ε = 5), ours; DP-SGD. Return: the raw "
-        "mean return (ours; DP-SGD) beside the normalised score, which depends on the "
-        "non-private reference (see the references section).",
-        "",
-        "| env | algo | ε | p (ours) | paper (ours; DP-SGD) | ours | DP-SGD | ours − DP-SGD | "
-        "claim | return (ours; DP-SGD) | stable set (ours) | z (ours; DP-SGD) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    claims = []
-    for env in envs:
-        for algo in algos:
-            for eps in ctx.scale.fig3_epsilons:
-                o = cells.get(f"{env}/{algo}/eps{eps:g}/ours")
-                d = cells.get(f"{env}/{algo}/eps{eps:g}/dp-sgd")
-                if o is None or d is None:
-                    continue
-                diff = o.score[0] - d.score[0]
-                same = o.cfgs[0].key() == d.cfgs[0].key()
-                if not (math.isfinite(diff)):
-                    claim = "pending"
-                elif same:
-                    claim = "= (same runs)"
-                else:
-                    claim = "holds" if diff >= 0 else "fails"
-                    claims.append(diff >= 0)
-                lines.append(
-                    f"| {ENVS[env].label} | {algo.upper()} | {eps:g} | "
-                    f"{PAPER_TABLE1_P[(env, algo)][_nearest(eps)]:g} | "
-                    f"{_paper_pair(env, algo, eps)} | {_fmt(*o.score)} | "
-                    f"{_fmt(*d.score)} | {diff:+.2f} | {claim} | {_fmt(*o.raw, 1)}; "
-                    f"{_fmt(*d.raw, 1)} | {_stable_text(o)} | {_z_text(o)}; {_z_text(d)} |"
-                )
-    lines += [
-        "",
-        f"Claim holds in {sum(claims)} of {len(claims)} comparisons with distinct runs "
-        "(means only; see the CIs).",
-        "",
-    ]
-    if not ctx.scale.is_regime:
-        lines += scale_note(ctx.out, *z_by_method(cells))
-    lines += _fig3_pld_section(ctx, cells, envs, algos)
-    if ctx.scale.is_regime:
-        lines += _spent_section(cells)
-        skipped = [ENVS[e].label for e in ENVS if e not in envs]
-        if skipped:
-            lines += [
-                f"Not run in this regime: {', '.join(skipped)} (the run of this report was "
-                "restricted to the environments listed above, by its cost; the equal-steps "
-                "report covers all four).",
-                "",
-            ]
-    lines += _plot_fig3(ctx, cells, envs)
-    lines += raw_return_section(
-        {k: _cell_info(c) for k, c in cells.items() if c.runs},
-        {k.split("/")[0]: r["random"] for k, r in refs.items()},
-    )
-    lines += closing(ctx, "expert-fig3", cells, refs, envs)
+    lines, claims = _fig3_lines(ctx, cells, refs, envs, algos, seed_list)
     gallery = gallery_claims_fig3(
         _scores(cells), envs, algos, ctx.scale.fig3_epsilons, regime=ctx.scale.is_regime
     )
@@ -172,6 +109,72 @@ def fig3(
         {"claims_hold": claims},
         claims=gallery,
     )
+
+
+def _fig3_lines(
+    ctx: _Context,
+    cells: dict[str, Cell],
+    refs: dict[str, dict[str, Any]],
+    envs: Sequence[str],
+    algos: Sequence[str],
+    seed_list: Sequence[int],
+) -> tuple[list[str], list[bool]]:
+    """Figure 3's report (its lines) and the claim's outcome per comparison of distinct runs."""
+    lines = _header("Figure 3 — ours vs expert-level DP-SGD over ε", "expert-fig3", ctx, seed_list)
+    rows, claims = _fig3_rows(ctx, cells, envs, algos)
+    header = ["env", "algo", "ε", "p (ours)", "paper (ours; DP-SGD)", "ours", "DP-SGD",
+              "ours − DP-SGD", "claim", "return (ours; DP-SGD)", "stable set (ours)",
+              "z (ours; DP-SGD)"]  # fmt: skip
+    text = FIG3.fill(
+        "report", results_table=table(header, rows), held=sum(claims), total=len(claims)
+    )
+    lines += [*text.split("\n"), ""]
+    if not ctx.scale.is_regime:
+        lines += scale_note(ctx.out, *z_by_method(cells))
+    lines += _fig3_pld_section(ctx, cells, envs, algos)
+    if ctx.scale.is_regime:
+        lines += _spent_section(cells)
+        skipped = [ENVS[e].label for e in ENVS if e not in envs]
+        if skipped:
+            lines += [FIG3.fill("not_in_regime", envs=", ".join(skipped)), ""]
+    lines += _plot_fig3(ctx, cells, envs)
+    lines += raw_return_section(
+        {k: _cell_info(c) for k, c in cells.items() if c.runs},
+        {k.split("/")[0]: r["random"] for k, r in refs.items()},
+    )
+    lines += closing(ctx, "expert-fig3", cells, refs, envs)
+    return lines, claims
+
+
+def _fig3_rows(
+    ctx: _Context, cells: dict[str, Cell], envs: Sequence[str], algos: Sequence[str]
+) -> tuple[list[list[str]], list[bool]]:
+    """Figure 3's rows (ours beside DP-SGD per env, algo and ε) and the claim's outcome per
+    comparison of distinct runs."""
+    rows, claims = [], []
+    for env in envs:
+        for algo in algos:
+            for eps in ctx.scale.fig3_epsilons:
+                o = cells.get(f"{env}/{algo}/eps{eps:g}/ours")
+                d = cells.get(f"{env}/{algo}/eps{eps:g}/dp-sgd")
+                if o is None or d is None:
+                    continue
+                diff = o.score[0] - d.score[0]
+                if not (math.isfinite(diff)):
+                    claim = "pending"
+                elif o.cfgs[0].key() == d.cfgs[0].key():
+                    claim = "= (same runs)"
+                else:
+                    claim = "holds" if diff >= 0 else "fails"
+                    claims.append(diff >= 0)
+                rows.append(
+                    [ENVS[env].label, algo.upper(), f"{eps:g}",
+                     f"{PAPER_TABLE1_P[(env, algo)][_nearest(eps)]:g}", _paper_pair(env, algo, eps),
+                     _fmt(*o.score), _fmt(*d.score), f"{diff:+.2f}", claim,
+                     f"{_fmt(*o.raw, 1)}; {_fmt(*d.raw, 1)}", _stable_text(o),
+                     f"{_z_text(o)}; {_z_text(d)}"]
+                )  # fmt: skip
+    return rows, claims
 
 
 def fig3_regime(out: Path, **options: Any) -> Path:
@@ -192,27 +195,14 @@ def _spent_section(cells: dict[str, Cell]) -> list[str]:
         eps = [r["epsilon"] for r in cell.runs if r.get("epsilon") is not None]
         c0 = cell.cfgs[0]
         rows.append(
-            f"| {cell.label} | {_z_text(cell)} | {_private_steps_text(cell)} | "
-            f"{(max(eps) if eps else math.nan):.3g} | {c0.epsilon:g} |"
-        )
+            [cell.label, _z_text(cell), _private_steps_text(cell),
+             f"{(max(eps) if eps else math.nan):.3g}", f"{c0.epsilon:g}"]
+        )  # fmt: skip
     if not rows:
         return []
-    return [
-        "### Steps and ε spent (z fixed, steps from the budget, capped)",
-        "",
-        "| cell | z | private / all steps (mean) | ε certified (max over seeds) | budget ε |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-        "A run whose private steps stop at the cap spends less than its budget; DP-SGD at "
-        "ε = 10 would need far more steps than the cap to spend its budget at this z (about "
-        "75,000 at b = 256). The methods are therefore compared at the same z and the same "
-        "number of steps, **not at the same ε spent**: the filter's rounds add to ours' ε "
-        "(column above), while capped DP-SGD leaves most of its budget unspent. A verdict here "
-        "says which method learns more under the paper's per-step noise, not which is better "
-        "at an equal privacy cost.",
-        "",
-    ]
+    header = ["cell", "z", "private / all steps (mean)", "ε certified (max over seeds)",
+              "budget ε"]  # fmt: skip
+    return [*FIG3.fill("spent", table=table(header, rows)).split("\n"), ""]
 
 
 def _paper_pair(env: str, algo: str, eps: float) -> str:
@@ -243,30 +233,16 @@ def _fig3_pld_section(
                 if math.isfinite(diff):
                     wins.append(diff >= 0)
                 rows.append(
-                    f"| {ENVS[env].label} | {algo.upper()} | {eps:g} | {x.cfgs[0].p:g} | "
-                    f"{_fmt(*o.score)} | {_fmt(*x.score)} | {_fmt(*d.score)} | {diff:+.2f} | "
-                    f"{_stable_text(x)} | {_z_text(x)} |"
-                )
+                    [ENVS[env].label, algo.upper(), f"{eps:g}", f"{x.cfgs[0].p:g}",
+                     _fmt(*o.score), _fmt(*x.score), _fmt(*d.score), f"{diff:+.2f}",
+                     _stable_text(x), _z_text(x)]
+                )  # fmt: skip
     if not rows:
         return []
-    return [
-        "### Beyond the paper: PLD filter calibration + joint DP-SGD budget",
-        "",
-        "The same cells with ours calibrated by our accounting: the filter's ε' is the largest "
-        "its T rounds the PLD accountant certifies at (ε1, δ1) (`--filter-calibration pld`), and "
-        "for 0 < p < 1 DP-SGD's noise is sized against the total (ε, δ) after the filter's "
-        "rounds (`--dp-sgd-budget joint`). Same ε, δ, p, η and seeds; the guarantee is the "
-        "same kind (one certified (ε, δ) per run).",
-        "",
-        "| env | algo | ε | p | ours (paper calibration) | ours, PLD + joint | DP-SGD | "
-        "PLD + joint − DP-SGD | stable set (PLD) | z (PLD + joint) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-        f"Ours with PLD + joint ≥ DP-SGD in {sum(wins)} of {len(wins)} comparisons (means "
-        "only; see the CIs).",
-        "",
-    ]
+    header = ["env", "algo", "ε", "p", "ours (paper calibration)", "ours, PLD + joint", "DP-SGD",
+              "PLD + joint − DP-SGD", "stable set (PLD)", "z (PLD + joint)"]  # fmt: skip
+    text = FIG3.fill("fig3_pld", table=table(header, rows), wins=sum(wins), total=len(wins))
+    return [*text.split("\n"), ""]
 
 
 def _score_line(ax: Any, at: Mapping[float, Cell | None], color: str, label: str) -> None:
@@ -360,46 +336,7 @@ def fig4(ctx: _Context, seed_list: list[int]) -> Path:
                 cfgs = private_cells(ctx, env, algo, seed_list, epsilon=eps, p=p, m=m)
                 cells[f"m{m}/{method}"] = Cell(f"m = {m} {METHOD_LABEL[method]}", cfgs)
     run_cells(ctx, cells, refs)
-
-    lines = _header(
-        "Figure 4 — number of experts (Acrobot, ε = 10, CQL)", "expert-fig4", ctx, seed_list
-    )
-    lines += [
-        "## Results",
-        "",
-        "Paper claim: the gap of ours over DP-SGD grows with m (m ∈ {1000, 2000, 3000}; "
-        "figure only). m experts are a public seeded subset of the 3000 (seed 0), the data "
-        "are their trajectories only, δ = 1/m; R_nonprivate is the non-private run on all "
-        "3000 experts.",
-        "",
-        "| m | ours (p = 0, T = 25) | DP-SGD | gap | stable set (ours) | z (DP-SGD) |",
-        "|---|---|---|---|---|---|",
-    ]
-    gaps = []
-    for m in ms:
-        o, d = cells.get(f"m{m}/ours"), cells.get(f"m{m}/dp-sgd")
-        if o is None or d is None:
-            lines.append(f"| {m} | (not run) | (not run) | — | — | — |")
-            continue
-        gap = o.score[0] - d.score[0]
-        gaps.append(gap)
-        lines.append(
-            f"| {m} | {_fmt(*o.score)} | {_fmt(*d.score)} | {gap:+.2f} | {_stable_text(o)} | "
-            f"{_z_text(d)} |"
-        )
-    finite = [g for g in gaps if math.isfinite(g)]
-    grows = len(finite) == len(ms) and all(b >= a for a, b in itertools.pairwise(finite))
-    ahead = [m for m, g in zip(ms, gaps, strict=False) if math.isfinite(g) and g >= 0]
-    lines += [
-        "",
-        f"Gap grows monotonically with m: {'yes' if grows else 'no'}"
-        + ("" if len(finite) == len(ms) else " (incomplete)")
-        + ". Ours ≥ DP-SGD (means) at "
-        + (f"m ∈ {{{', '.join(str(m) for m in ahead)}}}." if ahead else "no m."),
-        "",
-    ]
-    lines += _plot_fig4(ctx, cells, ms)
-    lines += closing(ctx, "expert-fig4", cells, refs, [env], ("cql",), above_notes=False)
+    lines, gaps, grows = _fig4_lines(ctx, cells, refs, ms, seed_list)
     return _write_outputs(
         ctx,
         "expert-fig4",
@@ -409,6 +346,45 @@ def fig4(ctx: _Context, seed_list: list[int]) -> Path:
         {"gaps": gaps, "gap_grows_with_m": grows},
         claims=gallery_claims_fig4(_scores(cells), ms),
     )
+
+
+def _fig4_lines(
+    ctx: _Context,
+    cells: dict[str, Cell],
+    refs: dict[str, dict[str, Any]],
+    ms: Sequence[int],
+    seed_list: Sequence[int],
+) -> tuple[list[str], list[float], bool]:
+    """Figure 4's report (its lines), the gap of ours over DP-SGD per m and whether it grows."""
+    lines = _header(
+        "Figure 4 — number of experts (Acrobot, ε = 10, CQL)", "expert-fig4", ctx, seed_list
+    )
+    rows, gaps = [], []
+    for m in ms:
+        o, d = cells.get(f"m{m}/ours"), cells.get(f"m{m}/dp-sgd")
+        if o is None or d is None:
+            rows.append([m, "(not run)", "(not run)", "—", "—", "—"])
+            continue
+        gap = o.score[0] - d.score[0]
+        gaps.append(gap)
+        rows.append([m, _fmt(*o.score), _fmt(*d.score), f"{gap:+.2f}", _stable_text(o), _z_text(d)])
+    finite = [g for g in gaps if math.isfinite(g)]
+    grows = len(finite) == len(ms) and all(b >= a for a, b in itertools.pairwise(finite))
+    ahead = [m for m, g in zip(ms, gaps, strict=False) if math.isfinite(g) and g >= 0]
+    header = ["m", "ours (p = 0, T = 25)", "DP-SGD", "gap", "stable set (ours)", "z (DP-SGD)"]
+    text = FIG4.fill(
+        "report",
+        results_table=table(header, rows),
+        grows="yes" if grows else "no",
+        incomplete="" if len(finite) == len(ms) else " (incomplete)",
+        ahead=FIG4.fill("ahead", ms=", ".join(str(m) for m in ahead))
+        if ahead
+        else FIG4.fill("ahead_none"),
+    )
+    lines += [*text.split("\n"), ""]
+    lines += _plot_fig4(ctx, cells, ms)
+    lines += closing(ctx, "expert-fig4", cells, refs, ["acrobot"], ("cql",), above_notes=False)
+    return lines, gaps, grows
 
 
 def _plot_fig4(ctx: _Context, cells: dict[str, Cell], ms: Sequence[int]) -> list[str]:

@@ -26,6 +26,9 @@ from reproductions.expert.paper import (
     normalised,
 )
 from reproductions.expert.runs import _lr, _run_all, _scale_tag, lr_method_of
+from reproductions.templates import beside, table
+
+TEXT = beside(__file__, "report.md.tmpl")
 
 # ---------------------------------------------------------------------------------------------
 # aggregation, plots, reports
@@ -101,27 +104,20 @@ def raw_return_section(
             continue
         expert, r0 = EXPERT_MEDIAN_RETURN[env], float(random[env])
         rows.append(
-            f"| {c['label']} | {_fmt(raw, float(c.get('return_ci95') or math.nan), 1)} | "
-            f"{_fmt(float(c['normalised_mean']), float(c['normalised_ci95']))} | "
-            f"{(raw - r0) / (expert - r0):.2f} |"
-        )
+            [c["label"], _fmt(raw, float(c.get("return_ci95") or math.nan), 1),
+             _fmt(float(c["normalised_mean"]), float(c["normalised_ci95"])),
+             f"{(raw - r0) / (expert - r0):.2f}"]
+        )  # fmt: skip
     if not rows:
         return []
-    return [
-        "## Raw returns and the experts' reference",
-        "",
-        "The normalised score divides by the non-private run of the same learner and length, "
-        "which is not a ceiling where it trained badly (Acrobot BCQ: −138.7 while the private "
-        "runs reach ≈ −84, hence scores of 1.8–1.9). The raw return and the score against the "
-        "experts' own median greedy return on the default environment (CartPole 1000, "
-        "Acrobot −88, HIV 1227, LunarLander 267; docs/expert-data.md) read the same runs "
-        "without that dependence: (R − R_random)/(R_experts − R_random).",
-        "",
-        "| cell | return (mean ± CI) | normalised (non-private ref.) | vs experts' median |",
-        "|---|---|---|---|",
-        *rows,
-        "",
-    ]
+    header = ["cell", "return (mean ± CI)", "normalised (non-private ref.)",
+              "vs experts' median"]  # fmt: skip
+    return _lines(TEXT.fill("raw_returns", table=table(header, rows)))
+
+
+def _lines(text: str) -> list[str]:
+    """A report section's lines, the last one empty (the reports join sections' lines)."""
+    return [*text.split("\n"), ""]
 
 
 def _stable_text(cell: Cell) -> str:
@@ -236,127 +232,69 @@ def _json_ref(ref: dict[str, Any]) -> dict[str, Any]:
 
 
 def _header(title: str, name: str, ctx: _Context, seeds: Sequence[int]) -> list[str]:
+    """The opening of a report: its title, the paper, the scale's notes and the seeds."""
     scale = ctx.scale
-    lines = [
-        f"# {title}" + (" (the paper's noise regime)" if scale.is_regime else ""),
-        "",
-        "Paper: Sharma et al., *Preserving Expert-Level Privacy in Offline Reinforcement "
-        "Learning* (2024)."
-        + (
-            ""
-            if scale.is_regime
-            else f" Regenerate with `privrl reproduce {name}` (resumable: finished runs are "
-            "skipped; `--quick` for a smoke test on the `--quick` recipe data)."
-        ),
-        "",
-    ]
+    regime = ""
     if scale.is_regime:
-        lines += [
-            f"**The paper's noise regime**: every private run at z = {scale.fixed_noise:g}, "
-            f"b = {scale.batch_size}, as many steps as its budget allows up to "
-            f"{scale.steps:,}. Regenerate with `privrl reproduce {name}/regime` (resumable: "
-            f"finished runs are skipped; `privrl reproduce {name}` runs the equal-steps scale).",
-            "",
-        ]
-    if scale.is_quick:
-        lines += [
-            "**Quick mode** (smoke test): 50 experts × 2 trajectories, "
-            f"{scale.steps} steps, a {scale.hidden} network, z = {scale.fixed_noise} — the "
-            "numbers say nothing about the methods.",
-            "",
-        ]
-    n_done_note = ""
-    if ctx.stopped:
-        n_done_note = (
-            " **This invocation hit its time budget: the tables below are partial (cells "
-            "show the seeds that finished); rerun the same command to finish.**"
+        regime = TEXT.fill(
+            "regime",
+            {"name": name},
+            z=f"{scale.fixed_noise:g}",
+            batch=scale.batch_size,
+            steps=f"{scale.steps:,}",
         )
-    lines += [
-        f"Seeds {', '.join(str(s) for s in seeds)}; cells show the normalised score "
-        "(R − R_random)/(R_nonprivate − R_random), mean ± 95% CI (Student t over seeds; "
-        "R_nonprivate is the mean over the same seeds of the non-private run)." + n_done_note,
-        "",
-    ]
-    return lines
+    quick = ""
+    if scale.is_quick:
+        quick = TEXT.fill("quick", steps=scale.steps, hidden=scale.hidden, z=scale.fixed_noise)
+    text = TEXT.fill(
+        "report",
+        title=title,
+        regime=TEXT.fill("title_regime") if scale.is_regime else "",
+        regenerate="" if scale.is_regime else TEXT.fill("regenerate", {"name": name}),
+        regime_note=regime + "\n" if regime else "",
+        quick=quick + "\n" if quick else "",
+        seeds=", ".join(str(s) for s in seeds),
+        stopped=TEXT.fill("stopped") if ctx.stopped else "",
+    )
+    return _lines(text)
+
+
+_PAPER_BATCH = " (the paper's most frequent best value)"
 
 
 def _protocol(ctx: _Context) -> list[str]:
     s = ctx.scale
-    z = (
-        f"fixed z = {s.fixed_noise} and exactly N steps"
-        if s.fixed_noise is not None
-        else "z calibrated (PLD, 1% tolerance, safe side) so that the run's private steps "
-        "spend exactly its DP-SGD budget: K = N for DP-SGD, K ≈ p·N for Selective DP-SGD "
-        "(exact accounting; training stops at the K-th private step, ≈ N steps in all)"
-    )
-    grid = ", ".join(f"{v:g}" for v in s.lr_grid)
     if s.is_regime:
-        training = (
-            f"- Training length (the paper's noise regime): every private run at the fixed "
-            f"z = {s.fixed_noise:g} (the smallest multiplier of the paper's grid {{10, …, 80}}), "
-            f"b = {s.batch_size} (the largest batch of its grid), trained as long as its budget "
-            f"allows (the paper's protocol), capped at N = {s.steps:,} steps. The paper's own "
-            "step counts at these z (DP-SGD at ε = 10, z = 10, b = 256: about 75,000 steps; "
-            "at its chosen z = 20–80, 10⁵–10⁶) cost far more than the machine allows, so a "
-            "capped run spends less than its budget: the table reports each run's private "
-            "and total steps and the ε its report certifies. Ours and DP-SGD are compared at "
-            "the same z and the same cap."
+        training = TEXT.fill(
+            "training_regime", z=f"{s.fixed_noise:g}", batch=s.batch_size, steps=f"{s.steps:,}"
         )
     else:
-        training = (
-            f"- Training length: N = {s.steps:,} steps per run, batch b = {s.batch_size}; "
-            f"{z}. The paper trains as long as the budget lasts with z ∈ {{10, …, 80}} (up "
-            "to ~10⁶ steps), which does not fit on 2 shared CPU cores. Our z (table column) "
-            "is therefore much smaller than the paper's; the comparison of methods is at an "
-            "equal number of steps (see the regime report for z in the paper's range)."
-        )
+        if s.fixed_noise is not None:
+            z = TEXT.fill("z_fixed", z=s.fixed_noise)
+        else:
+            z = TEXT.fill("z_calibrated")
+        training = TEXT.fill("training", steps=f"{s.steps:,}", batch=s.batch_size, z=z)
     if len(s.lr_grid) == 1:
-        hyper = (
-            f"- Hyper-parameters: η = {s.lr_grid[0]:g} fixed for every method (at the full "
-            "scale the search chose it for every CartPole method and for LunarLander's "
-            "private methods; no search at this scale); "
-            f"b = {s.batch_size}; z fixed; p as in the paper's Table 1 unless the table "
-            "varies it."
-        )
+        hyper = TEXT.fill("hyper_fixed", lr=f"{s.lr_grid[0]:g}", batch=s.batch_size)
     else:
-        hyper = (
-            f"- Hyper-parameters: η searched over {{{grid}}} (a subset of the paper's grid "
-            "{1e-4, 5e-4, 1e-3, 5e-3, 1e-2}) per (environment, algorithm, method) at ε = 10 "
-            "(ours at the paper's Table 1 p) on one search seed (1000 + base seed) that is "
-            f"not a reporting seed; b = {s.batch_size} fixed"
-            + (" (quick scale)" if s.is_quick else " (the paper's most frequent best value)")
-            + f"; z {'fixed' if s.fixed_noise is not None else 'calibrated'}, not searched; "
-            "p as in the paper's Table 1 unless the table varies it. When the largest η of "
-            "the grid wins (see the search table), a larger one (the paper's 1e-2) might do "
-            "better; it was not tried. **The search is not privacy-accounted**, as in the "
-            "paper."
+        hyper = TEXT.fill(
+            "hyper_searched",
+            grid=", ".join(f"{v:g}" for v in s.lr_grid),
+            batch=s.batch_size,
+            batch_note=" (quick scale)"
+            if s.is_quick
+            else " (the paper's most frequent best value)",
+            z_how="fixed" if s.fixed_noise is not None else "calibrated",
         )
-    return [
-        "## Protocol and deviations from the paper",
-        "",
-        training,
-        f"- Evaluation: mean return of {s.n_evals} greedy evaluations ({s.eval_episodes} "
-        f"episodes each) spaced over the last {min(s.eval_window, 10_000):,} steps (paper: "
-        "last 10,000 steps of much longer runs); CartPole evaluated for 1000 steps, Acrobot "
-        "200, HIV 50, LunarLander 1000.",
-        hyper,
-        "- Accounting: ours uses the exact (certified) Selective DP-SGD accounting by "
-        "default: the step coins are drawn up front and the K private steps are accounted "
-        "as Poisson(b/m)-subsampled Gaussian steps, which allows fewer private steps than "
-        "the paper's q = p·b/m. The paper's accounting is not a certified bound (the shared "
-        "coin is visible in the iterates); runs marked *paper accounting* use it and are "
-        "**not certified**.",
-        "- Filter: T rounds per ε from the paper (B.3), p_min = 0.02, L = the dataset "
-        "horizon (public), δ = 1/m, split ε1 = 3ε/4, δ1 = 9δ/10 (p = 0: all to the filter; "
-        "ε < 5: no filter) unless stated; calibration of the paper (ε' = ε1/sqrt(32·T·"
-        "ln(2/δ1))) unless marked *tight* or *PLD*.",
-        "- BCQ uses linear imitation logits (the `privrl.rl.bcq` default; Fujimoto's final "
-        "ReLU kills an output unit at initialisation for 2-action tasks, see docs/expert.md).",
-        "- Experts and data: our recipes (`privrl data collect --recipe experts-*`, "
-        "docs/expert-data.md): 3000 perturbed-physics experts × 20 trajectories, not the "
-        "paper's 3000 PPO agents.",
-        "",
-    ]
+    text = TEXT.fill(
+        "protocol",
+        training=training,
+        n_evals=s.n_evals,
+        eval_episodes=s.eval_episodes,
+        window=f"{min(s.eval_window, 10_000):,}",
+        hyper=hyper,
+    )
+    return _lines(text)
 
 
 def _refs_section(
@@ -364,20 +302,16 @@ def _refs_section(
 ) -> list[str]:
     """The reference table; with ``cells`` (keys ``env/algo/…``), a note on every reference
     that some private cell beats on the mean (normalised score above 1)."""
-    lines = [
-        "## References (non-private runs and random policy)",
-        "",
-        "| env | algo | η | R_random | R_nonprivate (mean ± CI) | per seed |",
-        "|---|---|---|---|---|---|",
-    ]
+    rows = []
     for key, ref in refs.items():
         env, algo = key.split("/")
         per = ", ".join(f"{v:.1f}" for v in ref["per_seed"].values()) or "pending"
-        lines.append(
-            f"| {ENVS[env].label} | {algo.upper()} | {ref['lr']:g} | {ref['random']:.2f} | "
-            f"{_fmt(ref['mean'], ref['ci'], 1)} | {per} |"
-        )
-    lines.append("")
+        rows.append(
+            [ENVS[env].label, algo.upper(), f"{ref['lr']:g}", f"{ref['random']:.2f}",
+             _fmt(ref["mean"], ref["ci"], 1), per]
+        )  # fmt: skip
+    header = ["env", "algo", "η", "R_random", "R_nonprivate (mean ± CI)", "per seed"]
+    text = TEXT.fill("refs", table=table(header, rows))
     above = sorted(
         {
             f"{ENVS[key.split('/')[0]].label} {key.split('/')[1].upper()}"
@@ -386,25 +320,14 @@ def _refs_section(
         }
     )
     if above:
-        lines += [
-            f"Scores above 1 ({', '.join(above)}): private runs returned more than the "
-            "non-private reference of the same learner at the same training length. The "
-            "normalisation takes the non-private run as the ceiling, which it is not there; "
-            "compare raw returns (per-seed references above).",
-            "",
-        ]
-    return lines
+        text += "\n\n" + TEXT.fill("refs_above", cells=", ".join(above))
+    return _lines(text)
 
 
 def _search_section(
     ctx: _Context, envs: Iterable[str], algos: Sequence[str] = ("cql", "bcq")
 ) -> list[str]:
-    lines = [
-        "## Learning-rate search (not privacy-accounted)",
-        "",
-        "| env | algo | method | return per η (search seed) | chosen |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     for env in dict.fromkeys(envs):  # each environment once, in order
         if env not in ctx.data:
             continue
@@ -413,47 +336,45 @@ def _search_section(
             if e != env or tag != _scale_tag(ctx.scale) or algo not in algos:
                 continue
             per = ", ".join(f"{lr}: {r:.1f}" for lr, r in entry["returns"].items())
-            lines.append(
-                f"| {ENVS[env].label} | {algo.upper()} | {METHOD_LABEL.get(method, method)} "
-                f"| {per} | {entry['chosen']:g}{'' if entry.get('complete') else ' (partial)'} |"
-            )
-    lines.append("")
-    return lines
+            chosen = f"{entry['chosen']:g}{'' if entry.get('complete') else ' (partial)'}"
+            rows.append([ENVS[env].label, algo.upper(), METHOD_LABEL.get(method, method), per,
+                         chosen])  # fmt: skip
+    header = ["env", "algo", "method", "return per η (search seed)", "chosen"]
+    return _lines(TEXT.fill("search", table=table(header, rows)))
 
 
 def _tail(
     ctx: _Context, name: str, n_done: int, n_total: int, cells: dict[str, Cell] | None = None
 ) -> list[str]:
-    lines = ["## Status", ""]
     runs = {r["key"]: r["wall_s"] for cell in (cells or {}).values() for r in cell.runs}
-    this = (
-        f"wall time of this invocation {(time.perf_counter() - ctx.started) / 60:.1f} min"
-        if ctx.n_run
-        else "this invocation trained nothing (every run was finished: the report was rebuilt)"
-    )
-    lines.append(
-        f"{n_done} of {n_total} runs finished ({sum(runs.values()) / 60:.0f} min of training "
-        f"and evaluation, not counting the reference and search runs); {this}; a shared "
-        "2-core machine."
-    )
+    if ctx.n_run:
+        this = TEXT.fill("this_ran", minutes=f"{(time.perf_counter() - ctx.started) / 60:.1f}")
+    else:
+        this = TEXT.fill("this_rebuilt")
+    missing = failed = finish = ""
     if ctx.missing:
-        lines += ["", "Missing datasets (their rows are empty):", ""]
-        for env, cmd in ctx.missing.items():
-            lines.append(f"- {ENVS[env].label}: build with `{cmd}`")
+        items = "\n".join(
+            f"- {ENVS[env].label}: build with `{cmd}`" for env, cmd in ctx.missing.items()
+        )
+        missing = "\n" + TEXT.fill("missing", items=items)
     if ctx.failed:
-        lines += ["", "Failed runs (retried on the next invocation):", ""]
-        for key, msg in ctx.failed.items():
-            lines.append(f"- `{key}`: {msg}")
+        items = "\n".join(f"- `{key}`: {msg}" for key, msg in ctx.failed.items())
+        failed = "\n" + TEXT.fill("failed", items=items)
     if n_done < n_total or ctx.missing:
-        quick = " --quick" if ctx.scale.is_quick else ""
         target = f"{name}/regime" if ctx.scale.is_regime else name
-        lines += [
-            "",
-            f"To finish: `nice -n 10 privrl reproduce {target}{quick} --out {ctx.out}` "
-            "(resumable; builds nothing itself — build missing datasets first).",
-        ]
-    lines.append("")
-    return lines
+        quick = " --quick" if ctx.scale.is_quick else ""
+        finish = "\n" + TEXT.fill("finish", target=target, quick=quick, out=ctx.out)
+    text = TEXT.fill(
+        "status",
+        done=n_done,
+        total=n_total,
+        minutes=f"{sum(runs.values()) / 60:.0f}",
+        this=this,
+        missing=missing,
+        failed=failed,
+        finish=finish,
+    )
+    return _lines(text)
 
 
 def run_cells(ctx: _Context, cells: dict[str, Cell], refs: dict[str, dict[str, Any]]) -> None:

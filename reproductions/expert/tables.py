@@ -41,6 +41,10 @@ from reproductions.expert.verdicts import (
     gallery_claims_table2b,
     scale_note,
 )
+from reproductions.templates import beside, table
+
+TABLE2A = beside(__file__, "table2a.md.tmpl")
+TABLE2B = beside(__file__, "table2b.md.tmpl")
 
 # ---------------------------------------------------------------------------------------------
 # Table 2a: p ablation at ε = 10
@@ -88,46 +92,72 @@ def table2a(
         )
         cells[f"{env}/{algo}/p{p:g}/{variant}"] = Cell(label, cfgs)
     run_cells(ctx, cells, refs)
+    lines = _table2a_lines(ctx, cells, refs, envs, seed_list)
+    claims_2a = gallery_claims_table2a(_scores(cells), envs, eps, regime=ctx.scale.is_regime)
+    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a)
 
+
+_VARIANT = {
+    "main": "",
+    "tight": " (tight filter calibration)",
+    "pld": " (PLD filter calibration)",
+    "pld-joint": " (PLD filter calibration, joint DP-SGD budget)",
+    "paper-accounting": " (paper accounting, NOT certified)",
+}  # Table 2a's rows beside the paper's: what each adds to the method's label
+
+
+def _table2a_lines(
+    ctx: _Context,
+    cells: dict[str, Cell],
+    refs: dict[str, dict[str, Any]],
+    envs: Sequence[str],
+    seed_list: Sequence[int],
+) -> list[str]:
+    """Table 2a's report (its lines)."""
+    eps = 10.0
     lines = _header(
         "Table 2a — p ablation at ε = 10 (expert-level DP)", "expert-table2a", ctx, seed_list
     )
-    lines += [
-        "## Results",
-        "",
-        "| env | algo | p | method | paper | ours (normalised) | return | stable set "
-        "(transitions; mean (per seed)) | private / all steps | z | ε (reported) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for key, cell in cells.items():
-        env, algo, pk, variant = key.split("/")
-        p = float(pk[1:])
-        if variant != "main":
-            paper_txt = "—"
-        else:
-            paper = PAPER_TABLE2A[(env, algo)][p]
-            paper_txt = "inf" if paper is None else f"{paper:.2f}"
-        c0 = cell.cfgs[0]
-        method = (
-            METHOD_LABEL[c0.method]
-            + {
-                "main": "",
-                "tight": " (tight filter calibration)",
-                "pld": " (PLD filter calibration)",
-                "pld-joint": " (PLD filter calibration, joint DP-SGD budget)",
-                "paper-accounting": " (paper accounting, NOT certified)",
-            }[variant]
-        )
-        score = _fmt(*cell.score)
-        if c0.method == "ours" and p == 0.0 and cell.runs and max(cell.stable_sizes()) == 0:
-            score += " (D_stable empty: infeasible)"
-        eps_rep = [r["epsilon"] for r in cell.runs if r.get("epsilon") is not None]
-        eps_txt = f"{max(eps_rep):.3g}" if eps_rep else "—"
-        lines.append(
-            f"| {ENVS[env].label} | {algo.upper()} | {p:g} | {method} | {paper_txt} | {score} "
-            f"| {_fmt(*cell.raw, 1)} | {_stable_text(cell)} | {_private_steps_text(cell)} | "
-            f"{_z_text(cell)} | {eps_txt} |"
-        )
+    header = ["env", "algo", "p", "method", "paper", "ours (normalised)", "return",
+              "stable set (transitions; mean (per seed))", "private / all steps", "z",
+              "ε (reported)"]  # fmt: skip
+    rows = [_table2a_row(key, cell) for key, cell in cells.items()]
+    claims = _table2a_claims(cells, envs, eps)
+    claim_check = "\n" + TABLE2A.fill("claim_check", claims="\n".join(claims)) if claims else ""
+    note = ""
+    if not ctx.scale.is_regime:
+        main = {k: c for k, c in cells.items() if k.endswith("/main")}
+        note = "\n" + "\n".join(scale_note(ctx.out, *z_by_method(main))[:-1])
+    text = TABLE2A.fill(
+        "report", results_table=table(header, rows), claim_check=claim_check, scale_note=note
+    )
+    lines += [*text.split("\n"), ""]
+    lines += _plot_table2a(ctx, cells)
+    return lines + closing(ctx, "expert-table2a", cells, refs, envs)
+
+
+def _table2a_row(key: str, cell: Cell) -> list[str]:
+    """One row of Table 2a: the cell beside the paper's number (its main rows only)."""
+    env, algo, pk, variant = key.split("/")
+    p = float(pk[1:])
+    paper_txt = "—"
+    if variant == "main":
+        paper = PAPER_TABLE2A[(env, algo)][p]
+        paper_txt = "inf" if paper is None else f"{paper:.2f}"
+    c0 = cell.cfgs[0]
+    score = _fmt(*cell.score)
+    if c0.method == "ours" and p == 0.0 and cell.runs and max(cell.stable_sizes()) == 0:
+        score += TABLE2A.fill("infeasible")
+    eps_rep = [r["epsilon"] for r in cell.runs if r.get("epsilon") is not None]
+    eps_txt = f"{max(eps_rep):.3g}" if eps_rep else "—"
+    method = METHOD_LABEL[c0.method] + _VARIANT[variant]
+    return [ENVS[env].label, algo.upper(), f"{p:g}", method, paper_txt, score,
+            _fmt(*cell.raw, 1), _stable_text(cell), _private_steps_text(cell), _z_text(cell),
+            eps_txt]  # fmt: skip
+
+
+def _table2a_claims(cells: dict[str, Cell], envs: Sequence[str], eps: float) -> list[str]:
+    """The claim check per (env, algo): ours at the paper's Table 1 p against DP-SGD."""
     claims = []
     for env in envs:
         for algo in ("cql", "bcq"):
@@ -138,42 +168,18 @@ def table2a(
                 continue
             diff = o.score[0] - d.score[0]
             claims.append(
-                f"- {ENVS[env].label} {algo.upper()}: ours (p = {p_ours:g}) {o.score[0]:.2f} vs "
-                f"DP-SGD {d.score[0]:.2f} ({diff:+.2f}): ours ≥ DP-SGD "
-                f"{'holds' if diff >= 0 else 'fails'} on the means"
+                TABLE2A.fill(
+                    "claim_2a",
+                    env=ENVS[env].label,
+                    algo=algo.upper(),
+                    p=f"{p_ours:g}",
+                    ours=f"{o.score[0]:.2f}",
+                    dp_sgd=f"{d.score[0]:.2f}",
+                    diff=f"{diff:+.2f}",
+                    outcome="holds" if diff >= 0 else "fails",
+                )
             )
-    lines += ["", "Claim check (paper: ours > DP-SGD at ε = 10):", "", *claims] if claims else []
-    if not ctx.scale.is_regime:
-        main = {k: c for k, c in cells.items() if k.endswith("/main")}
-        lines += ["", *scale_note(ctx.out, *z_by_method(main))][:-1]
-    lines += [
-        "",
-        "p = 1 is plain expert-level DP-SGD (Algorithm 4) with all of (ε, δ); p = 0 trains on "
-        "the stable set only with all of (ε, δ) given to the filter; otherwise ε1 = 7.5, "
-        "ε2 = 2.5. The paper's key claim here: at ε = 10 the filter + Selective DP-SGD beats "
-        "plain DP-SGD on CartPole (1.03 vs 0.92 for CQL, 0.99 vs 0.67 for BCQ).",
-        "",
-        "ε (reported): the run's PrivacyReport, which composes the filter's T (2ε', "
-        "δ1/(2T)) rounds and the DP-SGD steps with the PLD accountant at δ = 1/m. It is well "
-        "below the nominal ε = 10 for the paper's and the tight calibration: both size ε' by "
-        "advanced composition, which is loose next to the PLD (optimal) composition of the "
-        "same events, so much of the filter's budget is left unspent.",
-        "",
-        "The *tight* row uses `--filter-calibration tight` (ε' at the exact "
-        "advanced-composition bound instead of the paper's formula; docs/expert.md): a lower "
-        "threshold, hence a larger stable set, at the same (ε1, δ1). The *PLD* rows use "
-        "`--filter-calibration pld`: the largest ε' whose T rounds the PLD accountant "
-        "certifies at (ε1, δ1), so the filter spends its whole ε1 (ε' about twice the "
-        "paper's, the threshold about half). The *joint DP-SGD budget* rows "
-        "(`--dp-sgd-budget joint`) also size DP-SGD's noise against the total (ε, δ) composed "
-        "with the filter's rounds by the PLD accountant, instead of (ε2, δ2) alone: the "
-        "reported ε is then the full 10 and z is smaller.",
-        "",
-    ]
-    lines += _plot_table2a(ctx, cells)
-    lines += closing(ctx, "expert-table2a", cells, refs, envs)
-    claims_2a = gallery_claims_table2a(_scores(cells), envs, eps, regime=ctx.scale.is_regime)
-    return _write_outputs(ctx, "expert-table2a", cells, refs, lines, {}, claims=claims_2a)
+    return claims
 
 
 def _plot_table2a(ctx: _Context, cells: dict[str, Cell]) -> list[str]:
@@ -230,40 +236,35 @@ def table2b(ctx: _Context, seed_list: list[int]) -> Path:
             label = f"{ENVS[env].label} BCQ ε = {eps:g}, " + ("ε1 = 3ε/4" if frac else "ε1 = 0")
             cells[f"{env}/bcq/eps{eps:g}/{col}"] = Cell(label, cfgs)
     run_cells(ctx, cells, refs)
+    lines = _table2b_lines(ctx, cells, refs, seed_list)
+    claims = gallery_claims_table2b(_scores(cells))
+    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims)
 
+
+def _table2b_lines(
+    ctx: _Context, cells: dict[str, Cell], refs: dict[str, dict[str, Any]], seed_list: Sequence[int]
+) -> list[str]:
+    """Table 2b's report (its lines)."""
     lines = _header("Table 2b — splitting ε at low ε (BCQ)", "expert-table2b", ctx, seed_list)
-    lines += [
-        "## Results",
-        "",
-        "| env | ε | paper ε1 = 3ε/4 | ours ε1 = 3ε/4 (p = 0.5) | stable set | paper ε1 = 0 | "
-        "ours ε1 = 0 (DP-SGD) | z (3ε/4; 0) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for (env, eps), (p_f, p_n) in PAPER_TABLE2B.items():
         f = cells.get(f"{env}/bcq/eps{eps:g}/filter")
         n = cells.get(f"{env}/bcq/eps{eps:g}/nofilter")
+        label, paper_f, paper_n = ENVS[env].label, f"{p_f:.2f}", f"{p_n:.2f}"
         if f is None or n is None:
-            lines.append(
-                f"| {ENVS[env].label} | {eps:g} | {p_f:.2f} | (not run) | — | {p_n:.2f} | "
-                "(not run) | — |"
-            )
+            rows.append([label, f"{eps:g}", paper_f, "(not run)", "—", paper_n, "(not run)", "—"])
             continue
-        lines.append(
-            f"| {ENVS[env].label} | {eps:g} | {p_f:.2f} | {_fmt(*f.score)} | {_stable_text(f)} "
-            f"| {p_n:.2f} | {_fmt(*n.score)} | {_z_text(f)}; {_z_text(n)} |"
-        )
-    lines += [
-        "",
-        "The paper's observation: below ε = 5 the filter releases too little to pay for its "
-        "share of the budget, so ε1 = 0 (all of ε to DP-SGD) is better. The ε1 = 3ε/4 column "
-        "forces the filter (T = 20 rounds) with ε2 = ε/4 for Selective DP-SGD at p = 0.5 (the "
-        "paper does not state p for this column).",
-        "",
-    ]
+        rows.append(
+            [label, f"{eps:g}", paper_f, _fmt(*f.score), _stable_text(f), paper_n,
+             _fmt(*n.score), f"{_z_text(f)}; {_z_text(n)}"]
+        )  # fmt: skip
+    header = ["env", "ε", "paper ε1 = 3ε/4", "ours ε1 = 3ε/4 (p = 0.5)", "stable set",
+              "paper ε1 = 0", "ours ε1 = 0 (DP-SGD)", "z (3ε/4; 0)"]  # fmt: skip
+    lines += [*TABLE2B.fill("report", results_table=table(header, rows)).split("\n"), ""]
     lines += _plot_pairs(ctx, cells, "table2b", "Table 2b: ε1 = 3ε/4 vs ε1 = 0 (BCQ)")
-    lines += closing(ctx, "expert-table2b", cells, refs, [e for e, _ in PAPER_TABLE2B], ("bcq",))
-    claims = gallery_claims_table2b(_scores(cells))
-    return _write_outputs(ctx, "expert-table2b", cells, refs, lines, {}, claims=claims)
+    return lines + closing(
+        ctx, "expert-table2b", cells, refs, [e for e, _ in PAPER_TABLE2B], ("bcq",)
+    )
 
 
 def _plot_pairs(ctx: _Context, cells: dict[str, Cell], name: str, title: str) -> list[str]:

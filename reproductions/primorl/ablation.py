@@ -30,10 +30,13 @@ from privrl.runs.system import PlotSpec, Series
 from reproductions.primorl import sweeps as shared
 from reproductions.primorl.sweeps import Scale
 from reproductions.primorl.table1_report import MOPO_MINUTES, run_costs
+from reproductions.templates import beside
+from reproductions.templates import table as table_text
 
 __all__ = ["ablation", "claims", "summarise", "sweep_doc", "write_report"]
 
 ID = "primorl-ablation"
+TEXT = beside(__file__, "ablation.md.tmpl")
 TASKS = ("pendulum", "balance")
 TASK_LABELS = {"pendulum": "Pendulum", "balance": "Balance"}
 COMBOS = (("ma", "per_layer"), ("mpd", "per_layer"), ("ma", "flat"), ("mpd", "flat"))
@@ -194,88 +197,85 @@ def claims(
     (2) — when every row is at the task's ceiling (no difference can show)."""
     found = []
     for task in TASKS:
-        label = TASK_LABELS[task]
-        preset = preset_combo(task)
-        paper = PAPER[task]
-        p_shares = {
-            (v, *c): 100.0 * paper[c][i] / PAPER_MOPO[task]
-            for c in COMBOS
-            for i, v in enumerate(VARIANTS)
-        }
-        p_best = [max(p_shares[(v, *c)] for c in COMBOS) for v in VARIANTS]
-        p_pre = [p_shares[(v, *preset)] for v in VARIANTS]
-        p_worst = min(p_shares.values())
-        c1 = (
-            f"{COMBO_LABELS[preset]} (the paper's {label} choice) is as good as the best "
-            "combination"
-        )
-        c2 = f"The penalty × clipping choice matters on {label} (worst combination < 90% of MOPO)"
-        p1 = "; ".join(
-            f"z = {PAPER_Z[task][i]}: {p_pre[i]:.1f}% vs best {p_best[i]:.1f}% of MOPO"
-            for i in range(2)
-        )
-        p2 = f"worst {p_worst:.1f}% of MOPO"
+        stated = _paper_claims(task)
         table = summary.get(task)
         rows = None if table is None else [table.get((v, *c)) for v in VARIANTS for c in COMBOS]
         if table is None or rows is None or None in rows or "share" not in rows[0]:
             why = (missing or {}).get(task)  # none: the dataset is there, the runs pending
-            for c, p in ((c1, p1), (c2, p2)):
-                found.append(
-                    {
-                        "claim": c,
-                        "paper": p,
-                        "ours": f"not run: {why}" if why else "pending",
-                        "verdict": "inconclusive",
-                        "plot": "plots/ablation.png",
-                        "kind": "inconclusive at our scale",
-                    }
-                )
+            ours = f"not run: {why}" if why else "pending"
+            found += [_claim(c, p, ours, "inconclusive", "inconclusive at our scale")
+                      for c, p in stated]  # fmt: skip
             continue
-        seeds = min(s["seeds"] for s in rows)
-        mopo = table[("mopo", "", "")]
-        learned = (mopo.get("normalised") or -math.inf) >= MOPO_LEARNED
-        weak = quick or seeds < 2 or not learned
-        ties, parts = [], []
-        for i, v in enumerate(VARIANTS):
-            best = max(COMBOS, key=lambda c: table[(v, *c)]["share"])
-            b, p = table[(v, *best)], table[(v, *preset)]
-            ties.append(b["share"] - p["share"] <= b["ci_share"] + p["ci_share"])
-            parts.append(
-                f"z = {PAPER_Z[task][i]} (ε = {p['epsilon']:.2f}): {p['share']:.1f}% vs best "
-                f"{b['share']:.1f}% ({COMBO_LABELS[best]})"
-            )
-        v1 = k1 = "holds" if all(ties) else "does not hold"
-        worst = min(s["share"] for s in rows)
-        v2 = k2 = "holds" if worst < 90.0 else "does not hold"
-        # too small a run (or every row at the ceiling) cannot tell; shares of a MOPO that did
-        # not learn are vacuous
-        small = "inconclusive at our scale" if quick or seeds < 2 else "vacuous"
-        if weak:
-            v1, k1 = "inconclusive", small
-        if weak or (v2 == "does not hold" and shared.at_ceiling(table, CEILING)):
-            v2, k2 = "inconclusive", small if weak else "inconclusive at our scale"
-        suffix = f" ({seeds} seeds)"
-        found.append(
-            {
-                "claim": c1,
-                "paper": p1,
-                "ours": "; ".join(parts) + suffix,
-                "verdict": v1,
-                "plot": "plots/ablation.png",
-                "kind": k1,
-            }
-        )
-        found.append(
-            {
-                "claim": c2,
-                "paper": p2,
-                "ours": f"worst {worst:.1f}% of MOPO{suffix}",
-                "verdict": v2,
-                "plot": "plots/ablation.png",
-                "kind": k2,
-            }
-        )
+        found += _task_claims(task, table, rows, stated, quick=quick)
     return found
+
+
+def _claim(claim: str, paper: str, ours: str, verdict: str, kind: str) -> dict[str, str]:
+    return {"claim": claim, "paper": paper, "ours": ours, "verdict": verdict,
+            "plot": "plots/ablation.png", "kind": kind}  # fmt: skip
+
+
+def _paper_claims(task: str) -> list[tuple[str, str]]:
+    """The two claims for `task` with the paper's side of each: (1) its choice against the best
+    combination at each z, (2) its worst combination's share of MOPO."""
+    label = TASK_LABELS[task]
+    preset = preset_combo(task)
+    paper = PAPER[task]
+    p_shares = {
+        (v, *c): 100.0 * paper[c][i] / PAPER_MOPO[task]
+        for c in COMBOS
+        for i, v in enumerate(VARIANTS)
+    }
+    p_best = [max(p_shares[(v, *c)] for c in COMBOS) for v in VARIANTS]
+    p_pre = [p_shares[(v, *preset)] for v in VARIANTS]
+    c1 = f"{COMBO_LABELS[preset]} (the paper's {label} choice) is as good as the best combination"
+    c2 = f"The penalty × clipping choice matters on {label} (worst combination < 90% of MOPO)"
+    p1 = "; ".join(
+        f"z = {PAPER_Z[task][i]}: {p_pre[i]:.1f}% vs best {p_best[i]:.1f}% of MOPO"
+        for i in range(2)
+    )
+    return [(c1, p1), (c2, f"worst {min(p_shares.values()):.1f}% of MOPO")]
+
+
+def _task_claims(
+    task: str,
+    table: Mapping[tuple, Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    stated: Sequence[tuple[str, str]],
+    *,
+    quick: bool,
+) -> list[dict[str, str]]:
+    """The two claims of a task whose every cell finished (`rows`)."""
+    preset = preset_combo(task)
+    seeds = min(s["seeds"] for s in rows)
+    mopo = table[("mopo", "", "")]
+    learned = (mopo.get("normalised") or -math.inf) >= MOPO_LEARNED
+    weak = quick or seeds < 2 or not learned
+    ties, parts = [], []
+    for i, v in enumerate(VARIANTS):
+        best = max(COMBOS, key=lambda c: table[(v, *c)]["share"])
+        b, p = table[(v, *best)], table[(v, *preset)]
+        ties.append(b["share"] - p["share"] <= b["ci_share"] + p["ci_share"])
+        parts.append(
+            f"z = {PAPER_Z[task][i]} (ε = {p['epsilon']:.2f}): {p['share']:.1f}% vs best "
+            f"{b['share']:.1f}% ({COMBO_LABELS[best]})"
+        )
+    v1 = k1 = "holds" if all(ties) else "does not hold"
+    worst = min(s["share"] for s in rows)
+    v2 = k2 = "holds" if worst < 90.0 else "does not hold"
+    # too small a run (or every row at the ceiling) cannot tell; shares of a MOPO that did
+    # not learn are vacuous
+    small = "inconclusive at our scale" if quick or seeds < 2 else "vacuous"
+    if weak:
+        v1, k1 = "inconclusive", small
+    if weak or (v2 == "does not hold" and shared.at_ceiling(table, CEILING)):
+        v2, k2 = "inconclusive", small if weak else "inconclusive at our scale"
+    suffix = f" ({seeds} seeds)"
+    (c1, p1), (c2, p2) = stated
+    return [
+        _claim(c1, p1, "; ".join(parts) + suffix, v1, k1),
+        _claim(c2, p2, f"worst {worst:.1f}% of MOPO{suffix}", v2, k2),
+    ]
 
 
 def write_report(
@@ -314,26 +314,27 @@ def write_report(
     )
 
 
-def _cost_lines(task: str, scale: Scale, cost: Mapping[str, Any]) -> list[str]:
+def _cost_text(task: str, scale: Scale, cost: Mapping[str, Any]) -> str:
     """What the task's half of the table would cost on one thread (primorl-table1's measured
-    ratio of its DP round to Pendulum's × Pendulum's DP stage in this sweep's cells)."""
+    ratio of its DP round to Pendulum's × Pendulum's DP stage in this sweep's cells); "" in
+    quick mode or unmeasured."""
     entry = (cost.get("tasks") or {}).get(task)
     if scale.quick or not entry or "run_hours" not in entry:
-        return []
+        return ""
     runs = len(COMBOS) * len(VARIANTS)
     hours = scale.seeds * (runs * entry["run_hours"] + MOPO_MINUTES[task] / 60)
-    return [
-        f"Its cost, measured: one DP round at {TASK_LABELS[task]}'s sizes is "
-        f"{entry['ratio_to_pendulum']:.1f}× Pendulum's (primorl-table1, *What did not fit*); "
-        "with Pendulum's DP stage per round in this sweep's cells (median "
-        f"{cost['pendulum_dp_seconds_per_round']['median']:.3f} s, "
-        f"{cost['pendulum_dp_seconds_per_round']['cells']} cells; the machine's load moves "
-        f"it), one PRIMORL run is ≈ {entry['run_hours']:.1f} h on one thread, and this table's "
-        f"{runs} PRIMORL runs + 1 MOPO per seed are ≈ {hours:.0f} core-hours at "
-        f"{scale.seeds} seeds — beyond this 2-core machine; `--backend ray --address` spreads "
-        "the cells over a cluster (docs/sweeps.md).",
-        "",
-    ]
+    per_round = cost["pendulum_dp_seconds_per_round"]
+    return TEXT.fill(
+        "cost",
+        label=TASK_LABELS[task],
+        ratio=f"{entry['ratio_to_pendulum']:.1f}",
+        median=f"{per_round['median']:.3f}",
+        cells=per_round["cells"],
+        run_hours=f"{entry['run_hours']:.1f}",
+        runs=runs,
+        hours=f"{hours:.0f}",
+        seeds=scale.seeds,
+    )
 
 
 def _key_name(key: tuple) -> str:
@@ -391,94 +392,94 @@ def _markdown(
     cell_seconds: float,
     cost: Mapping[str, Any],
 ) -> str:
-    names = ", ".join(f"`{p.name}`" for p in datasets.values())
-    lines = [
-        "# PRIMORL Table 10: penalty × clipping ablation",
-        "",
-        f"Regenerated by `privrl reproduce {ID} --seeds {scale.seeds}"
-        f"{' --quick' if scale.quick else ''}`: a sweep of `privrl train mopo` and "
-        "`privrl train primorl --variant low|high --penalty ma|mpd --clip-mode "
-        f"flat|per-layer` runs on the recipe dataset(s) {names}, {scale.seeds} seeds each, "
-        f"{scale.epochs} SAC epochs of {scale.settings().get('steps_per_epoch', 1000)} "
-        f"updates (the return is the mean of the last {min(10, scale.epochs)} epochs' "
-        "evaluations, 10 episodes each); DP-FedAvg with the paper's z, q = 1e-3 and "
-        f"T = 7000 (quick mode: 3 rounds). The cells ran for {cell_seconds / 60:.1f} min in "
-        f"all (one thread each); this invocation took {wall / 60:.1f} min (finished cells, "
-        "and primorl-table1's identical cells, are reused).",
-        "",
-    ]
-    lines += shared.smoke_lines(scale)
+    sections = []
     for task in TASKS:
-        label = TASK_LABELS[task]
-        lines += [f"## {label}", ""]
         table = summary.get(task)
         if table is None:
-            lines += [
-                f"Not run: {missing[task]}."
-                if task in missing
-                else "Pending: none of its runs has finished yet; `privrl reproduce "
-                "primorl-ablation` continues them (a run cut off resumes from its checkpoint).",
-                "",
-            ]
-            lines += _cost_lines(task, scale, cost)
-            continue
-        mopo = table.get(("mopo", "", ""))
-        if mopo is not None:
-            lines += [
-                f"MOPO (ours): {mopo['return']:.1f} ± {mopo['ci']:.1f}, raw scale "
-                f"{shared.raw_text(mopo)} (normalised {shared.num_text(mopo['normalised'])}); "
-                f"paper: {PAPER_MOPO[task]}.",
-                "",
-            ]
-        lines += [
-            "| combination | z | paper return (% of MOPO) | our ε (PLD) | our return ± 95% CI "
-            "| raw-scale return ± 95% CI | normalised | % of our MOPO | per seed |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        preset = preset_combo(task)
-        for combo in COMBOS:
-            for i, v in enumerate(VARIANTS):
-                p_ret = PAPER[task][combo][i]
-                p = f"{p_ret} ({100.0 * p_ret / PAPER_MOPO[task]:.1f}%)"
-                name = COMBO_LABELS[combo] + (" (preset)" if combo == preset else "")
-                s = table.get((v, *combo))
-                if s is None:
-                    z = PAPER_Z[task][i]
-                    absent = "not run" if task in missing else "pending"
-                    lines.append(f"| {name} | {z} | {p} | — | {absent} | — | — | — | — |")
-                    continue
-                share, per_seed = shared.share_texts(s)
-                lines.append(
-                    f"| {name} | {PAPER_Z[task][i]} | {p} | {shared.eps_text(s['epsilon'])} | "
-                    f"{shared.return_text(s)} | {shared.raw_text(s)} | "
-                    f"{shared.num_text(s['normalised'])} | {share} | {per_seed} |"
-                )
-        lines.append("")
-        if shared.at_ceiling(table, CEILING):
-            lines += [
-                f"Every row's normalised score is ≥ {CEILING:g}: all reach the task's ceiling "
-                "(the dataset's expert reference return), so this task shows no effect of the "
-                "penalty or the clipping at these budgets — it cannot resolve the paper's "
-                "differences (up to 20 points of MOPO's return on Pendulum).",
-                "",
-            ]
-        if warning := shared.mopo_not_learned(mopo, MOPO_LEARNED):
-            lines += [*warning, ""]
-    lines += shared.verdict_lines(found)
-    lines += [
-        "",
-        "![ablation](plots/ablation.png)",
-        "",
-        "## Notes",
-        "",
-        "- Our ε is the PLD accountant's for the row's z, q = 1e-3 and T_max rounds "
-        "(trajectory-level, add/remove); it does not depend on the penalty (post-processing) "
-        "nor on the clipping mode (both bound one trajectory's update by C).",
-        "- MA is MOPO's max_i ‖σ_i(s,a)‖ (`--penalty ma`); the paper's text writes ‖Σ_i‖_F "
-        "(`--penalty ma-frobenius`).",
-        "- The paper's returns are on its own reward scale; compare the share of MOPO's "
-        "return (the paper's rows against its MOPO of Table 1).",
-        "",
-        *shared.raw_scale_notes(),
-    ]
-    return "\n".join(lines)
+            sections.append(_absent_section(task, scale, missing, cost))
+        else:
+            sections.append(_task_section(task, table, missing))
+    smoke = "\n".join(shared.smoke_lines(scale))
+    fields = {
+        "id": ID,
+        "seeds": scale.seeds,
+        "quick_flag": " --quick" if scale.quick else "",
+        "names": ", ".join(f"`{p.name}`" for p in datasets.values()),
+        "epochs": scale.epochs,
+        "steps": scale.settings().get("steps_per_epoch", 1000),
+        "final_epochs": min(10, scale.epochs),
+        "cell_minutes": f"{cell_seconds / 60:.1f}",
+        "wall_minutes": f"{wall / 60:.1f}",
+        "smoke": smoke,
+        "tasks": "\n\n".join(sections),
+        "verdicts": "\n".join(shared.verdict_lines(found)),
+        "raw_scale": "\n".join(shared.raw_scale_notes()).rstrip("\n"),
+    }
+    return TEXT.fill("report", fields) + "\n"
+
+
+def _absent_section(
+    task: str, scale: Scale, missing: Mapping[str, str], cost: Mapping[str, Any]
+) -> str:
+    """A task without a finished run: why (not run, or pending) and what it would cost."""
+    why = TEXT.fill("not_run", why=missing[task]) if task in missing else TEXT.fill("pending")
+    spent = _cost_text(task, scale, cost)
+    return TEXT.fill(
+        "task_absent", label=TASK_LABELS[task], why=why, cost="\n" + spent if spent else ""
+    )
+
+
+def _task_section(
+    task: str, table: Mapping[tuple, Mapping[str, Any]], missing: Mapping[str, str]
+) -> str:
+    """A task's MOPO line, its table of combinations × z, and its ceiling and MOPO notes."""
+    mopo = table.get(("mopo", "", ""))
+    mopo_line = ""
+    if mopo is not None:
+        mopo_line = TEXT.fill(
+            "mopo",
+            ret=f"{mopo['return']:.1f}",
+            ci=f"{mopo['ci']:.1f}",
+            raw=shared.raw_text(mopo),
+            normalised=shared.num_text(mopo["normalised"]),
+            paper=PAPER_MOPO[task],
+        )
+    ceiling = ""
+    if shared.at_ceiling(table, CEILING):
+        ceiling = "\n" + TEXT.fill("ceiling", ceiling=f"{CEILING:g}")
+    warning = "\n".join(shared.mopo_not_learned(mopo, MOPO_LEARNED))
+    return TEXT.fill(
+        "task",
+        label=TASK_LABELS[task],
+        mopo=mopo_line + "\n" if mopo_line else "",
+        rows_table=_rows_table(task, table, missing),
+        ceiling=ceiling,
+        warning="\n" + warning if warning else "",
+    )
+
+
+def _rows_table(
+    task: str, table: Mapping[tuple, Mapping[str, Any]], missing: Mapping[str, str]
+) -> str:
+    header = ["combination", "z", "paper return (% of MOPO)", "our ε (PLD)",
+              "our return ± 95% CI", "raw-scale return ± 95% CI", "normalised",
+              "% of our MOPO", "per seed"]  # fmt: skip
+    preset = preset_combo(task)
+    rows = []
+    for combo in COMBOS:
+        for i, v in enumerate(VARIANTS):
+            p_ret = PAPER[task][combo][i]
+            p = f"{p_ret} ({100.0 * p_ret / PAPER_MOPO[task]:.1f}%)"
+            name = COMBO_LABELS[combo] + (" (preset)" if combo == preset else "")
+            z = PAPER_Z[task][i]
+            s = table.get((v, *combo))
+            if s is None:
+                absent = "not run" if task in missing else "pending"
+                rows.append([name, z, p, "—", absent, "—", "—", "—", "—"])
+                continue
+            share, per_seed = shared.share_texts(s)
+            rows.append(
+                [name, z, p, shared.eps_text(s["epsilon"]), shared.return_text(s),
+                 shared.raw_text(s), shared.num_text(s["normalised"]), share, per_seed]
+            )  # fmt: skip
+    return table_text(header, rows)

@@ -23,6 +23,7 @@ from reproductions.primorl.mopo import (
     TASK_SEEDS,
     task_config,
 )
+from reproductions.templates import beside, table
 
 __all__ = [
     "PAPER_ROLLOUT_BATCH",
@@ -32,6 +33,7 @@ __all__ = [
     "raw_return_map",
 ]
 
+TEXT = beside(__file__, "mopo_report.md.tmpl")
 PAPER_ROLLOUT_BATCH = 50_000
 # MOPO on primorl-pendulum with the trained dynamics model reused, `privrl train mopo --epochs 2
 # --rollout-batch-size B --seed 0`, at our batch and the paper's, side by side on the same shared
@@ -64,59 +66,15 @@ def _write_table1(
     wall: float,
     note: Sequence[str] = (),
 ) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from privrl.primorl.mopo import MOPOConfig, mopo_privacy_report
 
     run = RunDir(out)
     by_task: dict[str, list[dict[str, Any]]] = {t: [] for t in tasks}
     for r in runs:
         by_task[r["task"]].append(r)
-    summary: dict[str, Any] = {}
-    rows: list[dict[str, Any]] = []
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.0 * len(tasks), 3.8), squeeze=False)
-    for ax, task in zip(axes[0], tasks, strict=True):
-        rs = sorted(by_task[task], key=lambda r: r["seed"])
-        ret = np.array([r["return_mean"] for r in rs])
-        norm = np.array(
-            [np.nan if r["normalised_score"] is None else r["normalised_score"] for r in rs]
-        )
-        a, b = raw_return_map(task, rs)
-        summary[task] = {
-            "seeds": [r["seed"] for r in rs],
-            "return_mean": float(ret.mean()),
-            "return_ci95": _ci95(ret),
-            "raw_return_mean": a + b * float(ret.mean()),
-            "raw_return_ci95": abs(b) * _ci95(ret),
-            "normalised_mean": float(np.nanmean(norm)) if np.isfinite(norm).any() else None,
-            "normalised_ci95": _ci95(norm[np.isfinite(norm)]),
-            "per_seed_return": ret.tolist(),
-            "per_seed_normalised": norm.tolist(),
-            "target": TARGETS[task],
-            "paper_mopo": PAPER_MOPO[task],
-            "minutes_per_run": [r["seconds"] / 60 for r in rs],
-            "dataset": datasets[task],
-        }
-        n_ep = min(len(r["curve"]) for r in rs)
-        stack = np.array([r["curve"][:n_ep] for r in rs]).T  # [epochs, seeds]
-        plot_learning_curve(
-            Path(),
-            {f"MOPO ({len(rs)} seeds)": stack},
-            reference=datasets[task]["reference_returns"],
-            title=task,
-            ax=ax,
-        )
-        for r in rs:
-            for e, v in enumerate(r["curve"], start=1):
-                rows.append({"task": task, "seed": r["seed"], "epoch": e, "return_mean": v})
-    fig.suptitle("MOPO: real return per epoch (mean ± std over seeds)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(run.plot_path("learning_curves"), dpi=110)
-    plt.close(fig)
-
+    by_task = {t: sorted(rs, key=lambda r: r["seed"]) for t, rs in by_task.items()}
+    summary = {t: _task_summary(t, rs, datasets[t]) for t, rs in by_task.items()}
+    _plot_curves(by_task, datasets, run.plot_path("learning_curves"))
     run.write_config(
         {
             "reproduction": "mopo-table1",
@@ -135,12 +93,74 @@ def _write_table1(
             "wall_time_s": wall,
         }
     )
-    run.write_curve(rows)
+    run.write_curve(
+        [
+            {"task": task, "seed": r["seed"], "epoch": e, "return_mean": v}
+            for task, rs in by_task.items()
+            for r in rs
+            for e, v in enumerate(r["curve"], start=1)
+        ]
+    )
     run.write_privacy(mopo_privacy_report(MOPOConfig.for_task("pendulum")))
     report = run.artifact("report.md")
     report.write_text(_report(summary, quick, wall, note))
     write_claims(run.path, gallery_claims(summary, quick=quick))
     return report
+
+
+def _task_summary(
+    task: str, rs: Sequence[Mapping[str, Any]], dataset: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A task's row: return and normalised score over its seeds (mean ± 95% CI), the raw
+    return, the per-seed values and minutes, the targets and the dataset's facts."""
+    ret = np.array([r["return_mean"] for r in rs])
+    norm = np.array(
+        [np.nan if r["normalised_score"] is None else r["normalised_score"] for r in rs]
+    )
+    a, b = raw_return_map(task, rs)
+    return {
+        "seeds": [r["seed"] for r in rs],
+        "return_mean": float(ret.mean()),
+        "return_ci95": _ci95(ret),
+        "raw_return_mean": a + b * float(ret.mean()),
+        "raw_return_ci95": abs(b) * _ci95(ret),
+        "normalised_mean": float(np.nanmean(norm)) if np.isfinite(norm).any() else None,
+        "normalised_ci95": _ci95(norm[np.isfinite(norm)]),
+        "per_seed_return": ret.tolist(),
+        "per_seed_normalised": norm.tolist(),
+        "target": TARGETS[task],
+        "paper_mopo": PAPER_MOPO[task],
+        "minutes_per_run": [r["seconds"] / 60 for r in rs],
+        "dataset": dataset,
+    }
+
+
+def _plot_curves(
+    by_task: Mapping[str, Sequence[Mapping[str, Any]]],
+    datasets: Mapping[str, Mapping[str, Any]],
+    path: Path,
+) -> None:
+    """One panel per task: the real return per epoch, mean ± std over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(by_task), figsize=(5.0 * len(by_task), 3.8), squeeze=False)
+    for ax, (task, rs) in zip(axes[0], by_task.items(), strict=True):
+        n_ep = min(len(r["curve"]) for r in rs)
+        stack = np.array([r["curve"][:n_ep] for r in rs]).T  # [epochs, seeds]
+        plot_learning_curve(
+            Path(),
+            {f"MOPO ({len(rs)} seeds)": stack},
+            reference=datasets[task]["reference_returns"],
+            title=task,
+            ax=ax,
+        )
+    fig.suptitle("MOPO: real return per epoch (mean ± std over seeds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def raw_return_map(task: str, runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
@@ -196,172 +216,123 @@ def _fmt(mean: float | None, ci: float) -> str:
     return f"{mean:.1f}" + ("" if not math.isfinite(ci) else f" ± {ci:.1f}")
 
 
-def _rollout_batch_notes(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _rollout_batch_notes(summary: Mapping[str, Mapping[str, Any]]) -> str:
     """The report section on the rollout batch: ours (5,000) against the paper's (50,000),
     with the measured cost of an epoch at each (`ROLLOUT_BATCH_COST`)."""
     ours = task_config("pendulum", quick=False).rollout_batch_size
-    lines = [
-        f"## Rollout batch: {ours:,} model rollouts per epoch, not the paper's "
-        f"{PAPER_ROLLOUT_BATCH:,}",
-        "",
-    ]
     cost = ROLLOUT_BATCH_COST
     if ours not in cost or PAPER_ROLLOUT_BATCH not in cost:
-        return [*lines, "(The cost of an epoch at each batch was not measured.)", ""]
-    lines += [
-        "MOPO on Pendulum with the trained dynamics model reused, two SAC epochs (1,000 "
-        "updates, the epoch's model rollouts of h = 30 steps, the 10-episode evaluation) at "
-        "each batch, measured side by side on the same shared machine (`privrl train mopo "
-        "--epochs 2 --rollout-batch-size B --seed 0`, CPU time of the process):",
-        "",
-        "| rollouts per epoch | model transitions per epoch | model buffer (5 epochs) | "
-        "CPU s, one epoch | CPU s, whole run (2 epochs) | peak memory (MB) |",
-        "|---|---|---|---|---|---|",
-    ]
+        body = TEXT.fill("rollout_unmeasured")
+    else:
+        body = _rollout_cost(summary, ours, cost)
+    return TEXT.fill("rollout", ours=f"{ours:,}", paper=f"{PAPER_ROLLOUT_BATCH:,}", body=body)
+
+
+def _rollout_cost(
+    summary: Mapping[str, Mapping[str, Any]], ours: int, cost: Mapping[int, Mapping[str, float]]
+) -> str:
+    """The measured cost of an epoch at our batch and the paper's, and why we keep ours."""
+    rows = []
     for batch in (ours, PAPER_ROLLOUT_BATCH):
         c = cost[batch]
-        lines.append(
-            f"| {batch:,} | {c['transitions']:,.0f} | {5 * c['transitions']:,.0f} | "
-            f"{c['cpu_epoch']:.1f} | {c['cpu_total']:.0f} | {c['peak_mb']:,.0f} |"
-        )
-    ratio = cost[PAPER_ROLLOUT_BATCH]["cpu_epoch"] / cost[ours]["cpu_epoch"]
-    lines += [
-        "",
-        f"An epoch costs {ratio:.1f}× as much at the paper's batch (its 1,000 SAC updates cost "
-        "the same; the rollouts grow tenfold), the model buffer holds ten times as many "
-        "transitions and the process needs more memory. Our Pendulum runs take about 12 "
-        "minutes of one core each, the cartpoles 11–25; at the paper's batch the "
-        f"{sum(TASK_SEEDS.values())} runs of this table would cost about {ratio:.1f}× as much "
-        "CPU.",
-    ]
+        rows.append(
+            [f"{batch:,}", f"{c['transitions']:,.0f}", f"{5 * c['transitions']:,.0f}",
+             f"{c['cpu_epoch']:.1f}", f"{c['cpu_total']:.0f}", f"{c['peak_mb']:,.0f}"]
+        )  # fmt: skip
+    header = ["rollouts per epoch", "model transitions per epoch", "model buffer (5 epochs)",
+              "CPU s, one epoch", "CPU s, whole run (2 epochs)", "peak memory (MB)"]  # fmt: skip
     met = [s["normalised_mean"] is not None and s["normalised_mean"] >= s["target"]
            for s in summary.values()]  # fmt: skip
-    if met and all(met):
-        lines[-1] += (
-            f" We keep {ours:,}: with it MOPO already meets the expert-level target on every "
-            "task here. The paper's batch itself is not run: a departure in cost, stated "
-            "here, not a change of the claim tested."
-        )
-    else:
-        lines[-1] += (
-            f" We keep {ours:,} for cost; where a target is missed here, the smaller batch is "
-            "one possible cause."
-        )
-    return [*lines, ""]
+    kept = TEXT.fill("kept_met" if met and all(met) else "kept_cost", ours=f"{ours:,}")
+    ratio = cost[PAPER_ROLLOUT_BATCH]["cpu_epoch"] / cost[ours]["cpu_epoch"]
+    return TEXT.fill(
+        "rollout_measured",
+        cost_table=table(header, rows),
+        ratio=f"{ratio:.1f}",
+        runs=sum(TASK_SEEDS.values()),
+        kept=kept,
+    )
 
 
 def _report(summary: dict[str, Any], quick: bool, wall: float, note: Sequence[str] = ()) -> str:
     from reproductions.primorl.sweeps import raw_scale_notes
 
-    lines = [
-        "# MOPO — PRIMORL Table 1, non-private baseline: reproduction",
-        "",
-        "Paper: *Differentially Private Deep Model-Based Reinforcement Learning* (PRIMORL), "
-        "Table 1, row MOPO. MOPO (Yu et al. 2020) is run exactly as `privrl train mopo` with "
-        "the per-task defaults of `docs/primorl.md`; regenerate with "
-        "`privrl reproduce mopo-table1` (a sweep of those runs; `PRIVRL_WORKERS=2` for two "
-        "in parallel; `--quick` for a smoke test).",
-        "",
-    ]
-    if quick:
-        lines += [
-            "**Quick mode** (smoke test): tiny recipe datasets and 2 × 50 SAC steps — the "
-            "numbers below say nothing about MOPO's performance.",
-            "",
-        ]
     seeds = "; ".join(
         f"{task} {s['seeds'][0]}…{s['seeds'][-1]} ({len(s['seeds'])})"
         for task, s in summary.items()
     )
-    lines += [
-        f"Seeds: {seeds}. Mean ± 95% confidence interval (Student t) over seeds of each run's "
-        "final return (mean of the 10-episode real-environment evaluations of the last 10 "
-        "epochs). Normalised score: 100·(R − R_rand)/(R_exp − R_rand) with the dataset's "
-        "reference returns (uniform random actions; the recipe's best checkpoint). The paper's "
-        "column is on the paper's scale: dm_control's for the cartpoles (ours too), an "
-        "unstated one for Pendulum that cannot be mapped to ours (see *Returns on the raw "
-        "scale*); the raw column is our return on Gymnasium Pendulum-v1's scale.",
-        "",
-        "| task | seeds | paper MOPO (paper's scale) | our return | our return, raw scale | "
-        "our normalised | target | met | per-seed normalised | min/run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for task, s in summary.items():
-        met = (
-            "—"
-            if s["normalised_mean"] is None
-            else ("yes" if s["normalised_mean"] >= s["target"] else "no")
-        )
-        per_seed = ", ".join(
-            "n/a" if not math.isfinite(v) else f"{v:.1f}" for v in s["per_seed_normalised"]
-        )
-        paper = f"{s['paper_mopo'][0]} ± {s['paper_mopo'][1]}"
-        lines.append(
-            f"| {task} | {len(s['seeds'])} | {paper} | "
-            f"{_fmt(s['return_mean'], s['return_ci95'])} | "
-            f"{_fmt(s.get('raw_return_mean'), s.get('raw_return_ci95', math.nan))} | "
-            f"{_fmt(s['normalised_mean'], s['normalised_ci95'])} | ≥ {s['target']:.0f} | {met} "
-            f"| {per_seed} | {np.mean(s['minutes_per_run']):.1f} |"
-        )
     absent = [t for t in TABLE1_TASKS if t not in summary]
-    if absent:
-        lines += [
-            "",
-            f"Not in this report: {', '.join(absent)} (`privrl reproduce mopo-table1` runs all "
-            "three tasks; finished runs are skipped).",
-        ]
-    lines += ["", *raw_scale_notes(), *_rollout_batch_notes(summary), "## Datasets", ""]
-    lines += [
-        "| task | file | episodes | transitions | R_rand | R_exp |",
-        "|---|---|---|---|---|---|",
+    if wall > 0:
+        timing = TEXT.fill("timing_wall", minutes=f"{wall / 60:.1f}")
+    else:
+        timing = TEXT.fill("timing_regenerated")
+    fields = {
+        "quick": TEXT.fill("quick") + "\n" if quick else "",
+        "seeds": seeds,
+        "results_table": _results_table(summary),
+        "absent": "\n" + TEXT.fill("absent", tasks=", ".join(absent)) if absent else "",
+        "raw_scale": "\n".join(raw_scale_notes()).rstrip("\n"),
+        "rollout": _rollout_batch_notes(summary),
+        "datasets_table": _datasets_table(summary),
+        "settings_table": _settings_table(summary, quick),
+        "note": "\n" + TEXT.fill("note", paragraphs="\n\n".join(note)) if note else "",
+        "timing": timing,
+    }
+    return TEXT.fill("report", fields) + "\n"
+
+
+def _results_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
+    header = ["task", "seeds", "paper MOPO (paper's scale)", "our return",
+              "our return, raw scale", "our normalised", "target", "met",
+              "per-seed normalised", "min/run"]  # fmt: skip
+    return table(header, [_result_row(task, s) for task, s in summary.items()])
+
+
+def _result_row(task: str, s: Mapping[str, Any]) -> list[Any]:
+    if s["normalised_mean"] is None:
+        met = "—"
+    else:
+        met = "yes" if s["normalised_mean"] >= s["target"] else "no"
+    per_seed = ", ".join(
+        "n/a" if not math.isfinite(v) else f"{v:.1f}" for v in s["per_seed_normalised"]
+    )
+    return [
+        task,
+        len(s["seeds"]),
+        f"{s['paper_mopo'][0]} ± {s['paper_mopo'][1]}",
+        _fmt(s["return_mean"], s["return_ci95"]),
+        _fmt(s.get("raw_return_mean"), s.get("raw_return_ci95", math.nan)),
+        _fmt(s["normalised_mean"], s["normalised_ci95"]),
+        f"≥ {s['target']:.0f}",
+        met,
+        per_seed,
+        f"{np.mean(s['minutes_per_run']):.1f}",
     ]
+
+
+def _datasets_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = []
     for task, s in summary.items():
         d = s["dataset"]
         ref = d["reference_returns"] or {}
-        lines.append(
-            f"| {task} | `{Path(d['path']).name}` ({d['recipe']}) | {d['episodes']:,} | "
-            f"{d['transitions']:,} | {ref.get('random', math.nan):.1f} | "
-            f"{ref.get('expert', math.nan):.1f} |"
-        )
-    lines += [
-        "",
-        "The paper's datasets log every episode of hundreds of DDPG runs; ours are the "
-        "`privrl data collect --recipe primorl-*` replay-style mixes (a few SAC/TD3/DDPG "
-        "agents' checkpoints with exploration noise), see `docs/primorl.md`.",
-        "",
-        "## Settings",
-        "",
-        "| task | penalty | λ | h | epochs | rollouts/epoch | real ratio | starts | "
-        "model (N × hidden) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        rows.append(
+            [task, f"`{Path(d['path']).name}` ({d['recipe']})", f"{d['episodes']:,}",
+             f"{d['transitions']:,}", f"{ref.get('random', math.nan):.1f}",
+             f"{ref.get('expert', math.nan):.1f}"]
+        )  # fmt: skip
+    return table(["task", "file", "episodes", "transitions", "R_rand", "R_exp"], rows)
+
+
+def _settings_table(summary: Mapping[str, Any], quick: bool) -> str:
+    rows = []
     for task in summary:
         c = task_config(task, quick)
         hidden = "×".join(str(h) for h in c.dynamics.hidden)
-        lines.append(
-            f"| {task} | {c.penalty} | {c.lam:g} | {c.rollout_length} | {c.epochs} | "
-            f"{c.rollout_batch_size:,} | {c.real_ratio:g} | {c.starts} | "
-            f"{c.dynamics.members} × {hidden} |"
-        )
-    if note:
-        lines += ["", "## How these runs were obtained", ""]
-        for paragraph in note:
-            lines += [paragraph, ""]
-        lines.pop()
-    timing = (
-        f"Wall time of this invocation: {wall / 60:.1f} min (finished runs are skipped)"
-        if wall > 0
-        else "Regenerated from finished runs (the regeneration ran nothing)"
-    )
-    lines += [
-        "",
-        "![learning curves](plots/learning_curves.png)",
-        "",
-        f"{timing}; per-run minutes above include model training and were measured on a "
-        "shared 2-core machine.",
-        "",
-        "Privacy: MOPO is not private (ε = ∞; `privacy.json`). It is the baseline that "
-        "PRIMORL's private runs are compared against.",
-        "",
-    ]
-    return "\n".join(lines)
+        rows.append(
+            [task, c.penalty, f"{c.lam:g}", c.rollout_length, c.epochs,
+             f"{c.rollout_batch_size:,}", f"{c.real_ratio:g}", c.starts,
+             f"{c.dynamics.members} × {hidden}"]
+        )  # fmt: skip
+    header = ["task", "penalty", "λ", "h", "epochs", "rollouts/epoch", "real ratio", "starts",
+              "model (N × hidden)"]  # fmt: skip
+    return table(header, rows)

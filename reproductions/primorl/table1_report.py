@@ -38,6 +38,7 @@ from reproductions.primorl.table1 import (
     task_of,
     task_seeds,
 )
+from reproductions.templates import beside, table
 
 __all__ = ["ROUND_RATIO", "run_costs", "write_report"]
 
@@ -57,6 +58,7 @@ ROUND_SECONDS = {
     "swingup": 2.123,
     "halfcheetah": 15.058,
 }
+TEXT = beside(__file__, "table1_report.md.tmpl")
 ROUND_LOAD = 2.9  # the 1-minute load average when the benchmark started
 
 PENDULUM_EPOCHS = 20  # SAC epochs of the Pendulum cells (the scale's)
@@ -231,89 +233,65 @@ def run_costs(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _cost_lines(cost: Mapping[str, Any], missing: Mapping[str, str]) -> list[str]:
+_SHAPES = {
+    "pendulum": ("3 × 64×64", "30 × 200"),
+    "balance": ("5 × 128×128", "30 × 1000"),
+    "swingup": ("5 × 128×128", "30 × 1000"),
+    "halfcheetah": ("7 × 200×200×200×200", "20 × 1000 (q = 1e-2, K = 2000)"),
+}  # (members × hidden, sampled trajectories × steps) per task
+
+
+def _cost_text(cost: Mapping[str, Any], missing: Mapping[str, str]) -> str:
     """The report's "What did not fit" section."""
-    lines = ["## What did not fit", ""]
     if not cost:
-        return [*lines, "No finished Pendulum PRIMORL cell to measure the DP stage from.", ""]
+        return TEXT.fill("cost", body=TEXT.fill("cost_unmeasured"))
     pr = cost["pendulum_dp_seconds_per_round"]
     tasks = cost["tasks"]
-    lines += [
-        "One DP-FedAvg round at each task's sizes, timed side by side on one thread "
-        "(`python benchmarks/bench_primorl_step.py --mode tasks`, "
-        "benchmarks/results/bench_primorl_step_tasks.json; the ratio to Pendulum's round is "
-        "robust to the machine's load, the seconds are not — that run's load average was "
-        f"{ROUND_LOAD:.1f} on 2 cores). A run's DP stage is the ratio × Pendulum's DP stage "
-        f"per round measured in its {pr['cells']} finished PRIMORL cells (run time minus "
-        f"`policy_stage_seconds`, over its rounds: median {pr['median']:.3f} s, "
-        f"{pr['min']:.3f}–{pr['max']:.3f} s with the machine's load) × the task's T. The "
-        "policy stage is Pendulum's median for its 20 SAC epochs of 1000 updates "
-        f"({cost['pendulum_policy_stage_seconds_median'] / 60:.1f} min) scaled to the task's "
-        "epochs (Balance 40, Swingup 80; the cartpole model's rollouts cost somewhat more, "
-        "so this is a lower estimate); a MOPO run is "
-        "mopo-table1's measured time.",
-        "",
-        "| task | model (members × hidden) | sampled trajectories × steps | round vs Pendulum "
-        "| s/round (benchmark; from Pendulum's cells) | rounds T | DP stage / run | runs "
-        "(PRIMORL + MOPO, 3 seeds) | core-hours |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    shapes = {
-        "pendulum": ("3 × 64×64", "30 × 200"),
-        "balance": ("5 × 128×128", "30 × 1000"),
-        "swingup": ("5 × 128×128", "30 × 1000"),
-        "halfcheetah": ("7 × 200×200×200×200", "20 × 1000 (q = 1e-2, K = 2000)"),
-    }
+    unbuilt = [t for t in ("balance", "swingup") if "not built" in missing.get(t, "")]
+    builds = " and ".join(TEXT.fill("build", task=t, minutes=BUILD_MINUTES[t]) for t in unbuilt)
+    cheetah = tasks.get("halfcheetah")
+    halfcheetah = ""
+    if cheetah:
+        per_k = cheetah["dp_stage_hours_per_1000_rounds"]
+        halfcheetah = TEXT.fill("halfcheetah", per_k=f"{per_k:.1f}", t5000=f"{5 * per_k:.0f}")
+    body = TEXT.fill(
+        "cost_measured",
+        load=f"{ROUND_LOAD:.1f}",
+        cells=pr["cells"],
+        median=f"{pr['median']:.3f}",
+        min=f"{pr['min']:.3f}",
+        max=f"{pr['max']:.3f}",
+        policy_minutes=f"{cost['pendulum_policy_stage_seconds_median'] / 60:.1f}",
+        cost_table=_cost_table(tasks),
+        not_built=TEXT.fill("not_built", builds=builds) if unbuilt else "",
+        halfcheetah=halfcheetah,
+    )
+    return TEXT.fill("cost", body=body)
+
+
+def _cost_table(tasks: Mapping[str, Mapping[str, Any]]) -> str:
+    """Per task: its model and round, the round's cost against Pendulum's, T, the DP stage
+    of a run and the table's core-hours."""
+    header = ["task", "model (members × hidden)", "sampled trajectories × steps",
+              "round vs Pendulum", "s/round (benchmark; from Pendulum's cells)", "rounds T",
+              "DP stage / run", "runs (PRIMORL + MOPO, 3 seeds)", "core-hours"]  # fmt: skip
+    rows = []
     for task, e in tasks.items():
-        model, clients = shapes[task]
-        ratio = e["ratio_to_pendulum"]
+        model, clients = _SHAPES[task]
         s_round = f"{e['benchmark_seconds_per_round']:.3f}; {e['seconds_per_round']:.3f}"
         if e["rounds"]:
-            stage = f"{e['dp_stage_hours']:.1f} h"
-            rounds = f"{e['rounds']:,}"
+            stage, rounds = f"{e['dp_stage_hours']:.1f} h", f"{e['rounds']:,}"
         else:
             stage = f"{e['dp_stage_hours_per_1000_rounds']:.2f} h per 1000 rounds"
             rounds = "not reported"
+        runs = hours = "—"
         if "table_runs" in e:
             runs = f"{e['table_runs']['primorl']} + {e['table_runs']['mopo']}"
             hours = f"≈ {e['table_core_hours']:.0f}"
-        else:
-            runs = hours = "—"
         label = TASK_LABELS.get(task, "HalfCheetah (Table 11)")
-        lines.append(
-            f"| {label} | {model} | {clients} | {ratio:.1f}× | {s_round} | {rounds} | "
-            f"{stage} | {runs} | {hours} |"
-        )
-    unbuilt = [t for t in ("balance", "swingup") if "not built" in missing.get(t, "")]
-    builds = " and ".join(
-        f"`privrl data collect --recipe primorl-{t}` (≈ {BUILD_MINUTES[t]} min on an idle core)"
-        for t in unbuilt
-    )
-    lines += [""]
-    if unbuilt:
-        lines.append(
-            f"- Not built on this machine: {builds}; × 2–3 on a busy machine "
-            "(docs/primorl-data.md). With a dataset present, `privrl reproduce primorl-table1` "
-            "runs its task's cells and fills its section; the finished cells are skipped."
-        )
-    lines += [
-        "- The cells are independent runs: on 2 shared cores a cartpole table is days of "
-        "wall time. `privrl reproduce primorl-table1 --backend ray` runs them on a local Ray "
-        "instance, and `privrl reproduce primorl-table1 --backend ray --address HOST:PORT` "
-        "spreads them over a Ray cluster's machines (docs/sweeps.md); a rerun skips the "
-        "finished cells and writes the report.",
-    ]
-    cheetah = tasks.get("halfcheetah")
-    if cheetah:
-        per_k = cheetah["dp_stage_hours_per_1000_rounds"]
-        lines.append(
-            "- HalfCheetah (Table 11): the paper does not report its T and the preset has "
-            "none (`--steps` is required); at q = 1e-2 (20 sampled trajectories of 1000 steps "
-            f"per round) its DP stage costs ≈ {per_k:.1f} h per 1000 rounds on one thread, "
-            f"e.g. ≈ {5 * per_k:.0f} h for T = 5000, before its policy stage (200 SAC epochs "
-            "in its preset)."
-        )
-    return [*lines, ""]
+        ratio = f"{e['ratio_to_pendulum']:.1f}×"
+        rows.append([label, model, clients, ratio, s_round, rounds, stage, runs, hours])
+    return table(header, rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,28 +299,29 @@ def _cost_lines(cost: Mapping[str, Any], missing: Mapping[str, str]) -> list[str
 # --------------------------------------------------------------------------------------------
 
 
-def _run_time_notes(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The time of one HIGH run end to end and what the PLD row buys."""
-    lines = []
+def _run_time_notes(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The time of one HIGH run end to end and what the PLD row buys ("" each when unknown)."""
+    notes = {"high_run": "", "pld_row": ""}
     minutes = summary.get("high", {}).get("minutes") or []
     if minutes:
-        lines.append(
-            f"- One HIGH run end to end (dataset given: 7000 DP-FedAvg rounds, then the policy "
-            f"stage) took {min(minutes):.1f}–{max(minutes):.1f} min of wall time on one thread "
-            f"(median {sorted(minutes)[len(minutes) // 2]:.1f}; the spread is the shared "
-            "machine's load); the target is ≤ 30 min."
+        notes["high_run"] = TEXT.fill(
+            "high_run",
+            low=f"{min(minutes):.1f}",
+            high=f"{max(minutes):.1f}",
+            median=f"{sorted(minutes)[len(minutes) // 2]:.1f}",
         )
     pld, high = summary.get("high-pld"), summary.get("high")
     if pld and high and pld.get("noise_multiplier") and high.get("noise_multiplier"):
-        lines.append(
-            f"- HIGH at the paper's ε, calibrated under PLD: z = {pld['noise_multiplier']:.3f} "
-            f"for ε = {pld['epsilon']:.2f} against the paper's z = {high['noise_multiplier']:.2f} "
-            f"(ε = {high['epsilon']:.2f} under PLD): "
-            f"{high['noise_multiplier'] / pld['noise_multiplier']:.2f}× less noise for the "
-            "guarantee the paper states. Its verdict is not in the gallery (no paper claim); "
-            f"it ran on {pld['seeds']} seeds."
+        notes["pld_row"] = TEXT.fill(
+            "pld_row",
+            z=f"{pld['noise_multiplier']:.3f}",
+            epsilon=f"{pld['epsilon']:.2f}",
+            paper_z=f"{high['noise_multiplier']:.2f}",
+            paper_epsilon=f"{high['epsilon']:.2f}",
+            less=f"{high['noise_multiplier'] / pld['noise_multiplier']:.2f}",
+            seeds=pld["seeds"],
         )
-    return lines
+    return notes
 
 
 def _plot(task: str, summary: Mapping[str, Mapping[str, Any]], path: Path) -> None:
@@ -359,34 +338,31 @@ def _plot(task: str, summary: Mapping[str, Mapping[str, Any]], path: Path) -> No
     )
 
 
-def _table_lines(
+def _rows_table(
     task: str, summary: Mapping[str, Mapping[str, Any]], absent: str = "not run"
-) -> list[str]:
+) -> str:
     """A task's rows beside the paper's (every paper row; `absent` where we have none)."""
     raw = "raw Pendulum-v1 return" if task == "pendulum" else "raw dm_control return"
-    lines = [
-        f"| method | paper ε | our ε (PLD) | paper return (% of MOPO) | our return ± 95% CI | "
-        f"{raw} ± 95% CI | normalised | % of our MOPO | per seed |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["method", "paper ε", "our ε (PLD)", "paper return (% of MOPO)",
+              "our return ± 95% CI", f"{raw} ± 95% CI", "normalised", "% of our MOPO",
+              "per seed"]  # fmt: skip
+    rows = []
     for name in ROWS:
         if name not in PAPER[task]:
             continue
         p_eps, p_ret, p_share = PAPER[task][name]
+        paper = f"{p_ret} ({p_share}%)"
         s = summary.get(name)
         if s is None:
-            lines.append(
-                f"| {LABELS[name]} | {_eps(p_eps)} | {_paper_eps_ours(task, name)} | "
-                f"{p_ret} ({p_share}%) | {absent} | — | — | — | — |"
-            )
+            ours = _paper_eps_ours(task, name)
+            rows.append([LABELS[name], _eps(p_eps), ours, paper, absent, "—", "—", "—", "—"])
             continue
         share, per_seed = shared.share_texts(s)
-        lines.append(
-            f"| {LABELS[name]} | {_eps(p_eps)} | {_eps(s['epsilon'])} | {p_ret} ({p_share}%) | "
-            f"{shared.return_text(s)} | {shared.raw_text(s)} | "
-            f"{shared.num_text(s['normalised'])} | {share} | {per_seed} |"
-        )
-    return lines
+        rows.append(
+            [LABELS[name], _eps(p_eps), _eps(s["epsilon"]), paper, shared.return_text(s),
+             shared.raw_text(s), shared.num_text(s["normalised"]), share, per_seed]
+        )  # fmt: skip
+    return table(header, rows)
 
 
 def _paper_eps_ours(task: str, row: str) -> str:
@@ -403,104 +379,84 @@ def _task_section(
     found: Sequence[Mapping[str, str]],
     scale: Scale,
     data: Path,
-) -> list[str]:
+) -> str:
     """The section of a task that ran: its table, verdicts and notes."""
     from privrl.primorl.primorl import PRESETS
 
     p = PRESETS[task]
     label = TASK_LABELS[task]
-    seeds = len(task_seeds(task, scale))
-    lines = [
-        f"## {label}",
-        "",
-        f"On the recipe dataset `{data.name}`, {seeds} seeds; DP-FedAvg with the paper's z "
-        f"(LOW {p.low}, HIGH {p.high}), q = {p.sampling_rate:g} and T = {p.max_rounds:,} "
-        "rounds (the task preset).",
-        "",
-    ]
     planned = len(task_entries(task, data, scale))
     done = sum(int(s.get("seeds") or 0) for s in summary.values())
+    progress = ""
     if done < planned:
-        lines += [
-            f"**{done} of its {planned} runs {'has' if done == 1 else 'have'} finished**; the "
-            "others are pending. "
-            "`privrl reproduce primorl-table1` continues them, seed by seed (a run cut off "
-            "resumes from its last checkpoint), and rewrites this section. Rows and verdicts "
-            "below are over the finished runs only.",
-            "",
-        ]
-    lines += _table_lines(task, summary, "pending" if done < planned else "not run")
+        have = "has" if done == 1 else "have"
+        progress = TEXT.fill("progress", done=done, planned=planned, have=have) + "\n"
+    ceiling = TEXT.fill(
+        "ceiling", ceiling=f"{CEILING:g}", loss=f"{100 - PAPER[task]['high'][2]:.1f}"
+    )
     verdicts = shared.verdict_section(
-        summary,
-        found,
-        ceiling=CEILING,
-        ceiling_note=f"Every row's normalised score is ≥ {CEILING:g}: all reach the task's "
-        "ceiling (the dataset's expert reference return), so at these budgets this "
-        "task shows no cost of privacy at all — it cannot resolve a loss as small as "
-        f"the paper's ({100 - PAPER[task]['high'][2]:.1f}% for HIGH). Harder tasks or "
-        "smaller ε are where the rows can differ.",
-        learned=MOPO_LEARNED,
+        summary, found, ceiling=CEILING, ceiling_note=ceiling, learned=MOPO_LEARNED
     )
     # the verdicts are a subsection of the task's
-    lines += [f"### Verdicts ({label})" if v == "## Verdicts" else v for v in verdicts]
-    if summary or task == "pendulum":  # a task with no finished run has no plot yet
-        lines += ["", f"![returns]({_plot_path(task)})"]
-    lines += [""]
+    verdicts = [f"### Verdicts ({label})" if v == "## Verdicts" else v for v in verdicts]
+    has_plot = summary or task == "pendulum"  # a task with no finished run has no plot yet
+    notes = ""
     if task == "pendulum":
-        lines += [
-            f"### Notes ({label})",
-            "",
-            "- Our ε is the PLD accountant's for the row's z, q = 1e-3 and T = 7000 rounds, "
-            "trajectory-level add/remove neighbours; the paper's ε is its own accountant's.",
-            "- Model rollouts start from the simulator's initial states (chained) and are held "
-            "inside the simulator's public observation box and reward range (docs/primorl.md).",
-            "- The paper's Pendulum returns are on its own reward scale; compare the share of "
-            "MOPO's return.",
-            *_run_time_notes(summary),
-            "",
-        ]
-    return lines
+        notes = TEXT.fill("pendulum_notes", _run_time_notes(summary), label=label)
+    text = TEXT.fill(
+        "task",
+        label=label,
+        data=data.name,
+        seeds=len(task_seeds(task, scale)),
+        low=p.low,
+        high=p.high,
+        q=f"{p.sampling_rate:g}",
+        rounds=f"{p.max_rounds:,}",
+        progress=progress,
+        rows_table=_rows_table(task, summary, "pending" if done < planned else "not run"),
+        verdicts="\n".join(verdicts),
+        plot=f"\n![returns]({_plot_path(task)})" if has_plot else "",
+        notes=notes,
+    )
+    return text.rstrip("\n")
 
 
-def _absent_section(task: str, why: str, cost: Mapping[str, Any]) -> list[str]:
+def _absent_section(task: str, why: str, cost: Mapping[str, Any]) -> str:
     """The section of a task that did not run: why, and what its table would cost."""
     from privrl.primorl.primorl import PRESETS
 
     p = PRESETS[task]
-    label = TASK_LABELS[task]
-    lines = [
-        f"## {label}: not run",
-        "",
-        f"Not run: {why}. Build it with `privrl data collect --recipe primorl-{task}` "
-        f"(≈ {BUILD_MINUTES[task]} min on an idle core, × 2–3 on a busy machine; "
-        "docs/primorl-data.md). Its cells would be MOPO and NO PRIVACY / LOW "
-        f"(z = {p.low}) / HIGH (z = {p.high}) at q = {p.sampling_rate:g}, "
-        f"T = {p.max_rounds:,} rounds, on {DMC_SEEDS} seeds.",
-    ]
     e = (cost.get("tasks") or {}).get(task)
+    spent = ""
     if e:
-        lines.append(
-            f"One DP round at its sizes costs {e['ratio_to_pendulum']:.1f}× Pendulum's "
-            f"(measured side by side), ≈ {e['seconds_per_round']:.2f} s at the load of "
-            f"Pendulum's cells: a run's DP stage is ≈ {e['dp_stage_hours']:.1f} h on one "
-            f"thread, ≈ {e['table_core_hours']:.0f} core-hours for the table "
-            f"({e['table_runs']['primorl']} PRIMORL + {e['table_runs']['mopo']} MOPO runs; "
-            "What did not fit, below)."
+        spent = TEXT.fill(
+            "absent_cost",
+            ratio=f"{e['ratio_to_pendulum']:.1f}",
+            seconds=f"{e['seconds_per_round']:.2f}",
+            hours=f"{e['dp_stage_hours']:.1f}",
+            core_hours=f"{e['table_core_hours']:.0f}",
+            primorl=e["table_runs"]["primorl"],
+            mopo=e["table_runs"]["mopo"],
         )
-    lines += [
-        "",
-        *_table_lines(task, {}),
-        "",
-        "Its claims are inconclusive (not run). The paper's shares set the targets "
-        "(≥ 90%, or the paper's own share rounded down where it is lower): "
-        + ", ".join(
-            f"{LABELS[r]} ≥ {share_target(task, r):g}% (paper {PAPER[task][r][2]:g}%)"
-            for r in VARIANT_ROWS
-        )
-        + ".",
-        "",
-    ]
-    return lines
+    targets = ", ".join(
+        f"{LABELS[r]} ≥ {share_target(task, r):g}% (paper {PAPER[task][r][2]:g}%)"
+        for r in VARIANT_ROWS
+    )
+    return TEXT.fill(
+        "absent",
+        label=TASK_LABELS[task],
+        why=why,
+        task=task,
+        build_minutes=BUILD_MINUTES[task],
+        low=p.low,
+        high=p.high,
+        q=f"{p.sampling_rate:g}",
+        rounds=f"{p.max_rounds:,}",
+        seeds=DMC_SEEDS,
+        cost=spent,
+        rows_table=_rows_table(task, {}),
+        targets=targets,
+    )
 
 
 def _markdown(
@@ -511,43 +467,28 @@ def _markdown(
 ) -> str:
     summaries, found, scale = report.summary, report.found, report.scale
     ran = [TASK_LABELS[t] for t in TASKS if t in datasets]
-    lines = [
-        "# PRIMORL Table 1 (Pendulum, Balance, Swingup)",
-        "",
-        f"Regenerated by `privrl reproduce primorl-table1 --seeds {scale.seeds}`: a sweep of "
-        "`privrl train mopo` and "
-        "`privrl train primorl --variant no-privacy|low|high` runs on each task's recipe "
-        f"dataset, {scale.seeds} seeds on Pendulum (at most {DMC_SEEDS} on the cartpoles), "
-        f"{scale.epochs} SAC epochs of "
-        f"{scale.settings().get('steps_per_epoch', 1000)} updates on Pendulum (on the "
-        "cartpoles their presets' 40 and 80, as in mopo-table1; the return is the mean of "
-        f"the last {min(10, scale.epochs)} epochs' evaluations, 10 episodes each); "
-        "DP-FedAvg with the paper's z, q and T for the task and row (the task preset). "
-        f"Run here: {', '.join(ran) or 'none'}. The cells ran for "
-        f"{report.cell_seconds / 60:.1f} min in all (one thread each); this invocation took "
-        f"{report.wall / 60:.1f} min (finished cells are skipped).",
-        "",
-        "A row is *close to MOPO* when its share of our MOPO's return is ≥ 90%, or ≥ the "
-        "paper's own share for the row rounded down to a whole percent where that is lower "
-        "(Balance LOW 83%, HIGH 77%; Swingup HIGH 86%): the paper claims no more than its "
-        "share, and the issue's target is HIGH ≥ the paper's % of MOPO on every task.",
-        "",
-    ]
-    if scale.quick:
-        lines += [
-            "**Quick mode (smoke test)**: tiny dataset, 3 DP-FedAvg rounds, "
-            f"{scale.epochs} × 20 SAC steps — the numbers mean nothing.",
-            "",
-        ]
+    sections = []
     for task in TASKS:
         if task in datasets:
             mine = [c for c in found if f"({TASK_LABELS[task]}," in c["claim"]]
-            lines += _task_section(task, summaries[task], mine, scale, datasets[task])
+            sections.append(_task_section(task, summaries[task], mine, scale, datasets[task]))
         else:
-            lines += _absent_section(task, missing.get(task, "not run"), cost)
-    lines += _cost_lines(cost, missing)
-    lines += shared.raw_scale_notes()
-    return "\n".join(lines)
+            sections.append(_absent_section(task, missing.get(task, "not run"), cost))
+    fields = {
+        "seeds": scale.seeds,
+        "dmc_seeds": DMC_SEEDS,
+        "epochs": scale.epochs,
+        "steps": scale.settings().get("steps_per_epoch", 1000),
+        "final_epochs": min(10, scale.epochs),
+        "ran": ", ".join(ran) or "none",
+        "cell_minutes": f"{report.cell_seconds / 60:.1f}",
+        "wall_minutes": f"{report.wall / 60:.1f}",
+        "quick": TEXT.fill("quick", epochs=scale.epochs) + "\n" if scale.quick else "",
+        "sections": "\n\n".join(sections),
+        "cost": _cost_text(cost, missing),
+        "raw_scale": "\n".join(shared.raw_scale_notes()).rstrip("\n"),
+    }
+    return TEXT.fill("report", fields) + "\n"
 
 
 _eps = shared.eps_text

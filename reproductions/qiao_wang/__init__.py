@@ -63,6 +63,7 @@ from reproductions.qiao_wang.grid import (
 )
 from reproductions.qiao_wang.investigation import _investigation_a
 from reproductions.qiao_wang.report import (
+    TEXT,
     _agg_json,
     _claims_a,
     _claims_b,
@@ -77,6 +78,7 @@ from reproductions.qiao_wang.report import (
     _vstar,
     gallery_claims_a,
     gallery_claims_b,
+    numeric_table,
 )
 from reproductions.qiao_wang.tuning import Tuning, tune, tuning_lines
 
@@ -132,7 +134,25 @@ def fig1a(
     claims = _claims_a(agg, setup, vstar)
     report_priv = _representative_report(RHO_A)
 
-    config = _run_config(
+    run.write_config(_fig1a_config(setup, tuning))
+    run.write_metrics(_fig1a_metrics(setup, agg, extras, claims, vstar, tuning, seconds, cell_cpu))
+    run.write_curve(_curve_rows(agg, zero))
+    run.write_privacy(report_priv)
+    plots = _fig1a_plots(run, agg, setup)
+
+    md = _report_a(
+        setup, agg, extras, claims, vstar, seconds, plots=plots, root=run.path, priv=report_priv,
+        tuning=tuning, cell_cpu=cell_cpu,
+    )  # fmt: skip
+    target = run.artifact("report.md")
+    target.write_text(md)
+    write_claims(run.path, gallery_claims_a(claims, f"plots/fig1a_C{setup.scales[0]:g}.png"))
+    return target
+
+
+def _fig1a_config(setup: _Setup, tuning: Tuning) -> dict[str, Any]:
+    """config.json of Figure 1(a): the grid, ρ, PEVI's ξ and the D/K constant's tuning."""
+    return _run_config(
         setup,
         "qiao-wang-fig1a",
         budget={"rho": RHO_A},
@@ -149,30 +169,42 @@ def fig1a(
             },
         },
     )
-    run.write_config(config)
+
+
+def _fig1a_metrics(
+    setup: _Setup,
+    agg: dict,
+    extras: dict[str, dict],
+    claims: list[dict[str, Any]],
+    vstar: dict[int, float],
+    tuning: Tuning,
+    seconds: float,
+    cell_cpu: float,
+) -> dict[str, Any]:
+    """metrics.json of Figure 1(a): the headline cells, every cell and the diagnostics."""
     main_c = setup.scales[-1]
     kmax = setup.ks[-1]
-    run.write_metrics(
-        {
-            "suboptimality": {
-                alg: {str(i): _mean(agg, alg, i, main_c, kmax) for i in INSTANCES}
-                for alg in ("PEVI", "VAPVI", "DP-VAPVI", DK_ON)
-            },
-            "suboptimality_note": f"at K = {kmax}, C = {main_c:g}; all cells in 'cells'",
-            "dk_tuning": tuning.as_json(),
-            "v_star": {str(i): v for i, v in vstar.items()},
-            "claims": claims,
-            "cells": _agg_json(agg),
-            "zero_q_fraction": _agg_json(zero),
-            "cap_q_fraction": _agg_json(extras["cap_q"]),
-            "pessimistic_value_estimate": _agg_json(extras["v_hat"]),
-            "privacy": _privacy_facts([RHO_A]),
-            "wall_seconds": seconds,
-            "cell_cpu_seconds": cell_cpu,
-        }
-    )
-    run.write_curve(_curve_rows(agg, zero))
-    run.write_privacy(report_priv)
+    return {
+        "suboptimality": {
+            alg: {str(i): _mean(agg, alg, i, main_c, kmax) for i in INSTANCES}
+            for alg in ("PEVI", "VAPVI", "DP-VAPVI", DK_ON)
+        },
+        "suboptimality_note": f"at K = {kmax}, C = {main_c:g}; all cells in 'cells'",
+        "dk_tuning": tuning.as_json(),
+        "v_star": {str(i): v for i, v in vstar.items()},
+        "claims": claims,
+        "cells": _agg_json(agg),
+        "zero_q_fraction": _agg_json(extras["zero_q"]),
+        "cap_q_fraction": _agg_json(extras["cap_q"]),
+        "pessimistic_value_estimate": _agg_json(extras["v_hat"]),
+        "privacy": _privacy_facts([RHO_A]),
+        "wall_seconds": seconds,
+        "cell_cpu_seconds": cell_cpu,
+    }
+
+
+def _fig1a_plots(run: RunDir, agg: dict, setup: _Setup) -> list[Path]:
+    """One Figure 1(a) plot per C, then the diagnostics at the largest C (the last path)."""
     lines = [("PEVI", "PEVI", {"marker": "s"}), ("VAPVI", "VAPVI", {"marker": "o"}),
              ("DP-VAPVI", f"DP-VAPVI (ρ={RHO_A:g}), D/K off", {"marker": "^"})]  # fmt: skip
     dk_label = f"DP-VAPVI (ρ={RHO_A:g}), D/K on"
@@ -190,18 +222,10 @@ def fig1a(
         ("diag: DP-VAPVI noise only", "noise only, no shift", {"ls": ":"}),
         ("diag: PEVI β=C√d", "PEVI with β = C√d", {"ls": "-."}),
     ]
+    main_c = setup.scales[-1]
     diag_plot = run.plot_path(f"fig1a_diagnostics_C{main_c:g}")
     _plot(diag_plot, agg, setup, main_c, diag_lines, f"Diagnostics, C = {main_c:g}")
-    plots.append(diag_plot)
-
-    md = _report_a(
-        setup, agg, extras, claims, vstar, seconds, plots=plots, root=run.path, priv=report_priv,
-        tuning=tuning, cell_cpu=cell_cpu,
-    )  # fmt: skip
-    target = run.artifact("report.md")
-    target.write_text(md)
-    write_claims(run.path, gallery_claims_a(claims, f"plots/fig1a_C{setup.scales[0]:g}.png"))
-    return target
+    return [*plots, diag_plot]
 
 
 def _report_a(
@@ -220,103 +244,83 @@ def _report_a(
 ) -> str:
     main = ("PEVI", "VAPVI", "DP-VAPVI", DK_ON)
     kall = tuple(sorted({*setup.ks, *setup.k_extended}))
-    md = [
-        "# Qiao & Wang, Figure 1(a): PEVI vs VAPVI vs DP-VAPVI on the linear MDP",
-        "",
-        "Generated by `privrl reproduce qiao-wang-fig1a`"
-        + (" --quick" if setup.quick else "")
-        + ". The paper gives this figure with no numbers; its claims (Section 5) are:",
-        "",
-        "1. DP-VAPVI performs slightly worse than VAPVI;",
-        "2. as K grows, DP-VAPVI converges to VAPVI;",
-        "3. in most cases DP-VAPVI (and VAPVI) outperform PEVI.",
-        "",
-        *_setup_lines(setup, seconds, vstar, _dk_setup_lines(setup, tuning, cell_cpu)),
-        f"Privacy of every DP-VAPVI run (D/K on or off: the term is post-processing): "
-        f"{priv.summary()}; Bun–Steinke closed form ε = {zcdp_to_dp(RHO_A, DELTA):.3f} at "
-        f"δ = {DELTA:g}.",
-        "",
-        "## Verdicts",
-        "",
-        "Criteria (fixed before looking at the numbers): claim 1 holds if mean DP-VAPVI > mean "
-        "VAPVI at ≥ 75% of the K values; claim 2 if the gap DP-VAPVI − VAPVI at the largest K "
-        "is at most half the largest gap and at most 5% of v*; claim 3 if both VAPVI and "
-        "DP-VAPVI have a lower mean than PEVI at more than half of the K values. Claims 1 and 3 "
-        f"are checked over the paper's K (to {setup.ks[-1]}) for DP-VAPVI as the paper ran it "
-        f"(D/K off); claim 2 over every K run (to {kall[-1]}) for DP-VAPVI with the D/K term "
-        "on (the verdict) and, beside it, off.",
-        "",
-        "| C | instance | 1: DP worse (K count) | 2: gap at K = "
-        f"{kall[-1]}, D/K on (max gap) | holds? | 2: gap, D/K off | holds? | "
-        "3: VAPVI<PEVI, DP<PEVI (K count) | holds? |",
-        "|---:|---:|---|---|---|---|---|---|---|",
-    ]
-    n = len(setup.ks)
-    for c in claims:
-        md.append(
-            f"| {c['C']:g} | {c['instance']} | {c['dp_worse_count']}/{n} "
-            f"({'holds' if c['dp_worse_holds'] else 'does not hold'}) | "
-            f"{c['gap_at_kmax']:+.3f} ({c['gap_max']:+.3f}; "
-            f"{100 * c['gap_at_kmax_rel_vstar']:.1f}% of v*) | "
-            f"{'yes' if c['converges_holds'] else 'no'} | {c['gap_at_kmax_off']:+.3f} "
-            f"({100 * c['gap_at_kmax_rel_vstar_off']:.1f}% of v*) | "
-            f"{'yes' if c['converges_off_holds'] else 'no'} | {c['vapvi_beats_pevi']}/{n}, "
-            f"{c['dp_beats_pevi']}/{n} | {'yes' if c['beat_pevi_holds'] else 'no'} |"
-        )
-    total = len(claims)
-    md.append("")
-    for label, key in (
-        ("Claim 1 (DP-VAPVI worse than VAPVI)", "dp_worse_holds"),
-        (f"Claim 2 (DP-VAPVI + D/K converges to VAPVI by K = {kall[-1]})", "converges_holds"),
-        (f"Claim 2 with the D/K term off (by K = {kall[-1]})", "converges_off_holds"),
-        ("Claim 3 (VAPVI and DP-VAPVI beat PEVI)", "beat_pevi_holds"),
-    ):
-        held = [f"C = {c['C']:g}/instance {c['instance']}" for c in claims if c[key]]
-        md.append(
-            f"- {label}: holds in {len(held)} of {total} (C, instance) cases"
-            + (f" ({', '.join(held)})." if held and len(held) < total else ".")
-        )
-    md += ["", *_dk_section(setup, agg, claims, tuning, kall)]
-    md += ["", "## Suboptimality (mean ± s.e.)", ""]
-    md += _tables(agg, setup, main, setup.scales, titled=True)
-    md += [f"![Figure 1(a), C = {c:g}]({p.relative_to(root).as_posix()})" for c, p in
-           zip(setup.scales, plots, strict=False)]  # fmt: skip
-    md.append("")
-    md += _investigation_a(setup, agg, extras, vstar, plots[-1], root)
-    return "\n".join(md) + "\n"
+    figures = [f"![Figure 1(a), C = {c:g}]({p.relative_to(root).as_posix()})" for c, p in
+               zip(setup.scales, plots, strict=False)]  # fmt: skip
+    fields = {
+        "quick_flag": " --quick" if setup.quick else "",
+        "setup": _setup_lines(setup, seconds, vstar, _dk_setup_lines(setup, tuning, cell_cpu)),
+        "privacy": priv.summary(),
+        "epsilon": f"{zcdp_to_dp(RHO_A, DELTA):.3f}",
+        "delta": f"{DELTA:g}",
+        "k_paper": setup.ks[-1],
+        "k_all": kall[-1],
+        "claims_table": _claims_table_a(claims, len(setup.ks), kall[-1]),
+        "claim1": _held(claims, "dp_worse_holds"),
+        "claim2": _held(claims, "converges_holds"),
+        "claim2_off": _held(claims, "converges_off_holds"),
+        "claim3": _held(claims, "beat_pevi_holds"),
+        "dk_section": _dk_section(setup, agg, claims, tuning, kall),
+        "tables": "\n".join(_tables(agg, setup, main, setup.scales, titled=True)),
+        "plots": "\n".join(figures),
+        "investigation": "\n".join(_investigation_a(setup, agg, extras, vstar, plots[-1], root)),
+    }
+    return TEXT.fill("fig1a", fields) + "\n"
+
+
+def _claims_table_a(claims: list[dict[str, Any]], n: int, kmax: int) -> str:
+    """Figure 1(a)'s verdicts per (C, instance): the three claims' criteria and results."""
+    header = ["C", "instance", "1: DP worse (K count)", f"2: gap at K = {kmax}, D/K on (max gap)",
+              "holds?", "2: gap, D/K off", "holds?", "3: VAPVI<PEVI, DP<PEVI (K count)",
+              "holds?"]  # fmt: skip
+    rows = [
+        [f"{c['C']:g}", c["instance"],
+         f"{c['dp_worse_count']}/{n} ({'holds' if c['dp_worse_holds'] else 'does not hold'})",
+         f"{c['gap_at_kmax']:+.3f} ({c['gap_max']:+.3f}; "
+         f"{100 * c['gap_at_kmax_rel_vstar']:.1f}% of v*)",
+         _yes(c["converges_holds"]),
+         f"{c['gap_at_kmax_off']:+.3f} ({100 * c['gap_at_kmax_rel_vstar_off']:.1f}% of v*)",
+         _yes(c["converges_off_holds"]),
+         f"{c['vapvi_beats_pevi']}/{n}, {c['dp_beats_pevi']}/{n}",
+         _yes(c["beat_pevi_holds"])]
+        for c in claims
+    ]  # fmt: skip
+    return numeric_table(header, rows, right=2)
+
+
+def _yes(holds: bool) -> str:
+    return "yes" if holds else "no"
+
+
+def _held(claims: list[dict[str, Any]], key: str) -> str:
+    """In how many (C, instance) cases the claim `key` holds, and which (when not all)."""
+    held = [f"C = {c['C']:g}/instance {c['instance']}" for c in claims if c[key]]
+    which = f" ({', '.join(held)})" if held and len(held) < len(claims) else ""
+    return TEXT.fill("held", held=len(held), total=len(claims), which=which)
 
 
 def _dk_setup_lines(setup: _Setup, tuning: Tuning, cell_cpu: float) -> list[str]:
     n_cells = len(INSTANCES) * setup.seeds
-    return [
-        "- DP-VAPVI + D/K: the same DP-VAPVI runs (same data, same noise) with the additive "
-        "term on, Γ = C·√d·‖φ‖_{Λ̃⁻¹} + D/K, D = c·2H³√d with c chosen per C on separate public "
-        "instances (see *The D/K term on*): "
-        + ", ".join(f"C = {c:g}: c = {m:g}" for c, m in tuning.chosen.items())
-        + ". VAPVI's own 2H³√d/K term stays off, as in the paper's figure.",
-        f"- Scale: one (instance, seed) of this grid (every algorithm, C and K) costs "
-        f"{cell_cpu:.1f} CPU-s, so {setup.seeds} seeds × {len(INSTANCES)} instances = "
-        f"{n_cells} cells ≈ {n_cells * cell_cpu / 60:.0f} CPU-min, plus the tuning grid "
-        f"({len(tuning.setup.instances) * tuning.setup.seeds} cells of "
-        f"{tuning.cell_cpu:.1f} CPU-s). Full runs store each cell in the cache as it finishes "
-        "and read it back on the next run, so the wall time below is this invocation's and "
-        "counts only the cells it computed.",
-    ]
+    text = TEXT.fill(
+        "dk_setup",
+        chosen=", ".join(f"C = {c:g}: c = {m:g}" for c, m in tuning.chosen.items()),
+        cell_cpu=f"{cell_cpu:.1f}",
+        seeds=setup.seeds,
+        instances=len(INSTANCES),
+        cells=n_cells,
+        cpu_minutes=f"{n_cells * cell_cpu / 60:.0f}",
+        tuning_cells=len(tuning.setup.instances) * tuning.setup.seeds,
+        tuning_cpu=f"{tuning.cell_cpu:.1f}",
+    )
+    return text.split("\n")
 
 
 def _dk_section(
     setup: _Setup, agg: dict, claims: list[dict[str, Any]], tuning: Tuning, kall: tuple[int, ...]
-) -> list[str]:
+) -> str:
     """The D/K term on: the tuning, and DP-VAPVI's gap to VAPVI with the term on and off."""
     kmax = kall[-1]
     shown = [k for k in (setup.ks[-1], *setup.k_extended) if k in kall]
-    md = ["## The D/K term on", "", *tuning_lines(tuning)]
-    md += [
-        "Gap to VAPVI, DP-VAPVI + D/K (D/K off in parentheses), mean over seeds:",
-        "",
-        "| C | instance | " + " | ".join(f"K = {k}" for k in shown) + " |",
-        "|---:|---:|" + "---:|" * len(shown),
-    ]
+    rows = []
     for c in setup.scales:
         for inst in INSTANCES:
             cells = []
@@ -324,40 +328,35 @@ def _dk_section(
                 v = _mean(agg, "VAPVI", inst, c, k)
                 on, off = _mean(agg, DK_ON, inst, c, k) - v, _mean(agg, "DP-VAPVI", inst, c, k) - v
                 cells.append(f"{on:+.3f} ({off:+.3f})")
-            md.append(f"| {c:g} | {inst} | " + " | ".join(cells) + " |")
+            rows.append([f"{c:g}", inst, *cells])
     held = sum(bool(c["converges_holds"]) for c in claims)
+    gaps = [c["gap_at_kmax"] for c in claims]
+    gaps_off = [c["gap_at_kmax_off"] for c in claims]
+    return TEXT.fill(
+        "dk_section",
+        tuning=tuning_lines(tuning),
+        gap_table=numeric_table(["C", "instance", *(f"K = {k}" for k in shown)], rows),
+        kmax=kmax,
+        held=held,
+        total=len(claims),
+        gap_lo=f"{min(gaps):+.3f}",
+        gap_hi=f"{max(gaps):+.3f}",
+        off_lo=f"{min(gaps_off):+.3f}",
+        off_hi=f"{max(gaps_off):+.3f}",
+        why=_dk_why(tuning) if held < len(claims) else TEXT.fill("dk_closed"),
+    )
+
+
+def _dk_why(tuning: Tuning) -> str:
+    """Why the D/K term does not close the gap (and, when so, that larger constants are worse)."""
     larger_worse = all(
         score > row[tuning.chosen[c]]
         for c, row in tuning.score.items()
         for m, score in row.items()
         if m > tuning.chosen[c]
     )
-    gaps = [c["gap_at_kmax"] for c in claims]
-    gaps_off = [c["gap_at_kmax_off"] for c in claims]
-    md += [
-        "",
-        f"With the D/K term on, DP-VAPVI converges to VAPVI by K = {kmax} (claim 2's criterion) "
-        f"in {held} of {len(claims)} (C, instance) cases; its gap at K = {kmax} is "
-        f"{min(gaps):+.3f} to {max(gaps):+.3f}, against {min(gaps_off):+.3f} to "
-        f"{max(gaps_off):+.3f} with the term off. "
-        + (
-            "The term is the same number for every (s, a) at a step: it lowers over-estimated "
-            "values (fewer ties at the cap H−h+1) and zeroes small ones, but it cannot reorder "
-            "the actions whose noisy estimates φᵀw̃ differ — and that ordering, over 100 "
-            "actions, is where the noise of the private regression acts (see the "
-            "signal-to-noise table below)."
-            + (
-                " Larger constants are worse, not better: on the tuning set every c above "
-                "the chosen one scores worse, and at the theory's size the term zeroes every Q̂."
-                if larger_worse
-                else ""
-            )
-            if held < len(claims)
-            else "The term closes the gap."
-        ),
-        "",
-    ]
-    return md
+    more = TEXT.fill("dk_larger_worse") if larger_worse else ""
+    return TEXT.fill("dk_open", larger_worse=more)
 
 
 def fig1b(
@@ -409,55 +408,52 @@ def fig1b(
         _plot(p, agg, setup, c, lines, f"Figure 1(b) reproduction, C = {c:g}")
         plots.append(p)
 
-    n_pairs = len(rhos) - 1
-    md = [
-        "# Qiao & Wang, Figure 1(b): DP-VAPVI at several privacy budgets",
-        "",
-        "Generated by `privrl reproduce qiao-wang-fig1b`"
-        + (" --quick" if setup.quick else "")
-        + ". The paper's claim (Section 5): with a larger privacy budget ρ the noise is "
-        "smaller and DP-VAPVI is closer to VAPVI.",
-        "",
-        *_setup_lines(setup, seconds, vstar),
-        "Privacy per ρ (each run is exactly ρ-zCDP, strict matrix noise; ε from the RDP "
-        f"accountant at δ = {DELTA:g}, Bun–Steinke closed form beside it; E is the PD shift):",
-        "",
-        "| ρ | ε (RDP accountant) | ε (Bun–Steinke) | E |",
-        "|---:|---:|---:|---:|",
-    ]
-    for r in rhos:
-        rep = _representative_report(r)
-        md.append(
-            f"| {r:g} | {rep.epsilon:.3f} | {zcdp_to_dp(r, DELTA):.3f} | "
-            f"{gram_shift(20, 10, r, FAILURE_PROB):.1f} |"
-        )
-    md += [
-        "",
-        "## Verdict",
-        "",
-        "Criterion (fixed before looking at the numbers): the claim holds if the distance to "
-        "VAPVI, mean over K of |DP-VAPVI(ρ) − VAPVI|, strictly decreases along ρ = "
-        + ", ".join(f"{r:g}" for r in rhos)
-        + ".",
-        "",
-        "| C | instance | mean |gap| per ρ | decreasing steps | holds? |",
-        "|---:|---:|---|---|---|",
-    ]
-    for c in claims:
-        md.append(
-            f"| {c['C']:g} | {c['instance']} | "
-            + ", ".join(f"{x:.3f}" for x in c["mean_abs_gap_by_rho"])
-            + f" | {c['decreasing_pairs']}/{n_pairs} | {'yes' if c['holds'] else 'no'} |"
-        )
-    held = sum(c["holds"] for c in claims)
-    md += ["", f"The claim holds in {held} of {len(claims)} (C, instance) cases."]
-    md += ["", "## Suboptimality (mean ± s.e.)", ""]
-    algs = ("VAPVI", *(_rho_name(r) for r in rhos))
-    md += _tables(agg, setup, algs, setup.scales, titled=True)
-    md += [f"![Figure 1(b), C = {c:g}]({p.relative_to(run.path).as_posix()})" for c, p in
-           zip(setup.scales, plots, strict=True)]  # fmt: skip
-    md.append("")
+    md = _report_b(setup, agg, claims, vstar, seconds, plots=plots, root=run.path)
     target = run.artifact("report.md")
-    target.write_text("\n".join(md) + "\n")
+    target.write_text(md)
     write_claims(run.path, gallery_claims_b(claims, rhos, f"plots/fig1b_C{setup.scales[0]:g}.png"))
     return target
+
+
+def _report_b(
+    setup: _Setup,
+    agg: dict,
+    claims: list[dict[str, Any]],
+    vstar: dict[int, float],
+    seconds: float,
+    *,
+    plots: list[Path],
+    root: Path,
+) -> str:
+    rhos = RHOS_B
+    privacy = []
+    for r in rhos:
+        rep = _representative_report(r)
+        privacy.append(
+            [f"{r:g}", f"{rep.epsilon:.3f}", f"{zcdp_to_dp(r, DELTA):.3f}",
+             f"{gram_shift(20, 10, r, FAILURE_PROB):.1f}"]
+        )  # fmt: skip
+    n_pairs = len(rhos) - 1
+    verdicts = [
+        [f"{c['C']:g}", c["instance"], ", ".join(f"{x:.3f}" for x in c["mean_abs_gap_by_rho"]),
+         f"{c['decreasing_pairs']}/{n_pairs}", _yes(c["holds"])]
+        for c in claims
+    ]  # fmt: skip
+    header = ["C", "instance", "mean |gap| per ρ", "decreasing steps", "holds?"]
+    algs = ("VAPVI", *(_rho_name(r) for r in rhos))
+    figures = [f"![Figure 1(b), C = {c:g}]({p.relative_to(root).as_posix()})" for c, p in
+               zip(setup.scales, plots, strict=True)]  # fmt: skip
+    text = TEXT.fill(
+        "fig1b",
+        quick_flag=" --quick" if setup.quick else "",
+        setup=_setup_lines(setup, seconds, vstar),
+        delta=f"{DELTA:g}",
+        privacy_table=numeric_table(["ρ", "ε (RDP accountant)", "ε (Bun–Steinke)", "E"], privacy),
+        rhos=", ".join(f"{r:g}" for r in rhos),
+        claims_table=numeric_table(header, verdicts, right=2),
+        held=sum(c["holds"] for c in claims),
+        total=len(claims),
+        tables="\n".join(_tables(agg, setup, algs, setup.scales, titled=True)),
+        plots="\n".join(figures),
+    )
+    return text + "\n\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from reproductions.qiao_wang.grid import (
     _nested_episodes,
     _Setup,
 )
-from reproductions.qiao_wang.report import _tables
+from reproductions.qiao_wang.report import TEXT, _tables, numeric_table
 
 
 class _Recorder(NonPrivateReleaser):
@@ -85,7 +86,7 @@ def _signal_to_noise(setup: _Setup, ks: Sequence[int], scale: float) -> dict[int
 
 def _capped_values(
     setup: _Setup, capped: dict, vhat: dict, vstar: dict[int, float], c: float
-) -> list[str]:
+) -> str:
     """Fraction of Q̂ at the cap H−h+1 and the value estimate d1·Ṽ_1, for the shift diagnosis."""
     algs = ("VAPVI", "DP-VAPVI", DK_ON, "diag: DP-VAPVI shift only", "diag: DP-VAPVI noise only")
     ks = [
@@ -93,22 +94,9 @@ def _capped_values(
         for k in (100, setup.ks[-1], *setup.k_extended[-1:])
         if k in (*setup.ks, *setup.k_extended)
     ]
-    md = [
-        "**Over-estimated, capped values.** A pessimistic algorithm should under-estimate. "
-        "Below, for each algorithm and K: the fraction of Q̂ entries at the cap H−h+1 and the "
-        "algorithm's own value estimate d1·Ṽ_1 (mean over seeds), beside v*. Where many "
-        "entries sit at the cap, the saturated actions tie and the greedy step takes the "
-        "lowest index among them, whatever their true value:",
-        "",
-    ]
+    tables = []
     for inst in INSTANCES:
-        md += [
-            f"Instance {inst} (v* = {vstar[inst]:.3f}), C = {c:g}; cells: capped fraction / "
-            "d1·Ṽ_1:",
-            "",
-            "| algorithm | " + " | ".join(f"K = {k}" for k in ks) + " |",
-            "|---|" + "---:|" * len(ks),
-        ]
+        rows = []
         for alg in algs:
             cells = []
             for k in ks:
@@ -117,44 +105,42 @@ def _capped_values(
                     cells.append(f"{capped[key]['mean']:.3f} / {vhat[key]['mean']:.2f}")
                 else:
                     cells.append("–")
-            md.append(f"| {alg} | " + " | ".join(cells) + " |")
-        md.append("")
+            rows.append([alg, *cells])
+        table = numeric_table(["algorithm", *(f"K = {k}" for k in ks)], rows, left=1)
+        tables.append(
+            TEXT.fill(
+                "capped_table", instance=inst, vstar=f"{vstar[inst]:.3f}", C=f"{c:g}", table=table
+            )
+        )
     k_last = ks[-1]
 
     def over(alg: str) -> list[float]:
         return [vhat[(alg, i, c, k_last)]["mean"] - vstar[i] for i in INSTANCES]
 
-    dp_over = over("DP-VAPVI")
-    dk_over = over(DK_ON)
-    md.append(
-        f"At K = {k_last}, d1·Ṽ_1 − v* is "
-        + ", ".join(f"{x:+.2f}" for x in dp_over)
-        + " for DP-VAPVI, "
-        + ", ".join(f"{x:+.2f}" for x in dk_over)
-        + " for DP-VAPVI + D/K and "
-        + ", ".join(f"{x:+.2f}" for x in over("VAPVI"))
-        + " for VAPVI (instances "
-        + ", ".join(str(i) for i in INSTANCES)
-        + "). "
-        + (
-            "DP-VAPVI over-estimates: its bonus does not cover the error that the shift and "
-            "the noise introduce (the additive D/K term the theory adds for it is off by the "
-            "spec's decision, since at the theory's size it exceeds H here and would zero every "
-            "Q). "
-            + (
-                "With the term on at the tuned constant the over-estimate remains."
-                if max(dk_over) > 0
-                else "With the term on at the tuned constant DP-VAPVI + D/K under-estimates, "
-                "yet its suboptimality stays far from VAPVI's: lowering every value by the "
-                "same amount does not change which action looks best."
-            )
-            if max(dp_over) > 0
-            else "DP-VAPVI under-estimates at this K, as pessimism intends: its loss is in "
-            "which action it prefers, not in the level of its values."
-        )
+    dp_over, dk_over = over("DP-VAPVI"), over(DK_ON)
+    if max(dp_over) > 0:
+        dk = TEXT.fill("dk_over" if max(dk_over) > 0 else "dk_under")
+        verdict = TEXT.fill("over_estimates", dk=dk)
+    else:
+        verdict = TEXT.fill("under_estimates")
+    return TEXT.fill(
+        "capped",
+        tables="\n\n".join(tables),
+        k_last=k_last,
+        dp_over=_signed(dp_over),
+        dk_over=_signed(dk_over),
+        vapvi_over=_signed(over("VAPVI")),
+        instances=_instances(),
+        verdict=verdict,
     )
-    md.append("")
-    return md
+
+
+def _signed(values: Sequence[float]) -> str:
+    return ", ".join(f"{x:+.2f}" for x in values)
+
+
+def _instances() -> str:
+    return ", ".join(str(i) for i in INSTANCES)
 
 
 def _max_conditional_variance(mdp: LinearMDP) -> float:
@@ -174,165 +160,150 @@ def _investigation_a(
     diag_plot: Path,
     root: Path,
 ) -> list[str]:
-    zero, capped, vhat = extras["zero_q"], extras["cap_q"], extras["v_hat"]
+    """The report's investigation section (its lines; the last one empty)."""
     c = setup.scales[-1]
-    ks = setup.ks
-    kmax = ks[-1]
+    text = TEXT.fill(
+        "investigation",
+        _pevi_fields(setup, agg, extras["zero_q"]),
+        **_small_k_fields(setup, agg, extras["zero_q"]),
+        **_shift_fields(setup, agg, c),
+        capped=_capped_values(setup, extras["cap_q"], extras["v_hat"], vstar, c) + "\n",
+        snr_table=_snr_table(setup, c),
+        **_unscaled_fields(setup, agg, c),
+        beyond=_beyond(setup, agg, c),
+        diag_plot=diag_plot.relative_to(root).as_posix(),
+    )
+    return [*text.split("\n"), ""]
+
+
+def _tables_text(setup: _Setup, agg: dict, algs: Sequence[str], c: float) -> str:
+    return "\n".join(_tables(agg, setup, algs, (c,)))
+
+
+def _pevi_fields(setup: _Setup, agg: dict, zero: dict) -> dict[str, Any]:
+    """PEVI's theory bonus: its size, the Q̂ it zeroes, and PEVI with VAPVI's coefficient."""
+    ks, c = setup.ks, setup.scales[-1]
     d, H = 10, 20
-    E = gram_shift(H, d, RHO_A, FAILURE_PROB, "strict")
-    betas = [pevi_beta(d, H, k, PEVI_XI, cc) for cc in setup.scales for k in (ks[0], kmax)]
+    betas = [pevi_beta(d, H, k, PEVI_XI, cc) for cc in setup.scales for k in (ks[0], ks[-1])]
     pevi_zero = [
         zero[("PEVI", i, cc, k)]["mean"] for i in INSTANCES for cc in setup.scales for k in ks
     ]
-    vap_zero_small = {
-        cc: [zero[("VAPVI", i, cc, ks[0])]["mean"] for i in INSTANCES] for cc in setup.scales
-    }
     always0 = {i: float(LinearMDP.qiao_wang(i).suboptimality(np.zeros((H, 2), dtype=np.int64)))
                for i in INSTANCES}  # fmt: skip
-
-    def m(alg: str, inst: int, k: int, cc: float = c) -> float:
-        return _mean(agg, alg, inst, cc, k)
-
-    md = [
-        "## Investigation (diagnostics on the same data and noise seeds)",
-        "",
-        "Everything in this section is computed by the reproduction itself; the diagnostics are "
-        "fixed variants of the same code, not tuned algorithms.",
-        "",
-        "**PEVI's theory bonus.** PEVI's coefficient β = C·dH·√(log(2dHK/ξ)) is "
-        f"{min(betas):.0f}–{max(betas):.0f} over the C and K used, against Q-values ≤ H = 20. "
-        f"The fraction of PEVI's Q̂ entries clipped to 0 is {min(pevi_zero):.3f}–"
-        f"{max(pevi_zero):.3f} over all (instance, C, K). With Q̂ ≡ 0 every action ties and the "
-        "greedy policy takes the first one (action 0) everywhere, whose suboptimality is "
-        + ", ".join(f"{always0[i]:.3f} (instance {i})" for i in INSTANCES)
-        + (
-            ". PEVI's Q̂ is identically 0 in every cell, so claim 3 is decided by the size of "
-            "PEVI's theory coefficient. The "
-            if min(pevi_zero) == 1.0
-            else ". The "
-        )
-        + "diagnostic *PEVI with β = C√d* (VAPVI's coefficient, unweighted regression) separates "
-        "the variance weighting from the bonus size:",
-        "",
-    ]
-    md += _tables(agg, setup, ("VAPVI", "DP-VAPVI", "diag: PEVI β=C√d"), (c,))
     same = sum(
-        abs(m("diag: PEVI β=C√d", i, k, cc) - m("VAPVI", i, k, cc)) < 1e-9
+        abs(_mean(agg, "diag: PEVI β=C√d", i, cc, k) - _mean(agg, "VAPVI", i, cc, k)) < 1e-9
         for i in INSTANCES
         for k in ks
         for cc in setup.scales
     )
+    cells = len(INSTANCES) * len(ks) * len(setup.scales)
     max_var = max(_max_conditional_variance(LinearMDP.qiao_wang(i)) for i in INSTANCES)
-    md += [
-        f"PEVI with β = C√d has the same mean as VAPVI in {same} of "
-        f"{len(INSTANCES) * len(ks) * len(setup.scales)} (instance, K, C) cells. The "
-        f"conditional variance of the optimal values is tiny here (max over h, s, a of "
-        f"Var_{{P_h}}(V*_{{h+1}})(s, a) = {max_var:.4f}), so VAPVI's weights "
-        "σ̃² = max{1, Var̃} are 1 wherever its variance estimate is accurate"
-        + (
-            ", and VAPVI reduces to unweighted LSVI: on this instance the variance weighting, "
-            "which the paper credits for beating PEVI, has nothing to act on."
-            if same == len(INSTANCES) * len(ks) * len(setup.scales)
-            else "."
+    return {
+        "beta_lo": f"{min(betas):.0f}",
+        "beta_hi": f"{max(betas):.0f}",
+        "zero_lo": f"{min(pevi_zero):.3f}",
+        "zero_hi": f"{max(pevi_zero):.3f}",
+        "always0": ", ".join(f"{always0[i]:.3f} (instance {i})" for i in INSTANCES),
+        "pevi_all_zero": TEXT.fill("pevi_all_zero") if min(pevi_zero) == 1.0 else "",
+        "pevi_tables": _tables_text(setup, agg, ("VAPVI", "DP-VAPVI", "diag: PEVI β=C√d"), c),
+        "same": same,
+        "cells": cells,
+        "max_var": f"{max_var:.4f}",
+        "reduces": TEXT.fill("reduces") if same == cells else ".",
+    }
+
+
+def _small_k_fields(setup: _Setup, agg: dict, zero: dict) -> dict[str, Any]:
+    """VAPVI's zeroed Q̂ at the smallest K, and the K where DP-VAPVI beats VAPVI."""
+    ks = setup.ks
+    vap_zero = {
+        cc: [zero[("VAPVI", i, cc, ks[0])]["mean"] for i in INSTANCES] for cc in setup.scales
+    }
+
+    def below(cc: float, i: int) -> str:
+        better = [
+            str(k) for k in ks if _mean(agg, "DP-VAPVI", i, cc, k) < _mean(agg, "VAPVI", i, cc, k)
+        ]
+        return ", ".join(better) or "none"
+
+    return {
+        "k_small": ks[0],
+        "vapvi_zero": "; ".join(
+            f"C = {cc:g}: " + ", ".join(f"{z:.3f}" for z in vap_zero[cc]) for cc in setup.scales
         ),
-        "",
-    ]
-    md += [
-        "**VAPVI's bonus at small K.** Fraction of VAPVI's Q̂ entries at 0 for K = "
-        f"{ks[0]}: "
-        + "; ".join(
-            f"C = {cc:g}: " + ", ".join(f"{z:.3f}" for z in vap_zero_small[cc])
-            for cc in setup.scales
-        )
-        + " (instances "
-        + ", ".join(str(i) for i in INSTANCES)
-        + "). Where VAPVI's Q̂ is all zero it falls back to action 0, while DP-VAPVI's bonus "
-        "is shrunk by the PD shift (‖φ‖_{Λ̃⁻¹} ≤ 1/√(λ + E/2)). K values where DP-VAPVI's mean "
-        "is below VAPVI's: "
-        + "; ".join(
-            f"C = {cc:g}, instance {i}: "
-            + (
-                ", ".join(str(k) for k in ks if m("DP-VAPVI", i, k, cc) < m("VAPVI", i, k, cc))
-                or "none"
-            )
-            for cc in setup.scales
-            for i in INSTANCES
-        )
-        + ".",
-        "",
-        f"**The PD shift and the noise.** At ρ = 1, H = 20, d = 10 the strict shift is "
-        f"E = {E:.1f}, so E/2 = {E / 2:.1f} is added to both Gram matrices. The diagnostics run "
-        "DP-VAPVI's code with only one ingredient: the shift without noise, or the noise "
-        "(same stream) without the shift (then eigenvalues are clipped at λ):",
-        "",
-    ]
-    md += _tables(agg, setup, ("VAPVI", "DP-VAPVI", *_SHIFT_NOISE), (c,))
-    md += [
-        f"At K = {kmax}, C = {c:g}: VAPVI "
-        + ", ".join(f"{m('VAPVI', i, kmax):.3f}" for i in INSTANCES)
-        + "; shift only "
-        + ", ".join(f"{m('diag: DP-VAPVI shift only', i, kmax):.3f}" for i in INSTANCES)
-        + "; noise only "
-        + ", ".join(f"{m('diag: DP-VAPVI noise only', i, kmax):.3f}" for i in INSTANCES)
-        + "; DP-VAPVI "
-        + ", ".join(f"{m('DP-VAPVI', i, kmax):.3f}" for i in INSTANCES)
-        + " (instances "
-        + ", ".join(str(i) for i in INSTANCES)
-        + ").",
-        "",
-    ]
-    md += _capped_values(setup, capped, vhat, vstar, c)
-    snr_ks = tuple(k for k in (100, kmax, *setup.k_extended) if k <= max(ks + setup.k_extended))
+        "instances": _instances(),
+        "dp_below": "; ".join(
+            f"C = {cc:g}, instance {i}: {below(cc, i)}" for cc in setup.scales for i in INSTANCES
+        ),
+    }
+
+
+def _shift_fields(setup: _Setup, agg: dict, c: float) -> dict[str, Any]:
+    """The PD shift's size and the shift-only and noise-only diagnostics at the largest K."""
+    kmax = setup.ks[-1]
+    E = gram_shift(20, 10, RHO_A, FAILURE_PROB, "strict")
+
+    def at(alg: str) -> str:
+        return ", ".join(f"{_mean(agg, alg, i, c, kmax):.3f}" for i in INSTANCES)
+
+    return {
+        "E": f"{E:.1f}",
+        "half_E": f"{E / 2:.1f}",
+        "shift_tables": _tables_text(setup, agg, ("VAPVI", "DP-VAPVI", *_SHIFT_NOISE), c),
+        "kmax": kmax,
+        "C": f"{c:g}",
+        "vapvi": at("VAPVI"),
+        "shift": at("diag: DP-VAPVI shift only"),
+        "noise": at("diag: DP-VAPVI noise only"),
+        "dp": at("DP-VAPVI"),
+    }
+
+
+def _snr_table(setup: _Setup, c: float) -> str:
+    """The signal-to-noise of each release at a few K (instance 0, first seed)."""
+    ks = setup.ks
+    snr_ks = tuple(k for k in (100, ks[-1], *setup.k_extended) if k <= max(ks + setup.k_extended))
     snr = _signal_to_noise(setup, sorted(set(snr_ks)), c)
-    md += [
-        "Signal-to-noise of the releases: median over h of ‖statistic‖ / E‖noise‖ at ρ = 1 "
-        "(instance 0, first seed, computed with VAPVI's Ṽ and σ̃; E‖noise‖ = σ√d for vectors, "
-        "s·√(d(d+1)) for Gram matrices). A ratio below 1 means the release is mostly noise:",
-        "",
-        "| K | " + " | ".join(_KIND_LABELS.values()) + " |",
-        "|---:|" + "---:|" * len(_KIND_LABELS),
-    ]
-    for k, row in snr.items():
-        md.append(f"| {k} | " + " | ".join(f"{row[kind]:.2f}" for kind in _KIND_LABELS) + " |")
-    md.append("")
-    md += [
-        "**Does the rescaling of φ explain the gap?** The guarantee needs ‖φ‖ ≤ 1, so φ is "
-        "divided by √7 (ν, θ compensated: the same MDP), while the noise stays the same. The "
-        "diagnostic runs both algorithms on the raw features (‖φ‖ up to √7) — for DP-VAPVI the "
-        "sensitivity bounds then fail, so it is **not** private and is shown only to test the "
-        "explanation:",
-        "",
-    ]
-    md += _tables(agg, setup, ("VAPVI", "DP-VAPVI", *_UNSCALED), (c,))
+    rows = [[k, *(f"{r[kind]:.2f}" for kind in _KIND_LABELS)] for k, r in snr.items()]
+    return numeric_table(["K", *_KIND_LABELS.values()], rows)
+
+
+def _unscaled_fields(setup: _Setup, agg: dict, c: float) -> dict[str, Any]:
+    """Both algorithms on the raw features, to test the rescaling as an explanation."""
     better = sum(
-        m("diag: DP-VAPVI unscaled φ", i, k) < m("DP-VAPVI", i, k) for i in INSTANCES for k in ks
+        _mean(agg, "diag: DP-VAPVI unscaled φ", i, c, k) < _mean(agg, "DP-VAPVI", i, c, k)
+        for i in INSTANCES
+        for k in setup.ks
     )
-    md += [
-        f"Unscaled DP-VAPVI has a lower mean than DP-VAPVI in {better} of "
-        f"{len(INSTANCES) * len(ks)} (instance, K) cells at C = {c:g}.",
-        "",
-    ]
-    if setup.k_extended:
-        md += [
-            "**Beyond the paper's range.** Does DP-VAPVI converge to VAPVI as K grows? Same "
-            f"protocol, K up to {setup.k_extended[-1]}:",
-            "",
-        ]
-        md += _tables(agg, setup, ("PEVI", "VAPVI", "DP-VAPVI", DK_ON), (c,))
-        md += [
-            "Gap to VAPVI at C = "
-            f"{c:g}, DP-VAPVI (D/K off) and DP-VAPVI + D/K: "
-            + "; ".join(
-                f"instance {i}: "
-                + ", ".join(
-                    f"K={k}: {m('DP-VAPVI', i, k) - m('VAPVI', i, k):+.3f} / "
-                    f"{m(DK_ON, i, k) - m('VAPVI', i, k):+.3f}"
-                    for k in (kmax, *setup.k_extended)
-                )
-                for i in INSTANCES
-            )
-            + ".",
-            "",
-        ]
-    md += [f"![diagnostics]({diag_plot.relative_to(root).as_posix()})", ""]
-    return md
+    return {
+        "unscaled_tables": _tables_text(setup, agg, ("VAPVI", "DP-VAPVI", *_UNSCALED), c),
+        "better": better,
+        "unscaled_cells": len(INSTANCES) * len(setup.ks),
+    }
+
+
+def _beyond(setup: _Setup, agg: dict, c: float) -> str:
+    """K beyond the paper's range: does DP-VAPVI (D/K off, on) converge to VAPVI? ("" without)."""
+    if not setup.k_extended:
+        return ""
+    kmax = setup.ks[-1]
+
+    def gap(alg: str, i: int, k: int) -> str:
+        return f"{_mean(agg, alg, i, c, k) - _mean(agg, 'VAPVI', i, c, k):+.3f}"
+
+    gaps = "; ".join(
+        f"instance {i}: "
+        + ", ".join(
+            f"K={k}: {gap('DP-VAPVI', i, k)} / {gap(DK_ON, i, k)}"
+            for k in (kmax, *setup.k_extended)
+        )
+        for i in INSTANCES
+    )
+    text = TEXT.fill(
+        "beyond",
+        k_last=setup.k_extended[-1],
+        tables=_tables_text(setup, agg, ("PEVI", "VAPVI", "DP-VAPVI", DK_ON), c),
+        C=f"{c:g}",
+        gaps=gaps,
+    )
+    return text + "\n"

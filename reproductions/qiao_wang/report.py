@@ -24,6 +24,23 @@ from reproductions.qiao_wang.grid import (
     _mean,
     _Setup,
 )
+from reproductions.templates import beside, row
+
+TEXT = beside(__file__, "report.md.tmpl")
+
+
+def numeric_table(
+    header: Sequence[Any],
+    rows: Sequence[Sequence[Any]],
+    *,
+    left: int = 0,
+    right: int | None = None,
+) -> str:
+    """A markdown table: the first `left` columns left-aligned, the next `right` (default: all
+    the others) right-aligned (``---:``), any after them left-aligned."""
+    right = len(header) - left if right is None else right
+    rule = "|" + "---|" * left + "---:|" * right + "---|" * (len(header) - left - right)
+    return "\n".join([row(header), rule, *(row(r) for r in rows)])
 
 
 def _convergence(
@@ -344,36 +361,24 @@ def _run_config(
 
 def _setup_lines(
     setup: _Setup, seconds: float, vstar: dict[int, float], extra: Sequence[str] = ()
-) -> list[str]:
-    k_ext = (
-        f"; beyond the paper's range K ∈ {{{', '.join(map(str, setup.k_extended))}}} for the "
-        "main algorithms"
-        if setup.k_extended
-        else ""
+) -> str:
+    """The report's Setup section (`extra`: more bullets before the wall time)."""
+    k_ext = ""
+    if setup.k_extended:
+        k_ext = TEXT.fill("k_extended", ks=", ".join(map(str, setup.k_extended)))
+    return TEXT.fill(
+        "setup",
+        vstar0=f"{vstar[0]:.4f}",
+        vstar1=f"{vstar[1]:.4f}",
+        ks=", ".join(map(str, setup.ks)),
+        k_extended=k_ext,
+        seeds=setup.seeds,
+        base_seed=setup.base_seed,
+        scales=", ".join(f"{c:g}" for c in setup.scales),
+        xi=PEVI_XI,
+        failure_prob=FAILURE_PROB,
+        delta=f"{DELTA:g}",
+        extra="\n".join(extra),
+        seconds=f"{seconds:.0f}",
+        quick_note=" (quick mode: numbers are not final)." if setup.quick else ".",
     )
-    return [
-        "## Setup",
-        "",
-        "- Environment: the linear MDP of the spec (S = {0,1}, A = 100 actions with 8-bit codes, "
-        "d = 10, H = 20, ‖φ‖ ≤ 1 after rescaling by √7 with ν, θ compensated), instances 0 and "
-        f"1 (`LinearMDP.qiao_wang(i)`); v* = {vstar[0]:.4f} (instance 0), {vstar[1]:.4f} "
-        "(instance 1). Behaviour μ: action 0 w.p. 0.6, others uniform; d1 uniform.",
-        f"- K ∈ {{{', '.join(map(str, setup.ks))}}}{k_ext}; {setup.seeds} seeds per instance "
-        "(base seed "
-        f"{setup.base_seed}); common random numbers: per (instance, seed) one dataset of "
-        "K_max episodes, the dataset for K is its first K episodes and is shared by every "
-        "algorithm; DP-VAPVI's noise seed per (instance, seed, K) is shared by every ρ and C.",
-        "- Metric: exact suboptimality v* − v^π̂ (backward induction on the equivalent tabular "
-        "MDP), mean ± standard error over seeds.",
-        f"- Bonus multiplier C ∈ {{{', '.join(f'{c:g}' for c in setup.scales)}}}, the same C "
-        "for all algorithms: VAPVI/DP-VAPVI Γ = C·√d·‖φ‖_{Λ̃⁻¹}; PEVI Γ = C·dH√(log(2dHK/ξ))·"
-        f"‖φ‖_{{Λ⁻¹}} (ξ = {PEVI_XI}). Every C is reported; none was tuned.",
-        f"- DP-VAPVI: matrix noise **strict** (s² = 1/(2ρ0); the report is exactly ρ-zCDP under "
-        f"replace-one), φ1 variance 2H⁴/ρ0, E from the spec formula with failure probability "
-        f"{FAILURE_PROB}, λ = 1, additive D/K bonus off (VAPVI's 2H³√d/K off too), no data split "
-        f"(D' = D). ε is quoted at δ = {DELTA:g}.",
-        *extra,
-        f"- Wall time: {seconds:.0f} s"
-        + (" (quick mode: numbers are not final)." if setup.quick else "."),
-        "",
-    ]

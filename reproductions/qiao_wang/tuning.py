@@ -127,39 +127,37 @@ def tune(
     return Tuning(setup, tuple(multipliers), score, chosen, seconds, cell_cpu_seconds(rows))
 
 
-def tuning_lines(t: Tuning) -> list[str]:
+def tuning_lines(t: Tuning) -> str:
     """The report's account of the tuning: the rule, the grid, the scores and the choice."""
+    from reproductions.qiao_wang.report import TEXT, numeric_table
+
     st = t.setup
-    md = [
-        "**The D/K constant.** Algorithm 2's bonus is Γ = C·√d·‖φ‖_{Λ̃⁻¹} + D/K, with "
-        "D = Õ(H²L/κ + H⁴E√d/κ^{3/2} + H³√d) in Theorem 4.1; at the theory's size D/K exceeds "
-        "H at every K here and zeroes every Q̂, so the paper's figure and our default leave it "
-        f"off. *DP-VAPVI + D/K* switches it on at a scaled constant, D = c·2H³√d "
-        f"(2H³√d = {DK_UNIT:.0f}, VAPVI's theory numerator). c is a public hyper-parameter and "
-        "was chosen on a separate, public tuning set before the reported run: environment "
-        f"instances {', '.join(map(str, st.instances))} (other environment seeds than the "
-        f"reported instances 0 and 1), {st.seeds} seed(s) each from base seed {st.base_seed} "
-        f"(the reported runs use base seed 0), K ∈ {{{', '.join(map(str, st.ks))}}}, ρ = "
-        f"{RHO_A:g}. Rule: for each C, the c with the lowest mean suboptimality of DP-VAPVI + "
-        "D/K over the tuning instances, seeds and K (the paper's largest K and beyond, where the "
-        "convergence claim lives); ties go to the smaller c. Mean suboptimality on the tuning "
-        "set (c = 0 is DP-VAPVI with the term off; chosen value in bold):",
-        "",
-        "| C | " + " | ".join(f"c = {m:g}" for m in t.multipliers) + " |",
-        "|---:|" + "---:|" * len(t.multipliers),
-    ]
+    rows = []
     for c, row in t.score.items():
         cells = [f"**{v:.3f}**" if m == t.chosen[c] else f"{v:.3f}" for m, v in row.items()]
-        md.append(f"| {c:g} | " + " | ".join(cells) + " |")
-    md += [
-        "",
-        "Chosen: "
-        + "; ".join(
-            f"C = {c:g}: c = {m:g} (D = {m * DK_UNIT:.0f}; D/K = {m * DK_UNIT / 1000:.3g} at "
-            f"K = 1000, {m * DK_UNIT / 20000:.3g} at K = 20000)"
-            for c, m in t.chosen.items()
+        rows.append([f"{c:g}", *cells])
+    header = ["C", *(f"c = {m:g}" for m in t.multipliers)]
+    score_table = numeric_table(header, rows)
+    chosen = "; ".join(
+        TEXT.fill(
+            "tuning_choice",
+            C=f"{c:g}",
+            c=f"{m:g}",
+            D=f"{m * DK_UNIT:.0f}",
+            at_1000=f"{m * DK_UNIT / 1000:.3g}",
+            at_20000=f"{m * DK_UNIT / 20000:.3g}",
         )
-        + f". The tuning grid cost {t.cell_cpu:.1f} CPU-s per (instance, seed).",
-        "",
-    ]
-    return md
+        for c, m in t.chosen.items()
+    )
+    return TEXT.fill(
+        "tuning",
+        unit=f"{DK_UNIT:.0f}",
+        instances=", ".join(map(str, st.instances)),
+        seeds=st.seeds,
+        base_seed=st.base_seed,
+        ks=", ".join(map(str, st.ks)),
+        rho=f"{RHO_A:g}",
+        score_table=score_table,
+        chosen=chosen,
+        cell_cpu=f"{t.cell_cpu:.1f}",
+    )

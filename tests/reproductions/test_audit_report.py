@@ -109,3 +109,33 @@ def test_metrics_named_like_an_axis_are_read_from_their_prefixed_column() -> Non
     ]
     one = [s for s in summarise(rows) if s["system"] == ONE_RUN[1] and s["kind"] == "one-run"]
     assert one[0]["guesses"] == 100 and one[0]["correct"] == 86
+
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "reproductions" / "audit"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def _render_committed(tmp_path: Path, scale: Scale) -> str:
+    """report.md of the committed sweep's results.csv (the committed invocation took 0.6 min)."""
+    from reproductions.audit.report import read_rows
+
+    rows = read_rows(COMMITTED / "results.csv")
+    return write_report(tmp_path, rows, scale, wall=36.0).read_text(encoding="utf-8")
+
+
+def test_report_regenerates_the_committed_report_byte_for_byte(tmp_path: Path) -> None:
+    text = _render_committed(tmp_path, Scale())
+    assert text == (COMMITTED / "report.md").read_text(encoding="utf-8")
+
+
+def test_quick_rendering_of_the_committed_rows_is_the_stored_one(tmp_path: Path) -> None:
+    """The same rows rendered as a quick run: the quick-mode line and withheld verdicts."""
+    text = _render_committed(tmp_path, Scale(tight=20_000, trials=20_000, quick=True))
+    assert "Quick mode" in text
+    assert text == (GOLDEN / "audit-quick.md").read_text(encoding="utf-8")
+
+
+def test_a_cell_that_did_not_run_is_a_not_run_row(tmp_path: Path) -> None:
+    rows = [r for r in _rows() if r["system"] != "audit-sdp-pe"]
+    text = write_report(tmp_path, rows, Scale(), wall=1.0).read_text(encoding="utf-8")
+    assert "| SDP-PE counters | ε = 1 | not run | | | | | |\n" in text
