@@ -20,6 +20,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 from privrl.config import ConfigError
 from privrl.data import collect, save_hdf5
@@ -94,7 +95,7 @@ def test_apvi_learns_the_optimal_policy_from_cost_per_step_logs(logs: Trajectory
     from_meta = APVI(horizon=H).fit(logs)
     assert np.array_equal(from_meta.policy.actions, fit.policy.actions)
     sources = {p["name"]: p["source"] for p in from_meta.report.public_parameters}
-    assert sources["reward range [LOW, HIGH]"] == "public metadata"
+    assert sources["reward range"] == "public metadata"
 
 
 def test_dp_apvi_at_a_large_rho_learns_the_optimal_policy(logs: TrajectoryDataset) -> None:
@@ -164,8 +165,8 @@ def test_a_private_run_without_a_reward_range_is_refused(logs: TrajectoryDataset
     # a non-private run falls back to [0, 1], recorded as a default
     plan = APVI().plan(header_of(bare))
     params = {p.name: p for p in plan.facts["params"]}
-    assert params["reward range [LOW, HIGH]"].source.value == "default"
-    assert params["reward range [LOW, HIGH]"].value == [0.0, 1.0]
+    assert params["reward range"].source.value == "default"
+    assert params["reward range"].value == [0.0, 1.0]
 
 
 def test_absorbing_padding_needs_zero_in_the_range(logs: TrajectoryDataset) -> None:
@@ -215,8 +216,8 @@ def test_the_command_line_learns_the_optimal_policy(
     assert rollout_return(policy) == OPTIMAL_RETURN
     privacy = json.loads((out / "privacy.json").read_text())
     params = {p["name"]: p for p in privacy["public_parameters"]}
-    assert params["reward range [LOW, HIGH]"]["value"] == [-100.0, 0.0]
-    assert params["reward range [LOW, HIGH]"]["source"] == "flag"
+    assert params["reward range"]["value"] == [-100.0, 0.0]
+    assert params["reward range"]["source"] == "flag"
     assert json.loads((out / "config.json").read_text())["reward_range"] == [-100.0, 0.0]
 
 
@@ -290,3 +291,102 @@ def test_one_trajectory_moves_the_reward_sums_by_the_documented_bound(
     else:
         assert np.linalg.norm(diff) ** 2 <= 2 * H + 1e-9
     assert np.abs(diff).max() > 0  # the neighbour really differs
+
+
+# ---------------------------------------------------------------------------------------------
+# the linear learners: the same range, and a terminal state worth the user's reward 0
+# ---------------------------------------------------------------------------------------------
+
+CHAIN_S, CHAIN_H = 5, 10  # states 0..4, the goal 4 terminates; a cost of 1 per step
+CHAIN_ONE_HOT = np.eye(CHAIN_S * 2).reshape(CHAIN_S, 2, CHAIN_S * 2)  # a tabular linear MDP
+
+
+def chain_step(s: np.ndarray, a: np.ndarray) -> np.ndarray:
+    return np.where(a == 1, np.minimum(s + 1, CHAIN_S - 1), np.maximum(s - 1, 0))
+
+
+def chain_logs(n: int = 300, seed: int = 0) -> TrajectoryDataset:
+    """Uniform-random walks from state 0, reward −1 per step, terminated at the goal or cut at
+    H steps; the optimal return is −4 (right, four times)."""
+    rng = np.random.default_rng(seed)
+    obs, acts, rews, term, trunc, offsets = [], [], [], [], [], [0]
+    for _ in range(n):
+        s = np.int64(0)
+        obs.append(s)
+        for h in range(CHAIN_H):
+            a = rng.integers(0, 2)
+            s = chain_step(s, a)
+            done = bool(s == CHAIN_S - 1)
+            obs.append(s)
+            acts.append(a)
+            rews.append(-1.0)
+            term.append(done)
+            trunc.append(not done and h == CHAIN_H - 1)
+            if done:
+                break
+        offsets.append(len(acts))
+    return TrajectoryDataset(
+        observations=np.array(obs, dtype=np.int64),
+        actions=np.array(acts, dtype=np.int64),
+        rewards=np.array(rews),
+        terminated=np.array(term),
+        truncated=np.array(trunc),
+        episode_offsets=np.array(offsets, dtype=np.int64),
+        metadata=DatasetMetadata(spaces.Discrete(CHAIN_S), spaces.Discrete(2), horizon=CHAIN_H),
+    )
+
+
+def chain_return(actions: np.ndarray) -> float:
+    s, total = np.int64(0), 0.0
+    for h in range(CHAIN_H):
+        s = chain_step(s, actions[h, s])
+        total -= 1.0
+        if s == CHAIN_S - 1:
+            break
+    return total
+
+
+@pytest.fixture(scope="module")
+def chain() -> TrajectoryDataset:
+    return chain_logs()
+
+
+@pytest.mark.parametrize("learner", ["vapvi", "pevi", "dp-vapvi"])
+def test_the_linear_learners_learn_the_optimal_policy(learner: str, chain) -> None:
+    from privrl.offline import DPVAPVI, PEVI, VAPVI
+
+    settings = {"phi": CHAIN_ONE_HOT, "reward_range": (-1, 0), "bonus_scale": 0.0}
+    if learner == "dp-vapvi":
+        fit = DPVAPVI(rho=1e6, **settings).fit(chain, noise=NoiseSource.insecure(0))
+    else:
+        fit = (VAPVI if learner == "vapvi" else PEVI)(**settings).fit(chain)
+    assert chain_return(np.asarray(fit.policy.actions)) == -4.0
+    # values on the original scale: a (ridge-shrunk) return below the optimum, not in [0, H]
+    v_start = fit.metrics["pessimistic_value_per_state"][0]
+    assert -float(CHAIN_H) <= v_start <= -4.0 + 1e-9
+    assert fit.metrics["reward_range"] == [-1.0, 0.0]
+
+
+def test_a_linear_terminal_value_of_mapped_zero_would_invert_the_objective(
+    chain, monkeypatch
+) -> None:
+    """Every step costs the same mapped 0 as the terminal state would be worth: finishing
+    stops counting, and the learner has no reason to reach the goal."""
+    from privrl.offline import VAPVI
+    from privrl.offline.vapvi import LinearEpisodes
+
+    monkeypatch.setattr(LinearEpisodes, "terminal_value", lambda self, h: 0.0)
+    fit = VAPVI(phi=CHAIN_ONE_HOT, reward_range=(-1, 0), bonus_scale=0.0).fit(chain)
+    assert chain_return(np.asarray(fit.policy.actions)) < -4.0
+
+
+def test_dp_vapvi_without_a_reward_range_is_refused(chain) -> None:
+    from privrl.offline import DPVAPVI, VAPVI
+
+    with pytest.raises(ConfigError) as err:
+        DPVAPVI(rho=1.0, phi=CHAIN_ONE_HOT).plan(header_of(chain))
+    assert err.value.key == "reward_range"
+    plan = VAPVI(phi=CHAIN_ONE_HOT).plan(header_of(chain))
+    params = {p.name: p for p in plan.facts["params"]}
+    assert params["reward range"].value == [0.0, 1.0]
+    assert params["reward range"].source.value == "default"

@@ -149,7 +149,7 @@ def _linear(
 
 DP_VAPVI = (
     "train", "dp-vapvi", "--data", "{data}", "--features", "{root}/phi.npy", "--rho", "1",
-    "--out", "{out}", "--seed", "5",
+    "--reward-range", "0,1", "--out", "{out}", "--seed", "5",
 )  # fmt: skip
 DP_VAPVI_RELEASED = frozenset({"pessimistic_value_per_state"})  # Ṽ_1: post-processing
 

@@ -252,7 +252,7 @@ def resolve_reward_range(
     extra = {"default": list(DEFAULT_REWARD_RANGE)} if default_allowed else {}
     try:
         value = params.resolve(
-            "reward range [LOW, HIGH]",
+            "reward range",
             flag=None if given is None else [float(v) for v in given],
             metadata=metadata,
             key="reward_range",

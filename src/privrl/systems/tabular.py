@@ -311,15 +311,17 @@ class DpApviSystem(ApviSystem):
 
     Protects one whole trajectory under replace-one neighbours: ρ-zCDP with --rho (Gaussian
     noise σ² = 2H/ρ on the counts), or ε-DP with --epsilon (Laplace(4H/ε)). With --data the
-    rewards are private: pass --reward-table (a public reward function) or --privatize-rewards,
-    and, with --privatize-rewards, the public --reward-range LOW,HIGH (any sign) unless the
-    dataset's metadata declares it.
+    rewards are private: pass --reward-table (a public reward function) or --privatize-rewards
+    with the public --reward-range LOW,HIGH (any sign; costs: e.g. -100,0) unless the dataset's
+    metadata declares it.
 
     Examples:
 
       privrl train dp-apvi --env random-tabular --episodes 20000 --rho 1
 
-      privrl train dp-apvi --data trips.h5 -H 10 --rho 1 --privatize-rewards --reward-range -1,0
+      privrl train dp-apvi --data trips.h5 -H 10 --rho 1 --privatize-rewards
+
+      privrl train dp-apvi --data costs.h5 --rho 1 --reward-table r.npy
     """
 
 
