@@ -390,3 +390,19 @@ def test_dp_vapvi_without_a_reward_range_is_refused(chain) -> None:
     params = {p.name: p for p in plan.facts["params"]}
     assert params["reward range"].value == [0.0, 1.0]
     assert params["reward range"].source.value == "default"
+
+
+def test_the_default_range_warning_names_the_flag(logs: TrajectoryDataset, tmp_path, capsys):
+    """Costs read with the default [0, 1] all clip to 0, so every value is at its floor; the
+    warning says the range was the default and names --reward-range (public facts only)."""
+    from privrl.cli.main import main
+
+    bare = logs.with_metadata(logs.metadata.replace(extra={}))
+    data = save_hdf5(bare, tmp_path / "bare.h5")
+    argv = ["train", "apvi", "--data", str(data), "-H", str(H), "--out", str(tmp_path / "r")]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "every pessimistic value is 0" in out
+    assert "The reward range is [0, 1] (the default" in out and "--reward-range LOW,HIGH" in out
+    metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert metrics["reward_range"] == [0.0, 1.0] and metrics["all_values_zero"] is True
