@@ -406,3 +406,13 @@ def test_the_default_range_warning_names_the_flag(logs: TrajectoryDataset, tmp_p
     assert "The reward range is [0, 1] (the default" in out and "--reward-range LOW,HIGH" in out
     metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert metrics["reward_range"] == [0.0, 1.0] and metrics["all_values_zero"] is True
+
+
+def test_a_simulated_run_refuses_a_range_without_its_rewards(tmp_path, capsys) -> None:
+    from privrl.cli.main import main
+
+    argv = ["train", "apvi", "--env", "random-tabular", "--episodes", "10"]
+    assert main([*argv, "--reward-range", "-1,0", "--out", str(tmp_path / "a")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: --reward-range"), err
+    assert main([*argv, "--reward-range", "-1,1", "--out", str(tmp_path / "b")]) == 0

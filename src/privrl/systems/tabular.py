@@ -370,6 +370,13 @@ def _env_sizes(config: TabularRunConfig, params: PublicParameters) -> tuple[int,
         "reward_table",
         "is for --data (the environment's reward is known)",
     )
+    rr = config.reward_range
+    check(
+        rr is None or (rr[0] <= 0.0 and rr[1] >= 1.0),
+        "reward_range",
+        f"{list(rr or ())} does not hold the simulated MDP's rewards, which lie in [0, 1]; "
+        "drop it with --env",
+    )
     why = "the simulated MDP's size (a public choice)"
     H, S, A = (
         params.resolve(name, flag=flag, default=ENV_DEFAULTS[key], fix="", detail=why)
