@@ -239,6 +239,7 @@ def train(
         "horizon": H,
         "stationary": True,
         "bonus_scale": bonus_scale,
+        "reward_range": [0.0, 1.0],  # the CSV's rewards are already mapped into [0, 1]
     }
     if rho is not None:
         settings.update(rho=rho, privatize_rewards=True)

@@ -138,7 +138,16 @@ def test_non_private_baselines(algo: str, tmp_path, capsys) -> None:
 
 def test_user_data_with_feature_table_and_module_function(user_files, tmp_path, capsys) -> None:
     out = tmp_path / "user"
-    argv = ["train", "dp-vapvi", "--data", str(user_files["plain"]), "--rho", "5"]
+    argv = [
+        "train",
+        "dp-vapvi",
+        "--data",
+        str(user_files["plain"]),
+        "--rho",
+        "5",
+        "--reward-range",
+        "0,1",
+    ]
     code, _, err = run([*argv, "--features", str(user_files["phi"]), "--out", str(out)], capsys)
     assert code == 0, err
     metrics, _ = assert_run_dir(out)
@@ -168,7 +177,18 @@ def test_ledger_is_checked_and_recorded(user_files, tmp_path, capsys) -> None:
     ledger = BudgetLedger.init(
         data, epsilon=12.0, delta=1e-5, unit="trajectory", relation="replace_one", overwrite=True
     )
-    argv = ["train", "dp-vapvi", "--data", str(data), "--rho", "1", "--out", str(tmp_path / "a")]
+    argv = [
+        "train",
+        "dp-vapvi",
+        "--data",
+        str(data),
+        "--rho",
+        "1",
+        "--reward-range",
+        "0,1",
+        "--out",
+        str(tmp_path / "a"),
+    ]
     code, _, err = run(argv, capsys)
     assert code == 0, err
     ledger.reload()
@@ -263,7 +283,16 @@ def test_horizon_is_never_the_longest_episode(neighbours, tmp_path, capsys) -> N
     neither --horizon nor a horizon in the metadata the run is refused (it used to take the
     longest episode — 20 on D, 26 on its neighbour D′ — and publish it)."""
     for name in ("d", "d2"):
-        argv = ["train", "dp-vapvi", "--data", str(neighbours[name]), "--rho", "1"]
+        argv = [
+            "train",
+            "dp-vapvi",
+            "--data",
+            str(neighbours[name]),
+            "--rho",
+            "1",
+            "--reward-range",
+            "0,1",
+        ]
         argv += ["--features", str(neighbours["phi"]), "--out", str(tmp_path / name)]
         code, _, err = run(argv, capsys)
         assert_bad_input(code, err, "pass --horizon H")
@@ -283,7 +312,16 @@ def test_neighbours_publish_the_same_outside_the_noisy_releases(
     published = []
     for name in ("d", "d2"):
         out = tmp_path / name
-        argv = ["train", "dp-vapvi", "--data", str(neighbours[name]), "--rho", "2"]
+        argv = [
+            "train",
+            "dp-vapvi",
+            "--data",
+            str(neighbours[name]),
+            "--rho",
+            "2",
+            "--reward-range",
+            "0,1",
+        ]
         argv += ["--features", str(neighbours["phi"]), "--horizon", "20", "--out", str(out)]
         code, _, err = run(argv, capsys)
         assert code == 0, err
@@ -342,6 +380,7 @@ def test_spaces_inferred_from_the_data_are_not_compared(user_files, tmp_path, ca
     declared = save_hdf5(ds.with_metadata(meta.replace(extra={})), tmp_path / "declared.h5")
     inferred = save_hdf5(ds.with_metadata(meta), tmp_path / "inferred.h5")
     argv = ["train", "dp-vapvi", "--rho", "1", "--features", str(user_files["phi"])]
+    argv += ["--reward-range", "0,1"]
     code, _, err = run([*argv, "--data", str(declared), "--out", str(tmp_path / "a")], capsys)
     assert_bad_input(code, err, "mismatch", "S = 2")
     code, _, err = run([*argv, "--data", str(inferred), "--out", str(tmp_path / "b")], capsys)

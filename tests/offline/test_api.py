@@ -40,7 +40,7 @@ def ledger_for(path: Path, epsilon: float) -> BudgetLedger:
 
 def test_fit_from_python_learns_a_policy_with_its_report(stored: Path) -> None:
     ds = load_hdf5(stored)
-    fit = DPAPVI(rho=1.0, privatize_rewards=True).fit(ds)
+    fit = DPAPVI(rho=1.0, privatize_rewards=True, reward_range=(0, 1)).fit(ds)
     assert isinstance(fit.policy, FiniteHorizonPolicy)
     assert fit.policy.actions.shape == (H, S)
     assert fit.report.system == "dp-apvi" and fit.report.rho == pytest.approx(1.0)
@@ -57,8 +57,12 @@ def test_python_and_command_line_plan_the_same(stored: Path) -> None:
     """The config through the run layer's adapter (header read from the file) and the
     library object (header of the dataset in memory) resolve the same public parameters and
     plan the same report."""
-    cli = DpApviSystem().plan(DpApviConfig(rho=0.5, privatize_rewards=True), read_header(stored))
-    lib = DPAPVI(DPAPVIConfig(rho=0.5, privatize_rewards=True)).plan(header_of(load_hdf5(stored)))
+    cli = DpApviSystem().plan(
+        DpApviConfig(rho=0.5, privatize_rewards=True, reward_range=(0, 1)), read_header(stored)
+    )
+    lib = DPAPVI(DPAPVIConfig(rho=0.5, privatize_rewards=True, reward_range=(0, 1))).plan(
+        header_of(load_hdf5(stored))
+    )
     assert cli.facts["params"].to_list() == lib.facts["params"].to_list()
     assert cli.report.epsilon == pytest.approx(lib.report.epsilon)
     assert [r.name for r in cli.report.releases] == [r.name for r in lib.report.releases]
@@ -67,7 +71,9 @@ def test_python_and_command_line_plan_the_same(stored: Path) -> None:
 
 def test_a_fit_with_a_ledger_records_one_completed_spend(stored: Path) -> None:
     ledger = ledger_for(stored, epsilon=20.0)
-    fit = DPAPVI(rho=1.0, privatize_rewards=True).fit(load_hdf5(stored), ledger=ledger)
+    fit = DPAPVI(rho=1.0, privatize_rewards=True, reward_range=(0, 1)).fit(
+        load_hdf5(stored), ledger=ledger
+    )
     (entry,) = ledger.entries
     assert entry.status == "complete" and entry.label == "dp-apvi"
     recorded = entry.privacy_report()
@@ -83,7 +89,9 @@ def test_an_overspend_is_refused_before_the_episodes_are_read(stored: Path, monk
     monkeypatch.setattr(tabular, "dp_apvi", lambda *a, **k: calls.append(1))
     ledger = ledger_for(stored, epsilon=1.0)
     with pytest.raises(LedgerError):
-        DPAPVI(rho=1.0, privatize_rewards=True).fit(load_hdf5(stored), ledger=ledger)
+        DPAPVI(rho=1.0, privatize_rewards=True, reward_range=(0, 1)).fit(
+            load_hdf5(stored), ledger=ledger
+        )
     assert calls == [] and ledger.entries == ()
     with pytest.raises(LedgerError):  # not private: ε = ∞ is never admitted
         APVI().fit(load_hdf5(stored), ledger=ledger)
@@ -92,7 +100,7 @@ def test_an_overspend_is_refused_before_the_episodes_are_read(stored: Path, monk
 
 def test_insecure_noise_repeats_and_is_not_certified(stored: Path) -> None:
     ds = load_hdf5(stored)
-    algo = DPAPVI(epsilon=2.0, privatize_rewards=True)
+    algo = DPAPVI(epsilon=2.0, privatize_rewards=True, reward_range=(0, 1))
     one = algo.fit(ds, noise=NoiseSource.insecure(7))
     two = algo.fit(ds, noise=NoiseSource.insecure(7))
     other = algo.fit(ds, noise=NoiseSource.insecure(8))
@@ -138,12 +146,12 @@ def test_plan_errors_name_fields_not_flags(stored: Path) -> None:
     assert err.value.key == "reward" and "privatize_rewards" in str(err.value)
     assert "--" not in str(err.value)
     with pytest.raises(ConfigError) as err:
-        DPAPVI(rho=1.0, privatize_rewards=True, states=S + 1).fit(ds)
+        DPAPVI(rho=1.0, privatize_rewards=True, states=S + 1, reward_range=(0, 1)).fit(ds)
     assert err.value.key == "states" and "drop states" in str(err.value)
     full = make_dataset()
     bare = TrajectoryDataset(**{**full._fields(), "metadata": full.metadata.replace(horizon=None)})
     with pytest.raises(PublicParameterError, match="pass horizon H") as perr:
-        DPAPVI(rho=1.0, privatize_rewards=True).fit(bare)
+        DPAPVI(rho=1.0, privatize_rewards=True, reward_range=(0, 1)).fit(bare)
     assert "--" not in str(perr.value)
 
 
@@ -155,14 +163,26 @@ def test_a_command_line_run_publishes_what_the_python_fit_reports(stored: Path, 
     from privrl.cli.main import main
 
     out = tmp_path / "run"
-    argv = ["train", "dp-apvi", "--data", str(stored), "--rho", "1", "--privatize-rewards"]
+    argv = [
+        "train",
+        "dp-apvi",
+        "--data",
+        str(stored),
+        "--rho",
+        "1",
+        "--privatize-rewards",
+        "--reward-range",
+        "0,1",
+    ]
     assert main([*argv, "--out", str(out)]) == 0
     published = json.loads((out / "privacy.json").read_text())
-    fit = DPAPVI(rho=1.0, privatize_rewards=True).fit(load_hdf5(stored))
+    fit = DPAPVI(rho=1.0, privatize_rewards=True, reward_range=(0, 1)).fit(load_hdf5(stored))
     assert published["public_parameters"] == json.loads(json.dumps(fit.report.public_parameters))
     assert published["rho"] == pytest.approx(fit.report.rho)
     config = json.loads((out / "config.json").read_text())
-    plan = DPAPVI(rho=1.0, privatize_rewards=True).plan(header_of(load_hdf5(stored)))
+    plan = DPAPVI(rho=1.0, privatize_rewards=True, reward_range=(0, 1)).plan(
+        header_of(load_hdf5(stored))
+    )
     assert config["apvi"] == plan.public["apvi"] and config["privacy"] == plan.public["privacy"]
     assert fit.details.config.utility_delta == config["apvi"]["delta"] == 0.1
     assert "reward" not in config and "unknown_penalty" not in config

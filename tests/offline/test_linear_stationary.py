@@ -284,7 +284,7 @@ def test_train_stationary_on_a_dataset(algo: str, user_data, tmp_path: Path, cap
     data, phi = user_data
     out = tmp_path / algo
     argv = ["train", algo, "--data", str(data), "--features", str(phi), "--stationary"]
-    argv += ["--rho", "5"] if algo == "dp-vapvi" else []
+    argv += ["--rho", "5", "--reward-range", "0,1"] if algo == "dp-vapvi" else []
     code = main([*argv, "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     assert json.loads((out / "config.json").read_text())["stationary"] is True

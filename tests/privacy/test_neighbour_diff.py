@@ -149,7 +149,7 @@ def _linear(
 
 DP_VAPVI = (
     "train", "dp-vapvi", "--data", "{data}", "--features", "{root}/phi.npy", "--rho", "1",
-    "--out", "{out}", "--seed", "5",
+    "--reward-range", "0,1", "--out", "{out}", "--seed", "5",
 )  # fmt: skip
 DP_VAPVI_RELEASED = frozenset({"pessimistic_value_per_state"})  # Ṽ_1: post-processing
 
@@ -456,21 +456,21 @@ CASES = [
     Case(
         "dp-apvi-epsilon",
         _tabular,
-        (*DP_APVI, "--epsilon", "1", "--privatize-rewards"),
+        (*DP_APVI, "--epsilon", "1", "--privatize-rewards", "--reward-range", "0,1"),
         DP_APVI_RELEASED,
         DP_APVI_LINES,
     ),
     Case(
         "dp-apvi-longer-than-H",
         lambda p: _tabular(p, long_neighbour=True),
-        (*DP_APVI, "--rho", "1", "--privatize-rewards"),
+        (*DP_APVI, "--rho", "1", "--privatize-rewards", "--reward-range", "0,1"),
         DP_APVI_RELEASED,
         DP_APVI_LINES,
     ),
     Case(
         "dp-apvi-shared-unit",
         lambda p: _tabular(p, unit_ids=True),
-        (*DP_APVI, "--rho", "1", "--privatize-rewards"),
+        (*DP_APVI, "--rho", "1", "--privatize-rewards", "--reward-range", "0,1"),
         DP_APVI_RELEASED,
         DP_APVI_LINES,
         must_run=False,
@@ -478,7 +478,7 @@ CASES = [
     Case(
         "dp-apvi-imported-spaces",
         lambda p: _tabular(p, imported=True),
-        (*DP_APVI, "--rho", "1", "--privatize-rewards"),
+        (*DP_APVI, "--rho", "1", "--privatize-rewards", "--reward-range", "0,1"),
         DP_APVI_RELEASED,
         DP_APVI_LINES,
         must_run=False,

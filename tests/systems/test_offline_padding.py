@@ -71,6 +71,8 @@ def test_neighbours_publish_the_same_with_padding(
         "--rho",
         "1",
         "--privatize-rewards",
+        "--reward-range",
+        "0,1",
         "--padding",
         "absorbing",
     ] + (["--stationary"] if stationary else [])
@@ -97,6 +99,8 @@ def test_privacy_json_lists_the_pooled_sensitivity_and_model_size(tmp_path: Path
             "--rho",
             "2",
             "--privatize-rewards",
+            "--reward-range",
+            "0,1",
             "--stationary",
         ]
     )
@@ -157,11 +161,14 @@ def test_planned_releases_are_the_released_ones(stationary: bool, tmp_path: Path
     pair = Pair(tmp_path)
     _variable_length(pair, 2)
     data = pair.a / "data.h5"
-    config = DpApviConfig(rho=1.0, privatize_rewards=True, stationary=stationary)
+    config = DpApviConfig(
+        rho=1.0, privatize_rewards=True, stationary=stationary, reward_range=(0, 1)
+    )
     planned = DpApviSystem().plan(config, read_header(data)).report.to_dict()["releases"]
     out = tmp_path / "run"
     argv = ["train", "dp-apvi", "--data", str(data), "--out", str(out), "--rho", "1"]
-    flags = ["--privatize-rewards"] + (["--stationary"] if stationary else [])
+    flags = ["--privatize-rewards", "--reward-range", "0,1"]
+    flags += ["--stationary"] if stationary else []
     assert main([*argv, *flags]) == 0, capsys.readouterr().err
     final = json.loads((out / "privacy.json").read_text())["releases"]
 

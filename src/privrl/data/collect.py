@@ -16,6 +16,11 @@ Randomness: one ``numpy.random.SeedSequence(seed)`` is split into the environmen
 per sub-environment, passed to the first reset; later autoresets continue each
 sub-environment's own generator) and the policy's ``Generator``. Same seed, same ``num_envs``,
 same dataset.
+
+Public facts of the environment: for the Gymnasium toy-text environments whose per-step
+rewards are bounded by their definition (`KNOWN_REWARD_RANGES`), the metadata records
+``extra["reward_range"]``, the public range the learners clip and map rewards with. Taken from
+the environment's id, never from the rewards recorded.
 """
 
 from __future__ import annotations
@@ -31,7 +36,26 @@ from privrl.data.dataset import DatasetError, DatasetMetadata, TrajectoryDataset
 from privrl.policies import Policy
 from privrl.progress import Progress, no_progress
 
-__all__ = ["collect", "collection_seeds"]
+__all__ = ["KNOWN_REWARD_RANGES", "collect", "collection_seeds", "known_reward_range"]
+
+# Per-step reward bounds of environments, by name without the version (from their
+# definitions, public). CliffWalking's rewards are -1 and -100 and Taxi's -10, -1 and 20; each
+# range holds 0, the worth of a step after termination (absorbing padding needs it).
+KNOWN_REWARD_RANGES: dict[str, tuple[float, float]] = {
+    "FrozenLake": (0.0, 1.0),
+    "FrozenLake8x8": (0.0, 1.0),
+    "CliffWalking": (-100.0, 0.0),
+    "CliffWalkingSlippery": (-100.0, 0.0),
+    "Taxi": (-10.0, 20.0),
+}
+
+
+def known_reward_range(env_id: str | None) -> tuple[float, float] | None:
+    """The public per-step reward range of a Gymnasium id (``"Taxi-v4"``), if known."""
+    if not env_id:
+        return None
+    name = env_id.rsplit("/", 1)[-1].rsplit("-v", 1)[0]
+    return KNOWN_REWARD_RANGES.get(name)
 
 
 def _env_factory(
@@ -44,6 +68,11 @@ def _env_factory(
         return e
 
     return make
+
+
+def _reward_range_extra(env_id: str | None) -> dict[str, list[float]]:
+    bounds = known_reward_range(env_id)
+    return {} if bounds is None else {"reward_range": list(bounds)}
 
 
 def collection_seeds(seed: int, num_envs: int) -> tuple[list[int], np.random.Generator]:
@@ -201,6 +230,7 @@ def collect(
             "num_envs": num_envs,
             "policy": type(policy).__name__,
             "max_steps": max_steps,
+            **_reward_range_extra(env_id),
         },
     )
     actions_arr = np.concatenate(t_act, axis=0)[order]

@@ -10,15 +10,22 @@ length off the data (H is public: a flag or the dataset's metadata):
 * **terminated after L ≤ H steps** (``terminated`` on its last step, Gymnasium semantics: the
   MDP entered a terminal state) — the terminal observation is replaced by an *absorbing state*
   z = S (one state added to the S declared ones), and steps L..H-1 are padded with the
-  transition (z, a = 0) → z and reward 0. The absorbing state's value is 0 at every step,
-  which is what a terminal state means;
+  transition (z, a = 0) → z and the reward the user's reward 0 has after the learners' map
+  into [0, 1] (`absorbing_reward` = (0 − LOW)/(HIGH − LOW) for the public reward range
+  [LOW, HIGH]; 0 for the default [0, 1]). The absorbing state's value is then 0 on the user's
+  scale at every step, which is what a terminal state means: a finished episode keeps its
+  value, so under a cost per step (rewards in [LOW, 0]) finishing early is worth more than
+  wandering, as it is under the user's reward. Padding at mapped reward 0 would instead give
+  every padded step the reward LOW and invert that objective. The padded reward must lie in
+  [0, 1], so padding needs 0 ∈ [LOW, HIGH] (the learners refuse a range without it);
 * **cut after L < H steps** (``truncated``, or neither flag: a time limit or the end of the
   log, not the MDP's doing) — steps L..H-1 are unobserved and not counted; padding them would
   claim the trajectory stopped, which it did not.
 
-Padding adds at most one entry per step h to each count family, as a real step does, so the
-per-trajectory sensitivity of the counts is unchanged (≤ 1 entry per step; ≤ H entries in a
-count table pooled over h). The learner plans on S + 1 states and reports its policy on the
+Padding adds at most one entry per step h to each count family, as a real step does, with a
+reward in [0, 1] as a real (mapped) step has, so the per-trajectory sensitivity of the counts
+and of the reward sums is unchanged (≤ 1 entry of weight ≤ 1 per step; ≤ H entries in a
+table pooled over h). The learner plans on S + 1 states and reports its policy on the
 S original ones.
 
 **Stationary pooling** (``--stationary``, tabular and linear learners): one model for every
@@ -29,8 +36,9 @@ declared horizon, public; never the longest episode).
 
 The linear learners (VAPVI, DP-VAPVI, PEVI) need no padded rows: a padded step's features
 would be φ(z, ·) = 0 (the absorbing state is outside the feature table), which adds nothing
-to any Gram matrix or regression target, and the step into a terminal state already uses
-Ṽ(z) = 0. Masking the steps after the end, as they do, is the same computation.
+to any Gram matrix or regression target, and the step into a terminal state uses the value
+of the absorbing state, (H − h − 1)·`absorbing_reward` in mapped units (0 on the user's
+scale). Masking the steps after the end, as they do, is the same computation.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ def pad_absorbing(
     lengths: npt.ArrayLike,
     terminated: npt.ArrayLike,
     absorbing: int,
+    absorbing_reward: float = 0.0,
 ) -> Padded:
     """Pad the terminated episodes of length L ≤ H with the absorbing state `absorbing`.
 
@@ -75,8 +84,14 @@ def pad_absorbing(
     episodes' lengths L and ``terminated [n]`` their last step's flag. Returns new arrays
     (the inputs are not modified) with ``valid = step_ok & next_ok`` after padding: the
     terminal observation is replaced by `absorbing` (so its own index no longer matters), and
-    steps L..H-1 become (absorbing, 0) → absorbing with reward 0.
+    steps L..H-1 become (absorbing, 0) → absorbing with reward `absorbing_reward` (the
+    mapped value of the user's reward 0, in [0, 1]; public).
     """
+    if not 0.0 <= absorbing_reward <= 1.0:
+        raise ValueError(
+            f"the absorbing state's reward must be in [0, 1] (a mapped reward), got "
+            f"{absorbing_reward}"
+        )
     states, actions, rewards = states.copy(), actions.copy(), rewards.copy()
     step_ok, next_ok = step_ok.copy(), next_ok.copy()
     H = actions.shape[1]
@@ -87,7 +102,7 @@ def pad_absorbing(
     states[after] = absorbing
     pad = after[:, :H]
     actions[pad] = 0
-    rewards[pad] = 0.0
+    rewards[pad] = absorbing_reward
     step_ok[pad] = True
     next_ok[pad] = True
     k = np.flatnonzero(ends & (L >= 1))

@@ -265,7 +265,12 @@ class ChainMDP:
             action_space=gym.spaces.Discrete(1),
             env_id=ENV_ID,
             discount=self.gamma,
-            extra={"n_states": S, "p_stay": self.p_stay, "source": "privrl.envs.chain"},
+            extra={
+                "n_states": S,
+                "p_stay": self.p_stay,
+                "source": "privrl.envs.chain",
+                "reward_range": [0.0, 1.0],  # reward 1 on reaching the goal, else 0
+            },
         )
         return TrajectoryDataset(
             observations=obs.astype(np.int64),

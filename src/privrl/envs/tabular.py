@@ -803,7 +803,8 @@ class TabularMDP:
         ``i·(H+1) .. i·(H+1) + H``. The last step of each episode is ``truncated`` (time limit),
         never ``terminated``. Metadata: ``Discrete(S)``/``Discrete(A)`` spaces, ``env_id`` (None
         unless given: an arbitrary MDP has no registered id), discount 1, horizon H, and
-        ``extra`` (JSON-serialisable) merged over ``reward_kind``, ``n_states``, ``n_actions``.
+        ``extra`` (JSON-serialisable) merged over ``reward_kind``, ``n_states``, ``n_actions`` and
+        the public ``reward_range`` [0, 1].
         """
         from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 
@@ -816,7 +817,12 @@ class TabularMDP:
         terminated = np.zeros((n, H), dtype=bool)
         truncated = np.zeros((n, H), dtype=bool)
         truncated[:, -1] = True  # the horizon is a time limit, not a terminal state
-        meta_extra = {"reward_kind": self.reward_kind, "n_states": self.S, "n_actions": self.A}
+        meta_extra: dict[str, Any] = {
+            "reward_kind": self.reward_kind,
+            "n_states": self.S,
+            "n_actions": self.A,
+            "reward_range": [0.0, 1.0],  # R and its samples lie in [0, 1] by construction
+        }
         meta_extra.update(extra or {})
         metadata = DatasetMetadata(
             observation_space=gym.spaces.Discrete(self.S),

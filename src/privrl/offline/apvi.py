@@ -27,10 +27,12 @@ flags are generated from them); `PrivacyConfig` is the mechanism they resolve to
 Sensitivity (replace-one). One trajectory contributes at most one entry per step h to each
 family: (h, s_h, a_h) to n_h(s,a) and to the reward sums, (h, s_h, a_h, s_{h+1}) to
 n_h(s,a,s'). Replacing it removes ≤ H entries and adds ≤ H entries, so each family changes in
-≤ 2H entries by ≤ 1 (rewards are clipped to [0, 1] before summation): Δ₂² ≤ 2H and Δ₁ ≤ 2H per
-family. The bound is enforced, not assumed: H, S and A are public, a longer episode is
+≤ 2H entries by ≤ 1 (rewards are clipped to the public range [LOW, HIGH] and mapped into
+[0, 1] before summation, see "Reward range" below): Δ₂² ≤ 2H and Δ₁ ≤ 2H per family. The
+bound is enforced, not assumed: H, S, A and the reward range are public, a longer episode is
 truncated to H steps and a step outside the spaces is not counted (`privrl.offline.common`),
-so no dataset can break it and no error depends on the data.
+so no dataset can break it and no error depends on the data. An absorbing padded step (see
+`privrl.data.padding`) is one entry per step like a real one, with a reward in [0, 1].
 
 Budget split. The m released families (m = 2, or 3 with `privatize_rewards`) get equal
 shares: ρ/m each (σ² = Δ₂²/(2ρ/m) = mH/ρ, i.e. 2H/ρ for m = 2 as in eq. 2) or ε/m each
@@ -59,6 +61,18 @@ r̃ = clip(r̃_sum/ñ, 0, 1) where ñ > E (0 elsewhere); the bonus then gains a 
 sqrt(ι/(2(ñ − E))) (Hoeffding for a mean of [0, 1] rewards) + (tail + E)/ñ (noise on the sum
 and on ñ). Non-private APVI without a given reward uses the empirical mean with the same term.
 
+Reward range. Rewards of any sign enter through a public range [LOW, HIGH] (`reward_range`,
+else the dataset metadata's declared ``extra["reward_range"]``, else [0, 1] for a run whose
+rewards enter no sensitivity; `privrl.offline.common.resolve_reward_range`): each reward is
+clipped to it and mapped affinely, r ↦ u = (r − LOW)/(HIGH − LOW) ∈ [0, 1], and the algorithm
+above runs on u unchanged (so every sensitivity and bonus stays as stated). Every episode of
+the model has H steps (the absorbing padding continues a terminated episode at the mapped
+value of the user's reward 0, `privrl.data.padding`), so a policy's value under u and under r
+are related by V_h = (HIGH − LOW)·V^u_h + (H − h)·LOW, an increasing affine map: the learner
+optimises the user's objective, and values are reported on the original scale
+(`APVIResult.original_values`). A public `reward` table is given on the original scale, in
+[LOW, HIGH].
+
 Constants: C1 = √2, C2 = 16 (the paper's); C = `unknown_penalty` > 1 for ñ ≤ E (it zeroes
 Q̃ there). `bonus_scale` multiplies every bonus term except C·H (a design decision: default 1 =
 theory; compare private and non-private runs at the same scale; never tune it on the data
@@ -84,13 +98,16 @@ from privrl.envs.tabular import Episodes
 from privrl.offline.common import (
     DATA_RULES,
     Names,
+    RewardRange,
     as_indices,
     check_budget,
     check_nonnegative,
     check_positive,
+    check_reward_range,
     clip_rewards,
     name_of,
     refuse_declared_units,
+    reward_range_option,
     stationary_option,
     without_keyless_defaults,
 )
@@ -184,10 +201,13 @@ class APVIConfig(Config):
     `bonus` ("bernstein": Algorithm 1, line 5; "hoeffding": the paper's variant) times
     `bonus_scale` (1 = the theory constants C1 = √2, C2 = 16); where ñ ≤ E the bonus is
     C·H with C = `unknown_penalty` > 1. `delta` is the *utility* failure probability δ_u in
-    E and ι = log(HSA/δ_u) (default 0.1; not a privacy parameter). `reward` is the public
-    mean reward r_h(s,a) as an array [H, S, A] in [0, 1] (without it the rewards are learned
-    from the data). `padding` and `stationary` fix how episodes are counted
-    (`privrl.data.padding`).
+    E and ι = log(HSA/δ_u) (default 0.1; not a privacy parameter). `reward_range` (LOW, HIGH)
+    is the public per-step reward range, any sign: rewards are clipped to it and mapped into
+    [0, 1] for the noise, values are reported on the original scale (unset: the dataset's
+    metadata, else [0, 1] when no reward of the data enters a sensitivity). `reward` is the
+    public mean reward r_h(s,a) as an array [H, S, A] in the reward range (without it the
+    rewards are learned from the data). `padding` and `stationary` fix how episodes are
+    counted (`privrl.data.padding`).
     """
 
     system = "apvi"
@@ -234,19 +254,24 @@ class APVIConfig(Config):
         cli=False,
         keyless_default=True,
     )
+    reward_range: tuple[float, float] | None = reward_range_option()
     reward: FloatArray | None = _array_option(  # noqa: RUF009 - builds a field
-        "Public mean reward r_h(s,a): an array [H, S, A] in [0, 1] (None: learned from the data)."
+        "Public mean reward r_h(s,a): an array [H, S, A] in the reward range (None: learned "
+        "from the data)."
     )
     padding: Literal["absorbing", "none"] = option(
         "absorbing",
         "--padding",
         help="With --data: 'absorbing' pads a terminated episode shorter than H with an "
-        "absorbing state (reward 0) to H steps; 'none' counts only the steps it has. Episodes "
-        "cut without termination are never padded.",
+        "absorbing state (reward 0 on the user's scale) to H steps; 'none' counts only the "
+        "steps it has. Episodes cut without termination are never padded.",
     )
     stationary: bool = stationary_option("counts pooled over h into one table")
 
     def __post_init__(self) -> None:
+        rr = self.reward_range
+        if isinstance(rr, (list, tuple)) and all(isinstance(v, (int, float)) for v in rr):
+            object.__setattr__(self, "reward_range", tuple(float(v) for v in rr))
         if self.reward is not None:
             table = np.array(self.reward)
             if table.dtype.kind in "biuf":
@@ -287,6 +312,7 @@ class APVIConfig(Config):
             "must be a numeric array [H, S, A]",
         )
         check_positive(self, "horizon", "states", "actions")
+        check_reward_range(self)
 
     @property
     def utility_delta(self) -> float:
@@ -443,12 +469,16 @@ def _episodes(
     n_states: int,
     n_actions: int,
     padding: str = "none",
+    reward_range: RewardRange | None = None,
 ) -> tuple[Episodes, npt.NDArray[np.bool_]]:
     """``[n, H]`` arrays (states ``[n, H+1]``) and the mask ``valid [n, H]`` of the steps that
     are counted, under the public rules of `privrl.offline.common` (episodes truncated to H,
-    short ones padded and masked, steps with an index outside the spaces masked). With
+    short ones padded and masked, steps with an index outside the spaces masked, rewards
+    clipped to `reward_range` (default [0, 1]) and mapped into [0, 1]). With
     ``padding="absorbing"`` terminated episodes shorter than H are padded with the absorbing
-    state S (`privrl.data.padding`). Only the schema is refused, never a value of the data."""
+    state S at the mapped value of reward 0 (`privrl.data.padding`). Only the schema is
+    refused, never a value of the data."""
+    rr = reward_range or RewardRange()
     H, S, A = int(horizon), int(n_states), int(n_actions)
     if padding not in PADDINGS:
         raise ValueError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
@@ -465,7 +495,7 @@ def _episodes(
         a_idx, a_ok = as_indices(acts.ravel(), "actions", A)
         s_ok = s_ok.reshape(n, H + 1)
         valid = a_ok.reshape(n, H) & s_ok[:, :-1] & s_ok[:, 1:]
-        rewards = clip_rewards(data.rewards).reshape(n, H)
+        rewards = clip_rewards(data.rewards, rr).reshape(n, H)
         ep = Episodes(s_idx.reshape(n, H + 1), a_idx.reshape(n, H), rewards, None)
         return ep, valid
     if not isinstance(data, TrajectoryDataset):
@@ -487,10 +517,15 @@ def _episodes(
     states[k, h] = s_idx[o]
     states[k, h + 1] = s_idx[o + 1]
     actions[k, h] = a_idx[keep]
-    rewards[k, h] = clip_rewards(data.rewards)[keep]
+    rewards[k, h] = clip_rewards(data.rewards, rr)[keep]
     step_ok[k, h] = s_ok[o] & a_ok[keep]
     next_ok[k, h] = s_ok[o + 1]
     if padding == "absorbing":
+        if not rr.contains_zero:
+            raise ValueError(
+                f"absorbing padding needs 0 in the reward range, got {rr}: a terminated "
+                "episode's remaining steps are worth 0"
+            )
         lengths = np.asarray(data.episode_lengths, dtype=np.int64)
         last = np.asarray(data.episode_offsets, dtype=np.int64)[1:] - 1
         padded = pad_absorbing(
@@ -502,6 +537,7 @@ def _episodes(
             lengths=lengths,
             terminated=np.asarray(data.terminated, dtype=bool)[last],
             absorbing=S,
+            absorbing_reward=rr.zero,
         )
         return Episodes(padded.states, padded.actions, padded.rewards, None), padded.valid
     return Episodes(states, actions, rewards, None), step_ok & next_ok
@@ -516,19 +552,21 @@ def empirical_counts(
     reward_sums: bool = False,
     padding: str = "none",
     stationary: bool = False,
+    reward_range: RewardRange | None = None,
 ) -> Counts:
     """The sufficient statistics of DP-APVI, one ``np.bincount`` per family.
 
     Each trajectory adds at most one entry per step h to each family, whatever the data: the
     public rules of `privrl.offline.common` truncate it to H steps, drop steps with an index
-    outside the spaces and clip rewards to [0, 1] (what bounds their sensitivity).
+    outside the spaces and clip rewards to the public `reward_range` (default [0, 1]), mapped
+    into [0, 1] (what bounds their sensitivity).
 
     ``padding="absorbing"``: terminated episodes shorter than H are padded with the absorbing
     state S (`privrl.data.padding`), so the counts are over S + 1 states. ``stationary``: the
     counts are pooled over h into one table (leading axis of size 1), for a stationary model;
     a trajectory then adds up to H entries to that one table.
     """
-    ep, valid = _episodes(data, horizon, n_states, n_actions, padding)
+    ep, valid = _episodes(data, horizon, n_states, n_actions, padding, reward_range)
     H, A = int(horizon), int(n_actions)
     S = int(n_states) + (1 if padding == "absorbing" else 0)
     T = 1 if stationary else H  # the count tables' leading axis
@@ -920,8 +958,10 @@ class APVIResult:
     """Output of APVI / DP-APVI.
 
     policy: π̂ (``policy.actions`` is ``[H, S]``); report: the PrivacyReport (non-private for
-    APVI); model: ñ, P̃, t, r̃; values: Q̃, Ṽ, Γ; plan: noise and E, ι; diagnostics: per-step
-    rows (functions of released quantities only) and timings.
+    APVI); model: ñ, P̃, t, r̃; values: Q̃, Ṽ, Γ in the mapped units of the rewards (each
+    reward in [0, 1]); plan: noise and E, ι; diagnostics: per-step rows (functions of
+    released quantities only, values on the original scale) and timings; reward_range: the
+    public range whose affine map the rewards went through (`original_values` undoes it).
     """
 
     policy: FiniteHorizonPolicy
@@ -932,18 +972,34 @@ class APVIResult:
     config: APVIConfig
     privacy: PrivacyConfig | None
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    reward_range: RewardRange = field(default_factory=RewardRange)
 
     @property
     def per_step(self) -> list[dict[str, float]]:
         return self.diagnostics["per_step"]
 
+    def original_values(self) -> FloatArray:
+        """The pessimistic Ṽ_h(s) ``[H+1, S]`` on the user's reward scale:
+        (HIGH − LOW)·Ṽ^u_h + (H − h)·LOW (exact: every episode of the model has H steps)."""
+        return _original_values(self.values.V, self.reward_range)
 
-def _check_reward(reward: npt.ArrayLike, H: int, S: int, A: int) -> FloatArray:
+
+def _original_values(V: FloatArray, reward_range: RewardRange) -> FloatArray:
+    """Ṽ ``[H+1, S]`` in mapped units on the original scale (H − h steps remain at row h)."""
+    steps = np.arange(V.shape[0] - 1, -1, -1, dtype=np.float64)  # H − h for h = 0..H
+    return reward_range.value(V, steps[:, None])
+
+
+def _check_reward(
+    reward: npt.ArrayLike, H: int, S: int, A: int, reward_range: RewardRange | None = None
+) -> FloatArray:
+    """A public reward table [H, S, A] with values in `reward_range` (default [0, 1])."""
+    rr = reward_range or RewardRange()
     r = np.asarray(reward, dtype=np.float64)
     if r.shape != (H, S, A):
         raise ValueError(f"reward must have shape [H, S, A] = [{H}, {S}, {A}], got {r.shape}")
-    if not np.all(np.isfinite(r)) or r.min() < 0 or r.max() > 1:
-        raise ValueError("reward must be in [0, 1]")
+    if not np.all(np.isfinite(r)) or r.min() < rr.low or r.max() > rr.high:
+        raise ValueError(f"reward must be in {rr}")
     return r
 
 
@@ -1039,15 +1095,20 @@ def dp_apvi_from_counts(
     config: APVIConfig | None = None,
     reward: npt.ArrayLike | None = None,
     rng: np.random.Generator | None = None,
+    reward_range: RewardRange | None = None,
 ) -> APVIResult:
     """DP-APVI (or APVI with ``privacy=None``) from the empirical counts.
 
-    ``reward`` is the public mean reward ``[H,S,A]``. Without it, a private run must release
-    the reward sums (``privacy.privatize_rewards``), and APVI uses the empirical mean.
+    The counts hold rewards already mapped into [0, 1] (`empirical_counts`), and ``reward``,
+    the public mean reward ``[H,S,A]``, is in the same mapped units; ``reward_range`` is the
+    range of that map, used to report values on the original scale (default [0, 1]: the
+    identity). Without ``reward``, a private run must release the reward sums
+    (``privacy.privatize_rewards``), and APVI uses the empirical mean.
     ``rng`` is the `NoiseGenerator` of the privacy noise (default: a fresh secure one; tests
     and simulations pass `NoiseSource.insecure(seed).generator()` for repeatable noise).
     """
     config = config or APVIConfig()
+    rr = reward_range or RewardRange()
     H, S, A = counts_.shape
     timings: dict[str, float] = {}
     privatize_rewards = privacy is not None and privacy.privatize_rewards
@@ -1092,6 +1153,12 @@ def dp_apvi_from_counts(
     timings["planning"] = time.perf_counter() - t0
 
     report = _report(plan, releases, privacy, config, reward_given, H)
+    if not (rr.low == 0.0 and rr.high == 1.0):
+        report.notes.append(
+            f"reward range {rr}: rewards clipped to it and mapped into [0, 1], r ↦ (r − "
+            f"{rr.low:g})/{rr.width:g}; the sensitivities hold for the mapped rewards, values "
+            f"are reported on the original scale (V = {rr.width:g}·V_u + (H − h)·{rr.low:g})"
+        )
     policy = FiniteHorizonPolicy(
         values.policy,
         A,
@@ -1110,14 +1177,18 @@ def dp_apvi_from_counts(
         "noise_scale": plan.scale,
         "tail": plan.tail,
         "n_episodes": counts_.n_episodes,
-        "per_step": _per_step(model, values),
+        "per_step": _per_step(model, values, rr),
         "timings": timings,
     }
-    return APVIResult(policy, report, model, values, plan, config, privacy, diagnostics)
+    return APVIResult(policy, report, model, values, plan, config, privacy, diagnostics, rr)
 
 
-def _per_step(model: PrivateModel, values: ValueIteration) -> list[dict[str, float]]:
-    """Per-step summaries of released quantities only (safe to publish)."""
+def _per_step(
+    model: PrivateModel, values: ValueIteration, reward_range: RewardRange
+) -> list[dict[str, float]]:
+    """Per-step summaries of released quantities only (safe to publish); values on the
+    original reward scale."""
+    V = _original_values(values.V, reward_range)
     known = model.known
     n_known = known.sum(axis=(1, 2))
     rows = []
@@ -1131,8 +1202,8 @@ def _per_step(model: PrivateModel, values: ValueIteration) -> list[dict[str, flo
                 "mean_bonus_known": float(per_step_known.mean()) if n_known[t] else float("nan"),
                 "mean_n_tilde": float(model.n_sa[t].mean()),
                 "mean_projection_t": float(model.t[t].mean()),
-                "V_mean": float(values.V[h].mean()),
-                "V_max": float(values.V[h].max()),
+                "V_mean": float(V[h].mean()),
+                "V_max": float(V[h].max()),
             }
         )
     return rows
@@ -1150,6 +1221,7 @@ def dp_apvi(
     rng: np.random.Generator | None = None,
     padding: str = "none",
     stationary: bool = False,
+    reward_range: RewardRange | tuple[float, float] | None = None,
 ) -> APVIResult:
     """DP-APVI on a dataset of tabular episodes (Algorithm 1).
 
@@ -1159,21 +1231,32 @@ def dp_apvi(
     longer episodes truncated to H, steps outside the spaces not counted). A private run
     refuses a dataset that declares privacy units (``unit_ids``): it protects one trajectory.
 
-    ``padding="absorbing"``: terminated episodes shorter than H are padded with an absorbing
-    state (index S, reward 0; `privrl.data.padding`); the model and values have S + 1 states,
-    the policy is reported on the S original ones. A public ``reward`` is given on the S
-    original states (``[H, S, A]``); the absorbing state's reward is 0. ``stationary``: the
-    counts are pooled over h (one transition model for every step; see `noise_plan` for the
-    sensitivity).
+    ``reward_range`` (LOW, HIGH), public (default [0, 1]): rewards are clipped to it and
+    mapped into [0, 1] (the privacy bound), values are reported on the original scale
+    (see the module docstring). ``padding="absorbing"``: terminated episodes shorter than H
+    are padded with an absorbing state (index S, reward 0 on the original scale, so 0 must be
+    in the range; `privrl.data.padding`); the model and values have S + 1 states, the policy
+    is reported on the S original ones. A public ``reward`` is given on the S original states
+    (``[H, S, A]``, original scale, in the range); the absorbing state's reward is 0.
+    ``stationary``: the counts are pooled over h (one transition model for every step; see
+    `noise_plan` for the sensitivity).
     """
     if privacy is not None:
         refuse_declared_units(data, "DP-APVI")
+    rr = (
+        reward_range
+        if isinstance(reward_range, RewardRange)
+        else RewardRange(*(reward_range or (0.0, 1.0)))
+    )
     privatize = privacy is not None and privacy.privatize_rewards
     absorbing = padding == "absorbing"
-    if reward is not None and absorbing:
+    if reward is not None:
         r = np.asarray(reward, dtype=np.float64)
-        if r.ndim == 3:  # the absorbing state's reward is 0 (a shape error is reported below)
-            reward = np.concatenate([r, np.zeros((r.shape[0], 1, r.shape[2]))], axis=1)
+        if r.ndim == 3:  # (a shape error is reported by `dp_apvi_from_counts`)
+            r = rr.to_unit(_check_reward(r, *r.shape, rr))
+            if absorbing:  # the absorbing state's reward: the original 0, mapped
+                r = np.concatenate([r, np.full((r.shape[0], 1, r.shape[2]), rr.zero)], axis=1)
+        reward = r
     t0 = time.perf_counter()
     c = empirical_counts(
         data,
@@ -1183,16 +1266,19 @@ def dp_apvi(
         reward_sums=privatize or reward is None,
         padding=padding,
         stationary=stationary,
+        reward_range=rr,
     )
     counting = time.perf_counter() - t0
-    result = dp_apvi_from_counts(c, privacy=privacy, config=config, reward=reward, rng=rng)
+    result = dp_apvi_from_counts(
+        c, privacy=privacy, config=config, reward=reward, rng=rng, reward_range=rr
+    )
     result.diagnostics["timings"] = {"counting": counting, **result.diagnostics["timings"]}
     if absorbing:  # the policy on the original states; model and values keep S + 1
         result.report.notes.append(
             "absorbing-state padding: a terminated episode shorter than H continues in an "
-            f"absorbing state (index {int(n_states)}, reward 0) to H steps, one count per step "
-            "as a real step (the sensitivity is unchanged); episodes cut without termination "
-            "are not padded"
+            f"absorbing state (index {int(n_states)}, reward 0 on the original scale, "
+            f"{rr.zero:g} mapped) to H steps, one count per step as a real step (the "
+            "sensitivity is unchanged); episodes cut without termination are not padded"
         )
         policy = result.policy
         info = {**policy.info, "padding": "absorbing (state S, dropped from the policy)"}
@@ -1214,6 +1300,7 @@ def apvi(
     reward: npt.ArrayLike | None = None,
     padding: str = "none",
     stationary: bool = False,
+    reward_range: RewardRange | tuple[float, float] | None = None,
 ) -> APVIResult:
     """Non-private APVI (Yin & Wang 2021): `dp_apvi` with no noise and E = 0."""
     return dp_apvi(
@@ -1226,6 +1313,7 @@ def apvi(
         reward=reward,
         padding=padding,
         stationary=stationary,
+        reward_range=reward_range,
     )
 
 

@@ -14,22 +14,35 @@ The computations are `privrl.offline.vapvi.dp_vapvi` (Qiao & Wang, Algorithm 2),
 Public parameters (`plan`, from the dataset's header and the feature table only). H sets
 ρ/(5H), the sensitivities and the number of releases, so it is the config's `horizon` or the
 dataset's metadata, never the longest episode. The feature table fixes S, A and d; ρ, δ and
-the reward range complete the list, which the report gives with each source
+the reward range [LOW, HIGH] complete the list, which the report gives with each source
 (`privrl.privacy.public.PublicParameters`). The number of episodes K comes from the header
 (public under replace-one neighbours). When the dataset was sampled from the built-in linear
 MDP (its recipe is in the metadata) and the features are that MDP's, the metrics include the
 exact suboptimality of the learned policy.
+
+The reward range is the config's `reward_range`, else the metadata's declared
+``extra["reward_range"]``, else [0, 1] as a recorded default for VAPVI and PEVI; DP-VAPVI,
+whose regression targets hold the private rewards, refuses without one. Rewards are clipped
+to it and mapped into [0, 1] (`privrl.offline.vapvi`), and the published values are on the
+original scale, V_h = (HIGH − LOW)·V^u_h + (H − h)·LOW.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
 from privrl.algorithm import Algorithm, Fitted, Plan, Progress, header_and_plan, spending
-from privrl.offline.common import Names, header_trajectories, name_of, refuse_declared_units
+from privrl.offline.common import (
+    Names,
+    RewardRange,
+    header_trajectories,
+    name_of,
+    refuse_declared_units,
+    resolve_reward_range,
+)
 from privrl.offline.pevi import PEVIConfig, pevi
 from privrl.offline.vapvi import (
     DEFAULT_DELTA,
@@ -76,12 +89,14 @@ class LinearPublic:
         features: the feature table φ [S, A, d].
         mdp: the built-in linear MDP the data were sampled from, when known (exact metrics).
         H: the horizon; K: the number of trajectories.
+        reward_range: the public reward range the rewards are clipped to and mapped from.
     """
 
     features: FeatureTable
     mdp: LinearMDP | None
     H: int
     K: int
+    reward_range: RewardRange = field(default_factory=RewardRange)
 
 
 class _LinearLearner(Algorithm[C]):
@@ -134,7 +149,11 @@ class _LinearLearner(Algorithm[C]):
         public: LinearPublic = plan.facts["public"]
         table = public.features
         episodes = LinearEpisodes.from_dataset(
-            dataset, n_states=table.S, n_actions=table.A, horizon=public.H
+            dataset,
+            n_states=table.S,
+            n_actions=table.A,
+            horizon=public.H,
+            reward_range=public.reward_range,
         )
         if self.private:
             refuse_declared_units(dataset, self.name.upper())
@@ -406,7 +425,26 @@ def public_of_header(
         raise ValueError(f"the dataset{where_file} has no episodes")
     h_name = horizon if config.horizon is not None else "the metadata's horizon H"
     check_sizes(H, table, K, h_name=h_name, k_name="the dataset's episode count K")
-    return record_table(params, LinearPublic(table, mdp, int(H), int(K)), where)
+    rr = reward_range_of(config, meta, params, names)
+    return record_table(params, LinearPublic(table, mdp, int(H), int(K), rr), where)
+
+
+def reward_range_of(
+    config: LinearConfig, metadata: Any, params: PublicParameters, names: Names | None
+) -> RewardRange:
+    """The public reward range (`resolve_reward_range`): the [0, 1] default only for the
+    non-private learners (DP-VAPVI's regression targets hold the private rewards)."""
+    from privrl.offline.vapvi import DPVAPVIConfig
+
+    return resolve_reward_range(
+        params,
+        config.reward_range,
+        metadata,
+        default_allowed=not isinstance(config, DPVAPVIConfig),
+        names=names,
+        why_needed="the private regression targets Σφ(r + Ṽ)/σ̃² hold the rewards clipped to "
+        "it; a guessed [0, 1] would silently clip rewards outside it",
+    )
 
 
 def record_table(
@@ -418,8 +456,9 @@ def record_table(
     params.derive(
         "feature scale", table.scale, "the table's max norm if above 1, which it is divided by"
     )
-    params.given("reward range", [0.0, 1.0], Source.DEFAULT, "rewards are clipped to [0, 1]")
-    params.derive("value range", [0.0, float(public.H)], "[0, H]; values are clipped to it")
+    params.derive(
+        "value range", [0.0, float(public.H)], "[0, H] in mapped rewards; values are clipped to it"
+    )
     return public
 
 
@@ -495,6 +534,9 @@ def outputs(
 ) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
     """The metrics, the per-step rows and the true value curves (when the model is known)."""
     H = episodes.H
+    rr = public.reward_range
+    # the pessimistic values on the original reward scale (H − h steps remain at row h)
+    v = rr.value(result.v, np.arange(H, -1, -1, dtype=np.float64)[:, None])
     metrics: dict[str, Any] = {
         "algorithm": algorithm,
         "K": episodes.K,
@@ -504,7 +546,8 @@ def outputs(
         "delta": result.report.delta,
         "rho": result.report.rho,
         # Post-processing of the releases: the pessimistic value Ṽ_1 per state.
-        "pessimistic_value_per_state": result.v[0].tolist(),
+        "pessimistic_value_per_state": v[0].tolist(),
+        "reward_range": rr.as_list(),
     }
     truth = None
     mdp = public.mdp
@@ -517,7 +560,7 @@ def outputs(
                 "suboptimality": mdp.optimal_value() - v_pi,
                 "v_star": mdp.optimal_value(),
                 "policy_value": v_pi,
-                "pessimistic_value": float(mdp.d1 @ result.v[0]),
+                "pessimistic_value": float(mdp.d1 @ v[0]),
             }
         )
         truth = (np.asarray(evaluation.V), np.asarray(v_star))
@@ -525,7 +568,7 @@ def outputs(
     for h in range(H):
         row: dict[str, Any] = {
             "h": h + 1,
-            "pessimistic_value_mean": float(result.v[h].mean()),
+            "pessimistic_value_mean": float(v[h].mean()),
             "bonus_mean": float(result.bonus[h].mean()),
             "q_zero_fraction": float(np.mean(result.q[h] == 0.0)),
         }

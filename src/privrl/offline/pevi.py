@@ -107,7 +107,7 @@ def pevi(
         )  # fmt: skip
         phi = table.phi[st, ac]
         m = ok.astype(np.float64)
-        v_next = np.where(ab, 0.0, v[h + 1][nx])
+        v_next = np.where(ab, data.terminal_value(h), v[h + 1][nx])
         lam_h = (phi * m[:, None]).T @ phi + lam * eye  # Λ_h
         w = cho_solve(cholesky_lower(lam_h), phi.T @ (m * (rw + v_next)))  # ŵ_h
         q[h], bonus[h] = pessimistic_q(table.phi, w, lam_h, beta, 0.0, float(H - h))

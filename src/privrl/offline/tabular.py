@@ -17,6 +17,13 @@ spaces) or a default, never the data. The report lists each with its source. The
 trajectories n comes from the header: it is public under replace-one neighbours. A private
 run needs the rewards protected: a public `reward` table or `privatize_rewards`.
 
+The reward range [LOW, HIGH] is public too (`reward_range`, else the metadata's declared
+``extra["reward_range"]``, else [0, 1] as a recorded default when no reward of the data enters
+a sensitivity: a non-private run, or a public `reward` table). A private run that releases
+reward sums refuses without one: clipping unknown rewards to a guessed [0, 1] silently
+changes the objective (costs would all become 0). With absorbing padding the range must hold
+0, the reward of a step after termination.
+
 Two δ's, kept apart on purpose: `delta` is the paper's *utility* failure probability (it sets
 the error bound E and ι, hence how pessimistic the learner is), `privacy_delta` is the δ at
 which the zCDP guarantee is stated as (ε, δ). Tying them would invite a large privacy δ to
@@ -46,7 +53,13 @@ from privrl.offline.apvi import (
     dp_apvi,
     noise_plan,
 )
-from privrl.offline.common import Names, header_trajectories, name_of
+from privrl.offline.common import (
+    Names,
+    RewardRange,
+    header_trajectories,
+    name_of,
+    resolve_reward_range,
+)
 from privrl.privacy.noise import NoiseGenerator, NoiseSource
 from privrl.privacy.public import PublicParameters, Source, inferred_fields
 from privrl.privacy.report import PrivacyReport
@@ -58,8 +71,9 @@ if TYPE_CHECKING:
 
 __all__ = ["APVI", "DPAPVI", "MAX_ENTRIES", "check_sizes", "reward_table_problem"]
 
-# Largest array a run builds (H·S²·A transition counts, n·(H+1) sampled steps): 5e7
-# float64 entries are 400 MB, and the pipeline holds a few such arrays at once.
+# Largest array a run builds (T·S²·A transition counts with T = H per step or 1 pooled,
+# H·S·A values and bonuses, n·(H+1) steps): 5e7 float64 entries are 400 MB, and the pipeline
+# holds a few such arrays at once.
 MAX_ENTRIES = 50_000_000
 
 
@@ -85,9 +99,11 @@ class APVI(Algorithm[APVIConfig]):
         return None
 
     def settings(
-        self, params: PublicParameters, names: Names | None = None
+        self, params: PublicParameters, names: Names | None = None, metadata: Any = None
     ) -> tuple[PrivacyConfig | None, APVIConfig]:
-        """The mechanism and the config with δ_u resolved, recorded in `params`."""
+        """The mechanism and the config with δ_u and the reward range resolved (from the
+        config, else `metadata`, a dataset's metadata or a mapping of its fields), recorded
+        in `params`."""
         privacy = self.privacy(params, names)
         delta = params.resolve(
             "utility failure probability δ_u",
@@ -96,14 +112,41 @@ class APVI(Algorithm[APVIConfig]):
             fix=f"pass {name_of(names, 'delta')}",
             detail="in E and ι = log(HSA/δ_u); not a privacy parameter",
         )
-        params.given("reward range", [0.0, 1.0], Source.DEFAULT, "rewards are clipped to [0, 1]")
-        return privacy, self.config.replace(delta=delta)
+        rr = self.reward_range(params, privacy, names, metadata)
+        return privacy, self.config.replace(delta=delta, reward_range=(rr.low, rr.high))
+
+    def reward_range(
+        self,
+        params: PublicParameters,
+        privacy: PrivacyConfig | None,
+        names: Names | None = None,
+        metadata: Any = None,
+    ) -> RewardRange:
+        """The public reward range (`resolve_reward_range`); the [0, 1] default only when no
+        reward of the data enters a sensitivity, and 0 in it when padding is absorbing."""
+        rr = resolve_reward_range(
+            params,
+            self.config.reward_range,
+            metadata,
+            default_allowed=privacy is None or not privacy.privatize_rewards,
+            names=names,
+            why_needed="the private reward sums are clipped to it, so it sets their "
+            "sensitivity; a guessed [0, 1] would silently clip rewards outside it",
+        )
+        check(
+            self.config.padding != "absorbing" or rr.contains_zero,
+            "reward_range",
+            f"{rr} does not contain 0, the reward of a step after termination, which "
+            f"absorbing padding needs; widen it to hold 0 or pass {name_of(names, 'padding')} "
+            "none",
+        )
+        return rr
 
     def plan(self, header: DatasetHeader, *, names: Names | None = None) -> Plan:
         """H, S, A and n from the config and `header`, the planned report (never the
         episodes). `names` spells the settings in messages (`privrl.offline.common.Names`)."""
         params = PublicParameters()
-        privacy, resolved = self.settings(params, names)
+        privacy, resolved = self.settings(params, names, header.metadata)
         privatize = privacy is not None and privacy.privatize_rewards
         reward = self.config.reward
         check(
@@ -117,9 +160,9 @@ class APVI(Algorithm[APVIConfig]):
         if n < 1:
             where = "" if header.path is None else f" {header.path}"
             raise ValueError(f"the dataset{where} has no episodes")
-        check_sizes(H, S, A, n)
+        check_sizes(H, S, A, n, stationary=self.config.stationary)
         if reward is not None:
-            problem = reward_table_problem(reward, H, S, A)
+            problem = reward_table_problem(reward, H, S, A, resolved.reward_range)
             check(problem is None, "reward", problem or "")
         return self.sized_plan(
             params,
@@ -147,7 +190,8 @@ class APVI(Algorithm[APVIConfig]):
             params.derive(
                 "states in the model S + 1", S_model, "S declared states + 1 absorbing state"
             )
-            check_sizes(H, S_model, A, n)  # the padded model's arrays (public sizes)
+            # the padded model's arrays (public sizes)
+            check_sizes(H, S_model, A, n, stationary=self.config.stationary)
         report = planned_report(
             self.name,
             (H, S_model, A),
@@ -164,6 +208,7 @@ class APVI(Algorithm[APVIConfig]):
             "actions": A,
             "padding": padding,
             "stationary": self.config.stationary,
+            "reward_range": list(resolved.reward_range or (0.0, 1.0)),
             **config_dict(resolved, privacy),
         }
         facts = {
@@ -202,6 +247,7 @@ class APVI(Algorithm[APVIConfig]):
             rng=noise,
             padding=facts["padding"],
             stationary=facts["stationary"],
+            reward_range=facts["apvi"].reward_range,
         )
         result.report.with_public_parameters(facts["params"])
         return result
@@ -273,12 +319,25 @@ class DPAPVI(APVI):
 # ---------------------------------------------------------------------------------------------
 
 
-def check_sizes(H: int, S: int, A: int, n: int) -> None:
-    """Refuse, before any work, sizes whose arrays cannot fit (all public)."""
-    if H * S * S * A > MAX_ENTRIES:
+def check_sizes(H: int, S: int, A: int, n: int, *, stationary: bool = False) -> None:
+    """Refuse, before any work, sizes whose arrays cannot fit (all public).
+
+    What a run allocates: the transition counts n_h(s,a,s') and what is derived from them
+    (noise, projection, P̃) have T·S²·A entries, T = H per step or T = 1 when the counts are
+    pooled over h (``stationary``: one table); the values Q̃ and bonuses Γ have H·S·A; the
+    episodes n·(H+1)."""
+    T = 1 if stationary else H
+    table = "S²·A pooled transition counts" if stationary else "H·S²·A transition counts"
+    if T * S * S * A > MAX_ENTRIES:
         raise ValueError(
-            f"H·S²·A transition counts (H={H}, S={S}, A={A}) exceed the limit of "
-            f"{MAX_ENTRIES:.0e} entries (memory); use fewer states, actions or steps"
+            f"{table} (H={H}, S={S}, A={A}) exceed the limit of {MAX_ENTRIES:.0e} entries "
+            "(memory); use fewer states, actions or steps"
+            + ("" if stationary else ", or one transition model for every step (stationary)")
+        )
+    if H * S * A > MAX_ENTRIES:
+        raise ValueError(
+            f"H·S·A values (H={H}, S={S}, A={A}) exceed the limit of {MAX_ENTRIES:.0e} entries "
+            "(memory); use fewer states, actions or steps"
         )
     if n * (H + 1) > MAX_ENTRIES:
         raise ValueError(
@@ -287,14 +346,22 @@ def check_sizes(H: int, S: int, A: int, n: int) -> None:
         )
 
 
-def reward_table_problem(reward: np.ndarray, H: int, S: int, A: int) -> str | None:
-    """What is wrong with a public reward table for H, S, A (None: nothing)."""
+def reward_table_problem(
+    reward: np.ndarray,
+    H: int,
+    S: int,
+    A: int,
+    reward_range: tuple[float, float] | None = None,
+) -> str | None:
+    """What is wrong with a public reward table for H, S, A and the public reward range
+    (default [0, 1]) (None: nothing)."""
+    lo, hi = reward_range or (0.0, 1.0)
     r = np.asarray(reward)
     if r.shape != (H, S, A):
         return f"must have shape [H, S, A] = [{H}, {S}, {A}], got {r.shape}"
     numbers = r.dtype.kind in "biuf" and bool(np.all(np.isfinite(r)))
-    if not (numbers and r.min() >= 0 and r.max() <= 1):
-        return "values must be numbers in [0, 1]"
+    if not (numbers and r.min() >= lo and r.max() <= hi):
+        return f"values must be numbers in the reward range [{lo:g}, {hi:g}]"
     return None
 
 
@@ -432,7 +499,8 @@ def metrics_of(
         "noise_scale": result.plan.scale,
         "known_fraction": float(result.model.known.mean()),
         "all_values_zero": bool(float(result.values.V[0].max()) == 0.0),
-        "pessimistic_value_mean_V1": float(result.values.V[0].mean()),
+        "pessimistic_value_mean_V1": float(result.original_values()[0].mean()),
+        "reward_range": result.reward_range.as_list(),
         "timings_seconds": timings,
     }
 

@@ -23,7 +23,8 @@ statistic (step h)          noise                     replace-one sensitivity
 Why these bounds hold: every trajectory contributes exactly one (or, if it ended early, no)
 transition at step h — for any data, by the public rules of `privrl.offline.common` (H is
 public and longer episodes are truncated to it; steps outside the table are masked);
-``‖φ‖ ≤ 1``, ``σ̃² ≥ 1``, ``r ∈ [0,1]`` (rewards are clipped),
+``‖φ‖ ≤ 1``, ``σ̃² ≥ 1``, ``r ∈ [0,1]`` (rewards are clipped to the public range
+[LOW, HIGH] and mapped into [0, 1], `privrl.offline.common.RewardRange`),
 ``Ṽ_{h+1} ∈ [0, H−h]`` (values are clipped), so one term has norm ≤ H², H, H, and replacing it
 moves the sum by at most twice that. For the Gram matrices, ``‖φφᵀ − ψψᵀ‖_F² = ‖φ‖⁴ + ‖ψ‖⁴ −
 2(φᵀψ)² ≤ 2``. Ṽ_{h+1} and σ̃_h are functions of earlier releases only (post-processing).
@@ -36,6 +37,16 @@ sensitivity above is multiplied by H — 2H³, 2H², 2H² (ℓ2) and √2·H (Fr
 of two PSD sums of H terms of Frobenius norm ≤ 1 each has ‖A − B‖_F² ≤ ‖A‖_F² + ‖B‖_F² ≤ 2H²)
 — and so is every noise std (σ and s, hence E): the same ρ0 = ρ/(5H) per release, the same
 planned report, H times the noise on sums of up to H times as many terms.
+
+**Rewards of any sign.** The regression runs on the mapped rewards u = (r − LOW)/(HIGH − LOW)
+∈ [0, 1] (so every bound above holds as stated), and a transition into a terminal state
+continues with the value of the user's reward 0 over the remaining steps,
+Ṽ_{h+1}(terminal) = (H − h − 1)·(−LOW/(HIGH − LOW)) ∈ [0, H − h − 1] in mapped units (0 for the
+default [0, 1]): every trajectory then has H steps of mapped reward, values are an increasing
+affine function of the user's, V_h = (HIGH − LOW)·V^u_h + (H − h)·LOW, and the learner
+optimises the user's objective; a terminal value of 0 in mapped units would instead charge
+every step after termination LOW (for costs, finishing early would cost the most). The
+outputs (`privrl.offline.linear`) report values on the original scale.
 
 **Matrix noise** (a design decision). ``(Z+Zᵀ)/√2`` with ``Z_ij ~ N(0, s²)`` is
 ``‖Δ‖_F²/(4s²)``-zCDP. Algorithm 2's ``s² = 1/(4ρ0)`` (``matrix_noise="paper_exact"``) is
@@ -78,11 +89,14 @@ from privrl.data.padding import entries_per_trajectory, step_rows
 from privrl.offline.common import (
     DATA_RULES,
     Names,
+    RewardRange,
     as_indices,
     check_budget,
     check_nonnegative,
+    check_reward_range,
     clip_rewards,
     refuse_declared_units,
+    reward_range_option,
     stationary_option,
     without_keyless_defaults,
 )
@@ -162,7 +176,10 @@ class LinearConfig(Config):
     ‖φ‖ ≤ 1); unset, a dataset sampled from the built-in linear MDP brings its own. H
     (`horizon`) is public: unset, the dataset's metadata gives it. C (`bonus_scale`)
     multiplies the pessimism bonus Γ_h = C·√d·‖φ‖_{Λ̃_h⁻¹} (PEVI: C·dH√ζ), λ (`lam`) is the
-    ridge, `stationary` pools every regression sum over h.
+    ridge, `stationary` pools every regression sum over h. `reward_range` (LOW, HIGH) is the
+    public per-step reward range, any sign (rewards are clipped to it and mapped into [0, 1];
+    values are reported on the original scale); unset, the dataset's metadata, else [0, 1]
+    for the non-private learners (DP-VAPVI refuses without one).
     """
 
     bonus_scale: float = option(
@@ -180,12 +197,16 @@ class LinearConfig(Config):
         "from the data). Longer episodes are truncated to H.",
     )
     stationary: bool = stationary_option("every regression sum pooled over h")
+    reward_range: tuple[float, float] | None = reward_range_option()
     phi: Any = array_option(  # noqa: RUF009 - builds a field
         "Public feature map φ: an array [S, A, d] or a FeatureTable (None: the built-in linear "
         "MDP's, recorded in the dataset's metadata)."
     )
 
     def __post_init__(self) -> None:
+        rr = self.reward_range
+        if isinstance(rr, (list, tuple)) and all(isinstance(v, (int, float)) for v in rr):
+            object.__setattr__(self, "reward_range", tuple(float(v) for v in rr))
         if self.phi is not None and not isinstance(self.phi, FeatureTable):
             object.__setattr__(self, "phi", np.array(self.phi))
         super().__post_init__()
@@ -208,6 +229,7 @@ class LinearConfig(Config):
             "horizon",
             f"must be >= 1, got {self.horizon}",
         )
+        check_reward_range(self)
 
     def to_dict(self) -> dict[str, Any]:
         if self.phi is None:
@@ -348,7 +370,8 @@ class LinearEpisodes:
     """Episodes as ``[K, H]`` arrays (step h of every trajectory in one column).
 
     ``valid[k, h]`` is False past the end of a short episode; ``absorbing[k, h]`` marks a
-    transition into a terminal state (``Ṽ(s') = 0`` there). Rewards are clipped to [0, 1].
+    transition into a terminal state (there ``Ṽ(s')`` is the value of the user's reward 0,
+    `terminal_value`). Rewards are clipped to `reward_range` and mapped into [0, 1].
     """
 
     states: IntArray
@@ -357,6 +380,7 @@ class LinearEpisodes:
     next_states: IntArray
     valid: npt.NDArray[np.bool_]
     absorbing: npt.NDArray[np.bool_]
+    reward_range: RewardRange = field(default_factory=RewardRange)
 
     @property
     def K(self) -> int:
@@ -376,7 +400,13 @@ class LinearEpisodes:
             next_states=self.next_states[idx],
             valid=self.valid[idx],
             absorbing=self.absorbing[idx],
+            reward_range=self.reward_range,
         )
+
+    def terminal_value(self, h: int) -> float:
+        """Ṽ_{h+1} of a terminal state in mapped units: the user's reward 0 over the H − h − 1
+        steps left (0 for the default range [0, 1])."""
+        return self.reward_range.zero * float(self.H - h - 1)
 
     @classmethod
     def from_dataset(
@@ -386,6 +416,7 @@ class LinearEpisodes:
         n_states: int,
         n_actions: int,
         horizon: int | None = None,
+        reward_range: RewardRange | None = None,
     ) -> LinearEpisodes:
         """``[K, H]`` arrays from a dataset of integer states and actions (vectorised).
 
@@ -394,8 +425,9 @@ class LinearEpisodes:
         refused. The data are fitted to the public H, S, A by the rules of
         `privrl.offline.common`: a longer episode is truncated to its first H steps, a
         shorter one is masked past its end, a step whose state, action or next state is not
-        an index of the table is masked, rewards are clipped to [0, 1]. Only the schema is
-        refused (ValueError): non-scalar or non-numeric states/actions.
+        an index of the table is masked, rewards are clipped to the public `reward_range`
+        (default [0, 1]) and mapped into [0, 1]. Only the schema is refused (ValueError):
+        non-scalar or non-numeric states/actions.
         """
         H = horizon if horizon is not None else dataset.metadata.horizon
         if H is None:
@@ -428,10 +460,11 @@ class LinearEpisodes:
         states[k, h] = obs[o]
         next_states[k, h] = obs[o + 1]
         actions[k, h] = act[keep]
-        rewards[k, h] = clip_rewards(dataset.rewards)[keep]
+        rr = reward_range or RewardRange()
+        rewards[k, h] = clip_rewards(dataset.rewards, rr)[keep]
         valid[k, h] = obs_ok[o] & obs_ok[o + 1] & act_ok[keep]
         absorbing[k, h] = np.asarray(dataset.terminated, dtype=bool)[keep]
-        return cls(states, actions, rewards, next_states, valid, absorbing)
+        return cls(states, actions, rewards, next_states, valid, absorbing, rr)
 
 
 # --------------------------------------------------------------------------------------------
@@ -893,7 +926,7 @@ def variance_aware_pvi(
             stationary,
         )  # fmt: skip
         phi_bar = table[st, ac]
-        v_bar = np.where(ab, 0.0, v[h + 1][nx])
+        v_bar = np.where(ab, var_data.terminal_value(h), v[h + 1][nx])
         gram, v2, v1 = variance_statistics(phi_bar, v_bar, ok)
         gram = releaser.gram(gram, kind="gram", h=h)
         v2 = releaser.vector(v2, kind="v2", h=h)
@@ -915,7 +948,7 @@ def variance_aware_pvi(
             stationary,
         )  # fmt: skip
         phi = table[st, ac]
-        v_next = np.where(ab, 0.0, v[h + 1][nx])
+        v_next = np.where(ab, data.terminal_value(h), v[h + 1][nx])
         s2 = sigma2[st, ac]
         gram_w, target = weighted_statistics(phi, s2, rw, v_next, ok)
         gram_w = releaser.gram(gram_w, kind="gram_weighted", h=h)
@@ -1009,7 +1042,8 @@ def public_information(features: FeatureTable, H: int) -> list[str]:
     return [
         f"the feature map φ [S={features.S}, A={features.A}, d={features.d}]{scaled}",
         f"the horizon H={H} and the state and action spaces",
-        "the reward range [0, 1] (rewards are clipped to it) and value range [0, H]",
+        "the reward range (rewards are clipped to it and mapped into [0, 1]) and the value "
+        "range [0, H] of the mapped rewards",
     ]
 
 

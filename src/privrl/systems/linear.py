@@ -26,8 +26,9 @@ reward range complete the list, which privacy.json gives with each source
 (`privrl.privacy.public.PublicParameters`). The number of episodes K comes from the file's
 header (public under replace-one neighbours). The data are fitted to these by fixed rules
 (`privrl.offline.common`: longer episodes truncated to H, steps outside the table masked,
-rewards clipped to [0, 1]), never refused by a value of the data; DP-VAPVI refuses a dataset
-with a unit_ids field (a schema decision: it protects one trajectory).
+rewards clipped to the public --reward-range and mapped into [0, 1]), never refused by a value
+of the data; DP-VAPVI refuses a dataset with a unit_ids field (a schema decision: it protects
+one trajectory) and, unless the metadata declares it, a run without --reward-range.
 
 Every run writes the run directory contract (config.json, metrics.json, metrics.csv,
 privacy.json, plots/values.png) and ``policy.npz`` (reload with
@@ -56,6 +57,7 @@ from privrl.offline.linear import (
     check_sizes,
     outputs,
     record_table,
+    reward_range_of,
 )
 from privrl.offline.pevi import PEVIConfig
 from privrl.offline.vapvi import (
@@ -362,7 +364,9 @@ def _env_public(config: LinearRunConfig, params: PublicParameters) -> LinearPubl
     )
     K = params.resolve("number of trajectories K", flag=config.episodes, fix="pass --episodes")
     check_sizes(max(H, mdp.H), table, K, h_name="--horizon", k_name="--episodes")
-    return record_table(params, LinearPublic(table, mdp, int(H), int(K)), where)
+    # the built-in MDP's rewards lie in [0, 1] by construction: a public fact
+    rr = reward_range_of(config, {"reward_range": [0.0, 1.0]}, params, None)
+    return record_table(params, LinearPublic(table, mdp, int(H), int(K), rr), where)
 
 
 def _load_features(spec: str) -> FeatureTable:

@@ -13,9 +13,12 @@ spend → `load` reads the episodes → `run` → the run directory, staged and 
 reservation is completed.
 
 Data are fitted to the public H, S, A by fixed rules (`privrl.offline.common`: longer
-episodes truncated to H, steps outside the spaces not counted, rewards clipped to [0, 1]),
-never refused by a value of the data. A private run refuses a dataset with a unit_ids field
-(a schema decision: these systems protect one trajectory, not a unit of several).
+episodes truncated to H, steps outside the spaces not counted, rewards clipped to the public
+`--reward-range` and mapped into [0, 1]), never refused by a value of the data. The reward
+range comes from `--reward-range LOW,HIGH` or the dataset's metadata; a non-private run
+defaults to [0, 1], a private run with `--privatize-rewards` refuses without one. A private
+run refuses a dataset with a unit_ids field (a schema decision: these systems protect one
+trajectory, not a unit of several).
 
 Two δ's, kept apart on purpose: `--delta` is the paper's *utility* failure probability (it
 sets the error bound E and ι, hence how pessimistic the learner is), `--privacy-delta` is the δ
@@ -118,7 +121,7 @@ class TabularSource(Config):
     reward_table: Path | None = option(  # noqa: RUF009 - option() builds a field
         None,
         "--reward-table",
-        help="Public mean reward r_h(s,a): a .npy array [H, S, A] in [0, 1].",
+        help="Public mean reward r_h(s,a): a .npy array [H, S, A] in the reward range.",
     )
 
 
@@ -197,7 +200,8 @@ class ApviSystem(System):
     help = """APVI (Yin & Wang 2021): the NON-PRIVATE baseline — DP-APVI's code with no noise.
 
     Its privacy.json says it is not private (ε = ∞). A dataset with a ledger refuses it.
-    Without --reward-table the rewards are the empirical means of the data.
+    Without --reward-table the rewards are the empirical means of the data. Rewards of any
+    sign: --reward-range LOW,HIGH (default: the metadata's, else [0, 1]).
     """
 
     def plan(  # type: ignore[override]
@@ -307,13 +311,17 @@ class DpApviSystem(ApviSystem):
 
     Protects one whole trajectory under replace-one neighbours: ρ-zCDP with --rho (Gaussian
     noise σ² = 2H/ρ on the counts), or ε-DP with --epsilon (Laplace(4H/ε)). With --data the
-    rewards are private: pass --reward-table (a public reward function) or --privatize-rewards.
+    rewards are private: pass --reward-table (a public reward function) or --privatize-rewards
+    with the public --reward-range LOW,HIGH (any sign; costs: e.g. -100,0) unless the dataset's
+    metadata declares it.
 
     Examples:
 
       privrl train dp-apvi --env random-tabular --episodes 20000 --rho 1
 
       privrl train dp-apvi --data trips.h5 -H 10 --rho 1 --privatize-rewards
+
+      privrl train dp-apvi --data costs.h5 --rho 1 --reward-table r.npy
     """
 
 
@@ -332,7 +340,8 @@ def _sampled_plan(
 ) -> tuple[Plan, dict[str, Any]]:
     """The library's plan for data sampled from the simulated MDP, and the source record."""
     params = PublicParameters()
-    privacy, resolved = algorithm.settings(params, names)
+    # the simulated MDP's mean rewards lie in [0, 1] by construction: a public fact
+    privacy, resolved = algorithm.settings(params, names, {"reward_range": [0.0, 1.0]})
     H, S, A, n = _env_sizes(config, params)
     privatize = privacy is not None and privacy.privatize_rewards
     plan = algorithm.sized_plan(
@@ -361,6 +370,13 @@ def _env_sizes(config: TabularRunConfig, params: PublicParameters) -> tuple[int,
         "reward_table",
         "is for --data (the environment's reward is known)",
     )
+    rr = config.reward_range
+    check(
+        rr is None or (rr[0] <= 0.0 and rr[1] >= 1.0),
+        "reward_range",
+        f"{list(rr or ())} does not hold the simulated MDP's rewards, which lie in [0, 1]; "
+        "drop it with --env",
+    )
     why = "the simulated MDP's size (a public choice)"
     H, S, A = (
         params.resolve(name, flag=flag, default=ENV_DEFAULTS[key], fix="", detail=why)
@@ -371,7 +387,7 @@ def _env_sizes(config: TabularRunConfig, params: PublicParameters) -> tuple[int,
         )
     )
     n = params.resolve("number of trajectories n", flag=config.episodes, fix="pass --episodes N")
-    check_sizes(H, S, A, n)
+    check_sizes(H, S, A, n, stationary=config.stationary)
     return H, S, A, n
 
 
@@ -411,7 +427,7 @@ def _exact_values(mdp: TabularMDP, result: APVIResult) -> dict[str, float]:
         "suboptimality": v_star - v_pi,
         "optimal_value": v_star,
         "policy_value": v_pi,
-        "pessimistic_value": float(mdp.d1 @ result.values.V[0]),
+        "pessimistic_value": float(mdp.d1 @ result.original_values()[0]),
     }
 
 
@@ -432,13 +448,31 @@ def _summary(
     lines.append(f"E: {result.plan.E:.4g}")
     lines.append(f"mean Ṽ_1 (pessimistic): {metrics['pessimistic_value_mean_V1']:.4f}")
     if metrics["all_values_zero"]:
-        lines.append(
-            "[yellow]warning:[/] every pessimistic value is 0, so the policy carries no "
-            "information: the bonus exceeds the value range at this n (at --bonus-scale 1 the "
-            "privacy term C2·S·H·E·ι/ñ needs ñ > C2·S·E·ι per pair). More data, a larger budget "
-            "or a smaller --bonus-scale (chosen on other data, never on this dataset) would help."
-        )
+        lines.append(_no_information_warning(result))
     return lines
+
+
+def _no_information_warning(result: APVIResult) -> str:
+    """Why every pessimistic value is at its floor, from public facts only (never a count
+    of the data): the reward range the run used and where it came from, then the bonus."""
+    rr = result.reward_range
+    floor = rr.value(0.0, result.values.V.shape[0] - 1)
+    text = (
+        "[yellow]warning:[/] every pessimistic value is 0 (in the rewards' units mapped into "
+        f"[0, 1]; H·LOW = {floor:g} on the declared range), so the policy carries no "
+        "information. "
+    )
+    if (rr.low, rr.high) == (0.0, 1.0):
+        text += (
+            "The reward range is [0, 1] (the default unless --reward-range or the metadata "
+            "declared it): rewards outside it were clipped into it, so if yours are negative "
+            "or above 1 (costs, scores), pass --reward-range LOW,HIGH. Otherwise: "
+        )
+    return text + (
+        "the bonus exceeds the value range at this n (at --bonus-scale 1 the privacy term "
+        "C2·S·H·E·ι/ñ needs ñ > C2·S·E·ι per pair). More data, a larger budget or a smaller "
+        "--bonus-scale (chosen on other data, never on this dataset) would help."
+    )
 
 
 def _plot_values(path: Path, *, per_step: list[dict[str, float]], algo: str) -> None:
