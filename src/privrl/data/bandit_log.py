@@ -40,6 +40,7 @@ __all__ = ["BANDIT_KEYS", "BanditColumns", "as_bandit_columns", "as_transitions"
 BANDIT_KEYS = ("obs", "action", "reward", "behaviour_prob", "position", "episode", "unit")
 _REQUIRED = ("action", "reward")
 _EXAMPLE = "'obs=age|country,action=item,reward=click,behaviour_prob=pscore'"
+_HINT = " (a bandit log has one-step episodes: no next_obs, flags or timestep)"
 #: The synthetic columns the transition table adds (never a user's column name).
 ROW_COLUMN, CONTEXT_COLUMN, DONE_COLUMN = "(row number)", "(no context)", "(one step)"
 #: The declared observation space of a context-free log (every observation is 0).
@@ -69,11 +70,8 @@ class BanditColumns:
     def from_dict(cls, d: Mapping[str, Any]) -> BanditColumns:
         unknown = sorted(set(d) - set(BANDIT_KEYS))
         if unknown:
-            hint = ""
-            if set(unknown) & {"next_obs", "terminated", "truncated", "timestep"}:
-                hint = " (a bandit log has one-step episodes: no next_obs, flags or timestep)"
             raise DatasetError(
-                f"bandit column mapping: unknown key(s) {unknown}{hint}; valid keys: "
+                f"bandit column mapping: unknown key(s) {unknown}{_HINT}; valid keys: "
                 f"{list(BANDIT_KEYS)}"
             )
         missing = [k for k in _REQUIRED if not d.get(k)]
@@ -106,7 +104,7 @@ class BanditColumns:
 def parse_bandit_columns(text: str) -> BanditColumns:
     """Parse ``"obs=c1|c2,action=item,reward=click,behaviour_prob=pscore,position=pos"``
     (``key=column`` items; ``|`` between the context columns)."""
-    return BanditColumns.from_dict(parse_items(text, BANDIT_KEYS, ("obs",), _EXAMPLE))
+    return BanditColumns.from_dict(parse_items(text, BANDIT_KEYS, ("obs",), _EXAMPLE, _HINT))
 
 
 def as_bandit_columns(mapping: BanditColumns | Mapping[str, Any] | str) -> BanditColumns:

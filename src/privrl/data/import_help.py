@@ -12,7 +12,8 @@ SUMMARY = """Column mapping (--columns, -c) of a table, KEY=COL,...; COL|COL is 
   --bandit (one row per impression): action=COL,reward=COL required;
             obs=COL|COL behaviour_prob=COL position=COL episode=COL unit=COL
 Spaces (--observation-space, --action-space):
-  discrete:N  multidiscrete:N1,N2  box:LOW,HIGH  box:LOW:HIGH:DIM
+  discrete:N  discrete:N:START  multidiscrete:N1,N2  box:LOW,HIGH
+  box:LOW:HIGH:DIM
   box:FILE.json  box:FILE.npz
 
 Examples:
@@ -74,7 +75,7 @@ context columns and the position, in that order.
 
   privrl data import obd.csv --out obd.h5 --bandit --action-space discrete:80 \\
       -c "position=pos,action=item_id,reward=click,behaviour_prob=pscore" \\
-      --observation-space discrete:3
+      --observation-space discrete:3:1          # positions 1..3
 
 Quote the mapping: `|` is a pipe to the shell. See also `privrl help spaces`.
 """
@@ -85,6 +86,9 @@ A declared space (`privrl data import --observation-space SPACE`, and
 the data is derived from private values, so private commands refuse it.
 
   discrete:N              one integer column with values 0..N-1
+  discrete:N:START        the same with values START..START+N-1 (e.g.
+                          discrete:3:1 for 1-based codes 1..3; OPE reads
+                          them, the tabular learners need 0-based codes)
   multidiscrete:N1,N2     integer-coded categorical columns, column i in 0..Ni-1
   box:LOW,HIGH            one bound for every mapped column
   box:LOW:HIGH:DIM        a DIM-vector (DIMxDIM2 for a matrix), e.g. box:-1:1:4

@@ -143,10 +143,11 @@ def parse_column_mapping(text: str) -> ColumnMapping:
 
 
 def parse_items(
-    text: str, keys: Sequence[str], multi_keys: Sequence[str], example: str
+    text: str, keys: Sequence[str], multi_keys: Sequence[str], example: str, hint: str = ""
 ) -> dict[str, Any]:
     """``key=column`` items separated by commas (``|`` between the columns of a vector key in
-    `multi_keys`) as a dict key → column or tuple of columns; `example` shows the form."""
+    `multi_keys`) as a dict key → column or tuple of columns; `example` shows the form and
+    `hint` follows the refusal of an unknown key."""
     d: dict[str, Any] = {}
     for item in (p.strip() for p in text.split(",")):
         if not item:
@@ -155,7 +156,9 @@ def parse_items(
             raise DatasetError(f"column mapping: item {item!r} is not key=column (e.g. {example})")
         key, _, value = (s.strip() for s in item.partition("="))
         if key not in keys:
-            raise DatasetError(f"column mapping: unknown key {key!r}; valid keys: {list(keys)}")
+            raise DatasetError(
+                f"column mapping: unknown key {key!r}{hint}; valid keys: {list(keys)}"
+            )
         if key in d:
             raise DatasetError(f"column mapping: key {key!r} given twice")
         cols = [c.strip() for c in value.split("|")]
@@ -812,7 +815,7 @@ def fit_values(
         raise DatasetError(
             f"{source}: {total} {what} value(s) fall outside the declared space {space}, "
             f"in column(s) {where} (1-based codes? {space} takes codes from "
-            f"{_first_code(space)}); fix the codes or the space, or pass "
+            f"{_first_code(space)}{_start_hint(space)}); fix the codes or the space, or pass "
             "clip_out_of_space=True to clip them into it"
         )
     clipping = clip or not discrete
@@ -829,6 +832,13 @@ def fit_values(
 def _first_code(space: spaces.Space) -> str:
     start = np.asarray(getattr(space, "start", 0)).reshape(-1)
     return str(int(start[0])) if start.size and np.all(start == start[0]) else "its start"
+
+
+def _start_hint(space: spaces.Space) -> str:
+    """For a 0-based Discrete space, how to declare the same number of codes from 1."""
+    if isinstance(space, spaces.Discrete) and int(space.start) == 0:
+        return f"; codes 1..{int(space.n)} are Discrete({int(space.n)}, start=1)"
+    return ""
 
 
 def _import_facts(extra: dict[str, Any]) -> dict[str, Any]:

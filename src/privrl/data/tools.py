@@ -37,14 +37,16 @@ FORMATS = ("parquet", "csv", "minari", "hdf5")
 
 
 _SPACE_FORMS = (
-    "discrete:N, multidiscrete:N1,N2,… (integer codes), box:LOW:HIGH:DIM (e.g. "
+    "discrete:N (codes 0..N-1), discrete:N:START (codes START..START+N-1), "
+    "multidiscrete:N1,N2,… (integer codes), box:LOW:HIGH:DIM (e.g. "
     "box:-inf:inf:4), box:LOW,HIGH (one bound for every column), box:FILE.json or box:FILE.npz "
     "(per-column arrays low and high) or a JSON description"
 )
 
 
 def parse_space(text: str | None, dim: int | None = None) -> spaces.Space | None:
-    """Parse a declared space: `discrete:N`, `multidiscrete:N1,N2,…`, `box:LOW:HIGH:DIM[xDIM…]`,
+    """Parse a declared space: `discrete:N` (or `discrete:N:START`, codes from START),
+    `multidiscrete:N1,N2,…`, `box:LOW:HIGH:DIM[xDIM…]`,
     `box:LOW,HIGH` (shape `(dim,)`: `dim` is the number of mapped columns), `box:FILE.json` /
     `box:FILE.npz` (arrays `low` and `high`, one entry per column) or a JSON description."""
     if text is None:
@@ -61,8 +63,9 @@ def parse_space(text: str | None, dim: int | None = None) -> spaces.Space | None
     kind = kind.lower()
     parts = rest.split(":") if rest else []
     try:
-        if kind == "discrete" and len(parts) == 1:
-            return spaces.Discrete(_positive(parts[0], text))
+        if kind == "discrete" and len(parts) in (1, 2):
+            start = int(parts[1]) if len(parts) == 2 else 0
+            return spaces.Discrete(_positive(parts[0], text), start=start)
         if kind == "multidiscrete" and len(parts) == 1:
             nvec = [_positive(n, text) for n in parts[0].split(",")]
             return spaces.MultiDiscrete(np.asarray(nvec, dtype=np.int64))
