@@ -17,11 +17,17 @@ Observations outside a *declared* observation space: a Box's finite bounds are a
 range, so values outside them are clipped into it; a discrete code outside a Discrete,
 MultiDiscrete or MultiBinary space (1-based codes declared as ``discrete:N``, which takes
 0..N-1) is a coding error, refused with the column and the number of such values unless
-``clip_out_of_space=True`` asks for clipping. Import is the data holder's own tool, run on the
-raw data before any privatisation, so its local messages (that refusal, and a warning with the
-number of values actually clipped) may depend on the data; what it *stores* may not:
-``metadata.extra["observation_clipping"]`` says that clipping is in force (from the declared
-space and the option alone), never whether or how much it changed.
+``clip_out_of_space=True`` asks for clipping. Actions under a declared (or stored) discrete
+action space follow the same rule (`fit_values`); a Box action space is validated as it is.
+Import is the data holder's own tool, run on the raw data before any privatisation, so its
+local messages (that refusal, and a warning with the number of values actually clipped) may
+depend on the data; what it *stores* may not: ``metadata.extra["observation_clipping"]`` (and
+``"action_clipping"``) says that clipping is in force (from the declared space and the option
+alone), never whether or how much it changed.
+
+A contextual-bandit log (one row per impression, no ``next_obs``) is read with
+``bandit=True``: `privrl.data.bandit_log` turns it into this module's transition table of
+one-step episodes (horizon 1 declared), and the import is the same from there on.
 
 A row with both ``terminated`` and ``truncated`` set (Gymnasium returns both when the MDP
 ends at the time limit, e.g. CartPole-v1 falling at step 500; Minari records both) is

@@ -155,6 +155,7 @@ def ips_noise_std(
     trajectories: int,
     epsilon: float,
     delta: float,
+    *,
     horizon: int = 1,
     gamma: float = 1.0,
 ) -> float:
