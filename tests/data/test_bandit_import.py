@@ -15,7 +15,7 @@ from gymnasium import spaces
 from privrl.cli.main import main
 from privrl.data import DatasetError, from_table, import_table, load_hdf5
 from privrl.data.bandit_log import BanditColumns, parse_bandit_columns
-from privrl.ope import SNIPS, SNIPSConfig, bandit
+from privrl.ope import IPS, SNIPS, IPSConfig, SNIPSConfig, bandit
 from privrl.privacy.noise import NoiseSource
 
 N_ITEMS, LEN_LIST = 6, 3
@@ -185,3 +185,39 @@ def test_bandit_import_is_refused_for_minari_and_without_columns(
     source = write(obd_log(10), tmp_path / "obd.csv")
     code, _, err = run(["data", "import", str(source), "--bandit", "-o", str(out)], capsys)
     assert code == 2 and "action=item,reward=click" in err, err
+
+
+def test_users_and_kept_target_columns_work_in_bandit_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--unit column=user` makes each impression's user its unit (several episodes per unit),
+    and a kept column of target probabilities feeds `--target-policy column:NAME`."""
+    log = obd_log(300)
+    rng = np.random.default_rng(5)
+    log["user"] = rng.integers(100, 140, 300)
+    log["pi_logged"] = np.full(300, 1.0 / N_ITEMS)  # the uniform target, per logged action
+    source = write(log, tmp_path / "obd.parquet")
+    out = tmp_path / "obd.h5"
+    argv = ["data", "import", str(source), "--bandit", "-c", MAPPING, "--out", str(out),
+            "--observation-space", f"discrete:{LEN_LIST}:1",
+            "--action-space", f"discrete:{N_ITEMS}", "--unit", "column=user", "--units", "40",
+            "--keep-columns", "pi_logged"]  # fmt: skip
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    ds = load_hdf5(out)
+    np.testing.assert_array_equal(ds.unit_ids, log["user"])
+    assert ds.metadata.extra["n_users"] == 40 and ds.metadata.extra["unit_column"] == "user"
+    np.testing.assert_array_equal(ds.extra_columns["pi_logged"], log["pi_logged"])
+    run_dir = tmp_path / "ips"
+    ope = ["ope", "ips", "--data", str(out), "--target-policy", "column:pi_logged",
+           "--reward-range", "0,1", "--weight-clip", "1", "--epsilon", "1", "--out",
+           str(run_dir)]  # fmt: skip
+    code, _, err = run(ope, capsys)
+    assert code == 0, err
+    assert (run_dir / "metrics.json").is_file()
+    # the kept column is the uniform target's probability of each logged action, so both
+    # targets give the same release on the same noise
+    ips = IPS(IPSConfig(epsilon=1.0, weight_clip=1.0, reward_range=(0.0, 1.0)))
+    by_column = ips.estimate(ds, "column:pi_logged", noise=NoiseSource.insecure(2))
+    by_table = ips.estimate(ds, "uniform", noise=NoiseSource.insecure(2))
+    assert by_column.value == pytest.approx(by_table.value, abs=1e-12)
