@@ -59,6 +59,20 @@ def test_code_is_enumerated_on_a_discrete_space_and_bounded_by_one_on_a_box() ->
     assert "cannot be enumerated" in box.explain()
 
 
+def test_a_column_target_is_bounded_by_one_not_read() -> None:
+    """`column:NAME` holds private per-row probabilities: the suggestion uses π ≤ 1."""
+    s = suggest_weight_clip(
+        "column:pi", 0.2, action_space=spaces.Discrete(A), observation_space=spaces.Discrete(3),
+        columns=["pi"],
+    )  # fmt: skip
+    assert not s.exact and s.weight_clip == pytest.approx(5.0)
+    ds = _dataset(np.zeros(4))
+    kept = ds.with_metadata(ds.metadata.with_extra(extra_columns=["pi"]), validate=False)
+    assert suggest_for_header(header_of(kept), "column:pi", 0.2).weight_clip == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="keeps no column 'other'"):
+        suggest_for_header(header_of(kept), "column:other", 0.2)
+
+
 def test_bad_propensity_bounds_are_refused() -> None:
     for bad in (0.0, -0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="minimum propensity"):

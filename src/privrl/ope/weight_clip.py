@@ -128,13 +128,15 @@ def suggest_weight_clip(
     action_space: Any,
     observation_space: Any,
     horizon: int = 1,
+    columns: Any = None,
 ) -> WeightClipSuggestion:
     """W_max for `policy` (any form `as_target_policy` takes: "uniform", a table, a saved
     policy, code) under a declared minimum logging propensity, from the declared spaces and
     horizon. Reads no data: a table or code is evaluated on the public points of the
-    observation space (every state of a Discrete space) only."""
+    observation space (every state of a Discrete space) only. `columns` are the kept columns
+    a ``column:NAME`` target may name; its values are private, so its maximum is taken as 1."""
     H = int(horizon)
-    target = as_target_policy(policy, action_space, observation_space, horizon=H, columns=None)
+    target = as_target_policy(policy, action_space, observation_space, horizon=H, columns=columns)
     if target.time_indexed and target.horizon is not None:
         H = int(target.horizon)
     per_step, exact = _max_probability(target, observation_space, H)
@@ -194,4 +196,5 @@ def suggest_for_header(
         action_space=meta.action_space,
         observation_space=meta.observation_space,
         horizon=int(H),
+        columns=meta.extra.get("extra_columns", []),
     )
