@@ -58,11 +58,9 @@ def import_(
         None, "--observation-space", help=import_help.OPTIONS["observation_space"]
     ),
     clip_out_of_space: bool = typer.Option(
-        False,
-        "--clip-out-of-space",
-        "--clip-observations",
-        help=import_help.OPTIONS["clip_out_of_space"],
+        False, "--clip-out-of-space", help=import_help.OPTIONS["clip_out_of_space"]
     ),
+    clip_observations: bool = typer.Option(False, "--clip-observations", hidden=True),
     action_space: str = typer.Option(
         None, "--action-space", help=import_help.OPTIONS["action_space"]
     ),
@@ -92,7 +90,7 @@ def import_(
             unit=unit,
             units=units,
             keep_columns=keep_columns,
-            clip_out_of_space=clip_out_of_space,
+            clip_out_of_space=clip_out_of_space or clip_observations,
             bandit=bandit,
             notes=notes,
         )
