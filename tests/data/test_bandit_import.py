@@ -174,6 +174,11 @@ def test_obd_shaped_log_to_private_snips_with_no_hand_reshaping(
     params = {p["name"]: p for p in privacy["public_parameters"]}
     assert params["horizon H"]["value"] == 1 and params["horizon H"]["source"] == "public metadata"
     assert params["discount γ"]["value"] == 1.0
+    # DR too, with its public reward model
+    dr = [*ope[:1], "dr", *ope[2:-1], str(tmp_path / "dr")]
+    code, _, err = run(dr, capsys)
+    assert code == 0, err
+    assert (tmp_path / "dr" / "metrics.json").is_file()
 
 
 def test_bandit_import_is_refused_for_minari_and_without_columns(
