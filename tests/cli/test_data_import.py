@@ -192,7 +192,7 @@ def test_multidiscrete_codes_outside_the_space_are_refused_unless_clipping_is_as
     # codes 7 (c) and 9, 4 (s2) are outside 3 and 4 categories: refused, naming the columns
     code, _, err = run(argv, capsys)
     assert_bad_input(code, err, "3 observation value(s)", "'c' (1)", "'s2' (2)")
-    assert "--clip-observations" in err and not out.exists()
+    assert "--clip-out-of-space" in err and not out.exists()
     code, _, err = run([*argv, "--clip-observations"], capsys)
     assert code == 0, err
     assert "3 observation value(s)" in err and "clipped" in err

@@ -409,7 +409,7 @@ def test_one_based_discrete_codes_are_refused_with_the_count_and_column(
 ) -> None:
     table, out = _one_based_table(tmp_path), tmp_path / "d.h5"
     code, _, err = run(_import(table, out, "discrete:3"), capsys)
-    assert_bad_input(code, err, "2 observation value(s)", "'state' (2)", "--clip-observations")
+    assert_bad_input(code, err, "2 observation value(s)", "'state' (2)", "--clip-out-of-space")
     assert not out.exists()  # nothing merged silently
 
 

@@ -464,12 +464,14 @@ def test_import_validation_error_names_source_episode(tmp_path: Path) -> None:
             "r": [1.0, 0.0, 1.0, 0.0],
         },
     )
+    # a Box action space is validated, not clipped (a discrete one refuses out-of-space codes
+    # before validation, with their count: tests/data/test_out_of_space.py)
     with pytest.raises(DatasetError, match=r"episode 1, step 1, field 'actions'.*'y'"):
         import_table(
             path,
             "episode=pid,obs=s,next_obs=s2,action=a,reward=r",
             observation_space=spaces.Discrete(3),
-            action_space=spaces.Discrete(2),
+            action_space=spaces.Box(0.0, 1.0, shape=(1,)),
         )
 
 

@@ -57,12 +57,14 @@ def import_(
     observation_space: str = typer.Option(
         None, "--observation-space", help=import_help.OPTIONS["observation_space"]
     ),
-    clip_observations: bool = typer.Option(
-        False, "--clip-observations", help=import_help.OPTIONS["clip_observations"]
+    clip_out_of_space: bool = typer.Option(
+        False, "--clip-out-of-space", help=import_help.OPTIONS["clip_out_of_space"]
     ),
+    clip_observations: bool = typer.Option(False, "--clip-observations", hidden=True),
     action_space: str = typer.Option(
         None, "--action-space", help=import_help.OPTIONS["action_space"]
     ),
+    bandit: bool = typer.Option(False, "--bandit", help=import_help.OPTIONS["bandit"]),
     discount: float = typer.Option(None, "--discount", help="Discount factor to record."),
     env_id: str = typer.Option(None, "--env-id", help="Environment id to record."),
     unit: str = typer.Option(None, "--unit", help=import_help.OPTIONS["unit"]),
@@ -72,7 +74,8 @@ def import_(
     ),
 ) -> None:
     """Import a Parquet/CSV table of transitions (one row per transition, with an episode-id
-    column) or a local Minari dataset into privrl's native HDF5 format."""
+    column), a contextual-bandit log (--bandit: one row per impression) or a local Minari
+    dataset into privrl's native HDF5 format."""
     notes: list[str] = []
     with _options_as_flags(IMPORT_FLAGS):
         ds = tools.import_dataset(
@@ -87,7 +90,8 @@ def import_(
             unit=unit,
             units=units,
             keep_columns=keep_columns,
-            clip_observations=clip_observations,
+            clip_out_of_space=clip_out_of_space or clip_observations,
+            bandit=bandit,
             notes=notes,
         )
     for note in notes:
@@ -97,7 +101,7 @@ def import_(
 
 #: The table import's keyword options as `privrl data import` spells them: library messages
 #: name the keyword, the command line names its flag.
-IMPORT_FLAGS = {"clip_out_of_space=True": "--clip-observations", "keep_columns": "--keep-columns"}
+IMPORT_FLAGS = {"clip_out_of_space=True": "--clip-out-of-space", "keep_columns": "--keep-columns"}
 
 
 @contextmanager

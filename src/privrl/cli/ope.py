@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import typer
 
+from privrl.cli.suggest_clip import suggest_clip
 from privrl.runs.cli import add_command
 
 ope_app = typer.Typer(
@@ -39,3 +40,4 @@ add_command(ope_app, "lstd-op", data_help=DATA_HELP)
 add_command(ope_app, "ips", data_help="Dataset file (privrl HDF5) with logged propensities.")
 add_command(ope_app, "snips", data_help="Dataset file (privrl HDF5) with logged propensities.")
 add_command(ope_app, "dr", data_help="Dataset file (privrl HDF5) with logged propensities.")
+ope_app.command("suggest-clip")(suggest_clip)

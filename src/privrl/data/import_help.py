@@ -9,14 +9,20 @@ SUMMARY = """Column mapping (--columns, -c) of a table, KEY=COL,...; COL|COL is 
   required: episode=COL,obs=COL|COL,action=COL,reward=COL
   optional: next_obs=COL|COL terminated=COL truncated=COL
             behaviour_prob=COL unit=COL timestep=COL
+  --bandit (one row per impression): action=COL,reward=COL required;
+            obs=COL|COL behaviour_prob=COL position=COL episode=COL unit=COL
 Spaces (--observation-space, --action-space):
-  discrete:N  multidiscrete:N1,N2  box:LOW,HIGH  box:LOW:HIGH:DIM
+  discrete:N  discrete:N:START  multidiscrete:N1,N2  box:LOW,HIGH
+  box:LOW:HIGH:DIM
   box:FILE.json  box:FILE.npz
 
 Examples:
   privrl data import visits.csv --out visits.h5 --unit column=user \\
       -c "episode=patient,obs=s1|s2,action=dose,reward=y" \\
       --action-space discrete:4
+  privrl data import log.csv --out log.h5 --bandit \\
+      -c "action=item,reward=click,behaviour_prob=pscore" \\
+      --action-space discrete:80
   privrl data import my-minari-dataset-v0 --out d.h5 --unit episode
 
 More: `privrl help columns`, `privrl help spaces`.
@@ -51,6 +57,26 @@ Examples:
   privrl data import logs.parquet --out logs.h5 \\
       -c "episode=ep,obs=x,action=a,reward=r,terminated=done,behaviour_prob=p"
 
+Contextual-bandit logs (`privrl data import LOG --bandit`): one row per
+impression, no next_obs. Each row becomes a one-step episode, and the dataset
+declares horizon 1 and discount 1, so `privrl ope ips|snips|dr` need neither
+--max-horizon nor --gamma. Keys:
+  action          the action (item) taken                          (required)
+  reward          the reward (a click)                             (required)
+  obs             the context: one column, or COL|COL|...
+  behaviour_prob  the logging policy's propensity of the action (for OPE)
+  position        the slot the action was shown at; it is appended to the
+                  context, so the observation is (obs..., position)
+  episode         a unique impression id (default: the row number)
+  unit            the privacy unit of each row (a user)
+A log with neither obs nor position is context-free: every observation is 0
+in the declared space discrete:1. Declare the observation space over the
+context columns and the position, in that order.
+
+  privrl data import obd.csv --out obd.h5 --bandit --action-space discrete:80 \\
+      -c "position=pos,action=item_id,reward=click,behaviour_prob=pscore" \\
+      --observation-space discrete:3:1          # positions 1..3
+
 Quote the mapping: `|` is a pipe to the shell. See also `privrl help spaces`.
 """
 
@@ -60,6 +86,9 @@ A declared space (`privrl data import --observation-space SPACE`, and
 the data is derived from private values, so private commands refuse it.
 
   discrete:N              one integer column with values 0..N-1
+  discrete:N:START        the same with values START..START+N-1 (e.g.
+                          discrete:3:1 for 1-based codes 1..3; OPE reads
+                          them, the tabular learners need 0-based codes)
   multidiscrete:N1,N2     integer-coded categorical columns, column i in 0..Ni-1
   box:LOW,HIGH            one bound for every mapped column
   box:LOW:HIGH:DIM        a DIM-vector (DIMxDIM2 for a matrix), e.g. box:-1:1:4
@@ -68,9 +97,14 @@ the data is derived from private values, so private commands refuse it.
   {"type": ...}           a space as JSON (the form a dataset's metadata stores)
 
 The same forms declare actions (usually discrete:N or box:LOW:HIGH:DIM).
-Observations outside a declared
-space are clipped into it, never refused (an error that depended on a private
-value would reveal it); the import says that clipping applies, never how often.
+Values outside a declared box are clipped into it. Discrete codes outside a
+declared discrete space (observations or actions) are a coding error, e.g.
+1-based codes with discrete:N (which takes 0..N-1): the import stops with the
+column and how many values are outside, unless --clip-out-of-space asks for
+clipping to the nearest code. Import runs on the data holder's own machine,
+before anything is released, so these counts are theirs to see; a note says
+how many values were clipped only when some were, and the dataset records
+only that clipping applies, never how often.
 
 Examples:
   --observation-space multidiscrete:3,5,2
@@ -89,21 +123,30 @@ OPTIONS = {
         "Declared observation space, e.g. discrete:N or box:LOW,HIGH (see `privrl help "
         "spaces`); else inferred from the data, which private work refuses. Values outside "
         "a box are clipped into it; discrete codes outside the space are refused (see "
-        "--clip-observations)."
+        "--clip-out-of-space)."
     ),
-    "clip_observations": (
-        "Clip discrete observation codes outside --observation-space into it (the nearest "
-        "code) instead of refusing the import. Without it, such codes (e.g. 1-based codes "
+    "clip_out_of_space": (
+        "Clip discrete observation and action codes outside --observation-space / "
+        "--action-space into them (the nearest code) instead of refusing the import "
+        "(--clip-observations is the old name). Without it, such codes (e.g. 1-based codes "
         "with discrete:N, which takes 0..N-1) stop the import with the column and how many "
-        "values are outside."
+        "values are outside; with it, a note says how many were clipped, only if any were."
     ),
-    "action_space": "discrete:N or box:LOW:HIGH:DIM (else inferred).",
+    "action_space": (
+        "discrete:N or box:LOW:HIGH:DIM (else inferred); tables only. Discrete action "
+        "codes outside it are refused (see --clip-out-of-space)."
+    ),
     "unit": (
         "Privacy unit: episode (each episode its own unit) or column=NAME (the column, or "
         "Minari episode metadata/info key, holding each episode's user: stored as the "
         "unit ids that `--unit user` and the ledger use)."
     ),
     "units": "Declared (public) number of units, recorded in the metadata; never counted.",
+    "bandit": (
+        "Read the table as a contextual-bandit log: one row per impression (context, "
+        "action, reward, propensity, optional position), no next_obs. Each row becomes a "
+        "one-step episode and horizon 1 is declared (see `privrl help columns`)."
+    ),
     "keep_columns": (
         "Comma-separated numeric table columns kept per transition (e.g. a target "
         "policy's probability of the logged action, for --target-policy column:NAME)."

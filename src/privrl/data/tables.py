@@ -17,11 +17,17 @@ Observations outside a *declared* observation space: a Box's finite bounds are a
 range, so values outside them are clipped into it; a discrete code outside a Discrete,
 MultiDiscrete or MultiBinary space (1-based codes declared as ``discrete:N``, which takes
 0..N-1) is a coding error, refused with the column and the number of such values unless
-``clip_out_of_space=True`` asks for clipping. Import is the data holder's own tool, run on the
-raw data before any privatisation, so its local messages (that refusal, and a warning with the
-number of values actually clipped) may depend on the data; what it *stores* may not:
-``metadata.extra["observation_clipping"]`` says that clipping is in force (from the declared
-space and the option alone), never whether or how much it changed.
+``clip_out_of_space=True`` asks for clipping. Actions under a declared (or stored) discrete
+action space follow the same rule (`fit_values`); a Box action space is validated as it is.
+Import is the data holder's own tool, run on the raw data before any privatisation, so its
+local messages (that refusal, and a warning with the number of values actually clipped) may
+depend on the data; what it *stores* may not: ``metadata.extra["observation_clipping"]`` (and
+``"action_clipping"``) says that clipping is in force (from the declared space and the option
+alone), never whether or how much it changed.
+
+A contextual-bandit log (one row per impression, no ``next_obs``) is read with
+``bandit=True``: `privrl.data.bandit_log` turns it into this module's transition table of
+one-step episodes (horizon 1 declared), and the import is the same from there on.
 
 A row with both ``terminated`` and ``truncated`` set (Gymnasium returns both when the MDP
 ends at the time limit, e.g. CartPole-v1 falling at step 500; Minari records both) is
@@ -37,12 +43,15 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from gymnasium import spaces
 
 from privrl.data.dataset import DatasetError, DatasetMetadata, TrajectoryDataset, _gather_index
+
+if TYPE_CHECKING:
+    from privrl.data.bandit_log import BanditColumns
 
 _MAPPING_KEYS = (
     "episode",
@@ -135,29 +144,36 @@ def parse_column_mapping(text: str) -> ColumnMapping:
     Items are ``key=column`` separated by commas; ``|`` separates the columns of a vector
     (``obs``, ``action``, ``next_obs``). A single column stays a scalar field.
     """
+    example = "'episode=patient_id,obs=o1|o2,action=treatment,reward=r'"
+    return ColumnMapping.from_dict(parse_items(text, _MAPPING_KEYS, _MULTI_KEYS, example))
+
+
+def parse_items(
+    text: str, keys: Sequence[str], multi_keys: Sequence[str], example: str, hint: str = ""
+) -> dict[str, Any]:
+    """``key=column`` items separated by commas (``|`` between the columns of a vector key in
+    `multi_keys`) as a dict key → column or tuple of columns; `example` shows the form and
+    `hint` follows the refusal of an unknown key."""
     d: dict[str, Any] = {}
     for item in (p.strip() for p in text.split(",")):
         if not item:
             continue
         if "=" not in item:
-            raise DatasetError(
-                f"column mapping: item {item!r} is not key=column (e.g. "
-                "'episode=patient_id,obs=o1|o2,action=treatment,reward=r')"
-            )
+            raise DatasetError(f"column mapping: item {item!r} is not key=column (e.g. {example})")
         key, _, value = (s.strip() for s in item.partition("="))
-        if key not in _MAPPING_KEYS:
+        if key not in keys:
             raise DatasetError(
-                f"column mapping: unknown key {key!r}; valid keys: {list(_MAPPING_KEYS)}"
+                f"column mapping: unknown key {key!r}{hint}; valid keys: {list(keys)}"
             )
         if key in d:
             raise DatasetError(f"column mapping: key {key!r} given twice")
         cols = [c.strip() for c in value.split("|")]
         if not all(cols):
             raise DatasetError(f"column mapping: empty column name in {item!r}")
-        if len(cols) > 1 and key not in _MULTI_KEYS:
+        if len(cols) > 1 and key not in multi_keys:
             raise DatasetError(f"column mapping: {key!r} takes one column, got {cols}")
         d[key] = tuple(cols) if len(cols) > 1 else cols[0]
-    return ColumnMapping.from_dict(d)
+    return d
 
 
 def _table_format(path: Path, fmt: str | None) -> str:
@@ -534,7 +550,7 @@ def _spaces(
 
 def from_table(
     table: Any,
-    mapping: ColumnMapping | Mapping[str, Any] | str,
+    mapping: ColumnMapping | BanditColumns | Mapping[str, Any] | str,
     *,
     observation_space: spaces.Space | None = None,
     action_space: spaces.Space | None = None,
@@ -545,6 +561,7 @@ def from_table(
     keep_columns: Sequence[str] = (),
     validate: bool = True,
     clip_out_of_space: bool = False,
+    bandit: bool = False,
     source: str = "the table",
     origin: Mapping[str, Any] | None = None,
 ) -> TrajectoryDataset:
@@ -566,10 +583,24 @@ def from_table(
     ``keep_columns`` names numeric columns kept per transition as ``ds.extra_columns`` (e.g. a
     target policy's probability of the logged action). Observations outside a space given
     here (``observation_space``): see `fit_observations` (a Box clips; discrete codes are
-    refused unless ``clip_out_of_space``). Episode ids and unit labels are identifiers, so
-    they are kept in ``metadata.extra`` only with ``keep_ids=True``.
+    refused unless ``clip_out_of_space``; the same for codes outside a declared discrete
+    ``action_space``). Episode ids and unit labels are identifiers, so they are kept in
+    ``metadata.extra`` only with ``keep_ids=True``.
+
+    ``bandit=True`` reads a contextual-bandit log instead (one row per impression, no
+    ``next_obs``): `mapping` is then a `privrl.data.bandit_log.BanditColumns` (or its dict or
+    text form, e.g. ``"obs=age|country,action=item,reward=click,behaviour_prob=pscore"``), each
+    row becomes a one-step episode and the metadata declares horizon 1 (see that module).
     """
     table = as_arrow(table)
+    bandit_facts: dict[str, Any] = {}
+    if bandit:
+        from privrl.data.bandit_log import as_transitions
+
+        table, mapping, bandit_facts = as_transitions(table, mapping, source)
+        observation_space, horizon, discount = _bandit_defaults(
+            mapping, observation_space, horizon, discount
+        )
     mapping = as_mapping(mapping)
     stored = stored_metadata(table, source)
     raw = _mapped_columns(table, mapping, source)
@@ -583,7 +614,7 @@ def from_table(
     rew_rows, prob_rows = _sorted(raw, rows, "reward"), _sorted(raw, rows, "behaviour_prob")
     assert obs_rows is not None and act_rows is not None and rew_rows is not None
     layout = _layout(raw, rows, obs_rows, term_rows, source)
-    facts: dict[str, Any] = {"source": dict(origin or {"format": "table"}), **layout.facts}
+    facts = {"source": dict(origin or {"format": "table"}), **layout.facts, **bandit_facts}
     t_sel = layout.t_sel
     n_t = int(layout.lengths.sum())
     actions = act_rows[t_sel]
@@ -607,10 +638,24 @@ def from_table(
     )
     observations = _fit_to_space(layout.observations, obs_space, "obs")
     actions = _fit_to_space(actions, act_space, "action")
+    if isinstance(act_space, DISCRETE_SPACES) and "action_space" not in facts.get(
+        "inferred_from_data", ()
+    ):
+        act_columns = [mapping.action] if isinstance(mapping.action, str) else list(mapping.action)
+        actions, act_clipping = fit_values(
+            actions, act_space, act_columns, source=source, clip=clip_out_of_space, what="action"
+        )
+        if act_clipping:
+            facts["action_clipping"] = ACTION_CLIPPING_NOTE
     if observation_space is not None and clips(obs_space):
         obs_columns = [mapping.obs] if isinstance(mapping.obs, str) else list(mapping.obs)
-        observations, clipping = fit_observations(
-            observations, obs_space, obs_columns, source=source, clip=clip_out_of_space
+        observations, clipping = fit_values(
+            observations,
+            obs_space,
+            obs_columns,
+            source=source,
+            clip=clip_out_of_space,
+            counted=np.arange(len(observations)) % 2 == 0 if bandit else None,
         )
         if clipping:
             facts["observation_clipping"] = CLIPPING_NOTE
@@ -651,6 +696,25 @@ def from_table(
         ) from exc
 
 
+def _bandit_defaults(
+    mapping: ColumnMapping,
+    observation_space: spaces.Space | None,
+    horizon: int | None,
+    discount: float | None,
+) -> tuple[spaces.Space | None, int, float]:
+    """A bandit log's public facts: horizon 1 (a different one is refused), discount 1 unless
+    given, and the declared space ``Discrete(1)`` of a context-free log."""
+    from privrl.data.bandit_log import CONTEXT_COLUMN, CONTEXT_FREE_SPACE
+
+    if horizon is not None and horizon != 1:
+        raise DatasetError(
+            f"horizon: a bandit log's episodes have one step, so its horizon is 1, not {horizon}"
+        )
+    if observation_space is None and mapping.obs == CONTEXT_COLUMN:
+        observation_space = CONTEXT_FREE_SPACE
+    return observation_space, 1, 1.0 if discount is None else discount
+
+
 def _metadata(
     stored: DatasetMetadata | None,
     facts: dict[str, Any],
@@ -679,14 +743,15 @@ def _metadata(
 
 def import_table(
     path: str | Path,
-    mapping: ColumnMapping | Mapping[str, Any] | str,
+    mapping: ColumnMapping | BanditColumns | Mapping[str, Any] | str,
     *,
     format: Literal["parquet", "csv"] | None = None,
     **options: Any,
 ) -> TrajectoryDataset:
     """Read a transitions file (Parquet or CSV, one row per transition) into a dataset:
     `read_table` then `from_table` (its keyword options: spaces, env id, discount, horizon,
-    ``keep_ids``, ``keep_columns``, ``validate``, ``clip_out_of_space``). Spaces not given are
+    ``keep_ids``, ``keep_columns``, ``validate``, ``clip_out_of_space``, ``bandit`` for a
+    contextual-bandit log of one row per impression). Spaces not given are
     taken from privrl's Parquet metadata if present, else inferred from the data and flagged.
     """
     path = Path(path)
@@ -696,6 +761,7 @@ def import_table(
 
 
 CLIPPING_NOTE = "observations outside the declared observation space are clipped into it"
+ACTION_CLIPPING_NOTE = "actions outside the declared discrete action space are clipped into it"
 DISCRETE_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
@@ -717,31 +783,51 @@ def fit_observations(
     source: str,
     clip: bool = False,
 ) -> tuple[np.ndarray, bool]:
-    """`values` fitted into the declared `space`, and whether clipping is in force.
+    """`values` fitted into the declared observation `space`, and whether clipping is in force.
 
     A Box clips (its bounds are a clipping range). A discrete space refuses codes outside it
     (a `DatasetError` naming each column and how many of its values are outside), unless
     `clip`. A warning says how many values were clipped, only when some were. These messages
     are the data holder's own, at import; nothing stored depends on them (see the module
     docstring)."""
-    counts = outside_space(values, space)
+    return fit_values(values, space, columns, source=source, clip=clip, what="observation")
+
+
+def fit_values(
+    values: np.ndarray,
+    space: spaces.Space,
+    columns: Sequence[str],
+    *,
+    source: str,
+    clip: bool = False,
+    what: Literal["observation", "action"] = "observation",
+    counted: np.ndarray | None = None,
+) -> tuple[np.ndarray, bool]:
+    """`fit_observations` for either field: `what` names it in the messages (and in the
+    column names used when `columns` does not give one per value); `counted` (a boolean mask
+    over the rows of `values`) limits the counts to those rows (a bandit log stores each
+    context twice, as the observation and as the final observation)."""
+    counts = outside_space(values if counted is None else values[counted], space)
     total = int(counts.sum())
+    prefix = "obs" if what == "observation" else "action"
     names = (
-        list(columns) if len(columns) == len(counts) else [f"obs[{j}]" for j in range(len(counts))]
+        list(columns)
+        if len(columns) == len(counts)
+        else [f"{prefix}[{j}]" for j in range(len(counts))]
     )
     where = ", ".join(f"{n!r} ({int(c)})" for n, c in zip(names, counts, strict=True) if c)
     discrete = isinstance(space, DISCRETE_SPACES)
     if discrete and total and not clip:
         raise DatasetError(
-            f"{source}: {total} observation value(s) fall outside the declared space {space}, "
+            f"{source}: {total} {what} value(s) fall outside the declared space {space}, "
             f"in column(s) {where} (1-based codes? {space} takes codes from "
-            f"{_first_code(space)}); fix the codes or the space, or pass "
+            f"{_first_code(space)}{_start_hint(space)}); fix the codes or the space, or pass "
             "clip_out_of_space=True to clip them into it"
         )
     clipping = clip or not discrete
     if clipping and total:
         warnings.warn(
-            f"{source}: {total} observation value(s) outside the declared observation space "
+            f"{source}: {total} {what} value(s) outside the declared {what} space "
             f"were clipped into it, in column(s) {where}",
             UserWarning,
             stacklevel=3,
@@ -754,10 +840,17 @@ def _first_code(space: spaces.Space) -> str:
     return str(int(start[0])) if start.size and np.all(start == start[0]) else "its start"
 
 
+def _start_hint(space: spaces.Space) -> str:
+    """For a 0-based Discrete space, how to declare the same number of codes from 1."""
+    if isinstance(space, spaces.Discrete) and int(space.start) == 0:
+        return f"; codes 1..{int(space.n)} are Discrete({int(space.n)}, start=1)"
+    return ""
+
+
 def _import_facts(extra: dict[str, Any]) -> dict[str, Any]:
     """What this import's options add to metadata stored in a Parquet file's schema (which
     otherwise comes back as it was exported)."""
-    keys = ("extra_columns", "observation_clipping")
+    keys = ("extra_columns", "observation_clipping", "action_clipping", "bandit")
     return {k: extra[k] for k in keys if k in extra}
 
 

@@ -37,14 +37,16 @@ FORMATS = ("parquet", "csv", "minari", "hdf5")
 
 
 _SPACE_FORMS = (
-    "discrete:N, multidiscrete:N1,N2,… (integer codes), box:LOW:HIGH:DIM (e.g. "
+    "discrete:N (codes 0..N-1), discrete:N:START (codes START..START+N-1), "
+    "multidiscrete:N1,N2,… (integer codes), box:LOW:HIGH:DIM (e.g. "
     "box:-inf:inf:4), box:LOW,HIGH (one bound for every column), box:FILE.json or box:FILE.npz "
     "(per-column arrays low and high) or a JSON description"
 )
 
 
 def parse_space(text: str | None, dim: int | None = None) -> spaces.Space | None:
-    """Parse a declared space: `discrete:N`, `multidiscrete:N1,N2,…`, `box:LOW:HIGH:DIM[xDIM…]`,
+    """Parse a declared space: `discrete:N` (or `discrete:N:START`, codes from START),
+    `multidiscrete:N1,N2,…`, `box:LOW:HIGH:DIM[xDIM…]`,
     `box:LOW,HIGH` (shape `(dim,)`: `dim` is the number of mapped columns), `box:FILE.json` /
     `box:FILE.npz` (arrays `low` and `high`, one entry per column) or a JSON description."""
     if text is None:
@@ -61,8 +63,9 @@ def parse_space(text: str | None, dim: int | None = None) -> spaces.Space | None
     kind = kind.lower()
     parts = rest.split(":") if rest else []
     try:
-        if kind == "discrete" and len(parts) == 1:
-            return spaces.Discrete(_positive(parts[0], text))
+        if kind == "discrete" and len(parts) in (1, 2):
+            start = int(parts[1]) if len(parts) == 2 else 0
+            return spaces.Discrete(_positive(parts[0], text), start=start)
         if kind == "multidiscrete" and len(parts) == 1:
             nvec = [_positive(n, text) for n in parts[0].split(",")]
             return spaces.MultiDiscrete(np.asarray(nvec, dtype=np.int64))
@@ -252,7 +255,8 @@ def import_dataset(
     unit: str | None = None,
     units: int | None = None,
     keep_columns: str | None = None,
-    clip_observations: bool = False,
+    clip_out_of_space: bool = False,
+    bandit: bool = False,
     notes: list[str] | None = None,
 ) -> TrajectoryDataset:
     """Import a Parquet/CSV table of transitions (`columns`: the column mapping), a local Minari
@@ -263,14 +267,17 @@ def import_dataset(
     the declared (public) number of units, recorded as `n_users` (or `n_trajectories` with
     `--unit episode`) in the metadata; the import never counts it from the data. `keep_columns`
     (comma-separated) keeps those numeric table columns per transition. Discrete observation
-    codes outside a declared space are refused unless `clip_observations` (a Box's bounds
-    always clip; see `privrl.data.io.fit_observations`). With `notes` a list,
+    and action codes outside a declared space are refused unless `clip_out_of_space` (a Box's
+    bounds always clip; see `privrl.data.io.fit_observations`). `bandit` reads a table as a
+    contextual-bandit log (`columns` in the form of `privrl.data.bandit_log`: one row per
+    impression, each a one-step episode, horizon 1 declared). With `notes` a list,
     the import's warnings (and any library's) are appended to it as text instead of being
     raised, so the command line prints them as plain lines.
     """
     with _warnings_as_notes(notes):
         import dataclasses
 
+        from privrl.data.bandit_log import BanditColumns, parse_bandit_columns
         from privrl.data.io import import_table, parse_column_mapping, save_hdf5
 
         check_output_file(out, "--out")
@@ -290,6 +297,13 @@ def import_dataset(
             check_input_file(Path(source), what="table file")
         if keep and kind in ("minari", "hdf5"):
             raise InputError("--keep-columns applies to Parquet/CSV tables only")
+        if bandit and kind in ("minari", "hdf5"):
+            raise InputError("--bandit applies to Parquet/CSV tables only (one row per impression)")
+        if action_space is not None and kind in ("minari", "hdf5"):
+            raise InputError(
+                "--action-space applies to Parquet/CSV tables; a Minari or HDF5 dataset keeps "
+                "its own action space"
+            )
         if kind == "minari":
             from privrl.data.minari_io import import_minari
 
@@ -299,7 +313,7 @@ def import_dataset(
             ds = import_minari(source, unit=minari_unit)
             declared = parse_space(observation_space, _flat_dim(ds.metadata.observation_space))
             if declared is not None:
-                ds = _declare_observation_space(ds, declared, source, clip_observations)
+                ds = _declare_observation_space(ds, declared, source, clip_out_of_space)
         elif kind == "hdf5":
             if unit_spec is not None or observation_space is not None:
                 raise InputError(
@@ -309,12 +323,11 @@ def import_dataset(
             ds = load_file(Path(source))
         else:
             if columns is None:
-                raise InputError(
-                    "--columns is required to import a table (e.g. episode=id,obs=s,...)"
-                )
+                example = "action=item,reward=click,..." if bandit else "episode=id,obs=s,..."
+                raise InputError(f"--columns is required to import a table (e.g. {example})")
             if not Path(source).is_file():
                 raise InputError(f"table file not found: {source}")
-            mapping = parse_column_mapping(columns)
+            mapping = parse_bandit_columns(columns) if bandit else parse_column_mapping(columns)
             if unit_spec is not None:
                 given = mapping.unit
                 wanted = unit_spec[1]
@@ -325,16 +338,22 @@ def import_dataset(
                     )
                 mapping = dataclasses.replace(mapping, unit=wanted)
             cols = mapping.columns()
+            n_obs = (
+                len(mapping.context_columns())
+                if isinstance(mapping, BanditColumns)
+                else len(cols["obs"])
+            )
             ds = import_table(
                 source,
                 mapping,
                 format=kind,
-                observation_space=parse_space(observation_space, len(cols["obs"])),
+                observation_space=parse_space(observation_space, n_obs),
                 action_space=parse_space(action_space, len(cols["action"])),
                 discount=discount,
                 env_id=env_id,
                 keep_columns=keep,
-                clip_out_of_space=clip_observations,
+                clip_out_of_space=clip_out_of_space,
+                bandit=bandit,
             )
             if unit_spec is not None and unit_spec[0] == "episode":
                 ds = ds.with_metadata(ds.metadata.with_extra(unit="episode"), validate=False)
