@@ -680,9 +680,9 @@ def interval_plan(
     if max(gains) > 1.0 + 1e-12:
         return IntervalPlan(
             "bhatia-davis",
-            "auto: every summand's mean lies in its support at W = 1 (E ρ̄ ≤ 1), so the "
-            f"Bhatia–Davis variance bound is at least {shown}× below Popoviciu's, whatever "
-            "the data",
+            f"auto: W and the reward range guarantee a variance bound {shown}× or more below "
+            "Popoviciu's, whatever the data (each summand's mean lies in its support at "
+            "W = 1, as E ρ̄ ≤ 1)",
             gains,
         )
     return IntervalPlan(

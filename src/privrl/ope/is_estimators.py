@@ -174,8 +174,8 @@ class ImportanceConfig(Config):
             check(
                 self.epsilon is not None,
                 "epsilon",
-                "is required: a target ε in [1e-6, 100] (or non_private for the non-private "
-                "reference, ε = ∞)",
+                "is required: a target ε in [1e-6, 100], or the non-private reference "
+                "(non_private, --non-private: no noise, ε = ∞)",
             )
         check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
         check(
@@ -364,7 +364,7 @@ def _reward_model(
 def _interval_note(chosen: imp.IntervalPlan, *, private: bool) -> str:
     """The report's note on the interval: which variance bound and why (public)."""
     name = "Popoviciu" if chosen.method == "popoviciu" else "Bhatia–Davis, score interval"
-    noise = "plus the known noise variance" if private else "no noise (non-private reference)"
+    noise = "plus the known noise variance" if private else "with no noise (non-private)"
     return (
         f"confidence interval: sampling variance bounded publicly ({name}) {noise}; {chosen.reason}"
     )
