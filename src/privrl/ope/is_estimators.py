@@ -167,15 +167,15 @@ class ImportanceConfig(Config):
             check(
                 self.epsilon is None,
                 "non_private",
-                "excludes epsilon: the non-private reference adds no noise and spends no "
+                "takes no `epsilon`: the non-private reference adds no noise and spends no "
                 "budget; give one of them",
             )
         else:
             check(
                 self.epsilon is not None,
                 "epsilon",
-                "is required: a target ε in [1e-6, 100], or the non-private reference "
-                "(non_private, --non-private: no noise, ε = ∞)",
+                "is required: a target ε in [1e-6, 100] (or `non_private=True` for the "
+                "non-private reference: no noise, ε = ∞)",
             )
         check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
         check(
