@@ -268,3 +268,20 @@ def test_the_command_writes_value_interval_and_method(command, long_file, tmp_pa
     assert metrics["interval_method"] == "bhatia-davis" and metrics["private"] is True
     assert f"{command.upper()} value of" in captured.out
     assert "interval: bhatia-davis (auto:" in captured.out
+
+
+def test_an_interval_outside_the_return_range_is_never_empty() -> None:
+    """WPDIS's ratio is not a weighted average of returns (a per-decision weight can exceed
+    the trajectory's), so its interval may lie wholly above the return range [0, 30]; IPS's
+    too under large noise. The interval then becomes the range's nearest end (low ≤ high),
+    never an empty [30, < 30]."""
+    b = imp.Bounds(20.0, (0.0, 1.0), 30, 1.0)
+    m = 10_000
+    t = imp.Terms(weights=np.full(m, 0.5), returns=np.full(m, 30.0), per_decision=np.full(m, 20.0))
+    est = pdis.wpdis(t, b, interval="bhatia-davis")  # the ratio's box: about [35, 47]
+    assert (est.value, est.ci_low, est.ci_high) == (30.0, 30.0, 30.0)
+    est = pdis.wpdis(t, b, interval="popoviciu")  # a wider box, partly inside the range
+    assert 0.0 < est.ci_low <= est.ci_high == 30.0
+    big = imp.Terms(weights=np.full(m, 20.0), returns=np.full(m, 30.0))
+    est = imp.ips(big, b)  # mean 600: the whole interval above the range
+    assert est.ci_low == est.ci_high == 30.0 and est.value == pytest.approx(600.0)

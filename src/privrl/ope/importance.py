@@ -43,7 +43,8 @@ variance is BOUNDED PUBLICLY rather than estimated, so no budget is spent on it 
 data-dependent other than the released sums enters the interval; it is conservative (wide
 when W is large). SNIPS combines a Bonferroni pair of such intervals for the two sums
 (each at level 1 − α/2) into an interval for their ratio. Every interval is intersected
-with the return range [R_lo, R_hi], which holds every policy's value; the IPS and DR point
+with the return range [R_lo, R_hi], which holds every policy's value (an interval wholly
+outside it becomes its nearest end); the IPS and DR point
 estimates are left unclipped (unbiased), so at very small m or ε they may fall outside
 their interval. The intervals cover the clipped
 estimand E[ρ̄R] (IPS, DR) or E[ρ̄R]/E[ρ̄] (SNIPS), which is the target policy's value when no
@@ -707,9 +708,11 @@ def _support(
 
 
 def _within(low: float, high: float, bounds: Bounds) -> tuple[float, float]:
-    """The interval intersected with the return range, which holds every policy's value."""
+    """The interval intersected with the return range, which holds every policy's value; an
+    interval wholly outside the range (noise or clipping can put it there) becomes the
+    range's nearest end, so that low ≤ high always."""
     lo_r, hi_r = bounds.return_range
-    return max(low, lo_r), min(high, hi_r)
+    return min(max(low, lo_r), hi_r), max(min(high, hi_r), lo_r)
 
 
 def _private_sums(
@@ -829,7 +832,7 @@ def ratio_estimate(
         low, high = lo_r, hi_r
     else:
         corners = [n_lo / d_lo, n_lo / d_hi, n_hi / d_lo, n_hi / d_hi]
-        low, high = max(min(corners), lo_r), min(max(corners), hi_r)
+        low, high = _within(min(corners), max(corners), bounds)
     return Estimate(
         value, low, high, level, releases, sens, [math.sqrt(v) for v in variances],
         chosen.method, chosen.reason,
