@@ -1,5 +1,7 @@
 """Private importance-sampling off-policy evaluation: IPS, self-normalised IPS and doubly
-robust, for short horizons and contextual-bandit logs with propensities.
+robust, for short horizons and contextual-bandit logs with propensities (the per-decision
+estimators PDIS and WPDIS for longer horizons are in `privrl.ope.pdis`, built on the
+per-step quantities, noise and intervals here).
 
 Estimators (h = 0..H-1 in code; a logged episode longer than the declared horizon H is
 truncated to its first H steps, a shorter one contributes the steps it has):
