@@ -683,9 +683,9 @@ def interval_plan(
     if max(gains) > 1.0 + 1e-12:
         return IntervalPlan(
             "bhatia-davis",
-            f"auto: W and the reward range guarantee a variance bound {shown}× or more below "
-            "Popoviciu's, whatever the data (each summand's mean lies in its support at "
-            "W = 1, as E ρ̄ ≤ 1)",
+            f"auto: W and the reward range guarantee a variance bound below Popoviciu's by a "
+            f"factor G = {shown} (per released sum) whatever the data: each summand's mean "
+            "lies in its support at W = 1, as E ρ̄ ≤ 1",
             gains,
         )
     return IntervalPlan(
