@@ -5,6 +5,7 @@ noise, every accepted kind of target policy, and errors that name config fields.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -255,3 +256,77 @@ def test_the_library_does_not_import_the_application_layer() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]", out
+
+
+# ------------------------------------------------------------------------ non-private reference
+
+
+@pytest.mark.parametrize("name", ["ips", "snips", "dr"])
+def test_the_non_private_reference(name: str, log) -> None:
+    """`non_private=True` (no ε): the value and interval of the bare `non_private()` estimator,
+    a report with ε = ∞, private False, no releases and a note saying so; metrics say
+    `private: false`; no noise is drawn (two calls give the same value)."""
+    cls, config = OBJECTS[name]
+    obj = cls(config(**BOUNDS, non_private=True))
+    est = obj.estimate(log, PI)
+    bare = make(name).non_private(log, PI)
+    assert est.value == bare.value and est.interval == (bare.ci_low, bare.ci_high)
+    assert obj.estimate(log, PI).value == est.value
+    assert est.report.private is False and math.isinf(est.report.epsilon)
+    assert est.report.releases == [] and est.metrics["private"] is False
+    assert any("non-private reference" in note for note in est.report.notes)
+    assert est.metrics["noise_std"] == [0.0] * imp.N_RELEASES[name]
+    low, high = est.interval
+    assert low <= TRUE_VALUE <= high
+
+
+def test_the_non_private_reference_is_refused_by_a_ledger(log_file: Path, tmp_path: Path) -> None:
+    """A dataset's ledger refuses the reference (it would void the budget) before anything is
+    recorded, as for every non-private run."""
+    path = tmp_path / "log.h5"
+    path.write_bytes(log_file.read_bytes())
+    ledger = BudgetLedger.init(
+        path, epsilon=3.0, delta=1e-5, unit="trajectory", relation="replace_one"
+    )
+    obj = IPS(IPSConfig(**BOUNDS, non_private=True))
+    with pytest.raises(LedgerError, match="not differentially private"):
+        obj.estimate(load_hdf5(path), PI, ledger=ledger)
+    assert ledger.entries == ()
+
+
+def test_non_private_and_epsilon_are_one_choice() -> None:
+    """Neither ε nor `non_private`: refused naming `epsilon` and pointing to the reference;
+    both: refused naming `non_private`; ε = 1000 points to `--non-private`."""
+    with pytest.raises(ConfigError) as err:
+        IPSConfig(**BOUNDS)
+    assert err.value.key == "epsilon" and "non_private=True" in err.value.problem
+    with pytest.raises(ConfigError) as err:
+        IPSConfig(**BOUNDS, epsilon=1.0, non_private=True)
+    assert err.value.key == "non_private"
+    with pytest.raises(ConfigError) as err:
+        IPSConfig(**BOUNDS, epsilon=1000.0)
+    assert err.value.key == "epsilon" and "--non-private" in err.value.problem
+
+
+def test_the_command_line_reference(log_file: Path, tmp_path: Path, capsys) -> None:
+    """`privrl ope ips --non-private`: metrics.json `private: false`, ε = ∞ in privacy.json,
+    the console says NOT private; the same value as the library's reference; `--epsilon`
+    with `--non-private` is one `error:` line (exit 2)."""
+    out = tmp_path / "ref"
+    argv = [
+        "ope", "ips", "--data", str(log_file), "--target-policy", "uniform",
+        "--reward-range", "0,1", "--weight-clip", str(BOUNDS["weight_clip"]),
+        "--max-horizon", "1",
+    ]  # fmt: skip
+    assert main([*argv, "--non-private", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "NOT private" in shown and "interval: " in shown
+    metrics = json.loads((out / "metrics.json").read_text())
+    report = json.loads((out / "privacy.json").read_text())
+    assert metrics["private"] is False and report["private"] is False
+    assert report["epsilon"] == "inf" and report["releases"] == []
+    ref = IPS(IPSConfig(**BOUNDS, non_private=True)).estimate(load_hdf5(log_file), "uniform")
+    assert metrics["value"] == pytest.approx(ref.value, rel=1e-12)
+    assert main([*argv, "--non-private", "--epsilon", "1", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --non-private takes no `epsilon`")

@@ -366,6 +366,33 @@ def _bandit(pair: Pair) -> None:
     pair.save(dataset(rows, meta), dataset([extreme, *rows[1:]], meta))
 
 
+def _multistep(pair: Pair) -> None:
+    """D: 30 episodes of 1-4 steps; D′: the first replaced by a 12-step extreme one (rewards
+    10⁶, the smallest propensities), longer than the declared horizon 4 (PDIS, WPDIS)."""
+    rng = np.random.default_rng(5)
+    meta = DatasetMetadata(observation_space=spaces.Discrete(3), action_space=spaces.Discrete(3))
+    rows = []
+    for _ in range(30):
+        T = int(rng.integers(1, 5))
+        rows.append(
+            episode(
+                [int(s) for s in rng.integers(0, 3, T + 1)],
+                [int(a) for a in rng.integers(0, 3, T)],
+                [float(r) for r in rng.random(T)],
+                behaviour_probs=[float(p) for p in rng.uniform(0.2, 1, T)],
+            )
+        )
+    extreme = episode([2] * 13, [2] * 12, [1e6] * 12, behaviour_probs=[1e-6] * 12)
+    pair.save(dataset(rows, meta), dataset([extreme, *rows[1:]], meta))
+
+
+MULTISTEP = (
+    "--data", "{data}", "--target-policy", "uniform", "--reward-range", "0,1",
+    "--weight-clip", "10", "--max-horizon", "4", "--gamma", "0.9", "--epsilon", "1",
+    "--out", "{out}", "--seed", "1",
+)  # fmt: skip
+
+
 BANDIT = (
     "--data", "{data}", "--target-policy", "uniform", "--reward-range", "0,1",
     "--weight-clip", "10", "--max-horizon", "1", "--epsilon", "1", "--out", "{out}",
@@ -593,6 +620,11 @@ CASES = [
     *(
         Case(f"{m}", _bandit, ("ope", m, *BANDIT), BANDIT_RELEASED, BANDIT_LINES)
         for m in ("ips", "snips", "dr")
+    ),
+    # ---- per-decision OPE: PDIS, WPDIS (replace-one trajectory, longer than H) ----
+    *(
+        Case(f"{m}-multistep", _multistep, ("ope", m, *MULTISTEP), BANDIT_RELEASED, BANDIT_LINES)
+        for m in ("pdis", "wpdis")
     ),
     # ---- PRIMORL (add/remove one trajectory) ----
     Case("primorl", _primorl, PRIMORL, PRIMORL_RELEASED, PRIMORL_LINES),

@@ -1,7 +1,7 @@
 """Off-policy evaluation with differential privacy for one whole trajectory: GPOPE,
 GPOPEConfig, DPLSW, DPLSWConfig, DPLSL, DPLSLConfig, LSTD, LSTDConfig, LSTDOP, LSTDOPConfig,
-IPS, IPSConfig, SNIPS, SNIPSConfig, DR, DRConfig, Estimated, PublicTuningConfig and the
-functions below.
+IPS, IPSConfig, SNIPS, SNIPSConfig, DR, DRConfig, PDIS, PDISConfig, WPDIS, WPDISConfig,
+Estimated, PublicTuningConfig and the functions below.
 
 From Python (`privrl.ope.linear`): a frozen config and an object per estimator,
 
@@ -12,13 +12,16 @@ From Python (`privrl.ope.linear`): a frozen config and an object per estimator,
 
 with `estimate(dataset, policy, *, ledger=None, noise=None)` returning an `Estimated`.
 
-Exports: `IPS`, `SNIPS`, `DR` with `IPSConfig`, `SNIPSConfig`, `DRConfig` (`ImportanceConfig`
-their base) returning `Estimated`; the `bandit` array entry points; GPOPE's and the baselines'
-functions and types listed in `__all__`.
+Exports: `IPS`, `SNIPS`, `DR`, `PDIS`, `WPDIS` with `IPSConfig`, `SNIPSConfig`, `DRConfig`,
+`PDISConfig`, `WPDISConfig` (`ImportanceConfig` their base; `non_private=True` for the
+non-private reference) returning `Estimated`; the `bandit` array entry points; GPOPE's and
+the baselines' functions and types listed in `__all__`.
 
 - `is_estimators`: private IPS, SNIPS and DR as objects,
   `IPS(IPSConfig(...)).estimate(dataset, policy, ledger=...)`; `importance` holds their
   estimators, sensitivities, noise and intervals.
+- `pdis`: per-decision importance sampling (PDIS, WPDIS; Precup, Sutton & Singh 2000) under
+  a clip of the cumulative weights, with its sensitivity proof.
 - `bandit`: the same estimators on logged bandit arrays in Open Bandit Pipeline's shape
   (`bandit.ips(reward, action, pscore, action_dist, position, epsilon=..., ...)`).
 
@@ -55,11 +58,15 @@ from privrl.ope.gpope import (
 from privrl.ope.is_estimators import (
     DR,
     IPS,
+    PDIS,
     SNIPS,
+    WPDIS,
     DRConfig,
     ImportanceConfig,
     IPSConfig,
+    PDISConfig,
     SNIPSConfig,
+    WPDISConfig,
 )
 from privrl.ope.linear import (
     DPLSL,
@@ -84,7 +91,9 @@ __all__ = [
     "IPS",
     "LSTD",
     "LSTDOP",
+    "PDIS",
     "SNIPS",
+    "WPDIS",
     "DPLSLConfig",
     "DPLSWConfig",
     "DRConfig",
@@ -96,11 +105,13 @@ __all__ = [
     "LSTDConfig",
     "LSTDOPConfig",
     "LinearSystem",
+    "PDISConfig",
     "PublicTuning",
     "PublicTuningConfig",
     "SNIPSConfig",
     "StepSize",
     "TrajectoryStats",
+    "WPDISConfig",
     "bandit",
     "calibrate_sigma",
     "dp_lsl",

@@ -9,8 +9,16 @@
     est.value, est.interval, est.report
 
 Names: `ips`, `snips`, `dr` (private, each returning an `Estimated`), `non_private` (the same
-estimators with privacy off), `as_dataset` (the arrays as the dataset these functions
-evaluate). There is no second implementation here: the arrays become a dataset of one-step
+estimators with privacy off, returning the bare estimate), `as_dataset` (the arrays as the
+dataset these functions evaluate). Each of `ips`, `snips`, `dr` takes `non_private=True`
+instead of `epsilon=` for the non-private reference: the same estimate, bounds and interval
+method with no noise, an `Estimated` whose report says ε = ∞ and whose
+`metrics["private"]` is False, to compare with the private answer. `interval="auto"` (the
+default) uses the Bhatia–Davis interval when the weight clip and the reward range guarantee
+it is narrower than Popoviciu's (`privrl.ope.importance.interval_plan`; e.g. W > 2 for
+rewards in [0, 1]); `metrics["interval_method"]` says which was used and why.
+
+There is no second implementation here: the arrays become a dataset of one-step
 episodes, one per row, whose observation is the row's index, and the target policy the table
 π(a | row) = action_dist[row, :, position[row]]; the estimate is `IPS` / `SNIPS` / `DR` of
 `privrl.ope.is_estimators` on it (plan, sensitivities, noise, interval and report included).
@@ -38,6 +46,7 @@ import numpy as np
 
 from privrl.algorithm import Estimated
 from privrl.ope import importance as imp
+from privrl.ope.importance import IntervalChoice
 from privrl.ope.is_estimators import (
     DEFAULT_DELTA,
     DR,
@@ -185,13 +194,14 @@ def ips(
     action_dist: Any,
     position: Any = None,
     *,
-    epsilon: float,
+    epsilon: float | None = None,
+    non_private: bool = False,
     weight_clip: float,
     reward_range: Sequence[float],
     delta: float = DEFAULT_DELTA,
     mechanism: Literal["gaussian", "laplace"] = "gaussian",
     confidence: float = 0.95,
-    interval: Literal["popoviciu", "bhatia-davis"] = "popoviciu",
+    interval: IntervalChoice = "auto",
     noise: NoiseSource | None = None,
 ) -> Estimated:
     """Private IPS of the policy `action_dist` from the log: (1/n)(Σ_i min(π_i/pscore_i, W)
@@ -199,7 +209,7 @@ def ips(
     obj, data, table = _setup(
         "ips", reward, action, pscore, action_dist, position, epsilon=epsilon,
         weight_clip=weight_clip, reward_range=reward_range, delta=delta, mechanism=mechanism,
-        confidence=confidence, interval=interval,
+        confidence=confidence, interval=interval, non_private=non_private,
     )  # fmt: skip
     return obj.estimate(data, table, noise=noise)
 
@@ -211,13 +221,14 @@ def snips(
     action_dist: Any,
     position: Any = None,
     *,
-    epsilon: float,
+    epsilon: float | None = None,
+    non_private: bool = False,
     weight_clip: float,
     reward_range: Sequence[float],
     delta: float = DEFAULT_DELTA,
     mechanism: Literal["gaussian", "laplace"] = "gaussian",
     confidence: float = 0.95,
-    interval: Literal["popoviciu", "bhatia-davis"] = "popoviciu",
+    interval: IntervalChoice = "auto",
     noise: NoiseSource | None = None,
 ) -> Estimated:
     """Private self-normalised IPS: the ratio of the noisy sums Σ ρ̄_i r̄_i and Σ ρ̄_i
@@ -225,7 +236,7 @@ def snips(
     obj, data, table = _setup(
         "snips", reward, action, pscore, action_dist, position, epsilon=epsilon,
         weight_clip=weight_clip, reward_range=reward_range, delta=delta, mechanism=mechanism,
-        confidence=confidence, interval=interval,
+        confidence=confidence, interval=interval, non_private=non_private,
     )  # fmt: skip
     return obj.estimate(data, table, noise=noise)
 
@@ -238,14 +249,15 @@ def dr(
     estimated_rewards_by_reg_model: Any,
     position: Any = None,
     *,
-    epsilon: float,
+    epsilon: float | None = None,
+    non_private: bool = False,
     weight_clip: float,
     reward_range: Sequence[float],
     reward_model_range: Sequence[float] | None = None,
     delta: float = DEFAULT_DELTA,
     mechanism: Literal["gaussian", "laplace"] = "gaussian",
     confidence: float = 0.95,
-    interval: Literal["popoviciu", "bhatia-davis"] = "popoviciu",
+    interval: IntervalChoice = "auto",
     noise: NoiseSource | None = None,
 ) -> Estimated:
     """Private doubly robust estimate with q̂ = `estimated_rewards_by_reg_model`: one release
@@ -255,7 +267,7 @@ def dr(
     obj, data, table = _setup(
         "dr", reward, action, pscore, action_dist, position, epsilon=epsilon,
         weight_clip=weight_clip, reward_range=reward_range, delta=delta, mechanism=mechanism,
-        confidence=confidence, interval=interval,
+        confidence=confidence, interval=interval, non_private=non_private,
     )  # fmt: skip
     q = _q_model(obj, estimated_rewards_by_reg_model, position, data.n_episodes, reward_model_range)
     return obj.estimate(data, table, noise=noise, reward_model=q)
@@ -274,7 +286,7 @@ def non_private(
     estimated_rewards_by_reg_model: Any = None,
     reward_model_range: Sequence[float] | None = None,
     confidence: float = 0.95,
-    interval: Literal["popoviciu", "bhatia-davis"] = "popoviciu",
+    interval: IntervalChoice = "auto",
 ) -> imp.Estimate:
     """The same estimator with privacy off (same clipping, no noise, no report): NOT private,
     for simulations and for logs you may look at. Returns `value`, `ci_low`, `ci_high`."""

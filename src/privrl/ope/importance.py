@@ -1,5 +1,7 @@
 """Private importance-sampling off-policy evaluation: IPS, self-normalised IPS and doubly
-robust, for short horizons and contextual-bandit logs with propensities.
+robust, for short horizons and contextual-bandit logs with propensities (the per-decision
+estimators PDIS and WPDIS for longer horizons are in `privrl.ope.pdis`, built on the
+per-step quantities, noise and intervals here).
 
 Estimators (h = 0..H-1 in code; a logged episode longer than the declared horizon H is
 truncated to its first H steps, a shorter one contributes the steps it has):
@@ -43,7 +45,8 @@ variance is BOUNDED PUBLICLY rather than estimated, so no budget is spent on it 
 data-dependent other than the released sums enters the interval; it is conservative (wide
 when W is large). SNIPS combines a Bonferroni pair of such intervals for the two sums
 (each at level 1 − α/2) into an interval for their ratio. Every interval is intersected
-with the return range [R_lo, R_hi], which holds every policy's value; the IPS and DR point
+with the return range [R_lo, R_hi], which holds every policy's value (an interval wholly
+outside it becomes its nearest end); the IPS and DR point
 estimates are left unclipped (unbiased), so at very small m or ε they may fall outside
 their interval. The intervals cover the clipped
 estimand E[ρ̄R] (IPS, DR) or E[ρ̄R]/E[ρ̄] (SNIPS), which is the target policy's value when no
@@ -57,13 +60,28 @@ reject, {μ ∈ [a, b] : (μ̂ − μ)² ≤ z² ((b − μ)(μ − a)/m + Var(Z
 Wilson's for a proportion): the roots of a quadratic in μ. It is post-processing of the
 released sum with public quantities (no budget, nothing else published), always inside the
 Popoviciu interval, and, like it, relies on the normal approximation of the sum.
+
+Option ``interval="auto"`` (the estimators' configs' default) chooses between the two from
+public facts only, by what they guarantee whatever the data. Every clipped weight has
+E_μ[min(ρ, W)] ≤ E_μ[ρ] ≤ 1 (ρ's mean under μ is the target's probability of the logged
+support), so each summand's MEAN lies in the summand's interval evaluated at min(W, 1)
+instead of W — e.g. [R_lo, R_hi] for the IPS summand, whose support is [W·R_lo, W·R_hi];
+[0, 1] for the SNIPS denominator (support [0, W]). Over that public mean range M the
+Bhatia–Davis bound is at most v* = max_{μ∈M} (b − μ)(μ − a), attained at the point of M
+nearest the support's centre (a + b)/2; G = (Δ²/4) / v* ≥ 1 is the variance factor the
+public bounds guarantee. "auto" takes Bhatia–Davis when G > 1 for some released sum (with
+rewards in [0, 1]: whenever W > 2; G ≈ W/4 for large W) and Popoviciu when the bounds allow
+a mean at the support's centre (G = 1: e.g. a return range symmetric about 0), where the
+score interval guarantees nothing narrower. Either choice is valid: the Bhatia–Davis
+interval never uses M (it holds for any mean in [a, b]), and it is never wider than the
+Popoviciu one. The choice, its reason and G are stated in the report and the metrics.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,24 +95,31 @@ from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 
 __all__ = [
     "INTERVALS",
+    "INTERVAL_CHOICES",
     "RELATION",
     "UNIT",
     "Bounds",
     "Estimate",
+    "IntervalPlan",
     "NoiseSpec",
     "RewardModel",
+    "Steps",
     "TargetPolicy",
     "Terms",
     "dr",
     "dr_sensitivity",
+    "interval_plan",
     "ips",
     "ips_sensitivity",
     "load_reward_model",
     "load_target_policy",
+    "mean_estimate",
     "noise_spec",
     "planned_releases",
+    "ratio_estimate",
     "snips",
     "snips_sensitivities",
+    "steps",
     "table_reward_model",
     "terms",
 ]
@@ -102,10 +127,14 @@ __all__ = [
 UNIT = PrivacyUnit.TRAJECTORY
 RELATION = NeighbourRelation.REPLACE_ONE
 
-Estimator = Literal["ips", "snips", "dr"]
+Estimator = Literal["ips", "snips", "dr", "pdis", "wpdis"]
 Mechanism = Literal["gaussian", "laplace"]
 Interval = Literal["popoviciu", "bhatia-davis"]
+IntervalChoice = Literal["auto", "popoviciu", "bhatia-davis"]
 INTERVALS: tuple[str, ...] = ("popoviciu", "bhatia-davis")
+INTERVAL_CHOICES: tuple[str, ...] = ("auto", *INTERVALS)
+MEAN_SUMS = ("ips", "pdis")  # one sum divided by m
+RATIO_SUMS = ("snips", "wpdis")  # a numerator over a denominator of clipped weights
 
 
 # ------------------------------------------------------------------------ public bounds
@@ -323,17 +352,68 @@ def _table_model(
 
 @dataclass(frozen=True)
 class Terms:
-    """Per-trajectory quantities (private; never published): ρ̄_i (1), R_i (2), and for DR
-    the first step's Σ_a π q̂ and q̂(s_0, a_0)."""
+    """Per-trajectory quantities (private; never published): ρ̄_i (1), R_i (2), for DR the
+    first step's Σ_a π q̂ and q̂(s_0, a_0), and for PDIS / WPDIS the per-decision weighted
+    return Σ_t γ^t w̄_it r̄_it (`privrl.ope.pdis.terms`)."""
 
     weights: np.ndarray
     returns: np.ndarray
     baseline: np.ndarray | None = None
     q_taken: np.ndarray | None = None
+    per_decision: np.ndarray | None = None
 
     @property
     def m(self) -> int:
         return int(self.weights.shape[0])
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The kept steps (t < H) of every trajectory, vectorised over transitions (private;
+    never published): episode index, step, log(π/μ) of the logged action, the discounted
+    clipped reward γ^t r̄; `m` trajectories."""
+
+    m: int
+    episode: np.ndarray
+    step: np.ndarray
+    log_ratio: np.ndarray
+    discounted_reward: np.ndarray
+
+
+def steps(data: Any, policy: TargetPolicy, bounds: Bounds, *, allow_column: bool = True) -> Steps:
+    """The per-step quantities every importance estimator is built from: steps t ≥ H
+    dropped (the declared horizon, never the data's), rewards clipped to the declared range,
+    log ratios log π(a_t|s_t) − log μ_t (−∞ where π gives the action probability 0)."""
+    if data.behaviour_probs is None:  # a schema error (the field is absent from the file)
+        raise ValueError(
+            "the dataset has no 'behaviour_probs' field: importance sampling needs the logged "
+            "propensities μ(a|s) (import them with --columns ...,behaviour_prob=COLUMN)"
+        )
+    t = np.asarray(data.transition_steps)
+    ep = np.asarray(data.transition_episode_index)
+    keep = t < int(bounds.horizon)
+    obs_rows = np.arange(data.n_transitions) + ep  # observation row of each transition
+    obs = np.asarray(data.observations)[obs_rows[keep]]
+    actions = np.asarray(data.actions)[keep].reshape(-1).astype(np.int64)
+    ep_k, t_k = ep[keep], t[keep]
+    action_space = getattr(data.metadata, "action_space", None)
+    a_idx = actions - int(getattr(action_space, "start", 0))
+    if getattr(policy, "column", None) is not None:  # column:NAME, π(a_t|s_t) per row
+        if not allow_column or policy.column not in data.extra_columns:
+            raise ValueError(  # schema errors: the option and the file's structure
+                f"--target-policy {policy.spec} needs the dataset's kept column "
+                f"{policy.column!r} and no reward model"
+            )
+        pi_taken = np.clip(data.extra_columns[policy.column][keep], 0.0, 1.0)
+    else:
+        pi = policy.probs(obs, t_k)  # t_k: the step h, for a time-indexed π [H, S, A]
+        pi_taken = pi[np.arange(len(a_idx)), a_idx]
+    mu = np.asarray(data.behaviour_probs, dtype=np.float64)[keep]
+    with np.errstate(divide="ignore"):
+        log_w = np.log(pi_taken) - np.log(mu)
+    r = np.clip(np.asarray(data.rewards, dtype=np.float64)[keep], *bounds.reward_range)
+    disc = np.power(float(bounds.gamma), t_k.astype(np.float64))  # γ^0 = 1 also when γ = 0
+    return Steps(int(data.n_episodes), ep_k, t_k, log_w, disc * r)
 
 
 def terms(
@@ -344,45 +424,17 @@ def terms(
 ) -> Terms:
     """ρ̄_i and R_i of every trajectory (vectorised over transitions), steps t ≥ H dropped,
     rewards clipped to the declared range, weights clipped at W."""
-    if data.behaviour_probs is None:  # a schema error (the field is absent from the file)
-        raise ValueError(
-            "the dataset has no 'behaviour_probs' field: importance sampling needs the logged "
-            "propensities μ(a|s) (import them with --columns ...,behaviour_prob=COLUMN)"
-        )
-    m = int(data.n_episodes)
-    t = np.asarray(data.transition_steps)
-    ep = np.asarray(data.transition_episode_index)
-    keep = t < int(bounds.horizon)  # truncation at the declared horizon, never the data's
-    offsets = np.asarray(data.episode_offsets)
-    obs_rows = np.arange(data.n_transitions) + ep  # observation row of each transition
-    obs = np.asarray(data.observations)[obs_rows[keep]]
-    actions = np.asarray(data.actions)[keep].reshape(-1).astype(np.int64)
-    ep_k, t_k = ep[keep], t[keep]
-    action_space = getattr(data.metadata, "action_space", None)
-    start = int(getattr(action_space, "start", 0))
-    a_idx = actions - start
-    if getattr(policy, "column", None) is not None:  # column:NAME, π(a_t|s_t) per row
-        if reward_model is not None or policy.column not in data.extra_columns:
-            raise ValueError(  # schema errors: the option and the file's structure
-                f"--target-policy {policy.spec} needs the dataset's kept column "
-                f"{policy.column!r} and no reward model"
-            )
-        pi_taken = np.clip(data.extra_columns[policy.column][keep], 0.0, 1.0)
-    else:
-        pi = policy.probs(obs, t_k)  # t_k: the step h, for a time-indexed π [H, S, A]
-        pi_taken = pi[np.arange(len(a_idx)), a_idx]
-    mu = np.asarray(data.behaviour_probs, dtype=np.float64)[keep]
+    st = steps(data, policy, bounds, allow_column=reward_model is None)
+    m = st.m
     # (1) in log space: Π w may under/overflow; clip at log W before exponentiating.
-    with np.errstate(divide="ignore"):
-        log_w = np.log(pi_taken) - np.log(mu)
-    log_rho = np.bincount(ep_k, weights=log_w, minlength=m)
+    log_rho = np.bincount(st.episode, weights=st.log_ratio, minlength=m)
     weights = np.exp(np.minimum(log_rho, math.log(float(bounds.weight_clip))))
-    # (2): clipped rewards, discounted from t = 0 (γ^0 = 1 also when γ = 0)
-    r = np.clip(np.asarray(data.rewards, dtype=np.float64)[keep], *bounds.reward_range)
-    disc = np.power(float(bounds.gamma), t_k.astype(np.float64))
-    returns = np.bincount(ep_k, weights=disc * r, minlength=m)
+    returns = np.bincount(st.episode, weights=st.discounted_reward, minlength=m)  # (2)
     baseline = q_taken = None
     if reward_model is not None:
+        ep = np.asarray(data.transition_episode_index)
+        offsets = np.asarray(data.episode_offsets)
+        start = int(getattr(getattr(data.metadata, "action_space", None), "start", 0))
         first = offsets[:-1][offsets[:-1] < offsets[1:]]  # first transition of each episode
         ep_first = ep[first]
         q = reward_model.values(np.asarray(data.observations)[first + ep_first])
@@ -417,7 +469,7 @@ class NoiseSpec:
         return 2.0 * (sensitivity / self.epsilon_each) ** 2
 
 
-N_RELEASES: dict[str, int] = {"ips": 1, "snips": 2, "dr": 1}
+N_RELEASES: dict[str, int] = {"ips": 1, "snips": 2, "dr": 1, "pdis": 1, "wpdis": 2}
 
 
 def noise_spec(
@@ -484,12 +536,21 @@ def _release(
 def _sums(
     estimator: Estimator, bounds: Bounds, q_range: tuple[float, float] | None
 ) -> list[tuple[str, float]]:
-    """(name, sensitivity) of each sum the estimator releases, in order."""
+    """(name, sensitivity) of each sum the estimator releases, in order (PDIS and WPDIS:
+    `privrl.ope.pdis`, the same sensitivities as IPS and SNIPS)."""
     if estimator == "ips":
         return [("IPS sum Σ ρ̄_i R_i", ips_sensitivity(bounds))]
+    if estimator == "pdis":
+        return [("PDIS sum Σ_i Σ_t γ^t w̄_it r̄_it", ips_sensitivity(bounds))]
     if estimator == "snips":
         d_num, d_den = snips_sensitivities(bounds)
         return [("SNIPS numerator Σ ρ̄_i R_i", d_num), ("SNIPS denominator Σ ρ̄_i", d_den)]
+    if estimator == "wpdis":
+        d_num, d_den = snips_sensitivities(bounds)
+        return [
+            ("WPDIS numerator Σ_i Σ_t γ^t w̄_it r̄_it", d_num),
+            ("WPDIS denominator Σ_i w̄_i,H−1", d_den),
+        ]
     assert q_range is not None
     return [("DR sum Σ [Σ_a π q̂ + ρ̄_i (R_i − q̂_i)]", dr_sensitivity(bounds, q_range))]
 
@@ -513,7 +574,8 @@ def planned_releases(
 @dataclass
 class Estimate:
     """A value estimate with its confidence interval (see the module docstring) and the
-    releases made. `noise_std` is public (a function of ε, δ and the sensitivities)."""
+    releases made. `noise_std` is public (a function of ε, δ and the sensitivities);
+    `interval_method` is the variance bound the interval used, `interval_reason` why."""
 
     value: float
     ci_low: float
@@ -522,6 +584,8 @@ class Estimate:
     releases: list[Release] = field(default_factory=list)
     sensitivities: list[float] = field(default_factory=list)
     noise_std: list[float] = field(default_factory=list)
+    interval_method: str = "popoviciu"
+    interval_reason: str = ""
 
 
 def _z(level: float) -> float:
@@ -565,28 +629,92 @@ def _supports(
     """The public interval [a, b] holding each released sum's summand (module docstring)."""
     lo, hi = bounds.return_range
     W = float(bounds.weight_clip)
-    if estimator == "ips":
+    if estimator in MEAN_SUMS:
         return [(W * lo, W * hi)]
-    if estimator == "snips":
+    if estimator in RATIO_SUMS:
         return [(W * lo, W * hi), (0.0, W)]
     assert q_range is not None
     q_lo, q_hi = q_range
     return [(q_lo + W * (lo - q_hi), q_hi + W * (hi - q_lo))]
 
 
+def _mean_ranges(
+    estimator: Estimator, bounds: Bounds, q_range: tuple[float, float] | None
+) -> list[tuple[float, float]]:
+    """The public range M of each summand's mean: its support at min(W, 1), as E ρ̄ ≤ 1."""
+    return _supports(estimator, replace(bounds, weight_clip=min(bounds.weight_clip, 1.0)), q_range)
+
+
+def _guaranteed_gain(support: tuple[float, float], means: tuple[float, float]) -> float:
+    """G = (Δ²/4) / max_{μ∈M} (b − μ)(μ − a): Popoviciu's variance bound over the largest
+    Bhatia–Davis bound the public mean range M allows (module docstring)."""
+    a, b = support
+    mu = min(max(0.5 * (a + b), means[0]), means[1])  # the point of M nearest the centre
+    worst = (b - mu) * (mu - a)
+    return math.inf if worst <= 0 else (b - a) ** 2 / 4.0 / worst
+
+
+@dataclass(frozen=True)
+class IntervalPlan:
+    """Which variance bound the interval uses and why (public): `method` is popoviciu or
+    bhatia-davis, `gains` the factor G the public bounds guarantee for each released sum."""
+
+    method: Interval
+    reason: str
+    gains: tuple[float, ...]
+
+
+def interval_plan(
+    interval: IntervalChoice,
+    estimator: Estimator,
+    bounds: Bounds,
+    q_range: tuple[float, float] | None = None,
+) -> IntervalPlan:
+    """Resolve ``auto`` (module docstring) from the public bounds; keep an explicit choice."""
+    if interval not in INTERVAL_CHOICES:
+        raise ValueError(f"interval must be one of {', '.join(INTERVAL_CHOICES)}, got {interval!r}")
+    pairs = zip(
+        _supports(estimator, bounds, q_range), _mean_ranges(estimator, bounds, q_range), strict=True
+    )
+    gains = tuple(_guaranteed_gain(s, m) for s, m in pairs)
+    shown = ", ".join("∞" if math.isinf(g) else f"{g:.3g}" for g in gains)
+    if interval != "auto":
+        return IntervalPlan(interval, f"{interval} chosen explicitly", gains)  # type: ignore[arg-type]
+    if max(gains) > 1.0 + 1e-12:
+        return IntervalPlan(
+            "bhatia-davis",
+            f"auto: W and the reward range guarantee a variance bound below Popoviciu's by a "
+            f"factor G = {shown} (per released sum) whatever the data: each summand's mean "
+            "lies in its support at W = 1, as E ρ̄ ≤ 1",
+            gains,
+        )
+    return IntervalPlan(
+        "popoviciu",
+        "auto: the public bounds allow a summand mean at the centre of its support, where "
+        "Bhatia–Davis guarantees nothing narrower; Popoviciu's worst-case bound is used",
+        gains,
+    )
+
+
 def _support(
-    interval: Interval, estimator: Estimator, bounds: Bounds, q_range: tuple[float, float] | None
-) -> list[tuple[float, float] | None]:
-    if interval not in INTERVALS:
-        raise ValueError(f"interval must be one of {', '.join(INTERVALS)}, got {interval!r}")
+    interval: IntervalChoice,
+    estimator: Estimator,
+    bounds: Bounds,
+    q_range: tuple[float, float] | None,
+) -> tuple[list[tuple[float, float] | None], IntervalPlan]:
+    chosen = interval_plan(interval, estimator, bounds, q_range)
     supports = _supports(estimator, bounds, q_range)
-    return list(supports) if interval == "bhatia-davis" else [None] * len(supports)
+    if chosen.method == "bhatia-davis":
+        return list(supports), chosen
+    return [None] * len(supports), chosen
 
 
 def _within(low: float, high: float, bounds: Bounds) -> tuple[float, float]:
-    """The interval intersected with the return range, which holds every policy's value."""
+    """The interval intersected with the return range, which holds every policy's value; an
+    interval wholly outside the range (noise or clipping can put it there) becomes the
+    range's nearest end, so that low ≤ high always."""
     lo_r, hi_r = bounds.return_range
-    return max(low, lo_r), min(high, hi_r)
+    return min(max(low, lo_r), hi_r), max(min(high, hi_r), lo_r)
 
 
 def _private_sums(
@@ -611,6 +739,31 @@ def _private_sums(
     return out, releases, [s for _, s in sums], variances
 
 
+def mean_estimate(
+    estimator: Estimator,
+    t: Terms,
+    bounds: Bounds,
+    summands: np.ndarray,
+    *,
+    q_range: tuple[float, float] | None = None,
+    noise: NoiseSpec | None = None,
+    rng: np.random.Generator | None = None,
+    level: float = 0.95,
+    interval: IntervalChoice = "popoviciu",
+) -> Estimate:
+    """One (noisy) sum of the per-trajectory `summands` divided by the public m, with its
+    interval: IPS (3), DR (5) and PDIS (`privrl.ope.pdis`)."""
+    (support,), chosen = _support(interval, estimator, bounds, q_range)
+    (total,), releases, (sens,), (var,) = _private_sums(
+        estimator, [float(np.sum(summands))], bounds, noise, rng, q_range
+    )
+    value, lo, hi = _mean_interval(total, sens, t.m, var, level, support)
+    return Estimate(
+        value, *_within(lo, hi, bounds), level, releases, [sens], [math.sqrt(var)],
+        chosen.method, chosen.reason,
+    )  # fmt: skip
+
+
 def ips(
     t: Terms,
     bounds: Bounds,
@@ -618,15 +771,11 @@ def ips(
     noise: NoiseSpec | None = None,
     rng: np.random.Generator | None = None,
     level: float = 0.95,
-    interval: Interval = "popoviciu",
+    interval: IntervalChoice = "popoviciu",
 ) -> Estimate:
     """(Private) IPS (3): one release of Σ ρ̄_i R_i, divided by the public m."""
-    (support,) = _support(interval, "ips", bounds, None)
-    (total,), releases, (sens,), (var,) = _private_sums(
-        "ips", [float(np.sum(t.weights * t.returns))], bounds, noise, rng, None
-    )
-    value, lo, hi = _mean_interval(total, sens, t.m, var, level, support)
-    return Estimate(value, *_within(lo, hi, bounds), level, releases, [sens], [math.sqrt(var)])
+    common: dict[str, Any] = dict(noise=noise, rng=rng, level=level, interval=interval)
+    return mean_estimate("ips", t, bounds, t.weights * t.returns, **common)
 
 
 def dr(
@@ -637,30 +786,28 @@ def dr(
     noise: NoiseSpec | None = None,
     rng: np.random.Generator | None = None,
     level: float = 0.95,
-    interval: Interval = "popoviciu",
+    interval: IntervalChoice = "popoviciu",
 ) -> Estimate:
     """(Private) DR (5): one release of Σ [b_i + ρ̄_i (R_i − q̂_i)], divided by m."""
     if t.baseline is None or t.q_taken is None:
         raise ValueError("DR needs terms computed with a reward model")
-    (support,) = _support(interval, "dr", bounds, q_range)
     summand = t.baseline + t.weights * (t.returns - t.q_taken)
-    (total,), releases, (sens,), (var,) = _private_sums(
-        "dr", [float(np.sum(summand))], bounds, noise, rng, q_range
-    )
-    value, lo, hi = _mean_interval(total, sens, t.m, var, level, support)
-    return Estimate(value, *_within(lo, hi, bounds), level, releases, [sens], [math.sqrt(var)])
+    common: dict[str, Any] = dict(noise=noise, rng=rng, level=level, interval=interval)
+    return mean_estimate("dr", t, bounds, summand, q_range=q_range, **common)
 
 
-def snips(
+def ratio_estimate(
+    estimator: Estimator,
     t: Terms,
     bounds: Bounds,
+    numerators: np.ndarray,
     *,
     noise: NoiseSpec | None = None,
     rng: np.random.Generator | None = None,
     level: float = 0.95,
-    interval: Interval = "popoviciu",
+    interval: IntervalChoice = "popoviciu",
 ) -> Estimate:
-    """(Private) SNIPS (4): the ratio of two released sums, each with its own sensitivity.
+    """Σ numerators / Σ ρ̄_i from two (noisy) sums: SNIPS (4) and WPDIS (`privrl.ope.pdis`).
 
     Post-processing of the two noisy sums only: the ratio is clipped into the public return
     range; a noisy denominator ≤ 0 gives the range's midpoint. Interval: each sum's mean gets
@@ -669,10 +816,10 @@ def snips(
     interval reaches 0).
     """
     lo_r, hi_r = bounds.return_range
-    num_support, den_support = _support(interval, "snips", bounds, None)
+    (num_support, den_support), chosen = _support(interval, estimator, bounds, None)
     (num, den), releases, sens, variances = _private_sums(
-        "snips",
-        [float(np.sum(t.weights * t.returns)), float(np.sum(t.weights))],
+        estimator,
+        [float(np.sum(numerators)), float(np.sum(t.weights))],
         bounds,
         noise,
         rng,
@@ -687,5 +834,23 @@ def snips(
         low, high = lo_r, hi_r
     else:
         corners = [n_lo / d_lo, n_lo / d_hi, n_hi / d_lo, n_hi / d_hi]
-        low, high = max(min(corners), lo_r), min(max(corners), hi_r)
-    return Estimate(value, low, high, level, releases, sens, [math.sqrt(v) for v in variances])
+        low, high = _within(min(corners), max(corners), bounds)
+    return Estimate(
+        value, low, high, level, releases, sens, [math.sqrt(v) for v in variances],
+        chosen.method, chosen.reason,
+    )  # fmt: skip
+
+
+def snips(
+    t: Terms,
+    bounds: Bounds,
+    *,
+    noise: NoiseSpec | None = None,
+    rng: np.random.Generator | None = None,
+    level: float = 0.95,
+    interval: IntervalChoice = "popoviciu",
+) -> Estimate:
+    """(Private) SNIPS (4): the ratio of two released sums, Σ ρ̄_i R_i and Σ ρ̄_i, each with
+    its own sensitivity (`ratio_estimate`)."""
+    common: dict[str, Any] = dict(noise=noise, rng=rng, level=level, interval=interval)
+    return ratio_estimate("snips", t, bounds, t.weights * t.returns, **common)

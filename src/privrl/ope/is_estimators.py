@@ -1,4 +1,5 @@
-"""Private IPS, SNIPS and DR as objects: a frozen config and `estimate(dataset, policy)`.
+"""Private IPS, SNIPS, DR, PDIS and WPDIS as objects: a frozen config and
+`estimate(dataset, policy)`.
 
     from privrl.ope import IPS, IPSConfig
 
@@ -7,10 +8,21 @@
     )
     result.value, result.interval, result.report, result.metrics
 
-Names: `ImportanceConfig` (what the three share), `IPSConfig`, `SNIPSConfig`, `DRConfig`, and
-the estimators `IPS`, `SNIPS`, `DR`; `PolicyLike` is what `policy` may be. The estimators,
-their sensitivities, the noise and the intervals are in `privrl.ope.importance`; this module
+Names: `ImportanceConfig` (what they share), `IPSConfig`, `SNIPSConfig`, `DRConfig`,
+`PDISConfig`, `WPDISConfig`, and the estimators `IPS`, `SNIPS`, `DR`, `PDIS`, `WPDIS`;
+`PolicyLike` is what `policy` may be. The estimators, their sensitivities, the noise and the
+intervals are in `privrl.ope.importance` (per-decision ones: `privrl.ope.pdis`); this module
 is the order of work around them.
+
+Non-private reference: `IPSConfig(..., non_private=True)` (no ε) computes the same estimate
+with the same public bounds and no noise, and reports ε = ∞ (`PrivacyReport.non_private`),
+`metrics["private"]` False and the public-bound interval with noise variance 0. It spends no
+budget; a dataset's ledger refuses it (a non-private run would void the budget), as for
+every non-private run.
+
+Interval: `interval="auto"` (the default) picks Popoviciu or Bhatia–Davis from the public
+bounds (`privrl.ope.importance.interval_plan`); the choice and its reason are in the report's
+notes and in `metrics["interval_method"]` / `metrics["interval_reason"]`.
 
 `plan(header, policy)` sees the config, the dataset's header and the target policy only. Every
 quantity that sets a sensitivity or the noise — ε, δ, the weight clip W, the reward range, the
@@ -42,6 +54,7 @@ import numpy as np
 from privrl.algorithm import Algorithm, Estimated, Plan, noise_or_secure, spending
 from privrl.config import Config, ConfigError, check, option
 from privrl.ope import importance as imp
+from privrl.ope import pdis
 from privrl.ope.targets import TargetPolicy, as_target_policy, describe
 from privrl.policies import StochasticPolicy
 from privrl.privacy.noise import NoiseSource
@@ -51,18 +64,24 @@ if TYPE_CHECKING:
     from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
     from privrl.data.io import DatasetHeader
     from privrl.privacy.ledger import BudgetLedger
+    from privrl.privacy.release import Release
+    from privrl.privacy.report import PrivacyReport
 
 __all__ = [
     "DR",
     "IPS",
+    "PDIS",
     "SNIPS",
+    "WPDIS",
     "DRConfig",
     "IPSConfig",
     "ImportanceConfig",
     "ImportanceEstimator",
+    "PDISConfig",
     "PolicyLike",
     "RewardModelLike",
     "SNIPSConfig",
+    "WPDISConfig",
 ]
 
 PolicyLike: TypeAlias = (
@@ -85,8 +104,9 @@ HEADER_COUNT_DETAIL = (
 
 @dataclass(frozen=True)
 class ImportanceConfig(Config):
-    """What IPS, SNIPS and DR share: the public bounds (W, the reward range [r_min, r_max], H,
-    γ), the (ε, δ) budget, the noise and the interval (symbols of `privrl.ope.importance`)."""
+    """What the importance estimators share: the public bounds (W, the reward range [r_min,
+    r_max], H, γ), the (ε, δ) budget or `non_private`, the noise and the interval (symbols
+    of `privrl.ope.importance`)."""
 
     weight_clip: float = option(
         ...,
@@ -110,7 +130,20 @@ class ImportanceConfig(Config):
     gamma: float | None = option(
         None, allow_nan=True, help="Discount γ in [0, 1] (default: the dataset's metadata)."
     )
-    epsilon: float = option(..., "--epsilon", "-e", allow_nan=True, help="Target ε in [1e-6, 100].")
+    epsilon: float | None = option(
+        None,
+        "--epsilon",
+        "-e",
+        allow_nan=True,
+        help="Target ε in [1e-6, 100] (required unless --non-private).",
+    )
+    non_private: bool = option(
+        False,
+        "--non-private/",
+        help="The non-private reference: the same estimate and bounds with no noise (ε = ∞, "
+        "no budget spent; not with --epsilon, refused by a dataset's ledger).",
+        keyless_default=True,
+    )
     delta: float = option(
         DEFAULT_DELTA, "--delta", "-d", allow_nan=True, help="Target δ in (0, 1)."
     )
@@ -120,14 +153,30 @@ class ImportanceConfig(Config):
     confidence: float = option(
         0.95, allow_nan=True, help="Level of the confidence interval, in (0, 1)."
     )
-    interval: Literal["popoviciu", "bhatia-davis"] = option(
-        "popoviciu",
+    interval: Literal["auto", "popoviciu", "bhatia-davis"] = option(
+        "auto",
         help="How the interval bounds the sampling variance, from public bounds only: "
-        "popoviciu (Δ²/4, the widest) or bhatia-davis ((b − μ)(μ − a), a score interval; "
-        "much narrower for rare rewards such as clicks).",
+        "popoviciu (Δ²/4, the widest), bhatia-davis ((b − μ)(μ − a), a score interval; "
+        "much narrower for rare rewards such as clicks) or auto (bhatia-davis when the "
+        "weight clip and reward range guarantee it is narrower, e.g. W > 2 for rewards in "
+        "[0, 1]; the choice and why are in the output).",
     )
 
     def validate(self) -> None:
+        if self.non_private:
+            check(
+                self.epsilon is None,
+                "non_private",
+                "takes no `epsilon`: the non-private reference adds no noise and spends no "
+                "budget; give one of them",
+            )
+        else:
+            check(
+                self.epsilon is not None,
+                "epsilon",
+                "is required: a target ε in [1e-6, 100] (or `non_private=True` for the "
+                "non-private reference: no noise, ε = ∞)",
+            )
         check(0.0 < self.delta < 1.0, "delta", f"must be in (0, 1), got {self.delta}")
         check(
             math.isfinite(self.weight_clip) and self.weight_clip > 0,
@@ -181,6 +230,22 @@ class DRConfig(ImportanceConfig):
     )
 
 
+@dataclass(frozen=True)
+class PDISConfig(ImportanceConfig):
+    """Private per-decision IS (`privrl.ope.pdis` (8)): (1/m)(Σ_i Σ_t γ^t min(Π_{k≤t} π/μ,
+    W) r_it + noise)."""
+
+    system: ClassVar[str] = "pdis"
+
+
+@dataclass(frozen=True)
+class WPDISConfig(ImportanceConfig):
+    """Private weighted per-decision IS (`privrl.ope.pdis` (9)): the per-decision sum over
+    the sum of the trajectories' clipped weights, two noisy sums."""
+
+    system: ClassVar[str] = "wpdis"
+
+
 # ------------------------------------------------------------------------ the public side
 
 
@@ -193,8 +258,11 @@ def _resolve(params: PublicParameters, field: str, name: str, **kwargs: Any) -> 
 
 
 def budget_parameters(config: ImportanceConfig) -> PublicParameters:
-    """`PublicParameters` holding the target ε and δ (the config's, δ's default marked)."""
+    """`PublicParameters` holding the target ε and δ (the config's, δ's default marked);
+    none for the non-private reference."""
     params = PublicParameters()
+    if config.non_private or config.epsilon is None:
+        return params
     params.given("ε", float(config.epsilon), Source.FLAG, "--epsilon")
     delta_source = Source.DEFAULT if config.delta == DEFAULT_DELTA else Source.FLAG
     params.given("δ", float(config.delta), delta_source, "--delta")
@@ -293,13 +361,23 @@ def _reward_model(
         raise ConfigError("reward_model", str(exc).removeprefix("--reward-model ")) from None
 
 
+def _interval_note(chosen: imp.IntervalPlan, *, private: bool) -> str:
+    """The report's note on the interval: which variance bound and why (public)."""
+    name = "Popoviciu" if chosen.method == "popoviciu" else "Bhatia–Davis, score interval"
+    noise = "plus the known noise variance" if private else "with no noise (non-private)"
+    return (
+        f"confidence interval: sampling variance bounded publicly ({name}) {noise}; {chosen.reason}"
+    )
+
+
 # ------------------------------------------------------------------------ the estimators
 
 C = TypeVar("C", bound=ImportanceConfig)
 
 
 class ImportanceEstimator(Algorithm[C]):
-    """IPS, SNIPS and DR: the same plan and computation; the estimator differs."""
+    """IPS, SNIPS, DR, PDIS and WPDIS: the same plan and computation; the estimator
+    differs."""
 
     estimator: ClassVar[imp.Estimator]
 
@@ -314,7 +392,6 @@ class ImportanceEstimator(Algorithm[C]):
         episodes) and state the planned report. `reward_model` (DR only) replaces the
         config's q̂."""
         from privrl.data.dataset import DatasetError
-        from privrl.privacy.report import PrivacyReport
 
         if policy is None:
             raise ConfigError("policy", "is required: the target policy to evaluate")
@@ -360,6 +437,31 @@ class ImportanceEstimator(Algorithm[C]):
         )
         model = self._model(reward_model, bounds, meta, params)
         q_range = None if model is None else model.q_range
+        noise, releases = self._noise(bounds, q_range, params)
+        chosen = imp.interval_plan(c.interval, self.estimator, bounds, q_range)
+        weights = "cumulative weights" if self.estimator in ("pdis", "wpdis") else "weights"
+        notes = [
+            f"rewards clipped to [{r_lo:g}, {r_hi:g}]; episodes truncated to H = {H} steps; "
+            f"trajectory {weights} clipped at W = {W:g}",
+            _interval_note(chosen, private=noise is not None),
+        ]
+        report = self._report(releases, notes).with_public_parameters(params)
+        public = {"trajectories": m, "return_range": list(bounds.return_range)}
+        facts = dict(bounds=bounds, policy=target, reward_model=model, noise=noise, params=params)
+        return Plan(report=report, public=public, facts=facts)
+
+    def _noise(
+        self,
+        bounds: imp.Bounds,
+        q_range: tuple[float, float] | None,
+        params: PublicParameters,
+    ) -> tuple[imp.NoiseSpec | None, list[Release]]:
+        """The noise calibrated for (ε, δ) and the planned releases (none for the
+        non-private reference), recorded in `params`."""
+        c = self.config
+        if c.non_private:
+            return None, []
+        assert c.epsilon is not None  # validated
         noise = imp.noise_spec(self.estimator, c.mechanism, c.epsilon, c.delta)
         if noise.noise_multiplier is not None:
             params.derive(
@@ -372,19 +474,21 @@ class ImportanceEstimator(Algorithm[C]):
         releases = imp.planned_releases(self.estimator, bounds, noise, q_range)
         for release in releases:
             params.derive(f"sensitivity of {release.name}", release.sensitivity, "module docstring")
-        notes = [
-            f"rewards clipped to [{r_lo:g}, {r_hi:g}]; episodes truncated to H = {H} steps; "
-            f"trajectory weights clipped at W = {W:g}",
-            "confidence interval: sampling variance bounded publicly ("
-            + ("Popoviciu" if c.interval == "popoviciu" else "Bhatia–Davis, score interval")
-            + ") plus the known noise variance",
-        ]
-        report = PrivacyReport.build(
-            imp.UNIT, imp.RELATION, releases, c.delta, system=self.estimator, notes=notes
-        ).with_public_parameters(params)
-        public = {"trajectories": m, "return_range": list(bounds.return_range)}
-        facts = dict(bounds=bounds, policy=target, reward_model=model, noise=noise, params=params)
-        return Plan(report=report, public=public, facts=facts)
+        return noise, releases
+
+    def _report(self, releases: list[Release], notes: list[str]) -> PrivacyReport:
+        """The report of `releases`: ε = ∞ and labelled non-private for the reference."""
+        from privrl.privacy.report import PrivacyReport as Report
+
+        if self.config.non_private:
+            why = "non-private reference: the same estimate and public bounds, no noise"
+            return Report.non_private(
+                imp.UNIT, imp.RELATION, system=self.estimator, notes=[why, *notes]
+            )
+        return Report.build(
+            imp.UNIT, imp.RELATION, releases, self.config.delta, system=self.estimator,
+            notes=notes,
+        )  # fmt: skip
 
     def _model(
         self,
@@ -421,21 +525,22 @@ class ImportanceEstimator(Algorithm[C]):
 
     def compute(self, plan: Plan, dataset: TrajectoryDataset, noise: NoiseSource) -> Estimated:
         """The estimate on `dataset` under a plan made by `plan` (the run layer calls this
-        after its ledger check): terms, the noisy release(s), the interval, the report."""
-        from privrl.privacy.report import PrivacyReport
-
+        after its ledger check): terms, the noisy release(s), the interval, the report. The
+        non-private reference draws nothing from `noise`."""
         c, f = self.config, plan.facts
-        est = self._estimate(plan, dataset, noise=f["noise"], rng=noise.generator(self.estimator))
-        report = PrivacyReport.build(
-            imp.UNIT, imp.RELATION, est.releases, c.delta, system=self.estimator,
-            notes=plan.report.notes,
-        ).with_public_parameters(f["params"])  # fmt: skip
+        rng = None if f["noise"] is None else noise.generator(self.estimator)
+        est = self._estimate(plan, dataset, noise=f["noise"], rng=rng)
+        notes = [n for n in plan.report.notes if not n.startswith("non-private reference")]
+        report = self._report(est.releases, notes).with_public_parameters(f["params"])
         metrics = {
             "value": est.value,
             "value_ci_low": est.ci_low,
             "value_ci_high": est.ci_high,
             "confidence": est.level,
             "interval": c.interval,
+            "interval_method": est.interval_method,  # public: from the bounds (interval_plan)
+            "interval_reason": est.interval_reason,
+            "private": report.private,
             "noise_std": est.noise_std,  # public: functions of (ε, δ) and the sensitivities
             "sensitivity": est.sensitivities,
             "epsilon": report.epsilon,
@@ -457,7 +562,8 @@ class ImportanceEstimator(Algorithm[C]):
         reward_model: RewardModelLike | None = None,
     ) -> imp.Estimate:
         """The same estimator with privacy off (the same bounds, no noise, no report): NOT
-        private, for simulations and for data you may look at."""
+        private, for simulations and for data you may look at. (`non_private=True` in the
+        config gives the same value as an `Estimated` with an ε = ∞ report.)"""
         from privrl.data.io import header_of
 
         plan = self.plan(header_of(dataset), policy, reward_model=reward_model)
@@ -474,8 +580,11 @@ class ImportanceEstimator(Algorithm[C]):
     ) -> imp.Estimate:
         c, f = self.config, plan.facts
         bounds, model = f["bounds"], f["reward_model"]
-        t = imp.terms(dataset, f["policy"], bounds, model)
         common: dict[str, Any] = dict(noise=noise, rng=rng, level=c.confidence, interval=c.interval)
+        if self.estimator in ("pdis", "wpdis"):
+            t = pdis.terms(dataset, f["policy"], bounds)
+            return (pdis.pdis if self.estimator == "pdis" else pdis.wpdis)(t, bounds, **common)
+        t = imp.terms(dataset, f["policy"], bounds, model)
         if self.estimator == "ips":
             return imp.ips(t, bounds, **common)
         if self.estimator == "snips":
@@ -507,6 +616,22 @@ class SNIPS(ImportanceEstimator[SNIPSConfig]):
 
     Config = SNIPSConfig
     estimator = "snips"
+
+
+class PDIS(ImportanceEstimator[PDISConfig]):
+    """Private per-decision importance sampling: each reward weighted by the clipped
+    cumulative weight of the decisions before it, one noisy sum (`privrl.ope.pdis`)."""
+
+    Config = PDISConfig
+    estimator = "pdis"
+
+
+class WPDIS(ImportanceEstimator[WPDISConfig]):
+    """Private weighted per-decision importance sampling: the PDIS sum over the sum of the
+    trajectories' clipped weights, two noisy sums (`privrl.ope.pdis`)."""
+
+    Config = WPDISConfig
+    estimator = "wpdis"
 
 
 class DR(ImportanceEstimator[DRConfig]):

@@ -54,7 +54,8 @@ def epsilon_problem(value: object) -> str | None:
         return (
             f"must be at most {MAX_EPSILON:g}, got {value!r}: an ε that large guarantees "
             "nothing (e^ε > 10^43) and overflows the accountants; use a meaningful budget "
-            "(typically 0.1-10) or the command's non-private twin"
+            "(typically 0.1-10) or the command's non-private twin (--non-private, where the "
+            "command has one)"
         )
     if v < MIN_EPSILON:
         return (

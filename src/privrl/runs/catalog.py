@@ -31,10 +31,13 @@ SHIPPED["dp-lsl"] = "privrl.systems.ope:DpLsl"
 SHIPPED["lstd"] = "privrl.systems.ope:Lstd"
 SHIPPED["lstd-op"] = "privrl.systems.lstd_op:LstdOp"
 
-# importance-sampling off-policy evaluation on logs with propensities (privrl ope ips | snips | dr)
+# importance-sampling off-policy evaluation on logs with propensities
+# (privrl ope ips | snips | dr | pdis | wpdis)
 SHIPPED["ips"] = "privrl.systems.ips:Ips"
 SHIPPED["snips"] = "privrl.systems.ips:Snips"
 SHIPPED["dr"] = "privrl.systems.ips:Dr"
+SHIPPED["pdis"] = "privrl.systems.ips:Pdis"
+SHIPPED["wpdis"] = "privrl.systems.ips:Wpdis"
 
 # expert-level offline RL, Sharma et al. (privrl train expert-dp | dp-sgd)
 SHIPPED["expert-dp"] = "privrl.systems.expert:ExpertDp"

@@ -1,13 +1,17 @@
-"""Private importance-sampling off-policy evaluation on the run layer: IPS, SNIPS and DR on
-logs with propensities (contextual-bandit logs are one-step episodes).
+"""Private importance-sampling off-policy evaluation on the run layer: IPS, SNIPS, DR, PDIS
+and WPDIS on logs with propensities (contextual-bandit logs are one-step episodes).
 
     privrl ope ips   --data logs.h5 --target-policy uniform --reward-range 0,1 \\
                      --weight-clip 20 --max-horizon 1 --epsilon 1 --out runs/ips
     privrl ope snips --data logs.h5 --target-policy pi.npy ...
     privrl ope dr    --data logs.h5 --target-policy mymod:probs --reward-model q.npy ...
+    privrl ope pdis  --data episodes.h5 --target-policy pi.npy --max-horizon 30 ...
+    privrl ope ips   --data logs.h5 ... --non-private --out runs/ips-reference
 
-A run writes config.json, metrics.json (`value`, `value_ci_low`, `value_ci_high`, ε, δ),
-privacy.json and prints the value with its interval.
+A run writes config.json, metrics.json (`value`, `value_ci_low`, `value_ci_high`,
+`interval_method` and `interval_reason`, `private`, ε, δ), privacy.json and prints the value
+with its interval and which interval was used. `--non-private` runs the non-private reference
+(no noise, ε = ∞, refused by a dataset's ledger).
 
 A thin adapter: the configs are the library's (`privrl.ope.IPSConfig`, ...) plus the target
 policy's spec; `plan` and `run` call the library's `plan` and `compute`
@@ -31,17 +35,33 @@ from privrl.data.io import DatasetHeader
 from privrl.ope.is_estimators import (
     DR,
     IPS,
+    PDIS,
     SNIPS,
+    WPDIS,
     DRConfig,
     ImportanceConfig,
     ImportanceEstimator,
     IPSConfig,
+    PDISConfig,
     SNIPSConfig,
+    WPDISConfig,
 )
 from privrl.ope.targets import USER_CODE_HELP
 from privrl.runs.system import Plan, Result, RunContext, System
 
-__all__ = ["Dr", "DrConfig", "ImportanceConfig", "Ips", "IpsConfig", "Snips", "SnipsConfig"]
+__all__ = [
+    "Dr",
+    "DrConfig",
+    "ImportanceConfig",
+    "Ips",
+    "IpsConfig",
+    "Pdis",
+    "PdisConfig",
+    "Snips",
+    "SnipsConfig",
+    "Wpdis",
+    "WpdisConfig",
+]
 
 
 def target_policy_option() -> Any:
@@ -78,7 +98,17 @@ class DrConfig(DRConfig, TargetPolicySpec):
     """`privrl ope dr`: the library's `DRConfig` and the target policy's spec."""
 
 
-ImportanceRunConfig = IpsConfig | SnipsConfig | DrConfig
+@dataclass(frozen=True)
+class PdisConfig(PDISConfig, TargetPolicySpec):
+    """`privrl ope pdis`: the library's `PDISConfig` and the target policy's spec."""
+
+
+@dataclass(frozen=True)
+class WpdisConfig(WPDISConfig, TargetPolicySpec):
+    """`privrl ope wpdis`: the library's `WPDISConfig` and the target policy's spec."""
+
+
+ImportanceRunConfig = IpsConfig | SnipsConfig | DrConfig | PdisConfig | WpdisConfig
 
 
 def _check_ledger(path: Path) -> None:
@@ -148,9 +178,12 @@ class ImportanceSystem(System):
         est = self.Estimator(config).compute(ctx.plan, data, ctx.noise)
         low, high = est.interval or (est.value, est.value)
         pct = f"{est.metrics['confidence']:.0%}"
+        private = bool(est.metrics["private"])
+        noise = "privacy noise included" if private else "NOT private: no noise, ε = ∞"
         summary = [
             f"{self.name.upper()} value of {config.target_policy}: {est.value:.4g} "
-            f"({pct} CI [{low:.4g}, {high:.4g}], privacy noise included)"
+            f"({pct} CI [{low:.4g}, {high:.4g}], {noise})",
+            f"interval: {est.metrics['interval_method']} ({est.metrics['interval_reason']})",
         ]
         if not low <= est.value <= high:
             summary.append(
@@ -174,6 +207,20 @@ class Snips(ImportanceSystem):
     Config = SnipsConfig
     Estimator = SNIPS
     summary = "Private self-normalised IPS: the ratio of two noisy sums."
+
+
+class Pdis(ImportanceSystem):
+    name = "pdis"
+    Config = PdisConfig
+    Estimator = PDIS
+    summary = "Private per-decision IS: rewards weighted by clipped cumulative weights."
+
+
+class Wpdis(ImportanceSystem):
+    name = "wpdis"
+    Config = WpdisConfig
+    Estimator = WPDIS
+    summary = "Private weighted per-decision IS: the ratio of two noisy sums."
 
 
 class Dr(ImportanceSystem):
