@@ -1475,7 +1475,7 @@ class BudgetLedger:
             raise BudgetExceededError(
                 "The dataset's ledger refuses this run: it is not differentially private (ε=∞) "
                 f"and would void the budget, and {budget}; run a private variant of the command "
-                "(a finite --epsilon, certified accounting) or use data without a ledger."
+                "(a finite ε, certified accounting) or use data without a ledger."
             )
         alone = self._spend([new])
         fallback = [s.fallback for s in [*recorded, new] if self._composable(s) is not s.event]
@@ -1492,7 +1492,7 @@ class BudgetLedger:
             f"{budget}, and composed with the {len(recorded)} recorded run(s) it would reach "
             f"ε={fmt_number(total, 4)}, "
             f"above ε_total={fmt_number(self.epsilon_total, 4)}; lower this run's budget (a "
-            f"smaller --epsilon, more noise or fewer steps) or use data not yet spent on{hint}."
+            f"smaller ε, more noise or fewer steps) or use data not yet spent on{hint}."
         )
 
     # -- writing ----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import numpy as np
 from privrl.config import RunConfig, check, option
 from privrl.privacy.noise import NoiseSource
 from privrl.runs.system import Plan, Result, RunContext, System
+from privrl.systems.wording import in_command_words
 
 MAX_TRIALS = 20_000_000  # scores and bits of every trial stay in memory (~16 bytes each)
 MAX_GPOPE_STEPS = 50_000_000  # iterations × trials of one GPOPE audit (time, not memory)
@@ -242,12 +243,14 @@ def check_canary(config: Any, file_ok: bool) -> None:
 
 def load_file_canary(config: Any, load: Callable[..., Any], **shape: Any) -> Any:
     """The `--canary FILE.h5` input, `load(FILE, **shape)` (public: the auditor's own input,
-    checked in `plan`, before any trial); None for 'worst' / 'random'."""
+    checked in `plan`, before any trial); None for 'worst' / 'random'. The loader's refusals
+    name the audit's settings as its flags."""
     from privrl.audit.canary import is_canary_file
 
     if not is_canary_file(config.canary):
         return None
-    return load(config.canary, **shape)
+    with in_command_words(type(config)):
+        return load(config.canary, **shape)
 
 
 def _canary_episode(config: Any, H: int, S: int, A: int, *, binary: bool = False) -> Any:
