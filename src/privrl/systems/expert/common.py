@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from privrl.config import Config, ConfigError, option
 from privrl.expert.public import NEEDS_EVALUATION, NEEDS_NONPRIVATE
+from privrl.runs import wording
 from privrl.runs.system import Result
-from privrl.systems import wording
 
 if TYPE_CHECKING:
     from privrl.algorithm import Fitted
@@ -48,14 +48,14 @@ def check_one_reference(reference: Path | None, reference_return: float | None) 
 
 def command_words(text: str, config_cls: type[Config]) -> str:
     """``text`` with every `field` / `field=VALUE` of ``config_cls`` written as its flag
-    (`privrl.systems.wording.command_words`, with the command's own wording of the references'
+    (`privrl.runs.wording.command_words`, with the command's own wording of the references'
     messages)."""
     return wording.command_words(text, config_cls, _COMMAND_TEXT)
 
 
 def in_command_words(config_cls: type[Config]) -> AbstractContextManager[None]:
     """Re-raise the library's errors with their settings written as the command's flags
-    (`privrl.systems.wording.in_command_words`)."""
+    (`privrl.runs.wording.in_command_words`)."""
     return wording.in_command_words(config_cls, _COMMAND_TEXT)
 
 

@@ -5,7 +5,8 @@ Library code names a setting by its config field, written `` `field` `` or
 adapter that runs library code for a command re-raises its errors with those references
 written as the command's flags (``--field``, ``--field VALUE``; a switch's ``=True`` is the
 flag alone), so the user reads the flag to change. Names that are not fields of the config
-are left as they are.
+are left as they are. `privrl.runs.cli` does this for every generated command (building the
+config and running it); an adapter may also wrap its own calls.
 """
 
 from __future__ import annotations
