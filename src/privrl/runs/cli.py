@@ -54,8 +54,8 @@ def add_command(
     epilog: str | None = None,
     out_default: Path | None = None,
 ) -> None:
-    """Register the generated command of `system_name` on `app` (`out_default`: a default
-    --out for commands that had one before the run layer; otherwise --out is required)."""
+    """Register the generated command of `system_name` on `app` (`out_default`: the
+    command's default --out, where it has one; otherwise --out is required)."""
     system = registry.get(system_name)
     command = make_command(system_name, data_help=data_help, out_default=out_default)
     command.__doc__ = help or system.help or system.summary
