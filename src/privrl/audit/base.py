@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -42,6 +43,7 @@ from privrl.progress import Progress, no_progress
 
 if TYPE_CHECKING:
     from privrl.audit.attacks import AuditTrials
+    from privrl.audit.canary import TabularCanary
     from privrl.audit.dpsgd import OneRunAudit
 
 __all__ = [
@@ -52,6 +54,9 @@ __all__ = [
     "OneRunSize",
     "one_run_outcome",
 ]
+
+C = TypeVar("C", bound=Config)
+T = TypeVar("T")
 
 MAX_TRIALS = 20_000_000  # scores and bits of every trial stay in memory (~16 bytes each)
 SYNTHETIC_NOTE = (
@@ -133,29 +138,55 @@ def guesses_field() -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-class _HasCanary(Protocol):
+class _Canaried(Protocol):
+    """A config with a canary and a confidence (every audit's)."""
+
+    @property
+    def canary(self) -> str: ...
+
+    @property
+    def confidence(self) -> float: ...
+
+
+class _HasCanary(_Canaried, Protocol):
     system: ClassVar[str]
-    canary: str
     no_file_canary: ClassVar[str]
 
 
-class _OneRun(Protocol):
-    canary: str
-    canaries: int | None
-    guesses: int | None
-    delta: float
-    confidence: float
+class _OneRun(_Canaried, Protocol):
+    @property
+    def canaries(self) -> int | None: ...
+
+    @property
+    def guesses(self) -> int | None: ...
+
+    @property
+    def delta(self) -> float: ...
+
+
+class _Sampled(Protocol):
+    @property
+    def rate(self) -> float: ...
 
 
 class _NoisyTraining(Protocol):
-    epsilon: float | None
-    noise_multiplier: float | None
-    non_private: bool
-    delta: float
-    clip: float
+    @property
+    def epsilon(self) -> float | None: ...
+
+    @property
+    def noise_multiplier(self) -> float | None: ...
+
+    @property
+    def non_private(self) -> bool: ...
+
+    @property
+    def delta(self) -> float: ...
+
+    @property
+    def clip(self) -> float: ...
 
 
-def one_of(config: Config, names: tuple[str, ...], settings: str) -> None:
+def one_of(config: object, names: tuple[str, ...], settings: str) -> None:
     """Exactly one of the settings `names` is given (a switch: set)."""
     given = sum(
         bool(getattr(config, n)) if n == "non_private" else getattr(config, n) is not None
@@ -165,7 +196,7 @@ def one_of(config: Config, names: tuple[str, ...], settings: str) -> None:
         raise ValueError(f"give exactly one of {settings}")
 
 
-def at_least(config: Config, lows: dict[str, int]) -> None:
+def at_least(config: object, lows: dict[str, int]) -> None:
     for key, low in lows.items():
         value = getattr(config, key)
         check(value is None or value >= low, key, f"must be >= {low}, got {value}")
@@ -189,7 +220,7 @@ def check_guesses(config: _OneRun) -> None:
     )
 
 
-def check_confidence(config: Any) -> None:
+def check_confidence(config: _Canaried) -> None:
     check(
         0.0 < config.confidence < 1.0,
         "confidence",
@@ -218,7 +249,7 @@ def check_canary(config: _HasCanary, file_ok: bool) -> None:
     )
 
 
-def check_rate(config: Any) -> None:
+def check_rate(config: _Sampled) -> None:
     """The Poisson sampling rate q is in (0, 1]."""
     check(
         math.isfinite(config.rate) and 0.0 < config.rate <= 1.0,
@@ -227,7 +258,7 @@ def check_rate(config: Any) -> None:
     )
 
 
-def check_noise_settings(config: Any) -> None:
+def check_noise_settings(config: _NoisyTraining) -> None:
     """Audits of noisy training (DP-SGD, DP-FedAvg): exactly one of `epsilon`,
     `noise_multiplier` and `non_private`; δ in (0, 1); ε, z and the clip C finite and > 0."""
     one_of(
@@ -320,7 +351,7 @@ def one_run_canaries(
     return OneRunSize(int(m), int(r), float(ceiling))
 
 
-def load_file_canary(config: Any, load: Callable[..., Any], **shape: Any) -> Any:
+def load_file_canary(config: _Canaried, load: Callable[..., T], **shape: Any) -> T | None:
     """The ``canary=FILE.h5`` input, `load(FILE, **shape)` (public: the auditor's own input,
     checked in `plan`, before any trial); None for 'worst' / 'random'."""
     from privrl.audit.canary import is_canary_file
@@ -330,7 +361,9 @@ def load_file_canary(config: Any, load: Callable[..., Any], **shape: Any) -> Any
     return load(config.canary, **shape)
 
 
-def canary_episode(config: Any, H: int, S: int, A: int, *, binary: bool = False) -> Any:
+def canary_episode(
+    config: _Canaried, H: int, S: int, A: int, *, binary: bool = False
+) -> TabularCanary | None:
     """The ``canary=FILE`` episode, checked against H, S, A; None for 'worst' / 'random'."""
     from privrl.audit.canary import load_tabular_canary
 
@@ -410,7 +443,7 @@ class AuditResult:
             return "violated"
         return "pass" if math.isfinite(self.metrics["epsilon_claimed"]) else "no claim"
 
-    def roc_plot(self, path: Any) -> None:
+    def roc_plot(self, path: Path) -> None:
         """The attack's ROC curve under the (ε, δ)-DP limit (`privrl.audit.run.roc_plot`)."""
         from privrl.audit.run import roc_plot
 
@@ -436,9 +469,6 @@ def one_run_outcome(
         f"verdict: {metrics['verdict']}"
     )
     return AuditResult(metrics, report, audit.as_trials(), line)
-
-
-C = TypeVar("C", bound=Config)
 
 
 class Audit(Generic[C]):
