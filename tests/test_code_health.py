@@ -150,9 +150,8 @@ FLAG_STRINGS_ALLOWED = {
     "ope/is_estimators.py": 8,
     "ope/targets.py": 47,
     "primorl/dp_fedavg.py": 14,
-    "primorl/mopo.py": 2,
-    "primorl/options.py": 1,
-    "primorl/primorl.py": 4,
+    "primorl/mopo.py": 1,
+    "primorl/primorl.py": 2,
     "rl/policy_files.py": 1,
 }
 
