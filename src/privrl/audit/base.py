@@ -94,7 +94,7 @@ def confidence_field() -> Any:
     return option(0.95, "--confidence", help="Confidence of the ε lower bound.", allow_nan=True)
 
 
-def epsilon_field(help: str = "Claimed ε (the system's budget at --delta).") -> Any:
+def epsilon_field(help: str = "Claimed ε (the system's budget at δ).") -> Any:
     return option(None, "--epsilon", help=help, allow_nan=True)
 
 

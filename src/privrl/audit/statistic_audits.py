@@ -191,9 +191,9 @@ class DpApviAudit(Audit[AuditDpApviConfig]):
 
 
 GPOPE_FILE_HELP = (
-    "one episode in privrl's format and --feature-map SPEC (a privrl feature map of its "
-    "observation space with --features n dimensions): its per-trajectory (Â, b̂, Ĉ) is the "
-    "canary x₁ (x₀ adds no gradient)."
+    "one episode in privrl's format and a declared feature map SPEC (the feature-map option: a "
+    "privrl feature map of its observation space, of n features): its per-trajectory "
+    "(Â, b̂, Ĉ) is the canary x₁ (x₀ adds no gradient)."
 )
 
 
@@ -456,7 +456,7 @@ class AuditDpLswConfig(AuditConfig):
     trials: int = trials_field()
     canary: str = canary_field(
         "one episode with Discrete(S) observations visiting every state: its first-visit "
-        "returns (undiscounted, clipped to --return-range); x₀ drawn like random."
+        "returns (undiscounted, clipped to the declared return range); x₀ drawn like random."
     )
     confidence: float = confidence_field()
 

@@ -99,8 +99,8 @@ class AuditDpSgdConfig(AuditConfig):
     trials: int = trials_field()
     canary: str = canary_field(
         "one episode (or one transition) with Box((3,)) observations, the linear model's "
-        "1 + 2 inputs; the canary's input is the mean of its observations. With --mode "
-        "one-run: --canaries m such episodes, unit j's first input on its own coordinate j."
+        "1 + 2 inputs; the canary's input is the mean of its observations. In one-run mode: "
+        "m such episodes (m canaries), unit j's first input on its own coordinate j."
     )
     confidence: float = confidence_field()
 
@@ -328,7 +328,7 @@ class ExpertDpAudit(Audit[AuditExpertDpConfig]):
 
 
 ONE_RUN_FILE_HELP = (
-    "--canaries m {what} in privrl's format{ids}, Box((3,)) observations (1 + 2 inputs) and "
+    "m {what} (m canaries) in privrl's format{ids}, Box((3,)) observations (1 + 2 inputs) and "
     "Discrete(2) actions: canary j's first input goes on its own coordinate j, the other two "
     "on the background's inputs (as worst's canaries)."
 )
