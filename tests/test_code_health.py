@@ -13,6 +13,7 @@ the CLI stays thin flags over the run layer.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import privrl
@@ -126,3 +127,103 @@ def test_only_the_application_layer_draws_progress_bars() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rich.progress"):
                 drawing.append(path.relative_to(src).as_posix())
     assert drawing == [], drawing
+
+
+# -- library messages name config fields, not flags ---------------------------------------------
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+APPLICATION = ("cli", "runs", "systems")  # the layer that knows the command line's flags
+# Modules still allowed some flag strings, with the most they may hold (a ratchet: lower it
+# when one is reworded, never raise it). The command backends take their input from flags and
+# say which flag a bad value came from; the ledger names the command that creates a ledger and
+# the `--force` beside `overwrite=True`; the rest are reworded file by file.
+FLAG_STRINGS_ALLOWED = {
+    "data/files.py": 1,  # check_output_file(path, flag="--out")
+    "data/tools.py": 19,  # the engine of `privrl data import|export|info`
+    "privacy/calculator.py": 36,  # the engine of `privrl calibrate`
+    "privacy/limits.py": 2,  # check_epsilon / check_delta(value, flag="--epsilon"/"--delta")
+    "privacy/ledger.py": 3,  # `privrl ledger init ...`, `overwrite=True / --force`
+    "data/import_help.py": 7,
+    "data/minari_io.py": 1,
+    "offline/vapvi.py": 1,
+    "ope/importance.py": 7,
+    "ope/is_estimators.py": 8,
+    "ope/targets.py": 47,
+    "primorl/dp_fedavg.py": 14,
+    "primorl/mopo.py": 1,
+    "primorl/primorl.py": 2,
+    "rl/policy_files.py": 1,
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    nodes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, nodes) and node.body and isinstance(node.body[0], ast.Expr):
+            value = node.body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found.add(id(value))
+    return found
+
+
+def _option_arguments(tree: ast.AST) -> set[int]:
+    """Every node inside an `option(...)` call: a config field's flags and its help text are
+    the command line's own (the CLI is generated from them)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name == "option":
+                for arg in [*node.args, *(k.value for k in node.keywords)]:
+                    found.update(id(n) for n in ast.walk(arg))
+    return found
+
+
+def flag_strings(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each string constant of `source` naming a `--flag`, outside docstrings
+    and `option(...)` declarations (f-strings count by their literal parts)."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree) | _option_arguments(tree)
+    return sorted(
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in skip
+        and FLAG.search(node.value)
+    )
+
+
+def test_flag_string_finder_skips_docstrings_and_option_declarations() -> None:
+    source = (
+        '"""Run with `--epsilon`."""\n'
+        "def f(x):\n"
+        '    """--x in a docstring."""\n'
+        '    plt.plot(x, "--")\n'
+        "    y: int = option(1, '--y', help='with --data only')\n"
+        '    raise ValueError(f"--trials must be >= 2, got {x}")\n'
+        "def g():\n"
+        "    return 'pass `max_len=L`; set -q 0.1 or x--y'\n"
+    )
+    assert flag_strings(source) == [(6, "--trials must be >= 2, got ")]
+
+
+def test_library_messages_name_fields_not_flags() -> None:
+    """Outside the application layer (cli, runs, systems), library strings name a setting by
+    its config field (`field` or `field=VALUE`, which the adapters write as the flag); only
+    the modules of `FLAG_STRINGS_ALLOWED` may hold flag strings, at most that many."""
+    over = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.split("/")[0] in APPLICATION:
+            continue
+        found = flag_strings(path.read_text(encoding="utf-8"))
+        if len(found) > FLAG_STRINGS_ALLOWED.get(rel, 0):
+            allowed = FLAG_STRINGS_ALLOWED.get(rel, 0)
+            lines = ", ".join(f"{line}: {text[:40]!r}" for line, text in found[:5])
+            over.append(f"{rel}: {len(found)} flag strings (allowed {allowed}): {lines}")
+    assert not over, "name the config field instead of the flag:\n" + "\n".join(over)
+    for rel in FLAG_STRINGS_ALLOWED:
+        assert (SRC / rel).is_file(), f"{rel} no longer exists: drop it from the allow-list"

@@ -391,7 +391,7 @@ def test_reference_return_and_random_return_given_as_numbers(
     assert code == 0, err
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["normalised_score"] == pytest.approx((metrics["return_mean"] - 5) / 25)
-    assert metrics["reference_returns"]["source"] == "--reference-return"
+    assert metrics["reference_returns"]["source"] == "reference_return"
     # a number given on the command line is public input, not a twin on this data
     assert metrics["reference_return_outside_guarantee"] is False
     notes = json.loads((out / "privacy.json").read_text())["notes"]

@@ -425,7 +425,7 @@ def test_max_len_must_be_public(consensus_data):
     trajectory of the private data: without a declared horizon or max_len the filter refuses,
     and a horizon the metadata mark as inferred from the data is not public."""
     ex, ds = consensus_data
-    with pytest.raises(ValueError, match="--max-len"):
+    with pytest.raises(ValueError, match="pass `max_len=L`"):
         data_release(
             ds.with_metadata(ds.metadata.replace(horizon=None)), ex, **BUDGET, rng=noise_rng(1)
         )

@@ -81,7 +81,7 @@ def test_discount_mass_and_return_bounds() -> None:
     assert discount_mass(1.0, 7) == 7.0
     assert discount_mass(0.9, 3) == pytest.approx(1 + 0.9 + 0.81)
     assert discount_mass(0.9, None) == pytest.approx(10.0)
-    with pytest.raises(ValueError, match="--max-horizon"):
+    with pytest.raises(ValueError, match="pass `max_horizon=H`"):
         discount_mass(1.0, None)
     assert return_bounds((-1.0, 2.0), 1.0, 4) == (-4.0, 8.0)
     assert return_bounds((0.5, 2.0), 1.0, 4) == (0.5, 8.0)  # 0 outside: one step at least

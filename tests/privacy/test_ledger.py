@@ -692,7 +692,7 @@ def test_refuses_overspend_with_remaining_budget_in_message(dataset):
     assert f"ε={left} left of its budget ε_total=1 at δ=1e-05 (ε={spent} spent)" in msg
     total = fmt_number(ledger.would_spend(big), 4)
     assert f"composed with the 1 recorded run(s) it would reach ε={total}, above ε_total=1" in msg
-    assert "lower this run's budget (a smaller --epsilon" in msg
+    assert "lower this run's budget (a smaller ε, more noise" in msg
     before = ledger.path.read_bytes()
     with pytest.raises(BudgetExceededError):
         ledger.record(big)

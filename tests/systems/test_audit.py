@@ -104,13 +104,13 @@ def test_published_files_besides_metrics_do_not_depend_on_the_trials(
 @pytest.mark.parametrize(
     ("system", "key", "flag_value", "toml_value", "meaning"),
     [
-        ("audit-gpope", "trials", "1", 1, "must be >= 2, got 1; pass e.g. --trials 100000"),
+        ("audit-gpope", "trials", "1", 1, "must be >= 2, got 1 (e.g. 100000)"),
         (
             "audit-gpope",
             "trials",
             "30000000",
             30_000_000,
-            "run several audits with different --seed instead",
+            "run several audits with different seeds instead",
         ),
         (
             "audit-gpope",

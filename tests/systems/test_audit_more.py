@@ -209,7 +209,7 @@ def test_noise_multiplier_is_resolved_once_for_every_dp_sgd_style_audit() -> Non
     ],
 )
 def test_dp_sgd_audit_refuses_bad_noise_settings(values: dict[str, Any]) -> None:
-    """`check_noise_flags` and `check_rate`: one noise setting, δ in (0, 1), ε, z, C finite and
+    """`check_noise_settings` and `check_rate`: one noise setting, δ in (0, 1), ε, z, C finite and
     positive, q in (0, 1] — refused when the config is built."""
     with pytest.raises(ValueError):
         AuditDpSgdConfig(**values)

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from privrl.config import ConfigError
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 
@@ -100,9 +101,9 @@ class AuditTrials:
 
 def _check_trials(trials: int, canary: str, *, file: bool = False) -> int:
     if int(trials) < 2:
-        raise ValueError(f"--trials must be >= 2, got {trials}")
+        raise ConfigError("trials", f"must be >= 2, got {trials}")
     if canary not in ("worst", "random") and not (file and canary == "file"):
-        raise ValueError(f"--canary must be 'worst' or 'random', got {canary!r}")
+        raise ConfigError("canary", f"must be 'worst' or 'random', got {canary!r}")
     return int(trials)
 
 
@@ -163,7 +164,7 @@ def calibrate_apvi_rho(epsilon: float, delta: float, H: int, S: int, A: int) -> 
 def calibrate(eps_of: Callable[[float], float], epsilon: float) -> float:
     """The largest budget b (to 0.1%) with eps_of(b) ≤ `epsilon` (eps_of increasing in b)."""
     if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"--epsilon must be finite and > 0, got {epsilon}")
+        raise ConfigError("epsilon", f"must be finite and > 0, got {epsilon}")
     lo, hi = 1e-8, max(epsilon, 1e-6)
     while eps_of(hi) <= epsilon:
         lo, hi = hi, hi * 4.0
@@ -245,7 +246,7 @@ def audit_dp_apvi(
     report = apvi_claimed(H, S, A, privacy)
     plan = noise_plan(H, S, A, privacy, 0.1)
     if plan.families != ("n_sa", "n_sas"):
-        raise ValueError("the audit covers the count families only (no --privatize-rewards)")
+        raise ValueError("the audit covers the count families only (privatize_rewards must be off)")
     copies = math.ceil(6.0 * plan.scale) + 1 if canary in ("worst", "file") else 0
     d_s, d_a, d1_s, d1_a = _apvi_trajectories(
         H, S, A, n_background=n_background, canary=canary, copies=copies, rng=rng, episode=episode
@@ -393,15 +394,15 @@ def audit_gpope(
     m, iterations, n = int(m), int(iterations), int(features)
     if m < 1 or iterations < 1 or n < 1:
         raise ValueError(
-            f"need --m >= 1, --iterations >= 1, --features >= 1 (m={m}, N={iterations})"
+            f"need m >= 1, iterations >= 1, features >= 1 (m={m}, N={iterations}, n={n})"
         )
     if not (math.isfinite(clip) and clip > 0):
-        raise ValueError(f"--clip must be finite and > 0, got {clip}")
+        raise ConfigError("clip", f"must be finite and > 0, got {clip}")
     if (epsilon is None) == (sigma is None):
-        raise ValueError("give exactly one of --epsilon (σ calibrated) or --sigma")
+        raise ValueError("give exactly one of epsilon (σ calibrated) or sigma")
     sig = calibrated_sigma(epsilon, delta, m, iterations, "rigorous") if sigma is None else sigma
     if not (math.isfinite(sig) and sig >= 0):
-        raise ValueError(f"--sigma must be finite and >= 0, got {sig}")
+        raise ConfigError("sigma", f"must be finite and >= 0, got {sig}")
     claimed = gpope_claimed(sig, m, iterations, delta)
 
     A_ = np.zeros((m, n, n))
@@ -413,7 +414,7 @@ def audit_gpope(
         if sA.shape != (n, n) or sb.shape != (n,) or sC.shape != (n, n):
             raise ValueError(
                 f"the canary's statistics have {sb.shape[0]} features, the audit's n = {n}; "
-                "set --features"
+                "set features"
             )
         x0_b, x1_b = np.zeros(n), sb
         A1, C1 = A_.copy(), C_.copy()

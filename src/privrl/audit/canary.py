@@ -1,4 +1,4 @@
-"""`--canary FILE`: a canary unit given as a privrl dataset file (HDF5).
+"""`canary=FILE`: a canary unit given as a privrl dataset file (HDF5).
 
 The file is the audit's own, public input (the unit the auditor inserts), never the private
 data. What it must hold depends on the audited system's unit (docs/audit.md, "Canaries"):
@@ -9,16 +9,16 @@ data. What it must hold depends on the audited system's unit (docs/audit.md, "Ca
   returns (undiscounted, clipped to the declared return range) (`load_lsw_canary`);
 - DP-VAPVI: one episode with `Box((d,))` observations: φ is its first observation (scaled to
   ‖φ‖ ≤ 1), its return (clipped to [0, H]) the next value (`load_feature_canary`);
-- GPOPE: one episode and a declared feature map (`--feature-map`, a privrl feature spec built
+- GPOPE: one episode and a declared feature map (`feature_map`, a privrl feature spec built
   on the file's observation space, of the audit's n features): its per-trajectory (Â, b̂, Ĉ)
   on-policy (ρ = 1) at the audit's γ (`load_gpope_canary`);
 - DP-SGD: one episode (or one transition) with `Box((p,))` observations, p the audited model's
   dimension: the unit's input is the mean of its transitions' observations
   (`load_gradient_canary`);
-- DP-SGD `--mode one-run`: m episodes (m = `--canaries`), each a unit as above with
+- DP-SGD `mode='one-run'`: m episodes (m = `canaries`), each a unit as above with
   `Box((1 + dim,))` observations: unit j's first input goes on its own coordinate j, the rest
   on the background's `dim` inputs, as the worst canaries are (`load_gradient_canaries`);
-- expert-dp-sgd and PRIMORL (one run): m canary units (m = `--canaries`): m experts (unit ids;
+- expert-dp-sgd and PRIMORL (one run): m canary units (m = `canaries`): m experts (unit ids;
   without ids, one episode each) or m trajectories, with `Box((1 + 2,))` observations and
   `Discrete(2)` actions; each observation's first input goes on the unit's own coordinate j,
   the other two on the background's inputs, as the worst canaries are
@@ -27,7 +27,8 @@ data. What it must hold depends on the audited system's unit (docs/audit.md, "Ca
   actions: its greedy action in each state is the one it takes most often there
   (`load_expert_canary`).
 
-A mismatch is refused with a message naming the field and the audit's value. Declared bounds
+A mismatch is refused with a `ConfigError` on the field `canary` whose message names the
+setting to change and the audit's value. Declared bounds
 (‖φ‖ ≤ 1, the return range) are enforced by scaling or clipping, as the systems do. A file
 whose episodes have a privacy ledger (`privrl.privacy.ledger.ledgered`) is refused before its
 records are read (`refuse_ledgered`): an audit publishes statistics of its canary with no
@@ -41,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from privrl.config import ConfigError
 
 __all__ = [
     "CANARY_SUFFIXES",
@@ -63,7 +66,7 @@ CANARY_SUFFIXES = (".h5", ".hdf5")
 
 
 def is_canary_file(value: str) -> bool:
-    """Whether a --canary value names a dataset file (rather than 'worst' / 'random')."""
+    """Whether a `canary` value names a dataset file (rather than 'worst' / 'random')."""
     return str(value).lower().endswith(CANARY_SUFFIXES)
 
 
@@ -79,9 +82,11 @@ class TabularCanary:
 def _load(path: str | Path) -> tuple[str, Any]:
     from privrl.data.io import load_hdf5
 
-    where = f"--canary {path}"
+    where = str(path)
     if not Path(path).is_file():
-        raise ValueError(f"{where}: no such file; give a privrl dataset (.h5) holding the canary")
+        raise ConfigError(
+            "canary", f"{where}: no such file; give a privrl dataset (.h5) holding the canary"
+        )
     refuse_ledgered(path)
     return where, load_hdf5(path)
 
@@ -99,28 +104,32 @@ def refuse_ledgered(path: str | Path) -> None:
 
     why = ledgered(path)
     if why is not None:
-        raise ValueError(
-            f"--canary {path}: refused, {why}: an audit's outputs (scores, AUC, threshold) are "
+        raise ConfigError(
+            "canary",
+            f"{path}: refused, {why}: an audit's outputs (scores, AUC, threshold) are "
             "computed from the canary's records without a privacy mechanism, so they would "
             "publish that data unprotected; write the canary from synthetic or public episodes "
-            "into a file of its own (no ledger, not a copy of ledgered episodes) or use "
-            "--canary worst | random"
+            "into a file of its own (no ledger, not a copy of ledgered episodes) or use a "
+            "synthetic canary (`canary=worst` or `canary=random`)",
         )
 
 
 def _one_episode(where: str, ds: Any) -> Any:
     if ds.n_episodes != 1:
-        raise ValueError(f"{where}: holds {ds.n_episodes} episodes; a canary is one episode")
+        raise ConfigError(
+            "canary", f"{where}: holds {ds.n_episodes} episodes; a canary is one episode"
+        )
     return ds.episode(0)
 
 
-def _discrete(where: str, name: str, space: Any, n: int, flag: str) -> None:
+def _discrete(where: str, name: str, space: Any, n: int, setting: str) -> None:
     from gymnasium import spaces
 
     if not isinstance(space, spaces.Discrete) or int(space.n) != n:
-        raise ValueError(
+        raise ConfigError(
+            "canary",
             f"{where}: its {name} space is {space}, the audit's is Discrete({n}); write the "
-            f"canary in the audited problem's spaces or set {flag}"
+            f"canary in the audited problem's spaces or set {setting}",
         )
 
 
@@ -128,9 +137,10 @@ def _box(where: str, space: Any, p: int, what: str, fix: str) -> None:
     from gymnasium import spaces
 
     if not isinstance(space, spaces.Box) or tuple(space.shape) != (p,):
-        raise ValueError(
+        raise ConfigError(
+            "canary",
             f"{where}: its observation space is {space}, the audit's {what} is Box(shape=({p},)); "
-            f"{fix}"
+            f"{fix}",
         )
 
 
@@ -142,24 +152,28 @@ def load_tabular_canary(
 
     where, ds = _load(path)
     md = ds.metadata
-    for name, space, n, flag in (
-        ("observation", md.observation_space, S, "--states"),
-        ("action", md.action_space, A, "--actions"),
+    for name, space, n, setting in (
+        ("observation", md.observation_space, S, "`states`"),
+        ("action", md.action_space, A, "`actions`"),
     ):
         if not isinstance(space, spaces.Discrete) or int(space.n) != n:
-            raise ValueError(
+            raise ConfigError(
+                "canary",
                 f"{where}: its {name} space is {space}, the audit's is Discrete({n}); write the "
-                f"canary in the audited MDP's spaces or set {flag}"
+                f"canary in the audited MDP's spaces or set {setting}",
             )
     ep = _one_episode(where, ds)
     if ep.length != H:
-        raise ValueError(
+        raise ConfigError(
+            "canary",
             f"{where}: its episode has {ep.length} steps, the audit's horizon is H = {H}; "
-            "give an episode of H steps or set --horizon"
+            "give an episode of H steps or set `horizon`",
         )
     rewards = np.asarray(ep.rewards, dtype=np.float64)
     if binary_rewards and not np.all((rewards == 0) | (rewards == 1)):
-        raise ValueError(f"{where}: SDP-PE's rewards are binary; the canary's must be 0 or 1")
+        raise ConfigError(
+            "canary", f"{where}: SDP-PE's rewards are binary; the canary's must be 0 or 1"
+        )
     return TabularCanary(
         states=np.asarray(ep.observations, dtype=np.int64).reshape(H + 1),
         actions=np.asarray(ep.actions, dtype=np.int64).reshape(H),
@@ -172,15 +186,16 @@ def load_lsw_canary(path: str | Path, *, S: int, return_range: float) -> np.ndar
     (undiscounted, clipped to [0, return_range], the declared range). Every state must be
     visited: the audit's trajectories all visit every state (tabular Φ = I)."""
     where, ds = _load(path)
-    _discrete(where, "observation", ds.metadata.observation_space, S, "--states")
+    _discrete(where, "observation", ds.metadata.observation_space, S, "`states`")
     ep = _one_episode(where, ds)
     obs = np.asarray(ep.observations, dtype=np.int64).reshape(-1)[: ep.length]
     rewards = np.asarray(ep.rewards, dtype=np.float64).reshape(-1)
     missing = sorted(set(range(S)) - set(obs.tolist()))
     if missing:
-        raise ValueError(
+        raise ConfigError(
+            "canary",
             f"{where}: its episode never visits state(s) {missing[:5]}; DP-LSW's audit has "
-            f"every trajectory visit all S = {S} states (set --states or extend the episode)"
+            f"every trajectory visit all S = {S} states (set `states` or extend the episode)",
         )
     to_go = np.cumsum(rewards[::-1])[::-1]  # return-to-go from each step
     first = np.array([int(np.flatnonzero(obs == s)[0]) for s in range(S)])
@@ -191,11 +206,11 @@ def load_feature_canary(path: str | Path, *, d: int, H: int) -> tuple[np.ndarray
     """DP-VAPVI's canary: φ = the episode's first observation scaled to ‖φ‖ ≤ 1 (the declared
     feature bound) and its next value V = its return clipped to [0, H]."""
     where, ds = _load(path)
-    _box(where, ds.metadata.observation_space, d, "feature map φ", "set --features")
+    _box(where, ds.metadata.observation_space, d, "feature map φ", "set `features`")
     ep = _one_episode(where, ds)
     phi = np.asarray(ep.observations, dtype=np.float64).reshape(-1, d)[0]
     if not np.all(np.isfinite(phi)):
-        raise ValueError(f"{where}: its first observation is not finite")
+        raise ConfigError("canary", f"{where}: its first observation is not finite")
     phi = phi / max(float(np.linalg.norm(phi)), 1.0)
     value = float(np.clip(np.sum(np.asarray(ep.rewards, dtype=np.float64)), 0.0, float(H)))
     return phi, value
@@ -211,26 +226,30 @@ def load_gpope_canary(
     from privrl.rl.features import make_features
 
     if not feature_map:
-        raise ValueError(
-            f"--canary {path}: GPOPE's canary file needs a declared feature map; pass "
-            "--feature-map SPEC (e.g. onehot, fourier:3) of --features n dimensions"
+        raise ConfigError(
+            "feature_map",
+            f"is required with the canary file {path}: GPOPE's canary file needs a declared "
+            "feature map SPEC (e.g. onehot, fourier:3) of n = `features` dimensions",
         )
     where, ds = _load(path)
     try:
         phi = make_features(feature_map, ds.metadata.observation_space)
     except ValueError as exc:
-        raise ValueError(f"{where}: --feature-map {feature_map}: {exc}") from exc
+        raise ConfigError(
+            "feature_map", f"{feature_map} on the canary file {where}: {exc}"
+        ) from exc
     if int(phi.dim) != n:
-        raise ValueError(
-            f"{where}: --feature-map {feature_map} on its observation space "
+        raise ConfigError(
+            "canary",
+            f"{where}: `feature_map={feature_map}` on its observation space "
             f"{ds.metadata.observation_space} has {phi.dim} features, the audit's is n = {n}; "
-            f"set --features {phi.dim} or choose another feature map"
+            f"set `features={phi.dim}` or choose another feature map",
         )
     _one_episode(where, ds)
     stats = trajectory_stats(ds, phi, gamma)
     A, b, C = stats.A[0], stats.b[0], stats.C[0]
     if not (np.all(np.isfinite(A)) and np.all(np.isfinite(b)) and np.all(np.isfinite(C))):
-        raise ValueError(f"{where}: its statistics are not finite (check its rewards)")
+        raise ConfigError("canary", f"{where}: its statistics are not finite (check its rewards)")
     return A, b, C
 
 
@@ -248,7 +267,7 @@ def load_gradient_canary(path: str | Path, *, p: int) -> np.ndarray:
     ep = _one_episode(where, ds)
     obs = np.asarray(ep.observations, dtype=np.float64).reshape(-1, p)[: max(ep.length, 1)]
     if not np.all(np.isfinite(obs)):
-        raise ValueError(f"{where}: its observations are not finite")
+        raise ConfigError("canary", f"{where}: its observations are not finite")
     return obs.mean(axis=0)
 
 
@@ -265,9 +284,10 @@ def load_gradient_canaries(path: str | Path, *, p: int, m: int) -> np.ndarray:
         f"write each unit's observations as 1 + {p - 1} inputs (its own coordinate first)",
     )
     if ds.n_episodes != m:
-        raise ValueError(
-            f"{where}: holds {ds.n_episodes} episodes, the audit inserts --canaries {m}; give "
-            f"one episode per canary or set --canaries {ds.n_episodes}"
+        raise ConfigError(
+            "canary",
+            f"{where}: holds {ds.n_episodes} episodes, the audit inserts `canaries={m}`; give "
+            f"one episode per canary or set `canaries={ds.n_episodes}`",
         )
     units = np.empty((m, p))
     for j in range(m):
@@ -275,12 +295,13 @@ def load_gradient_canaries(path: str | Path, *, p: int, m: int) -> np.ndarray:
         obs = np.asarray(ep.observations, dtype=np.float64).reshape(-1, p)[: max(ep.length, 1)]
         units[j] = obs.mean(axis=0)
     if not np.all(np.isfinite(units)):
-        raise ValueError(f"{where}: its observations are not finite")
+        raise ConfigError("canary", f"{where}: its observations are not finite")
     zero = np.flatnonzero(~units.any(axis=1))
     if zero.size:
-        raise ValueError(
+        raise ConfigError(
+            "canary",
             f"{where}: canary unit(s) {zero[:5].tolist()} are 0: their gradient moves nothing; "
-            "give nonzero units"
+            "give nonzero units",
         )
     return units
 
@@ -322,11 +343,14 @@ def load_one_run_canaries(
         f"write each observation as 1 + {inputs - 1} inputs (the unit's own coordinate first)",
     )
     if not continuous:
-        _discrete(where, "action", md.action_space, actions, "no flag: the audit's learner has 2")
+        _discrete(
+            where, "action", md.action_space, actions, "no setting: the audit's learner has 2"
+        )
     elif not isinstance(md.action_space, spaces.Box) or md.action_space.shape != (actions,):
-        raise ValueError(
+        raise ConfigError(
+            "canary",
             f"{where}: its action space is {md.action_space}, the audit's is "
-            f"Box(shape=({actions},)); write the canary's actions as {actions}-vectors"
+            f"Box(shape=({actions},)); write the canary's actions as {actions}-vectors",
         )
     ids = np.asarray(ds.episode_unit_ids)
     if unit == "trajectory":
@@ -334,23 +358,28 @@ def load_one_run_canaries(
     groups = np.unique(ids)
     noun = "experts (unit ids)" if unit == "expert" else "episodes"
     if groups.size != m:
-        raise ValueError(
-            f"{where}: holds {groups.size} {noun}, the audit inserts --canaries {m}; give one "
-            f"{unit} per canary or set --canaries {groups.size}"
+        raise ConfigError(
+            "canary",
+            f"{where}: holds {groups.size} {noun}, the audit inserts `canaries={m}`; give one "
+            f"{unit} per canary or set `canaries={groups.size}`",
         )
     units: list[list[CanaryEpisode]] = [[] for _ in range(m)]
     slot = {int(g): j for j, g in enumerate(groups.tolist())}
     for i in range(ds.n_episodes):
         ep = ds.episode(i)
         if ep.length < 1:
-            raise ValueError(f"{where}: episode {i} has no step; give episodes of >= 1 step")
+            raise ConfigError(
+                "canary", f"{where}: episode {i} has no step; give episodes of >= 1 step"
+            )
         obs = np.asarray(ep.observations, dtype=np.float64).reshape(-1, inputs)
         rewards = np.asarray(ep.rewards, dtype=np.float64).reshape(-1)
         if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))):
-            raise ValueError(f"{where}: episode {i} has non-finite observations or rewards")
+            raise ConfigError(
+                "canary", f"{where}: episode {i} has non-finite observations or rewards"
+            )
         act = np.asarray(ep.actions)
         if continuous and not np.all(np.isfinite(act)):
-            raise ValueError(f"{where}: episode {i} has non-finite actions")
+            raise ConfigError("canary", f"{where}: episode {i} has non-finite actions")
         units[slot[int(ids[i])]].append(
             CanaryEpisode(
                 observations=obs,
@@ -417,15 +446,16 @@ def load_expert_canary(path: str | Path, *, L: int, A: int) -> np.ndarray:
     never visit (the audit draws a uniformly random action there, as ``random``)."""
     where, ds = _load(path)
     md = ds.metadata
-    _discrete(where, "observation", md.observation_space, L, "--max-len")
-    _discrete(where, "action", md.action_space, A, "--actions")
+    _discrete(where, "observation", md.observation_space, L, "`max_len`")
+    _discrete(where, "action", md.action_space, A, "`actions`")
     if ds.n_episodes < 1:
-        raise ValueError(f"{where}: holds no episode; give the canary expert's episodes")
+        raise ConfigError("canary", f"{where}: holds no episode; give the canary expert's episodes")
     ids = getattr(ds, "unit_ids", None)
     if ids is not None and np.unique(np.asarray(ids)).size > 1:
-        raise ValueError(
+        raise ConfigError(
+            "canary",
             f"{where}: holds {np.unique(np.asarray(ids)).size} experts (unit ids); a canary is "
-            "one expert's episodes"
+            "one expert's episodes",
         )
     tally = np.zeros((L, A), dtype=np.int64)
     for i in range(ds.n_episodes):

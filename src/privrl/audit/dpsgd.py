@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
+from privrl.config import ConfigError
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 
@@ -137,12 +138,15 @@ class DPSGDAuditSettings:
 
     def check(self) -> None:
         if not 0.0 < self.rate <= 1.0:
-            raise ValueError(f"--rate must be in (0, 1], got {self.rate}")
+            raise ConfigError("rate", f"must be in (0, 1], got {self.rate}")
         if self.steps < 1 or self.background < 0 or self.dim < 1:
-            raise ValueError(f"need --steps >= 1, --background >= 0, dim >= 1 (steps={self.steps})")
+            raise ValueError(
+                f"need steps >= 1, background >= 0, dim >= 1 (steps={self.steps}, "
+                f"background={self.background}, dim={self.dim})"
+            )
         for name, v in (("clip", self.clip), ("lr", self.lr)):
             if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"--{name} must be finite and > 0, got {v}")
+                raise ConfigError(name, f"must be finite and > 0, got {v}")
 
 
 _HEADS_FLOATS = 6_000_000  # the largest [R·n, R] forward pass of one trainer call
@@ -479,10 +483,12 @@ def audit_dp_sgd_one_run(
     if units is not None:
         canary = "file"  # type: ignore[assignment]
     elif canary not in ("worst", "random"):
-        raise ValueError(f"--canary must be 'worst' or 'random', got {canary!r}")
+        raise ConfigError("canary", f"must be 'worst' or 'random', got {canary!r}")
     m, r = int(canaries), int(guesses)
     if m < 2 or not (2 <= r <= m) or r % 2:
-        raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
+        raise ValueError(
+            f"need canaries >= 2 and an even guesses in [2, canaries], got m={m}, r={r}"
+        )
     sgd = settings
     sgd.check()
     units = _units(sgd.background, m, sgd.dim, canary, sgd.clip, rng, unit=units)

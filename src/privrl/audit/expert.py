@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batches
+from privrl.config import ConfigError
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
 
@@ -422,13 +423,15 @@ def audit_expert_dp_sgd_one_run(
     if file is not None:
         canary = "file"
         if len(file) != m:
-            raise ValueError(f"a file canary is --canaries {m} experts, got {len(file)}")
+            raise ConfigError("canaries", f"is {m}, but the canary file holds {len(file)} experts")
     elif canary not in ("worst", "random"):
-        raise ValueError(f"--canary must be 'worst' or 'random', got {canary!r}")
+        raise ConfigError("canary", f"must be 'worst' or 'random', got {canary!r}")
     if m < 2 or not (2 <= r <= m) or r % 2:
-        raise ValueError(f"need --canaries >= 2 and an even --guesses in [2, canaries], got {r}")
+        raise ValueError(
+            f"need canaries >= 2 and an even guesses in [2, canaries], got m={m}, r={r}"
+        )
     if steps < 1 or background < 0:
-        raise ValueError(f"need --steps >= 1 and --background >= 0, got {steps}, {background}")
+        raise ValueError(f"need steps >= 1 and background >= 0, got {steps}, {background}")
     units = m + int(background)
     b = units if batch_size is None else int(batch_size)
     seeds = rng.spawn(3)

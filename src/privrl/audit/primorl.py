@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from privrl.audit.dpsgd import OneRunAudit
+from privrl.config import ConfigError
 from privrl.privacy.noise import NoiseSource
 
 __all__ = ["PrimorlAuditSetup", "audit_primorl_one_run", "n_params", "primorl_plan"]
@@ -79,11 +80,13 @@ class PrimorlAuditSetup:
     def __post_init__(self) -> None:
         if self.file is not None:
             if self.canary != "file" or len(self.file) != self.canaries:
-                raise ValueError(
-                    f"a file canary is --canaries {self.canaries} trajectories (canary='file')"
+                raise ConfigError(
+                    "canaries",
+                    f"is {self.canaries}: a file canary holds that many trajectories "
+                    "(canary='file')",
                 )
         elif self.canary not in ("worst", "random"):
-            raise ValueError(f"--canary must be 'worst' or 'random', got {self.canary!r}")
+            raise ConfigError("canary", f"must be 'worst' or 'random', got {self.canary!r}")
         for name in ("canaries", "length", "dim", "members", "hidden"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -221,10 +224,10 @@ def audit_primorl_one_run(
     from privrl.primorl.dynamics import DynamicsConfig, DynamicsModel
 
     if statistic not in ("loss", "gradient"):
-        raise ValueError(f"--statistic must be 'loss' or 'gradient', got {statistic!r}")
+        raise ConfigError("statistic", f"must be 'loss' or 'gradient', got {statistic!r}")
     m, r = setup.canaries, int(guesses)
     if not (2 <= r <= m) or r % 2:
-        raise ValueError(f"--guesses must be even and in [2, canaries = {m}], got {r}")
+        raise ConfigError("guesses", f"must be even and in [2, canaries = {m}], got {r}")
     if plan.K != setup.units:
         raise ValueError(f"the plan's K = {plan.K} must be the audit's {setup.units} trajectories")
     seeds = rng.spawn(4)
@@ -239,7 +242,9 @@ def audit_primorl_one_run(
     included = rng.integers(0, 2, size=m).astype(bool)
     drawn = _random_canaries(setup, rng.spawn(1)[0]) if setup.canary == "random" else None
     if drawn is not None and statistic == "gradient":
-        raise ValueError("--statistic gradient needs --canary worst (its own row of w0)")
+        raise ConfigError(
+            "statistic", "gradient needs canary='worst' (its own row of w0), not 'random'"
+        )
     if setup.canary == "file":
         drawn = _file_canaries(setup)
     counts = (

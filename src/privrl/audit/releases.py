@@ -1,4 +1,4 @@
-"""Membership attacks on DP-VAPVI, DP-LSW and SDP-PE, with vectorised trials (issue 17).
+"""Membership attacks on DP-VAPVI, DP-LSW and SDP-PE, with vectorised trials.
 
 Same game as `privrl.audit.attacks`: replace-one (trajectory for DP-VAPVI and DP-LSW, user for
 SDP-PE), D = D₀ ∪ {x₀} and D' = D₀ ∪ {x₁}, b ~ Ber(½) per trial, one call of the system's own

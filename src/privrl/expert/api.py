@@ -227,7 +227,7 @@ def fit_expert_dp(
     r.params.derive(
         "private DP-SGD steps K",
         training.private_steps,
-        "from the budget by the PLD accountant (or --steps), with the public step coins",
+        "from the budget by the PLD accountant (or `steps`), with the public step coins",
     )
     r.params.derive("training steps", training.steps, "the public step coins up to step K")
     report = finish_report(result.report, r)
@@ -338,8 +338,8 @@ def expert_data(
     if units and dataset.unit_ids is None:
         raise ValueError(
             "the dataset has no expert ids (unit_ids is None): expert-level privacy needs the "
-            "expert of every trajectory; import the data with --unit column=NAME (each "
-            "episode's expert) or --unit episode (each episode its own expert)"
+            "expert of every trajectory; import the data with each episode's expert as its "
+            "unit (a unit column) or with every episode its own unit (unit 'episode')"
         )
     obs = np.asarray(dataset.observations)
     if obs.ndim != 2:

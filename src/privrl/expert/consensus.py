@@ -455,7 +455,7 @@ def resolve_max_len(metadata: Any, max_len: int | None) -> tuple[int, str]:
     raise ValueError(
         "the consensus filter's maximum trajectory length L sets δ' = δ1/(2TL) and the "
         f"threshold shift, so it must be public, but the dataset's metadata {why}; pass "
-        "--max-len L (max_len=L), the longest trajectory the data may hold (it is never taken "
+        "`max_len=L`, the longest trajectory the data may hold (it is never taken "
         "from the private data; longer trajectories are truncated to L for the filter)"
     )
 

@@ -368,7 +368,7 @@ def plan_dp_sgd(
         params.derive(
             "private steps N",
             n_steps,
-            "--steps"
+            "`steps`"
             if config.steps is not None
             else "largest count within (ε, δ) at most the steps cap, PLD accountant",
         )

@@ -123,7 +123,7 @@ def resolve_delta(params: PublicParameters, given: float | None, m: int) -> floa
     """δ: ``delta``, else 1/m (the paper's choice)."""
     if given is not None:
         return float(params.resolve("δ", flag=given, fix="pass `delta`"))
-    delta = params.derive("δ", 1.0 / m, "1/m (the paper's choice; --delta overrides)")
+    delta = params.derive("δ", 1.0 / m, "1/m (the paper's choice; `delta` overrides)")
     if not 0 < delta < 1:
         raise ValueError(f"the default δ = 1/m needs m >= 2 experts, got m = {m}; pass `delta`")
     return float(delta)
@@ -149,7 +149,7 @@ def eval_setup(
 ) -> dict[str, Any]:
     """What the evaluation will be (published beside the config), from the metadata only."""
     if no_eval:
-        return {"evaluation": "skipped (--no-eval)"}
+        return {"evaluation": "skipped (`no_eval`)"}
     import gymnasium as gym
 
     from privrl.envs import register_envs
@@ -225,7 +225,7 @@ class Reference:
     def given(cls, reference_return: float | None, random_return: float | None) -> Reference:
         """The references a config gives as numbers (``reference_return``, ``random_return``)."""
         if reference_return is not None:
-            return cls(reference_return, random_return, "--reference-return", explicit=True)
+            return cls(reference_return, random_return, "reference_return", explicit=True)
         return cls(random=random_return, explicit=random_return is not None)
 
     @property

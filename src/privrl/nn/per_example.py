@@ -21,18 +21,12 @@ Three implementations:
   Σ_{t,t'} (g_t·g_t')(x_t·x_t') (Li et al. 2022, "ghost clipping"), and the clipped sum is one
   matmul Σ_i s_i g_i x_iᵀ. Memory O(B·width) instead of O(B·params).
 
-Measured (benchmarks/bench_expert_dpsgd.py, results/expert_dpsgd.json: 2-core CPU under load
-from other jobs, torch 2.13, 1 thread, float32, B = 256, MLP 4-256-256-2; timings interleaved,
-ratios from one run):
-
-* per-example gradients, CQL: loop 279 ms, vmap 57.7 ms, batched 57.7 ms; BCQ (two MLPs):
-  loop 611 ms, vmap 141 ms, batched 133 ms. Batched and vmap are tied within noise (1.00× and
-  1.06×); ``"batched"`` is the default (faster on BCQ), both ~5× faster than the loop. Their
-  cost is writing the [B, 256, 256] per-example weight gradients, not the arithmetic.
-* clipped sum, CQL: vmap 68.4 ms, batched 58.4 ms, ghost 5.6 ms; BCQ: 165 / 182 / 14.3 ms →
-  ``"ghost"`` is the default for DP-SGD (12× faster than vmap). A whole expert-level DP-SGD
-  step (sampling, clipped sum, noise, Adam) costs 1.58× (CQL) and 1.63× (BCQ) an ordinary
-  minibatch step of the same size; with materialised gradients it would be 12.6×.
+Defaults, from `benchmarks/bench_expert_dpsgd.py` (its numbers in
+`benchmarks/results/expert_dpsgd.json`): per-example gradients are ``"batched"`` (tied with
+vmap on CQL, faster on BCQ, both several times faster than a loop; their cost is writing the
+[B, width, width] per-example weight gradients, not the arithmetic), and DP-SGD's clipped sum
+is ``"ghost"`` (an order of magnitude faster than vmap, so a whole expert-level DP-SGD step
+costs well under twice an ordinary minibatch step of the same size).
 
 Every norm computed here is of private data: it is returned for tests and diagnostics only and
 must not be published.

@@ -348,7 +348,7 @@ def get_domain(name: str, *, seed: int = 0, **overrides: Any) -> OpeDomain:
     if mode not in ("off-policy", "on-policy"):
         raise ValueError(f"mode must be 'off-policy' or 'on-policy', got {mode!r}")
     progress = overrides.get("progress")
-    progress = progress if callable(progress) else None  # (False: none, as before callbacks)
+    progress = progress if callable(progress) else None  # (False, or not given: none)
     use_cache = bool(overrides.get("cache", True))
     seed = int(seed)
     if key == "mountain-car":

@@ -9,7 +9,7 @@ the return-to-go over at most H steps (h = 0..H-1 in code) has
     B_H = Σ_{t<H} γ^t = (1 − γ^H)/(1 − γ)   (H when γ = 1; B_1 = 1 for every γ)
 
 as its discount mass, so the bound is (b − a)·B_H when a ≤ 0 ≤ b (`return_bounds`). H comes
-from `--max-horizon` or the dataset's public metadata (`PublicParameters`), never from the
+from `max_horizon` or the dataset's public metadata (`PublicParameters`), never from the
 longest episode.
 
 Enforcement. `truncate` drops every step t ≥ H of every episode (a fixed rule: which steps
@@ -37,8 +37,8 @@ def discount_mass(gamma: float, horizon: int | None) -> float:
     if horizon is None:
         if not 0.0 <= g < 1.0:
             raise ValueError(
-                f"γ = {g:g} needs a finite horizon to bound a return; pass --max-horizon H "
-                "(the number of steps of an episode that count) or use --gamma below 1"
+                f"γ = {g:g} needs a finite horizon to bound a return; pass `max_horizon=H` "
+                "(the number of steps of an episode that count) or a `gamma` below 1"
             )
         return 1.0 / (1.0 - g)
     H = int(horizon)

@@ -5,15 +5,16 @@ value over a PUBLIC start distribution d₀, with an interval for the privacy no
 
 Start distribution (public only; never the logged starts, which are private):
 
-* ``--start-states uniform`` — uniform over a declared Discrete observation space;
-* ``--start-states FILE.npy`` — a distribution over the S states of a Discrete space (1-D,
+* ``start_states="uniform"`` — uniform over a declared Discrete observation space;
+* ``start_states="FILE.npy"`` — a distribution over the S states of a Discrete space (1-D,
   length S, summing to 1), or public start observations ``[k, ...]`` (equally weighted);
-* ``--start-states FILE.h5`` — a PUBLIC dataset: the first observation of each episode (a
-  public split; never the --data file itself);
+* ``start_states="FILE.h5"`` — a PUBLIC dataset: the first observation of each episode (a
+  public split; never the private data's file itself);
 * the dataset metadata's ``extra["start_distribution"]`` (a list of S probabilities, unless
   marked inferred from the data);
-* with ``--env``, the domain's declared initial distribution (the chain's d₀ exactly; Mountain
-  Car and HIV: start states drawn from the simulator with an independent seed).
+* on a built-in domain (``env``), the domain's declared initial distribution (the chain's d₀
+  exactly; Mountain Car and HIV: start states drawn from the simulator with an independent
+  seed).
 
 Interval. θ is released with noise whose law is public, so v's noise is too:
 
@@ -23,7 +24,7 @@ Interval. θ is released with noise whose law is public, so v's noise is too:
   (exactly 1 − α when σ_X = σ_hi, e.g. when no state is visited by two trajectories);
 * GPOPE's noise passes through data-dependent GTD2 dynamics, so its law on θ has no closed
   form. Its spread is measured on PUBLIC data: R independent runs of the same mechanism (same
-  h, σ, N, step) on the public tuning sample (or --public-data, or a simulator sample) give
+  h, σ, N, step) on the public tuning sample (or a public dataset, or a simulator sample) give
   the standard deviation s_R of v, and v ± t_{R−1, 1−α/2}·s_R is the interval — approximate
   for the private data, stated as such; without public data there is no interval;
 * LSTD is non-private: no noise, no interval.
@@ -43,6 +44,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from privrl.config import ConfigError
+
 __all__ = [
     "StartStates",
     "gaussian_interval",
@@ -51,7 +54,7 @@ __all__ = [
 ]
 
 _HELP = (
-    "give --start-states uniform, FILE.npy (a distribution over the S states, or public start "
+    "give `start_states=uniform`, FILE.npy (a distribution over the S states, or public start "
     "observations [k, ...]) or FILE.h5 (a public dataset: its episodes' first observations)"
 )
 
@@ -131,48 +134,50 @@ def resolve_start_states(
         if spec == "uniform":
             d = _discrete(observation_space)
             if d is None:
-                raise ValueError(
-                    "--start-states uniform needs a Discrete observation space; give public "
-                    "start observations as FILE.npy"
+                raise ConfigError(
+                    "start_states",
+                    "uniform needs a Discrete observation space; give public start "
+                    "observations as FILE.npy",
                 )
             n, start = d
             return StartStates(spec, Source.FLAG, np.arange(n) + start, np.full(n, 1.0 / n))
         path = Path(spec)
         if spec.endswith(".npy"):
             if not path.is_file():
-                raise ValueError(f"--start-states {spec}: no such file; {_HELP}")
+                raise ConfigError("start_states", f"{spec}: no such file; {_HELP}")
             from privrl.data.files import read_npy
 
-            arr = read_npy(path, "--start-states")
+            arr = read_npy(path, "`start_states`")
             if not np.issubdtype(arr.dtype, np.number):
-                raise ValueError(f"--start-states {spec}: not a numeric array")
+                raise ConfigError("start_states", f"{spec}: not a numeric array")
             d = _discrete(observation_space)
             if arr.ndim == 1 and np.issubdtype(arr.dtype, np.floating) and d is not None:
-                obs, w = _distribution(arr.astype(np.float64), observation_space, "--start-states")
+                obs, w = _distribution(arr.astype(np.float64), observation_space, "`start_states`")
                 return StartStates(spec, Source.FLAG, obs, w)
-            obs = _observations(arr, observation_space, f"--start-states {spec}")
+            obs = _observations(arr, observation_space, f"`start_states` {spec}")
             k = obs.shape[0]
             return StartStates(spec, Source.PUBLIC_SPLIT, obs, np.full(k, 1.0 / k))
         if spec.endswith((".h5", ".hdf5")):
             if not path.is_file():
-                raise ValueError(f"--start-states {spec}: no such file; {_HELP}")
+                raise ConfigError("start_states", f"{spec}: no such file; {_HELP}")
             from privrl.data.io import load_hdf5
             from privrl.data.public import not_public_because
 
             private = data_path if data_path is not None and Path(data_path).exists() else None
             why = not_public_because(path, private)
             if why is not None:
-                raise ValueError(
-                    f"--start-states {spec}: {why}; its starts are private. Give an "
-                    "independent PUBLIC dataset, a distribution, or uniform"
+                raise ConfigError(
+                    "start_states",
+                    f"{spec}: {why}; its starts are private. Give an independent PUBLIC "
+                    "dataset, a distribution, or uniform",
                 )
 
             pub = load_hdf5(path)
             obs = np.asarray(pub.observations)[np.asarray(pub.observation_offsets)[:-1]]
-            obs = _observations(obs, observation_space, f"--start-states {spec}")
+            obs = _observations(obs, observation_space, f"`start_states` {spec}")
             k = obs.shape[0]
             return StartStates(spec, Source.PUBLIC_SPLIT, obs, np.full(k, 1.0 / k))
-        raise ValueError(f"--start-states {spec!r} is not understood; {_HELP}")
+        raise ConfigError("start_states", f"{spec!r} is not understood; {_HELP}")
     if metadata is not None:
         extra = getattr(metadata, "extra", None) or {}
         p = extra.get("start_distribution") if isinstance(extra, dict) else None

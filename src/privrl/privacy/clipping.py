@@ -9,8 +9,8 @@ are accumulated in float64. For float32 (and half) tensors, a plain float32 norm
 is not accurate enough: torch's float32 `vector_norm` is off by 1e-5 relative at 1e6 entries
 and 4e-4 at 1e7 (measured), which would let a "clipped" row exceed C by that much. We take
 float32 norms of blocks of `_BLOCK` entries (error ~1e-8) and add their squares in float64 —
-2-5× the cost of the plain float32 norm, 5-10× cheaper than upcasting every entry (measured
-on this project's 2-core machine). torch is never imported by this module: a tensor is
+a few times the cost of the plain float32 norm, several times cheaper than upcasting every
+entry. torch is never imported by this module: a tensor is
 recognised only if torch is already loaded.
 
 The fraction clipped returned for diagnostics is computed from private data: it must not be

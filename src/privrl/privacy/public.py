@@ -100,7 +100,7 @@ class PublicParameters:
     Example:
         params = PublicParameters()
         H = params.resolve("horizon H", flag=horizon, metadata=meta, key="horizon",
-                           fix="pass --horizon H (the longest possible episode)")
+                           fix="pass `horizon=H` (the longest possible episode)")
         rho_h = params.derive("per-step ρ", rho / (5 * H), "ρ/(5H)")
     """
 
@@ -137,7 +137,7 @@ class PublicParameters:
         `metadata` is a `DatasetMetadata` (or a mapping of its fields); `key` names the field
         (a metadata attribute, or a key of ``metadata.extra``). A field the metadata marks as
         inferred from the data is not public and is skipped. `fix` says how the user supplies
-        the value (e.g. "pass --horizon H").
+        the value (e.g. "pass `horizon=H`"), naming the config field.
         """
         if flag is not None:
             return self.add(PublicParameter(name, flag, Source.FLAG, detail))

@@ -25,6 +25,7 @@ from privrl.runs import registry
 from privrl.runs.console import CliError, note_output
 from privrl.runs.layer import RunSpec, execute
 from privrl.runs.system import Result
+from privrl.runs.wording import in_command_words
 
 RUN_OPTIONS = {
     "data": ("--data", "Dataset file (privrl HDF5) to learn from."),
@@ -53,8 +54,8 @@ def add_command(
     epilog: str | None = None,
     out_default: Path | None = None,
 ) -> None:
-    """Register the generated command of `system_name` on `app` (`out_default`: a default
-    --out for commands that had one before the run layer; otherwise --out is required)."""
+    """Register the generated command of `system_name` on `app` (`out_default`: the
+    command's default --out, where it has one; otherwise --out is required)."""
     system = registry.get(system_name)
     command = make_command(system_name, data_help=data_help, out_default=out_default)
     command.__doc__ = help or system.help or system.summary
@@ -138,10 +139,12 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
     if kwargs.get("seed", 0) < 0:  # a run-level option: checked before the config's values
         raise CliError(f"--seed must be >= 0, got {kwargs['seed']}")
     try:
-        for key, value in kwargs.items():
-            if key in fields:
-                values[key] = _from_cli(value, hints[key], key, allow_nan=allows_nan(fields[key]))
-        config = config_cls(**values)
+        with in_command_words(config_cls):  # the library's `field` references, as flags
+            for key, value in kwargs.items():
+                if key in fields:
+                    allow_nan = allows_nan(fields[key])
+                    values[key] = _from_cli(value, hints[key], key, allow_nan=allow_nan)
+            config = config_cls(**values)
     except ConfigError as exc:
         raise CliError(exc.message_for(_flag(fields, exc.key))) from None
     spec = RunSpec(
@@ -154,7 +157,8 @@ def run_cli(system_name: str, kwargs: dict[str, Any]) -> None:
     )
     note_output(spec.out)  # (a default --out too: an interruption says what it kept)
     try:
-        execute_cli(spec, resume=bool(kwargs.get("resume", False)))
+        with in_command_words(config_cls):
+            execute_cli(spec, resume=bool(kwargs.get("resume", False)))
     except ConfigError as exc:
         raise CliError(exc.message_for(_flag(fields, exc.key))) from None
 

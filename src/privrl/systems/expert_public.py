@@ -166,7 +166,7 @@ def reference_from(
     """Read ``--reference RUN_DIR`` (a non-private twin of the same data and learner) or take
     ``--reference-return``; before the data are read."""
     if reference_return is not None:
-        return Reference(reference_return, random_return, "--reference-return", explicit=True)
+        return Reference(reference_return, random_return, "reference_return", explicit=True)
     if reference is None:
         return Reference(random=random_return, explicit=random_return is not None)
     from privrl.runs.rundir import read_run

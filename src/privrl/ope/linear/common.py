@@ -426,8 +426,8 @@ def refuse_inferred_spaces(meta: Any, data_path: Path | None, use: str) -> None:
         where = "the dataset" if data_path is None else str(data_path)
         raise ValueError(
             f"{where}: the {' and '.join(inferred)} in its metadata were inferred from the "
-            f"private data at import, so they cannot {use}; re-import it with "
-            "--observation-space and --action-space (public values)"
+            f"private data at import, so they cannot {use}; re-import it with its "
+            "observation and action spaces declared (public values)"
         )
 
 
@@ -599,7 +599,8 @@ def declared_trajectories(
         metadata=header.metadata if header is not None else None,
         key="n_trajectories",
         fix="pass `declared_trajectories=M` (the number of trajectories the data were to "
-        "have, fixed before seeing them), or import the data with --unit episode --units M",
+        "have, fixed before seeing them), or import the data with unit 'episode' and their "
+        "declared count M (units=M)",
         detail=detail,
     )
     try:

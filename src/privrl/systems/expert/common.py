@@ -4,15 +4,14 @@ learner.pt, the learning curve's plot, the console line)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from privrl.config import Config, ConfigError, flags_of, option
+from privrl.config import Config, ConfigError, option
 from privrl.expert.public import NEEDS_EVALUATION, NEEDS_NONPRIVATE
+from privrl.runs import wording
 from privrl.runs.system import Result
 
 if TYPE_CHECKING:
@@ -21,8 +20,6 @@ if TYPE_CHECKING:
     from privrl.expert.base import ExpertSet
     from privrl.rl.discrete_common import DiscreteLearner
 
-# a setting as the library's messages write it: `field` or `field=VALUE`
-_SETTING = re.compile(r"`([a-z][a-z0-9_]*)(?:=([^`]*))?`")
 # messages where the command has a way the library does not (a twin's run directory)
 _COMMAND_TEXT = {
     NEEDS_EVALUATION: "--reference/--reference-return need an evaluation (drop --no-eval)",
@@ -51,38 +48,15 @@ def check_one_reference(reference: Path | None, reference_return: float | None) 
 
 def command_words(text: str, config_cls: type[Config]) -> str:
     """``text`` with every `field` / `field=VALUE` of ``config_cls`` written as its flag
-    (``--field`` / ``--field VALUE``; a switch's ``=True`` is the flag alone)."""
-    if text in _COMMAND_TEXT:
-        return _COMMAND_TEXT[text]
-    fields = config_cls.field_map()
-
-    def flag(match: re.Match[str]) -> str:
-        name, value = match.group(1), match.group(2)
-        if name not in fields:
-            return match.group(0)
-        spelled = flags_of(fields[name])[0].split("/")[0]
-        return spelled if value in (None, "True") else f"{spelled} {value}"
-
-    return _SETTING.sub(flag, text)
+    (`privrl.runs.wording.command_words`, with the command's own wording of the references'
+    messages)."""
+    return wording.command_words(text, config_cls, _COMMAND_TEXT)
 
 
-@contextmanager
-def in_command_words(config_cls: type[Config]) -> Iterator[None]:
-    """Re-raise the library's `ConfigError`s and `ValueError`s with their settings written as
-    the command's flags (`command_words`); the field of a `ConfigError` is kept."""
-    try:
-        yield
-    except ConfigError as exc:
-        raise ConfigError(exc.key, command_words(exc.problem, config_cls)) from None
-    except ValueError as exc:
-        text = command_words(str(exc), config_cls)
-        if text == str(exc):
-            raise
-        try:
-            again = type(exc)(text)
-        except Exception:  # an error type with another constructor: keep it as it is
-            raise exc from None
-        raise again from None
+def in_command_words(config_cls: type[Config]) -> AbstractContextManager[None]:
+    """Re-raise the library's errors with their settings written as the command's flags
+    (`privrl.runs.wording.in_command_words`)."""
+    return wording.in_command_words(config_cls, _COMMAND_TEXT)
 
 
 @dataclass

@@ -1,0 +1,46 @@
+"""`privrl.runs.wording`: the command line writes the library's `field` references as flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+from privrl.config import Config, ConfigError, option
+from privrl.runs.wording import command_words, in_command_words
+
+
+@dataclass(frozen=True)
+class _Toy(Config):
+    system: ClassVar[str] = "toy"
+    max_len: int | None = option(None, help="L.")
+    canaries: int = option(4, "--canaries", "-m", help="m.")
+    non_private: bool = option(False, "--non-private/", help="twin.")
+
+
+def test_fields_become_flags_and_other_names_stay() -> None:
+    text = "pass `max_len=L`, set `canaries=3` or `non_private`; `unknown` and `canaries` x"
+    assert command_words(text, _Toy) == (
+        "pass --max-len L, set --canaries 3 or --non-private; `unknown` and --canaries x"
+    )
+    assert command_words("no `non_private=True`", _Toy) == "no --non-private"
+    assert command_words("whole", _Toy, {"whole": "the command's own"}) == "the command's own"
+
+
+def test_errors_are_reraised_in_command_words_keeping_their_type_and_field() -> None:
+    with pytest.raises(ConfigError) as info, in_command_words(_Toy):
+        raise ConfigError("canaries", "is 4, the file holds 3: set `canaries=3`")
+    assert info.value.key == "canaries"
+    assert (
+        info.value.message_for("--canaries")
+        == "--canaries is 4, the file holds 3: set --canaries 3"
+    )
+
+    class Odd(ValueError):
+        pass
+
+    with pytest.raises(Odd, match=r"^give --max-len L$"), in_command_words(_Toy):
+        raise Odd("give `max_len=L`")
+    with pytest.raises(KeyError), in_command_words(_Toy):  # not a ValueError: untouched
+        raise KeyError("`max_len`")
