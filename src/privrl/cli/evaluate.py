@@ -1,11 +1,5 @@
-"""`privrl eval POLICY --env ID`: evaluate a policy in a Gymnasium environment.
-
-A thin command over `privrl.systems.evaluate` (post-processing: no dataset, no ledger),
-generated from `EvalConfig` as the run layer generates the other commands (POLICY is the
-``policy`` field). With `--out DIR` the run layer writes the run directory (config.json,
-metrics.json, metrics.csv with one row per episode, privacy.json carrying the policy's own
-report over, plots/returns.png); without it the summary is printed and nothing is written.
-"""
+"""`privrl eval POLICY --env ID`: a thin command over `privrl.systems.evaluate`, generated
+from `EvalConfig` as the run layer generates the other commands (POLICY is its ``policy``)."""
 
 from __future__ import annotations
 
@@ -20,7 +14,7 @@ import typer
 from privrl.config import ConfigError
 from privrl.runs.cli import _flag, _param, _parameter
 from privrl.runs.console import CliError
-from privrl.systems.evaluate import EvalConfig, EvalSystem
+from privrl.systems.evaluate import EvalConfig, evaluate_command
 
 HELP = """Evaluate a policy in a Gymnasium environment: mean and std of the return.
 
@@ -55,35 +49,10 @@ def eval_cmd(**values: Any) -> None:
     if seed < 0:
         raise CliError(f"--seed must be >= 0, got {seed}")
     try:
-        _evaluate(EvalConfig(**values), seed, out)
+        evaluate_command(EvalConfig(**values), seed, out)
     except ConfigError as exc:
         flag = "POLICY" if exc.key == "policy" else _flag(FIELDS, exc.key)
         raise CliError(exc.message_for(flag)) from None
-
-
-def _evaluate(config: EvalConfig, seed: int, out: Path | None) -> None:
-    if out is not None:
-        from privrl.runs.layer import RunSpec, execute
-
-        execute(RunSpec(system="eval", config=config, out=out, seed=seed))
-        return
-    import numpy as np
-    from rich.console import Console
-
-    from privrl.runs.progress import progress_bars
-    from privrl.runs.system import RunContext
-
-    system = EvalSystem()
-    plan = system.plan(config, None)
-    with progress_bars() as progress:
-        ctx = RunContext(seed=seed, plan=plan, progress=progress)
-        result = system.run(config, None, np.random.default_rng(seed), ctx)
-    console = Console()
-    for line in result.summary:
-        console.print(line, highlight=False)
-    console.print(
-        f"privacy (the policy's own, carried over): {result.privacy.summary()}", highlight=False
-    )
 
 
 eval_cmd.__signature__ = inspect.Signature(_parameters())  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ and the console lines. What the evaluation reads and reports is described in
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -79,3 +80,28 @@ class EvalSystem(System):
             plots={"returns": plot},
             summary=summary,
         )
+
+
+def evaluate_command(config: EvalConfig, seed: int, out: Path | None) -> None:
+    """`privrl eval`: with `out`, the run layer writes the run directory; without it, the
+    summary and the carried-over privacy line are printed and nothing is written."""
+    if out is not None:
+        from privrl.runs.layer import RunSpec, execute
+
+        execute(RunSpec(system="eval", config=config, out=out, seed=seed))
+        return
+    from rich.console import Console
+
+    from privrl.runs.progress import progress_bars
+
+    system = EvalSystem()
+    plan = system.plan(config, None)
+    with progress_bars() as progress:
+        ctx = RunContext(seed=seed, plan=plan, progress=progress)
+        result = system.run(config, None, np.random.default_rng(seed), ctx)
+    console = Console()
+    for line in result.summary:
+        console.print(line, highlight=False)
+    console.print(
+        f"privacy (the policy's own, carried over): {result.privacy.summary()}", highlight=False
+    )
