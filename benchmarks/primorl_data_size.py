@@ -43,6 +43,7 @@ import numpy as np
 
 OUT = Path(__file__).resolve().parent / "results" / "primorl_data_size"
 KS = (1_000, 3_000, 10_000, 30_000)
+SMALL_KS = (100, 300)  # below the grid: where the noise starts to cost model error
 EPSILONS = (1.0, 5.0, 10.0)
 M = 30  # expected units per round: the library's default q = min(1, M/K)
 SETTINGS: dict[str, Any] = {
@@ -324,7 +325,7 @@ def summary() -> None:
     eps_cols = " | ".join(f"PRIMORL ε = {e:g}" for e in EPSILONS)
     print(f"| K | MOPO (ε = ∞) | PRIMORL z = 0 | {eps_cols} | no model |")
     print("|---|---|---|" + "---|" * len(EPSILONS) + "---|")
-    for k in KS:
+    for k in sorted({*KS, *(r["K"] for r in rows)}):
         ref = by.get(("mopo", k, None))
         cols = [f"{ref['mse']:.3g}" if ref else "pending"]
         for e in (None, *EPSILONS):

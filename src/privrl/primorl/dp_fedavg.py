@@ -154,6 +154,7 @@ CHUNK_ELEMENTS = 2_000_000
 
 # Public metadata key (in ``metadata.extra``) that may declare K, per unit.
 _K_KEY = {"trajectory": "n_trajectories", "user": "n_users"}
+_PLURAL = {"trajectory": "trajectories", "user": "users"}
 # The config field each public parameter comes from: errors name it (the command line maps a
 # field to its flag). `plan_dp_fedavg`'s `fields` renames them for a caller's own config.
 FIELDS: dict[str, str] = {
@@ -397,7 +398,7 @@ class DpFedAvgPlan:
             return []
         out = []
         unit, qk = self.unit, self.denominator
-        units = "trajectories" if unit == "trajectory" else f"{unit}s"
+        units = _PLURAL[unit]
         if qk < 1:
             out.append(
                 f"q·K = {qk:.3g} < 1 expected {unit} per round (q = {self.q:g}, K = {self.K}): "
@@ -585,7 +586,7 @@ def plan_dp_fedavg(
         resolved(
             "n_units",
             "K (declared number of units)",
-            f"set it, the declared number of {config.unit}s, or declare "
+            f"set it, the declared number of {_PLURAL[config.unit]}, or declare "
             f"{_K_KEY[config.unit]} in the dataset's public metadata",
             flag=config.n_units,
             metadata=metadata,
@@ -613,8 +614,8 @@ def plan_dp_fedavg(
         if config.target_epsilon is None:
             raise MissingPublicParameter(
                 names["target_epsilon"],
-                f"is required: give a target ε (z is calibrated for it) or the noise "
-                f"multiplier ({names['noise_multiplier']})",
+                "is required: give a target ε (z is calibrated for it), or a noise multiplier "
+                "z instead",
             )
         target = float(p.resolve("target ε", flag=config.target_epsilon, fix=""))
         z = calibrate_noise_multiplier(

@@ -256,7 +256,9 @@ def plan_primorl(
     parameters (settings > public metadata > task preset) and the report for T_max rounds.
     A `SmallDataWarning` for each reason the declared K is too small for the noise
     (`DpFedAvgPlan.small_data_warnings`: public values only)."""
-    source, task = resolve_task(config.task, header.metadata, config.reward_transform)
+    source, task = resolve_task(
+        config.task, header.metadata, config.reward_transform, config.task_facts()
+    )
     check_declared(header, task, config, has_unit_ids=has_unit_ids)
     settings = config.for_task(task)
     the_plan = plan(settings, header.metadata)
@@ -519,7 +521,9 @@ def fitted(stage: Any, report: PrivacyReport, metrics: dict[str, Any], details: 
 def plan_mopo(config: MOPOConfig, header: DatasetHeader) -> Plan:
     """MOPO's plan from the header: the task, its settings, the model buffer's size checked,
     and the planned report ε = ∞ (any ledger refuses it before the data is read)."""
-    source, task = resolve_task(config.task, header.metadata, config.reward_transform)
+    source, task = resolve_task(
+        config.task, header.metadata, config.reward_transform, config.task_facts()
+    )
     settings = config.mopo_config(task)
     buffer = (
         settings.rollout_batch_size

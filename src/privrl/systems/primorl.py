@@ -48,8 +48,8 @@ PENDING = "released.pending.pt"  # the release while the run is unfinished (not 
 FEDAVG_STATE = "fedavg_state.pt"  # DP-FedAvg's secret state between rounds
 CHECKPOINTS = (PENDING, FEDAVG_STATE, "checkpoint.pt")
 NEEDS_TASK = (
-    "PRIMORL needs a control task: a privrl id or a standard Gymnasium id with declared facts "
-    "(collect with `privrl data collect --env Pendulum-v1` or `--recipe primorl-pendulum`)"
+    "PRIMORL needs a control task: a privrl id or a Gymnasium continuous-control id (collect "
+    "with `privrl data collect --env Pendulum-v1`, or import with --env-id)"
 )
 LoadedData = tuple[TrajectoryDataset, TrajectoryDataset, str | None]
 
@@ -106,6 +106,9 @@ class PrimorlRunConfig(PrimorlConfig):
                     ("--trajectories", self.trajectories),
                     ("--public-data", self.public_data),
                     ("--reward-transform", self.reward_transform),
+                    ("--horizon", self.horizon),
+                    ("--action-bounds", self.action_bounds),
+                    ("--reward-range", self.reward_range),
                     ("--local-optimizer", None if self.local_optimizer == "sgd" else "adam"),
                     ("--server-momentum", self.server_momentum or None),
                     ("--server-lr", None if self.server_lr == 1 else self.server_lr),
@@ -174,7 +177,7 @@ class PrimorlSystem(System):
         from privrl.primorl.learners import plan_primorl
 
         assert header.path is not None
-        source, task = header_task(header, NEEDS_TASK, config.reward_transform)
+        source, task = header_task(header, NEEDS_TASK, config)
         _check_declared(header, task, config)
         given = None if config.public_data is None else _public_file(config.public_data, header)
         planned = plan_primorl(
