@@ -27,6 +27,7 @@ recomputed exactly: the numbers are a simulation of the private runs, not privat
     python benchmarks/primorl_data_size.py                    # every missing cell
     python benchmarks/primorl_data_size.py --k 1000 --eps 5   # one cell
     python benchmarks/primorl_data_size.py --summary          # the table from the records
+    python benchmarks/primorl_data_size.py --plot             # and the guide's plot
 """
 
 from __future__ import annotations
@@ -339,15 +340,62 @@ def summary() -> None:
         print(f"| {k:,} | " + " | ".join(cols) + " |")
 
 
+PLOT = Path(__file__).resolve().parents[1] / "docs" / "own-data-learning" / "primorl-data-size.png"
+
+
+def plot(path: Path = PLOT) -> None:
+    """Test-set MSE against K (log-log): PRIMORL per ε and at z = 0, MOPO, no model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = records()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    series = [("mopo", None, "MOPO (not private)", "k", "-")]
+    series += [("primorl", None, "PRIMORL, z = 0 (clip kept)", "grey", "--")]
+    series += [
+        ("primorl", e, f"PRIMORL ε = {e:g}", c, "-") for e, c in zip(EPSILONS, "rbg", strict=True)
+    ]
+    for method, eps, label, colour, style in series:
+        pts = sorted(
+            (r["K"], r["mse"])
+            for r in rows
+            if r["method"] == method and r.get("epsilon_target") == eps
+        )
+        if pts:
+            ax.plot(*zip(*pts, strict=True), style, marker="o", color=colour, label=label)
+    trivial = sorted({(r["K"], r["trivial"]["mse"]) for r in rows if r["method"] == "mopo"})
+    if trivial:
+        ax.plot(
+            *zip(*trivial, strict=True), ":", color="purple", label="no model (s' = s, mean reward)"
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("K, private trajectories (Pendulum-v1, 200 steps each)")
+    ax.set_ylabel("test MSE of [s' − s, r]")
+    ax.set_title(f"PRIMORL's dynamics model vs data size ({SETTINGS['rounds']} rounds)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, nargs="*", default=list(KS))
     parser.add_argument("--eps", type=float, nargs="*", default=[5.0, 1.0, 10.0])
     parser.add_argument("--methods", nargs="*", default=["mopo", "primorl"])
     parser.add_argument("--summary", action="store_true", help="print the table and stop")
+    parser.add_argument("--plot", action="store_true", help="draw the plot and stop")
     args = parser.parse_args()
-    if args.summary:
+    if args.summary or args.plot:
         summary()
+        if args.plot:
+            plot()
         return
     import torch
 
