@@ -144,6 +144,8 @@ class PrimorlSystem(System):
       privrl train primorl --data D.h5 -z 0.52 --steps 7000 --clip 0.02 \\
           --trajectories 30000
       privrl train primorl --data users.h5 --unit user --users 500 --epsilon 8
+      privrl train primorl --data car.h5 --clip 0.1 --steps 2000 --epsilon 5 \\
+          --horizon 200 --reward-range=-1,1   # a Gymnasium id without a preset
       privrl train primorl --model runs/hi/model.pt --epochs 50 --out runs/again
 
     Public data is declared, never chosen from the private episodes: --public-data FILE (same
@@ -152,6 +154,9 @@ class PrimorlSystem(System):
     the input normaliser comes from the declared observation/action bounds (an unbounded space is
     refused), all --steps rounds run and every ensemble member is an elite. The guarantee covers
     every trajectory (user) of --data except the public data, which is not protected.
+
+    q defaults to min(1, 30/K) for the declared K (the paper's q = 0.001 at K = 30,000), and
+    the run warns when K is too small for the noise (q·K < 1, or zC/(qK) ≥ C).
 
     Writes config.json, metrics.json (return_mean, return_std, normalised_score, epsilon,
     delta), metrics.csv (per SAC epoch), model_holdout.csv, privacy.json (one release),
