@@ -3,7 +3,7 @@
 Pendulum-v1 episodes (raw rewards, 200 steps) from a behaviour policy that mixes uniform random
 actions with an energy-pumping swing-up controller (the mixing share ε_b ~ U(0, 1) is drawn per
 episode: a replay-like mix of poor to good episodes). For each K in {1,000, 3,000, 10,000,
-30,000} private episodes:
+30,000} private episodes (and 100, 300):
 
 - PRIMORL (DP-FedAvg, the library's defaults for Pendulum: 3 members of 2×64, per-layer
   clipping at C = 0.02, q = min(1, 30/K)), z calibrated for the target ε at T rounds;
@@ -16,8 +16,9 @@ reward part), beside the MSE of predicting no change and the mean reward (a mode
 nothing). PRIMORL's public split (the normaliser, early stopping, elites) is 1% of K further
 episodes, declared public; MOPO holds out 1% of its own episodes, as it does by default.
 
-The policy stage is not run (``--policy`` runs a short one on the released model, a cost this
-script's default configuration does not afford).
+The policy stage is kept to one SAC update (the cells measure the model; a real policy stage
+costs tens of minutes per cell). Below the grid, K = 100 and 300 (``--k 100 300``) show where
+the noise starts to cost model error.
 
 Each finished cell is one small JSON record in ``benchmarks/results/primorl_data_size/``; a
 rerun skips the cells already there (same configuration), so the measurement resumes where
