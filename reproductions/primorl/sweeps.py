@@ -168,6 +168,9 @@ def sweep_doc(
     mopo: dict[str, Any] = {}
     if scale.quick:
         primorl["steps"] = 3
+        # the paper's q, which the quick datasets' small K would otherwise raise to 1 (the
+        # default q = min(1, 30/K) gives the paper's q at the full datasets' K = 30,000)
+        primorl.setdefault("sampling_rate", 1e-3)
         mopo["model_epochs"] = 2
     doc: dict[str, Any] = {"out": str(out)}
     if data is not None:

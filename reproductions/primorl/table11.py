@@ -157,6 +157,8 @@ def sweep_doc(
     """The sweep: :func:`cells` under `out`; PRIMORL's T = `ROUNDS` (quick: 3). The public
     split is the recipe's declaration (10% of the episodes, from the build seed)."""
     primorl: dict[str, Any] = {"steps": ROUNDS, "local_optimizer": LOCAL_OPTIMIZER}
+    if scale.quick:  # the preset's q = 1e-2 (the default for the full dataset's K = 2000)
+        primorl["sampling_rate"] = 1e-2
     return shared.sweep_doc(
         scale,
         out,

@@ -438,10 +438,14 @@ def test_missing_public_parameters_are_refused() -> None:
     is refused with the fix; K may come from the metadata unless it is marked inferred from
     the data; contradictory settings are refused by the config."""
     cfg = dict(noise_multiplier=1.0, clip_norm=1.0, max_rounds=10, n_units=100)
-    for key, fix in (("clip_norm", "--clip"), ("max_rounds", "--steps"), ("n_units", "declared")):
+    for key, fix in (
+        ("clip_norm", r"^clip_norm is required"),
+        ("max_rounds", r"^max_rounds is required"),
+        ("n_units", "declared"),
+    ):
         with pytest.raises(PublicParameterError, match=fix):
             fed.plan_dp_fedavg(fed.DpFedAvgConfig(**{**cfg, key: None}))
-    with pytest.raises(PublicParameterError, match="--epsilon"):
+    with pytest.raises(PublicParameterError, match=r"^target_epsilon is required"):
         fed.plan_dp_fedavg(fed.DpFedAvgConfig(**{**cfg, "noise_multiplier": None}))
     meta = DatasetMetadata(extra={"n_trajectories": 250, "n_users": 40})
     plan = fed.plan_dp_fedavg(fed.DpFedAvgConfig(**{**cfg, "n_units": None}), metadata=meta)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from privrl.config import ConfigError
 from privrl.data.dataset import DatasetMetadata, TrajectoryDataset
 from privrl.data.public import declare_public_episodes, declared_public, split_declared
 from privrl.primorl import primorl as P
@@ -157,8 +158,9 @@ def test_halfcheetah_has_no_low_high_row_and_needs_its_T() -> None:
     with pytest.raises(ValueError, match="no HIGH row"):
         P.PrimorlConfig(task="halfcheetah", variant="high")
     cfg = P.PrimorlConfig(task="halfcheetah", noise_multiplier=1e-3)
-    with pytest.raises(ValueError, match="--steps"):
+    with pytest.raises(ConfigError, match=r"^steps is required") as err:  # the field's name
         P.plan(cfg, {"extra": {"n_trajectories": 2000}})
+    assert err.value.key == "steps"
     plan = P.plan(
         cfg.__class__(task="halfcheetah", noise_multiplier=1e-3, steps=10, trajectories=2000)
     )

@@ -57,6 +57,7 @@ def test_each_row_sets_what_the_papers_row_sets() -> None:
         Path("h.h5"), Path("o"), Scale(seeds=1, quick=True), backend="local", workers=1
     )
     assert quick["systems"]["primorl"]["steps"] == T11.QUICK_ROUNDS
+    assert quick["systems"]["primorl"]["sampling_rate"] == 1e-2  # the preset q, not 30/K
     assert [c["model_epochs"] for c in quick["cells"] if c["system"] == "mopo"] == [1]
 
 
@@ -77,7 +78,7 @@ def test_tiny_z_refuses_pld_and_reports_rdp() -> None:
     huge ε and says PLD was not computed."""
     from privrl.primorl.dp_fedavg import DpFedAvgConfig, _epsilon_cached, plan_dp_fedavg
 
-    with pytest.raises(ValueError, match="pass --accountant rdp"):
+    with pytest.raises(ValueError, match=r"^accountant pld: .*; choose rdp$"):
         _epsilon_cached(1e-3, 1e-2, T11.ROUNDS, 1e-5, "pld")
     cfg = DpFedAvgConfig(
         noise_multiplier=1e-3,

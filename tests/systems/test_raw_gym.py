@@ -2,7 +2,8 @@
 the task comes from the id, the reward scale is an option (`--reward-transform none|privrl`,
 default: the dataset's own), and everything the scale touches agrees with it (the simulator
 that evaluates the policy, the reward range holding model rollouts, the reference returns).
-A standard id without declared facts is refused with one `error:` line."""
+Any other Gymnasium continuous-control id is a task too (its facts from flags, the dataset's
+metadata or the simulator); what cannot be one is refused with one `error:` line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -104,18 +106,119 @@ def test_primorl_trains_on_raw_pendulum(collected: dict[str, Path], tmp_path: Pa
 
 
 @pytest.mark.parametrize("system", ["mopo", "primorl"])
-def test_raw_id_without_declared_facts_is_refused(
-    system: str, collected: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_any_gymnasium_continuous_control_id_trains(
+    system: str, collected: dict[str, Path], tmp_path: Path
 ) -> None:
-    """A standard id privrl declares nothing for: exit 2, one `error:` line naming the facts to
-    declare and where; no run directory."""
+    """A Gymnasium id privrl has no preset for (MountainCarContinuous-v0): the dimensions and
+    action box come from the simulator's spaces, the horizon from the dataset's declared one
+    (the collection's 20 steps, not the env's 999), the reward range from --reward-range;
+    config.json publishes these facts (all public), and the release carries them."""
+    from privrl.primorl.primorl import load_released_model
+
     out = tmp_path / "run"
     data = collected["MountainCarContinuous-v0"]
-    assert main(["train", system, "--data", str(data), "--out", str(out)]) == 2
+    argv = ["train", system, "--data", str(data), "--out", str(out), *STAGE]
+    argv += ["--reward-range=-1,1"]
+    if system == "primorl":
+        argv += ["--clip", "0.1", "--steps", "2", "-z", "1", "--trajectories", "6"]
+    else:
+        argv += ["--model-epochs", "1"]
+    assert main(argv) == 0
+    facts = _read(out, "config.json")["task_facts"]
+    assert (facts["env_id"], facts["obs_dim"], facts["act_dim"]) == (
+        "MountainCarContinuous-v0",
+        2,
+        1,
+    )
+    assert (facts["horizon"], facts["action_low"], facts["action_high"]) == (20, -1.0, 1.0)
+    assert facts["reward_range"] == [-1.0, 1.0]
+    metrics = _read(out, "metrics.json")
+    assert -20.0 <= metrics["return_mean"] <= 20.0  # 20 steps of a reward held in [−1, 1]
+    if system == "primorl":
+        control = load_released_model(out / "model.pt").control
+        assert (control.horizon, control.reward_range) == (20, (-1.0, 1.0))
+
+
+class _Unbounded(gym.Env):
+    """A continuous-control env whose action box has no finite bounds."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+class _NoLimit(gym.Env):
+    """A continuous-control env with a finite action box and no time limit."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+
+@pytest.fixture(scope="module")
+def unusable(collected: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Pendulum's episodes re-labelled with env ids PRIMORL and MOPO cannot run: a Discrete
+    action space, an unbounded action box, no horizon at all (none declared either)."""
+    from privrl.data.io import load_hdf5, save_hdf5
+
+    gym.register(id="privrl-test/Unbounded-v0", entry_point=_Unbounded, max_episode_steps=20)
+    gym.register(id="privrl-test/NoLimit-v0", entry_point=_NoLimit)
+    data = load_hdf5(collected["Pendulum-v1"])
+    root = tmp_path_factory.mktemp("unusable")
+    cases = {
+        "CartPole-v1": "Discrete action space",
+        "privrl-test/Unbounded-v0": "--action-bounds is required",
+        "privrl-test/NoLimit-v0": "--horizon is required",
+    }
+    files = {}
+    for env_id, why in cases.items():
+        path = root / f"{env_id.replace('/', '_')}.h5"
+        meta = data.metadata.replace(env_id=env_id, horizon=None)
+        if env_id == "privrl-test/Unbounded-v0":  # declared as unbounded as the simulator's
+            meta = meta.replace(action_space=_Unbounded.action_space)
+        save_hdf5(_relabelled(data, meta), path)
+        files[env_id] = (path, why)
+    return files
+
+
+def _relabelled(data: Any, meta: Any) -> Any:
+    """`data` with the metadata `meta`."""
+    from privrl.data.dataset import TrajectoryDataset
+
+    return TrajectoryDataset(
+        observations=data.observations,
+        actions=data.actions,
+        rewards=data.rewards,
+        terminated=data.terminated,
+        truncated=data.truncated,
+        episode_offsets=data.episode_offsets,
+        metadata=meta,
+    )
+
+
+@pytest.mark.parametrize("system", ["mopo", "primorl"])
+@pytest.mark.parametrize(
+    "env_id", ["CartPole-v1", "privrl-test/Unbounded-v0", "privrl-test/NoLimit-v0"]
+)
+def test_what_cannot_be_a_control_task_is_refused(
+    system: str,
+    env_id: str,
+    unusable: dict,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Exit 2, one `error:` line naming the problem (or the flag that declares the missing
+    fact), no run directory: a Discrete action space, an action box without finite bounds,
+    an env with no time limit on a dataset that declares no horizon."""
+    path, why = unusable[env_id]
+    out = tmp_path / "run"
+    argv = ["train", system, "--data", str(path), "--out", str(out), "--clip", "0.1"]
+    if system == "primorl":
+        argv += ["--steps", "2", "-z", "1", "--trajectories", "6"]
+    else:
+        argv = [a for a in argv if a not in ("--clip", "0.1")]
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --data"), err
-    assert "'MountainCarContinuous-v0'" in err[0] and "per-step reward range" in err[0]
-    assert "RAW_TASKS" in err[0] and "Pendulum-v1" in err[0]
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert why in err[0], err
     assert not (out / "config.json").exists()
 
 

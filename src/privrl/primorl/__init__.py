@@ -3,6 +3,7 @@
 
 from privrl.algorithm import Fitted
 from privrl.envs.control import ControlTask
+from privrl.primorl.dp_fedavg import SmallDataWarning
 from privrl.primorl.learners import MOPO, PRIMORL, PublicSource
 from privrl.primorl.mopo import MOPOConfig, MOPOResult
 from privrl.primorl.primorl import PrimorlConfig, PrimorlResult, ReleasedModel
@@ -18,4 +19,5 @@ __all__ = [
     "PrimorlResult",
     "PublicSource",
     "ReleasedModel",
+    "SmallDataWarning",
 ]

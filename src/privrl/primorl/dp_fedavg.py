@@ -4,8 +4,10 @@ The PRIMORL paper's Algorithm 1 = Appendix K, Algorithm 2 (TDP MODEL ENSEMBLE TR
 Algorithm 3 (ENSEMBLECLIP). One function per box:
 
 ``plan_dp_fedavg``       every public parameter (q, z, C, T_max, K, B, E, η, clip mode, δ) with
-                         its source; z calibrated for a target (ε, δ) at the fixed T_max; the
-                         event ``SelfComposed(PoissonSampled(q, Gaussian(z)), T)``.
+                         its source (q by default min(1, m/K) from the declared K); z
+                         calibrated for a target (ε, δ) at the fixed T_max; the event
+                         ``SelfComposed(PoissonSampled(q, Gaussian(z)), T)``; warnings when
+                         the declared K is too small for the noise (public facts only).
 ``sample_clients``       U_t: Poisson sampling of the units with rate q (may be empty; line 5).
 ``local_displacements``  for every k ∈ U_t at once: local SGD from θ(t) over τ_k's minibatches
                          (B = 16, E = 1, shuffled, last partial batch kept), the cumulative
@@ -40,6 +42,14 @@ Decisions (spec) and departures:
   make the update (and a published config) depend on it. The guarantee does not depend on K
   (the sensitivity C/(qK) and the noise zC/(qK) scale together); a wrong K only rescales the
   step.
+* The default sampling rate comes from the declared K: q = min(1, m/K), m = 30 expected
+  units per round (the paper's Pendulum and cartpole setting, q = 10⁻³ at K = 30,000; a task
+  preset may set another m, e.g. HalfCheetah's 20 = 10⁻² × 2,000). A fixed q would give a
+  small dataset a fraction of a unit per round: K = 50 at q = 10⁻³ samples 0.05 per round.
+  The plan warns (`DpFedAvgPlan.small_data_warnings`, also in the report's notes) when qK < 1
+  or when the noise std per coordinate of the averaged update, zC/(qK), reaches C; it warns
+  rather than refuses, since such a run is still private and its model may be post-processed
+  by a user who knows what they are doing. Only public values enter: K declared, q, z, C.
 * T_max is fixed in advance (its ε is the a-priori guarantee); early stopping looks only at
   the declared-public split; the report states ε for the T rounds actually run.
 * Normalisers come from the public split or from known bounds (the model's), elites are
@@ -76,6 +86,7 @@ import numpy as np
 import torch
 from dp_accounting import dp_event
 
+from privrl.config import ConfigError
 from privrl.data.dataset import TrajectoryDataset, Transitions
 from privrl.nn.ensemble import GaussianEnsemble
 from privrl.nn.normalizer import Normalizer
@@ -88,7 +99,7 @@ from privrl.privacy.accounting import epsilon as accountant_epsilon
 from privrl.privacy.clipping import ensemble_clip, ensemble_clip_
 from privrl.privacy.mechanisms import privatize_sum_torch
 from privrl.privacy.noise import NoiseSource
-from privrl.privacy.public import PublicParameters
+from privrl.privacy.public import PublicParameterError, PublicParameters
 from privrl.privacy.release import Release
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.sampling import poisson_sample
@@ -96,15 +107,20 @@ from privrl.privacy.units import NeighbourRelation, PrivacyUnit
 
 __all__ = [
     "DEFAULTS",
+    "FIELDS",
+    "NOISE_TO_CLIP_WARNING",
     "RELATION",
     "Clients",
     "DpFedAvgConfig",
     "DpFedAvgPlan",
     "DpFedAvgResult",
     "EnsembleLayout",
+    "MissingPublicParameter",
+    "SmallDataWarning",
     "aggregate",
     "auto_chunk_copies",
     "client_batches",
+    "default_rate",
     "dp_fedavg_round",
     "local_displacements",
     "local_displacements_loop",
@@ -121,10 +137,11 @@ Unit = Literal["trajectory", "user"]
 Backend = Literal["pld", "rdp"]
 LocalOptimizer = Literal["sgd", "adam"]
 
-# Spec / paper values (Table 8, "TDP ensemble training"): public defaults.
+# Spec / paper values (Table 8, "TDP ensemble training"): public defaults. The sampling rate
+# has no fixed default: q = min(1, m/K) with m expected units per round (`default_rate`).
 DEFAULTS: dict[str, Any] = {
     "delta": 1e-5,
-    "sampling_rate": 1e-3,
+    "units_per_round": 30,
     "clip_mode": "flat",
     "local_batch": 16,
     "local_epochs": 1,
@@ -137,7 +154,38 @@ CHUNK_ELEMENTS = 2_000_000
 
 # Public metadata key (in ``metadata.extra``) that may declare K, per unit.
 _K_KEY = {"trajectory": "n_trajectories", "user": "n_users"}
-_K_FLAG = {"trajectory": "--trajectories", "user": "--users"}
+_PLURAL = {"trajectory": "trajectories", "user": "users"}
+# The config field each public parameter comes from: errors name it (the command line maps a
+# field to its flag). `plan_dp_fedavg`'s `fields` renames them for a caller's own config.
+FIELDS: dict[str, str] = {
+    "delta": "delta",
+    "sampling_rate": "sampling_rate",
+    "clip_norm": "clip_norm",
+    "clip_mode": "clip_mode",
+    "max_rounds": "max_rounds",
+    "n_units": "n_units",
+    "local_batch": "local_batch",
+    "local_epochs": "local_epochs",
+    "local_lr": "local_lr",
+    "target_epsilon": "target_epsilon",
+    "noise_multiplier": "noise_multiplier",
+    "accountant": "accountant",
+}
+
+
+class MissingPublicParameter(ConfigError, PublicParameterError):
+    """A public parameter of DP-FedAvg that nothing public gives: the `ConfigError` names the
+    config field that supplies it."""
+
+
+class SmallDataWarning(UserWarning):
+    """A private run whose public parameters (K declared, q, z, C) say its model will learn
+    little: fewer than one expected unit per round, or noise that dwarfs the clip."""
+
+
+# A run is warned (`DpFedAvgPlan.small_data_warnings`) when the noise std per coordinate of
+# the averaged update, zC/(qK), reaches this multiple of C, the bound on a whole unit's update.
+NOISE_TO_CLIP_WARNING = 1.0
 
 _ADAM_BETAS = (0.9, 0.999)
 _STATE_FORMAT = "privrl.primorl.dp_fedavg/state-2"  # 2: numpy NoiseGenerator noise
@@ -176,8 +224,10 @@ class DpFedAvgConfig:
     ``clip_norm``, T_max ``max_rounds``, K ``n_units``, B ``local_batch``, E ``local_epochs``,
     η ``local_lr``. Give z, or a ``target_epsilon`` for which z is calibrated at T_max (with
     δ). C, T_max and K have no default: they must be given (K may also be declared in the
-    dataset's public metadata, ``extra["n_trajectories"]`` or ``["n_users"]``); q, δ, B, E,
-    η and the clip mode default to the paper's values (`DEFAULTS`). ``clip_norm=math.inf``
+    dataset's public metadata, ``extra["n_trajectories"]`` or ``["n_users"]``); δ, B, E, η
+    and the clip mode default to the paper's values (`DEFAULTS`), q to min(1, m/K) with m = 30
+    expected units per round (`default_rate`; the paper's q = 10⁻³ at its K = 30,000
+    trajectories). ``clip_norm=math.inf``
     with z = 0 is the paper's NO CLIP variant, z = 0 with a finite C its NO NOISE / NO PRIVACY
     variant; both are non-private (ε = ∞). ``plan_dp_fedavg`` resolves the values with their
     sources.
@@ -281,10 +331,8 @@ def _epsilon_cached(z: float, q: float, rounds: int, delta: float, backend: str)
         # memory: refuse with the fix instead of failing to allocate it (public: z, q, T)
         from privrl.privacy.calculator import pld_too_large, rdp_epsilon
 
-        if reason := pld_too_large(
-            rdp_epsilon(event, delta, RELATION), fix="pass --accountant rdp"
-        ):
-            raise ValueError(reason)
+        if reason := pld_too_large(rdp_epsilon(event, delta, RELATION), fix="choose rdp"):
+            raise ConfigError("accountant", f"pld: {reason}")
     return float(accountant_epsilon(event, delta, relation=RELATION, backend=backend))  # type: ignore[arg-type]
 
 
@@ -340,6 +388,32 @@ class DpFedAvgPlan:
     @property
     def privacy_unit(self) -> PrivacyUnit:
         return PrivacyUnit.USER if self.unit == "user" else PrivacyUnit.TRAJECTORY
+
+    def small_data_warnings(self) -> list[str]:
+        """Why this private run will learn little, from its public parameters alone (K
+        declared, q, z, C): fewer than one expected unit per round (qK < 1), or a noise std
+        per coordinate of the averaged update, zC/(qK), of at least `NOISE_TO_CLIP_WARNING`
+        times C, the bound on a whole unit's update. Empty for a non-private run."""
+        if not self.private:
+            return []
+        out = []
+        unit, qk = self.unit, self.denominator
+        units = _PLURAL[unit]
+        if qk < 1:
+            out.append(
+                f"q·K = {qk:.3g} < 1 expected {unit} per round (q = {self.q:g}, K = {self.K}): "
+                "most rounds add noise to nothing; raise sampling_rate (default "
+                "min(1, 30/K)) or use more data"
+            )
+        if self.noise_std >= NOISE_TO_CLIP_WARNING * self.C:
+            out.append(
+                f"the noise std per coordinate of the averaged update, zC/(qK) = "
+                f"{self.noise_std:.3g}, is {self.noise_std / self.C:.3g} times the clip C = "
+                f"{self.C:g} that bounds a whole {unit}'s update (z = {self.z:.3g}, "
+                f"q·K = {qk:.3g}): the model will learn little; more {units} (K), a larger q·K, "
+                "fewer rounds (steps) or a larger epsilon lower it"
+            )
+        return out
 
     def event(self, rounds: int) -> dp_event.DpEvent:
         """``SelfComposed(PoissonSampled(q, Gaussian(z)), rounds)`` (z > 0 only)."""
@@ -421,7 +495,7 @@ class DpFedAvgPlan:
     ) -> PrivacyReport:
         """The run's `PrivacyReport`: one release, ε for the rounds run, T_max's ε in notes."""
         release = self.release(rounds, n_params)
-        notes = list(notes)
+        notes = [*notes, *(f"warning: {w}" for w in self.small_data_warnings())]
         if self.private:
             other: Backend = "rdp" if self.accountant == "pld" else "pld"
             notes.append(
@@ -447,12 +521,19 @@ class DpFedAvgPlan:
         return report.with_public_parameters(self.params)
 
 
+def default_rate(units_per_round: float, K: int) -> float:
+    """The default sampling rate q = min(1, m/K): m expected units per round out of the
+    declared K (both public), every unit in every round when K ≤ m."""
+    return min(1.0, float(units_per_round) / int(K))
+
+
 def plan_dp_fedavg(
     config: DpFedAvgConfig,
     *,
     metadata: Any = None,
     defaults: Mapping[str, Any] | None = None,
     defaults_detail: str = "",
+    fields: Mapping[str, str] | None = None,
 ) -> DpFedAvgPlan:
     """Resolve every public parameter of ``config`` (flag > public metadata > default) and
     calibrate z when a target ε is given (at T_max, with the configured accountant).
@@ -461,11 +542,15 @@ def plan_dp_fedavg(
     read from it (``extra["n_trajectories"]``, or ``["n_users"]`` for user-level privacy,
     unless marked inferred from the data). ``defaults``: public defaults that replace
     `DEFAULTS` and may also give ``clip_norm`` and ``max_rounds`` (a task preset; recorded
-    with source "default" and ``defaults_detail``). Missing C, T_max or K, or neither z nor a
-    target ε, is refused with a message naming the fix.
+    with source "default" and ``defaults_detail``). Without a sampling rate, q = min(1, m/K)
+    (`default_rate`) with m = ``defaults["units_per_round"]`` expected units per round,
+    recorded as derived from K. Missing C, T_max or K, or neither z nor a target ε, is refused
+    with a `ConfigError` naming the field (``fields`` maps `DpFedAvgConfig`'s field names to
+    the caller's config, see `FIELDS`).
     """
     p = PublicParameters()
     dflt = {**DEFAULTS, **(defaults or {})}
+    names = {**FIELDS, **(fields or {})}
 
     def _d(key: str) -> Any:
         return dflt[key] if key in dflt else _NO_DEFAULT
@@ -474,61 +559,65 @@ def plan_dp_fedavg(
         given = getattr(config, key, None) is not None
         return defaults_detail if defaults and key in defaults and not given else ""
 
-    def setting(label: str, key: str, fix: str) -> Any:
-        """Its flag, else the preset's or `DEFAULTS`' value if there is one, else refused."""
-        return p.resolve(
-            label, flag=getattr(config, key), fix=fix, **_default_kw(_d(key), _det(key))
-        )
+    def resolved(name: str, label: str, fix: str = "set it", **kw: Any) -> Any:
+        """`PublicParameters.resolve`, refused with a `ConfigError` naming `name`'s field."""
+        try:
+            return p.resolve(label, fix=fix, **kw)
+        except PublicParameterError as exc:
+            raise MissingPublicParameter(names[name], f"is required: {exc}") from None
 
-    delta = setting("δ", "delta", "pass --delta")
-    q = setting("q (sampling rate)", "sampling_rate", "pass --sampling-rate q")
-    C = setting(
-        "C (clip norm, joint over the ensemble)",
-        "clip_norm",
-        "pass --clip C (the L2 bound on one unit's update of the whole ensemble)",
-    )
+    def setting(label: str, key: str) -> Any:
+        """Its field, else the preset's or `DEFAULTS`' value if there is one, else refused."""
+        return resolved(key, label, flag=getattr(config, key), **_default_kw(_d(key), _det(key)))
+
+    delta = setting("δ", "delta")
+    C = setting("C (clip norm, joint over the ensemble)", "clip_norm")
     mode = _clip_mode(
         p.resolve(
             "clip mode",
             flag=None if config.clip_mode is None else _clip_mode(config.clip_mode),
             default=_clip_mode(_d("clip_mode")),
-            fix="pass --clip-mode flat|per-layer",
+            fix="",
             detail=_det("clip_mode"),
         )
     )
-    T_max = setting(
-        "T_max (rounds, fixed in advance)",
-        "max_rounds",
-        "pass --steps T_max (the number of rounds, fixed before training)",
-    )
+    T_max = setting("T_max (rounds, fixed in advance)", "max_rounds")
     K = _positive_int(
-        p.resolve(
+        resolved(
+            "n_units",
             "K (declared number of units)",
+            f"set it, the declared number of {_PLURAL[config.unit]}, or declare "
+            f"{_K_KEY[config.unit]} in the dataset's public metadata",
             flag=config.n_units,
             metadata=metadata,
             key=_K_KEY[config.unit],
-            fix=(
-                f"pass {_K_FLAG[config.unit]} K, the declared number of {config.unit}s (or declare "
-                f"{_K_KEY[config.unit]} in the dataset's public metadata)"
-            ),
             detail="denominator qK",
         ),
         "K",
     )
-    B = setting("B (local batch size)", "local_batch", "pass --local-batch B")
-    E = setting("E (local epochs)", "local_epochs", "pass --local-epochs E")
-    lr = setting("η (local learning rate)", "local_lr", "pass --local-lr η")
+    if config.sampling_rate is None and "sampling_rate" not in dflt:
+        m = dflt["units_per_round"]
+        q = p.derive(
+            "q (sampling rate)",
+            default_rate(m, K),
+            f"default min(1, m/K) with m = {m:g} expected units per round",
+        )
+    else:
+        q = setting("q (sampling rate)", "sampling_rate")
+    B = setting("B (local batch size)", "local_batch")
+    E = setting("E (local epochs)", "local_epochs")
+    lr = setting("η (local learning rate)", "local_lr")
     if config.noise_multiplier is not None:
         z = float(p.resolve("z (noise multiplier)", flag=config.noise_multiplier, fix=""))
         target = None
     else:
-        target = float(
-            p.resolve(
-                "target ε",
-                flag=config.target_epsilon,
-                fix="pass --epsilon E (z is calibrated for it) or --noise-multiplier Z",
+        if config.target_epsilon is None:
+            raise MissingPublicParameter(
+                names["target_epsilon"],
+                "is required: give a target ε (z is calibrated for it), or a noise multiplier "
+                "z instead",
             )
-        )
+        target = float(p.resolve("target ε", flag=config.target_epsilon, fix=""))
         z = calibrate_noise_multiplier(
             target,
             delta,
@@ -687,7 +776,7 @@ class Clients:
         if dataset.unit_ids is None:
             raise ValueError(
                 "user-level privacy needs the user of every trajectory, but the dataset has no "
-                "unit ids; import it with a user column (e.g. --user-column user_id)"
+                "unit ids; import it with the column of its users as the unit column"
             )
         _, client_of_episode = np.unique(dataset.unit_ids, return_inverse=True)
         client_of_row = np.repeat(client_of_episode.reshape(-1), dataset.episode_lengths)
@@ -1191,7 +1280,9 @@ def train_dp_fedavg(
         noise_gen.bit_generator.state = resume["noise_gen"]
         if momentum is not None:
             if resume.get("momentum") is None:
-                raise ValueError("the DP-FedAvg checkpoint has no server momentum; use a new --out")
+                raise ValueError(
+                    "the DP-FedAvg checkpoint has no server momentum; use a new output directory"
+                )
             momentum = resume["momentum"].clone()
         first = plan.T_max + 1 if stopped else rounds + 1
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from privrl.config import ConfigError
 from privrl.data.dataset import DatasetError, TrajectoryDataset
 from privrl.data.io import DatasetHeader, header_of
 from privrl.envs.control import ControlTask
+from privrl.primorl.dp_fedavg import SmallDataWarning
 from privrl.primorl.mopo import RELATION, UNIT, MOPOConfig, MOPOResult, check_dataset, mopo
 from privrl.primorl.options import MAX_MODEL_BUFFER
 from privrl.primorl.primorl import (
@@ -251,11 +253,17 @@ def plan_primorl(
     has_unit_ids: bool | None = None,
 ) -> Plan:
     """PRIMORL's plan from the header: the task, the public data, DP-FedAvg's public
-    parameters (settings > public metadata > task preset) and the report for T_max rounds."""
-    source, task = resolve_task(config.task, header.metadata, config.reward_transform)
+    parameters (settings > public metadata > task preset) and the report for T_max rounds.
+    A `SmallDataWarning` for each reason the declared K is too small for the noise
+    (`DpFedAvgPlan.small_data_warnings`: public values only)."""
+    source, task = resolve_task(
+        config.task, header.metadata, config.reward_transform, config.task_facts()
+    )
     check_declared(header, task, config, has_unit_ids=has_unit_ids)
     settings = config.for_task(task)
     the_plan = plan(settings, header.metadata)
+    for text in the_plan.small_data_warnings():
+        warnings.warn(f"PRIMORL: {text}", SmallDataWarning, stacklevel=3)
     public_source = public_source_of(settings, header, public, has_unit_ids=has_unit_ids)
     published = {
         "algorithm": "primorl",
@@ -513,7 +521,9 @@ def fitted(stage: Any, report: PrivacyReport, metrics: dict[str, Any], details: 
 def plan_mopo(config: MOPOConfig, header: DatasetHeader) -> Plan:
     """MOPO's plan from the header: the task, its settings, the model buffer's size checked,
     and the planned report ε = ∞ (any ledger refuses it before the data is read)."""
-    source, task = resolve_task(config.task, header.metadata, config.reward_transform)
+    source, task = resolve_task(
+        config.task, header.metadata, config.reward_transform, config.task_facts()
+    )
     settings = config.mopo_config(task)
     buffer = (
         settings.rollout_batch_size

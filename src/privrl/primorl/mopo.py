@@ -345,8 +345,7 @@ def check_dataset(dataset: TrajectoryDataset, task: ControlTask | None = None) -
     env_id = dataset.metadata.env_id
     if task is None and not env_id:
         raise ValueError(
-            "the dataset records no env id; MOPO needs one of the privrl control tasks "
-            "(collect with `privrl data collect --recipe primorl-pendulum`, for example)"
+            "the dataset records no env id; give MOPO its task (a Gymnasium id or a ControlTask)"
         )
     task = task_for_env_id(env_id) if task is None else task
     env_id = env_id or task.env_id

@@ -1,7 +1,8 @@
 """The settings of a policy stage (SAC in a pessimistic model), shared by `PrimorlConfig` and
 `MOPOConfig`: the uncertainty penalty u and its weight λ in r̃ = r̂ − λ·u, the model rollout
 length h, the rollouts started per epoch, SAC's epochs, updates per epoch and target entropy,
-torch threads and the reward scale. `None` means the task's default (its preset)."""
+torch threads, the reward scale and the public facts of a task without a preset (horizon,
+action bounds, reward range). `None` means the task's default (its preset)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ MAX_ROLLOUT_LENGTH = 10_000
 MAX_ROLLOUT_BATCH = 10_000_000
 MAX_LAM = 1e6
 MAX_MODEL_BUFFER = 10_000_000  # transitions kept from the model's rollouts (memory)
+MAX_HORIZON = 1_000_000  # episode length of a task without a preset
 
 
 def parse_target_entropy(value: float | str | None) -> float | None:
@@ -48,6 +50,13 @@ def parse_target_entropy(value: float | str | None) -> float | None:
     if not math.isfinite(x):
         raise ConfigError("target_entropy", f"must be finite, got {value!r}")
     return x
+
+
+def _interval(value: tuple[float, ...] | None) -> bool:
+    """Whether `value` is unset or two finite numbers, low < high."""
+    if value is None:
+        return True
+    return len(value) == 2 and all(map(math.isfinite, value)) and value[0] < value[1]
 
 
 def within(value: float | None, low: float, high: float) -> bool:
@@ -86,6 +95,29 @@ class StageOptions(Config):
         1,
         "--threads",
         help="torch threads (1 is fastest for SAC's 256-row batches, and on a shared machine).",
+    )
+    horizon: int | None = option(
+        None,
+        "--horizon",
+        help="Episode length H of a task without a preset (default: the dataset's declared "
+        "horizon, else the env's time limit).",
+        keyless_default=True,
+    )
+    action_bounds: tuple[float, float] | None = option(
+        None,
+        "--action-bounds",
+        metavar="LOW,HIGH",
+        help="Action box of a task without a preset, every dimension (default: the dataset's "
+        "declared action space, else the env's).",
+        keyless_default=True,
+    )
+    reward_range: tuple[float, float] | None = option(
+        None,
+        "--reward-range",
+        metavar="LOW,HIGH",
+        help="Per-step reward range of a task without a preset; it holds model rollouts "
+        "(default: the dataset's metadata extra reward_range, else unbounded).",
+        keyless_default=True,
     )
     reward_transform: str | None = option(
         None,
@@ -130,6 +162,20 @@ class StageOptions(Config):
             f"must be in [1, {cores}] (this machine's cores), got {self.threads}",
         )
         parse_target_entropy(self.target_entropy)
+        check(
+            within(self.horizon, 1, MAX_HORIZON),
+            "horizon",
+            f"must be in [1, {MAX_HORIZON}], got {self.horizon}",
+        )
+        for key in ("action_bounds", "reward_range"):
+            value = getattr(self, key)
+            check(_interval(value), key, f"must be LOW,HIGH with finite LOW < HIGH, got {value}")
+
+    def task_facts(self) -> Any:
+        """The declared facts of a task without a preset (`privrl.primorl.tasks.TaskFacts`)."""
+        from privrl.primorl.tasks import TaskFacts
+
+        return TaskFacts(self.horizon, self.action_bounds, self.reward_range)
 
     def fill(self, defaults: dict[str, Any]) -> None:
         """Set every field still None to its value in `defaults` (a task preset), in place:

@@ -119,6 +119,15 @@ class TaskPreset:
     high: float | None  # z of the HIGH row
     epochs: int  # SAC epochs (MOPOConfig.for_task's choice, docs/primorl.md)
     rollout_batch_size: int
+    paper_units: int | None = None  # the K the paper's q was set for (None: no paper setting)
+
+    @property
+    def units_per_round(self) -> float:
+        """m, the expected units per round of the default q = min(1, m/K): the paper's q·K
+        for its own dataset, else `UNITS_PER_ROUND`; at the paper's K the default is its q."""
+        if self.paper_units is None:
+            return UNITS_PER_ROUND
+        return self.sampling_rate * self.paper_units
 
 
 # C for Pendulum and the cartpole tasks is not reported (the spec asks to tune it with z = 0,
@@ -127,17 +136,26 @@ class TaskPreset:
 # (10/50/90/99th percentiles 0.013/0.015/0.020/0.021 with η = 1e-3, 13 local steps); C = 1
 # would make the noise zC/(qK) ~50x larger than needed. Cartpole: 0.05, NOT measured (larger
 # model). Both are labelled as privrl defaults in privacy.json. HalfCheetah: C = 15, q = 1e-2
-# (paper); its T is not reported, so --steps is required there.
+# (paper); its T is not reported, so steps is required there. q: the paper's rate at its K
+# (30,000 trajectories for Pendulum and the cartpoles, about 2,000 for HalfCheetah's
+# medium-expert set), i.e. 30 and 20 expected trajectories per round; the default q for another
+# K keeps that expected number (`TaskPreset.units_per_round`).
 PRESETS: dict[str, TaskPreset] = {
-    "pendulum": TaskPreset("mpd", 2.0, 30, "per_layer", 0.02, 1e-3, 7000, 0.35, 0.52, 30, 5_000),
-    "balance": TaskPreset("mpd", 2.0, 20, "flat", 0.05, 1e-3, 7000, 0.25, 0.45, 40, 5_000),
-    "swingup": TaskPreset("ma", 2.0, 20, "flat", 0.05, 1e-3, 10000, 0.25, 0.38, 80, 5_000),
-    "halfcheetah": TaskPreset("ma", 1.0, 5, "per_layer", 15.0, 1e-2, None, None, None, 200, 50_000),
+    "pendulum": TaskPreset(
+        "mpd", 2.0, 30, "per_layer", 0.02, 1e-3, 7000, 0.35, 0.52, 30, 5_000, 30_000
+    ),
+    "balance": TaskPreset("mpd", 2.0, 20, "flat", 0.05, 1e-3, 7000, 0.25, 0.45, 40, 5_000, 30_000),
+    "swingup": TaskPreset("ma", 2.0, 20, "flat", 0.05, 1e-3, 10000, 0.25, 0.38, 80, 5_000, 30_000),
+    "halfcheetah": TaskPreset(
+        "ma", 1.0, 5, "per_layer", 15.0, 1e-2, None, None, None, 200, 50_000, 2_000
+    ),
 }
 
+# m of a task without a paper setting: the paper's Pendulum q·K (10⁻³ × 30,000).
+UNITS_PER_ROUND = 30.0
 
 # A task without a preset (any other Gymnasium task): MOPO's short rollouts and pessimism,
-# flat clipping, the paper's q. C and T_max have no default there: they must be given.
+# flat clipping, q = min(1, 30/K). C and T_max have no default there: they must be given.
 GENERIC = TaskPreset("ma", 1.0, 5, "flat", None, 1e-3, None, None, None, 30, 5_000)
 
 
@@ -183,6 +201,12 @@ class PrimorlConfig(StageOptions):
     elsewhere means the task's preset (or the paper's default), resolved by `plan` with its
     source; once the task is known (``task`` given) the preset's values are filled in. Which
     data is public is not a setting: it is declared with the data.
+
+    The default q is min(1, m/K): m expected units per round of the declared K, m = 30 (the
+    paper's q = 10⁻³ at its K = 30,000 trajectories; HalfCheetah's preset m = 20, its q = 10⁻²
+    at K = 2,000), so a preset task at the paper's K runs the paper's q and a smaller dataset
+    keeps about 30 units per round. `fit` warns (`SmallDataWarning`) when qK < 1 or when the
+    noise std per coordinate zC/(qK) reaches C: public values only, the run still runs.
     """
 
     system = "primorl"
@@ -210,7 +234,11 @@ class PrimorlConfig(StageOptions):
         None, "--clip-mode", help="flat | per-layer (default: task preset)."
     )
     sampling_rate: float | None = option(
-        None, "--sampling-rate", "-q", help="Poisson sampling rate q of units per round."
+        None,
+        "--sampling-rate",
+        "-q",
+        help="Poisson sampling rate q of units per round (default min(1, m/K): m = 30 "
+        "expected units per round, the paper's q = 0.001 at K = 30,000; HalfCheetah m = 20).",
     )
     local_batch: int | None = option(None, "--local-batch", help="Local batch size B (16).")
     local_lr: float | None = option(None, "--local-lr", help="Local SGD step η (1e-3).")
@@ -501,12 +529,13 @@ def dynamics_of(name: str) -> DynamicsConfig:
 
 def plan(config: PrimorlConfig, metadata: Any = None) -> DpFedAvgPlan:
     """Resolve DP-FedAvg's public parameters: settings > public metadata (K) > task preset >
-    paper defaults; z calibrated for a target ε at T_max. `config` names its task."""
+    paper defaults; q = min(1, m/K) unless set (m: `TaskPreset.units_per_round`); z
+    calibrated for a target ε at T_max. `config` names its task."""
     name = task_name(config.task)
     if name is None:
         raise ConfigError("task", "is not known yet: plan with the config for_task(task)")
     p = config.preset
-    defaults: dict[str, Any] = {"clip_mode": p.clip_mode, "sampling_rate": p.sampling_rate}
+    defaults: dict[str, Any] = {"clip_mode": p.clip_mode, "units_per_round": p.units_per_round}
     if p.clip_norm is not None:
         defaults["clip_norm"] = p.clip_norm
     if p.max_rounds is not None:
@@ -520,8 +549,21 @@ def plan(config: PrimorlConfig, metadata: Any = None) -> DpFedAvgPlan:
     elif name in ("balance", "swingup"):
         detail += "; C: privrl's untuned default (the paper does not report C)"
     return plan_dp_fedavg(
-        config.fedavg(), metadata=metadata, defaults=defaults, defaults_detail=detail
+        config.fedavg(),
+        metadata=metadata,
+        defaults=defaults,
+        defaults_detail=detail,
+        fields=FEDAVG_FIELDS,
     )
+
+
+# `DpFedAvgConfig`'s field names → `PrimorlConfig`'s (errors of the plan name the latter).
+FEDAVG_FIELDS = {
+    "target_epsilon": "epsilon",
+    "clip_norm": "clip",
+    "max_rounds": "steps",
+    "n_units": "trajectories",
+}
 
 
 def _n_params(config: PrimorlConfig, task: ControlTask) -> int:
@@ -624,7 +666,7 @@ def load_released_model(path: str | Path) -> ReleasedModel:
     """Read ``model.pt``; ValueError naming the problem if it is not one."""
     from privrl.data.files import read_torch
 
-    state = read_torch(path, "--model", weights_only=False)  # (ReleasedModel's own format)
+    state = read_torch(path, "the released model", weights_only=False)  # (its own format)
     return ReleasedModel.from_state_dict(state)
 
 
@@ -812,7 +854,9 @@ def run(
     if model_path is not None and model_path.exists():
         released = load_released_model(model_path)
         if released.task != task.name or released.control != task:
-            raise ValueError(f"{model_path} holds a model for another task; use a new --out")
+            raise ValueError(
+                f"{model_path} holds a model for another task; use a new output directory"
+            )
     if released is None:
         assert config.dynamics is not None
         model = DynamicsModel(task.obs_dim, task.act_dim, config.dynamics, seed=seeds["init"])

@@ -7,10 +7,13 @@ It is given as
 - a preset name (``pendulum``, ``balance``, ``swingup``, ``halfcheetah``) or one of their ids
   (``privrl/Pendulum-v0``, ``Pendulum-v1``, ...): the tuned presets of the papers apply;
 - any Gymnasium id with Box observation and action spaces (``MountainCarContinuous-v0``,
-  ``InvertedPendulum-v5``, ...): the dimensions and action box come from the simulator's
-  spaces, the horizon from the dataset's declared metadata (``horizon``) or the id's time
-  limit, the reward range from the declared metadata (``extra["reward_range"]``) when there
-  is one. All of these are public simulator facts; generic defaults replace the presets;
+  ``InvertedPendulum-v5``, ...): the dimensions come from the simulator's spaces; the action
+  box, the horizon and the per-step reward range from the settings (``action_bounds``,
+  ``horizon``, ``reward_range``: `TaskFacts`), else the dataset's declared metadata (its
+  action space, ``horizon``, ``extra["reward_range"]``), else the simulator (its action space,
+  its time limit; no reward range: unbounded). All of these are public facts, never read from
+  the episodes; generic defaults replace the presets. Refused: a non-Box (e.g. Discrete)
+  space, an action box without finite bounds that nothing declares, no horizon at all;
 - a `ControlTask` you build yourself (its ``env_id`` names the simulator that evaluates the
   policy and samples initial states);
 - nothing: the dataset's recorded env id.
@@ -21,7 +24,9 @@ The four presets run on the vectorised simulators of `privrl.envs.batched`; any 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,6 +45,7 @@ from privrl.envs.control import (
 __all__ = [
     "ControlTask",
     "GymSimulator",
+    "TaskFacts",
     "gym_task",
     "in_reward_scale",
     "is_preset",
@@ -49,6 +55,20 @@ __all__ = [
 ]
 
 TaskLike = str | ControlTask | None
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """The public facts of a task without a preset that a run declares (None: not declared;
+    the dataset's metadata or the simulator gives it). Each is named by its config field."""
+
+    horizon: int | None = None
+    action_bounds: tuple[float, float] | None = None
+    reward_range: tuple[float, float] | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The declared facts, by field."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 def is_preset(task: ControlTask) -> bool:
@@ -71,13 +91,22 @@ def task_name(task: TaskLike) -> str | None:
         return task
 
 
-def gym_task(env_id: str, metadata: Any = None, *, horizon: int | None = None) -> ControlTask:
-    """The `ControlTask` of a Gymnasium id with Box spaces, from the simulator's spaces and
-    the dataset's declared metadata (horizon, ``extra["reward_range"]``). ValueError naming
-    what is missing or unsupported."""
+def gym_task(
+    env_id: str, metadata: Any = None, *, horizon: int | None = None, facts: TaskFacts | None = None
+) -> ControlTask:
+    """The `ControlTask` of a Gymnasium id with Box spaces: the dimensions from the simulator's
+    spaces; the action box, horizon and reward range from `facts` (declared settings), else the
+    dataset's declared metadata (action space, ``horizon``, ``extra["reward_range"]``), else
+    the simulator (action space, time limit; no reward range). ``horizon`` is `facts`'
+    horizon, kept as a keyword. ValueError for an id that cannot be made or a space that is not
+    a 1-D Box; `ConfigError` naming the field (``horizon``, ``action_bounds``) for a fact
+    nothing public gives."""
     import gymnasium as gym
     from gymnasium import spaces
 
+    facts = facts or TaskFacts()
+    if horizon is not None:
+        facts = dataclasses.replace(facts, horizon=horizon)
     register_envs()
     try:
         env = gym.make(env_id)
@@ -94,23 +123,16 @@ def gym_task(env_id: str, metadata: Any = None, *, horizon: int | None = None) -
                 f"{env_id} has a {type(space).__name__} {what} space; PRIMORL and MOPO need "
                 "continuous control (1-D Box observation and action spaces)"
             )
-    low, high = np.asarray(act_space.low, float), np.asarray(act_space.high, float)
-    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
-        raise ValueError(f"{env_id}'s action box is unbounded; SAC needs finite action bounds")
-    if np.ptp(low) > 0 or np.ptp(high) > 0:
-        raise ValueError(
-            f"{env_id}'s action bounds differ between dimensions; give a ControlTask with one "
-            "action box (or rescale the actions to one)"
-        )
-    declared = getattr(metadata, "horizon", None)
-    steps = horizon or declared or limit
+    low, high = _action_box(env_id, act_space, metadata, facts)
+    steps = facts.horizon or getattr(metadata, "horizon", None) or limit
     if not steps:
-        raise ValueError(
-            f"{env_id} has no time limit and the dataset declares no horizon; declare the "
-            "horizon in the dataset's metadata"
+        raise ConfigError(
+            "horizon",
+            f"is required: {env_id} has no time limit and the dataset's metadata declares no "
+            "horizon; set horizon H (the episode length the policy is evaluated on)",
         )
     extra = getattr(metadata, "extra", None) or {}
-    bounds = extra.get("reward_range")
+    bounds = facts.reward_range or extra.get("reward_range")
     reward_range = None if bounds is None else (float(bounds[0]), float(bounds[1]))
     return ControlTask(
         name=env_id,
@@ -118,28 +140,81 @@ def gym_task(env_id: str, metadata: Any = None, *, horizon: int | None = None) -
         obs_dim=int(obs_space.shape[0]),
         act_dim=int(act_space.shape[0]),
         horizon=int(steps),
-        action_low=float(low[0]),
-        action_high=float(high[0]),
+        action_low=low,
+        action_high=high,
         reward_range=reward_range,
         reward_transform="none",
     )
 
 
-def _known(env_id: str, metadata: Any) -> ControlTask:
+def _action_box(
+    env_id: str, act_space: Any, metadata: Any, facts: TaskFacts
+) -> tuple[float, float]:
+    """(low, high) of the action box, one for every dimension: declared (`facts`), else the
+    dataset's declared action space (a Box of the simulator's shape), else the simulator's."""
+    from gymnasium import spaces
+
+    if facts.action_bounds is not None:
+        return float(facts.action_bounds[0]), float(facts.action_bounds[1])
+    declared = getattr(metadata, "action_space", None)
+    box = act_space
+    if isinstance(declared, spaces.Box) and declared.shape == act_space.shape:
+        box = declared
+    low, high = np.asarray(box.low, float), np.asarray(box.high, float)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise ConfigError(
+            "action_bounds",
+            f"is required: {env_id}'s action box is unbounded and nothing declares bounds; "
+            "set action_bounds LOW,HIGH (SAC squashes its actions into them)",
+        )
+    if np.ptp(low) > 0 or np.ptp(high) > 0:
+        raise ConfigError(
+            "action_bounds",
+            f"is required: {env_id}'s action bounds differ between dimensions; set "
+            "action_bounds LOW,HIGH for all of them (or give a ControlTask)",
+        )
+    return float(low[0]), float(high[0])
+
+
+def _known(env_id: str, metadata: Any, facts: TaskFacts) -> ControlTask:
     try:
-        return task_for_env_id(env_id)
+        task = task_for_env_id(env_id)
     except ValueError:
-        return gym_task(env_id, metadata)
+        return gym_task(env_id, metadata, facts=facts)
+    _check_facts(task, facts)
+    return task
+
+
+def _check_facts(task: ControlTask, facts: TaskFacts) -> None:
+    """Declared facts of a task privrl declares itself must agree with its own."""
+    own = {
+        "horizon": task.horizon,
+        "action_bounds": (task.action_low, task.action_high),
+        "reward_range": task.reward_range,
+    }
+    for key, value in facts.given().items():
+        mine = own[key]
+        if mine is None or tuple(np.ravel(value)) != tuple(np.ravel(mine)):
+            raise ConfigError(
+                key,
+                f"{value}: privrl declares {task.env_id}'s {key.replace('_', ' ')} as {mine}; "
+                "drop the setting (it is for tasks without a preset)",
+            )
 
 
 def resolve_task(
-    task: TaskLike, metadata: Any, transform: str | None = None
+    task: TaskLike,
+    metadata: Any,
+    transform: str | None = None,
+    facts: TaskFacts | None = None,
 ) -> tuple[ControlTask, ControlTask]:
     """(the dataset's task, the task to run): `task` as given, else the metadata's env id,
-    and the same task in the reward scale `transform` (None: the dataset's own). Only the
-    public metadata is read. ConfigError naming the field: ``task``, or ``data`` when the
-    dataset names no usable task, or ``reward_transform``."""
+    and the same task in the reward scale `transform` (None: the dataset's own). `facts`: the
+    declared facts of a task without a preset (`gym_task`). Only the public metadata is read.
+    ConfigError naming the field: ``task``, or ``data`` when the dataset names no usable task,
+    ``reward_transform``, or the fact nothing public gives (``horizon``, ``action_bounds``)."""
     env_id = getattr(metadata, "env_id", None)
+    facts = facts or TaskFacts()
     if isinstance(task, ControlTask):
         source = task
     else:
@@ -149,7 +224,13 @@ def resolve_task(
                 "data", "records no env id; give the task (a Gymnasium id or a ControlTask)"
             )
         try:
-            source = CONTROL_TASKS[name] if name in CONTROL_TASKS else _known(name, metadata)
+            if name in CONTROL_TASKS:
+                source = CONTROL_TASKS[name]
+                _check_facts(source, facts)
+            else:
+                source = _known(name, metadata, facts)
+        except ConfigError:
+            raise
         except ValueError as exc:
             raise ConfigError(key, f"{name}: {exc}") from None
         if task is not None and env_id and env_id != source.env_id and is_preset(source):

@@ -65,14 +65,13 @@ MopoRunConfig = MOPOConfig
 
 
 def header_task(
-    header: DatasetHeader | None, needs: str, transform: str | None = None
+    header: DatasetHeader | None, needs: str, config: StageOptions
 ) -> tuple[ControlTask, ControlTask]:
-    """(the dataset's task, the task to run): the control task named by the header's env id
-    (a public schema check; `needs` says what the system needs and how to build a dataset for
-    it) and the same task in the reward scale `transform` (None: the dataset's own). The
-    command line takes the ids privrl declares facts for; the Python API takes any Gymnasium
-    continuous-control id (`privrl.primorl.tasks`)."""
-    from privrl.envs.control import task_for_env_id
+    """(the dataset's task, the task to run): the control task named by the header's env id —
+    a privrl id, a standard id privrl declares facts for, or any Gymnasium continuous-control
+    id, its facts from the config's settings, the header's metadata or the simulator
+    (`privrl.primorl.tasks.resolve_task`); `needs` says what the system needs and how to build
+    a dataset for it — and the same task in the config's reward scale. Public facts only."""
     from privrl.primorl.tasks import resolve_task
 
     if header is None:
@@ -80,10 +79,11 @@ def header_task(
     if not header.metadata.env_id:
         raise ConfigError("data", f"{header.path}: the dataset records no env id; {needs}")
     try:
-        source = task_for_env_id(header.metadata.env_id)
-    except ValueError as exc:
-        raise ConfigError("data", f"{header.path}: {exc}") from None
-    return resolve_task(source, header.metadata, transform)
+        return resolve_task(None, header.metadata, config.reward_transform, config.task_facts())
+    except ConfigError as exc:
+        if exc.key != "data":
+            raise
+        raise ConfigError("data", f"{header.path}: {exc.problem}") from None
 
 
 def check_resume(
@@ -189,8 +189,8 @@ def return_line(metrics: Mapping[str, Any], *rest: str) -> str:
 
 MOPO_CHECKPOINTS = ("checkpoint.pt", "dynamics.pt")
 NEEDS_TASK = (
-    "MOPO needs a control task: a privrl id or a standard Gymnasium id with declared facts "
-    "(collect with `privrl data collect --env Pendulum-v1` or `--recipe primorl-pendulum`)"
+    "MOPO needs a control task: a privrl id or a Gymnasium continuous-control id (collect "
+    "with `privrl data collect --env Pendulum-v1`, or import with --env-id)"
 )
 
 
@@ -211,7 +211,7 @@ class MopoSystem(System):
     def plan(self, config: MOPOConfig, header: DatasetHeader | None) -> Plan:
         from privrl.primorl.learners import MOPO
 
-        source, _ = header_task(header, NEEDS_TASK, config.reward_transform)
+        source, _ = header_task(header, NEEDS_TASK, config)
         assert header is not None
         planned = MOPO(config.mopo_config(source)).plan(header)
         return Plan(

@@ -48,8 +48,8 @@ PENDING = "released.pending.pt"  # the release while the run is unfinished (not 
 FEDAVG_STATE = "fedavg_state.pt"  # DP-FedAvg's secret state between rounds
 CHECKPOINTS = (PENDING, FEDAVG_STATE, "checkpoint.pt")
 NEEDS_TASK = (
-    "PRIMORL needs a control task: a privrl id or a standard Gymnasium id with declared facts "
-    "(collect with `privrl data collect --env Pendulum-v1` or `--recipe primorl-pendulum`)"
+    "PRIMORL needs a control task: a privrl id or a Gymnasium continuous-control id (collect "
+    "with `privrl data collect --env Pendulum-v1`, or import with --env-id)"
 )
 LoadedData = tuple[TrajectoryDataset, TrajectoryDataset, str | None]
 
@@ -106,6 +106,9 @@ class PrimorlRunConfig(PrimorlConfig):
                     ("--trajectories", self.trajectories),
                     ("--public-data", self.public_data),
                     ("--reward-transform", self.reward_transform),
+                    ("--horizon", self.horizon),
+                    ("--action-bounds", self.action_bounds),
+                    ("--reward-range", self.reward_range),
                     ("--local-optimizer", None if self.local_optimizer == "sgd" else "adam"),
                     ("--server-momentum", self.server_momentum or None),
                     ("--server-lr", None if self.server_lr == 1 else self.server_lr),
@@ -141,6 +144,8 @@ class PrimorlSystem(System):
       privrl train primorl --data D.h5 -z 0.52 --steps 7000 --clip 0.02 \\
           --trajectories 30000
       privrl train primorl --data users.h5 --unit user --users 500 --epsilon 8
+      privrl train primorl --data car.h5 --clip 0.1 --steps 2000 --epsilon 5 \\
+          --horizon 200 --reward-range=-1,1   # a Gymnasium id without a preset
       privrl train primorl --model runs/hi/model.pt --epochs 50 --out runs/again
 
     Public data is declared, never chosen from the private episodes: --public-data FILE (same
@@ -149,6 +154,9 @@ class PrimorlSystem(System):
     the input normaliser comes from the declared observation/action bounds (an unbounded space is
     refused), all --steps rounds run and every ensemble member is an elite. The guarantee covers
     every trajectory (user) of --data except the public data, which is not protected.
+
+    q defaults to min(1, 30/K) for the declared K (the paper's q = 0.001 at K = 30,000), and
+    the run warns when K is too small for the noise (q·K < 1, or zC/(qK) ≥ C).
 
     Writes config.json, metrics.json (return_mean, return_std, normalised_score, epsilon,
     delta), metrics.csv (per SAC epoch), model_holdout.csv, privacy.json (one release),
@@ -174,7 +182,7 @@ class PrimorlSystem(System):
         from privrl.primorl.learners import plan_primorl
 
         assert header.path is not None
-        source, task = header_task(header, NEEDS_TASK, config.reward_transform)
+        source, task = header_task(header, NEEDS_TASK, config)
         _check_declared(header, task, config)
         given = None if config.public_data is None else _public_file(config.public_data, header)
         planned = plan_primorl(
