@@ -136,7 +136,7 @@ def cells_dir(ctx: _Context, where: str) -> Path:
     the cache (``$PRIVRL_CACHE/reproduce/expert/{full,quick}/<where>``), shared by every
     report, so a run that two reports need (Figure 3's ε = 10 cells are Table 2a's) is
     trained once; a cell's name carries its configuration's fingerprint."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     scale = "quick" if ctx.scale.is_quick else "full"
     return cache_dir() / "reproduce" / "expert" / scale / where

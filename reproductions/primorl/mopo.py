@@ -84,7 +84,7 @@ def task_config(task: str, quick: bool) -> Any:
 
 def sweep_dir(quick: bool) -> Path:
     """Where the cells live (the cache: their checkpoints and policies do not belong in docs/)."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     return cache_dir() / "reproduce" / "mopo-table1" / ("quick" if quick else "full")
 
@@ -115,7 +115,7 @@ def sweep_doc(
 
 
 def _dataset_path(task: str, quick: bool) -> Path:
-    from privrl.data.paths import data_dir
+    from privrl.data import data_dir
 
     return data_dir() / f"primorl-{task}{'-quick' if quick else ''}.h5"
 
@@ -126,7 +126,7 @@ def _datasets(tasks: tuple[str, ...], quick: bool) -> dict[str, Path]:
     paths = {t: _dataset_path(t, quick) for t in tasks}
     missing = [t for t, p in paths.items() if not p.is_file()]
     if missing and quick:
-        from privrl.data.paths import data_dir
+        from privrl.data import data_dir
         from privrl.runs.recipes import RECIPES
 
         for t in missing:
@@ -142,7 +142,7 @@ def _datasets(tasks: tuple[str, ...], quick: bool) -> dict[str, Path]:
 
 def _dataset_facts(task: str, path: Path) -> dict[str, Any]:
     """What the report says of a dataset: its header's public metadata and sizes."""
-    from privrl.data.io import read_header
+    from privrl.data import read_header
     from privrl.data.paths import portable_path
 
     header = read_header(path)

@@ -218,7 +218,7 @@ def available_datasets(req: shared.Request) -> tuple[dict[str, Path], dict[str, 
 
 def _task_of(data: Path) -> str:
     """The task of a dataset, from its header's env id (public metadata)."""
-    from privrl.data.io import read_header
+    from privrl.data import read_header
     from privrl.envs.control import task_for_env_id
 
     env_id = read_header(data).metadata.env_id

@@ -172,7 +172,7 @@ def sweep_doc(
 def dataset(req: shared.Request) -> tuple[Path | None, str]:
     """The dataset to run on, or None and why not (the full recipe set absent)."""
     if req.data is not None:
-        from privrl.data.io import read_header
+        from privrl.data import read_header
         from privrl.envs.control import task_for_env_id
 
         env_id = str(read_header(req.data).metadata.env_id)  # public header, no episode read

@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from privrl.privacy.report import PrivacyReport
+from privrl.privacy import PrivacyReport
 from privrl.runs.rundir import RunDir
 from reproductions.claims import write_claims
 from reproductions.sdp_pe.analysis import (
@@ -167,7 +167,7 @@ def refresh_fig4(
 
 def sweep_dir(quick: bool) -> Path:
     """Where the PE/SDP-PE cells live (the cache: a run directory each)."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     return cache_dir() / "reproduce" / "sdp-pe-fig4" / ("quick" if quick else "full")
 

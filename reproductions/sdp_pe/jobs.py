@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from privrl.online.common import checkpoints, make_env
-from privrl.online.ucbvi import UCBVIConfig, ucbvi
-from privrl.privacy.noise import NoiseSource
+from privrl.online import UCBVIConfig, make_env
+from privrl.online.common import checkpoints
+from privrl.online.ucbvi import ucbvi
+from privrl.privacy import NoiseSource
 
 COLORS = {
     "SDP-PE": "tab:red",
