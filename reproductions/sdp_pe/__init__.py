@@ -16,8 +16,8 @@ SDP-PE run as a sweep (`privrl.runs.sweep`) of the registered `pe` and `sdp-pe` 
 cell per (algorithm, ε, calibration, K, seed), kept in the cache
 (``$PRIVRL_CACHE/reproduce/sdp-pe-fig4/{full,quick}/``) so that an interrupted reproduction
 resumes with the cells left. UCB-VI, DP-UCBVI central and local are not cells: each runs as
-one job vectorised over all seeds (`privrl.online.ucbvi.ucbvi(seeds=[...])`, the same numbers
-per seed as `privrl online ucbvi --seed s`), because their per-episode planning loop is
+one job vectorised over all seeds (`UCBVI(...).learn_seeds(env, seeds)`, the same users per
+seed as `privrl online ucbvi --seed s`), because their per-episode planning loop is
 dominated by Python overhead that the batch shares — measured side by side on this project's
 machine (RiverSwim S = 4, H = 5, 2·10⁴ episodes, 10 seeds): 40 s as one batch against 331 s
 as ten separate runs (8.3×); at 20 seeds and 10⁶ episodes that is the difference between
