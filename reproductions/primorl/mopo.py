@@ -33,7 +33,10 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from privrl.primorl import MOPOConfig
 
 __all__ = [
     "PAPER_MOPO",
@@ -75,11 +78,11 @@ def run_options(quick: bool) -> dict[str, Any]:
     return dict(QUICK_OPTIONS) if quick else {}
 
 
-def task_config(task: str, quick: bool) -> Any:
+def task_config(task: str, quick: bool) -> MOPOConfig:
     """The library `MOPOConfig` a cell of `task` runs (what the report's settings list)."""
-    from privrl.systems.mopo import MopoRunConfig
+    from privrl.primorl import MOPOConfig
 
-    return MopoRunConfig(**run_options(quick)).mopo_config(task)
+    return MOPOConfig(**run_options(quick)).mopo_config(task)
 
 
 def sweep_dir(quick: bool) -> Path:
