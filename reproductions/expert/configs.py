@@ -152,8 +152,7 @@ class _Data:
         target = self.path.parent / "subsets" / stem / f"{stem}.h5"
         if not target.is_file():
             from privrl.data import load_hdf5, save_hdf5
-            from privrl.expert import load_experts
-            from privrl.expert.experts import save_experts
+            from privrl.expert import load_experts, save_experts
 
             dataset, experts = load_hdf5(self.path), load_experts(self.experts_dir)
             ids = np.sort(np.random.default_rng(subset_seed).permutation(self.m)[:m])
@@ -348,7 +347,7 @@ def _private(
 
     ``eps1_fraction`` forces ε1 = fraction·ε (the filter runs even below ε = 5, Table 2b);
     by default the paper's split rules (`split_budget`)."""
-    from privrl.expert.selective import split_budget
+    from privrl.expert import split_budget
 
     delta = 1.0 / base.m
     if eps1_fraction is None:

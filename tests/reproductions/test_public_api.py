@@ -87,16 +87,9 @@ INTERNAL: dict[str, tuple[str, ...]] = {
         "privrl.rl.features:make_features",
     ),
     # -- expert-level DP (Sharma et al.)
-    "the expert reproductions name each cell's settings before any run: the paper's budget "
-    "split (ε1, δ1, ε2, δ2) and the consensus filter's event, for the joint calibration of z "
-    "(`ExpertDP.plan` applies the same functions to a dataset's header at run time)": (
-        "privrl.expert.selective:split_budget",
-        "privrl.privacy.threshold:DataReleaseCalibration",
-    ),
-    "a subset of the experts is written once as its own expert set beside its dataset (the "
-    "library reads expert sets, `load_experts`, and writes them only when collecting)": (
-        "privrl.expert.experts:save_experts",
-    ),
+    "the expert reproductions name each cell's settings before any run: the consensus filter's "
+    "event, for the joint calibration of z (`ExpertDP.plan` calibrates it from a dataset's "
+    "header at run time)": ("privrl.privacy.threshold:DataReleaseCalibration",),
     "the paper's normalised score, (return − random) / (expert − random), of the discrete "
     "learners' evaluations": ("privrl.rl.discrete_common:normalised_score",),
     # -- PRIMORL and MOPO
