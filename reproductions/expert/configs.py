@@ -98,7 +98,7 @@ class RunConfig:
 
 def dataset_path(env: str, quick: bool) -> Path:
     """Where ``privrl data collect --recipe experts-<env> [--quick]`` writes the dataset."""
-    from privrl.data.paths import data_dir
+    from privrl.data import data_dir
 
     stem = ENVS[env].recipe + ("-quick" if quick else "")
     return data_dir() / stem / f"{stem}.h5"
@@ -115,7 +115,7 @@ class _Data:
     public subsets of experts."""
 
     def __init__(self, env: str, path: Path) -> None:
-        from privrl.data.io import read_header
+        from privrl.data import read_header
 
         self.env, self.path = env, path
         header = read_header(path)
@@ -140,7 +140,7 @@ class _Data:
         trajectories (all experts: the recipe's file), written once under ``subsets/``."""
         if subset_seed is None or m >= self.m:
             return self.path
-        from privrl.privacy.ledger import BudgetLedger
+        from privrl.privacy import BudgetLedger
 
         if BudgetLedger.for_dataset(self.path) is not None:
             # a subset is another file, hence another ledger: its runs would not be charged
@@ -151,8 +151,8 @@ class _Data:
         stem = f"{self.path.stem}-m{m}-subset{subset_seed}"
         target = self.path.parent / "subsets" / stem / f"{stem}.h5"
         if not target.is_file():
-            from privrl.data.io import load_hdf5, save_hdf5
-            from privrl.expert.experts import load_experts, save_experts
+            from privrl.data import load_hdf5, save_hdf5
+            from privrl.expert import load_experts, save_experts
 
             dataset, experts = load_hdf5(self.path), load_experts(self.experts_dir)
             ids = np.sort(np.random.default_rng(subset_seed).permutation(self.m)[:m])
@@ -243,7 +243,7 @@ def _calibrated_noise(
     """Smallest z (PLD, 1% relative tolerance, safe side) whose ``steps`` Poisson(q)-subsampled
     Gaussian steps spend (ε, δ) — after the event ``prior`` when given (joint budget); cached
     per (ε, δ, steps, q, prior)."""
-    from privrl.privacy.accounting import calibrate_noise_multiplier
+    from privrl.privacy import calibrate_noise_multiplier
 
     key = f"eps={epsilon!r},delta={delta!r},steps={steps},q={q!r}"
     if prior is not None:
@@ -347,7 +347,7 @@ def _private(
 
     ``eps1_fraction`` forces ε1 = fraction·ε (the filter runs even below ε = 5, Table 2b);
     by default the paper's split rules (`split_budget`)."""
-    from privrl.expert.selective import split_budget
+    from privrl.expert import split_budget
 
     delta = 1.0 / base.m
     if eps1_fraction is None:

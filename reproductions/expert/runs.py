@@ -90,7 +90,7 @@ def cell_values(cfg: RunConfig, data: Path) -> dict[str, Any]:
 def _check_split(cfg: RunConfig) -> None:
     """`expert-dp` splits (ε, δ) with the paper's rules (ε1 = 3ε/4, δ1 = 9δ/10; p = 0: all to
     the filter); a configuration with another split has no cell."""
-    from privrl.expert.selective import split_budget
+    from privrl.expert import split_budget
 
     split = split_budget(
         float(cfg.epsilon or 0.0), float(cfg.delta or 0.0), float(cfg.p or 0.0), filter_below=0.0
@@ -136,7 +136,7 @@ def cells_dir(ctx: _Context, where: str) -> Path:
     the cache (``$PRIVRL_CACHE/reproduce/expert/{full,quick}/<where>``), shared by every
     report, so a run that two reports need (Figure 3's ε = 10 cells are Table 2a's) is
     trained once; a cell's name carries its configuration's fingerprint."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     scale = "quick" if ctx.scale.is_quick else "full"
     return cache_dir() / "reproduce" / "expert" / scale / where

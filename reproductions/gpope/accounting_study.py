@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from privrl.ope.accounting import paper_sigma, rigorous_epsilon, rigorous_sigma
-from privrl.privacy.accounting import epsilon, sampled_gaussian_event
-from privrl.privacy.units import NeighbourRelation
+from privrl.privacy import NeighbourRelation, epsilon, sampled_gaussian_event
 from privrl.runs.rundir import RunDir
 from reproductions.claims import with_kinds
 from reproductions.gpope.chain import _Chain

@@ -21,21 +21,16 @@ from typing import Any
 import numpy as np
 
 from privrl.envs.chain import ChainDomain
-from privrl.ope.baselines import (
-    FirstVisit,
-    first_visit_returns,
-    lsl_estimate,
-    lsl_sigma,
-    lsw_estimate,
-    lsw_sigma,
-)
-from privrl.ope.gpope import (
+from privrl.ope import (
+    LinearSystem,
     PublicTuning,
     StepSize,
+    TrajectoryStats,
+    first_visit_returns,
+    trajectory_stats,
 )
+from privrl.ope.baselines import FirstVisit, lsl_estimate, lsl_sigma, lsw_estimate, lsw_sigma
 from privrl.ope.lstd import lstd, solve_linear
-from privrl.ope.mspbe import LinearSystem
-from privrl.ope.stats import TrajectoryStats, trajectory_stats
 from privrl.runs.rundir import write_rows
 from reproductions.gpope import lstd_op_chain as op
 from reproductions.gpope import minibatch_chain as mb

@@ -104,7 +104,7 @@ def run_chain_units(
     workers: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or read back) a figure's units; their results in the order of `specs`."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     root = cache_dir() / "reproduce" / f"gpope-{figure}" / ("quick" if quick else "full")
     units = [

@@ -12,23 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from privrl.ope import LinearSystem, PublicTuning, StepSize, TrajectoryStats, tune_on_public
 from privrl.ope.accounting import COARSE_ORDERS
-from privrl.ope.baselines import (
-    FirstVisit,
-    lsl_estimate,
-    lsl_sigma,
-)
-from privrl.ope.gpope import (
-    PublicTuning,
-    StepSize,
-    _report,
-    gpope_replicas,
-    tune_on_public,
-)
-from privrl.ope.mspbe import LinearSystem
-from privrl.ope.stats import TrajectoryStats
-from privrl.privacy.mechanisms import gaussian_mechanism
-from privrl.privacy.noise import NoiseSource
+from privrl.ope.baselines import FirstVisit, lsl_estimate, lsl_sigma
+from privrl.ope.gpope import gpope_replicas, gpope_report
+from privrl.privacy import NoiseSource, gaussian_mechanism
 from privrl.runs.rundir import RunDir, write_rows
 from reproductions.claims import VERDICT_OF_KIND, Claim, derive_kind, write_claims
 
@@ -403,7 +391,7 @@ def _finish(
             }
         )
     run.write_curve(curve)
-    report = _report(
+    report = gpope_report(
         sigma=fact["sigma"],
         clip=fact["h"],
         m=fact["m"],

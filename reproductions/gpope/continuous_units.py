@@ -20,11 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from privrl.ope.baselines import first_visit_returns, lsw_estimate, lsw_sigma
-from privrl.ope.gpope import StepSize, tune_on_public
+from privrl.ope import (
+    StepSize,
+    TrajectoryStats,
+    first_visit_returns,
+    model_system,
+    trajectory_stats,
+    tune_on_public,
+)
+from privrl.ope.baselines import lsw_estimate, lsw_sigma
 from privrl.ope.lstd import lstd
-from privrl.ope.mspbe import model_system
-from privrl.ope.stats import TrajectoryStats, trajectory_stats
 from privrl.runs.units import Unit, log_progress, pending, run_units
 from reproductions.gpope.common import DELTA, _gp_trials, _log, _lsw_noisy, _rng, _ss
 
@@ -71,7 +76,7 @@ def _cache_root(figure: str, quick: bool, key: dict[str, Any]) -> Path:
     """The folder of a run's finished units (JSON files) in the project cache, named by its
     configuration: an interrupted run resumes where it stopped and a finished one rebuilds
     its report without recomputing."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     text = json.dumps(key, sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -23,7 +23,7 @@ from privrl.ope.minibatch import (
     replace_one_epsilon,
     tune_minibatch_on_public,
 )
-from privrl.privacy.noise import NoiseSource
+from privrl.privacy import NoiseSource
 from reproductions.gpope.common import DELTA, _Acc, _Cfg, _Claims, _log
 
 BATCH = 20  # expected batch size B̄

@@ -33,7 +33,10 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from privrl.primorl import MOPOConfig
 
 __all__ = [
     "PAPER_MOPO",
@@ -75,16 +78,16 @@ def run_options(quick: bool) -> dict[str, Any]:
     return dict(QUICK_OPTIONS) if quick else {}
 
 
-def task_config(task: str, quick: bool) -> Any:
+def task_config(task: str, quick: bool) -> MOPOConfig:
     """The library `MOPOConfig` a cell of `task` runs (what the report's settings list)."""
-    from privrl.systems.mopo import MopoRunConfig
+    from privrl.primorl import MOPOConfig
 
-    return MopoRunConfig(**run_options(quick)).mopo_config(task)
+    return MOPOConfig(**run_options(quick)).mopo_config(task)
 
 
 def sweep_dir(quick: bool) -> Path:
     """Where the cells live (the cache: their checkpoints and policies do not belong in docs/)."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     return cache_dir() / "reproduce" / "mopo-table1" / ("quick" if quick else "full")
 
@@ -115,7 +118,7 @@ def sweep_doc(
 
 
 def _dataset_path(task: str, quick: bool) -> Path:
-    from privrl.data.paths import data_dir
+    from privrl.data import data_dir
 
     return data_dir() / f"primorl-{task}{'-quick' if quick else ''}.h5"
 
@@ -126,7 +129,7 @@ def _datasets(tasks: tuple[str, ...], quick: bool) -> dict[str, Path]:
     paths = {t: _dataset_path(t, quick) for t in tasks}
     missing = [t for t, p in paths.items() if not p.is_file()]
     if missing and quick:
-        from privrl.data.paths import data_dir
+        from privrl.data import data_dir
         from privrl.runs.recipes import RECIPES
 
         for t in missing:
@@ -142,7 +145,7 @@ def _datasets(tasks: tuple[str, ...], quick: bool) -> dict[str, Path]:
 
 def _dataset_facts(task: str, path: Path) -> dict[str, Any]:
     """What the report says of a dataset: its header's public metadata and sizes."""
-    from privrl.data.io import read_header
+    from privrl.data import read_header
     from privrl.data.paths import portable_path
 
     header = read_header(path)

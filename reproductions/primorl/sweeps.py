@@ -190,7 +190,7 @@ def sweep_doc(
 def sweep_dir(reproduction: str, scale: Scale) -> Path:
     """Where a reproduction's cells live (the cache: their checkpoints and models do not
     belong in docs/)."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     return cache_dir() / "reproduce" / reproduction / ("quick" if scale.quick else "full")
 
@@ -198,7 +198,7 @@ def sweep_dir(reproduction: str, scale: Scale) -> Path:
 def recipe_path(task: str, quick: bool) -> Path:
     """Where the recipe dataset of `task` is (built or not); a build lacking the recipe's
     public declaration gains it (`recipes.primorl.declare_recipe_public`)."""
-    from privrl.data.paths import data_dir
+    from privrl.data import data_dir
     from privrl.runs.recipes.primorl import declare_recipe_public
 
     path = data_dir() / f"primorl-{task}{'-quick' if quick else ''}.h5"
@@ -212,7 +212,7 @@ def recipe_dataset(task: str, quick: bool, reproduction: str) -> Path:
     if path.is_file():
         return path
     if quick:
-        from privrl.data.paths import data_dir
+        from privrl.data import data_dir
         from privrl.runs.recipes import RECIPES
 
         RECIPES[f"primorl-{task}"].load()(data_dir(), seed=0, quick=True, progress=False)

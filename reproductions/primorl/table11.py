@@ -174,7 +174,7 @@ def sweep_doc(
 def dataset(req: shared.Request) -> tuple[Path | None, str]:
     """The dataset to run on, or None and why not (the full recipe set absent)."""
     if req.data is not None:
-        from privrl.data.io import read_header
+        from privrl.data import read_header
         from privrl.envs.control import task_for_env_id
 
         env_id = str(read_header(req.data).metadata.env_id)  # public header, no episode read
@@ -233,15 +233,23 @@ def accounting(T: int) -> dict[str, dict[str, Any]]:
     """Each private row's z and ε at δ = 1e-5, q = 1e-2 after T rounds: RDP for all; PLD for
     the eps row (its calibration target, at `CALIBRATED_Z` for the full T) — the z = 1e-3 and
     1e-4 rows' PLD grids do not fit in memory. Public: z, q, T only."""
-    from privrl.primorl.dp_fedavg import _epsilon_cached
-
     out: dict[str, dict[str, Any]] = {}
     for row, z in (("z-1e-4", 1e-4), ("z-1e-3", 1e-3)):
-        out[row] = {"z": z, "rdp": _epsilon_cached(z, Q, T, DELTA, "rdp"), "pld": None}
+        out[row] = {"z": z, "rdp": rdp_epsilon(z, T), "pld": None}
     if T == ROUNDS:
         z = CALIBRATED_Z
-        out["eps"] = {"z": z, "rdp": _epsilon_cached(z, Q, T, DELTA, "rdp"), "pld": TARGET_EPSILON}
+        out["eps"] = {"z": z, "rdp": rdp_epsilon(z, T), "pld": TARGET_EPSILON}
     return out
+
+
+def rdp_epsilon(z: float, T: int) -> float:
+    """ε at δ = `DELTA` (RDP accountant) of T DP-FedAvg rounds at noise multiplier z, each
+    round a Poisson(q = `Q`)-subsampled Gaussian, under add/remove of one unit (PRIMORL's
+    relation): what a PRIMORL run of the row reports as its RDP ε."""
+    from privrl.privacy import NeighbourRelation, epsilon, sampled_gaussian_event
+
+    event = sampled_gaussian_event(z, T, sampling_probability=Q)
+    return float(epsilon(event, DELTA, relation=NeighbourRelation.ADD_REMOVE, backend="rdp"))
 
 
 def projected_cost(

@@ -16,8 +16,8 @@ SDP-PE run as a sweep (`privrl.runs.sweep`) of the registered `pe` and `sdp-pe` 
 cell per (algorithm, ε, calibration, K, seed), kept in the cache
 (``$PRIVRL_CACHE/reproduce/sdp-pe-fig4/{full,quick}/``) so that an interrupted reproduction
 resumes with the cells left. UCB-VI, DP-UCBVI central and local are not cells: each runs as
-one job vectorised over all seeds (`privrl.online.ucbvi.ucbvi(seeds=[...])`, the same numbers
-per seed as `privrl online ucbvi --seed s`), because their per-episode planning loop is
+one job vectorised over all seeds (`UCBVI(...).learn_seeds(env, seeds)`, the same users per
+seed as `privrl online ucbvi --seed s`), because their per-episode planning loop is
 dominated by Python overhead that the batch shares — measured side by side on this project's
 machine (RiverSwim S = 4, H = 5, 2·10⁴ episodes, 10 seeds): 40 s as one batch against 331 s
 as ten separate runs (8.3×); at 20 seeds and 10⁶ episodes that is the difference between
@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from privrl.privacy.report import PrivacyReport
+from privrl.privacy import PrivacyReport
 from privrl.runs.rundir import RunDir
 from reproductions.claims import write_claims
 from reproductions.sdp_pe.analysis import (
@@ -167,7 +167,7 @@ def refresh_fig4(
 
 def sweep_dir(quick: bool) -> Path:
     """Where the PE/SDP-PE cells live (the cache: a run directory each)."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     return cache_dir() / "reproduce" / "sdp-pe-fig4" / ("quick" if quick else "full")
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.online.common import checkpoints
-from privrl.online.sdp_pe import stage_schedule
+from privrl.online import checkpoints, stage_schedule
 from privrl.privacy.shuffle import binary_sum_error_bound, calibrate_binary_sum
 from reproductions.claims import Claim, holds
 from reproductions.sdp_pe.burn_in import ldp_burn_in_end

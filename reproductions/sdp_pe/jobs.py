@@ -12,9 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from privrl.online.common import checkpoints, make_env
-from privrl.online.ucbvi import UCBVIConfig, ucbvi
-from privrl.privacy.noise import NoiseSource
+from privrl.online import (
+    DPUCBVI,
+    UCBVI,
+    DPUCBVIConfig,
+    Fitted,
+    UCBVIConfig,
+    checkpoints,
+    make_env,
+)
+from privrl.privacy import NoiseSource
 
 COLORS = {
     "SDP-PE": "tab:red",
@@ -99,23 +106,38 @@ def _run_job(job: Job, cfg_dict: dict[str, Any]) -> dict[str, Any]:
     mdp = make_env("riverswim", states=cfg.states, horizon=cfg.horizon)
     grid = checkpoints(job.episodes, cfg.points)
     t0 = time.perf_counter()
-    results = ucbvi(  # a simulation on a public MDP: noise repeatable from the seeds
-        mdp,
-        job.episodes,
-        seeds=list(job.seeds),
-        privatizer=job.privatizer,
-        epsilon=job.epsilon,
-        noise=NoiseSource.insecure(list(job.seeds)),
-    )
+    learner = ucbvi_learner(job.privatizer, job.epsilon, job.episodes)
+    # a simulation on a public MDP: noise repeatable from the seeds
+    runs = learner.learn_seeds(mdp, job.seeds, noise=NoiseSource.insecure(list(job.seeds)))
     return {
         "job": asdict(job),
         "grid": grid,
-        "curves": np.array([r.cumulative_regret[grid - 1] for r in results]),
-        "finals": [float(r.cumulative_regret[-1]) for r in results],
+        "curves": np.array([_cumulative(r)[grid - 1] for r in runs]),
+        "finals": [r.metrics["regret"] for r in runs],
         "logs": [],
-        "report": results[0].report.to_dict(),
+        "report": runs[0].report.to_dict(),
         "seconds": time.perf_counter() - t0,
     }
+
+
+def ucbvi_learner(
+    privatizer: str, epsilon: float | None, episodes: int, bonus_scale: float = 1.0
+) -> UCBVI:
+    """The learner of a UCB-VI-type job: UCB-VI (``privatizer`` "none"), or DP-UCBVI with the
+    central (UCBVI-JDP) or local (UCBVI-LDP) privatizer at ``epsilon``; C = ``bonus_scale``,
+    β at its default."""
+    if privatizer == "none":
+        return UCBVI(UCBVIConfig(bonus_scale=bonus_scale, episodes=episodes))
+    assert epsilon is not None, f"the {privatizer} privatizer needs ε"
+    config = DPUCBVIConfig(
+        bonus_scale=bonus_scale, epsilon=epsilon, privatizer=privatizer, episodes=episodes
+    )
+    return DPUCBVI(config)
+
+
+def _cumulative(run: Fitted[Any]) -> np.ndarray:
+    """A run's cumulative regret after every episode (its curve keeps only the grid's)."""
+    return run.details.cumulative_regret
 
 
 def _jobs(cfg: Fig4Config) -> list[Job]:
@@ -151,29 +173,27 @@ def jdp_long_unit(
     mdp = make_env("riverswim", states=states, horizon=horizon)
     grid = checkpoints(episodes, points)
     t0 = time.perf_counter()
-    results = ucbvi(
+    learner = ucbvi_learner("central", epsilon, episodes, bonus_scale)
+    runs = learner.learn_seeds(
         mdp,
-        episodes,
-        seeds=list(seeds),
-        privatizer="central",
-        epsilon=epsilon,
-        config=UCBVIConfig(bonus_scale),
+        seeds,
         checkpoint=checkpoint,
         noise=NoiseSource.insecure(list(seeds)),  # a simulation: repeatable, resumable
     )
     job = Job("UCBVI-JDP", epsilon, episodes, tuple(seeds), "ucbvi", "tight", "central", "jdp-long")
     burn_in_end = []
-    for r in results:
-        moved = np.flatnonzero(np.abs(r.regret - r.regret[0]) > 1e-9)
+    for run in runs:
+        regret = run.details.regret
+        moved = np.flatnonzero(np.abs(regret - regret[0]) > 1e-9)
         burn_in_end.append(int(moved[0]) + 1 if moved.size else None)
     return {
         "job": asdict(job),
         "grid": grid.tolist(),
-        "curves": [r.cumulative_regret[grid - 1].tolist() for r in results],
-        "finals": [float(r.cumulative_regret[-1]) for r in results],
+        "curves": [_cumulative(r)[grid - 1].tolist() for r in runs],
+        "finals": [r.metrics["regret"] for r in runs],
         "logs": [],
         "burn_in_measured": burn_in_end,
-        "report": results[0].report.to_dict(),
+        "report": runs[0].report.to_dict(),
         "seconds": time.perf_counter() - t0,
     }
 

@@ -116,7 +116,7 @@ def test_finished_runs_of_the_earlier_layout_are_reused(
     doc = {"out": str(tmp_path / "x"), "cells": [R.cell_values(c, data.path) for c in (cfg, other)]}
     cell, cell_other = expand(doc).cells
     # the cells' cache of this test alone (the module's cache serves the end-to-end tests)
-    monkeypatch.setattr("privrl.data.paths.cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr("privrl.data.cache_dir", lambda: tmp_path / "cache")
     sibling = tmp_path / "expert-table2a" / "runs" / "cells"
     _write_finished(sibling / cell.name, cell.key, 123.0)
     _write_finished(sibling / cell_other.name, "another-run", 9.0)

@@ -227,3 +227,20 @@ def test_report_states_the_rollout_batch_and_its_measured_cost(
     assert "| 50,000 | 1,500,000 | 7,500,000 | 140.0 | 160 | 1,900 |" in text
     assert "An epoch costs 7.0× as much at the paper's batch" in text
     assert "The paper's batch itself is not run" in text
+
+
+def test_the_task_defaults_the_cells_rely_on_are_pinned() -> None:
+    """A full-scale cell sets no MOPO option: it runs the task defaults, and its key (the
+    config's identity) does not change when a default does. The settings it ran are pinned
+    here (golden/mopo-table1-settings.json), so that a changed library default shows as a
+    failing test instead of cached cells that no longer mean what a rerun would compute."""
+    import json
+
+    from reproductions.primorl.mopo import TABLE1_TASKS, run_options, task_config
+
+    golden = Path(__file__).resolve().parent / "golden" / "mopo-table1-settings.json"
+    pinned = json.loads(golden.read_text(encoding="utf-8"))
+    assert run_options(quick=False) == {}
+    assert set(pinned) == set(TABLE1_TASKS)
+    for task in TABLE1_TASKS:
+        assert task_config(task, quick=False).settings() == pinned[task], task

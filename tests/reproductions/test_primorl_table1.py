@@ -317,6 +317,19 @@ def test_each_task_with_a_dataset_gets_its_cells(
     assert why == {"balance": "quick mode runs Pendulum only", "swingup": why["balance"]}
 
 
+def test_the_cartpole_epochs_are_mopos_per_task_epochs() -> None:
+    """The cartpole cells' SAC epochs, stated in the reproduction, are MOPO's and PRIMORL's
+    defaults for the task (so a PRIMORL cell trains its policy as a mopo-table1 cell does): a
+    changed library default shows here, not as silently different runs."""
+    from privrl.primorl import MOPOConfig, PrimorlConfig
+    from reproductions.primorl.table1 import CARTPOLE_EPOCHS
+
+    assert set(CARTPOLE_EPOCHS) == {"balance", "swingup"}
+    for task, epochs in CARTPOLE_EPOCHS.items():
+        assert MOPOConfig(task=task).epochs == epochs, task
+        assert PrimorlConfig(task=task).epochs == epochs, task
+
+
 def test_a_given_dataset_is_the_task_its_header_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -204,16 +204,16 @@ def test_a_given_dataset_must_be_halfcheetah(monkeypatch: pytest.MonkeyPatch) ->
     """`--data` is checked against its public header's env id before anything runs."""
     from types import SimpleNamespace
 
-    import privrl.data.io as io
+    import privrl.data as data
     from reproductions.primorl.sweeps import Request
 
     def header(env_id: str):
         return lambda path: SimpleNamespace(metadata=SimpleNamespace(env_id=env_id))
 
-    monkeypatch.setattr(io, "read_header", header("privrl/Pendulum-v0"))
+    monkeypatch.setattr(data, "read_header", header("privrl/Pendulum-v0"))
     with pytest.raises(ValueError, match="Table 11 is HalfCheetah"):
         T11.dataset(Request.of(Path("out"), data=Path("p.h5")))
-    monkeypatch.setattr(io, "read_header", header("privrl/HalfCheetah-v0"))
+    monkeypatch.setattr(data, "read_header", header("privrl/HalfCheetah-v0"))
     assert T11.dataset(Request.of(Path("out"), data=Path("h.h5"))) == (Path("h.h5"), "")
 
 

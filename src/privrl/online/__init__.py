@@ -5,7 +5,9 @@ privatizers, environments and counts.
 - `sdp_pe`: SDP-PE (shuffle model; Bai et al. 2024, arXiv 2411.11647) and PE (non-private);
 - `ucbvi`: UCB-VI and DP-UCBVI with the central (ε-JDP) and local (ε-LDP) privatizers;
 - `privatizers`: the one Privatizer interface (shuffle / central / local / identity);
-- `common`: environments, counts, the deduplicated policy set, exact regret.
+- `common`: environments, counts, the deduplicated policy set, exact regret, and
+  `checkpoints(K)`, the episodes at which a regret curve is recorded;
+- `stage_schedule(K, B)`: SDP-PE's and PE's stage lengths T^(k) = B·2^(k−1) (public sizes).
 
 Every privacy noise draw happens in `privrl.privacy` (`shuffle`, `tree`, `mechanisms`).
 The entry points named like their modules (`sdp_pe.sdp_pe`, `ucbvi.ucbvi`) are not re-exported
@@ -13,7 +15,7 @@ here, so that `privrl.online.sdp_pe` always names the module.
 """
 
 from privrl.algorithm import Fitted
-from privrl.online.common import Counts, OnlineResult, make_env, policy_set
+from privrl.online.common import Counts, OnlineResult, checkpoints, make_env, policy_set
 from privrl.online.learners import DPUCBVI, PE, SDPPE, UCBVI, OnlineLearner
 from privrl.online.privatizers import (
     CentralPrivatizer,
@@ -23,7 +25,13 @@ from privrl.online.privatizers import (
     Privatizer,
     ShufflePrivatizer,
 )
-from privrl.online.sdp_pe import PEConfig, SDPPEConfig, make_shuffle_privatizer, pe
+from privrl.online.sdp_pe import (
+    PEConfig,
+    SDPPEConfig,
+    make_shuffle_privatizer,
+    pe,
+    stage_schedule,
+)
 from privrl.online.ucbvi import DPUCBVIConfig, UCBVIConfig, dp_ucbvi
 
 __all__ = [
@@ -45,9 +53,11 @@ __all__ = [
     "SDPPEConfig",
     "ShufflePrivatizer",
     "UCBVIConfig",
+    "checkpoints",
     "dp_ucbvi",
     "make_env",
     "make_shuffle_privatizer",
     "pe",
     "policy_set",
+    "stage_schedule",
 ]

@@ -26,7 +26,8 @@ uncertified), never from `seed`. The command line (`privrl online ...`) runs the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
@@ -201,13 +202,24 @@ class OnlineLearner(Algorithm[C]):
         learner's plan for `env`, when the caller made it already (its public parameters are
         the report's). Returns the learned policy, the final report, the metrics (`regret` is
         the final cumulative regret) and the regret curve (`episode`, `regret` rows)."""
+        plan = self.checked_plan(env, plan)
+        noise = noise_or_secure(noise)
+        result, extra = self._simulate(env, seed, self.episode_progress(progress), noise)
+        return self.fitted(result, extra, env, plan, noise)
+
+    def checked_plan(self, env: TabularMDP, plan: Plan | None) -> Plan:
+        """`plan`, or this learner's plan for `env` when None; a ValueError when `plan` is
+        for an environment of other sizes."""
         plan = self.plan(env) if plan is None else plan
         planned = tuple(plan.public.get(key) for key in ("S", "A", "H"))
         if planned != sizes_of(env):
             raise ValueError(
                 f"the plan is for S, A, H = {planned}, the environment has {sizes_of(env)}"
             )
-        noise = noise_or_secure(noise)
+        return plan
+
+    def episode_progress(self, progress: Progress) -> Callable[[int], None]:
+        """The algorithm's per-batch callback (episodes just done) as a `Progress` of K."""
         algo = self.algorithm_name()
         total = int(self.config.episodes)
         done = 0
@@ -217,7 +229,18 @@ class OnlineLearner(Algorithm[C]):
             done += n
             progress(algo, done, total)
 
-        result, extra = self._simulate(env, seed, advance, noise)
+        return advance
+
+    def fitted(
+        self,
+        result: OnlineResult,
+        extra: dict[str, Any],
+        env: TabularMDP,
+        plan: Plan,
+        noise: NoiseSource,
+    ) -> Fitted[Any]:
+        """What `learn` returns for one run: the policy, the certified report (with the plan's
+        public parameters), the metrics and the regret curve."""
         report = noise.certify(result.report)
         if plan.report.public_parameters and not report.public_parameters:
             report.with_public_parameters(plan.report.public_parameters)
@@ -374,21 +397,58 @@ class UCBVI(OnlineLearner[UCBVIConfig]):
     name = "ucbvi"
     Config = UCBVIConfig
 
-    def _simulate(
-        self, mdp: TabularMDP, seed: int, progress: Callable[[int], None], noise: NoiseSource
-    ) -> tuple[OnlineResult, dict[str, Any]]:
+    def learn_seeds(
+        self,
+        env: TabularMDP,
+        seeds: Sequence[int],
+        *,
+        noise: NoiseSource | None = None,
+        progress: Progress = no_progress,
+        plan: Plan | None = None,
+        checkpoint: str | Path | None = None,
+    ) -> list[Fitted[Any]]:
+        """One run per seed of `seeds`, simulated together (the per-episode planning loop,
+        whose Python overhead dominates, is shared by the batch): a list of what `learn`
+        returns, in the order of `seeds`.
+
+        Run r's users come from `seeds[r]` exactly as in `learn(env, seed=seeds[r])`, and its
+        result does not depend on the other runs of the batch; its privacy noise comes from
+        `noise.generator(f"dp-ucbvi run {r}")` (None: a fresh secure source), so with
+        repeatable noise only run 0 repeats `learn`'s. `progress` is told the episodes done
+        (of K, by the whole batch). `checkpoint`: a directory the loop saves its state in
+        every 5 minutes, so that a batch cut off continues where it was (the state holds raw
+        counts and noise: keep it beside the data, never publish it)."""
+        plan = self.checked_plan(env, plan)
+        noise = noise_or_secure(noise)
+        results = self._run(env, seeds, self.episode_progress(progress), noise, checkpoint)
+        return [self.fitted(result, {}, env, plan, noise) for result in results]
+
+    def _run(
+        self,
+        mdp: TabularMDP,
+        seeds: Sequence[int],
+        progress: Callable[[int], None],
+        noise: NoiseSource,
+        checkpoint: str | Path | None = None,
+    ) -> list[OnlineResult]:
         from privrl.online import ucbvi
 
-        (result,) = ucbvi.ucbvi(
+        return ucbvi.ucbvi(
             mdp,
             self.config.episodes,
-            seeds=[seed],
+            seeds=[int(seed) for seed in seeds],
             privatizer=self.privatizer_kind(),
             epsilon=getattr(self.config, "epsilon", None),
             config=self.config,
             progress=progress,
+            checkpoint=checkpoint,
             noise=noise,
         )
+
+    def _simulate(
+        self, mdp: TabularMDP, seed: int, progress: Callable[[int], None], noise: NoiseSource
+    ) -> tuple[OnlineResult, dict[str, Any]]:
+        (result,) = self._run(mdp, [seed], progress, noise)
         return result, {}
 
 
