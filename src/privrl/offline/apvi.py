@@ -32,7 +32,10 @@ n_h(s,a,s'). Replacing it removes ≤ H entries and adds ≤ H entries, so each 
 bound is enforced, not assumed: H, S, A and the reward range are public, a longer episode is
 truncated to H steps and a step outside the spaces is not counted (`privrl.offline.common`),
 so no dataset can break it and no error depends on the data. An absorbing padded step (see
-`privrl.data.padding`) is one entry per step like a real one, with a reward in [0, 1].
+`privrl.data.padding`) is one entry per step like a real one, with a reward in [0, 1]. The
+absorbing state's model is public (it stays put at the mapped value of reward 0), so the
+planner gives it its exact value and no bonus instead of estimating it from its counts: a
+function of public facts only, so the releases and the guarantee are unchanged.
 
 Budget split. The m released families (m = 2, or 3 with `privatize_rewards`) get equal
 shares: ρ/m each (σ² = Δ₂²/(2ρ/m) = mH/ρ, i.e. 2H/ρ for m = 2 as in eq. 2) or ε/m each
