@@ -161,6 +161,7 @@ def test_the_absorbing_state_is_planned_exactly_with_no_bonus(logs: TrajectoryDa
     steps = H - np.arange(H + 1)
     for learner in (
         APVI(horizon=H, reward_range=(-100, 0)),
+        APVI(horizon=H, reward_range=(-100, 0), stationary=True),
         DPAPVI(rho=1e6, horizon=H, reward_range=(-100, 0), privatize_rewards=True),
     ):
         values = learner.fit(logs, noise=NoiseSource.insecure(0)).details.values
