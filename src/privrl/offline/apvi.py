@@ -32,7 +32,10 @@ n_h(s,a,s'). Replacing it removes ≤ H entries and adds ≤ H entries, so each 
 bound is enforced, not assumed: H, S, A and the reward range are public, a longer episode is
 truncated to H steps and a step outside the spaces is not counted (`privrl.offline.common`),
 so no dataset can break it and no error depends on the data. An absorbing padded step (see
-`privrl.data.padding`) is one entry per step like a real one, with a reward in [0, 1].
+`privrl.data.padding`) is one entry per step like a real one, with a reward in [0, 1]. The
+absorbing state's model is public (it stays put at the mapped value of reward 0), so the
+planner gives it its exact value and no bonus instead of estimating it from its counts: a
+function of public facts only, so the releases and the guarantee are unchanged.
 
 Budget split. The m released families (m = 2, or 3 with `privatize_rewards`) get equal
 shares: ρ/m each (σ² = Δ₂²/(2ρ/m) = mH/ρ, i.e. 2H/ρ for m = 2 as in eq. 2) or ε/m each
@@ -537,10 +540,16 @@ def _episodes(
             lengths=lengths,
             terminated=np.asarray(data.terminated, dtype=bool)[last],
             absorbing=S,
-            absorbing_reward=rr.zero,
+            absorbing_reward=_absorbing_reward(rr),
         )
         return Episodes(padded.states, padded.actions, padded.rewards, None), padded.valid
     return Episodes(states, actions, rewards, None), step_ok & next_ok
+
+
+def _absorbing_reward(reward_range: RewardRange) -> float:
+    """The absorbing state's reward per step in mapped units: the user's reward 0, mapped
+    (public). One source for the padded counts, a public reward table and the planner."""
+    return reward_range.zero
 
 
 def empirical_counts(
@@ -903,6 +912,7 @@ def pessimistic_value_iteration(
     *,
     reward_bonus: bool = False,
     horizon: int | None = None,
+    absorbing_reward: float | None = None,
 ) -> ValueIteration:
     """Backward induction with the (private) pessimism of Algorithm 1.
 
@@ -913,6 +923,13 @@ def pessimistic_value_iteration(
 
     A stationary model (tables with a leading axis of size 1, `horizon` = H) uses its one
     table at every step h; the policy and values are still per step.
+
+    ``absorbing_reward`` (absorbing padding, `privrl.data.padding`): the model's last state is
+    the absorbing state z, whose model is public, not estimated: every action stays in z with
+    this (mapped) reward. It is planned exactly, Q̃_h(z, ·) = (H − h)·absorbing_reward with
+    Γ = 0, instead of from its counts: few episodes have ended at the first steps a goal can
+    be reached, so a bonus on z's counts would make finishing look worthless (a value of 0,
+    below every step that continues) — pessimism about a model that is known.
     """
     T, S, A = model.n_sa.shape
     H = int(horizon) if horizon is not None else T
@@ -942,6 +959,8 @@ def pessimistic_value_iteration(
         )
         r_h = reward[h] if reward.shape[0] > 1 else reward[0]
         q = np.clip(r_h + pv - gamma, 0.0, H - h)  # min{Q^p, H − h + 1}⁺ (1-indexed h)
+        if absorbing_reward is not None:  # z: known model, exact value, no bonus
+            q[-1], gamma[-1] = (H - h) * absorbing_reward, 0.0
         Q[h], bonus[h] = q, gamma
         policy[h] = np.argmax(q, axis=1)
         V[h] = q.max(axis=1)
@@ -1096,6 +1115,7 @@ def dp_apvi_from_counts(
     reward: npt.ArrayLike | None = None,
     rng: np.random.Generator | None = None,
     reward_range: RewardRange | None = None,
+    absorbing: bool = False,
 ) -> APVIResult:
     """DP-APVI (or APVI with ``privacy=None``) from the empirical counts.
 
@@ -1106,6 +1126,8 @@ def dp_apvi_from_counts(
     (``privacy.privatize_rewards``), and APVI uses the empirical mean.
     ``rng`` is the `NoiseGenerator` of the privacy noise (default: a fresh secure one; tests
     and simulations pass `NoiseSource.insecure(seed).generator()` for repeatable noise).
+    ``absorbing``: the counts' last state is the absorbing state of `padding="absorbing"`,
+    planned with its public model (see `pessimistic_value_iteration`).
     """
     config = config or APVIConfig()
     rr = reward_range or RewardRange()
@@ -1148,7 +1170,13 @@ def dp_apvi_from_counts(
     r = r_pub if r_pub is not None else model.reward
     assert r is not None
     values = pessimistic_value_iteration(
-        model, r, plan, config, reward_bonus=not reward_given, horizon=H
+        model,
+        r,
+        plan,
+        config,
+        reward_bonus=not reward_given,
+        horizon=H,
+        absorbing_reward=_absorbing_reward(rr) if absorbing else None,
     )
     timings["planning"] = time.perf_counter() - t0
 
@@ -1255,7 +1283,9 @@ def dp_apvi(
         if r.ndim == 3:  # (a shape error is reported by `dp_apvi_from_counts`)
             r = rr.to_unit(_check_reward(r, *r.shape, rr))
             if absorbing:  # the absorbing state's reward: the original 0, mapped
-                r = np.concatenate([r, np.full((r.shape[0], 1, r.shape[2]), rr.zero)], axis=1)
+                r = np.concatenate(
+                    [r, np.full((r.shape[0], 1, r.shape[2]), _absorbing_reward(rr))], axis=1
+                )
         reward = r
     t0 = time.perf_counter()
     c = empirical_counts(
@@ -1270,7 +1300,13 @@ def dp_apvi(
     )
     counting = time.perf_counter() - t0
     result = dp_apvi_from_counts(
-        c, privacy=privacy, config=config, reward=reward, rng=rng, reward_range=rr
+        c,
+        privacy=privacy,
+        config=config,
+        reward=reward,
+        rng=rng,
+        reward_range=rr,
+        absorbing=absorbing,
     )
     result.diagnostics["timings"] = {"counting": counting, **result.diagnostics["timings"]}
     if absorbing:  # the policy on the original states; model and values keep S + 1
@@ -1278,7 +1314,9 @@ def dp_apvi(
             "absorbing-state padding: a terminated episode shorter than H continues in an "
             f"absorbing state (index {int(n_states)}, reward 0 on the original scale, "
             f"{rr.zero:g} mapped) to H steps, one count per step as a real step (the "
-            "sensitivity is unchanged); episodes cut without termination are not padded"
+            "sensitivity is unchanged); episodes cut without termination are not padded; "
+            "the absorbing state's model is public (it stays put at that reward), so it is "
+            "planned exactly, with no bonus (post-processing: no release changes)"
         )
         policy = result.policy
         info = {**policy.info, "padding": "absorbing (state S, dropped from the policy)"}
