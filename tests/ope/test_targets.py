@@ -113,7 +113,7 @@ BAD = [
     ("negative", lambda p: save(p, [[1.5, -0.5]] * S), "probability distribution"),
     ("nan", lambda p: save(p, [[np.nan, 1.0]] * S), "NaN"),
     ("4-d", lambda p: save(p, np.full((1, H, S, A), 0.5)), "shape"),
-    ("[H, S, A] without a horizon", lambda p: save(p, np.full((H, S, A), 0.5)), "--max-horizon"),
+    ("[H, S, A] without a horizon", lambda p: save(p, np.full((H, S, A), 0.5)), "`max_horizon="),
     ("missing file", lambda p: str(p / "nope.npy"), "no such file"),
     ("not numeric", lambda p: save(p, np.array(["a", "b"])), "not a numeric array"),
     ("not npy", lambda p: (p / "x.npy").write_text("hello") and str(p / "x.npy"), "cannot read"),
