@@ -144,3 +144,19 @@ def test_a_per_state_table_needs_a_discrete_observation_space(tmp_path: Path) ->
         load_target_policy(save(tmp_path, np.full((S, A), 0.5)), ACT, box)
     with pytest.raises(ValueError, match="Discrete action space"):
         load_target_policy("uniform", box, OBS)
+
+
+def test_refusals_name_the_field_not_a_flag(tmp_path: Path) -> None:
+    """From Python a refused target policy is a `ConfigError` on `target_policy` (the spec
+    first); a fix that is another setting is written as that field, a fix that belongs to the
+    import as the import command's flag."""
+    from privrl.config import ConfigError
+
+    path = save(tmp_path, np.full((H, S, A), 0.5))
+    with pytest.raises(ConfigError) as info:
+        load_target_policy(path, ACT, OBS)
+    assert info.value.key == "target_policy" and info.value.problem.startswith(path)
+    assert "pass `max_horizon=" in info.value.problem and "--" not in info.value.problem
+    box = spaces.Box(0.0, 1.0, (2,))
+    with pytest.raises(ConfigError, match="privrl data import --observation-space discrete:S"):
+        load_target_policy(save(tmp_path, np.full((S, A), 0.5)), ACT, box)
