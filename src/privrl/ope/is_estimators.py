@@ -321,8 +321,8 @@ def _refuse_inferred_spaces(meta: DatasetMetadata, where: str) -> None:
     if inferred:
         raise ValueError(
             f"{where}: the {' and '.join(inferred)} in its metadata were inferred from the "
-            "private data at import, so they cannot index the policies; re-import it with public values "
-            f"({IMPORT_OBSERVATION_SPACE} and {IMPORT_ACTION_SPACE})"
+            "private data at import, so they cannot index the policies; re-import it with "
+            f"public values ({IMPORT_OBSERVATION_SPACE} and {IMPORT_ACTION_SPACE})"
         )
 
 
