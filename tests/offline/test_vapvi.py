@@ -410,7 +410,7 @@ def test_horizon_is_public_never_the_longest_episode() -> None:
     """Structural rule: H (which sets ρ/(5H), the sensitivities and the 5H releases) comes from
     the caller or the metadata; without either it is refused, whatever the episode lengths."""
     ds = _dataset([0, 1, 0, 1, 1, 0, 1], [1, 0, 1, 0, 1], [3, 2], horizon=None)
-    with pytest.raises(ValueError, match="--horizon"):
+    with pytest.raises(ValueError, match="`horizon=H`"):
         LinearEpisodes.from_dataset(ds, n_states=2, n_actions=2)
     assert LinearEpisodes.from_dataset(ds, n_states=2, n_actions=2, horizon=5).H == 5
 

@@ -265,8 +265,8 @@ def test_public_tuning_takes_a_config_or_its_keywords() -> None:
 def test_the_command_line_names_the_fields_as_flags() -> None:
     """The run layer's adapter turns the library's field references into flags, so the
     command line's messages and privacy.json keep naming flags."""
+    from privrl.runs.wording import command_detail
     from privrl.systems.ope import GpopeConfig, cli_text
-    from privrl.systems.ope.common import cli_detail
 
     text = "applies to `mode=paper` only (minibatch takes `steps` T); pass `max_horizon=H`"
     assert cli_text(text, GpopeConfig) == (
@@ -275,8 +275,8 @@ def test_the_command_line_names_the_fields_as_flags() -> None:
     assert cli_text("`iterations=N` or a public dataset (`public=`)", GpopeConfig) == (
         "--iterations N or --public-data FILE"
     )
-    assert cli_detail("step_size, schedule, k", GpopeConfig) == "--step-size, --schedule, --k"
-    assert cli_detail("10·m", GpopeConfig) == "10·m"  # not a list of fields: unchanged
+    assert command_detail("step_size, schedule, k", GpopeConfig) == "--step-size, --schedule, --k"
+    assert command_detail("10·m", GpopeConfig) == "10·m"  # not a list of fields: unchanged
     with pytest.raises(ConfigError) as err:
         GpopeConfig(epsilon=1.0, steps=10)
     assert "--mode minibatch" in str(err.value) and "`" not in str(err.value)

@@ -113,7 +113,7 @@ BAD = [
     ("negative", lambda p: save(p, [[1.5, -0.5]] * S), "probability distribution"),
     ("nan", lambda p: save(p, [[np.nan, 1.0]] * S), "NaN"),
     ("4-d", lambda p: save(p, np.full((1, H, S, A), 0.5)), "shape"),
-    ("[H, S, A] without a horizon", lambda p: save(p, np.full((H, S, A), 0.5)), "--max-horizon"),
+    ("[H, S, A] without a horizon", lambda p: save(p, np.full((H, S, A), 0.5)), "`max_horizon="),
     ("missing file", lambda p: str(p / "nope.npy"), "no such file"),
     ("not numeric", lambda p: save(p, np.array(["a", "b"])), "not a numeric array"),
     ("not npy", lambda p: (p / "x.npy").write_text("hello") and str(p / "x.npy"), "cannot read"),
@@ -144,3 +144,19 @@ def test_a_per_state_table_needs_a_discrete_observation_space(tmp_path: Path) ->
         load_target_policy(save(tmp_path, np.full((S, A), 0.5)), ACT, box)
     with pytest.raises(ValueError, match="Discrete action space"):
         load_target_policy("uniform", box, OBS)
+
+
+def test_refusals_name_the_field_not_a_flag(tmp_path: Path) -> None:
+    """From Python a refused target policy is a `ConfigError` on `target_policy` (the spec
+    first); a fix that is another setting is written as that field, a fix that belongs to the
+    import as the import command's flag."""
+    from privrl.config import ConfigError
+
+    path = save(tmp_path, np.full((H, S, A), 0.5))
+    with pytest.raises(ConfigError) as info:
+        load_target_policy(path, ACT, OBS)
+    assert info.value.key == "target_policy" and info.value.problem.startswith(path)
+    assert "pass `max_horizon=" in info.value.problem and "--" not in info.value.problem
+    box = spaces.Box(0.0, 1.0, (2,))
+    with pytest.raises(ConfigError, match="privrl data import --observation-space discrete:S"):
+        load_target_policy(save(tmp_path, np.full((S, A), 0.5)), ACT, box)

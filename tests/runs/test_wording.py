@@ -44,3 +44,37 @@ def test_errors_are_reraised_in_command_words_keeping_their_type_and_field() -> 
         raise Odd("give `max_len=L`")
     with pytest.raises(KeyError), in_command_words(_Toy):  # not a ValueError: untouched
         raise KeyError("`max_len`")
+
+
+def test_phrases_are_replaced_first_and_unknown_names_stay() -> None:
+    """The OPE commands' phrases (an argument of the Python API written as the command's own
+    flag) go first; a name that is not a field of the config keeps its backquotes."""
+    phrases = (("a public dataset (`public=`)", "--public-data FILE"),)
+    text = "set `max_len=L` or give a public dataset (`public=`); `public` alone stays"
+    assert command_words(text, _Toy, phrases=phrases) == (
+        "set --max-len L or give --public-data FILE; `public` alone stays"
+    )
+
+
+def test_a_value_error_keeps_its_type_and_attributes() -> None:
+    """Rewritten in place: a `DatasetError` keeps its located field, and its full `detail`
+    is worded as the message is."""
+    from privrl.data.dataset import DatasetError
+
+    with pytest.raises(DatasetError) as info, in_command_words(_Toy):
+        raise DatasetError("schema: pass `max_len=L`", field="obs")
+    assert str(info.value) == "schema: pass --max-len L" and info.value.field == "obs"
+    assert info.value.detail == "schema: pass --max-len L"
+
+
+def test_details_listing_fields_name_their_flags() -> None:
+    from privrl.privacy.public import PublicParameters, Source
+    from privrl.runs.wording import command_detail, command_parameters
+
+    assert command_detail("max_len, canaries; from the flags", _Toy) == (
+        "--max-len, --canaries; from the flags"
+    )
+    assert command_detail("canaries, other", _Toy) == "canaries, other"  # not all fields
+    params = PublicParameters()
+    params.given("m", 4, Source.FLAG, "canaries")
+    assert [p.detail for p in command_parameters(params, _Toy)] == ["--canaries"]

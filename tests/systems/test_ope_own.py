@@ -419,3 +419,16 @@ def test_the_replica_count_follows_public_sizes_only() -> None:
     assert 8 <= value_replicas(10**6, 40) < 32
     assert value_replicas(10**8, 40) == 0
     assert value_replicas(100, 4096) == 0
+
+
+@pytest.mark.parametrize("cmd", [GPOPE, ["ope", "ips", *IPS]], ids=["gpope", "ips"])
+def test_a_target_policy_refusal_names_the_flag_and_the_spec(cmd, bandit, tmp_path, capsys):
+    """The library names the field (`target_policy`); the command's error line gives the flag
+    back, followed by what the user typed, and a field the fix names (`max_horizon=H`) as its
+    flag too."""
+    spec = _table(tmp_path, (2, S, A))
+    argv = [*cmd, "--data", str(bandit), "--target-policy", spec, "--gamma", "0.5"]
+    code, err = run([*argv, "--max-horizon", "1", "--out", str(tmp_path / "bad")], capsys)
+    line = error_line(err)
+    assert code == 2 and line.startswith(f"error: --target-policy {spec} has H = 2 steps")
+    assert line.endswith("or --max-horizon 2") and "`" not in line

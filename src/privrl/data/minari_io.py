@@ -226,8 +226,8 @@ def _unit_ids(
     else:
         raise DatasetError(
             f"Minari dataset {str(source)!r} has no episode metadata attribute or info key "
-            f"{key!r} for every episode; name the key that holds the unit (--unit column=KEY) "
-            "or use --unit episode"
+            f"{key!r} for every episode; give the unit as column=KEY (the key that holds it) "
+            "or as episode (each episode its own unit)"
         )
     arr = np.asarray(labels)
     if np.issubdtype(arr.dtype, np.integer):

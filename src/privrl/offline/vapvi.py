@@ -432,7 +432,7 @@ class LinearEpisodes:
         H = horizon if horizon is not None else dataset.metadata.horizon
         if H is None:
             raise ValueError(
-                "the horizon H is not given: pass --horizon H (horizon=H), or record it in the "
+                "the horizon H is not given: pass `horizon=H`, or record it in the "
                 "dataset's metadata; it sets the noise, so it is never taken from the data"
             )
         H = int(H)

@@ -88,7 +88,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from privrl.ope.targets import TargetPolicy, load_target_policy
+from privrl.config import ConfigError
+from privrl.ope.targets import IMPORT_OBSERVATION_SPACE, TargetPolicy, load_target_policy
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.release import Release
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
@@ -230,8 +231,8 @@ def _check_q_table(table: Any, where: str, A: int, n_states: int | None) -> np.n
         if n_states is None:
             raise ValueError(
                 f"{where} is a per-state table [S, A], but the dataset's observation "
-                "space is not a public Discrete space; re-import with --observation-space "
-                "discrete:S, or give a context-free table [A]"
+                "space is not a public Discrete space; re-import with "
+                f"{IMPORT_OBSERVATION_SPACE} discrete:S, or give a context-free table [A]"
             )
         if table.shape != (n_states, A):
             raise ValueError(
@@ -282,18 +283,18 @@ def load_reward_model(
             try:
                 c = float(spec.partition(":")[2])
             except ValueError:
-                raise ValueError(f"--reward-model {spec!r}: C must be a number") from None
+                raise ConfigError("reward_model", f"{spec!r}: C must be a number") from None
             if not math.isfinite(c):
-                raise ValueError(f"--reward-model {spec!r}: C must be finite")
+                raise ConfigError("reward_model", f"{spec!r}: C must be finite")
         c = min(max(c, lo), hi)
         return RewardModel(spec, (c, c), lambda obs: np.full((len(obs), A), c))
     if spec.endswith(".npy"):
         obs_d = _discrete(observation_space)
-        table = _table(Path(spec), "--reward-model", A, None if obs_d is None else obs_d[0])
+        table = _table(Path(spec), "`reward_model`", A, None if obs_d is None else obs_d[0])
         return _table_model(spec, table, bounds, obs_d)
-    raise ValueError(
-        f"--reward-model {spec!r} is not understood; give midpoint, constant:C or FILE.npy "
-        "([S, A] or [A])"
+    raise ConfigError(
+        "reward_model",
+        f"{spec!r} is not understood; give midpoint, constant:C or FILE.npy ([S, A] or [A])",
     )
 
 
@@ -387,7 +388,8 @@ def steps(data: Any, policy: TargetPolicy, bounds: Bounds, *, allow_column: bool
     if data.behaviour_probs is None:  # a schema error (the field is absent from the file)
         raise ValueError(
             "the dataset has no 'behaviour_probs' field: importance sampling needs the logged "
-            "propensities μ(a|s) (import them with --columns ...,behaviour_prob=COLUMN)"
+            "propensities μ(a|s) (import them with privrl data import --columns "
+            "...,behaviour_prob=COLUMN)"
         )
     t = np.asarray(data.transition_steps)
     ep = np.asarray(data.transition_episode_index)
@@ -400,9 +402,10 @@ def steps(data: Any, policy: TargetPolicy, bounds: Bounds, *, allow_column: bool
     a_idx = actions - int(getattr(action_space, "start", 0))
     if getattr(policy, "column", None) is not None:  # column:NAME, π(a_t|s_t) per row
         if not allow_column or policy.column not in data.extra_columns:
-            raise ValueError(  # schema errors: the option and the file's structure
-                f"--target-policy {policy.spec} needs the dataset's kept column "
-                f"{policy.column!r} and no reward model"
+            raise ConfigError(  # schema errors: the option and the file's structure
+                "target_policy",
+                f"{policy.spec} needs the dataset's kept column "
+                f"{policy.column!r} and no reward model",
             )
         pi_taken = np.clip(data.extra_columns[policy.column][keep], 0.0, 1.0)
     else:

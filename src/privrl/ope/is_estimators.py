@@ -55,7 +55,13 @@ from privrl.algorithm import Algorithm, Estimated, Plan, noise_or_secure, spendi
 from privrl.config import Config, ConfigError, check, option
 from privrl.ope import importance as imp
 from privrl.ope import pdis
-from privrl.ope.targets import TargetPolicy, as_target_policy, describe
+from privrl.ope.targets import (
+    IMPORT_ACTION_SPACE,
+    IMPORT_OBSERVATION_SPACE,
+    TargetPolicy,
+    as_target_policy,
+    describe,
+)
 from privrl.policies import StochasticPolicy
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.public import PublicParameterError, PublicParameters, Source
@@ -316,23 +322,20 @@ def _refuse_inferred_spaces(meta: DatasetMetadata, where: str) -> None:
         raise ValueError(
             f"{where}: the {' and '.join(inferred)} in its metadata were inferred from the "
             "private data at import, so they cannot index the policies; re-import it with "
-            "--observation-space and --action-space (public values)"
+            f"public values ({IMPORT_OBSERVATION_SPACE} and {IMPORT_ACTION_SPACE})"
         )
 
 
 def _target(policy: PolicyLike, meta: DatasetMetadata, horizon: int, columns: Any) -> TargetPolicy:
-    """The target policy checked against the public spaces; a refusal names `policy`."""
-    prefix = "--target-policy "
+    """The target policy checked against the public spaces; a refusal names `policy` (the
+    argument that holds it here)."""
     try:
         return as_target_policy(
             policy, meta.action_space, meta.observation_space, horizon=horizon, columns=columns
         )
-    except ConfigError:
-        raise
-    except ValueError as exc:
-        text = str(exc)
-        if text.startswith(prefix):
-            raise ConfigError("policy", text.removeprefix(prefix)) from None
+    except ConfigError as exc:
+        if exc.key == "target_policy":
+            raise ConfigError("policy", exc.problem) from None
         raise
 
 
@@ -358,7 +361,7 @@ def _reward_model(
     except ConfigError:
         raise
     except ValueError as exc:
-        raise ConfigError("reward_model", str(exc).removeprefix("--reward-model ")) from None
+        raise ConfigError("reward_model", str(exc).removeprefix("`reward_model` ")) from None
 
 
 def _interval_note(chosen: imp.IntervalPlan, *, private: bool) -> str:

@@ -69,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from privrl.config import ConfigError
 from privrl.rl.policy_files import (
     ATOL,
     CHECKPOINT,
@@ -82,6 +83,9 @@ from privrl.rl.policy_files import (
 
 __all__ = [
     "FALLBACK_NOTE",
+    "IMPORT_ACTION_SPACE",
+    "IMPORT_KEEP_COLUMNS",
+    "IMPORT_OBSERVATION_SPACE",
     "PUBLIC_POINTS",
     "PUBLIC_SEED",
     "TABULAR_POLICY_KIND",
@@ -103,6 +107,16 @@ _HELP = (
     "or column:NAME"
 )
 _CHECKPOINT = CHECKPOINT
+#: How a dataset declares the public facts a target policy is checked against: the flags of
+#: `privrl data import` (another command than the estimator's, so a message names them as they
+#: are typed, from Python too).
+IMPORT_OBSERVATION_SPACE = "privrl data import --observation-space"
+IMPORT_ACTION_SPACE = "privrl data import --action-space"
+IMPORT_KEEP_COLUMNS = "privrl data import --keep-columns"
+_NEEDS_DISCRETE_ACTIONS = (
+    "a target policy needs a Discrete action space in the dataset's metadata; re-import with "
+    f"{IMPORT_ACTION_SPACE} discrete:A"
+)
 
 #: Public inputs a user's target policy is checked on before the data are read: every state of
 #: a Discrete space of at most `ALL_STATES` states, else `PUBLIC_POINTS` draws from the declared
@@ -118,7 +132,7 @@ USER_CODE_HELP = (
     "distribution on a private observation it fails on"
 )
 FALLBACK_NOTE = (
-    "user code (a --target-policy is checked on public points of the declared observation "
+    "user code (a target policy is checked on public points of the declared observation "
     "space before the data are read); on a private observation where it raises, exits, or "
     "returns a wrong shape or an invalid distribution, π(·|s) is the uniform distribution 1/A "
     "(a fixed public fallback, the same rule for every dataset; whether it was used is not "
@@ -160,9 +174,9 @@ class TargetPolicy:
         args: tuple[np.ndarray, ...] = (np.asarray(obs),)
         if self.time_indexed:
             if steps is None:
-                raise ValueError(
-                    f"--target-policy {self.spec} is time-indexed [H, S, A]: it needs each "
-                    "observation's step h"
+                raise ConfigError(
+                    "target_policy",
+                    f"{self.spec} is time-indexed [H, S, A]: it needs each observation's step h",
                 )
             args = (*args, np.asarray(steps, dtype=np.int64).reshape(-1))
         if self.guarded:  # user code: the public fallback per observation it fails on
@@ -269,38 +283,42 @@ def _check_on_public(spec: str, fn: Callable[..., Any], A: int, observation_spac
     error line naming the failure: the inputs are public) code that raises, returns another
     shape or an invalid distribution, or treats a row differently alone than in a batch."""
     if observation_space is None:
-        raise ValueError(
-            f"--target-policy {spec}: user code is checked on public points of the dataset's "
+        raise ConfigError(
+            "target_policy",
+            f"{spec}: user code is checked on public points of the dataset's "
             "declared observation space before the data are read; declare it (re-import with "
-            "--observation-space)"
+            f"{IMPORT_OBSERVATION_SPACE})",
         )
     try:
         points = public_points(observation_space)
     except ValueError as exc:
-        raise ValueError(f"--target-policy {spec}: {exc}") from None
-    where = f"--target-policy {spec} on public points of {observation_space}"
+        raise ConfigError("target_policy", f"{spec}: {exc}") from None
+    where = f"{spec} on public points of {observation_space}"
     try:
         p = np.asarray(fn(points), dtype=np.float64)
     except Exception as exc:
-        raise ValueError(f"{where}: raised {type(exc).__name__}: {exc}") from None
+        raise ConfigError("target_policy", f"{where}: raised {type(exc).__name__}: {exc}") from None
     if p.shape != (len(points), A):
-        raise ValueError(
+        raise ConfigError(
+            "target_policy",
             f"{where}: returned shape {p.shape} for {len(points)} observations; it must return "
-            f"action probabilities of shape (n, {A})"
+            f"action probabilities of shape (n, {A})",
         )
     bad = np.flatnonzero(~_valid_rows(p))
     if bad.size:
-        raise ValueError(
+        raise ConfigError(
+            "target_policy",
             f"{where}: row {int(bad[0])} (observation {points[bad[0]].tolist()}) is not a "
-            "distribution (finite, non-negative, summing to 1 within 1e-6)"
+            "distribution (finite, non-negative, summing to 1 within 1e-6)",
         )
     for i in range(min(_ROWS_ALONE, len(points))):
         alone = _call(fn, (points[i : i + 1],), A)
         if alone is None or not np.allclose(alone[0], p[i], rtol=0.0, atol=_ATOL):
-            raise ValueError(
+            raise ConfigError(
+                "target_policy",
                 f"{where}: observation {points[i].tolist()} alone gets other probabilities "
                 "than in the batch; each row must be a deterministic function of its own "
-                "observation"
+                "observation",
             )
 
 
@@ -328,39 +346,41 @@ def _state_index(obs: np.ndarray, start: int) -> np.ndarray:
 
 def _read_npy(path: Path, spec: str) -> np.ndarray:
     try:
-        return read_table(path, "--target-policy")
+        return read_table(path, "`target_policy`")
     except TableError as exc:
-        raise ValueError(f"--target-policy {spec}: {exc.problem}; {_HELP}") from None
+        raise ConfigError("target_policy", f"{spec}: {exc.problem}; {_HELP}") from None
 
 
 def _read_npz(path: Path, spec: str, A: int) -> np.ndarray:
     """A saved privrl tabular policy as a one-hot table [H, S, A]."""
     if not path.is_file():
-        raise ValueError(f"--target-policy {spec}: no such file; {_HELP}")
+        raise ConfigError("target_policy", f"{spec}: no such file; {_HELP}")
     from privrl.data.files import read_npz
 
-    f = read_npz(path, "--target-policy")
+    f = read_npz(path, "`target_policy`")
     kind = str(f["kind"]) if "kind" in f else None
     if kind != TABULAR_POLICY_KIND:
-        raise ValueError(
-            f"--target-policy {spec} is not a saved privrl tabular policy (kind "
+        raise ConfigError(
+            "target_policy",
+            f"{spec} is not a saved privrl tabular policy (kind "
             f"{kind!r}, expected {TABULAR_POLICY_KIND!r}: the policy.npz of privrl "
             "train dp-apvi | apvi); for another policy give its π(a|s) as a .npy "
-            "table or a module:function"
+            "table or a module:function",
         )
     try:
         actions = np.asarray(f["actions"])
         n_actions = int(f["n_actions"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"--target-policy {spec}: cannot read a policy.npz ({exc})") from None
+        raise ConfigError("target_policy", f"{spec}: cannot read a policy.npz ({exc})") from None
     if actions.ndim != 2 or not np.issubdtype(actions.dtype, np.integer):
-        raise ValueError(f"--target-policy {spec}: its actions must be an integer table [H, S]")
+        raise ConfigError("target_policy", f"{spec}: its actions must be an integer table [H, S]")
     if n_actions != A:
-        raise ValueError(
-            f"--target-policy {spec} has {n_actions} actions but the dataset's action space has {A}"
+        raise ConfigError(
+            "target_policy",
+            f"{spec} has {n_actions} actions but the dataset's action space has {A}",
         )
     if actions.size and (actions.min() < 0 or actions.max() >= A):
-        raise ValueError(f"--target-policy {spec}: its actions must lie in [0, {A})")
+        raise ConfigError("target_policy", f"{spec}: its actions must lie in [0, {A})")
     return np.eye(A)[actions]
 
 
@@ -371,40 +391,46 @@ def _check_table(
     shape = table.shape
     if table.ndim == 1:
         if shape != (A,):
-            raise ValueError(
-                f"--target-policy {spec}: a context-free table must have shape ({A},) for the "
-                f"dataset's {A} actions, got {shape}"
+            raise ConfigError(
+                "target_policy",
+                f"{spec}: a context-free table must have shape ({A},) for the "
+                f"dataset's {A} actions, got {shape}",
             )
     elif table.ndim in (2, 3):
         if n_states is None:
-            raise ValueError(
-                f"--target-policy {spec} is a per-state table, but the observation space is "
-                "not a public Discrete space; re-import with --observation-space discrete:S, or "
-                "give a context-free table [A] or a module:function"
+            raise ConfigError(
+                "target_policy",
+                f"{spec} is a per-state table, but the observation space is "
+                "not a public Discrete space; re-import with "
+                f"{IMPORT_OBSERVATION_SPACE} discrete:S, or "
+                "give a context-free table [A] or a module:function",
             )
         if shape[-2:] != (n_states, A):
             want = "(S, A)" if table.ndim == 2 else "(H, S, A)"
-            raise ValueError(
-                f"--target-policy {spec}: shape {shape} does not match the declared spaces "
-                f"{want} with (S, A) = ({n_states}, {A})"
+            raise ConfigError(
+                "target_policy",
+                f"{spec}: shape {shape} does not match the declared spaces "
+                f"{want} with (S, A) = ({n_states}, {A})",
             )
         if table.ndim == 3:
             if horizon is None:
-                raise ValueError(
-                    f"--target-policy {spec} is time-indexed (H = {shape[0]} steps) but no "
-                    f"horizon is declared; pass --max-horizon {shape[0]}"
+                raise ConfigError(
+                    "target_policy",
+                    f"{spec} is time-indexed (H = {shape[0]} steps) but no "
+                    f"horizon is declared; pass `max_horizon={shape[0]}`",
                 )
             if shape[0] != int(horizon):
-                raise ValueError(
-                    f"--target-policy {spec} has H = {shape[0]} steps but the declared horizon "
-                    f"is {horizon}; give a table [{horizon}, {n_states}, {A}] or --max-horizon "
-                    f"{shape[0]}"
+                raise ConfigError(
+                    "target_policy",
+                    f"{spec} has H = {shape[0]} steps but the declared horizon "
+                    f"is {horizon}; give a table [{horizon}, {n_states}, {A}] or "
+                    f"`max_horizon={shape[0]}`",
                 )
     else:
-        raise ValueError(f"--target-policy {spec}: shape {shape}; {_HELP}")
+        raise ConfigError("target_policy", f"{spec}: shape {shape}; {_HELP}")
     problem = table_problem(table)
     if problem is not None:
-        raise ValueError(f"--target-policy {spec}: {problem}")
+        raise ConfigError("target_policy", f"{spec}: {problem}")
 
 
 def load_target_policy(
@@ -421,10 +447,7 @@ def load_target_policy(
     needs π(a|s) for every action and refuses a column)."""
     act = _discrete(action_space)
     if act is None:
-        raise ValueError(
-            "a target policy needs a Discrete action space in the dataset's metadata; "
-            "re-import with --action-space discrete:A"
-        )
+        raise ValueError(_NEEDS_DISCRETE_ACTIONS)
     A = act[0]
     spec = str(spec).strip()
     if spec == "uniform":
@@ -443,9 +466,9 @@ def load_target_policy(
         try:
             fn = import_function(spec)
         except (ImportError, AttributeError) as exc:
-            raise ValueError(f"--target-policy {spec}: cannot import it ({exc})") from None
+            raise ConfigError("target_policy", f"{spec}: cannot import it ({exc})") from None
         return _code_policy(spec, fn, A, observation_space)
-    raise ValueError(f"--target-policy {spec!r} is not understood; {_HELP}")
+    raise ConfigError("target_policy", f"{spec!r} is not understood; {_HELP}")
 
 
 def _table_policy(
@@ -477,7 +500,7 @@ def _table_policy(
 def _code_policy(spec: str, fn: Any, A: int, observation_space: Any) -> TargetPolicy:
     """User code `fn(obs) -> [n, A]`, checked on public points, then guarded."""
     if not callable(fn):
-        raise ValueError(f"--target-policy {spec} is not callable")
+        raise ConfigError("target_policy", f"{spec} is not callable")
     _check_on_public(spec, fn, A, observation_space)
     return TargetPolicy(spec, A, fn)
 
@@ -516,22 +539,19 @@ def as_target_policy(
         )
     act = _discrete(action_space)
     if act is None:
-        raise ValueError(
-            "a target policy needs a Discrete action space in the dataset's metadata; "
-            "re-import with --action-space discrete:A"
-        )
+        raise ValueError(_NEEDS_DISCRETE_ACTIONS)
     A, spec = act[0], describe(policy)
     if isinstance(policy, TargetPolicy):
         if policy.A != A:
-            raise ValueError(
-                f"--target-policy {spec} has {policy.A} actions but the action space has {A}"
+            raise ConfigError(
+                "target_policy", f"{spec} has {policy.A} actions but the action space has {A}"
             )
         return policy
     if isinstance(policy, (np.ndarray, list, tuple)):
         try:
             table = np.asarray(policy, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ValueError(f"--target-policy {spec}: not a numeric array; {_HELP}") from None
+            raise ConfigError("target_policy", f"{spec}: not a numeric array; {_HELP}") from None
         return _table_policy(spec, table, A, observation_space, horizon)
     return _code_policy(spec, getattr(policy, "action_probs", policy), A, observation_space)
 
@@ -539,20 +559,22 @@ def as_target_policy(
 def _column_policy(spec: str, name: str, A: int, columns: Any) -> TargetPolicy:
     """``column:NAME``: π(a_t|s_t) of the logged action, read per row from a kept column."""
     if columns is None:
-        raise ValueError(
-            f"--target-policy {spec} gives only the logged action's target probability per row; "
+        raise ConfigError(
+            "target_policy",
+            f"{spec} gives only the logged action's target probability per row; "
             "this estimator needs π(a|s) for every action (use it with ips or snips, or give π "
-            "as FILE.npy or module:function)"
+            "as FILE.npy or module:function)",
         )
     kept = [str(c) for c in columns]
     if not name or name not in kept:
-        raise ValueError(
-            f"--target-policy {spec}: the dataset keeps no column {name!r} (kept: "
-            f"{kept or 'none'}); re-import the table with --keep-columns {name or 'NAME'}"
+        raise ConfigError(
+            "target_policy",
+            f"{spec}: the dataset keeps no column {name!r} (kept: "
+            f"{kept or 'none'}); re-import the table with {IMPORT_KEEP_COLUMNS} {name or 'NAME'}",
         )
 
     def no_table(*_: Any) -> np.ndarray:
-        raise ValueError(f"--target-policy {spec} has no π(a|s) table, only the logged action's")
+        raise ConfigError("target_policy", f"{spec} has no π(a|s) table, only the logged action's")
 
     return TargetPolicy(spec, A, no_table, column=name, guarded=False)
 
@@ -565,36 +587,41 @@ def _checkpoint_policy(spec: str, A: int, observation_space: Any) -> TargetPolic
     try:
         parsed = parse_checkpoint(spec)
     except ValueError as exc:
-        raise ValueError(f"--target-policy {spec}: {exc}") from None
+        raise ConfigError("target_policy", f"{spec}: {exc}") from None
     assert parsed is not None
     path, mode, epsilon = parsed
     try:
         loaded = load_policy(path)
     except ValueError as exc:
-        raise ValueError(f"--target-policy {spec}: {exc}") from None
+        raise ConfigError("target_policy", f"{spec}: {exc}") from None
     if loaded.probs is None:
-        raise ValueError(
-            f"--target-policy {spec} is a {loaded.kind} policy without discrete action "
+        raise ConfigError(
+            "target_policy",
+            f"{spec} is a {loaded.kind} policy without discrete action "
             "probabilities (SAC/TD3 act in a continuous box); give a discrete learner's "
-            "learner.pt (train dp-sgd | expert-dp), a table or a module:function"
+            "learner.pt (train dp-sgd | expert-dp), a table or a module:function",
         )
     if loaded.n_actions != A:
-        raise ValueError(
-            f"--target-policy {spec} has {loaded.n_actions} actions but the dataset's action "
-            f"space has {A}; give a policy trained for this action space"
+        raise ConfigError(
+            "target_policy",
+            f"{spec} has {loaded.n_actions} actions but the dataset's action "
+            f"space has {A}; give a policy trained for this action space",
         )
     if observation_space is None or getattr(observation_space, "shape", None) is None:
-        raise ValueError(
-            f"--target-policy {spec} needs the dataset's declared observation space to check "
-            "its input size; re-import with --observation-space"
+        raise ConfigError(
+            "target_policy",
+            f"{spec} needs the dataset's declared observation space to check "
+            "its input size; re-import with "
+            f"{IMPORT_OBSERVATION_SPACE}",
         )
     shape = tuple(observation_space.shape)
     obs_dim = int(np.prod(shape)) if shape else 1
     if loaded.obs_dim != obs_dim:
-        raise ValueError(
-            f"--target-policy {spec} takes {loaded.obs_dim}-dimensional observations but the "
+        raise ConfigError(
+            "target_policy",
+            f"{spec} takes {loaded.obs_dim}-dimensional observations but the "
             f"dataset's observation space {observation_space} has {obs_dim}; give a policy "
-            "trained on observations of this space"
+            "trained on observations of this space",
         )
     for fn in (loaded.probs, loaded.imitation):
         if fn is not None:
@@ -602,5 +629,5 @@ def _checkpoint_policy(spec: str, A: int, observation_space: Any) -> TargetPolic
     try:
         probs = checkpoint_probs(loaded, path, mode, epsilon)
     except ValueError as exc:
-        raise ValueError(f"--target-policy {spec}: {exc}") from None
+        raise ConfigError("target_policy", f"{spec}: {exc}") from None
     return TargetPolicy(spec, A, probs)

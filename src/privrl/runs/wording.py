@@ -6,57 +6,100 @@ adapter that runs library code for a command re-raises its errors with those ref
 written as the command's flags (``--field``, ``--field VALUE``; a switch's ``=True`` is the
 flag alone), so the user reads the flag to change. Names that are not fields of the config
 are left as they are. `privrl.runs.cli` does this for every generated command (building the
-config and running it); an adapter may also wrap its own calls.
+config and running it); an adapter may also wrap its own calls, and give the command's own
+words for a whole message (`special`) or for a phrase of the library's (`phrases`, e.g. "a
+public dataset (`public=`)", which the command line takes as a file flag).
+
+The public parameters a report lists say where a value came from; a detail that lists fields
+(`step_size, schedule, k`) is written as their flags too (`command_parameters`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from privrl.config import Config, ConfigError, flags_of
+from privrl.privacy.public import PublicParameter, PublicParameters
 
 # a setting as the library's messages write it: `field` or `field=VALUE`
 SETTING = re.compile(r"`([a-z][a-z0-9_]*)(?:=([^`]*))?`")
 
+Phrases = Sequence[tuple[str, str]]
+
+
+def flag_of(config_cls: type[Config], name: str) -> str | None:
+    """The flag that sets field `name` of `config_cls` (its first spelling; a switch's
+    ``--x/--no-x`` as ``--x``), None when `name` is not one of its fields."""
+    field = config_cls.field_map().get(name)
+    return None if field is None else flags_of(field)[0].split("/")[0]
+
 
 def command_words(
-    text: str, config_cls: type[Config], special: Mapping[str, str] | None = None
+    text: str,
+    config_cls: type[Config],
+    special: Mapping[str, str] | None = None,
+    phrases: Phrases = (),
 ) -> str:
     """``text`` with every `field` / `field=VALUE` of ``config_cls`` written as its flag;
     `special` maps whole messages to the command's own wording (where the command has a way
-    the library does not)."""
+    the library does not), `phrases` (library phrase, command's phrase) pairs are replaced
+    first, in order."""
     if special and text in special:
         return special[text]
-    fields = config_cls.field_map()
+    for phrase, words in phrases:
+        text = text.replace(phrase, words)
 
     def flag(match: re.Match[str]) -> str:
         name, value = match.group(1), match.group(2)
-        if name not in fields:
+        spelled = flag_of(config_cls, name)
+        if spelled is None:
             return match.group(0)
-        spelled = flags_of(fields[name])[0].split("/")[0]
         return spelled if value in (None, "True") else f"{spelled} {value}"
 
     return SETTING.sub(flag, text)
 
 
+def command_detail(detail: str, config_cls: type[Config]) -> str:
+    """A public parameter's detail that lists fields (`iterations`, `step_size, schedule, k`,
+    `target_policy; ...`) with them written as flags; any other detail as it is."""
+    head, sep, rest = detail.partition("; ")
+    flags = [flag_of(config_cls, name) for name in head.split(", ")]
+    if not all(flags):
+        return detail
+    return ", ".join(f for f in flags if f) + sep + rest
+
+
+def command_parameters(params: PublicParameters, config_cls: type[Config]) -> PublicParameters:
+    """`params` with each detail naming flags (`command_detail`), as a command's privacy.json
+    lists them."""
+    out = PublicParameters()
+    for p in params:
+        out.add(PublicParameter(p.name, p.value, p.source, command_detail(p.detail, config_cls)))
+    return out
+
+
 @contextmanager
 def in_command_words(
-    config_cls: type[Config], special: Mapping[str, str] | None = None
+    config_cls: type[Config],
+    special: Mapping[str, str] | None = None,
+    phrases: Phrases = (),
 ) -> Iterator[None]:
     """Re-raise the library's `ConfigError`s and `ValueError`s with their settings written as
-    the command's flags (`command_words`); the field of a `ConfigError` is kept."""
+    the command's flags (`command_words`). A `ConfigError` keeps its field; another
+    `ValueError` is the same exception (type, attributes) with its message rewritten, and its
+    ``detail`` too where it has one (`privrl.data.dataset.DatasetError`)."""
     try:
         yield
     except ConfigError as exc:
-        raise ConfigError(exc.key, command_words(exc.problem, config_cls, special)) from None
+        problem = command_words(exc.problem, config_cls, special, phrases)
+        raise ConfigError(exc.key, problem) from None
     except ValueError as exc:
-        text = command_words(str(exc), config_cls, special)
-        if text == str(exc):
-            raise
-        try:
-            again = type(exc)(text)
-        except Exception:  # an error type with another constructor: keep it as it is
-            raise exc from None
-        raise again from None
+        if exc.args and isinstance(exc.args[0], str):
+            first = command_words(exc.args[0], config_cls, special, phrases)
+            exc.args = (first, *exc.args[1:])
+            detail = getattr(exc, "detail", None)
+            if isinstance(detail, str):
+                exc.detail = command_words(detail, config_cls, special, phrases)  # type: ignore[attr-defined]
+        raise

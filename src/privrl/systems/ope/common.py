@@ -4,15 +4,14 @@ result (plots, summary) and the command line's names for the library's fields.
 
 The estimators themselves (configs, public-parameter resolution, computation) are
 `privrl.ope.linear`; the run configs here are those configs plus the data-source fields.
-Library messages name config fields in backquotes; `cli_text` turns them into flags.
+Library messages name config fields in backquotes; `cli_text` turns them into flags (the
+run layer's one translator, `privrl.runs.wording`, with the phrases of these commands).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 import numpy as np
 
 from privrl.algorithm import Plan
-from privrl.config import Config, ConfigError, check, flags_of, option
+from privrl.config import Config, ConfigError, check, option
 from privrl.data.dataset import TrajectoryDataset
 from privrl.data.io import DatasetHeader
 from privrl.ope.linear import common as lib
@@ -48,9 +47,10 @@ from privrl.ope.linear.common import (
 )
 from privrl.ope.linear.estimator import LinearEstimate, prepare
 from privrl.ope.targets import USER_CODE_HELP
-from privrl.privacy.public import PublicParameter, PublicParameters
+from privrl.privacy.public import PublicParameters
 from privrl.privacy.report import PrivacyReport
 from privrl.privacy.units import NeighbourRelation
+from privrl.runs import wording
 from privrl.runs.system import PlotSpec, Result, Series, System
 
 if TYPE_CHECKING:
@@ -119,61 +119,28 @@ _PHRASES = (
     ("evaluate it on a dataset instead", "evaluate it on a dataset (--data) instead"),
     ("is required with a dataset", "is required with --data"),
 )
-_FIELD = re.compile(r"`([a-z][a-z_]*)(?:=([^`]*))?`")
-
-
-def _flag(config_type: type[Config] | None, name: str) -> str:
-    known = {} if config_type is None else {f.name: f for f in dataclasses.fields(config_type)}
-    return flags_of(known[name])[0] if name in known else "--" + name.replace("_", "-")
 
 
 def cli_text(text: str, config_type: type[Config] | None = None) -> str:
     """A library message with its field references (`` `field` ``, `` `field=VALUE` ``) named
-    as the command line's flags (`--field`, `--field VALUE`)."""
-    for phrase, cli in _PHRASES:
-        text = text.replace(phrase, cli)
-
-    def flag(match: re.Match[str]) -> str:
-        name, value = match.group(1), match.group(2)
-        out = _flag(config_type, name)
-        return out if value is None else f"{out} {value}"
-
-    return _FIELD.sub(flag, text)
-
-
-def cli_detail(detail: str, config_type: type[Config] | None) -> str:
-    """A public parameter's detail with the field names it lists (`iterations`,
-    `step_size, schedule, k`, `target_policy; ...`) named as flags."""
-    head, sep, rest = detail.partition("; ")
-    names = head.split(", ")
-    known = {f.name for f in dataclasses.fields(config_type)} if config_type else set()
-    if not all(n in known for n in names):
-        return detail
-    return ", ".join(_flag(config_type, n) for n in names) + sep + rest
+    as the command line's flags (`--field`, `--field VALUE`) and the OPE phrases above in the
+    commands' words (`privrl.runs.wording.command_words`)."""
+    if config_type is None:
+        return text
+    return wording.command_words(text, config_type, phrases=_PHRASES)
 
 
 def cli_parameters(params: PublicParameters, config_type: type[Config]) -> PublicParameters:
-    """`params` with each detail naming flags (`cli_detail`), as privacy.json lists them."""
-    out = PublicParameters()
-    for p in params:
-        out.add(PublicParameter(p.name, p.value, p.source, cli_detail(p.detail, config_type)))
-    return out
+    """`params` with each detail naming flags, as privacy.json lists them
+    (`privrl.runs.wording.command_parameters`)."""
+    return wording.command_parameters(params, config_type)
 
 
-@contextmanager
-def cli_errors(config: Config | type[Config]) -> Iterator[None]:
-    """Library errors raised inside, with their field references named as flags."""
+def cli_errors(config: Config | type[Config]) -> AbstractContextManager[None]:
+    """Library errors raised inside, with their field references named as flags
+    (`privrl.runs.wording.in_command_words`, with the OPE phrases)."""
     config_type = config if isinstance(config, type) else type(config)
-    try:
-        yield
-    except ConfigError as exc:
-        raise ConfigError(exc.key, cli_text(exc.problem, config_type)) from None
-    except ValueError as exc:
-        if exc.args and isinstance(exc.args[0], str):
-            exc.args = (cli_text(exc.args[0], config_type), *exc.args[1:])
-            if isinstance(getattr(exc, "detail", None), str):
-                exc.detail = cli_text(exc.detail, config_type)  # type: ignore[attr-defined]
-        raise
+    return wording.in_command_words(config_type, phrases=_PHRASES)
 
 
 # ------------------------------------------------------------------------ configs
