@@ -25,10 +25,14 @@ What it does, for each n in ``--ns``:
    are then used once per (method, ρ) with that scale.
 5. **Evaluation.** The learned policy's exact value over H steps from the start distribution,
    by dynamic programming on the simulator's table, beside the behaviour policy's and the
-   optimal one's.
+   optimal one's; and its mean return over ``--eval-episodes`` plays of at most H steps in the
+   Gymnasium environment itself (``privrl.rl.evaluation.evaluate_policy``, which maps the
+   learner's absorbing state away).
 
-Rewards are mapped to [0, 1] by the public affine map of ``--reward-range LOW HIGH``
-(FrozenLake's rewards already are in [0, 1]).
+Rewards stay on the environment's own scale in the logs, the learning and the values. The
+public range ``--reward-range LOW HIGH`` is given to the learners (``reward_range``: the privacy
+bound of the private reward sums, and the scale of the pessimism bonus); FrozenLake's is [0, 1],
+CliffWalking-v1's is [-100, 0] (its optimal return from the start is −13).
 
 Run::
 
@@ -62,7 +66,7 @@ DEFAULT_GRID = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0)
 @dataclass(frozen=True)
 class ToyText:
     """A toy-text environment's public tabular model: P [S, A, S], the reward R [S, A, S]
-    (mapped to [0, 1]), ``done`` [S, A, S] (the transition terminates), the start
+    (the environment's own), ``done`` [S, A, S] (the transition terminates), the start
     distribution d0 [S] and the environment's time limit."""
 
     env_id: str
@@ -81,7 +85,7 @@ class ToyText:
         return int(self.P.shape[1])
 
 
-def load_env(env_id: str, reward_range: tuple[float, float] = (0.0, 1.0), **kwargs: Any) -> ToyText:
+def load_env(env_id: str, **kwargs: Any) -> ToyText:
     """The tabular model of a Gymnasium toy-text environment (its ``unwrapped.P`` table)."""
     import gymnasium as gym
 
@@ -93,7 +97,6 @@ def load_env(env_id: str, reward_range: tuple[float, float] = (0.0, 1.0), **kwar
             f"{env_id} has no tabular model env.unwrapped.P (a toy-text env is needed)"
         )
     S, A = int(env.observation_space.n), int(env.action_space.n)
-    lo, hi = reward_range
     P = np.zeros((S, A, S))
     R = np.zeros((S, A, S))
     done = np.zeros((S, A, S), dtype=bool)
@@ -101,7 +104,7 @@ def load_env(env_id: str, reward_range: tuple[float, float] = (0.0, 1.0), **kwar
         for a in range(A):
             for p, s2, r, d in table[s][a]:
                 P[s, a, s2] += p
-                R[s, a, s2] = np.clip((r - lo) / (hi - lo), 0.0, 1.0)
+                R[s, a, s2] = r
                 done[s, a, s2] = bool(d)
     d0 = np.asarray(getattr(u, "initial_state_distrib", np.eye(S)[0]), dtype=np.float64)
     limit = env.spec.max_episode_steps if env.spec and env.spec.max_episode_steps else 100
@@ -225,9 +228,18 @@ def import_csv(csv_path: Path, env: ToyText) -> Path:
 
 
 def train(
-    h5: Path, out: Path, *, system: str, H: int, bonus_scale: float, rho: float | None, seed: int
+    h5: Path,
+    out: Path,
+    *,
+    system: str,
+    H: int,
+    bonus_scale: float,
+    rho: float | None,
+    seed: int,
+    reward_range: tuple[float, float] = (0.0, 1.0),
 ) -> np.ndarray:
-    """One ``privrl train apvi|dp-apvi`` run on the run layer; returns the policy [H, S]."""
+    """One ``privrl train apvi|dp-apvi`` run on the run layer, with the public reward range;
+    returns the policy's actions [H, S] (the learner's absorbing state dropped)."""
     from privrl.offline.apvi import FiniteHorizonPolicy
     from privrl.runs.layer import RunSpec, execute
 
@@ -239,12 +251,32 @@ def train(
         "horizon": H,
         "stationary": True,
         "bonus_scale": bonus_scale,
-        "reward_range": [0.0, 1.0],  # the CSV's rewards are already mapped into [0, 1]
+        "reward_range": list(reward_range),  # public: the environment's reward range
     }
     if rho is not None:
         settings.update(rho=rho, privatize_rewards=True)
     execute(RunSpec.from_mapping(settings), quiet=True)
     return FiniteHorizonPolicy.load(out / "policy.npz").actions
+
+
+def play(
+    run_dir: Path,
+    env_id: str,
+    env_kwargs: dict[str, Any] | None,
+    H: int,
+    episodes: int,
+    seed: int,
+) -> Any:
+    """The saved policy's returns over `episodes` plays of at most H steps in the Gymnasium
+    environment (``evaluate_policy``; the learner's absorbing state is mapped away)."""
+    import gymnasium as gym
+
+    from privrl.rl.evaluation import evaluate_policy
+
+    with gym.make(env_id, **(env_kwargs or {})) as env:
+        return evaluate_policy(
+            run_dir / "policy.npz", env, episodes=episodes, max_steps=H, seed=seed
+        )
 
 
 def run_metrics(out: Path) -> dict[str, Any]:
@@ -262,16 +294,23 @@ def choose_scale(
     rho: float | None,
     grid: tuple[float, ...],
     seed: int,
+    reward_range: tuple[float, float],
 ) -> tuple[float, dict[str, float]]:
     """The bonus scale from `grid` with the best exact value on the public simulated set."""
     scores = {}
     for b in grid:
         tag = f"{system}-rho{rho}-b{b}"
-        scores[str(b)] = value(
-            env,
-            H,
-            train(public_h5, out / tag, system=system, H=H, bonus_scale=b, rho=rho, seed=seed),
+        actions = train(
+            public_h5,
+            out / tag,
+            system=system,
+            H=H,
+            bonus_scale=b,
+            rho=rho,
+            seed=seed,
+            reward_range=reward_range,
         )
+        scores[str(b)] = value(env, H, actions)
     best = max(grid, key=lambda b: (scores[str(b)], -b))  # ties: the smaller scale
     return best, scores
 
@@ -288,8 +327,9 @@ def run(
     seed: int = 0,
     reward_range: tuple[float, float] = (0.0, 1.0),
     env_kwargs: dict[str, Any] | None = None,
+    eval_episodes: int = 1000,
 ) -> dict[str, Any]:
-    env = load_env(env_id, reward_range, **(env_kwargs or {}))
+    env = load_env(env_id, **(env_kwargs or {}))
     mu = behaviour(env, epsilon)
     opt_actions = q_values(env, H)[0].argmax(axis=2)
     results: dict[str, Any] = {
@@ -298,6 +338,8 @@ def run(
         "horizon": H,
         "time_limit": env.time_limit,
         "behaviour_epsilon": epsilon,
+        "reward_range": list(reward_range),
+        "eval_episodes": eval_episodes,
         "optimal_value": value(env, H, opt_actions),
         "behaviour_value": value(env, H, np.broadcast_to(mu, (H, env.S, env.A))),
         "bonus_grid": list(grid),
@@ -321,6 +363,7 @@ def run(
                 rho=rho,
                 grid=grid,
                 seed=seed,
+                reward_range=reward_range,
             )
             tag = system if rho is None else f"{system}-rho{rho:g}"
             actions = train(
@@ -331,7 +374,9 @@ def run(
                 bonus_scale=scale,
                 rho=rho,
                 seed=seed + 1,
+                reward_range=reward_range,
             )
+            played = play(out / f"n{n}" / tag, env_id, env_kwargs, H, eval_episodes, seed)
             metrics = run_metrics(out / f"n{n}" / tag)
             results["rows"].append(
                 {
@@ -341,12 +386,16 @@ def run(
                     "bonus_scale": scale,
                     "public_scores": scores,
                     "value": value(env, H, actions),
+                    "return_mean": played.mean,
+                    "return_stderr": played.stderr,
                     "E": metrics["E"],
                     "known_fraction": metrics["known_fraction"],
                 }
             )
+            row = results["rows"][-1]
             print(
-                f"n={n} {tag}: bonus scale {scale:g}, value {results['rows'][-1]['value']:.4f}",
+                f"n={n} {tag}: bonus scale {scale:g}, value {row['value']:.4f}, "
+                f"return {row['return_mean']:.4f} ± {row['return_stderr']:.4f}",
                 file=sys.stderr,
             )
     (out / "results.json").write_text(json.dumps(results, indent=2))
@@ -420,7 +469,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bonus-grid", type=float, nargs="+", default=list(DEFAULT_GRID))
     parser.add_argument("--horizon", type=int, default=30)
     parser.add_argument("--epsilon", type=float, default=0.5, help="Behaviour ε-greedy ε.")
-    parser.add_argument("--reward-range", type=float, nargs=2, default=[0.0, 1.0])
+    parser.add_argument(
+        "--reward-range",
+        type=float,
+        nargs=2,
+        default=[0.0, 1.0],
+        metavar=("LOW", "HIGH"),
+        help="The environment's public reward range (CliffWalking-v1: -100 0).",
+    )
+    parser.add_argument(
+        "--eval-episodes", type=int, default=1000, help="Plays of each learned policy."
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/frozenlake"))
     parser.add_argument("--plot", type=Path, default=None, help="Where to write the PNG.")
@@ -435,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         epsilon=args.epsilon,
         seed=args.seed,
         reward_range=tuple(args.reward_range),
+        eval_episodes=args.eval_episodes,
     )
     plot(results, args.plot or args.out / "frozenlake.png")
     print(markdown(results))

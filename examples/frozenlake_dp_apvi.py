@@ -2,7 +2,8 @@
 
 A uniform-random policy logs FrozenLake-v1 episodes into `--out` with a budget ledger; DP-APVI
 learns under ρ-zCDP for one episode (replace-one), the spend recorded on the ledger, and its
-policy then plays. Bonus scale 0: choose it on public data, never on the logs. Run:
+policy then plays (`evaluate_policy`). FrozenLake's public reward range is [0, 1] (the goal
+pays 1). Bonus scale 0: choose it on public data, never on the logs. Run:
 `python examples/frozenlake_dp_apvi.py --episodes 20000 --rho 1 --out runs/frozenlake-dp`.
 """
 
@@ -12,25 +13,13 @@ from pathlib import Path
 import gymnasium as gym
 
 from privrl.data import collect, load_hdf5, save_hdf5
-from privrl.offline import DPAPVI, FiniteHorizonPolicy
+from privrl.offline import DPAPVI
 from privrl.policies import UniformRandomPolicy
 from privrl.privacy.ledger import BudgetLedger
 from privrl.privacy.units import NeighbourRelation, PrivacyUnit
+from privrl.rl.evaluation import evaluate_policy
 
 ENV = "FrozenLake-v1"
-
-
-def mean_return(policy: FiniteHorizonPolicy, episodes: int, seed: int) -> float:
-    """The policy's mean return over `episodes` plays of at most H steps."""
-    env, total = gym.make(ENV), 0.0
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        for h in range(policy.H):
-            obs, reward, terminated, truncated, _ = env.step(int(policy.act([obs], h=h)[0]))
-            total += float(reward)
-            if terminated or truncated:
-                break
-    return total / episodes
 
 
 def main(argv: list[str] | None = None) -> float:
@@ -48,10 +37,13 @@ def main(argv: list[str] | None = None) -> float:
         save_hdf5(logs, path)
         BudgetLedger.init(path, epsilon=20, delta=1e-5, unit=unit, relation=relation)
     ledger, logs = BudgetLedger.for_dataset(path), load_hdf5(path)
-    learner = DPAPVI(rho=args.rho, privatize_rewards=True, stationary=True, bonus_scale=0.0)
+    learner = DPAPVI(
+        rho=args.rho, privatize_rewards=True, stationary=True, bonus_scale=0.0, reward_range=(0, 1)
+    )
     fit = learner.fit(logs, ledger=ledger)
     print(fit.report.summary())
-    value, behaviour = mean_return(fit.policy, 500, seed=1), logs.rewards.sum() / logs.n_episodes
+    value = evaluate_policy(fit.policy, ENV, episodes=500, seed=1).mean  # H steps at most
+    behaviour = logs.rewards.sum() / logs.n_episodes
     print(f"DP-APVI return {value:.3f}, behaviour {behaviour:.3f}; ledger ε {ledger.spent():.3f}")
     return value
 

@@ -20,10 +20,11 @@ Two questions, as in the OBD paper (Saito et al. 2021):
   prior's α, β read from the wheel (obp itself is not installed beside privrl);
   ground truth: the BTS log's mean click rate.
 
-Each log goes through ``privrl data import`` (one impression = one one-step episode: the
-observation is the position, the action the item, the reward the click, ``behaviour_prob``
-the logged propensity) and the ``privrl ope ips | snips | dr`` systems on the run layer
-(one run directory per estimator and ε). The coverage study re-draws the privacy noise with
+Each log goes through ``privrl data import --bandit`` as published (one impression = one
+one-step episode: the observation is the position, 1..3 in ``discrete:3:1``, the action the
+item, the reward the click, ``behaviour_prob`` the logged propensity; nothing reshaped by
+hand) and the ``privrl ope ips | snips | dr`` systems on the run layer (one run directory per
+estimator and ε). The coverage study re-draws the privacy noise with
 the library entry points (`privrl.ope.importance`) on the plan the system made.
 
 Privacy unit: one impression (one row), replace-one; the guarantee is per impression, not per
@@ -268,48 +269,24 @@ def read_log(csv: Path) -> dict[str, np.ndarray]:
     return {c: table.column(c).to_numpy() for c in cols}
 
 
-def to_privrl_table(csv: Path, out: Path, n_actions: int = N_ACTIONS) -> None:
-    """A transitions table for ``privrl data import``: one row per impression with an
-    episode id, the position 0..2 as the observation (OBD numbers positions 1..3), the item,
-    the click and the logged propensity. A schema check only: positions and items outside
-    the published design are a format error of the file."""
-    import pyarrow as pa
-    from pyarrow import csv as pacsv
-
-    log = read_log(csv)
-    pos = log["position"].astype(np.int64) - 1
-    if np.any((pos < 0) | (pos >= LEN_LIST)) or np.any(
-        (log["item_id"] < 0) | (log["item_id"] >= n_actions)
-    ):
-        raise SystemExit(f"error: {csv}: positions must be 1..{LEN_LIST}, items 0..{n_actions - 1}")
-    table = pa.table(
-        {
-            "impression": np.arange(pos.size),
-            "position": pos,
-            "item": log["item_id"].astype(np.int64),
-            "click": log["click"].astype(np.float64),
-            "propensity": log["propensity_score"].astype(np.float64),
-        }
-    )
-    pacsv.write_csv(table, out)
-
-
 def import_log(csv: Path, h5: Path, n_actions: int = N_ACTIONS) -> Path:
-    """``privrl data import`` of one OBD log (spaces declared, not inferred)."""
+    """``privrl data import --bandit`` of one OBD log as it is published (spaces declared, not
+    inferred): one impression = one one-step episode, the position 1..3 the observation
+    (``discrete:3:1``: OBD numbers positions from 1), the item the action, the click the
+    reward, the logged propensity ``behaviour_prob``. Positions or items outside the declared
+    spaces are refused by the import (a format error of the file), never clipped."""
     from privrl.data.tools import import_dataset
 
-    table = h5.with_suffix(".csv")
     h5.parent.mkdir(parents=True, exist_ok=True)
-    to_privrl_table(csv, table, n_actions)
     h5.unlink(missing_ok=True)
     import_dataset(
-        str(table),
+        str(csv),
         h5,
-        columns="episode=impression,obs=position,next_obs=position,action=item,reward=click,"
-        "behaviour_prob=propensity",
+        columns="position=position,action=item_id,reward=click,behaviour_prob=propensity_score",
         format="csv",
-        observation_space=f"discrete:{LEN_LIST}",
+        observation_space=f"discrete:{LEN_LIST}:1",
         action_space=f"discrete:{n_actions}",
+        bandit=True,
     )
     return h5
 

@@ -1,6 +1,7 @@
 """examples/frozenlake.py at a tiny n: the simulator's exact values agree with its sampled
 episodes, the pipeline (CSV → `privrl data import` → `privrl train apvi | dp-apvi` → exact
-value) runs end to end, and nothing in it is specific to FrozenLake (CliffWalking runs too)."""
+value and played return) runs end to end, and nothing in it is specific to FrozenLake
+(CliffWalking, rewards of the other sign, runs too and reaches its optimal return)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def test_pipeline_end_to_end_at_tiny_n(ex, tmp_path: Path) -> None:
     assert set(rows) == {"apvi", "dp-apvi"}
     for r in rows.values():
         assert 0.0 <= r["value"] <= results["optimal_value"] + 1e-12
+        assert 0.0 <= r["return_mean"] <= 1.0 and r["return_stderr"] >= 0.0
         assert r["bonus_scale"] == 0.0 and set(r["public_scores"]) == {"0.0"}
     assert results["behaviour_value"] < results["optimal_value"]
     assert rows["apvi"]["value"] > results["behaviour_value"]
@@ -56,8 +58,9 @@ def test_pipeline_end_to_end_at_tiny_n(ex, tmp_path: Path) -> None:
 
 
 def test_another_toy_text_env_runs(ex, tmp_path: Path) -> None:
-    """CliffWalking: rewards −1 / −100 mapped to [0, 1] by the declared range; no termination
-    at the cliff (a reset), so episodes run to the time limit and are truncated at H."""
+    """CliffWalking: rewards −1 / −100 on their own scale, the declared range given to the
+    learner; no termination at the cliff (a reset), so episodes run to the time limit and are
+    truncated at H. Values are on the original scale: at least H · (−100), at most optimal."""
     results = ex.run(
         tmp_path,
         env_id="CliffWalking-v1",
@@ -69,4 +72,26 @@ def test_another_toy_text_env_runs(ex, tmp_path: Path) -> None:
         reward_range=(-100.0, 0.0),
     )
     assert results["rows"][0]["method"] == "apvi"
-    assert 0.0 <= results["rows"][0]["value"] <= results["optimal_value"] + 1e-12
+    assert -100.0 * 5 <= results["rows"][0]["value"] <= results["optimal_value"] + 1e-12
+    assert results["optimal_value"] == -5.0  # the goal is 13 steps away: −1 per step for 5
+
+
+def test_cliff_walking_logs_give_apvi_its_optimal_return(ex, tmp_path: Path) -> None:
+    """Cost-per-step logs (CliffWalking-v1, range [−100, 0]) with no hand mapping: APVI's
+    policy reaches the goal in 13 steps, return −13 both by the exact value on the table and
+    played in the Gymnasium environment (the mapped scale's padding would make it wander)."""
+    results = ex.run(
+        tmp_path,
+        env_id="CliffWalking-v1",
+        ns=(300,),
+        rhos=(),
+        grid=(0.0,),
+        H=20,
+        epsilon=0.1,
+        reward_range=(-100.0, 0.0),
+        eval_episodes=3,
+    )
+    (row,) = results["rows"]
+    assert results["optimal_value"] == -13.0
+    assert results["behaviour_value"] < -13.0
+    assert row["value"] == -13.0 and row["return_mean"] == -13.0

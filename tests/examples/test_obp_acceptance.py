@@ -172,3 +172,21 @@ def test_peer_not_run_says_why(ex, tmp_path):
     peer = ex.run_peer(None, None, [], tmp_path / "bts.npy", 0)
     assert peer["run"] is False
     assert "pandas" in peer["why"] and "--obp-python" in peer["why"]
+
+
+def test_the_import_reads_obd_positions_as_published(ex, tmp_path):
+    """OBD's 1-based positions enter as they are (``discrete:3:1``, no shift by hand); a
+    position outside 1..3 is refused by the import with its column, never clipped."""
+    from privrl.data import load_hdf5
+
+    log = obd_csv(tmp_path / "log.csv", 200, seed=3)
+    data = load_hdf5(ex.import_log(log, tmp_path / "log.h5", n_actions=K))
+    assert data.n_episodes == 200
+    assert set(np.unique(data.observations).tolist()) == {1, 2, 3}
+    lines = log.read_text().splitlines()
+    fields = lines[1].split(",")
+    fields[3] = "4"  # the position column of the first impression
+    lines[1] = ",".join(fields)
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match="position"):
+        ex.import_log(log, tmp_path / "bad.h5", n_actions=K)

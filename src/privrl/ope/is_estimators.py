@@ -120,7 +120,8 @@ class ImportanceConfig(Config):
         "-W",
         allow_nan=True,
         help="Public bound W on a trajectory's importance weight Π π/μ (weights above are "
-        "clipped to W).",
+        "clipped to W). `privrl ope suggest-clip --target-policy … --min-propensity P` gives "
+        "the W that clips no weight.",
     )
     reward_range: tuple[float, ...] | None = option(
         None,
