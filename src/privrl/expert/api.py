@@ -340,7 +340,7 @@ def expert_data(
             "the dataset has no expert ids (unit_ids is None): expert-level privacy needs the "
             "expert of every trajectory; import the data with each episode's expert as its "
             "unit (a unit column) or with every episode its own unit (`privrl data import --unit "
-            "episode`, or unit=\"episode\" in `import_table`)"
+            'episode`, or unit="episode" in `import_table`)'
         )
     obs = np.asarray(dataset.observations)
     if obs.ndim != 2:
