@@ -80,6 +80,21 @@ Constants: C1 = √2, C2 = 16 (the paper's); C = `unknown_penalty` > 1 for ñ �
 Q̃ there). `bonus_scale` multiplies every bonus term except C·H (a design decision: default 1 =
 theory; compare private and non-private runs at the same scale; never tune it on the data
 being privatised).
+
+Stationary pooling and small costs. Pooled over h, one trajectory can add H entries to one cell
+(bumping a wall for H steps), so the bound Δ₂ = √2·H above is attained and each pooled reward
+sum gets σ = H·√(m/ρ), √H times the per-step σ = √(mH/ρ) (the pooled release is no noisier than
+H per-step ones summed, which have the same variance). On a pair seen a few times r̃ is then
+off by about σ/ñ. With `bonus_scale` 0 nothing corrects that: where one step's cost is small in
+mapped units (1/100 for a cost of 1 on [−100, 0]), a rarely seen pair that stays put (a wall
+bump) can get r̃ = 1, the absorbing state's reward, and since one table serves every h, looping
+on it is worth as much as finishing at every remaining step. Measured on 1,000 CliffWalking
+episodes (H = 20, ρ = 10⁶, private rewards): return −20 with bonus 0 for each of five noise
+draws, the optimal −13 with a bonus scale of 0.0005 to 0.01, and −13 for the per-step model
+with bonus 0. This is not a defect of the pooled counts: the counts and P̃ are APVI's exactly.
+The noise floor (tail + E)/ñ of the reward bonus removes such a tie, but it is scaled like
+every other term: left unscaled, it would take a stationary FrozenLake learner (20,000
+uniform-random episodes, H = 30, ρ = 1) from a return of up to 0.17 to 0.
 """
 
 from __future__ import annotations
