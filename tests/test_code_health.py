@@ -151,7 +151,6 @@ FLAG_STRINGS_ALLOWED = {
     "ope/importance.py": 1,  # `privrl data import --columns ...,behaviour_prob=COLUMN`
     # the provenance details of flag-set public parameters in privacy.json (--epsilon, --delta,
     # --weight-clip, --target-policy, --reward-model): the ips adapter lists them as they are
-    "ope/is_estimators.py": 5,
 }
 
 

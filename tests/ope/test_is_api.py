@@ -20,6 +20,7 @@ from privrl.policies import TabularPolicy
 from privrl.privacy.ledger import BudgetLedger, LedgerError
 from privrl.privacy.noise import NoiseSource
 from privrl.runs import registry
+from privrl.runs.wording import command_detail
 from privrl.systems.ips import DrConfig, IpsConfig, SnipsConfig
 from tests.ope.test_importance import MU, PI, TRUE_VALUE, synthetic
 
@@ -72,7 +73,8 @@ def test_the_cli_and_python_plan_and_release_the_same(
 ) -> None:
     """The command's plan (its config, the file's header) and the library's plan (the same
     settings, the header of the dataset in memory) state the same public parameters and
-    report; with the same insecure seed the command's metrics equal the library's."""
+    report (the library's details name fields, the command's the same fields as flags); with
+    the same insecure seed the command's metrics equal the library's."""
     settings = dict(BOUNDS, epsilon=1.0)
     cli_plan = registry.get(name).plan(
         RUN_CONFIGS[name](target_policy="uniform", **settings), read_header(log_file)
@@ -80,7 +82,15 @@ def test_the_cli_and_python_plan_and_release_the_same(
     data = load_hdf5(log_file)
     obj = make(name)
     py_plan = obj.plan(header_of(data), "uniform")
-    assert without_time(cli_plan.report) == without_time(py_plan.report)
+    library = without_time(py_plan.report)
+    details = [p.get("detail") for p in library["public_parameters"]]
+    assert "epsilon" in details and "--epsilon" not in details
+    for p in library["public_parameters"]:
+        if p.get("detail"):
+            p["detail"] = command_detail(p["detail"], RUN_CONFIGS[name])
+    command = without_time(cli_plan.report)
+    assert "--epsilon" in [p.get("detail") for p in command["public_parameters"]]
+    assert command == library
     assert dict(cli_plan.public) == dict(py_plan.public)
 
     out = tmp_path / "run"

@@ -270,9 +270,9 @@ def budget_parameters(config: ImportanceConfig) -> PublicParameters:
     params = PublicParameters()
     if config.non_private or config.epsilon is None:
         return params
-    params.given("ε", float(config.epsilon), Source.FLAG, "--epsilon")
+    params.given("ε", float(config.epsilon), Source.FLAG, "epsilon")
     delta_source = Source.DEFAULT if config.delta == DEFAULT_DELTA else Source.FLAG
-    params.given("δ", float(config.delta), delta_source, "--delta")
+    params.given("δ", float(config.delta), delta_source, "delta")
     return params
 
 
@@ -408,7 +408,7 @@ class ImportanceEstimator(Algorithm[C]):
         m = params.given(
             "trajectories m", int(header.n_episodes), Source.METADATA, HEADER_COUNT_DETAIL
         )
-        W = params.given("weight clip W", float(c.weight_clip), Source.FLAG, "--weight-clip")
+        W = params.given("weight clip W", float(c.weight_clip), Source.FLAG, "weight_clip")
         r_lo, r_hi = _reward_range(c, meta, params)
         H = int(
             _resolve(
@@ -437,7 +437,7 @@ class ImportanceEstimator(Algorithm[C]):
             "target policy π",
             target.spec,
             Source.FLAG,
-            "; ".join(filter(None, ["--target-policy", target.fallback])),
+            "; ".join(filter(None, ["target_policy", target.fallback])),
         )
         model = self._model(reward_model, bounds, meta, params)
         q_range = None if model is None else model.q_range
@@ -656,7 +656,7 @@ class DR(ImportanceEstimator[DRConfig]):
         given = self.config.reward_model if reward_model is None else reward_model
         model, spec = _reward_model(given, bounds, meta)
         source = Source.DEFAULT if spec == "midpoint" else Source.FLAG
-        params.given("reward model q̂", spec, source, "--reward-model")
+        params.given("reward model q̂", spec, source, "reward_model")
         declared = isinstance(given, imp.RewardModel)
         how = "the range the model declares" if declared else "range of the public q̂, clipped"
         params.derive("q̂ range", list(model.q_range), how)

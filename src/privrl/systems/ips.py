@@ -47,7 +47,9 @@ from privrl.ope.is_estimators import (
     WPDISConfig,
 )
 from privrl.ope.targets import USER_CODE_HELP
+from privrl.privacy.report import PrivacyReport
 from privrl.runs.system import Plan, Result, RunContext, System
+from privrl.runs.wording import command_detail
 
 __all__ = [
     "Dr",
@@ -143,6 +145,7 @@ class ImportanceSystem(System):
                 raise ConfigError("target_policy", exc.problem) from None
             raise
         _check_ledger(header.path)
+        _details_as_flags(plan.report, type(config))
         return plan
 
     def load(
@@ -190,6 +193,7 @@ class ImportanceSystem(System):
                 "the value is the unbiased noisy release, left unclipped; every policy's value "
                 "lies in the public return range, so the interval is cut to it"
             )
+        _details_as_flags(est.report, type(config))
         return Result(metrics=dict(est.metrics), privacy=est.report, summary=summary)
 
 
@@ -228,3 +232,11 @@ class Dr(ImportanceSystem):
     Config = DrConfig
     Estimator = DR
     summary = "Private doubly robust OPE with a public reward model q̂ (first-step control variate)."
+
+
+def _details_as_flags(report: PrivacyReport, config_cls: type[Config]) -> None:
+    """The report's public parameters with the fields their details name (`epsilon`,
+    `weight_clip`, ...) written as this command's flags, as privacy.json lists them."""
+    for p in report.public_parameters:
+        if p.get("detail"):
+            p["detail"] = command_detail(str(p["detail"]), config_cls)
