@@ -140,7 +140,6 @@ APPLICATION = ("cli", "runs", "systems")  # the layer that knows the command lin
 FLAG_STRINGS_ALLOWED = {
     "data/files.py": 1,  # check_output_file(path, flag="--out")
     "data/tools.py": 21,  # the engine of `privrl data import|export|info`
-    "privacy/calculator.py": 36,  # the engine of `privrl calibrate`
     "privacy/limits.py": 3,  # check_epsilon / check_delta(value, flag=...); --non-private
     "expert/api.py": 1,  # names `privrl data import --unit episode`, another command's fix
     "privacy/ledger.py": 3,  # `privrl ledger init ...`, `overwrite=True / --force`

@@ -1,5 +1,4 @@
-"""`privrl account` (epsilon for mechanism parameters) and `privrl calibrate` (the inverse);
-the calculator is `privrl.privacy.calculator`."""
+"""`privrl account` (ε of mechanism parameters), `privrl calibrate` (the inverse): the CLI."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from rich.console import Console
 
 from privrl.privacy import calculator
 from privrl.privacy.calculator import SEARCH_FLOOR, BackendChoice, Mechanism  # noqa: F401
+from privrl.runs.wording import calculator_notes, in_calculator_words
 
 
 def account(
@@ -64,20 +64,22 @@ def account(
 
       privrl account -m approx --epsilon0 0.2 --delta0 1e-8 -T 25 --delta 1e-5
     """
-    result = calculator.account(
-        mechanism,
-        noise_multiplier=noise_multiplier,
-        steps=steps,
-        sampling_rate=sampling_rate,
-        dataset_size=dataset_size,
-        sample_size=sample_size,
-        rho=rho,
-        epsilon0=epsilon0,
-        delta0=delta0,
-        delta=delta,
-        relation=relation,
-        backend=backend,
-    )
+    with in_calculator_words():
+        result = calculator.account(
+            mechanism,
+            noise_multiplier=noise_multiplier,
+            steps=steps,
+            sampling_rate=sampling_rate,
+            dataset_size=dataset_size,
+            sample_size=sample_size,
+            rho=rho,
+            epsilon0=epsilon0,
+            delta0=delta0,
+            delta=delta,
+            relation=relation,
+            backend=backend,
+        )
+    result = calculator_notes(result)
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
         return
@@ -118,18 +120,16 @@ def calibrate(
 
       privrl calibrate --epsilon 5 --delta 1e-5 -q 0.001 -z 0.6   # largest T
     """
-    out, text = calculator.calibrate(
-        epsilon,
-        delta=delta,
-        steps=steps,
-        noise_multiplier=noise_multiplier,
-        sampling_rate=sampling_rate,
-        dataset_size=dataset_size,
-        sample_size=sample_size,
-        relation=relation,
-        backend=backend,
-    )
-    if as_json:
-        typer.echo(json.dumps(out, indent=2))
-    else:
-        typer.echo(f"{text}  [{out['accountant']}]")
+    with in_calculator_words():
+        out, text = calculator.calibrate(
+            epsilon,
+            delta=delta,
+            steps=steps,
+            noise_multiplier=noise_multiplier,
+            sampling_rate=sampling_rate,
+            dataset_size=dataset_size,
+            sample_size=sample_size,
+            relation=relation,
+            backend=backend,
+        )
+    typer.echo(json.dumps(out, indent=2) if as_json else f"{text}  [{out['accountant']}]")

@@ -6,8 +6,9 @@ accountant asked for, beside the closed forms that apply; `calibrate(...)` is th
 the (sub)sampled Gaussian: the smallest noise multiplier for T steps, or the largest T for a
 noise multiplier. Nothing here touches data: every input is a public parameter.
 
-Bad parameters raise `InputError` (a ValueError) with a message naming the command-line flag
-that carries the value, so the CLI prints it unchanged.
+Bad parameters raise `InputError` (a ValueError) with a message naming the parameter that
+carries the value, written `` `noise_multiplier` `` (or `` `mechanism=zcdp` `` for a value);
+the command line writes those names as its flags.
 """
 
 from __future__ import annotations
@@ -66,18 +67,18 @@ MAX_STEPS_SEARCHED = 10**7
 _PLD_BYTES_PER_POINT = 350.0
 _PLD_DISCRETIZATION = 1e-4
 
-_MECHANISM_FLAGS = {
-    Mechanism.gaussian: ("--noise-multiplier",),
-    Mechanism.laplace: ("--noise-multiplier",),
-    Mechanism.zcdp: ("--rho",),
-    Mechanism.pure: ("--epsilon0",),
-    Mechanism.approx: ("--epsilon0", "--delta0"),
+_MECHANISM_PARAMS = {
+    Mechanism.gaussian: ("noise_multiplier",),
+    Mechanism.laplace: ("noise_multiplier",),
+    Mechanism.zcdp: ("rho",),
+    Mechanism.pure: ("epsilon0",),
+    Mechanism.approx: ("epsilon0", "delta0"),
 }
 
 
-def check_noise_multiplier(z: float, flag: str = "--noise-multiplier") -> float:
+def check_noise_multiplier(z: float, name: str = "`noise_multiplier`") -> float:
     return check_number(
-        z, flag, ge=MIN_Z, le=MAX_Z, hint="outside this range ε is ∞ or 0 to float precision"
+        z, name, ge=MIN_Z, le=MAX_Z, hint="outside this range ε is ∞ or 0 to float precision"
     )
 
 
@@ -93,9 +94,9 @@ def _pld_bytes(eps: float) -> float:
     return _PLD_BYTES_PER_POINT * max(eps, 1.0) / _PLD_DISCRETIZATION
 
 
-def pld_too_large(eps: float | None, *, fix: str = "use --backend rdp") -> str | None:
+def pld_too_large(eps: float | None, *, fix: str = "use `backend=rdp`") -> str | None:
     """Why a PLD for an event with RDP ε `eps` cannot be built here, or None if it can;
-    ``fix`` ends the reason (the flag that selects RDP in the caller's command)."""
+    ``fix`` ends the reason (the setting that selects RDP in the caller's words)."""
     if eps is None:
         return None
     budget = machine_memory() / 2
@@ -122,21 +123,21 @@ def sampling_args(
     replacement (m, sample size), or none."""
     if (dataset_size is None) != (sample_size is None):
         raise InputError(
-            "give both --dataset-size and --sample-size (sampling without replacement)"
+            "give both `dataset_size` and `sample_size` (sampling without replacement)"
         )
     if dataset_size is not None and sample_size is not None:
-        check_int(dataset_size, "--dataset-size", minimum=1)
-        check_int(sample_size, "--sample-size", minimum=1)
+        check_int(dataset_size, "`dataset_size`", minimum=1)
+        check_int(sample_size, "`sample_size`", minimum=1)
         if sampling_rate != 1.0:
-            raise InputError("use either --sampling-rate (Poisson) or --dataset-size/--sample-size")
+            raise InputError("use either `sampling_rate` (Poisson) or `dataset_size`/`sample_size`")
         if not 0 < sample_size <= dataset_size:
-            raise InputError("--sample-size must be between 1 and --dataset-size")
+            raise InputError("`sample_size` must be between 1 and `dataset_size`")
         return {
             "sampling": "without_replacement",
             "dataset_size": dataset_size,
             "sample_size": sample_size,
         }
-    check_number(sampling_rate, "--sampling-rate", gt=0, le=1)
+    check_number(sampling_rate, "`sampling_rate`", gt=0, le=1)
     if sampling_rate < 1.0:
         return {"sampling": "poisson", "sampling_probability": sampling_rate}
     return {"sampling": "none"}
@@ -144,12 +145,12 @@ def sampling_args(
 
 def _refuse_foreign_params(mechanism: Mechanism, given: dict[str, object]) -> None:
     """A parameter of another mechanism is refused rather than silently ignored."""
-    for flag, value in given.items():
-        if value is not None and flag not in _MECHANISM_FLAGS[mechanism]:
-            owners = [m.value for m, flags in _MECHANISM_FLAGS.items() if flag in flags]
+    for name, value in given.items():
+        if value is not None and name not in _MECHANISM_PARAMS[mechanism]:
+            owners = [m.value for m, names in _MECHANISM_PARAMS.items() if name in names]
             raise InputError(
-                f"{flag} does not apply to --mechanism {mechanism.value} (it is for "
-                f"--mechanism {' or '.join(owners)}); remove it or change --mechanism"
+                f"`{name}` does not apply to `mechanism={mechanism.value}` (it is for "
+                f"`mechanism={' or '.join(owners)}`); remove it or change `mechanism`"
             )
 
 
@@ -164,19 +165,19 @@ def mechanism_event(
     delta0: float | None,
 ) -> dp_event.DpEvent:
     """The event of `steps` invocations of `mechanism` (sampled as `sampling_args` says)."""
-    check_int(steps, "--steps", minimum=1)
+    check_int(steps, "`steps`", minimum=1)
     _refuse_foreign_params(
         mechanism,
         {
-            "--noise-multiplier": noise_multiplier,
-            "--rho": rho,
-            "--epsilon0": epsilon0,
-            "--delta0": delta0,
+            "noise_multiplier": noise_multiplier,
+            "rho": rho,
+            "epsilon0": epsilon0,
+            "delta0": delta0,
         },
     )
     if mechanism in (Mechanism.gaussian, Mechanism.laplace):
         if noise_multiplier is None:
-            raise InputError("--noise-multiplier must be given and > 0 (noise std / sensitivity)")
+            raise InputError("`noise_multiplier` must be given and > 0 (noise std / sensitivity)")
         noise_multiplier = check_noise_multiplier(noise_multiplier)
         if mechanism is Mechanism.gaussian:
             return acc.sampled_gaussian_event(noise_multiplier, steps, **sampling)
@@ -185,24 +186,24 @@ def mechanism_event(
             base = dp_event.PoissonSampledDpEvent(sampling["sampling_probability"], base)
         elif sampling["sampling"] == "without_replacement":
             raise InputError(
-                "the Laplace mechanism supports Poisson sampling only (--sampling-rate)"
+                "the Laplace mechanism supports Poisson sampling only (`sampling_rate`)"
             )
         return dp_event.SelfComposedDpEvent(base, steps)
     if sampling["sampling"] != "none":
-        raise InputError(f"sampling is not supported for --mechanism {mechanism.value}")
+        raise InputError(f"sampling is not supported for `mechanism={mechanism.value}`")
     if mechanism is Mechanism.zcdp:
         if rho is None:
-            raise InputError("--rho must be given and > 0 for --mechanism zcdp")
-        rho = check_number(rho, "--rho", gt=0, le=MAX_EPSILON)
+            raise InputError("`rho` must be given and > 0 for `mechanism=zcdp`")
+        rho = check_number(rho, "`rho`", gt=0, le=MAX_EPSILON)
         return dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(rho), steps)
     if epsilon0 is None:
-        raise InputError(f"--epsilon0 must be given and > 0 for --mechanism {mechanism.value}")
-    epsilon0 = check_number(epsilon0, "--epsilon0", gt=0, le=MAX_EPSILON)
+        raise InputError(f"`epsilon0` must be given and > 0 for `mechanism={mechanism.value}`")
+    epsilon0 = check_number(epsilon0, "`epsilon0`", gt=0, le=MAX_EPSILON)
     if mechanism is Mechanism.pure:
         return dp_event.SelfComposedDpEvent(PureDpEvent(epsilon0), steps)
     if delta0 is None:
-        raise InputError("--delta0 must be given and in (0, 1) for --mechanism approx")
-    delta0 = check_number(delta0, "--delta0", gt=0, lt=1)
+        raise InputError("`delta0` must be given and in (0, 1) for `mechanism=approx`")
+    delta0 = check_number(delta0, "`delta0`", gt=0, lt=1)
     return dp_event.SelfComposedDpEvent(ApproxDpEvent(epsilon0, delta0), steps)
 
 
@@ -214,7 +215,7 @@ def _pld_skip(proxy: float | None, backend: BackendChoice) -> str | None:
             skip = (
                 f"not computed: ε ≈ {proxy:.4g} by RDP is beyond {MAX_EPSILON:g}, where "
                 "no guarantee is meaningful (the PLD would take minutes); "
-                "--backend pld forces it"
+                "`backend=pld` forces it"
             )
     return skip
 
@@ -303,7 +304,7 @@ def account(
     the event has one), "results": [{"accountant", "epsilon", "note"?}, ...]}.
     """
     mechanism, backend = Mechanism(mechanism), BackendChoice(backend)
-    check_delta(delta)
+    check_delta(delta, "`delta`")
     rel = parse_relation(relation)
     sampling = sampling_args(sampling_rate, dataset_size, sample_size)
     event = mechanism_event(
@@ -357,7 +358,7 @@ def account_table(result: dict[str, Any]) -> Table:
 def _calibrate_z(
     epsilon: float, delta: float, steps: int, sampling: dict[str, object], common: dict[str, Any]
 ) -> tuple[dict[str, Any], str]:
-    check_int(steps, "--steps", minimum=1)
+    check_int(steps, "`steps`", minimum=1)
     rel, backend = common["relation"], common["backend"]
     if backend == "pld":
         # The search starts at z = 1: refuse up front if that PLD alone cannot be built.
@@ -398,8 +399,8 @@ def _calibrate_steps(
         need = acc.calibrate_noise_multiplier(epsilon, delta, 1, **common)
         raise InputError(
             f"no step is affordable: a single step with noise multiplier "
-            f"{z:g} already has ε = {e1:.4g} > {epsilon:g} at δ = {delta:g}; "
-            f"use -z >= {need:.4g} (or a larger --epsilon / smaller --sampling-rate)"
+            f"{z:g} already has ε = {e1:.4g} > {epsilon:g} at δ = {delta:g}; use "
+            f"`noise_multiplier` >= {need:.4g} (or a larger `epsilon` / smaller `sampling_rate`)"
         )
     out: dict[str, Any] = {"noise_multiplier": z, "steps": t, "epsilon_target": epsilon}
     text = f"largest step count within ε = {epsilon:g} at δ = {delta:g}: T = {t}"
@@ -425,15 +426,15 @@ def calibrate(
     given `noise_multiplier`, the largest number of steps within it. Returns the result (as
     `privrl calibrate --json` prints it, with the accountant) and a sentence saying it."""
     backend = BackendChoice(backend)
-    check_delta(delta)
-    epsilon = check_epsilon(epsilon)
+    check_delta(delta, "`delta`")
+    epsilon = check_epsilon(epsilon, "`epsilon`")
     if backend is BackendChoice.all:
-        raise InputError("--backend must be rdp or pld for calibration")
+        raise InputError("`backend` must be rdp or pld for calibration")
     rel = parse_relation(relation)
     sampling = sampling_args(sampling_rate, dataset_size, sample_size)
     common = {"relation": rel, "backend": backend.value, **sampling}
     if (steps is None) == (noise_multiplier is None):
-        raise InputError("give exactly one of --steps (find z) or --noise-multiplier (find T)")
+        raise InputError("give exactly one of `steps` (find z) or `noise_multiplier` (find T)")
     if steps is not None:
         out, text = _calibrate_z(epsilon, delta, steps, sampling, common)
     else:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from privrl.config import Config, ConfigError, flags_of
 from privrl.privacy.public import PublicParameter, PublicParameters
@@ -103,3 +104,71 @@ def in_command_words(
             if isinstance(detail, str):
                 exc.detail = command_words(detail, config_cls, special, phrases)  # type: ignore[attr-defined]
         raise
+
+
+# -- library functions that take plain parameters -------------------------------------------
+
+
+def mapped_words(text: str, flags: Mapping[str, str], phrases: Phrases = ()) -> str:
+    """``text`` with every `name` / `name=VALUE` that ``flags`` maps (parameter → flag) written
+    as its flag, after the (library phrase, command's phrase) pairs of ``phrases``: the
+    `command_words` of a library function that takes plain parameters instead of a config."""
+    for phrase, words in phrases:
+        text = text.replace(phrase, words)
+
+    def flag(match: re.Match[str]) -> str:
+        spelled, value = flags.get(match.group(1)), match.group(2)
+        if spelled is None:
+            return match.group(0)
+        return spelled if value in (None, "True") else f"{spelled} {value}"
+
+    return SETTING.sub(flag, text)
+
+
+@contextmanager
+def in_mapped_words(flags: Mapping[str, str], phrases: Phrases = ()) -> Iterator[None]:
+    """Re-raise a `ValueError` (the same exception, type and attributes) with its message's
+    parameters written as the command's flags (`mapped_words`)."""
+    try:
+        yield
+    except ValueError as exc:
+        if exc.args and isinstance(exc.args[0], str):
+            exc.args = (mapped_words(exc.args[0], flags, phrases), *exc.args[1:])
+        raise
+
+
+# `privrl account` / `privrl calibrate`: the flag of each `privrl.privacy.calculator` parameter
+CALCULATOR_FLAGS = {
+    name: "--" + name.replace("_", "-")
+    for name in (
+        "mechanism",
+        "noise_multiplier",
+        "steps",
+        "sampling_rate",
+        "dataset_size",
+        "sample_size",
+        "rho",
+        "epsilon0",
+        "delta0",
+        "epsilon",
+        "delta",
+        "relation",
+        "backend",
+    )
+}
+# the command's short flag where its fix names a bound on the noise multiplier
+CALCULATOR_PHRASES = (("use `noise_multiplier` >=", "use -z >="),)
+
+
+def in_calculator_words() -> AbstractContextManager[None]:
+    """`in_mapped_words` for the calculator's messages, as `privrl account|calibrate` says them."""
+    return in_mapped_words(CALCULATOR_FLAGS, CALCULATOR_PHRASES)
+
+
+def calculator_notes(result: dict[str, Any]) -> dict[str, Any]:
+    """`privrl.privacy.calculator.account`'s result with each accountant's note (why a PLD was
+    left out) naming the command's flags."""
+    for row in result["results"]:
+        if isinstance(row.get("note"), str):
+            row["note"] = mapped_words(row["note"], CALCULATOR_FLAGS, CALCULATOR_PHRASES)
+    return result
