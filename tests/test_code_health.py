@@ -138,8 +138,9 @@ APPLICATION = ("cli", "runs", "systems")  # the layer that knows the command lin
 # say which flag a bad value came from; the ledger names the command that creates a ledger and
 # the `--force` beside `overwrite=True`; the rest are reworded file by file.
 FLAG_STRINGS_ALLOWED = {
-    "data/files.py": 1,  # check_output_file(path, flag="--out")
-    "data/tools.py": 21,  # the engine of `privrl data import|export|info`
+    # `privrl data export`'s success line names `privrl data import`'s flags to re-import with;
+    # `privrl data info`'s table points to its --json for nested values
+    "data/tools.py": 3,
     "privacy/calculator.py": 36,  # the engine of `privrl calibrate`
     "privacy/limits.py": 3,  # check_epsilon / check_delta(value, flag=...); --non-private
     "expert/api.py": 1,  # names `privrl data import --unit episode`, another command's fix

@@ -103,3 +103,73 @@ def in_command_words(
             if isinstance(detail, str):
                 exc.detail = command_words(detail, config_cls, special, phrases)  # type: ignore[attr-defined]
         raise
+
+
+def flag_words(text: str, flags: Mapping[str, str], phrases: Phrases = ()) -> str:
+    """``text`` with every `name` / `name=VALUE` of ``flags`` (parameter → flag) written as
+    its flag (``--flag``, ``--flag VALUE``; ``=True`` is the flag alone), for a command built
+    on a function's parameters rather than a config; `phrases` (library phrase, command's
+    phrase) pairs are replaced after, in order (names a message writes bare)."""
+
+    def flag(match: re.Match[str]) -> str:
+        spelled = flags.get(match.group(1))
+        if spelled is None:
+            return match.group(0)
+        value = match.group(2)
+        return spelled if value in (None, "True") else f"{spelled} {value}"
+
+    text = SETTING.sub(flag, text)
+    for phrase, words in phrases:
+        text = text.replace(phrase, words)
+    return text
+
+
+@contextmanager
+def in_flag_words(flags: Mapping[str, str], phrases: Phrases = ()) -> Iterator[None]:
+    """Re-raise the library's `ValueError`s (an `InputError`, a `DatasetError`, ...) with their
+    parameters written as the command's flags (`flag_words`): the same exception (type,
+    attributes) with its message rewritten, and its ``detail`` too where it has one."""
+    try:
+        yield
+    except ValueError as exc:
+        if exc.args and isinstance(exc.args[0], str):
+            exc.args = (flag_words(exc.args[0], flags, phrases), *exc.args[1:])
+            detail = getattr(exc, "detail", None)
+            if isinstance(detail, str):
+                exc.detail = flag_words(detail, flags, phrases)  # type: ignore[attr-defined]
+        raise
+
+
+#: The parameters of `privrl.data.tools` (`import_dataset`, `export_dataset`, `describe`) as
+#: `privrl data import|export|info` spell them.
+DATA_FLAGS = {
+    name: "--" + name.replace("_", "-")
+    for name in (
+        "out",
+        "columns",
+        "format",
+        "observation_space",
+        "action_space",
+        "clip_out_of_space",
+        "bandit",
+        "discount",
+        "env_id",
+        "unit",
+        "units",
+        "keep_columns",
+        "plot",
+    )
+}
+
+#: Options the table import's own messages name bare (not as `name`), written as flags.
+DATA_PHRASES = (
+    ("clip_out_of_space=True", "--clip-out-of-space"),
+    ("keep_columns", "--keep-columns"),
+)
+
+
+@contextmanager
+def in_data_words() -> Iterator[None]:
+    """`in_flag_words` for `privrl data import|export|info`."""
+    with in_flag_words(DATA_FLAGS, DATA_PHRASES):
+        yield
