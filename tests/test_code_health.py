@@ -145,7 +145,6 @@ FLAG_STRINGS_ALLOWED = {
     "privacy/limits.py": 3,  # check_epsilon / check_delta(value, flag=...); --non-private
     "expert/api.py": 1,  # names `privrl data import --unit episode`, another command's fix
     "privacy/ledger.py": 3,  # `privrl ledger init ...`, `overwrite=True / --force`
-    "data/import_help.py": 8,  # the help of `privrl data import`
     # the flags of `privrl data import`, another command, named as the fix of a dataset that
     # lacks a public fact (IMPORT_OBSERVATION_SPACE, IMPORT_ACTION_SPACE, IMPORT_KEEP_COLUMNS)
     "ope/targets.py": 3,

@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from privrl.data import import_help, tools
-from privrl.runs import collect
+from privrl.data import tools
+from privrl.runs import collect, import_help
 from privrl.runs.wording import in_data_words
 
 data_app = typer.Typer(
