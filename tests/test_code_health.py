@@ -138,18 +138,16 @@ APPLICATION = ("cli", "runs", "systems")  # the layer that knows the command lin
 # say which flag a bad value came from; the ledger names the command that creates a ledger and
 # the `--force` beside `overwrite=True`; the rest are reworded file by file.
 FLAG_STRINGS_ALLOWED = {
-    "data/files.py": 1,  # check_output_file(path, flag="--out")
-    "data/tools.py": 21,  # the engine of `privrl data import|export|info`
+    # `privrl data export`'s success line names `privrl data import`'s flags to re-import with;
+    # `privrl data info`'s table points to its --json for nested values
+    "data/tools.py": 3,
     "privacy/limits.py": 3,  # check_epsilon / check_delta(value, flag=...); --non-private
     "expert/api.py": 1,  # names `privrl data import --unit episode`, another command's fix
     "privacy/ledger.py": 3,  # `privrl ledger init ...`, `overwrite=True / --force`
-    "data/import_help.py": 8,  # the help of `privrl data import`
     # the flags of `privrl data import`, another command, named as the fix of a dataset that
     # lacks a public fact (IMPORT_OBSERVATION_SPACE, IMPORT_ACTION_SPACE, IMPORT_KEEP_COLUMNS)
     "ope/targets.py": 3,
     "ope/importance.py": 1,  # `privrl data import --columns ...,behaviour_prob=COLUMN`
-    # the provenance details of flag-set public parameters in privacy.json (--epsilon, --delta,
-    # --weight-clip, --target-policy, --reward-model): the ips adapter lists them as they are
 }
 
 

@@ -182,10 +182,10 @@ def test_data_import_and_collect_refuse_to_overwrite_a_ledgered_dataset(data, tm
     ]:
         before = target.read_bytes()
         code, _, err = run(["data", "import", str(source), "--out", str(target)], capsys)
-        assert_bad_input(code, err, "refusing to overwrite", fragment)
+        assert_bad_input(code, err, "refusing to overwrite", fragment, "another file (--out)")
         argv = ["data", "collect", "--env", "CartPole-v1", "-n", "1", "--out", str(target)]
         code, _, err = run(argv, capsys)
-        assert_bad_input(code, err, "refusing to overwrite")
+        assert_bad_input(code, err, "refusing to overwrite", "another file (--out)")
         assert target.read_bytes() == before
     plain = TabularMDP.random(S, A, H, seed=5).sample(
         behaviour_policy_full_support(4, H, S, A, 0.1), 5, rng=2

@@ -78,3 +78,37 @@ def test_details_listing_fields_name_their_flags() -> None:
     params = PublicParameters()
     params.given("m", 4, Source.FLAG, "canaries")
     assert [p.detail for p in command_parameters(params, _Toy)] == ["--canaries"]
+
+
+def test_parameters_become_flags_by_a_mapping_then_bare_phrases() -> None:
+    """`mapped_words`: a command built on a function's parameters (not a config) writes them
+    as flags from a mapping; names outside it keep their backquotes; bare phrases go after."""
+    from privrl.runs.wording import mapped_words
+
+    flags = {"unit": "--unit", "keep_columns": "--keep-columns", "bandit": "--bandit"}
+    text = "use `unit=column=NAME` or `bandit=True`; `keep_columns` and `other` x"
+    assert mapped_words(text, flags) == (
+        "use --unit column=NAME or --bandit; --keep-columns and `other` x"
+    )
+    phrases = (("keep_columns", "--keep-columns"),)
+    assert mapped_words("keep_columns: 'a' twice; `keep_columns`", flags, bare=phrases) == (
+        "--keep-columns: 'a' twice; --keep-columns"
+    )
+
+
+def test_in_mapped_words_rewrites_a_value_error_in_place() -> None:
+    from privrl.data.dataset import DatasetError
+    from privrl.privacy.limits import InputError
+    from privrl.runs.wording import in_data_words, in_mapped_words
+
+    with (
+        pytest.raises(InputError, match=r"^--out x is a directory$"),
+        in_mapped_words({"out": "--out"}),
+    ):
+        raise InputError("`out` x is a directory")
+    with pytest.raises(DatasetError) as info, in_data_words():
+        raise DatasetError("t.csv: pass clip_out_of_space=True to clip", field="obs")
+    assert str(info.value) == "t.csv: pass --clip-out-of-space to clip"
+    assert info.value.detail == str(info.value) and info.value.field == "obs"
+    with pytest.raises(KeyError), in_data_words():  # not a ValueError: untouched
+        raise KeyError("`out`")

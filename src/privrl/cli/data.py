@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from privrl.data import import_help, tools
-from privrl.runs import collect
+from privrl.data import tools
+from privrl.runs import collect, import_help
+from privrl.runs.wording import in_data_words
 
 data_app = typer.Typer(
     help=(
@@ -38,7 +37,8 @@ def info(
 
     The summary shows exact statistics of the data, for its owner: it is not a private release.
     """
-    summary = tools.describe(path, plot)
+    with in_data_words():
+        summary = tools.describe(path, plot)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
@@ -77,7 +77,7 @@ def import_(
     column), a contextual-bandit log (--bandit: one row per impression) or a local Minari
     dataset into privrl's native HDF5 format."""
     notes: list[str] = []
-    with _options_as_flags(IMPORT_FLAGS):
+    with in_data_words():
         ds = tools.import_dataset(
             source,
             out,
@@ -99,27 +99,6 @@ def import_(
     typer.echo(f"wrote {out}: {ds.n_episodes} episodes, {ds.n_transitions} transitions")
 
 
-#: The table import's keyword options as `privrl data import` spells them: library messages
-#: name the keyword, the command line names its flag.
-IMPORT_FLAGS = {"clip_out_of_space=True": "--clip-out-of-space", "keep_columns": "--keep-columns"}
-
-
-@contextmanager
-def _options_as_flags(flags: dict[str, str]) -> Iterator[None]:
-    """Re-raise a `DatasetError` whose message names a library option with its flag instead."""
-    from privrl.data.dataset import DatasetError
-
-    try:
-        yield
-    except DatasetError as exc:
-        text = str(exc)
-        for option, flag in flags.items():
-            text = text.replace(option, flag)
-        if text == str(exc):
-            raise
-        raise DatasetError(text) from exc
-
-
 @data_app.command("export")
 def export(
     path: Path = typer.Argument(..., help="Dataset file (.h5)."),
@@ -131,7 +110,8 @@ def export(
     ),
 ) -> None:
     """Export a dataset to a Parquet/CSV table of transitions or a local Minari dataset."""
-    typer.echo(tools.export_dataset(path, out, fmt.value if fmt is not None else None))
+    with in_data_words():
+        typer.echo(tools.export_dataset(path, out, fmt.value if fmt is not None else None))
 
 
 @data_app.command("collect")
@@ -179,7 +159,8 @@ def collect_(
     """
     given = _given_flags(ctx)
     if out is not None:
-        tools.refuse_ledgered_out(out)
+        with in_data_words():
+            tools.refuse_ledgered_out(out)
     if recipe is not None:
         for line in collect.collect_recipe(
             recipe, given, data_dir, seed=seed, quick=quick, out=out

@@ -1,12 +1,12 @@
 """`privrl help TOPIC`: the grammars too long for an option's one-line help (the texts are
-`privrl.data.import_help`)."""
+`privrl.runs.import_help`)."""
 
 from __future__ import annotations
 
 import typer
 
 from privrl.cli.errors import CliError
-from privrl.data.import_help import COLUMNS, SPACES
+from privrl.runs.import_help import COLUMNS, SPACES
 
 TOPICS: dict[str, tuple[str, str]] = {
     "columns": ("the --columns mapping of `data import` (tables)", COLUMNS),

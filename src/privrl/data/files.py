@@ -10,7 +10,8 @@ An .npz archive is read eagerly (every member at once): its members are decompre
 numpy, so a truncated member would otherwise fail later, far from the file's name.
 
 `check_input_file` and `check_output_file` check a path a command reads or writes before any
-work starts; their refusal is an `InputError` naming the flag the path came from.
+work starts; their refusal is an `InputError` naming where the path came from (`flag`: a
+parameter as `` `out` ``, which the command line writes as its flag, or a flag itself).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def read_torch(path: str | Path, what: str = "", *, weights_only: bool = True) -
         raise _fail(path, what, "a torch checkpoint", exc) from None
 
 
-def check_output_file(path: str | Path, flag: str = "--out") -> Path:
+def check_output_file(path: str | Path, flag: str = "`out`") -> Path:
     """A file the command will write (created or replaced), checked before any work: not a
     directory, not inside a file, in a directory that exists or can be created and is
     writable."""

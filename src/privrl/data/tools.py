@@ -3,7 +3,8 @@ from an environment or a recipe is `privrl.runs.collect`).
 
 Each checks its public input (paths, sizes, the machine's memory) before it reads or writes a
 byte, and raises a ValueError (`InputError`, `DatasetError`, `LedgerError`) whose message names
-the problem and the fix (with the command-line flag that carries the value).
+the problem and the fix, naming a setting by its parameter (`` `unit` ``, `` `format=csv` ``);
+the command line writes those as its flags (`privrl.runs.wording.in_data_words`).
 
 `describe` shows exact statistics of a dataset, for its owner: it is not a private release, and
 no private command calls it.
@@ -129,7 +130,7 @@ def _bounds_file(path: Path, spec: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def parse_unit(text: str | None) -> tuple[str, str | None] | None:
-    """`--unit episode` → ("episode", None); `--unit column=NAME` → ("column", NAME)."""
+    """`episode` → ("episode", None); `column=NAME` → ("column", NAME)."""
     if text is None:
         return None
     spec = text.strip()
@@ -139,8 +140,8 @@ def parse_unit(text: str | None) -> tuple[str, str | None] | None:
     if key.strip() == "column" and sep and name.strip():
         return ("column", name.strip())
     raise InputError(
-        f"--unit {text!r} is not understood; use --unit episode (each episode its own unit) or "
-        "--unit column=NAME (the column holding each episode's user)"
+        f"`unit` {text!r} is not understood; use `unit=episode` (each episode its own unit) or "
+        "`unit=column=NAME` (the column holding each episode's user)"
     )
 
 
@@ -155,7 +156,7 @@ def guess_format(source: str) -> str:
         return "hdf5"
     if not suffix:
         return "minari"
-    raise InputError(f"cannot tell the format of {source!r}; pass --format parquet|csv|minari")
+    raise InputError(f"cannot tell the format of {source!r}; pass `format=parquet|csv|minari`")
 
 
 def refuse_ledgered_out(out: Path) -> None:
@@ -166,7 +167,7 @@ def refuse_ledgered_out(out: Path) -> None:
     reason = ledgered(out)
     if reason is not None:
         raise InputError(
-            f"refusing to overwrite {out}: {reason}; write the new dataset to another file (--out)"
+            f"refusing to overwrite {out}: {reason}; write the new dataset to another file (`out`)"
         )
 
 
@@ -187,7 +188,7 @@ def describe(path: Path, plot: Path | None = None) -> dict[str, Any]:
     """`TrajectoryDataset.summary()` of a dataset file (exact statistics, not a private release),
     and a histogram of its undiscounted episode returns written to `plot` if given."""
     if plot is not None:
-        check_output_file(plot, "--plot")
+        check_output_file(plot, "`plot`")
     ds = load_file(path)
     summary = ds.summary()
     if plot is not None:
@@ -265,7 +266,7 @@ def import_dataset(
     `unit` (`episode` or `column=NAME`) sets the privacy unit: the named column (a table
     column, or a Minari episode metadata/info key) becomes the dataset's unit ids. `units` is
     the declared (public) number of units, recorded as `n_users` (or `n_trajectories` with
-    `--unit episode`) in the metadata; the import never counts it from the data. `keep_columns`
+    `unit="episode"`) in the metadata; the import never counts it from the data. `keep_columns`
     (comma-separated) keeps those numeric table columns per transition. Discrete observation
     and action codes outside a declared space are refused unless `clip_out_of_space` (a Box's
     bounds always clip; see `privrl.data.io.fit_observations`). `bandit` reads a table as a
@@ -280,28 +281,28 @@ def import_dataset(
         from privrl.data.bandit_log import BanditColumns, parse_bandit_columns
         from privrl.data.io import import_table, parse_column_mapping, save_hdf5
 
-        check_output_file(out, "--out")
+        check_output_file(out, "`out`")
         refuse_ledgered_out(out)
         if discount is not None:
-            check_number(discount, "--discount", ge=0, le=1)
+            check_number(discount, "`discount`", ge=0, le=1)
         unit_spec = parse_unit(unit)
         if units is not None:
-            check_int(units, "--units", minimum=1)
+            check_int(units, "`units`", minimum=1)
             if unit_spec is None:
                 raise InputError(
-                    "--units K goes with --unit episode|column=NAME (the unit it counts)"
+                    "`units=K` goes with `unit=episode|column=NAME` (the unit it counts)"
                 )
         keep = [c.strip() for c in keep_columns.split(",")] if keep_columns else []
         kind = format if format is not None else guess_format(source)
         if kind in ("parquet", "csv") and Path(source).exists():
             check_input_file(Path(source), what="table file")
         if keep and kind in ("minari", "hdf5"):
-            raise InputError("--keep-columns applies to Parquet/CSV tables only")
+            raise InputError("`keep_columns` applies to Parquet/CSV tables only")
         if bandit and kind in ("minari", "hdf5"):
-            raise InputError("--bandit applies to Parquet/CSV tables only (one row per impression)")
+            raise InputError("`bandit` applies to Parquet/CSV tables only (one row per impression)")
         if action_space is not None and kind in ("minari", "hdf5"):
             raise InputError(
-                "--action-space applies to Parquet/CSV tables; a Minari or HDF5 dataset keeps "
+                "`action_space` applies to Parquet/CSV tables; a Minari or HDF5 dataset keeps "
                 "its own action space"
             )
         if kind == "minari":
@@ -317,14 +318,14 @@ def import_dataset(
         elif kind == "hdf5":
             if unit_spec is not None or observation_space is not None:
                 raise InputError(
-                    "--unit and --observation-space apply to tables and Minari datasets; an HDF5 "
+                    "`unit` and `observation_space` apply to tables and Minari datasets; an HDF5 "
                     "dataset keeps its own"
                 )
             ds = load_file(Path(source))
         else:
             if columns is None:
                 example = "action=item,reward=click,..." if bandit else "episode=id,obs=s,..."
-                raise InputError(f"--columns is required to import a table (e.g. {example})")
+                raise InputError(f"`columns` is required to import a table (e.g. {example})")
             if not Path(source).is_file():
                 raise InputError(f"table file not found: {source}")
             mapping = parse_bandit_columns(columns) if bandit else parse_column_mapping(columns)
@@ -333,7 +334,7 @@ def import_dataset(
                 wanted = unit_spec[1]
                 if given is not None and given != wanted:
                     raise InputError(
-                        f"--unit {unit} conflicts with unit={given} in --columns; "
+                        f"`unit` {unit} conflicts with unit={given} in `columns`; "
                         "give the unit once"
                     )
                 mapping = dataclasses.replace(mapping, unit=wanted)
@@ -399,7 +400,7 @@ def _declare_observation_space(
     shape = tuple(declared.shape or ())
     if obs.reshape(obs.shape[0], -1).shape[1] != int(np.prod(shape, dtype=np.int64)):
         raise InputError(
-            f"--observation-space {declared} does not fit the dataset's observations of shape "
+            f"`observation_space` {declared} does not fit the dataset's observations of shape "
             f"{obs.shape[1:]}"
         )
     obs = obs.reshape((obs.shape[0], *shape)).astype(declared.dtype, copy=False)
@@ -427,7 +428,7 @@ def export_dataset(path: Path, out: str, format: str | None = None) -> str:
     if kind == "hdf5":
         raise InputError("the dataset is already HDF5; export to parquet, csv or minari")
     if kind in ("parquet", "csv"):
-        check_output_file(out, "--out")
+        check_output_file(out, "`out`")
     ds = load_file(path)
     if kind == "minari":
         from privrl.data.minari_io import export_minari

@@ -109,10 +109,14 @@ def in_command_words(
 # -- library functions that take plain parameters -------------------------------------------
 
 
-def mapped_words(text: str, flags: Mapping[str, str], phrases: Phrases = ()) -> str:
+def mapped_words(
+    text: str, flags: Mapping[str, str], phrases: Phrases = (), bare: Phrases = ()
+) -> str:
     """``text`` with every `name` / `name=VALUE` that ``flags`` maps (parameter → flag) written
-    as its flag, after the (library phrase, command's phrase) pairs of ``phrases``: the
-    `command_words` of a library function that takes plain parameters instead of a config."""
+    as its flag (``--flag``, ``--flag VALUE``; ``=True`` is the flag alone): the
+    `command_words` of a library function that takes plain parameters instead of a config.
+    The (library phrase, command's phrase) pairs of ``phrases`` are replaced before, those of
+    ``bare`` (names a message writes without backquotes) after."""
     for phrase, words in phrases:
         text = text.replace(phrase, words)
 
@@ -122,18 +126,27 @@ def mapped_words(text: str, flags: Mapping[str, str], phrases: Phrases = ()) -> 
             return match.group(0)
         return spelled if value in (None, "True") else f"{spelled} {value}"
 
-    return SETTING.sub(flag, text)
+    text = SETTING.sub(flag, text)
+    for phrase, words in bare:
+        text = text.replace(phrase, words)
+    return text
 
 
 @contextmanager
-def in_mapped_words(flags: Mapping[str, str], phrases: Phrases = ()) -> Iterator[None]:
-    """Re-raise a `ValueError` (the same exception, type and attributes) with its message's
-    parameters written as the command's flags (`mapped_words`)."""
+def in_mapped_words(
+    flags: Mapping[str, str], phrases: Phrases = (), bare: Phrases = ()
+) -> Iterator[None]:
+    """Re-raise the library's `ValueError`s (an `InputError`, a `DatasetError`, ...) with their
+    parameters written as the command's flags (`mapped_words`): the same exception (type,
+    attributes) with its message rewritten, and its ``detail`` too where it has one."""
     try:
         yield
     except ValueError as exc:
         if exc.args and isinstance(exc.args[0], str):
-            exc.args = (mapped_words(exc.args[0], flags, phrases), *exc.args[1:])
+            exc.args = (mapped_words(exc.args[0], flags, phrases, bare), *exc.args[1:])
+            detail = getattr(exc, "detail", None)
+            if isinstance(detail, str):
+                exc.detail = mapped_words(detail, flags, phrases, bare)  # type: ignore[attr-defined]
         raise
 
 
@@ -172,3 +185,36 @@ def calculator_notes(result: dict[str, Any]) -> dict[str, Any]:
         if isinstance(row.get("note"), str):
             row["note"] = mapped_words(row["note"], CALCULATOR_FLAGS, CALCULATOR_PHRASES)
     return result
+
+
+#: The parameters of `privrl.data.tools` (`import_dataset`, `export_dataset`, `describe`) as
+#: `privrl data import|export|info` spell them.
+DATA_FLAGS = {
+    name: "--" + name.replace("_", "-")
+    for name in (
+        "out",
+        "columns",
+        "format",
+        "observation_space",
+        "action_space",
+        "clip_out_of_space",
+        "bandit",
+        "discount",
+        "env_id",
+        "unit",
+        "units",
+        "keep_columns",
+        "plot",
+    )
+}
+
+#: Options the table import's own messages name bare (not as `name`), written as flags.
+DATA_PHRASES = (
+    ("clip_out_of_space=True", "--clip-out-of-space"),
+    ("keep_columns", "--keep-columns"),
+)
+
+
+def in_data_words() -> AbstractContextManager[None]:
+    """`in_mapped_words` for `privrl data import|export|info`."""
+    return in_mapped_words(DATA_FLAGS, bare=DATA_PHRASES)
