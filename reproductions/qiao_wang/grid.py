@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 
 from privrl.envs.linear import LinearMDP
+from privrl.offline import FeatureTable, LinearGreedyPolicy
 from privrl.offline.pevi import pevi, pevi_beta
 from privrl.offline.vapvi import (
-    FeatureTable,
     GaussianReleaser,
     LinearEpisodes,
-    LinearGreedyPolicy,
     NonPrivateReleaser,
     dp_vapvi,
     gram_shift,
@@ -27,7 +26,7 @@ from privrl.offline.vapvi import (
     vapvi,
     variance_aware_pvi,
 )
-from privrl.privacy.noise import NoiseSource
+from privrl.privacy import NoiseSource
 from privrl.runs.units import Unit, pending, run_units
 
 K_GRID = (5, 10, 20, 50, 100, 200, 500, 1000)
@@ -364,7 +363,7 @@ def grid_cache(label: str, setup: _Setup, algorithms: Sequence[str], **extra: An
     names and ``extra``, e.g. tuned constants), so a changed grid never reads another grid's
     rows. The number of seeds and the instances are not in the key: a cell is one (instance,
     seed), so runs with more seeds or other instances share the cells they have in common."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     cell = {k: v for k, v in asdict(setup).items() if k not in ("seeds", "instances")}
     spec = {"setup": cell, "algorithms": list(algorithms), "extra": extra, "v": 1}

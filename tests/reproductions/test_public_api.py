@@ -159,17 +159,10 @@ INTERNAL: dict[str, tuple[str, ...]] = {
 # public names imported through the module that defines them (same object, longer path)
 LONG_PATHS: tuple[str, ...] = (
     "privrl.data.paths:cache_dir",
-    "privrl.envs.tabular:TabularMDP",
-    "privrl.envs.tabular:behaviour_policy_full_support",
-    "privrl.offline.apvi:APVIConfig",
-    "privrl.offline.vapvi:FeatureTable",
-    "privrl.offline.vapvi:LinearGreedyPolicy",
     "privrl.online.common:make_env",
     "privrl.online.common:policy_set",
     "privrl.online.sdp_pe:stage_schedule",
     "privrl.primorl.mopo:MOPOConfig",
-    "privrl.privacy.accounting:zcdp_to_dp",
-    "privrl.privacy.noise:NoiseSource",
     "privrl.privacy.report:PrivacyReport",
 )
 
@@ -268,9 +261,9 @@ def test_a_long_path_names_a_public_object(ref: str) -> None:
 
 
 def test_the_runners_moved_to_the_public_api_stay_there() -> None:
-    """The runners of the SDP-PE, GPOPE, expert and PRIMORL reproductions import public
-    names through their family packages (no long paths), and the SDP-PE jobs reach the UCB-VI
-    family through the learner objects only."""
+    """The runners of the SDP-PE, GPOPE, expert, PRIMORL, DP-APVI and Qiao & Wang
+    reproductions import public names through their family packages (no long paths), and the
+    SDP-PE jobs reach the UCB-VI family through the learner objects only."""
     runners = [
         *(f"reproductions/sdp_pe/{m}.py" for m in ("__init__", "jobs", "analysis", "burn_in")),
         *(
@@ -288,6 +281,11 @@ def test_the_runners_moved_to_the_public_api_stay_there() -> None:
         ),
         *(f"reproductions/expert/{m}.py" for m in ("configs", "runs", "paper")),
         *(f"reproductions/primorl/{m}.py" for m in ("table1", "table11", "fig3", "mopo", "sweeps")),
+        *(f"reproductions/dp_apvi_tabular/{m}.py" for m in ("__init__", "study", "summary")),
+        *(
+            f"reproductions/qiao_wang/{m}.py"
+            for m in ("__init__", "grid", "tuning", "investigation", "report")
+        ),
     ]
     found = privrl_imports()
     long = {m: sorted(set(found[m]) & set(LONG_PATHS)) for m in runners}
