@@ -136,7 +136,6 @@ INTERNAL: dict[str, tuple[str, ...]] = {
     "bonuses, the Gram shift) on the linear MDP's feature table, beyond what the objects "
     "expose": (
         "privrl.envs.linear:LinearMDP",
-        "privrl.offline.pevi:pevi",
         "privrl.offline.pevi:pevi_beta",
         "privrl.offline.vapvi:GaussianReleaser",
         "privrl.offline.vapvi:LinearEpisodes",
@@ -146,6 +145,13 @@ INTERNAL: dict[str, tuple[str, ...]] = {
         "privrl.offline.vapvi:theory_additive_bonus",
         "privrl.offline.vapvi:vapvi",
         "privrl.offline.vapvi:variance_aware_pvi",
+    ),
+    "Qiao & Wang's grid runs the DPVAPVI, VAPVI and PEVI objects on a simulator's episodes "
+    "(nested prefixes of one sample, no dataset file): each object's plan comes from the "
+    "simulation's public sizes (the feature table, H and K), which `fit` reads from a "
+    "dataset's header": (
+        "privrl.offline.linear:LinearPublic",
+        "privrl.privacy.public:PublicParameters",
     ),
     # -- `privrl reproduce`'s entry point
     "`reproductions.reproduce` is the command's implementation: it shares the command's seed "
