@@ -119,9 +119,11 @@ INTERNAL: dict[str, tuple[str, ...]] = {
         "privrl.data.paths:portable_path",
     ),
     # -- DP-APVI (tabular) and DP-VAPVI (linear): studies of the learners' steps
-    "the DP-APVI study draws many private models from one dataset's counts (one count table, "
-    "every budget and seed) and tunes on public instances: DP-APVI's steps, which `DPAPVI.fit` "
-    "runs once per dataset": (
+    "the DP-APVI study draws many private models from one dataset's counts (one count table "
+    "for every budget, bonus and scale at a size n), with one noise stream per (seed, n, "
+    "mechanism) shared by every budget (common random numbers), records the private model's "
+    "known set and ñ's bias, and ablates the threshold without noise: DP-APVI's steps, which "
+    "`DPAPVI.fit` runs once per dataset, counting it and drawing from its own stream": (
         "privrl.envs.tabular:Episodes",
         "privrl.offline.apvi:C2",
         "privrl.offline.apvi:NoisePlan",
@@ -132,9 +134,10 @@ INTERNAL: dict[str, tuple[str, ...]] = {
         "privrl.offline.apvi:pessimistic_value_iteration",
         "privrl.offline.apvi:private_model",
     ),
-    "Qiao & Wang's Figure 1 runs DP-VAPVI, VAPVI and PEVI with diagnostic variants (releasers, "
-    "bonuses, the Gram shift) on the linear MDP's feature table, beyond what the objects "
-    "expose": (
+    "Qiao & Wang's Figure 1 samples the linear MDP and runs diagnostic variants beyond what "
+    "the objects expose: releasers with only the PD shift or only the noise, VAPVI on the "
+    "unscaled table, PEVI with VAPVI's coefficient (β), the theory D/K term and Gram shift "
+    "E in the text, and a representative DP-VAPVI report": (
         "privrl.envs.linear:LinearMDP",
         "privrl.offline.pevi:pevi_beta",
         "privrl.offline.vapvi:GaussianReleaser",
