@@ -8,16 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from privrl.envs.tabular import Episodes, TabularMDP, behaviour_policy_full_support
-from privrl.offline.apvi import (
-    APVIConfig,
-    PrivacyConfig,
-    dp_apvi_from_counts,
-    empirical_counts,
-    noise_plan,
-)
-from privrl.privacy.noise import NoiseSource
-from privrl.privacy.report import PrivacyReport
+from privrl.envs import TabularMDP, behaviour_policy_full_support
+from privrl.envs.tabular import Episodes
+from privrl.offline import APVIConfig
+from privrl.offline.apvi import PrivacyConfig, dp_apvi_from_counts, empirical_counts, noise_plan
+from privrl.privacy import NoiseSource, PrivacyReport
 
 REPORT_DELTA = 1e-6
 TARGET_SUBOPTIMALITY = 0.05
@@ -230,7 +225,7 @@ def _aggregate_ablation(
 def _root() -> Any:
     """The folder of the study's unit results in the project cache (each file is named by its
     unit's full configuration, `keyed_unit`)."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     return cache_dir() / "reproduce" / "dp-apvi-tabular"
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from privrl.offline.apvi import C2, PrivacyConfig, noise_plan
-from privrl.privacy.report import PrivacyReport
+from privrl.privacy import PrivacyReport
 from reproductions.claims import Claim, count_verdict, with_kinds
 from reproductions.dp_apvi_tabular.study import (
     TARGET_SUBOPTIMALITY,

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from privrl.offline.vapvi import gram_shift
-from privrl.privacy.accounting import zcdp_to_dp
+from privrl.privacy import zcdp_to_dp
 from privrl.runs.rundir import RunDir
 from reproductions.claims import write_claims
 from reproductions.qiao_wang.grid import (

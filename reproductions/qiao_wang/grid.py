@@ -14,20 +14,20 @@ from typing import Any
 import numpy as np
 
 from privrl.envs.linear import LinearMDP
-from privrl.offline.pevi import pevi, pevi_beta
+from privrl.offline import DPVAPVI, PEVI, VAPVI, FeatureTable, LinearGreedyPolicy
+from privrl.offline.linear import LinearPublic
+from privrl.offline.pevi import pevi_beta
 from privrl.offline.vapvi import (
-    FeatureTable,
     GaussianReleaser,
     LinearEpisodes,
-    LinearGreedyPolicy,
     NonPrivateReleaser,
-    dp_vapvi,
     gram_shift,
     theory_additive_bonus,
     vapvi,
     variance_aware_pvi,
 )
-from privrl.privacy.noise import NoiseSource
+from privrl.privacy import NoiseSource
+from privrl.privacy.public import PublicParameters
 from privrl.runs.units import Unit, pending, run_units
 
 K_GRID = (5, 10, 20, 50, 100, 200, 500, 1000)
@@ -86,6 +86,19 @@ def _noise(noise_seed: int) -> np.random.Generator:
     return NoiseSource.insecure(noise_seed).generator("dp-vapvi")
 
 
+def _learned(
+    learner: DPVAPVI | VAPVI | PEVI, data: LinearEpisodes, table: FeatureTable, noise_seed: int
+) -> LinearGreedyPolicy:
+    """`learner`'s computation on the simulator's episodes: its plan from the public sizes
+    (the table, H and K of the simulation), then its learner with `_noise(noise_seed)` (the
+    stream its `fit` draws from `NoiseSource.insecure(noise_seed)`)."""
+    params = PublicParameters()
+    public = LinearPublic(features=table, mdp=None, H=data.H, K=data.K)
+    plan = learner.sized_plan(learner.resolve(params), public, params)
+    noise = _noise(noise_seed) if learner.private else None
+    return learner.learn(data, plan, np.random.default_rng(noise_seed), noise).policy
+
+
 def _dp_dk_runner(rho: float, multipliers: Mapping[float, float]) -> Runner:
     """DP-VAPVI with the additive D/K term on: D = c·2H³√d, c = ``multipliers[C]`` (a public
     hyper-parameter). Same noise seed as `_dp_runner`, so c = 0 is DP-VAPVI exactly."""
@@ -93,11 +106,11 @@ def _dp_dk_runner(rho: float, multipliers: Mapping[float, float]) -> Runner:
     def run(
         data: LinearEpisodes, table: FeatureTable, scale: float, noise_seed: int
     ) -> LinearGreedyPolicy:
-        return dp_vapvi(
-            data, table, rho=rho, rng=noise_seed, noise=_noise(noise_seed), bonus_scale=scale,
-            delta=DELTA,
-            failure_prob=FAILURE_PROB, additive_bonus=multipliers[scale] * DK_UNIT,
-        ).policy  # fmt: skip
+        learner = DPVAPVI(
+            rho=rho, bonus_scale=scale, delta=DELTA, failure_prob=FAILURE_PROB,
+            additive_bonus=multipliers[scale] * DK_UNIT,
+        )  # fmt: skip
+        return _learned(learner, data, table, noise_seed)
 
     return run
 
@@ -106,11 +119,8 @@ def _dp_runner(rho: float) -> Runner:
     def run(
         data: LinearEpisodes, table: FeatureTable, scale: float, noise_seed: int
     ) -> LinearGreedyPolicy:
-        return dp_vapvi(
-            data, table, rho=rho, rng=noise_seed, noise=_noise(noise_seed), bonus_scale=scale,
-            delta=DELTA,
-            failure_prob=FAILURE_PROB,
-        ).policy  # fmt: skip
+        learner = DPVAPVI(rho=rho, bonus_scale=scale, delta=DELTA, failure_prob=FAILURE_PROB)
+        return _learned(learner, data, table, noise_seed)
 
     return run
 
@@ -118,13 +128,13 @@ def _dp_runner(rho: float) -> Runner:
 def _vapvi_runner(
     data: LinearEpisodes, table: FeatureTable, scale: float, noise_seed: int
 ) -> LinearGreedyPolicy:
-    return vapvi(data, table, bonus_scale=scale).policy
+    return _learned(VAPVI(bonus_scale=scale), data, table, noise_seed)
 
 
 def _pevi_runner(
     data: LinearEpisodes, table: FeatureTable, scale: float, noise_seed: int
 ) -> LinearGreedyPolicy:
-    return pevi(data, table, bonus_scale=scale, xi=PEVI_XI).policy
+    return _learned(PEVI(bonus_scale=scale, xi=PEVI_XI), data, table, noise_seed)
 
 
 def _pevi_matched_runner(
@@ -132,7 +142,8 @@ def _pevi_matched_runner(
 ) -> LinearGreedyPolicy:
     """PEVI with VAPVI's coefficient C·√d instead of C·dH√ζ (diagnostic)."""
     beta = pevi_beta(table.d, data.H, data.K, PEVI_XI)
-    return pevi(data, table, bonus_scale=scale * math.sqrt(table.d) / beta, xi=PEVI_XI).policy
+    learner = PEVI(bonus_scale=scale * math.sqrt(table.d) / beta, xi=PEVI_XI)
+    return _learned(learner, data, table, noise_seed)
 
 
 class _ShiftOnly(NonPrivateReleaser):
@@ -364,7 +375,7 @@ def grid_cache(label: str, setup: _Setup, algorithms: Sequence[str], **extra: An
     names and ``extra``, e.g. tuned constants), so a changed grid never reads another grid's
     rows. The number of seeds and the instances are not in the key: a cell is one (instance,
     seed), so runs with more seeds or other instances share the cells they have in common."""
-    from privrl.data.paths import cache_dir
+    from privrl.data import cache_dir
 
     cell = {k: v for k, v in asdict(setup).items() if k not in ("seeds", "instances")}
     spec = {"setup": cell, "algorithms": list(algorithms), "extra": extra, "v": 1}

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from privrl.envs.linear import LinearMDP
+from privrl.offline import FeatureTable
 from privrl.offline.pevi import pevi_beta
 from privrl.offline.vapvi import (
-    FeatureTable,
     GaussianReleaser,
     NonPrivateReleaser,
     gram_shift,

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from privrl.envs.linear import LinearMDP
-from privrl.offline.vapvi import FeatureTable, dp_vapvi, gram_shift
-from privrl.privacy.accounting import zcdp_to_dp
+from privrl.offline import FeatureTable
+from privrl.offline.vapvi import dp_vapvi, gram_shift
+from privrl.privacy import zcdp_to_dp
 from reproductions.claims import Claim, count_verdict
 from reproductions.qiao_wang.grid import (
     DELTA,

@@ -279,3 +279,26 @@ def test_balance_with_its_dataset_and_no_finished_run_is_pending(tmp_path: Path)
         c for c in json.loads((tmp_path / "claims.json").read_text()) if "Balance" in c["claim"]
     ]
     assert [c["ours"] for c in found] == ["pending", "pending"]
+
+
+def test_fig3_report_optional_paragraphs_from_its_template() -> None:
+    """The quick-mode warning, the PLD floor paragraph and the not-run line appear only when
+    they apply, each a paragraph of its own (the prose lives in fig3.md.tmpl)."""
+    from reproductions.primorl import sweeps as shared
+
+    summary = F.summarise(_fig_rows(dict.fromkeys(F.EPSILONS, 99.0), score=99.0))
+
+    def text(s: dict, scale: Scale) -> str:
+        found = F.claims(s, quick=scale.quick)
+        return F._markdown(shared.Report(s, found, scale, Path("d.h5"), 60.0, 600.0))
+
+    plain = text(summary, Scale(seeds=2))
+    assert "Quick mode" not in plain and "Not run" not in plain and "floor z = 0.2" not in plain
+    assert "for T_max = 7000 rounds" in plain and "took 1.0 min" in plain
+    del summary["50"]
+    summary["20"] = {**summary["20"], "epsilon": 5.0}
+    quick = text(summary, Scale(seeds=2, epochs=2, quick=True))
+    assert "--seeds 2 --quick`" in quick and "for 3 rounds (quick mode)" in quick
+    assert "is inconclusive.\n\n| method |" in quick
+    assert "|\n\nTarget ε = 20: the PLD calibration stops at its floor" in quick
+    assert "floor).\n\nNot run: ε = 50.\n\n## Verdicts" in quick

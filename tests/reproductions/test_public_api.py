@@ -119,9 +119,11 @@ INTERNAL: dict[str, tuple[str, ...]] = {
         "privrl.data.paths:portable_path",
     ),
     # -- DP-APVI (tabular) and DP-VAPVI (linear): studies of the learners' steps
-    "the DP-APVI study draws many private models from one dataset's counts (one count table, "
-    "every budget and seed) and tunes on public instances: DP-APVI's steps, which `DPAPVI.fit` "
-    "runs once per dataset": (
+    "the DP-APVI study draws many private models from one dataset's counts (one count table "
+    "for every budget, bonus and scale at a size n), with one noise stream per (seed, n, "
+    "mechanism) shared by every budget (common random numbers), records the private model's "
+    "known set and ñ's bias, and ablates the threshold without noise: DP-APVI's steps, which "
+    "`DPAPVI.fit` runs once per dataset, counting it and drawing from its own stream": (
         "privrl.envs.tabular:Episodes",
         "privrl.offline.apvi:C2",
         "privrl.offline.apvi:NoisePlan",
@@ -132,11 +134,11 @@ INTERNAL: dict[str, tuple[str, ...]] = {
         "privrl.offline.apvi:pessimistic_value_iteration",
         "privrl.offline.apvi:private_model",
     ),
-    "Qiao & Wang's Figure 1 runs DP-VAPVI, VAPVI and PEVI with diagnostic variants (releasers, "
-    "bonuses, the Gram shift) on the linear MDP's feature table, beyond what the objects "
-    "expose": (
+    "Qiao & Wang's Figure 1 samples the linear MDP and runs diagnostic variants beyond what "
+    "the objects expose: releasers with only the PD shift or only the noise, VAPVI on the "
+    "unscaled table, PEVI with VAPVI's coefficient (β), the theory D/K term and Gram shift "
+    "E in the text, and a representative DP-VAPVI report": (
         "privrl.envs.linear:LinearMDP",
-        "privrl.offline.pevi:pevi",
         "privrl.offline.pevi:pevi_beta",
         "privrl.offline.vapvi:GaussianReleaser",
         "privrl.offline.vapvi:LinearEpisodes",
@@ -146,6 +148,13 @@ INTERNAL: dict[str, tuple[str, ...]] = {
         "privrl.offline.vapvi:theory_additive_bonus",
         "privrl.offline.vapvi:vapvi",
         "privrl.offline.vapvi:variance_aware_pvi",
+    ),
+    "Qiao & Wang's grid runs the DPVAPVI, VAPVI and PEVI objects on a simulator's episodes "
+    "(nested prefixes of one sample, no dataset file): each object's plan comes from the "
+    "simulation's public sizes (the feature table, H and K), which `fit` reads from a "
+    "dataset's header": (
+        "privrl.offline.linear:LinearPublic",
+        "privrl.privacy.public:PublicParameters",
     ),
     # -- `privrl reproduce`'s entry point
     "`reproductions.reproduce` is the command's implementation: it shares the command's seed "
@@ -159,17 +168,10 @@ INTERNAL: dict[str, tuple[str, ...]] = {
 # public names imported through the module that defines them (same object, longer path)
 LONG_PATHS: tuple[str, ...] = (
     "privrl.data.paths:cache_dir",
-    "privrl.envs.tabular:TabularMDP",
-    "privrl.envs.tabular:behaviour_policy_full_support",
-    "privrl.offline.apvi:APVIConfig",
-    "privrl.offline.vapvi:FeatureTable",
-    "privrl.offline.vapvi:LinearGreedyPolicy",
     "privrl.online.common:make_env",
     "privrl.online.common:policy_set",
     "privrl.online.sdp_pe:stage_schedule",
     "privrl.primorl.mopo:MOPOConfig",
-    "privrl.privacy.accounting:zcdp_to_dp",
-    "privrl.privacy.noise:NoiseSource",
     "privrl.privacy.report:PrivacyReport",
 )
 
@@ -268,9 +270,9 @@ def test_a_long_path_names_a_public_object(ref: str) -> None:
 
 
 def test_the_runners_moved_to_the_public_api_stay_there() -> None:
-    """The runners of the SDP-PE, GPOPE, expert and PRIMORL reproductions import public
-    names through their family packages (no long paths), and the SDP-PE jobs reach the UCB-VI
-    family through the learner objects only."""
+    """The runners of the SDP-PE, GPOPE, expert, PRIMORL, DP-APVI and Qiao & Wang
+    reproductions import public names through their family packages (no long paths), and the
+    SDP-PE jobs reach the UCB-VI family through the learner objects only."""
     runners = [
         *(f"reproductions/sdp_pe/{m}.py" for m in ("__init__", "jobs", "analysis", "burn_in")),
         *(
@@ -288,6 +290,11 @@ def test_the_runners_moved_to_the_public_api_stay_there() -> None:
         ),
         *(f"reproductions/expert/{m}.py" for m in ("configs", "runs", "paper")),
         *(f"reproductions/primorl/{m}.py" for m in ("table1", "table11", "fig3", "mopo", "sweeps")),
+        *(f"reproductions/dp_apvi_tabular/{m}.py" for m in ("__init__", "study", "summary")),
+        *(
+            f"reproductions/qiao_wang/{m}.py"
+            for m in ("__init__", "grid", "tuning", "investigation", "report")
+        ),
     ]
     found = privrl_imports()
     long = {m: sorted(set(found[m]) & set(LONG_PATHS)) for m in runners}
