@@ -740,3 +740,17 @@ def test_extreme_values_are_refused_up_front(files, tmp_path, capsys, fake_exper
         for argv in (_dp(files["data"], out), _edp(files["data"], files["experts"], out)):
             code, _, err = run(argv, capsys)
             assert_bad_input(code, err, "--out")
+
+
+def test_device_is_recorded_and_an_absent_gpu_is_a_clean_error(files, tmp_path, capsys) -> None:
+    out = tmp_path / "dev"
+    argv = ["train", "dp-sgd", "--data", str(files["data"]), "--epsilon", "1", *FAST]
+    code, _, err = run([*argv, "--out", str(out), "--device", "cpu"], capsys)
+    assert code == 0, err
+    metrics, _ = assert_run_dir(out)
+    assert metrics["device"] == "cpu"
+    code, _, err = run([*argv, "--out", str(tmp_path / "bad"), "--device", "gpu"], capsys)
+    assert_bad_input(code, err, "--device", "cpu, cuda, cuda:N or auto")
+    if not torch.cuda.is_available():
+        code, _, err = run([*argv, "--out", str(tmp_path / "none"), "--device", "cuda"], capsys)
+        assert_bad_input(code, err, "--device", "needs a CUDA GPU")

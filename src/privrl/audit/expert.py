@@ -443,7 +443,7 @@ def audit_expert_dp_sgd_one_run(
     data = _expert_dataset(m, background, 2, scale, included, seeds[1], drawn=drawn, file=file)
     # every canary's transitions, as the auditor builds them (public: the canaries are its own)
     everyone = _expert_dataset(m, 0, 2, scale, np.ones(m, bool), seeds[1], drawn=drawn, file=file)
-    table = TransitionTable(everyone, learner.obs_transform)
+    table = TransitionTable(everyone, learner.obs_transform, learner.device)
     canary_batch = table.gather(np.arange(len(table)))
     owner = np.asarray(table.unit, dtype=np.int64)  # canary j of each transition
     count = np.bincount(owner, minlength=m).astype(np.float64)

@@ -51,6 +51,8 @@ from privrl.expert.public import (
 )
 
 if TYPE_CHECKING:
+    import torch
+
     from privrl.data.dataset import TrajectoryDataset
     from privrl.data.io import DatasetHeader
     from privrl.expert.base import ExpertSet
@@ -372,7 +374,20 @@ def make_learner(
         lr=lr,
         seed=seed,
         obs_transform=obs_transform(r.meta.env_id),
+        device=learner_device(config.device),
     )
+
+
+def learner_device(spec: str) -> torch.device:
+    """The `torch.device` of the ``device`` field on this machine (an absent GPU is refused,
+    naming the field)."""
+    from privrl.config import ConfigError
+    from privrl.nn.device import resolve_device
+
+    try:
+        return resolve_device(spec)
+    except ValueError as err:
+        raise ConfigError("device", str(err).removeprefix("device ")) from None
 
 
 @functools.cache
@@ -426,6 +441,7 @@ def _fitted(
     """The learner, the final report, the metrics (steps, ε, δ, returns, the normalised score)
     and the learning curve."""
     from privrl.expert.dpsgd import paper_accounting_epsilon
+    from privrl.nn.device import describe_device
 
     metrics: dict[str, Any] = {
         "steps": training.steps,
@@ -433,6 +449,7 @@ def _fitted(
         "epsilon": report.epsilon,
         "delta": report.delta,
         "private": report.private,
+        "device": describe_device(training.learner.device),  # public: the hardware used
         **extra,
     }
     paper = paper_accounting_epsilon(report.releases, report.delta)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from privrl.config import Config, check, option
+from privrl.nn.device import DEVICE_HELP, check_device
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -173,6 +174,7 @@ class ExpertTrainingConfig(Config):
         help="R_rand of the normalised score (default: the dataset's recorded random return).",
         allow_nan=True,
     )
+    device: str = option("auto", "--device", help=DEVICE_HELP, keyless_default=True)
 
     def validate(self) -> None:
         if self.delta is not None:
@@ -203,6 +205,8 @@ class ExpertTrainingConfig(Config):
         for key in ("reference_return", "random_return"):
             value = getattr(self, key)
             check(value is None or math.isfinite(value), key, f"must be finite, got {value}")
+        problem = check_device(self.device)
+        check(problem is None, "device", problem or "")
 
 
 @dataclass(frozen=True)

@@ -582,7 +582,7 @@ def expert_dp_sgd(
     if sampling not in ("poisson", "shuffle"):
         raise ValueError(f"sampling must be 'poisson' or 'shuffle', got {sampling!r}")
     b = int(batch_size)
-    table = TransitionTable(dataset, learner.obs_transform)
+    table = TransitionTable(dataset, learner.obs_transform, learner.device)
     if private:
         ids = expert_index(dataset)  # expert-level sampling needs each trajectory's expert
         m = public_units(s.n_units)

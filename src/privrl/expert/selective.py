@@ -421,11 +421,11 @@ def selective_dp_sgd(
     k_real = int(coins.sum())
     n_total = int(coins.shape[0])
 
-    table_u = TransitionTable(unstable, learner.obs_transform)
+    table_u = TransitionTable(unstable, learner.obs_transform, learner.device)
     source = ExpertTransitions(unstable, ids, m, table_u)
     table_s = None
     if stable is not None and stable.n_transitions > 0:
-        table_s = TransitionTable(stable, learner.obs_transform)
+        table_s = TransitionTable(stable, learner.obs_transform, learner.device)
     private = None
     if k_real > 0:
         private = _Private(

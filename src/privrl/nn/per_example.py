@@ -215,7 +215,7 @@ def per_example_grads_loop(loss_fn: LossFn, params: Params, batch: Any) -> dict[
     """Reference: one backward pass per example (slow; for tests and benchmarks)."""
     n = batch_size(batch)
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-    out = {k: torch.zeros((n, *v.shape), dtype=v.dtype) for k, v in leaves.items()}
+    out = {k: v.new_zeros((n, *v.shape)) for k, v in leaves.items()}
     for i in range(n):
         one = _map(batch, lambda t, i=i: t[i : i + 1])
         losses = loss_fn(leaves, one)
@@ -258,7 +258,7 @@ def _batched_grads(
             add(use.bias, g3.sum(dim=1))
     for k, v in leaves.items():
         if k not in out:  # recorded but without gradient (e.g. an unused head)
-            out[k] = torch.zeros((n, *v.shape), dtype=v.dtype)
+            out[k] = v.new_zeros((n, *v.shape))
     out = {k: out[k] for k in leaves}
     if check:
         _check_sum(ref, leaves, {k: v.sum(0) for k, v in out.items()})
@@ -281,7 +281,7 @@ def per_example_grads(
     """
     n = batch_size(batch)
     if n == 0:
-        return {k: torch.zeros((0, *v.shape), dtype=v.dtype) for k, v in params.items()}
+        return {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
     if method == "vmap":
         return _vmap_grads(loss_fn, params, batch)
     if method == "batched":
@@ -317,7 +317,7 @@ def _row_sq_norms(x: torch.Tensor) -> torch.Tensor:
     if x.dtype == torch.float64:
         return torch.linalg.vecdot(x, x, dim=-1)
     k = x.shape[1] // _BLOCK
-    sq = torch.zeros(x.shape[0], dtype=torch.float64)
+    sq = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
     if k:
         blocks = x[:, : k * _BLOCK].unflatten(-1, (k, _BLOCK))
         sq += torch.linalg.vector_norm(blocks, dim=-1).double().square().sum(-1)
@@ -333,7 +333,7 @@ def _materialised_clip(
     the scaled sum as one matrix-vector product per parameter."""
     first = next(iter(grads.values()))
     n = first.shape[0]
-    sq = torch.zeros(n, dtype=torch.float64)
+    sq = torch.zeros(n, dtype=torch.float64, device=first.device)
     for g in grads.values():
         sq += _row_sq_norms(g.reshape(n, -1))
     scales = _clip_scales(sq, clip_norm)
@@ -358,7 +358,8 @@ def _ghost_clip(
         w_uses.setdefault(use.weight, []).append((g3, x3))
         if use.bias is not None:
             b_uses.setdefault(use.bias, []).append(g3)
-    sq = torch.zeros(n, dtype=torch.float64)
+    device = next(iter(leaves.values())).device
+    sq = torch.zeros(n, dtype=torch.float64, device=device)
     for items in w_uses.values():
         g3 = torch.cat([g for g, _ in items], dim=1).double()
         x3 = torch.cat([x for _, x in items], dim=1).double()
@@ -411,7 +412,8 @@ def clipped_grad_sum(
         raise ValueError(f"clip_norm must be finite and > 0, got {clip_norm!r}")
     n = batch_size(batch)
     if n == 0:
-        empty = torch.zeros(0, dtype=torch.float64)
+        device = next(iter(params.values())).device
+        empty = torch.zeros(0, dtype=torch.float64, device=device)
         return ClippedGradSum({k: torch.zeros_like(v) for k, v in params.items()}, empty, empty)
     if method == "ghost":
         return _ghost_clip(loss_fn, params, batch, c, check)

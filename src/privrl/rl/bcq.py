@@ -118,7 +118,7 @@ class DiscreteBCQ(DiscreteLearner):
         """π_imit(·|s) for raw observations ``[n, obs_dim]`` → ``[n, n_actions]``."""
         with torch.no_grad():
             logits = self._imitation_logits(self.params, self._obs_tensor(obs))
-            return torch.softmax(logits, dim=1).numpy().astype(np.float64)
+            return torch.softmax(logits, dim=1).cpu().numpy().astype(np.float64)
 
     def _greedy(self, obs: torch.Tensor) -> torch.Tensor:
         q = self._q(self.params, obs)

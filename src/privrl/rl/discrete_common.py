@@ -148,23 +148,30 @@ class TransitionTable:
     once, here.
     """
 
-    def __init__(self, dataset: Any, transform: ObsTransform | None = None) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        transform: ObsTransform | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
         t = dataset.transitions()
         tf = transform or ObsTransform()
         obs = tf(np.asarray(t.observations).reshape(dataset.n_transitions, -1))
         nxt = tf(np.asarray(t.next_observations).reshape(dataset.n_transitions, -1))
-        self.obs = torch.from_numpy(obs)
-        self.next_obs = torch.from_numpy(nxt)
-        self.actions = torch.from_numpy(np.array(t.actions, dtype=np.int64).reshape(-1))
-        self.rewards = torch.from_numpy(np.array(t.rewards, dtype=np.float32))
-        self.terminated = torch.from_numpy(np.array(t.terminated, dtype=np.float32))
+        self.device = torch.device(device)
+        on = self.device
+        self.obs = torch.from_numpy(obs).to(on)
+        self.next_obs = torch.from_numpy(nxt).to(on)
+        self.actions = torch.from_numpy(np.array(t.actions, dtype=np.int64).reshape(-1)).to(on)
+        self.rewards = torch.from_numpy(np.array(t.rewards, dtype=np.float32)).to(on)
+        self.terminated = torch.from_numpy(np.array(t.terminated, dtype=np.float32)).to(on)
         self.unit = np.repeat(dataset.episode_unit_ids, dataset.episode_lengths)
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
 
     def gather(self, idx: np.ndarray | torch.Tensor) -> TransitionBatch:
-        i = torch.as_tensor(np.asarray(idx, dtype=np.int64))
+        i = torch.as_tensor(np.asarray(idx, dtype=np.int64)).to(self.device)
         return TransitionBatch(
             self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.terminated[i]
         )
@@ -202,6 +209,7 @@ class DiscreteLearner(ABC):
         target_update_interval: int = 1,
         seed: int = 0,
         obs_transform: ObsTransform | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         if obs_dim < 1 or n_actions < 2:
             raise ValueError(f"need obs_dim >= 1 and n_actions >= 2, got {obs_dim}, {n_actions}")
@@ -222,9 +230,11 @@ class DiscreteLearner(ABC):
         self.seed = int(seed)
         self.obs_transform = obs_transform or ObsTransform()
         self._n_layers = len(self.hidden) + 1
+        self.device = torch.device(device)
+        # Initialised on the CPU from the seed, then moved: the same weights on every device.
         gen = torch.Generator().manual_seed(self.seed)
         self.params: dict[str, torch.Tensor] = {
-            k: v.requires_grad_(True) for k, v in self._init_params(gen).items()
+            k: v.to(self.device).requires_grad_(True) for k, v in self._init_params(gen).items()
         }
         self.target_params = {k: self.params[k].detach().clone() for k in self._target_keys()}
         self.optimizer = torch.optim.Adam(list(self.params.values()), lr=self.lr)
@@ -313,26 +323,28 @@ class DiscreteLearner(ABC):
         x = np.asarray(obs)
         single = x.ndim == 1
         x = self.obs_transform(x.reshape(1, -1) if single else x.reshape(x.shape[0], -1))
-        return torch.from_numpy(x)
+        return torch.from_numpy(x).to(self.device)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q(s, ·) for a batch of raw observations ``[n, obs_dim]`` → ``[n, n_actions]``."""
         with torch.no_grad():
-            return self._q(self.params, self._obs_tensor(obs)).numpy().astype(np.float64)
+            q = self._q(self.params, self._obs_tensor(obs))
+            return q.cpu().numpy().astype(np.float64)
 
     def act(self, obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         """Greedy actions ``[n]`` (the ``Policy`` protocol; ``rng`` is unused)."""
         with torch.no_grad():
-            return self._greedy(self._obs_tensor(obs)).numpy().astype(np.int64)
+            return self._greedy(self._obs_tensor(obs)).cpu().numpy().astype(np.int64)
 
     # -- checkpoints ------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """The learner's state on the CPU (a checkpoint loads on any device)."""
         return {
             "config": self.config(),
-            "params": {k: v.detach().clone() for k, v in self.params.items()},
-            "target_params": {k: v.clone() for k, v in self.target_params.items()},
-            "optimizer": self.optimizer.state_dict(),
+            "params": {k: v.detach().cpu().clone() for k, v in self.params.items()},
+            "target_params": {k: v.cpu().clone() for k, v in self.target_params.items()},
+            "optimizer": _on_cpu(self.optimizer.state_dict()),
             "steps": self.steps,
         }
 
@@ -348,9 +360,9 @@ class DiscreteLearner(ABC):
                     raise ValueError(
                         f"parameter {k!r}: shape {tuple(params[k].shape)} != {p.shape}"
                     )
-                p.copy_(params[k])
+                p.copy_(params[k].to(self.device))
             for k, t in self.target_params.items():
-                t.copy_(state["target_params"][k])
+                t.copy_(state["target_params"][k].to(self.device))
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state.get("steps", 0))
         tf = state.get("config", {}).get("obs_transform")
@@ -359,6 +371,17 @@ class DiscreteLearner(ABC):
 
     def save(self, path: Any) -> None:
         torch.save(self.state_dict(), path)
+
+
+def _on_cpu(state: Any) -> Any:
+    """``state`` (nested dicts and lists of tensors) with every tensor moved to the CPU."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().cpu()
+    if isinstance(state, dict):
+        return {k: _on_cpu(v) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(_on_cpu(v) for v in state)
+    return state
 
 
 # ---------------------------------------------------------------------------------------------
