@@ -105,3 +105,26 @@ def test_cpu_and_cuda_agree_for_a_fixed_noise_draw() -> None:
     cpu, gpu = _bcq("cpu"), _bcq("cuda")
     for k in cpu:
         torch.testing.assert_close(gpu[k], cpu[k], rtol=1e-4, atol=1e-5)
+
+
+@NO_GPU
+def test_the_expert_dp_sgd_audit_trains_on_the_chosen_device() -> None:
+    """The one-run audit trains the real learner: explicit cpu equals the default draw for
+    draw; its config refuses a misspelt device naming the field."""
+    from privrl.audit.expert import ExpertDPSGDAuditSettings, audit_expert_dp_sgd_one_run
+    from privrl.audit.training_audits import AuditExpertDpSgdConfig
+
+    def scores(**device: str) -> float:
+        audit = audit_expert_dp_sgd_one_run(
+            ExpertDPSGDAuditSettings(noise_multiplier=3.0, steps=2, background=10, **device),
+            canaries=100,
+            guesses=10,
+            rng=np.random.default_rng(0),
+        )
+        return audit.epsilon_lower_bound, audit.correct
+
+    assert scores() == scores(device="cpu") == scores(device="auto")
+    assert AuditExpertDpSgdConfig(noise_multiplier=1.0).device == "auto"
+    with pytest.raises(ConfigError) as err:
+        AuditExpertDpSgdConfig(noise_multiplier=1.0, device="tpu")
+    assert err.value.key == "device"

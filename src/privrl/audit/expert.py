@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +51,9 @@ from privrl.audit.attacks import AuditTrials, Canary, _check_trials, _trial_batc
 from privrl.config import ConfigError
 from privrl.privacy.noise import NoiseSource
 from privrl.privacy.report import PrivacyReport
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "ConsensusFilterAuditSettings",
@@ -370,6 +373,8 @@ class ExpertDPSGDAuditSettings:
         lr: the learner's step size.
         hidden: the width of the learner's hidden layer.
         scale: the canary state's coordinate (``worst``).
+        device: where the learner trains (`privrl.nn.device.resolve_device`); the noise is
+            drawn on the CPU either way.
     """
 
     noise_multiplier: float | None
@@ -381,6 +386,7 @@ class ExpertDPSGDAuditSettings:
     lr: float = 1e-2
     hidden: int = 16
     scale: float = 10.0
+    device: str | torch.device = "cpu"
 
 
 def audit_expert_dp_sgd_one_run(
@@ -412,6 +418,7 @@ def audit_expert_dp_sgd_one_run(
 
     from privrl.audit.dpsgd import OneRunAudit
     from privrl.expert.dpsgd import DPSGDSettings, expert_dp_sgd
+    from privrl.nn.device import resolve_device
     from privrl.rl.cql import DiscreteCQL
     from privrl.rl.discrete_common import TransitionTable
 
@@ -436,7 +443,12 @@ def audit_expert_dp_sgd_one_run(
     b = units if batch_size is None else int(batch_size)
     seeds = rng.spawn(3)
     learner = DiscreteCQL(
-        m + 2, 2, hidden=(hidden,), lr=lr, seed=int(seeds[0].integers(0, 2**31 - 1))
+        m + 2,
+        2,
+        hidden=(hidden,),
+        lr=lr,
+        seed=int(seeds[0].integers(0, 2**31 - 1)),
+        device=resolve_device(st.device),
     )
     included = rng.integers(0, 2, size=m).astype(bool)
     drawn = _random_canaries(m, 2, rng.spawn(1)[0]) if canary == "random" else None
@@ -449,7 +461,7 @@ def audit_expert_dp_sgd_one_run(
     count = np.bincount(owner, minlength=m).astype(np.float64)
 
     def per_canary(loss: Any) -> np.ndarray:
-        return np.bincount(owner, weights=loss.double().numpy(), minlength=m) / count
+        return np.bincount(owner, weights=loss.double().cpu().numpy(), minlength=m) / count
 
     with torch.no_grad():
         before = per_canary(learner.per_example_loss(learner.params, canary_batch))

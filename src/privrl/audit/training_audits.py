@@ -57,6 +57,7 @@ from privrl.audit.base import (
     trials_field,
 )
 from privrl.config import Config, check, option
+from privrl.nn.device import DEVICE_HELP, check_device
 from privrl.privacy.public import PublicParameters
 from privrl.privacy.report import PrivacyReport
 from privrl.progress import Progress, no_progress
@@ -356,9 +357,12 @@ class AuditExpertDpSgdConfig(Config):
                                  "without ids)")
     )  # fmt: skip
     confidence: float = confidence_field()
+    device: str = option("auto", "--device", help=DEVICE_HELP, keyless_default=True)
 
     def validate(self) -> None:
         check_noise_settings(self)
+        problem = check_device(self.device)
+        check(problem is None, "device", problem or "")
         at_least(self, {"steps": 1, "canaries": 2, "guesses": 2, "background": 0})
         check_guesses(self)
         check(
@@ -384,8 +388,11 @@ class ExpertDpSgdAudit(Audit[AuditExpertDpSgdConfig]):
     def plan(self) -> Plan:
         from privrl.audit.canary import load_one_run_canaries
         from privrl.audit.expert import expert_dp_sgd_claimed
+        from privrl.expert.api import learner_device
+        from privrl.nn.device import describe_device
 
         config = self.config
+        device = learner_device(config.device)  # an absent GPU is refused before any work
         params = given_parameters(
             ("δ", config.delta), ("steps N", config.steps), ("clip C", config.clip)
         )
@@ -420,12 +427,14 @@ class ExpertDpSgdAudit(Audit[AuditExpertDpSgdConfig]):
                 "noise_multiplier": z,
                 "mode": "one-run",
                 "learner": "discrete CQL",
+                "device": describe_device(device),  # public: the hardware used
                 "canaries": size.canaries,
                 "guesses": size.guesses,
                 "epsilon_ceiling": size.ceiling,
             },
         }
-        return Plan(report=report, public=public, facts={"z": z, "units": units, "size": size})
+        facts = {"z": z, "units": units, "size": size, "device": device}
+        return Plan(report=report, public=public, facts=facts)
 
     def play(
         self, plan: Plan, rng: np.random.Generator, progress: Progress = no_progress
@@ -440,6 +449,7 @@ class ExpertDpSgdAudit(Audit[AuditExpertDpSgdConfig]):
                 steps=config.steps,
                 delta=config.delta,
                 clip=config.clip,
+                device=plan.facts["device"],
             ),
             canaries=plan.facts["size"].canaries,
             guesses=plan.facts["size"].guesses,
