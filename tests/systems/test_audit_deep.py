@@ -164,6 +164,19 @@ def test_weakened_noise_fails_every_deep_audit(
         assert _json(out / "metrics.json")["violated"] is True
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_audit_on_an_absent_gpu_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "o"
+    argv = ["audit", "expert-dp-sgd", "--noise-multiplier", "1", "--device", "cuda"]
+    assert main([*argv, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), lines
+    assert "--device" in lines[0] and "needs a CUDA GPU" in lines[0], lines
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
@@ -174,6 +187,7 @@ def test_weakened_noise_fails_every_deep_audit(
         (["audit", "expert-dp-sgd", "--steps", "2"], "exactly one of --epsilon"),
         (["audit", "expert-dp-sgd", "--noise-multiplier", "1", "--steps", "0"], "--steps must"),
         (["audit", "expert-dp-sgd", "--noise-multiplier", "1", "--guesses", "7"], "--guesses"),
+        (["audit", "expert-dp-sgd", "--noise-multiplier", "1", "--device", "gpu"], "--device"),
         (["audit", "primorl", "--canaries", "20"], "exactly one of --epsilon"),
         (["audit", "primorl", "--epsilon", "1", "--non-private"], "exactly one of --epsilon"),
         (["audit", "primorl", "--noise-multiplier", "1", "--guesses", "3"], "--guesses must"),
