@@ -14,7 +14,10 @@ Algorithm 3 (ENSEMBLECLIP). One function per box:
                          displacement clipped after every step (lines 7–16).
 ``noisy_update``         Δ̃(t) = (Σ_k Δ_k + N(0, (zC)² I)) / (qK) (lines 18–19).
 ``server_step``          θ(t+1) = θ(t) + Δ̃(t) (line 19; ``aggregate``), or with server
-                         momentum β and step η_s, θ(t) + η_s·m(t), m(t) = β·m(t−1) + Δ̃(t).
+                         momentum β and step η_s, θ(t) + η_s·m(t), m(t) = β·m(t−1) + Δ̃(t),
+                         or FedAdam (Reddi et al. 2021) with Δ̃(t) as the pseudo-gradient.
+``dp_fedsgd``            DP-FedSGD (McMahan et al. 2018) as a named configuration of the
+                         same round: one full-trajectory SGD step of η = 1 per client.
 ``dp_fedavg_round``      the steps above.
 ``train_dp_fedavg``      T_max rounds fixed in advance, early stopping on the public split,
                          the privacy report for the T rounds actually run.
@@ -76,6 +79,7 @@ slower than chunks of 2. Measured ratios: benchmarks/bench_primorl_step.py.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -122,11 +126,13 @@ __all__ = [
     "client_batches",
     "default_rate",
     "dp_fedavg_round",
+    "dp_fedsgd",
     "local_displacements",
     "local_displacements_loop",
     "noisy_update",
     "plan_dp_fedavg",
     "sample_clients",
+    "server_buffer",
     "server_step",
     "train_dp_fedavg",
 ]
@@ -136,6 +142,7 @@ ClipMode = Literal["flat", "per_layer"]
 Unit = Literal["trajectory", "user"]
 Backend = Literal["pld", "rdp"]
 LocalOptimizer = Literal["sgd", "adam"]
+ServerOptimizer = Literal["sgd", "adam"]
 
 # Spec / paper values (Table 8, "TDP ensemble training"): public defaults. The sampling rate
 # has no fixed default: q = min(1, m/K) with m expected units per round (`default_rate`).
@@ -242,6 +249,10 @@ class DpFedAvgConfig:
     Δ̃(t), m(t) = β·m(t−1) + Δ̃(t), θ(t+1) = θ(t) + η_s·m(t) (server momentum, as in
     McMahan et al. 2018's DP-FedAvg); β = 0, η_s = 1 is the paper's FedAvg step. A function of
     the noisy updates alone: post-processing, the event and ε do not change.
+    ``server_optimizer``: "sgd" (the step above) or "adam", FedAdam (Reddi et al. 2021,
+    Algorithm 2, no bias correction): m(t) = β₁·m(t−1) + (1−β₁)·Δ̃(t), v(t) = β₂·v(t−1) +
+    (1−β₂)·Δ̃(t)², θ(t+1) = θ(t) + η_s·m(t)/(√v(t) + τ), with β₁ = ``server_momentum``,
+    β₂ = ``server_beta2`` and τ = ``server_tau``; also post-processing of Δ̃.
     """
 
     noise_multiplier: float | None = None
@@ -264,6 +275,9 @@ class DpFedAvgConfig:
     chunk_copies: int | None = None
     server_momentum: float = 0.0
     server_lr: float = 1.0
+    server_optimizer: ServerOptimizer = "sgd"
+    server_beta2: float = 0.99
+    server_tau: float = 1e-3
 
     def __post_init__(self) -> None:
         z, eps = self.noise_multiplier, self.target_epsilon
@@ -313,6 +327,31 @@ class DpFedAvgConfig:
             raise ValueError(f"server momentum β must be in [0, 1), got {self.server_momentum!r}")
         if not (math.isfinite(_real(self.server_lr, "η_s")) and self.server_lr > 0):
             raise ValueError(f"server learning rate η_s must be finite and > 0: {self.server_lr}")
+        if self.server_optimizer not in ("sgd", "adam"):
+            raise ValueError(f"server optimizer must be 'sgd' or 'adam': {self.server_optimizer!r}")
+        if not 0 <= _real(self.server_beta2, "server β₂") < 1:
+            raise ValueError(f"server β₂ must be in [0, 1), got {self.server_beta2!r}")
+        if not (math.isfinite(_real(self.server_tau, "server τ")) and self.server_tau > 0):
+            raise ValueError(f"server τ must be finite and > 0, got {self.server_tau!r}")
+
+
+def dp_fedsgd(config: DpFedAvgConfig, *, batch: int, lr: float = 1.0) -> DpFedAvgConfig:
+    """DP-FedSGD (McMahan et al. 2018) as DP-FedAvg with one local step per client.
+
+    With E = 1, plain SGD and a public batch size B at least a trajectory's length, a
+    client's local training is one step from θ(t) on the mean loss over all its transitions,
+    so its displacement is Δ_k = −η·∇ℓ_k(θ(t)) (η = 1: minus its gradient), clipped to C; the
+    server then sums, adds N(0, (zC)² I), divides by qK and applies its optimizer. A longer
+    trajectory takes ⌈n_k/B⌉ steps (a fixed public-size minibatch per step). The round, the
+    sensitivity C and the event are DP-FedAvg's: no second copy of the mechanism.
+    """
+    return dataclasses.replace(
+        config,
+        local_optimizer="sgd",
+        local_epochs=1,
+        local_batch=_positive_int(batch, "local_batch"),
+        local_lr=float(lr),
+    )
 
 
 _NO_DEFAULT: Any = object()
@@ -365,11 +404,14 @@ class DpFedAvgPlan:
     chunk_copies: int | None = None
     server_momentum: float = 0.0
     server_lr: float = 1.0
+    server_optimizer: ServerOptimizer = "sgd"
+    server_beta2: float = 0.99
+    server_tau: float = 1e-3
 
     @property
     def fedavg_step(self) -> bool:
         """Whether the server's step is FedAvg's θ + Δ̃ (no momentum, η_s = 1)."""
-        return self.server_momentum == 0 and self.server_lr == 1
+        return self.server_optimizer == "sgd" and self.server_momentum == 0 and self.server_lr == 1
 
     @property
     def private(self) -> bool:
@@ -455,7 +497,13 @@ class DpFedAvgPlan:
             "local_lr": self.lr,
             "local_optimizer": self.local_optimizer,
         }
-        if not self.fedavg_step:
+        if self.server_optimizer == "adam":
+            extra["server_step"] = (
+                f"FedAdam β1 = {self.server_momentum:g}, β2 = {self.server_beta2:g}, "
+                f"τ = {self.server_tau:g}, η_s = {self.server_lr:g} on the noisy mean updates "
+                "(post-processing)"
+            )
+        elif not self.fedavg_step:
             extra["server_step"] = (
                 f"momentum β = {self.server_momentum:g}, η_s = {self.server_lr:g} on the noisy "
                 "mean updates (post-processing)"
@@ -657,6 +705,9 @@ def plan_dp_fedavg(
         chunk_copies=config.chunk_copies,
         server_momentum=float(config.server_momentum),
         server_lr=float(config.server_lr),
+        server_optimizer=config.server_optimizer,
+        server_beta2=float(config.server_beta2),
+        server_tau=float(config.server_tau),
     )
 
 
@@ -1085,6 +1136,25 @@ def aggregate(
     return start + noisy_update(summed, plan, generator)
 
 
+def server_buffer(theta: torch.Tensor, plan: DpFedAvgPlan) -> torch.Tensor | None:
+    """The server optimizer's state at t = 0: None for FedAvg's step, m = 0 for momentum,
+    (m, v) = 0 stacked as ``[2, *θ.shape]`` for FedAdam. A function of released Δ̃ only."""
+    if plan.server_optimizer == "adam":
+        return torch.zeros((2, *theta.shape), dtype=theta.dtype, device=theta.device)
+    return None if plan.fedavg_step else torch.zeros_like(theta)
+
+
+def _fedadam_step(
+    theta: torch.Tensor, update: torch.Tensor, plan: DpFedAvgPlan, state: torch.Tensor
+) -> torch.Tensor:
+    """FedAdam (Reddi et al. 2021, Algorithm 2) with the pseudo-gradient Δ̃(t)."""
+    m, v = state[0], state[1]
+    b1, b2 = plan.server_momentum, plan.server_beta2
+    m.mul_(b1).add_(update, alpha=1 - b1)  # m(t) = β₁m(t−1) + (1−β₁)Δ̃(t)
+    v.mul_(b2).addcmul_(update, update, value=1 - b2)  # v(t) = β₂v(t−1) + (1−β₂)Δ̃(t)²
+    return theta + plan.server_lr * m / (v.sqrt() + plan.server_tau)  # θ + η_s m/(√v + τ)
+
+
 def server_step(
     theta: torch.Tensor,
     update: torch.Tensor,
@@ -1092,11 +1162,15 @@ def server_step(
     momentum: torch.Tensor | None,
 ) -> torch.Tensor:
     """θ(t+1) = θ(t) + η_s·m(t), m(t) = β·m(t−1) + Δ̃(t) (``momentum`` holds m and is updated
-    in place); FedAvg's θ(t) + Δ̃(t) when β = 0 and η_s = 1. Post-processing of Δ̃."""
+    in place); FedAvg's θ(t) + Δ̃(t) when β = 0 and η_s = 1; FedAdam's step for
+    ``server_optimizer="adam"`` (``momentum`` holds (m, v), see `server_buffer`).
+    Post-processing of Δ̃."""
     if plan.fedavg_step:
         return theta + update
     if momentum is None:
-        raise ValueError("a server step with momentum needs its buffer m (zeros at t = 0)")
+        raise ValueError("a server step with state needs its buffer (`server_buffer` at t = 0)")
+    if plan.server_optimizer == "adam":
+        return _fedadam_step(theta, update, plan, momentum)
     momentum.mul_(plan.server_momentum).add_(update)
     return theta + plan.server_lr * momentum
 
@@ -1260,7 +1334,7 @@ def train_dp_fedavg(
     mses: list[np.ndarray] = []
     since, rounds, stopped = 0, 0, False
     first = 1
-    momentum = None if plan.fedavg_step else torch.zeros_like(theta)  # the server's m
+    momentum = server_buffer(theta, plan)  # the server optimizer's state
     if resume is not None:
         if resume.get("format") != _STATE_FORMAT or int(resume["T_max"]) != plan.T_max:
             raise ValueError("the DP-FedAvg checkpoint belongs to another run (format or T_max)")

@@ -54,6 +54,7 @@ from privrl.primorl.dp_fedavg import (
     DpFedAvgPlan,
     DpFedAvgResult,
     EnsembleLayout,
+    dp_fedsgd,
     plan_dp_fedavg,
     train_dp_fedavg,
 )
@@ -102,6 +103,8 @@ PENDING_MODEL = "released.pending.pt"
 PRIMORL_STARTS = ("initial", "public-split")
 VARIANTS = ("no-clip", "no-privacy", "low", "high")
 FEDAVG_STEP = {"server_momentum": 0.0, "server_lr": 1.0}  # the paper's server step (FedAvg)
+# DP-FedSGD's public local batch: a HalfCheetah episode (1,000 transitions) in one gradient
+FEDSGD_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,27 @@ class PrimorlConfig(StageOptions):
         1.0,
         "--server-lr",
         help="η_s, the server's step on the noisy mean update (1: FedAvg's).",
+        keyless_default=True,
+    )
+    server_optimizer: str = option(
+        "sgd",
+        "--server-optimizer",
+        help="sgd (momentum --server-momentum; 0: FedAvg's step) | adam (FedAdam, Reddi et al. "
+        "2021; β1 = --server-momentum, try 0.9 and --server-lr 1e-2). Post-processing.",
+        keyless_default=True,
+    )
+    server_beta2: float = option(
+        0.99, "--server-beta2", help="FedAdam's β2 (0.99).", keyless_default=True
+    )
+    server_tau: float = option(
+        1e-3, "--server-tau", help="FedAdam's τ, added to √v (1e-3).", keyless_default=True
+    )
+    private_trainer: str = option(
+        "dp-fedavg",
+        "--private-trainer",
+        help="dp-fedavg (the paper's) | dp-fedsgd (McMahan et al. 2018: one clipped gradient "
+        f"per unit, i.e. one local SGD step, η = --local-lr or 1, B = --local-batch or "
+        f"{FEDSGD_BATCH}). Same mechanism and ε.",
         keyless_default=True,
     )
     trajectories: int | None = option(
@@ -441,12 +465,28 @@ class PrimorlConfig(StageOptions):
             local_optimizer=self.local_optimizer,  # type: ignore[arg-type]
             server_momentum=self.server_momentum,
             server_lr=self.server_lr,
+            server_optimizer=self.server_optimizer,  # type: ignore[arg-type]
+            server_beta2=self.server_beta2,
+            server_tau=self.server_tau,
             unit=self.unit,  # type: ignore[arg-type]
             accountant=self.accountant,  # type: ignore[arg-type]
             eval_every=self.eval_every,
             patience=self.patience,
             min_improvement=self.min_improvement,
         )
+        if self.private_trainer == "dp-fedsgd":
+            if self.local_optimizer != "sgd" or self.local_epochs not in (None, 1):
+                raise ConfigError(
+                    "private_trainer",
+                    "dp-fedsgd is one local SGD step: drop the local optimizer and epochs",
+                )
+            given = dp_fedsgd(
+                given, batch=self.local_batch or FEDSGD_BATCH, lr=self.local_lr or 1.0
+            )
+        elif self.private_trainer != "dp-fedavg":
+            raise ConfigError(
+                "private_trainer", f"must be dp-fedavg or dp-fedsgd: {self.private_trainer!r}"
+            )
         name = task_name(self.task)
         if self.variant is None or name is None:
             return given

@@ -112,6 +112,8 @@ class PrimorlRunConfig(PrimorlConfig):
                     ("--local-optimizer", None if self.local_optimizer == "sgd" else "adam"),
                     ("--server-momentum", self.server_momentum or None),
                     ("--server-lr", None if self.server_lr == 1 else self.server_lr),
+                    ("--server-optimizer", None if self.server_optimizer == "sgd" else "adam"),
+                    ("--private-trainer", None if self.private_trainer == "dp-fedavg" else 1),
                 )
                 if value is not None
             ]

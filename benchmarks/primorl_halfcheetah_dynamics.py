@@ -1,0 +1,191 @@
+"""Which private trainer makes PRIMORL's HalfCheetah dynamics model learn within a CPU budget.
+
+For each named configuration (`CONFIGS`) the private dynamics ensemble is trained on the
+HalfCheetah recipe dataset (``privrl data collect --recipe primorl-halfcheetah``) until T_max
+rounds or a core-time budget per configuration, recording the public-split MSE (mean over
+members) against rounds and core-seconds, and ε for the rounds run. One JSON record per
+configuration in ``results/primorl_halfcheetah_dynamics/`` and a plot of MSE vs core-seconds
+with MOPO's MSE as a line. Resumable: a small checkpoint per configuration (θ, the server
+optimizer's state, the early-stopping record) continues in the next sitting; it never holds
+the client-sampling or noise generator's state — a resumed run draws fresh secure generators,
+so every round's sample and noise stay secret and independent. Records and checkpoints are
+checked against the dataset's ``content_sha256`` before resuming.
+
+    python benchmarks/primorl_halfcheetah_dynamics.py [--budget-core-hours 4] [--only NAME]
+    python benchmarks/primorl_halfcheetah_dynamics.py --quick      # the quick recipe (tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from privrl.data.io import load_hdf5, read_header
+from privrl.data.public import declared_public, split_declared
+from privrl.primorl import primorl as P
+from privrl.primorl.dp_fedavg import train_dp_fedavg
+from privrl.primorl.dynamics import DynamicsModel
+from privrl.privacy.noise import NoiseSource
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RESULTS = Path(__file__).parent / "results" / "primorl_halfcheetah_dynamics"
+MOPO_MSE = 0.23  # MOPO's public-split MSE at T = 250 (docs/reproductions/primorl-table11)
+ADAM = {"server_optimizer": "adam", "server_momentum": 0.9, "server_lr": 1e-2}
+# name → PrimorlConfig settings beside the task preset and the target ε
+CONFIGS: dict[str, dict[str, Any]] = {
+    "paper-dp-fedavg": {},
+    "dp-fedavg-momentum": {"server_momentum": 0.9},
+    "dp-fedavg-adam": ADAM,
+    "dp-fedsgd-adam": {**ADAM, "private_trainer": "dp-fedsgd"},
+    "dp-fedavg-adam-q0.05": {**ADAM, "sampling_rate": 0.05},
+    "dp-fedavg-adam-long-rounds": {**ADAM, "local_epochs": 4, "steps_divisor": 4},
+}
+_SECRET = ("sample_rng", "noise_gen")  # never written: the secret generators' states
+
+
+class BudgetSpent(Exception):
+    """The configuration's core-time budget is spent (its checkpoint is saved)."""
+
+
+def dataset_path(quick: bool) -> Path:
+    from reproductions.primorl.sweeps import recipe_dataset
+
+    return recipe_dataset("halfcheetah", quick, "primorl-table11")
+
+
+def config_for(name: str, epsilon: float, quick: bool, steps: int | None) -> P.PrimorlConfig:
+    kw = dict(CONFIGS[name])
+    divisor = kw.pop("steps_divisor", 1)
+    t_max = steps or (4 if quick else P.preset_of("halfcheetah").max_rounds or 250)
+    return P.PrimorlConfig(
+        task="halfcheetah",
+        epsilon=epsilon,
+        steps=max(1, t_max // divisor),
+        eval_every=1 if quick else 5,
+        patience=10**6,  # the curve, not early stopping, is measured
+        **kw,
+    )
+
+
+def run_config(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Train one configuration until T_max or its budget; returns (and writes) its record."""
+    header = read_header(data)
+    sha = header.content_sha256
+    out = RESULTS / f"{name}{'-quick' if args.quick else ''}.json"
+    ckpt = RESULTS / "checkpoints" / f"{name}{'-quick' if args.quick else ''}.pt"
+    record: dict[str, Any] = {"configuration": name, "dataset_sha256": sha, "curve": []}
+    resume = None
+    if out.exists() and ckpt.exists():
+        old = json.loads(out.read_text())
+        if old.get("dataset_sha256") != sha:
+            raise SystemExit(f"{out} was measured on another dataset; move it away")
+        record, state = old, torch.load(ckpt, map_location="cpu", weights_only=False)
+        if state.get("dataset_sha256") != sha:
+            raise SystemExit(f"{ckpt} belongs to another dataset; move it away")
+        fresh = NoiseSource.secure()  # new secret streams: nothing secret was stored
+        state["sample_rng"] = fresh.generator("dp-fedavg client sampling").bit_generator.state
+        state["noise_gen"] = fresh.generator("dp-fedavg noise").bit_generator.state
+        resume = state
+    if record.get("finished"):
+        return record
+    dataset = load_hdf5(data)
+    private, public = split_declared(dataset, declared_public(dataset.metadata, dataset.n_episodes))
+    config = config_for(name, args.epsilon, args.quick, args.steps)
+    plan = P.plan(config, private.metadata)
+    task = P.task_of(config, private.metadata)
+    assert config.for_task(task).dynamics is not None
+    model = DynamicsModel(task.obs_dim, task.act_dim, config.for_task(task).dynamics, seed=0)
+    budget = args.budget_core_hours * 3600.0
+    spent0 = float(record.get("core_seconds", 0.0))
+    t0 = time.process_time()
+
+    def spent() -> float:
+        return spent0 + time.process_time() - t0
+
+    def progress(r: dict[str, Any]) -> None:
+        mse = float(np.mean(r["holdout_mse"]))
+        record["curve"].append({"round": r["round"], "core_seconds": spent(), "mse": mse})
+
+    def checkpoint(state: dict[str, Any]) -> None:
+        safe = {k: v for k, v in state.items() if k not in _SECRET}
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({**safe, "dataset_sha256": sha}, ckpt.with_suffix(".tmp"))
+        ckpt.with_suffix(".tmp").replace(ckpt)
+        _write(out, record, plan, int(state["rounds"]), spent())
+        if spent() >= budget and int(state["rounds"]) < plan.T_max:
+            raise BudgetSpent
+
+    record.update(settings=CONFIGS[name], T_max=plan.T_max, z=plan.z, q=plan.q, C=plan.C)
+    try:
+        res = train_dp_fedavg(
+            model,
+            private,
+            plan,
+            public_split=public.transitions(),
+            seed=0,
+            progress=progress,
+            resume=resume,
+            on_checkpoint=checkpoint,
+            checkpoint_every=config.eval_every,
+        )
+        record["finished"] = True
+        record["best_mse_elites"] = float(np.mean(res.best_holdout_mse[list(res.elites)]))
+        _write(out, record, plan, res.rounds, spent())
+    except BudgetSpent:
+        pass
+    return record
+
+
+def _write(out: Path, record: dict[str, Any], plan: Any, rounds: int, seconds: float) -> None:
+    record.update(rounds=rounds, core_seconds=seconds, epsilon=plan.epsilon(rounds))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def plot(records: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in records:
+        c = r["curve"]
+        ax.plot([p["core_seconds"] for p in c], [p["mse"] for p in c], label=r["configuration"])
+    ax.axhline(MOPO_MSE, color="k", ls="--", label="MOPO (non-private)")
+    ax.set(xlabel="core-seconds", ylabel="public-split MSE (mean over members)", yscale="log")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget-core-hours", type=float, default=4.0)
+    ap.add_argument("--epsilon", type=float, default=10.0, help="target ε at T_max (≤ 10)")
+    ap.add_argument("--steps", type=int, default=None, help="T_max (default: the preset's)")
+    ap.add_argument("--only", action="append", choices=sorted(CONFIGS), default=None)
+    ap.add_argument("--quick", action="store_true", help="the quick recipe (tests)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)  # core-seconds = process CPU seconds
+    data = dataset_path(args.quick)
+    records = [run_config(n, data, args) for n in (args.only or CONFIGS)]
+    plot(records, RESULTS / f"mse_vs_core_seconds{'-quick' if args.quick else ''}.png")
+    for r in records:
+        print(
+            f"{r['configuration']}: T = {r['rounds']}, ε = {r['epsilon']:.3g}, MSE = "
+            f"{r['curve'][-1]['mse'] if r['curve'] else float('nan'):.4g}"
+        )
+
+
+if __name__ == "__main__":
+    main()
