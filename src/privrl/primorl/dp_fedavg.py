@@ -1259,6 +1259,18 @@ def _streams(
     )
 
 
+SECRET_STATE = ("sample_rng", "noise_gen")  # the secure streams' states in a checkpoint
+
+
+def public_checkpoint(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A DP-FedAvg checkpoint without the secure streams' states (`SECRET_STATE`): θ(t), the
+    kept snapshots, momentum and the early-stopping record are releases and post-processing
+    of public-split evaluations, so this may be published. Resuming from it draws fresh
+    client-sampling and noise generators from the `NoiseSource`: the mechanism and ε (from
+    the public T) are unchanged; the run is not bit-identical to an uninterrupted one."""
+    return {k: (None if k in SECRET_STATE else v) for k, v in state.items()}
+
+
 def train_dp_fedavg(
     model: DynamicsModel,
     private: TrajectoryDataset,
@@ -1349,9 +1361,13 @@ def train_dp_fedavg(
             int(resume["rounds"]),
             bool(resume["stopped"]),
         )
-        sample_rng.bit_generator.state = resume["sample_rng"]
         batch_rng.bit_generator.state = resume["batch_rng"]
-        noise_gen.bit_generator.state = resume["noise_gen"]
+        # a public checkpoint (`public_checkpoint`) has no secret stream: the fresh ones from
+        # `noise` serve (each round's Poisson sample and noise are independent draws)
+        if resume.get("sample_rng") is not None:
+            sample_rng.bit_generator.state = resume["sample_rng"]
+        if resume.get("noise_gen") is not None:
+            noise_gen.bit_generator.state = resume["noise_gen"]
         if momentum is not None:
             if resume.get("momentum") is None:
                 raise ValueError(

@@ -1,0 +1,30 @@
+"""Committed sweep state (`reproductions.primorl.cells`): secret-free, fingerprint-checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from privrl.primorl.dp_fedavg import SECRET_STATE, public_checkpoint
+from reproductions.primorl import cells
+
+
+def test_public_checkpoint_holds_no_secure_stream_state() -> None:
+    state = {"rounds": 3, "theta": torch.zeros(2), "noise_gen": {"s": 1}, "sample_rng": {"s": 2}}
+    public = public_checkpoint(state)
+    assert all(public[k] is None for k in SECRET_STATE)
+    assert public["rounds"] == 3 and state["noise_gen"] == {"s": 1}
+
+
+def test_fingerprint_mismatch_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "d.h5"
+    data.write_bytes(b"x")
+    (tmp_path / cells.FINGERPRINTS).write_text(json.dumps({"d.h5": "a" * 64}))
+    monkeypatch.setattr(cells, "_fingerprint", lambda p: "b" * 64)
+    with pytest.raises(cells.FingerprintMismatch, match="rebuild the dataset"):
+        cells.check_fingerprints(tmp_path, {"balance": data})
+    monkeypatch.setattr(cells, "_fingerprint", lambda p: "a" * 64)
+    cells.check_fingerprints(tmp_path, {"balance": data})
