@@ -62,7 +62,7 @@ def _data_paths(cells: Path) -> set[Path]:
     for cell_json in cells.glob("*/cell.json"):
         data = (_read(cell_json) or {}).get("values", {}).get("data")
         if data:
-            out.add(Path(data))
+            out.add(Path(str(data).replace(CACHE, _cache())))
     return out
 
 
@@ -70,6 +70,24 @@ def _fingerprint(path: Path) -> str:
     from privrl.data.io import content_sha256
 
     return content_sha256(path)
+
+
+CACHE = "$PRIVRL_CACHE"  # the committed files' spelling of this machine's cache directory
+
+
+def _cache() -> str:
+    from privrl.data import cache_dir
+
+    return str(cache_dir())
+
+
+def _copy(src: Path, dst: Path, old: str, new: str) -> None:
+    """Copy a record, rewriting the cache directory `old` as `new` in its text (so committed
+    records hold no machine path, and a restored one names this machine's cache)."""
+    if src.suffix in {".json", ".csv"}:
+        dst.write_text(src.read_text().replace(old, new))
+    else:
+        shutil.copy2(src, dst)
 
 
 def export(sweep: Path, dest: Path) -> list[str]:
@@ -87,10 +105,10 @@ def export(sweep: Path, dest: Path) -> list[str]:
         out = dest / src.name
         (out / "run").mkdir(parents=True, exist_ok=True)
         for name in RECORD:
-            shutil.copy2(src / name, out / name)
+            _copy(src / name, out / name, _cache(), CACHE)
         for name in RUN_RECORD:
             if (src / "run" / name).is_file():
-                shutil.copy2(src / "run" / name, out / "run" / name)
+                _copy(src / "run" / name, out / "run" / name, _cache(), CACHE)
         for name in ("model.pt", "released.pending.pt", "checkpoint.pt"):
             f = src / "run" / name
             if f.is_file() and f.stat().st_size <= SMALL:
@@ -135,9 +153,9 @@ def restore(dest: Path, sweep: Path) -> list[str]:
         (out / "run").mkdir(parents=True, exist_ok=True)
         for f in src.glob("*"):
             if f.is_file() and f.name != PUBLIC_STATE:
-                shutil.copy2(f, out / f.name)
+                _copy(f, out / f.name, CACHE, _cache())
         for f in (src / "run").glob("*"):
-            shutil.copy2(f, out / "run" / f.name)
+            _copy(f, out / "run" / f.name, CACHE, _cache())
         public = src / PUBLIC_STATE
         secret = secret_dir_of(out)
         if public.is_file() and secret is not None and not (secret / STATE).exists():

@@ -28,3 +28,29 @@ def test_fingerprint_mismatch_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
         cells.check_fingerprints(tmp_path, {"balance": data})
     monkeypatch.setattr(cells, "_fingerprint", lambda p: "a" * 64)
     cells.check_fingerprints(tmp_path, {"balance": data})
+
+
+def test_committed_records_hold_no_machine_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "machine-cache"
+    monkeypatch.setenv("PRIVRL_CACHE", str(cache))
+    data = cache / "data" / "d.h5"
+    cell = tmp_path / "sweep" / "cells" / "mopo-1"
+    (cell / "run").mkdir(parents=True)
+    record = {"name": "mopo-1", "status": "ok", "values": {"data": str(data)}}
+    (cell / "cell.json").write_text(json.dumps(record))
+    (cell / "run" / "config.json").write_text(json.dumps({"data": str(data)}))
+    monkeypatch.setattr(cells, "secret_dir_of", lambda d: None)
+    dest = tmp_path / "committed"
+    assert cells.export(tmp_path / "sweep", dest) == ["mopo-1"]
+    for f in dest.rglob("*.json"):
+        assert str(cache) not in f.read_text(), f
+    assert json.loads((dest / "mopo-1" / "cell.json").read_text())["values"]["data"] == (
+        f"{cells.CACHE}/data/d.h5"
+    )
+    assert cells._data_paths(dest) == {data}  # read back as this machine's path
+    fresh = tmp_path / "fresh"
+    assert cells.restore(dest, fresh) == ["mopo-1"]
+    restored = json.loads((fresh / "cells" / "mopo-1" / "cell.json").read_text())
+    assert restored == record
