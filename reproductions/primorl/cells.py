@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from privrl.primorl.dp_fedavg import SECRET_STATE, public_checkpoint
+from privrl.primorl import SECRET_STATE, public_checkpoint
 
 __all__ = ["FingerprintMismatch", "check_fingerprints", "export", "restore", "secret_dir_of"]
 
@@ -67,7 +67,7 @@ def _data_paths(cells: Path) -> set[Path]:
 
 
 def _fingerprint(path: Path) -> str:
-    from privrl.data.io import content_sha256
+    from privrl.data import content_sha256
 
     return content_sha256(path)
 

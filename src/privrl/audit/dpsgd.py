@@ -168,6 +168,7 @@ class TrialHeads:
 
         self.lr = float(lr)
         self.obs_transform = ObsTransform()
+        self.device = torch.device("cpu")  # the trainer builds its tables here
         weight = torch.zeros((int(trials), int(dim)), dtype=torch.float32)
         self.params: dict[str, torch.Tensor] = {"heads.weight": weight.requires_grad_(True)}
 

@@ -9,7 +9,14 @@ from privrl.data.dataset import (
     TrajectoryDataset,
     Transitions,
 )
-from privrl.data.io import SCHEMA_VERSION, header_of, load_hdf5, read_header, save_hdf5
+from privrl.data.io import (
+    SCHEMA_VERSION,
+    content_sha256,
+    header_of,
+    load_hdf5,
+    read_header,
+    save_hdf5,
+)
 from privrl.data.minari_io import export_minari, import_minari
 from privrl.data.paths import cache_dir, data_dir
 from privrl.data.spaces import space_from_dict, space_from_json, space_to_dict, space_to_json
@@ -33,6 +40,7 @@ __all__ = [
     "Transitions",
     "cache_dir",
     "collect",
+    "content_sha256",
     "data_dir",
     "export_minari",
     "export_table",

@@ -3,7 +3,7 @@
 
 from privrl.algorithm import Fitted
 from privrl.envs.control import ControlTask
-from privrl.primorl.dp_fedavg import SmallDataWarning
+from privrl.primorl.dp_fedavg import SECRET_STATE, SmallDataWarning, public_checkpoint
 from privrl.primorl.learners import MOPO, PRIMORL, PublicSource
 from privrl.primorl.mopo import MOPOConfig, MOPOResult
 from privrl.primorl.primorl import PrimorlConfig, PrimorlResult, ReleasedModel
@@ -11,6 +11,7 @@ from privrl.primorl.primorl import PrimorlConfig, PrimorlResult, ReleasedModel
 __all__ = [
     "MOPO",
     "PRIMORL",
+    "SECRET_STATE",
     "ControlTask",
     "Fitted",
     "MOPOConfig",
@@ -20,4 +21,5 @@ __all__ = [
     "PublicSource",
     "ReleasedModel",
     "SmallDataWarning",
+    "public_checkpoint",
 ]
