@@ -31,6 +31,7 @@ class Reproduction:
     what: str
     target: str  # "module:function"; the function takes (out: Path, *, seeds, quick, ...)
     sweep: bool = False  # runs on the sweep runner (system or function cells): backend=, workers=
+    tasks: bool = False  # runs a subset of its tasks on request: tasks= (`--tasks`)
 
     def load(self) -> Callable[..., object]:
         module, func = self.target.split(":")
@@ -124,6 +125,7 @@ REPRODUCTIONS: dict[str, Reproduction] = {
             "once their datasets are built (run seed by seed, resumable), a sweep over seeds",
             "reproductions.primorl.table1:table1",
             sweep=True,
+            tasks=True,
         ),
         Reproduction(
             "primorl-ablation",
@@ -214,6 +216,7 @@ def reproduce(
     backend: str = "local",
     workers: int | None = None,
     address: str | None = None,
+    tasks: str | None = None,
 ) -> object:
     """Regenerate reproduction `target` into `out` (default `REPORTS`/ID) with `seeds`
     seeds (default: the report's) from base seed `seed`; returns the report's path.
@@ -223,7 +226,9 @@ def reproduce(
     run: every reproduction runs on the sweep runner (system cells, or function cells for the
     Monte-Carlo studies, `privrl.runs.units`), so `reproduce("all", backend="ray")` regenerates
     every report on Ray. `address` (Ray only) is the cluster every Ray start of the process
-    then connects to (it sets $PRIVRL_RAY_ADDRESS) instead of a local instance."""
+    then connects to (it sets $PRIVRL_RAY_ADDRESS) instead of a local instance. `tasks`
+    (comma-separated) runs only those tasks of a reproduction that has several
+    (`Reproduction.tasks`: primorl-table1)."""
     from privrl.privacy.limits import InputError, check_int
     from privrl.runs.rundir import check_out_dir
 
@@ -233,6 +238,10 @@ def reproduce(
         from privrl.runs.sweep import RAY_ADDRESS_ENV
 
         os.environ[RAY_ADDRESS_ENV] = address  # every sweep and unit batch of the run
+    known = REPRODUCTIONS.get(target)
+    if tasks is not None and (target == "all" or (known is not None and not known.tasks)):
+        which = ", ".join(r.id for r in REPRODUCTIONS.values() if r.tasks)
+        raise InputError(f"--tasks is for one reproduction with several tasks ({which})")
     if target == "all":
         if out is not None:
             raise InputError("reproduce all writes docs/reproductions/ID; drop --out")
@@ -252,6 +261,8 @@ def reproduce(
     out = check_out_dir(out or REPORTS / target)
     entry = REPRODUCTIONS[target]
     extra = {"backend": backend, "workers": workers} if entry.sweep else {}
+    if tasks is not None:
+        extra["tasks"] = tasks
     return entry.load()(out, seeds=seeds, seed=seed, quick=quick, **extra)
 
 

@@ -13,13 +13,22 @@ module copies what a later sitting needs into a committed directory (e.g.
   (else the policy stage restarts from the released model);
 - ``fingerprints.json``: each dataset's ``content_sha256``, checked before a cell resumes on
   (or a record is reused with) a rebuilt dataset.
+
+`export` may run while the sweep's cells run (`privrl reproduce primorl-table1` exports every
+`$PRIVRL_REPRO_SYNC_S` and after each cell): the runs replace their checkpoints atomically
+(``os.replace``), a checkpoint that vanishes or cannot be read meanwhile is skipped (the one
+committed before is kept), and every committed file is written to a temporary name then renamed,
+so neither a reader of the committed directory nor a later export sees half a file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pickle
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +43,21 @@ RUN_RECORD = ("config.json", "metrics.json", "privacy.json", "metrics.csv")
 SMALL = 4 * 2**20  # bytes: a model or a policy checkpoint larger than this is not committed
 STATE = "fedavg_state.pt"  # the secret checkpoint's name (`privrl.primorl.primorl`)
 PUBLIC_STATE = "fedavg_state.public.pt"
+CKPT = "checkpoint.pt"  # the policy stage's checkpoint
 FINGERPRINTS = "fingerprints.json"
 
 
-class FingerprintMismatch(RuntimeError):
-    """A committed cell was made on another dataset than the one now present."""
+class FingerprintMismatch(ValueError):
+    """A committed cell was made on another dataset than the one now present (bad input: the
+    command line prints it as an ``error:`` line)."""
 
 
-def secret_dir_of(cell_dir: Path) -> Path | None:
-    """The secret-state directory of a cell's run (`privrl.runs.layer.secret_state_dir`)."""
+def secret_dir_of(cell_dir: Path, record: Mapping[str, Any] | None = None) -> Path | None:
+    """The secret-state directory of a cell's run (`privrl.runs.layer.secret_state_dir`);
+    `record`: the cell's (default: its ``cell.json``)."""
     from privrl.runs.layer import RunSpec, secret_state_dir
 
-    record = _read(cell_dir / "cell.json")
+    record = record or _read(cell_dir / "cell.json")
     if not record:
         return None
     run = cell_dir / "run"
@@ -57,9 +69,11 @@ def _read(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _data_paths(cells: Path) -> set[Path]:
+def _data_paths(cells: Path, records: Iterable[Path] | None = None) -> set[Path]:
+    """The datasets (this machine's paths) the cell records `records` (default: every
+    ``cells/*/cell.json``) name."""
     out = set()
-    for cell_json in cells.glob("*/cell.json"):
+    for cell_json in cells.glob("*/cell.json") if records is None else records:
         data = (_read(cell_json) or {}).get("values", {}).get("data")
         if data:
             out.add(Path(str(data).replace(CACHE, _cache())))
@@ -83,42 +97,70 @@ def _cache() -> str:
 
 def _copy(src: Path, dst: Path, old: str, new: str) -> None:
     """Copy a record, rewriting the cache directory `old` as `new` in its text (so committed
-    records hold no machine path, and a restored one names this machine's cache)."""
+    records hold no machine path, and a restored one names this machine's cache); written to a
+    temporary name, then renamed."""
+    tmp = dst.with_name(dst.name + ".tmp")
     if src.suffix in {".json", ".csv"}:
-        dst.write_text(src.read_text().replace(old, new))
+        tmp.write_text(src.read_text().replace(old, new))
     else:
-        shutil.copy2(src, dst)
+        shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
 
 
-def export(sweep: Path, dest: Path) -> list[str]:
-    """Write the committed state of the sweep directory `sweep` (its ``cells/``) to `dest`.
-    Reads old-format checkpoints too; never writes a secure stream's state. Returns the
-    names of the cells written."""
+def _save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any] | None:
+    """A checkpoint of a cell that may be running; None when it vanished (its run ended) or
+    cannot be read."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError):
+        return None
+
+
+def export(sweep: Path, dest: Path, names: Collection[str] | None = None) -> list[str]:
+    """Write the committed state of the sweep directory `sweep` (its ``cells/``; with `names`,
+    only those cells) to `dest`. Reads old-format checkpoints too; never writes a secure
+    stream's state; safe while the cells run (module docstring). Returns the names of the
+    cells written."""
     written = []
     dest.mkdir(parents=True, exist_ok=True)
     fingerprints = _read(dest / FINGERPRINTS) or {}
-    for data in _data_paths(sweep / "cells"):
+    found = sorted((sweep / "cells").glob("*/cell.json"))
+    found = [c for c in found if names is None or c.parent.name in names]
+    for data in _data_paths(sweep / "cells", found):
         if data.is_file():
             fingerprints[data.name] = _fingerprint(data)
-    for cell in sorted((sweep / "cells").glob("*/cell.json")):
+    for cell in found:
         src = cell.parent
         out = dest / src.name
         (out / "run").mkdir(parents=True, exist_ok=True)
+        finished = (_read(cell) or {}).get("status") == "ok"
         for name in RECORD:
             _copy(src / name, out / name, _cache(), CACHE)
         for name in RUN_RECORD:
             if (src / "run" / name).is_file():
                 _copy(src / "run" / name, out / "run" / name, _cache(), CACHE)
-        for name in ("model.pt", "released.pending.pt", "checkpoint.pt"):
+        # a finished cell is not run again: its policy checkpoint is not needed
+        for name in ("model.pt",) if finished else ("model.pt", "released.pending.pt", CKPT):
             f = src / "run" / name
-            if f.is_file() and f.stat().st_size <= SMALL:
-                shutil.copy2(f, out / "run" / name)
+            with contextlib.suppress(FileNotFoundError):  # replaced or removed meanwhile
+                if f.is_file() and f.stat().st_size <= SMALL:
+                    _copy(f, out / "run" / name, _cache(), CACHE)
         secret = secret_dir_of(src)
         if secret is not None and (secret / STATE).is_file():
-            state = torch.load(secret / STATE, map_location="cpu", weights_only=False)
-            torch.save(public_checkpoint(state), out / PUBLIC_STATE)
+            state = _load_checkpoint(secret / STATE)
+            if state is not None:
+                _save(public_checkpoint(state), out / PUBLIC_STATE)
         written.append(src.name)
-    (dest / FINGERPRINTS).write_text(json.dumps(fingerprints, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(fingerprints, indent=2, sort_keys=True) + "\n"
+    tmp = dest / (FINGERPRINTS + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, dest / FINGERPRINTS)
     return written
 
 
@@ -134,37 +176,55 @@ def check_fingerprints(dest: Path, datasets: Mapping[str, Path] | None = None) -
         got = _fingerprint(path)
         if got != want:
             raise FingerprintMismatch(
-                f"{path} (content_sha256 {got[:12]}…) is not the dataset the committed cells in "
-                f"{dest} were made on ({want[:12]}…); rebuild the dataset with the recipe's "
-                f"seed, or move the committed cells of {path.name} aside to start them afresh"
+                f"dataset {path.name} ({path}) is not the one the committed cells in {dest} "
+                f"were made on: its content_sha256 is {got}, the committed cells' "
+                f"{FINGERPRINTS} expects {want}; rebuild the dataset with its recipe's seed "
+                f"(`privrl data collect --recipe {path.stem}`, default seed 0) so that it "
+                f"matches, or move the committed cells of {path.name} aside to start them "
+                "afresh"
             )
 
 
-def restore(dest: Path, sweep: Path) -> list[str]:
+def restore(dest: Path, sweep: Path, datasets: Mapping[str, Path] | None = None) -> list[str]:
     """Copy the committed state `dest` into the sweep directory `sweep` (cells already there
-    are left alone) after checking the datasets' fingerprints. Returns the cells restored."""
-    check_fingerprints(dest)
+    are left alone) after checking the datasets' fingerprints. With `datasets` (e.g. task →
+    path), only the cells made on one of them are restored and only those are checked.
+    Returns the cells restored."""
+    check_fingerprints(dest, datasets)
+    wanted = None if datasets is None else {Path(p).resolve() for p in datasets.values()}
     restored = []
     for cell in sorted(dest.glob("*/cell.json")):
         src = cell.parent
+        made_on = {p.resolve() for p in _data_paths(dest, [cell])}
+        if wanted is not None and not made_on & wanted:
+            continue
         out = sweep / "cells" / src.name
         if (out / "cell.json").is_file():
             continue
         (out / "run").mkdir(parents=True, exist_ok=True)
-        for f in src.glob("*"):
-            if f.is_file() and f.name != PUBLIC_STATE:
-                _copy(f, out / f.name, CACHE, _cache())
         for f in (src / "run").glob("*"):
-            _copy(f, out / "run" / f.name, CACHE, _cache())
-        public = src / PUBLIC_STATE
-        secret = secret_dir_of(out)
-        if public.is_file() and secret is not None and not (secret / STATE).exists():
-            state = torch.load(public, map_location="cpu", weights_only=False)
-            assert all(state.get(k) is None for k in SECRET_STATE)
-            secret.mkdir(parents=True, exist_ok=True)
-            torch.save(state, secret / STATE)
+            if not f.name.endswith(".tmp"):
+                _copy(f, out / "run" / f.name, CACHE, _cache())
+        if (src / PUBLIC_STATE).is_file():
+            _restore_state(src / PUBLIC_STATE, out, (src / "cell.json").read_text())
+        # the record last: a cell whose restore was cut short has none and is restored again
+        for f in sorted(src.glob("*"), key=lambda f: f.name in RECORD):
+            if f.is_file() and f.name != PUBLIC_STATE and not f.name.endswith(".tmp"):
+                _copy(f, out / f.name, CACHE, _cache())
         restored.append(src.name)
     return restored
+
+
+def _restore_state(public: Path, cell_dir: Path, record: str) -> None:
+    """The committed public checkpoint `public` as the DP-FedAvg state of the restored cell
+    `cell_dir` (record: its committed ``cell.json`` text), unless it has one already."""
+    secret = secret_dir_of(cell_dir, json.loads(record.replace(CACHE, _cache())))
+    if secret is None or (secret / STATE).exists():
+        return
+    state = torch.load(public, map_location="cpu", weights_only=False)
+    assert all(state.get(k) is None for k in SECRET_STATE)
+    secret.mkdir(parents=True, exist_ok=True)
+    _save(state, secret / STATE)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,7 @@ import csv
 import json
 import math
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ __all__ = [
     "raw_map",
     "raw_scale_notes",
     "raw_text",
+    "read_results",
     "recipe_dataset",
     "return_text",
     "reuse_finished",
@@ -107,6 +108,7 @@ class Request:
     backend: str = "local"
     workers: int | None = None
     data: Path | None = None
+    tasks: tuple[str, ...] | None = None  # the tasks asked for (`--tasks`); None: every task
 
     @classmethod
     def of(
@@ -120,10 +122,15 @@ class Request:
         workers: int | None = None,
         data: Path | None = None,
         epochs: int | None = None,
+        tasks: str | Sequence[str] | None = None,
     ) -> Request:
-        """The request of `privrl reproduce ID` (the options every PRIMORL entry takes)."""
+        """The request of `privrl reproduce ID` (the options every PRIMORL entry takes;
+        `tasks`: a comma-separated list or a sequence of task names)."""
         scale = Scale.of(seeds=seeds, seed=seed, epochs=epochs, quick=quick)
-        return cls(Path(out), scale, backend, workers, None if data is None else Path(data))
+        if isinstance(tasks, str):
+            tasks = [t for t in (t.strip() for t in tasks.split(",")) if t]
+        given = None if tasks is None else tuple(tasks)
+        return cls(Path(out), scale, backend, workers, None if data is None else Path(data), given)
 
     def dataset(self, reproduction: str, task: str = "pendulum") -> Path:
         """The dataset given, else the recipe dataset of `task` (:func:`recipe_dataset`)."""
@@ -335,6 +342,7 @@ def run_cells(
     reuse: Sequence[Path] = (),
     tolerate: Sequence[str] = (),
     deadline: float | None = None,
+    on_cell: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Expand `doc`, reuse finished cells of the sweeps `reuse`, continue finished cells to
     more SAC epochs (:func:`extend_finished`), run (or resume) the others, copy the results
@@ -342,13 +350,14 @@ def run_cells(
     A failed cell stops the report (a rerun retries it) unless its error contains one of
     `tolerate`, an outcome the report states (a diverged model): it is kept, not rerun
     (`runs.sweep.settled`). No cell starts after `deadline` (`time.monotonic()`); the rows of
-    cells left unfinished have a status other than "ok" (the report: pending)."""
+    cells left unfinished have a status other than "ok" (the report: pending). `on_cell(record)`
+    is called as each cell ends (`runs.sweep.run_sweep`)."""
     from privrl.runs.sweep import SweepOutcome, expand, run_sweep
 
     sweep = expand(doc)
     reuse_finished(sweep, [p for p in reuse if p != sweep.out])
     extend_finished(sweep)
-    outcome = run_sweep(sweep, deadline=deadline, outcomes=tolerate)
+    outcome = run_sweep(sweep, deadline=deadline, outcomes=tolerate, on_cell=on_cell)
     out.mkdir(parents=True, exist_ok=True)
     _copy_results(sweep.out / "results.csv", out / "results.csv")
     failed = [(c, e) for c, e in outcome.failed if not any(t in e for t in tolerate)]
@@ -376,6 +385,28 @@ def _copy_results(source: Path, target: Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def _value(text: str) -> Any:
+    """A results.csv cell as the sweep's rows hold it: None (empty), bool, int, float, str."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The rows of a results table (results.csv), typed as the sweep's rows; [] without one."""
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [{k: _value(v) for k, v in r.items()} for r in csv.DictReader(fh)]
 
 
 def curve(cell_dir: Path) -> list[float]:

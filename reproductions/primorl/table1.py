@@ -201,22 +201,47 @@ def available_datasets(req: shared.Request) -> tuple[dict[str, Path], dict[str, 
 
     A dataset given (`--data`) is the one task its header names (its env id: public metadata,
     read before any private data); else each task's recipe dataset when present (quick mode:
-    Pendulum only, its quick dataset built on the fly)."""
+    Pendulum only, its quick dataset built on the fly). With `req.tasks` (`--tasks`) only
+    those tasks run (the others' datasets are neither built nor read); a task asked for that
+    cannot run is refused, saying why."""
+    asked = check_tasks(req.tasks)
     if req.data is not None:
         task = _task_of(req.data)
         others = "one dataset was given (--data); rerun without it for the recipe datasets"
-        return {task: req.data}, {t: others for t in TASKS if t != task}
-    datasets = {"pendulum": req.dataset(ID)}
-    missing: dict[str, str] = {}
+        datasets, missing = {task: req.data}, {t: others for t in TASKS if t != task}
+    elif "pendulum" in asked:
+        datasets, missing = {"pendulum": req.dataset(ID)}, {}
+    else:
+        datasets, missing = {}, {}
     for task in TASKS[1:]:
         path = shared.recipe_path(task, quick=False)
+        if req.data is not None or task not in asked:
+            continue
         if req.scale.quick:
             missing[task] = "quick mode runs Pendulum only"
         elif path.is_file():
             datasets[task] = path
         else:
             missing[task] = f"its recipe dataset {path.name} is not built on this machine"
-    return datasets, missing
+    not_asked = f"not asked for (--tasks {','.join(asked)})"
+    missing.update({t: not_asked for t in TASKS if t not in asked and t not in datasets})
+    refused = [f"{t}: {missing[t]}" for t in asked if t not in datasets and req.tasks is not None]
+    if refused:
+        raise ValueError(f"--tasks {','.join(asked)}: cannot run {'; '.join(refused)}")
+    return {t: datasets[t] for t in TASKS if t in datasets}, missing
+
+
+def check_tasks(tasks: Sequence[str] | None) -> tuple[str, ...]:
+    """The tasks asked for (`--tasks`; None: all of Table 1's), refusing an unknown one."""
+    if tasks is None:
+        return TASKS
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        raise ValueError(
+            f"--tasks {','.join(tasks)}: Table 1's tasks are {', '.join(TASKS)} "
+            "(comma-separated, e.g. --tasks balance)"
+        )
+    return tuple(t for t in TASKS if t in tasks)
 
 
 def _task_of(data: Path) -> str:
@@ -236,17 +261,37 @@ def _task_of(data: Path) -> str:
 
 def table1(out: Path, **options: Any) -> Path:
     """`privrl reproduce primorl-table1`: run (or resume) the sweep, write the report.
-    `options`: seeds, seed, quick, backend, workers, data, epochs (`shared.Request.of`).
-    With a time budget (`budget_deadline`) the cells not started by then are left for a
-    rerun, and the report lists them as pending."""
+    `options`: seeds, seed, quick, backend, workers, data, epochs, tasks
+    (`shared.Request.of`). With a time budget (`budget_deadline`) the cells not started by
+    then are left for a rerun, and the report lists them as pending; a cell running at the
+    deadline runs to its end.
+
+    At full scale the table continues from the committed state beside the report
+    (`table1_state`: ``OUT/cells``, ``OUT/results.csv``): the committed cells of the tasks
+    that run are restored into the cache first, their state is exported back while they run
+    and at the end, and the tasks not run keep their earlier rows."""
+    from privrl.runs.sweep import expand
+    from reproductions.primorl import table1_state as state
+
     req = shared.Request.of(out, **options)
     deadline = budget_deadline()  # $PRIVRL_REPRO_BUDGET_S: no cell starts after it
+    every = state.sync_seconds()  # checked before any work
     datasets, missing = available_datasets(req)
     t0 = time.perf_counter()
-    doc = sweep_doc(
-        datasets, sweep_dir(req.scale), req.scale, backend=req.backend, workers=req.workers
-    )
-    rows = shared.run_cells(doc, req.out, deadline=deadline)
+    where = sweep_dir(req.scale)
+    doc = sweep_doc(datasets, where, req.scale, backend=req.backend, workers=req.workers)
+    earlier: list[dict[str, Any]] = []
+    if req.scale.quick:  # a smoke test: nothing of the committed table
+        rows = shared.run_cells(doc, req.out, deadline=deadline)
+    else:
+        earlier = state.earlier_rows(req.out, req.scale)  # before results.csv is rewritten
+        state.restore(req.out, where, datasets)
+        names = {c.name for c in expand(doc).cells}
+        with state.Export(where, req.out, names, every) as export:
+            rows = shared.run_cells(doc, req.out, deadline=deadline, on_cell=export.now)
+    rows, from_earlier = state.merge(rows, earlier, datasets)
+    if not req.scale.quick:
+        state.write_results(rows, req.out / "results.csv")
     from reproductions.primorl.table1_report import write_report  # it imports this module
 
     return write_report(
@@ -256,6 +301,7 @@ def table1(out: Path, **options: Any) -> Path:
         data=datasets,
         missing=missing,
         wall=time.perf_counter() - t0,
+        earlier=from_earlier,
     )
 
 

@@ -77,12 +77,24 @@ def write_report(
     data: Mapping[str, Path] | Path,
     wall: float,
     missing: Mapping[str, str] | None = None,
+    earlier: Mapping[str, int] | None = None,
 ) -> Path:
     """report.md, claims.json and plots/ from the sweep's results. `data`: the dataset of each
     task that ran (a bare path: Pendulum's); `missing`: why each other task did not run (a
-    task in neither is "not run")."""
+    task in neither is "not run"); `earlier`: per task, how many of its rows in `rows` are
+    earlier runs' (the committed results table, `table1_state.merge`). A task that did not run
+    but has earlier rows gets its section from them, saying so."""
     datasets = {"pendulum": data} if isinstance(data, Path) else dict(data)
     missing = dict(missing or {})
+    earlier = {t: n for t, n in (earlier or {}).items() if n}
+    ran = [t for t in TASKS if t in datasets]
+    why_not: dict[str, str] = {}  # the tasks shown from earlier rows only, and why not run
+    for task in TASKS:
+        if task in earlier and task not in datasets:
+            why_not[task] = missing.pop(task, "not run")
+            names = {str(r.get("data")) for r in rows if task_of(r) == task and r.get("data")}
+            datasets[task] = Path(Path(min(names)).name if names else f"primorl-{task}.h5")
+    datasets = {t: datasets[t] for t in TASKS if t in datasets}
     for task in TASKS:
         if task not in datasets and task not in missing:
             missing[task] = "not run"
@@ -108,6 +120,8 @@ def write_report(
         if task in datasets:
             metrics[task] = {name: _public(s) for name, s in summaries[task].items()}
     metrics["not_run"] = {t: missing[t] for t in TASKS if t in missing}
+    if earlier:
+        metrics["earlier_rows"] = {t: earlier[t] for t in TASKS if t in earlier}
     metrics["cost"] = cost
     config = {
         "reproduction": "primorl-table1",
@@ -128,8 +142,30 @@ def write_report(
         datasets,
         missing,
         cost,
+        Earlier(ran, earlier, why_not),
     )
     return shared.write_outputs(out, found, config, metrics, report)
+
+
+@dataclasses.dataclass(frozen=True)
+class Earlier:
+    """What of the report is earlier runs': the tasks this invocation ran, per task the
+    number of its rows from earlier runs, and why each task shown from them alone did not
+    run."""
+
+    ran: Sequence[str] = ()
+    rows: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    why_not: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def note(self, task: str) -> str:
+        """The line of a task's section saying which of its numbers are earlier runs'."""
+        n = self.rows.get(task, 0)
+        if not n:
+            return ""
+        if task in self.why_not:
+            why, label = self.why_not[task], TASK_LABELS[task]
+            return TEXT.fill("earlier_all", n=n, why=why, label=label, task=task) + "\n"
+        return TEXT.fill("earlier_some", n=n, runs="run" if n == 1 else "runs") + "\n"
 
 
 def _plot_path(task: str) -> str:
@@ -145,9 +181,15 @@ def _add_run_facts(summary: dict[str, dict[str, Any]], rows: Sequence[Mapping[st
     """Each row's z (from its cells' privacy.json: public) and its cells' run times."""
     for name, s in summary.items():
         cells = [r for r in rows if r.get("status") == "ok" and row_of(r) == name]
-        zs = {shared.noise_multiplier(r.get("dir")) for r in cells} - {None}
+        zs = {_z(r) for r in cells} - {None}
         s["noise_multiplier"] = zs.pop() if len(zs) == 1 else None
         s["minutes"] = [float(r.get("seconds") or 0.0) / 60 for r in cells]
+
+
+def _z(row: Mapping[str, Any]) -> float | None:
+    """A row's z: its cell's privacy.json, else the results table's (an earlier run's row)."""
+    z = shared.noise_multiplier(row.get("dir"))
+    return z if z is not None else _number(row.get("noise_multiplier"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,8 +421,10 @@ def _task_section(
     found: Sequence[Mapping[str, str]],
     scale: Scale,
     data: Path,
+    earlier: str = "",
 ) -> str:
-    """The section of a task that ran: its table, verdicts and notes."""
+    """The section of a task that ran (or has earlier runs' rows): its table, verdicts and
+    notes; `earlier`: the line saying which of its numbers are earlier runs'."""
     from privrl.primorl.primorl import PRESETS
 
     p = PRESETS[task]
@@ -413,6 +457,7 @@ def _task_section(
         q=f"{p.sampling_rate:g}",
         rounds=f"{p.max_rounds:,}",
         progress=progress,
+        earlier=earlier,
         rows_table=_rows_table(task, summary, "pending" if done < planned else "not run"),
         verdicts="\n".join(verdicts),
         plot=f"\n![returns]({_plot_path(task)})" if has_plot else "",
@@ -464,14 +509,20 @@ def _markdown(
     datasets: Mapping[str, Path],
     missing: Mapping[str, str],
     cost: Mapping[str, Any],
+    earlier: Earlier | None = None,
 ) -> str:
     summaries, found, scale = report.summary, report.found, report.scale
-    ran = [TASK_LABELS[t] for t in TASKS if t in datasets]
+    earlier = earlier or Earlier([t for t in TASKS if t in datasets])
+    ran = [TASK_LABELS[t] for t in earlier.ran]
     sections = []
     for task in TASKS:
         if task in datasets:
             mine = [c for c in found if f"({TASK_LABELS[task]}," in c["claim"]]
-            sections.append(_task_section(task, summaries[task], mine, scale, datasets[task]))
+            sections.append(
+                _task_section(
+                    task, summaries[task], mine, scale, datasets[task], earlier.note(task)
+                )
+            )
         else:
             sections.append(_absent_section(task, missing.get(task, "not run"), cost))
     fields = {
@@ -480,7 +531,7 @@ def _markdown(
         "epochs": scale.epochs,
         "steps": scale.settings().get("steps_per_epoch", 1000),
         "final_epochs": min(10, scale.epochs),
-        "ran": ", ".join(ran) or "none",
+        "ran": (", ".join(ran) or "none") + _from_earlier(earlier),
         "cell_minutes": f"{report.cell_seconds / 60:.1f}",
         "wall_minutes": f"{report.wall / 60:.1f}",
         "quick": TEXT.fill("quick", epochs=scale.epochs) + "\n" if scale.quick else "",
@@ -489,6 +540,14 @@ def _markdown(
         "raw_scale": "\n".join(shared.raw_scale_notes()).rstrip("\n"),
     }
     return TEXT.fill("report", fields) + "\n"
+
+
+def _from_earlier(earlier: Earlier) -> str:
+    """The tasks of the report from earlier runs alone ("" when none)."""
+    tasks = [TASK_LABELS[t] for t in TASKS if t in earlier.why_not]
+    if not tasks:
+        return ""
+    return TEXT.fill("earlier_ran", tasks=" and ".join(tasks))
 
 
 _eps = shared.eps_text

@@ -4,7 +4,6 @@ byte for byte."""
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,24 +21,11 @@ def committed_json(rid: str, name: str) -> Any:
     return json.loads(committed(rid, name))
 
 
-def _value(text: str) -> Any:
-    """A results.csv cell as the sweep's rows hold it: None (empty), bool, int, float, str."""
-    if text == "":
-        return None
-    if text in ("True", "False"):
-        return text == "True"
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
 def sweep_rows(rid: str) -> list[dict[str, Any]]:
     """The committed results.csv of a sweep reproduction, typed, each row without a curve."""
-    with open(ROOT / rid / "results.csv", newline="", encoding="utf-8") as fh:
-        return [{**{k: _value(v) for k, v in r.items()}, "curve": []} for r in csv.DictReader(fh)]
+    from reproductions.primorl.sweeps import read_results
+
+    return [{**r, "curve": []} for r in read_results(ROOT / rid / "results.csv")]
 
 
 def with_cell_files(

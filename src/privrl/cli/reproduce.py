@@ -48,6 +48,9 @@ def reproduce(
         help="With --backend ray: the Ray cluster to send the cells to (HOST:PORT, as `ray "
         "start --head` prints), instead of a local instance.",
     ),
+    tasks: str = typer.Option(
+        None, "--tasks", help="primorl-table1: only these tasks (e.g. balance, pendulum,balance)."
+    ),
     list_: bool = typer.Option(False, "--list", help="List the available reproductions."),
     index: bool = typer.Option(
         False,
@@ -84,5 +87,6 @@ def reproduce(
         backend=backend,
         workers=workers,
         address=address,
+        tasks=tasks,
     )
     typer.echo(f"wrote {report}")
