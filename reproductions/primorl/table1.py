@@ -13,6 +13,22 @@ checkpoints and models, too big for docs/) keeps every cell's run directory, so 
 reproduction resumes with the cells left; `--backend ray` runs the cells on Ray. The results
 table is copied beside the report.
 
+The table continues wherever the committed state stands (`table1_state`): a machine may start
+with an empty cache, so before the sweep runs the committed cells beside the report
+(``OUT/cells``, by default the checkout's ``docs/reproductions/primorl-table1/cells``) made on a
+dataset present are restored into the cache (never over a cell already there; a rebuilt
+dataset whose ``content_sha256`` differs from ``cells/fingerprints.json`` is refused), and the
+state of the sweep's cells is exported back after each cell, every ``$PRIVRL_REPRO_SYNC_S``
+seconds (default 1800; 0: not in between) and when the sweep stops, so that committing
+``docs/reproductions/primorl-table1`` saves the table. `--tasks balance` (any of Pendulum,
+Balance, Swingup, comma-separated) runs only those tasks, neither building nor reading the
+others' datasets; a task not run keeps its finished rows from the committed results.csv
+(which holds each row's curve and z), and the report says which numbers come from earlier
+runs. `$PRIVRL_REPRO_BUDGET_S` starts no cell after the budget; a cell running then runs to
+its end (hours on the cartpoles): to stop sooner, interrupt it (Ctrl-C, SIGTERM), which keeps
+its last checkpoint, exports it and resumes it on the next run. Quick mode uses none of the
+committed state.
+
 The report (``OUT/report.md``, ``OUT/claims.json``, ``OUT/plots/``) sets each row beside the
 paper's: ε (our PLD accountant for the paper's z, q and T), the return (mean ± 95% t-interval
 over seeds, the mean of the last 10 SAC epochs' evaluations, as in the paper), and the share of
@@ -285,8 +301,8 @@ def table1(out: Path, **options: Any) -> Path:
         rows = shared.run_cells(doc, req.out, deadline=deadline)
     else:
         earlier = state.earlier_rows(req.out, req.scale)  # before results.csv is rewritten
-        state.restore(req.out, where, datasets)
         names = {c.name for c in expand(doc).cells}
+        state.warn_unused(state.restore(req.out, where, datasets), names)
         with state.Export(where, req.out, names, every) as export:
             rows = shared.run_cells(doc, req.out, deadline=deadline, on_cell=export.now)
     rows, from_earlier = state.merge(rows, earlier, datasets)

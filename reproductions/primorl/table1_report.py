@@ -165,7 +165,7 @@ class Earlier:
         if task in self.why_not:
             why, label = self.why_not[task], TASK_LABELS[task]
             return TEXT.fill("earlier_all", n=n, why=why, label=label, task=task) + "\n"
-        return TEXT.fill("earlier_some", n=n, runs="run" if n == 1 else "runs") + "\n"
+        return TEXT.fill("earlier_some", n=n, are="is" if n == 1 else "are") + "\n"
 
 
 def _plot_path(task: str) -> str:

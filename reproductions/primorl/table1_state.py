@@ -75,6 +75,20 @@ def restore(out: Path, sweep: Path, datasets: Mapping[str, Path]) -> list[str]:
     return cells.restore(committed, sweep, datasets)
 
 
+def warn_unused(restored: Collection[str], names: Collection[str]) -> None:
+    """Say so (stderr) when restored cells are not cells of this sweep: a cell's name is its
+    fingerprint, which holds its dataset's path, so cells committed with the cache elsewhere
+    (another ``$PRIVRL_CACHE``) or at another scale (``--seeds``) are not continued here."""
+    unused = sorted(set(restored) - set(names))
+    if unused:
+        print(
+            f"warning: {len(unused)} committed cell(s) restored are not cells of this run "
+            f"({', '.join(unused[:3])}{', …' if len(unused) > 3 else ''}): made with another "
+            "--seeds, or with the cache ($PRIVRL_CACHE) at another path; they are not continued",
+            file=sys.stderr,
+        )
+
+
 class Export:
     """Exports the state of the sweep's cells `names` into ``out/cells`` every `every` seconds
     (a background thread; None: never), on `now` (e.g. as a cell ends) and when the block

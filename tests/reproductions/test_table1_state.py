@@ -82,7 +82,7 @@ def test_tasks_is_refused_for_other_reproductions(tmp_path: Path) -> None:
 
 
 def test_restore_takes_only_the_cells_of_datasets_present_and_overwrites_none(
-    tmp_path: Path, cache: Path
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     balance, swingup = cache / "data" / "primorl-balance.h5", cache / "data" / "primorl-swingup.h5"
     balance.write_bytes(b"b")
@@ -100,6 +100,10 @@ def test_restore_takes_only_the_cells_of_datasets_present_and_overwrites_none(
     restored = json.loads((sweep / "cells" / "mopo-b" / "cell.json").read_text())
     assert restored["values"]["data"] == str(balance)
     assert state.restore(tmp_path / "nothing", sweep, {"balance": balance}) == []
+    state.warn_unused(["mopo-b", "mopo-here"], {"mopo-here"})
+    assert "1 committed cell(s) restored are not cells of this run (mopo-b)" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_rebuilt_dataset_that_differs_is_refused_with_both_hashes(
@@ -252,6 +256,13 @@ def test_merge_keeps_the_tasks_not_run_and_the_cells_finished_earlier(tmp_path: 
     ]
     assert counts == {"pendulum": 4}
     assert merged[1]["status"] == "ok"  # the same cell, finished earlier
+    data = {"pendulum": Path("p.h5"), "balance": Path("b.h5")}
+    both, counts = state.merge(balance, earlier, ["balance", "pendulum"])
+    assert counts == {"pendulum": 1}  # Pendulum ran: its own rows, and the one finished earlier
+    write_report(tmp_path, both, Scale(seeds=2), data=data, wall=1.0, earlier=counts)
+    text = (tmp_path / "report.md").read_text()
+    assert "**1 of its finished runs is from earlier runs**" in text
+    assert "Run here: Pendulum, Balance." in text
     merged, counts = state.merge(balance[:1], earlier, ["balance", "pendulum"])
     assert counts == {} and len(merged) == 1  # Pendulum ran: its own rows only
 
