@@ -5,7 +5,8 @@ module copies what a later sitting needs into a committed directory (e.g.
 ``docs/reproductions/primorl-table1/cells/``) and back:
 
 - per finished cell: its record (``cell.json``, the run's config.json, metrics.json,
-  privacy.json, its evaluation curve metrics.csv) and, when small, the released model;
+  privacy.json, its evaluation curve metrics.csv) and, when small, the released model (what
+  it committed while running to resume from is removed);
 - per running cell: its record, its DP-FedAvg checkpoint made public (`public_checkpoint`:
   without the secure client-sampling and noise generators' states; resuming draws fresh ones
   from the secure `NoiseSource`, so the mechanism and ε from the public T are unchanged), the
@@ -151,6 +152,15 @@ def export(sweep: Path, dest: Path, names: Collection[str] | None = None) -> lis
             with contextlib.suppress(FileNotFoundError):  # replaced or removed meanwhile
                 if f.is_file() and f.stat().st_size <= SMALL:
                     _copy(f, out / "run" / name, _cache(), CACHE)
+        if finished:  # what it needed to resume, committed while it ran, is not kept
+            for stale in (
+                out / PUBLIC_STATE,
+                out / "run" / "released.pending.pt",
+                out / "run" / CKPT,
+            ):
+                stale.unlink(missing_ok=True)
+            written.append(src.name)
+            continue
         secret = secret_dir_of(src)
         if secret is not None and (secret / STATE).is_file():
             state = _load_checkpoint(secret / STATE)

@@ -152,6 +152,14 @@ def test_export_of_a_running_sweep_skips_what_it_cannot_read(
     assert (dest / "primorl-run" / "run" / "checkpoint.pt").is_file()  # resumes from it
     assert not (dest / "mopo-other").exists()
     assert not list(dest.rglob("*.tmp"))
+    # the running cell finishes: what it committed to resume from goes, its record stays
+    (sweep / "cells" / "primorl-run" / "cell.json").write_text(
+        json.dumps({"name": "primorl-run", "status": "ok", "values": {"data": str(data)}})
+    )
+    cells.export(sweep, dest, names)
+    assert not (dest / "primorl-run" / cells.PUBLIC_STATE).exists()
+    assert not (dest / "primorl-run" / "run" / "checkpoint.pt").exists()
+    assert (dest / "primorl-run" / "run" / "metrics.csv").is_file()
 
 
 def test_the_export_runs_in_between_after_each_cell_and_at_the_end(
