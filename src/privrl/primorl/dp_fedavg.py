@@ -74,7 +74,9 @@ Copies are processed in chunks of at most ``CHUNK_ELEMENTS`` stacked parameters
 (`auto_chunk_copies`): Pendulum's 30 sampled clients (3 × 2×64) fit in one chunk; at
 HalfCheetah sizes (7 × 4×200, 0.93M parameters per client) the step is bound by the
 per-client matmuls and memory traffic, and stacking all 30 clients (111 MB per buffer) is
-slower than chunks of 2. Measured ratios: benchmarks/bench_primorl_step.py.
+slower than chunks of 2. Measured ratios: benchmarks/bench_primorl_step.py. Local Adam's step
+is one fused pass over the flat buffers where torch has it (`privrl.primorl.fast_local`;
+1.2–1.4× per round, benchmarks/bench_primorl_cpu_wins.py).
 """
 
 from __future__ import annotations

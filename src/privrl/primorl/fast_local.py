@@ -14,16 +14,18 @@ elements), so `adam_step_` refuses any other. Same update to float32 rounding (i
 √v/√(1−β₂ᵗ) + ε where the reference computes √(v/(1−β₂ᵗ)) + ε): per-client updates agree to
 5·10⁻⁷ of their largest entry.
 
-Measured (benchmarks/bench_primorl_cpu_wins.py, one thread, interleaved medians, ratios to
-the reference): local Adam 1.20× at Pendulum sizes, 1.38× at Balance, 1.40× at HalfCheetah —
-adopted, by the rule that a fast path is on by default only at ≥ 1.1× with equal outputs.
+Measured (benchmarks/bench_primorl_cpu_wins.py, one thread, interleaved medians of 9
+repeats; ratios to the reference, in brackets the range over three runs on the shared
+machine): local Adam 1.20× at Pendulum sizes (1.17–1.20), 1.26× at Balance (1.13–1.38),
+1.38× at HalfCheetah (1.38–2.38). Adopted, by the rule that a fast path is on by default only
+at ≥ 1.1× with equal outputs. Local SGD has no fast path here.
 
 Stacking more clients per batched forward/backward (not adopted). Clients are already stacked
 as copies of the ensemble, chunked by model size (`dp_fedavg.auto_chunk_copies`, or
 ``DpFedAvgConfig.chunk_copies``): all 30 sampled clients at Pendulum sizes, 21 at Balance, 2
-at HalfCheetah. Raising HalfCheetah's stack to 4 gives identical updates but measured 0.62×
-(SGD), 0.94× (Adam) and, with the fused step, 1.24× against the fused step's 1.40× alone, so
-the model-size rule stays.
+at HalfCheetah. Raising HalfCheetah's stack to 4 gives identical updates but measured 0.87×
+(SGD; 0.62–0.98), 0.88× (Adam; 0.88–1.09), and with the fused step 0.90× of the fused step
+alone (0.47–0.90), so the model-size rule stays and there is no second knob for it.
 """
 
 from __future__ import annotations
