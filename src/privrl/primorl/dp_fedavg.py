@@ -74,7 +74,9 @@ Copies are processed in chunks of at most ``CHUNK_ELEMENTS`` stacked parameters
 (`auto_chunk_copies`): Pendulum's 30 sampled clients (3 × 2×64) fit in one chunk; at
 HalfCheetah sizes (7 × 4×200, 0.93M parameters per client) the step is bound by the
 per-client matmuls and memory traffic, and stacking all 30 clients (111 MB per buffer) is
-slower than chunks of 2. Measured ratios: benchmarks/bench_primorl_step.py.
+slower than chunks of 2. Measured ratios: benchmarks/bench_primorl_step.py. Local Adam's step
+is one fused pass over the flat buffers where torch has it (`privrl.primorl.fast_local`;
+1.2–1.4× per round, benchmarks/bench_primorl_cpu_wins.py).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ from privrl.config import ConfigError
 from privrl.data.dataset import TrajectoryDataset, Transitions
 from privrl.nn.ensemble import GaussianEnsemble
 from privrl.nn.normalizer import Normalizer
+from privrl.primorl import fast_local
 from privrl.primorl.dynamics import DynamicsModel, holdout_mse, select_elites
 from privrl.privacy.accounting import (
     calibrate_noise_multiplier,
@@ -943,9 +946,12 @@ def _chunk_displacements(
     names = layout.names
     decays = layout.decays(ensemble) if weight_decay else {}
     adam = plan.local_optimizer == "adam"
+    grad: torch.Tensor | None = None  # the flat gradient buffer of the fused Adam step
     if adam:
-        m1_views = layout.views(torch.zeros_like(disp))
-        m2_views = layout.views(torch.zeros_like(disp))
+        m1, m2 = torch.zeros_like(disp), torch.zeros_like(disp)
+        m1_views, m2_views = layout.views(m1), layout.views(m2)
+        if fast_local.use_fused_adam(disp.device):  # one pass over flat buffers
+            grad = torch.empty_like(disp)
     full = mask.all(dim=-1)  # [c, S]
     n_valid = mask.sum(dim=-1).to(start.dtype)  # [c, S]
     for j in range(int(steps[0]) if c else 0):
@@ -963,7 +969,19 @@ def _chunk_displacements(
                 if k in decays:  # ∇ d·½‖W‖² = d·W (GaussianEnsemble.weight_decay_penalty)
                     grads[i].add_(leaves[i], alpha=decays[k])
             dv = [d_views[k][:a] for k in names]
-            if adam:  # Adam reset for every client (its state starts at zero each round)
+            if grad is not None:  # the same Adam step, fused (fast_local.adam_step_)
+                torch.cat([g.reshape(a, n, -1) for g in grads], dim=-1, out=grad[:a])
+                fast_local.adam_step_(
+                    disp[:a],
+                    grad[:a],
+                    m1[:a],
+                    m2[:a],
+                    step=j + 1,
+                    lr=plan.lr,
+                    betas=_ADAM_BETAS,
+                    eps=_ADAM_EPS,
+                )
+            elif adam:  # Adam reset for every client (its state starts at zero each round)
                 b1, b2 = _ADAM_BETAS
                 t = j + 1
                 v1 = [m1_views[k][:a] for k in names]
