@@ -123,16 +123,26 @@ def build_recipe(
     quick: bool = False,
     out: Path | None = None,
     progress: bool = True,
+    pinned: bool | None = None,
 ) -> Path:
     """Build (or resume) the dataset of recipe `name` in `data_dir` (default
-    `default_data_dir()`), copied to `out` if given; returns the dataset's path."""
+    `default_data_dir()`), copied to `out` if given; returns the dataset's path.
+
+    ``pinned`` (default: a full build, not a quick one) runs the build in a child process with
+    machine-independent numerics (`privrl.runs.recipes.numerics`), so any machine rebuilds the
+    same dataset."""
     from privrl.privacy.limits import InputError
 
     if name not in RECIPES:
         raise InputError(f"unknown recipe {name!r}; available: {', '.join(RECIPES)}")
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     check_data_dir(root)
-    path = RECIPES[name].load()(root, seed=seed, quick=quick, progress=progress)
+    from privrl.runs.recipes import numerics
+
+    if (not quick if pinned is None else pinned) and not numerics.is_pinned():
+        path = numerics.run_pinned(name, root, seed=seed, quick=quick, progress=progress)
+    else:
+        path = RECIPES[name].load()(root, seed=seed, quick=quick, progress=progress)
     if out is not None and Path(out).resolve() != Path(path).resolve():
         copy_atomically(path, Path(out))
         path = Path(out)

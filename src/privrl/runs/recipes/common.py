@@ -148,8 +148,12 @@ def build_stem(name: str, seed: int, quick: bool) -> str:
 
 
 def stage_fingerprint(obj: Any) -> str:
-    """The fingerprint of a stage's inputs (a stage output is reused when it matches)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """The fingerprint of a stage's inputs and of the numerics it runs with (a stage output is
+    reused when it matches; `numerics.tag`: one built on another instruction set is not)."""
+    from privrl.runs.recipes.numerics import tag
+
+    key = json.dumps([tag(), obj], sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def seed_seq(seed: int, *key: int) -> np.random.SeedSequence:

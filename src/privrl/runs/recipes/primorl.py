@@ -34,7 +34,9 @@ reference returns, one shard of rollouts) is written atomically into the stage d
 ``data_dir/<recipe>[-quick][-seed<S>]/`` together with a fingerprint of its parameters, and is
 skipped on a rerun when its file exists with the same fingerprint. Each stage draws from its
 own ``SeedSequence(seed, spawn_key=…)``, so a resumed build equals an uninterrupted one.
-Bit-identical results assume the same torch thread count (recorded in the metadata).
+Bit-identical results assume the same torch thread count and instruction sets (recorded in the
+metadata): a full build pins both (`privrl.runs.recipes.numerics`), so any x86-64 machine with
+AVX2 rebuilds the same file.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from privrl.runs.recipes import numerics
 from privrl.runs.recipes.common import (
     atomic_write,
     build_stem,
@@ -387,6 +390,7 @@ def _build_locked(build: _Build) -> Path:
             "seed": seed,
             "quick": quick,
             "torch_threads": torch.get_num_threads(),
+            "numerics": numerics.describe(),  # the instruction sets it ran on (pinned or not)
             "jobs": job_table,
             "checkpoints": [
                 {
