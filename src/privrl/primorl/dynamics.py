@@ -240,15 +240,15 @@ class DynamicsModel:
     # -------------------------------------------------------------- data → tensors
     def inputs(self, obs: Any, act: Any) -> torch.Tensor:
         """Normalised network inputs ``[B, obs_dim + act_dim]`` (float32)."""
-        n = len(obs)
-        x = torch.cat([_flat(obs, n), _flat(act, n)], dim=1).to(self.device)
+        n, on = len(obs), self.device
+        x = torch.cat([_flat(obs, n).to(on), _flat(act, n).to(on)], dim=1)
         return self.input_normalizer.transform(x)
 
     def raw_targets(self, obs: Any, rew: Any, next_obs: Any) -> torch.Tensor:
         """``[s' − s, r]`` ``[B, obs_dim + 1]`` in data units (float32)."""
-        n = len(obs)
-        y = torch.cat([_flat(next_obs, n) - _flat(obs, n), _flat(rew, n)], dim=1)
-        return y.to(self.device)
+        n, on = len(obs), self.device
+        delta = _flat(next_obs, n).to(on) - _flat(obs, n).to(on)
+        return torch.cat([delta, _flat(rew, n).to(on)], dim=1)
 
     def targets(self, obs: Any, rew: Any, next_obs: Any) -> torch.Tensor:
         """Training targets: :meth:`raw_targets`, normalised if ``normalize_targets``."""
