@@ -51,6 +51,7 @@ class BoxAgent:
         action_high: np.ndarray | Sequence[float],
         config: Any = None,
         seed: int = 0,
+        *,
         device: torch.device | str = "cpu",
     ) -> None:
         self.config = config if config is not None else self.config_class()
