@@ -175,7 +175,8 @@ class DynamicsModel:
     ``config.normalize_targets``) standardises the targets. Both default to identity until
     :func:`train_dynamics` fits them on the arrays it is explicitly allowed to use, or the
     caller sets them from public information. ``elites`` are all members until training picks
-    them on the holdout.
+    them on the holdout. ``device``: where the ensemble lives (initialised on the CPU from
+    ``seed``, then moved); inputs are moved there, and `state_dict` is on the CPU.
     """
 
     def __init__(
