@@ -25,6 +25,12 @@ and Swingup (the cartpoles: 5 × 2×128, in 6 → out 6 — obs 5 + action 1 fro
 `privrl.primorl.dynamics.DYNAMICS_PRESETS` sizes both; 30 trajectories of 1000 steps → 63 local
 steps; flat clipping, the task presets').
 
+``--device cpu|cuda|auto`` (default cpu): where the rounds run. On a GPU (``cuda``, or ``auto``
+with one present) every round is also timed on the CPU from the same inputs, interleaved in
+the same run, and the JSON reports ``cpu_over_device`` (CPU seconds / GPU seconds: the GPU's
+speed-up); ``--device cuda`` without a GPU exits with a one-line error. The noise is drawn on
+the CPU and moved, as in a run (`privrl.privacy.noise.torch_normal`).
+
 ``--mode tasks``: what one run of each task costs, side by side. One DP round (the new code,
 chunked automatically) at each task's sizes — Pendulum, Balance, Swingup (the sampled
 trajectories q·K = 1e-3 × 30,000 = 30 of their horizon) and HalfCheetah (q·K = 1e-2 × 2000 =
@@ -33,8 +39,8 @@ task's seconds per round and its ratio to Pendulum's (robust to the machine's lo
 seconds are not), in ``results/bench_primorl_step_tasks.json``. A run's DP stage costs about
 ratio × Pendulum's measured DP stage × T/7000 (``reproductions.primorl.table1``).
 
-    python benchmarks/bench_primorl_step.py [--quick] [--rounds N] [--out PATH]
-    python benchmarks/bench_primorl_step.py --mode tasks [--rounds N] [--out PATH]
+    python benchmarks/bench_primorl_step.py [--quick] [--rounds N] [--device D] [--out PATH]
+    python benchmarks/bench_primorl_step.py --mode tasks [--rounds N] [--device D] [--out PATH]
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,11 +58,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from privrl.nn.device import describe_device, resolve_device
 from privrl.nn.ensemble import GaussianEnsemble
 from privrl.primorl import dp_fedavg as fed
+from privrl.privacy.noise import NoiseSource
 
 RESULTS = Path(__file__).parent / "results" / "bench_primorl_step.json"
 TASK_RESULTS = Path(__file__).parent / "results" / "bench_primorl_step_tasks.json"
+
+
+def _sync() -> None:
+    """Wait for queued GPU work, so a timing covers it (nothing to wait for on the CPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def _time_interleaved(fns: dict[str, Callable[[int], object]], rounds: int) -> dict[str, float]:
@@ -63,10 +78,17 @@ def _time_interleaved(fns: dict[str, Callable[[int], object]], rounds: int) -> d
     per: dict[str, list[float]] = {k: [] for k in fns}
     for r in range(rounds):
         for name, fn in fns.items():
+            _sync()
             t = time.perf_counter()
             fn(r)
+            _sync()
             per[name].append(time.perf_counter() - t)
     return {name: statistics.median(v) for name, v in per.items()}
+
+
+def _noise(r: int) -> object:
+    """Round r's noise generator (insecure, seeded: a benchmark publishes nothing)."""
+    return NoiseSource.insecure(r).generator("bench dp-fedavg noise")
 
 
 def _nonprivate_steps(
@@ -79,6 +101,7 @@ def _nonprivate_steps(
     local = ens.expand_copies(n)
     opt = torch.optim.SGD(list(local.parameters()), lr=plan.lr, foreach=True)
     rows = torch.from_numpy(clients.starts[:n, None, None] + np.maximum(positions, 0))
+    rows = rows.to(clients.x.device)
     x, y = clients.x[rows], clients.y[rows]  # every client has the same full batches here
     for j in range(int(steps.max())):
         loss = local.loss(x[:, j, None], y[:, j, None]).sum()
@@ -99,14 +122,16 @@ def _setup(
     sampling_rate: float = 1e-3,
     n_units: int = 30_000,
     seed: int = 0,
+    device: torch.device | str = "cpu",
 ) -> tuple[GaussianEnsemble, torch.Tensor, fed.Clients, fed.DpFedAvgPlan, fed.EnsembleLayout]:
     """A random ensemble of the given sizes, `clients_n` trajectories of `length` transitions
-    and a DP-FedAvg plan (z = 0.52, T = 7000, K = `n_units`, rate q)."""
+    and a DP-FedAvg plan (z = 0.52, T = 7000, K = `n_units`, rate q), drawn on the CPU and
+    moved to `device` (the same inputs on every device)."""
     g = torch.Generator().manual_seed(seed)
-    ens = GaussianEnsemble(in_dim, out_dim, hidden, members, 1, seed=seed)
+    ens = GaussianEnsemble(in_dim, out_dim, hidden, members, 1, seed=seed).to(device)
     x = torch.randn(clients_n * length, in_dim, generator=g)
     y = 0.1 * torch.randn(clients_n * length, out_dim, generator=g)
-    clients = fed.Clients(x, y, np.full(clients_n, length))
+    clients = fed.Clients(x.to(device), y.to(device), np.full(clients_n, length))
     plan = fed.plan_dp_fedavg(
         fed.DpFedAvgConfig(
             noise_multiplier=0.52,
@@ -135,7 +160,7 @@ def _dp_round(
         summed = fed.local_displacements(
             ens, start, clients, sampled, plan, np.random.default_rng(r), chunk_copies=chunk
         )
-        return fed.aggregate(start, summed, plan, torch.Generator().manual_seed(r))
+        return fed.aggregate(start, summed, plan, _noise(r))
 
     return run
 
@@ -155,8 +180,9 @@ def scenario(
     clip_mode: str = "per-layer",
     chunk_sweep: tuple[int, ...] = (),
     seed: int = 0,
+    device: torch.device = torch.device("cpu"),
 ) -> dict:
-    ens, start, clients, plan, layout = _setup(
+    sizes = dict(
         members=members,
         hidden=hidden,
         in_dim=in_dim,
@@ -166,6 +192,7 @@ def scenario(
         clip_mode=clip_mode,
         seed=seed,
     )
+    ens, start, clients, plan, layout = _setup(**sizes, device=device)
     sampled = np.arange(clients_n)
     auto = fed.auto_chunk_copies(layout, clients_n)
 
@@ -176,11 +203,11 @@ def scenario(
         disp = fed.local_displacements_loop(
             ens, start, clients, sampled, plan, np.random.default_rng(r)
         )
-        return fed.aggregate(
-            start, disp.sum(0, keepdim=True), plan, torch.Generator().manual_seed(r)
-        )
+        return fed.aggregate(start, disp.sum(0, keepdim=True), plan, _noise(r))
 
     fns: dict[str, Callable[[int], object]] = {"dp_round": dp_round(None)}
+    if device.type != "cpu":  # the same round on the CPU, side by side
+        fns["dp_round_cpu"] = _dp_round(*_setup(**sizes)[:4], None)
     if naive_loop:
         fns["loop"] = loop
     fns["loop_members_batched"] = dp_round(1)
@@ -223,6 +250,8 @@ def scenario(
         out["speedup_vs_loop"] = times["loop"] / t_new
     out["speedup_vs_loop_members_batched"] = times["loop_members_batched"] / t_new
     out["cost_vs_nonprivate"] = t_new / times["nonprivate"]
+    if "dp_round_cpu" in times:
+        out["cpu_over_device"] = times["dp_round_cpu"] / t_new
     if "stacked_all_copies" in times:
         out["stacked_vs_loop_members_batched"] = (
             times["stacked_all_copies"] / times["loop_members_batched"]
@@ -254,14 +283,15 @@ TASK_RUNS = {
 }
 
 
-def task_rounds(rounds: int, seed: int = 0) -> dict:
+def task_rounds(rounds: int, seed: int = 0, device: torch.device | None = None) -> dict:
     """One DP round per task (:data:`TASK_RUNS`), timed interleaved; seconds per round and the
-    ratio of each to Pendulum's."""
+    ratio of each to Pendulum's (on `device`; on a GPU, each also on the CPU beside it)."""
+    device = torch.device("cpu") if device is None else device
     fns: dict[str, Callable[[int], object]] = {}
     facts: dict[str, dict] = {}
     for name, run in TASK_RUNS.items():
         sizes = {k: v for k, v in SCENARIOS[name].items() if k not in ("stacked", "length")}
-        ens, start, clients, plan, layout = _setup(
+        given = dict(
             **sizes,
             clients_n=run["clients_n"],
             length=run["length"],
@@ -269,7 +299,10 @@ def task_rounds(rounds: int, seed: int = 0) -> dict:
             n_units=run["n_units"],
             seed=seed,
         )
+        ens, start, clients, plan, layout = _setup(**given, device=device)
         fns[name] = _dp_round(ens, start, clients, plan, None)
+        if device.type != "cpu":
+            fns[f"{name}_cpu"] = _dp_round(*_setup(**given)[:4], None)
         steps = int(
             fed.client_batches(clients.counts[:1], plan.B, plan.E, np.random.default_rng(0))[1][0]
         )
@@ -294,6 +327,9 @@ def task_rounds(rounds: int, seed: int = 0) -> dict:
     for name, f in facts.items():
         f["seconds_per_round"] = times[name]
         f["ratio_to_pendulum"] = times[name] / times["pendulum"]
+        if f"{name}_cpu" in times:
+            f["cpu_seconds_per_round"] = times[f"{name}_cpu"]
+            f["cpu_over_device"] = times[f"{name}_cpu"] / times[name]
         if f["paper_rounds"]:
             f["dp_stage_seconds_at_this_load"] = times[name] * f["paper_rounds"]
     return facts
@@ -312,16 +348,29 @@ def main() -> None:
         help="step: the new round vs its baselines per scenario; tasks: one DP round per task "
         "side by side, ratios to Pendulum",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "auto"),
+        default="cpu",
+        help="where the rounds run; on a GPU each round is also timed on the CPU beside it "
+        "(cpu_over_device in the JSON)",
+    )
     args = parser.parse_args()
+    try:
+        device = resolve_device(args.device)
+    except ValueError as err:
+        sys.exit(f"error: --device {args.device}: {str(err).removeprefix('device ')}")
     torch.set_num_threads(1)
     if args.mode == "tasks":
-        main_tasks(args.rounds or (2 if args.quick else 4), args.out, quick=args.quick)
+        rounds = args.rounds or (2 if args.quick else 4)
+        main_tasks(rounds, args.out, quick=args.quick, device=device)
         return
     rounds = args.rounds or (2 if args.quick else 7)
     results: dict = {
         "benchmark": "primorl_step",
         "quick": bool(args.quick),
         "torch_threads": torch.get_num_threads(),
+        "device": describe_device(device),
         "targets": {
             "pendulum speedup_vs_loop": ">= 8",
             "pendulum cost_vs_nonprivate": "<= 2",
@@ -341,6 +390,7 @@ def main() -> None:
             naive_loop=True,
             length=SCENARIOS[name].get("length", 200),
             chunk_sweep=(4, 8) if hc and not args.quick else (),
+            device=device,
         )
         print(name, json.dumps(results["scenarios"][name], indent=1), flush=True)
     results["machine"] = {
@@ -355,18 +405,19 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def main_tasks(rounds: int, out: Path, *, quick: bool) -> None:
+def main_tasks(rounds: int, out: Path, *, quick: bool, device: torch.device) -> None:
     """--mode tasks: one DP round per task, interleaved; the JSON in `out` (default
     results/bench_primorl_step_tasks.json)."""
     if out == RESULTS:
         out = TASK_RESULTS
     load = list(os.getloadavg())
     t0 = time.perf_counter()
-    tasks = task_rounds(rounds)
+    tasks = task_rounds(rounds, device=device)
     results = {
         "benchmark": "primorl_step_tasks",
         "quick": quick,
         "torch_threads": torch.get_num_threads(),
+        "device": describe_device(device),
         "rounds_timed": rounds,
         "what": "median seconds of one DP-FedAvg round (local steps, clip, sum, one noise "
         "draw) at each task's sizes, timed interleaved; ratio_to_pendulum is robust to the "

@@ -14,6 +14,7 @@ import torch
 
 from privrl.cli.main import main
 from privrl.data.io import save_hdf5
+from privrl.nn.device import describe_device, resolve_device
 from privrl.privacy.ledger import BudgetLedger
 from privrl.rl.sac import SAC
 from tests.primorl.test_mopo import small_pendulum_dataset
@@ -99,6 +100,8 @@ def test_unknown_env_is_bad_input(files, tmp_path, capsys) -> None:
         (["--target-entropy", "lots"], "--target-entropy"),
         (["--init-fraction", "0"], "--init-fraction"),
         (["--resume"], "no checkpoint"),
+        (["--device", "gpu"], "--device"),
+        *([] if torch.cuda.is_available() else [(["--device", "cuda"], "needs a CUDA GPU")]),
     ],
 )
 def test_bad_options_are_bad_input(files, tmp_path, capsys, extra, fragment) -> None:
@@ -134,6 +137,7 @@ def test_run_directory_contract_and_resume(files, tmp_path, capsys) -> None:
     assert metrics["start_mode"] == "dataset" and metrics["epochs"] == 2
     assert (metrics["penalty"], metrics["lambda"], metrics["rollout_length"]) == ("mpd", 2.0, 3)
     assert metrics["epsilon"] == "inf" and metrics["private"] is False
+    assert metrics["device"] == describe_device(resolve_device("auto"))
     privacy = json.loads((out / "privacy.json").read_text())
     for key in ("unit", "relation", "epsilon", "delta", "accountant", "releases"):
         assert key in privacy, key
@@ -149,8 +153,9 @@ def test_run_directory_contract_and_resume(files, tmp_path, capsys) -> None:
     assert agent.act(torch.zeros(3).numpy(), deterministic=True).shape == (1,)
     assert "MOPO on pendulum" in stdout
 
-    # Same configuration, more epochs: resumes from epoch 2 (the model is not retrained).
-    longer = [*argv, "--seed", "3"]
+    # Same configuration, more epochs: resumes from epoch 2 (the model is not retrained), on
+    # the device named (checkpoints are device-free; the device is no part of the run's record).
+    longer = [*argv, "--seed", "3", "--device", "cpu"]
     longer[longer.index("--epochs") + 1] = "3"
     code, _, err = run([*longer, "--resume"], capsys)
     assert code == 0, err

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from privrl.cli.main import main
 from privrl.data.io import save_hdf5
@@ -428,3 +429,22 @@ def test_data_declare_public_writes_a_declaration_train_primorl_uses(
     capsys.readouterr()
     assert main(["data", "declare-public", str(src), "--episodes", "2"]) == 2
     assert "ledger" in _err(capsys)
+
+
+def test_device_is_recorded_and_a_bad_or_absent_one_is_one_error_line(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST]
+    assert main([*argv, "--device", "cpu", "--out", str(tmp_path / "cpu")]) == 0
+    assert json.loads((tmp_path / "cpu" / "metrics.json").read_text())["device"] == "cpu"
+    capsys.readouterr()
+    assert main([*argv, "--device", "gpu", "--out", str(tmp_path / "bad")]) == 2
+    err = _err(capsys)
+    assert "--device" in err and "cpu, cuda, cuda:N or auto" in err
+    if not torch.cuda.is_available():  # refused from the plan, before the ledger or the data
+        assert main([*argv, "--device", "cuda", "--out", str(tmp_path / "none")]) == 2
+        assert "--device" in (err := _err(capsys)) and "needs a CUDA GPU" in err
+        model = str(tmp_path / "cpu" / "model.pt")
+        again = ["train", "primorl", "--model", model, "--out", str(tmp_path / "again")]
+        code = main([*again, "--device", "cuda:0", "--epochs", "1"])
+        assert code == 2 and "needs a CUDA GPU" in _err(capsys)

@@ -79,6 +79,7 @@ def test_policy_stage_api_has_no_dataset_parameter() -> None:
         "require_public",
         "checkpoint",
         "progress",
+        "device",
     }
     for p in params.values():
         assert "Dataset" not in str(p.annotation) and "Transitions" not in str(p.annotation)

@@ -274,7 +274,7 @@ def test_without_public_data_unbounded_spaces_are_refused() -> None:
 def test_policy_stage_takes_no_data_argument() -> None:
     """Structural rule: the policy stage's entry point has no handle on the episodes."""
     params = set(inspect.signature(P.policy_from_model).parameters)
-    assert params == {"released", "config", "seed", "checkpoint", "progress"}
+    assert params == {"released", "config", "seed", "checkpoint", "progress", "device"}
     fields = set(P.ReleasedModel.__dataclass_fields__)
     public = {"model", "task", "env_id", "report", "public_states", "reference_returns"}
     public.add("public_source")  # what the public data was: a declaration, never content

@@ -381,13 +381,9 @@ def make_learner(
 def learner_device(spec: str) -> torch.device:
     """The `torch.device` of the ``device`` field on this machine (an absent GPU is refused,
     naming the field)."""
-    from privrl.config import ConfigError
-    from privrl.nn.device import resolve_device
+    from privrl.nn.device import config_device
 
-    try:
-        return resolve_device(spec)
-    except ValueError as err:
-        raise ConfigError("device", str(err).removeprefix("device ")) from None
+    return config_device(spec)
 
 
 @functools.cache

@@ -12,12 +12,20 @@ a CUDA run's noise has the same source, and for a fixed draw the same values, as
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEVICE_CHOICES", "DEVICE_HELP", "check_device", "describe_device", "resolve_device"]
+__all__ = [
+    "DEVICE_CHOICES",
+    "DEVICE_HELP",
+    "check_device",
+    "config_device",
+    "describe_device",
+    "resolve_device",
+    "to_cpu",
+]
 
 DEVICE_CHOICES = ("cpu", "cuda", "cuda:N", "auto")
 DEVICE_HELP = (
@@ -64,6 +72,32 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
                 f"cuda:{count - 1}"
             )
     return device
+
+
+def config_device(spec: str | torch.device | None, key: str = "device") -> torch.device:
+    """`resolve_device` for a config field: an absent GPU (or a misspelt name) is a
+    `privrl.config.ConfigError` naming the field ``key``, so the command reports it in one
+    line before any work."""
+    from privrl.config import ConfigError
+
+    try:
+        return resolve_device(spec)
+    except ValueError as err:
+        raise ConfigError(key, str(err).removeprefix("device ")) from None
+
+
+def to_cpu(state: Any) -> Any:
+    """``state`` (nested dicts, lists and tuples of tensors) with every tensor detached and
+    on the CPU: a checkpoint written on any device loads on any other."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return state.detach().cpu()
+    if isinstance(state, dict):
+        return {k: to_cpu(v) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(to_cpu(v) for v in state)
+    return state
 
 
 def describe_device(device: torch.device) -> str:

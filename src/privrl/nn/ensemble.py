@@ -147,15 +147,17 @@ class GaussianEnsemble(nn.Module):
     @torch.no_grad()
     def expand_copies(self, copies: int) -> GaussianEnsemble:
         """A new ensemble with ``copies`` copies, each equal to copy 0 of this one."""
-        new = GaussianEnsemble(**self._spec(), copies=copies)
+        new = GaussianEnsemble(**self._spec(), copies=copies).to(self.max_logvar.device)
         new.load_parameters_dict({k: v[:1] for k, v in self.parameters_dict().items()})
         return new._same_trainable(self)
 
     @torch.no_grad()
     def select_copies(self, index: int | Sequence[int] | Tensor) -> GaussianEnsemble:
         """A new ensemble made of the given copies (an int gives a single-copy ensemble)."""
+        device = self.max_logvar.device
         idx = torch.as_tensor([index] if isinstance(index, int) else index, dtype=torch.long)
-        new = GaussianEnsemble(**self._spec(), copies=int(idx.numel()))
+        idx = idx.to(device)
+        new = GaussianEnsemble(**self._spec(), copies=int(idx.numel())).to(device)
         new.load_parameters_dict({k: v[idx] for k, v in self.parameters_dict().items()})
         return new._same_trainable(self)
 

@@ -834,7 +834,7 @@ class Clients:
             )
         _, client_of_episode = np.unique(dataset.unit_ids, return_inverse=True)
         client_of_row = np.repeat(client_of_episode.reshape(-1), dataset.episode_lengths)
-        order = torch.from_numpy(np.argsort(client_of_row, kind="stable"))
+        order = torch.from_numpy(np.argsort(client_of_row, kind="stable")).to(x.device)
         counts = np.bincount(client_of_row, minlength=int(client_of_episode.max()) + 1)
         return cls(x[order], y[order], counts, unit)
 
@@ -899,7 +899,8 @@ def _masked_loss(
     mean, logvar = GaussianEnsemble.functional_forward(params, x)  # [a, N, B, out]
     err = ((mean - y).square() * torch.exp(-logvar) + logvar).sum(-1)  # [a, N, B]
     if mask is not None:
-        err = torch.where(mask[:, None, :], err, torch.zeros((), dtype=err.dtype))
+        zero = torch.zeros((), dtype=err.dtype, device=err.device)
+        err = torch.where(mask[:, None, :], err, zero)
     nll = err.sum(-1) / (n_valid[:, None] * mean.shape[-1])
     return nll.sum(1) + ensemble.logvar_bound_penalty(params)
 
@@ -940,7 +941,7 @@ def _chunk_displacements(
     preallocated buffers (fresh multi-megabyte tensors per step cost page faults).
     """
     c, n = x.shape[0], layout.members
-    disp = torch.zeros(c, n, layout.size, dtype=start.dtype)
+    disp = torch.zeros(c, n, layout.size, dtype=start.dtype, device=start.device)
     theta = torch.empty_like(disp)  # θ_k = θ(t) + Δ_k, the point where gradients are taken
     d_views, t_views = layout.views(disp), layout.views(theta)
     names = layout.names
@@ -1003,11 +1004,13 @@ def _chunk_displacements(
 def _gather(
     clients: Clients, sampled: np.ndarray, positions: np.ndarray
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x, y, mask of the sampled clients' local batches (``positions`` [c, S, B])."""
+    """x, y, mask of the sampled clients' local batches (``positions`` [c, S, B]), on the
+    clients' device."""
     mask = positions >= 0
     rows = clients.starts[sampled][:, None, None] + np.where(mask, positions, 0)
-    rows_t = torch.from_numpy(rows)
-    return clients.x[rows_t], clients.y[rows_t], torch.from_numpy(mask)
+    on = clients.x.device
+    rows_t = torch.from_numpy(rows).to(on)
+    return clients.x[rows_t], clients.y[rows_t], torch.from_numpy(mask).to(on)
 
 
 def local_displacements(
@@ -1035,7 +1038,7 @@ def local_displacements(
     if reduce not in ("sum", "none"):
         raise ValueError(f"reduce must be 'sum' or 'none', got {reduce!r}")
     shape = (1 if reduce == "sum" else n, layout.members, layout.size)
-    out = torch.zeros(shape, dtype=start.dtype)
+    out = torch.zeros(shape, dtype=start.dtype, device=start.device)
     if n == 0:
         return out
     positions, steps = client_batches(clients.counts[sampled], plan.B, plan.E, rng)
@@ -1062,7 +1065,7 @@ def local_displacements(
         if reduce == "sum":
             out += disp.sum(dim=0, keepdim=True)
         else:
-            out[torch.from_numpy(idx)] = disp
+            out[torch.from_numpy(idx).to(out.device)] = disp
     return out
 
 
@@ -1086,7 +1089,9 @@ def local_displacements_loop(
     positions, steps = client_batches(clients.counts[sampled], plan.B, plan.E, rng)
     base = {k: v.detach()[:1] for k, v in ensemble.parameters_dict().items()}
     base.update({k: v for k, v in layout.views(start).items()})
-    out = torch.zeros(sampled.shape[0], layout.members, layout.size, dtype=start.dtype)
+    out = torch.zeros(
+        sampled.shape[0], layout.members, layout.size, dtype=start.dtype, device=start.device
+    )
     for i, k in enumerate(sampled):
         local = ensemble.select_copies(0)
         local.load_parameters_dict(base)
@@ -1095,7 +1100,7 @@ def local_displacements_loop(
         m2 = [torch.zeros_like(p) for p in trainable]
         for j in range(int(steps[i])):
             pos = positions[i, j]
-            rows = clients.starts[k] + pos[pos >= 0]
+            rows = torch.from_numpy(clients.starts[k] + pos[pos >= 0]).to(clients.x.device)
             loss = local.loss(clients.x[rows], clients.y[rows], weight_decay=weight_decay).sum()
             grads = torch.autograd.grad(loss, trainable)
             with torch.no_grad():
@@ -1303,7 +1308,9 @@ def train_dp_fedavg(
     on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
     checkpoint_every: int = 0,
 ) -> DpFedAvgResult:
-    """Train ``model``'s ensemble with T_max DP-FedAvg rounds (fewer if early-stopped).
+    """Train ``model``'s ensemble with T_max DP-FedAvg rounds (fewer if early-stopped), on the
+    model's device: θ, the clients' tensors, the local updates and their clipping (the noise is
+    drawn on the CPU from the secure generator and moved; the client sampling stays there).
 
     ``private``: the private training episodes (never read for anything but the clipped local
     updates). ``public_split``: the declared-public holdout (early stopping every
@@ -1318,8 +1325,9 @@ def train_dp_fedavg(
 
     Resumable: every ``checkpoint_every`` rounds (0: never) ``on_checkpoint`` receives the
     loop's full state (round counter, θ(t), the kept snapshots, the early-stopping record and
-    every generator's state); passing that dict back as ``resume`` (same model initialisation,
-    data, plan and seed) continues exactly where it stopped. The accountant needs nothing from
+    every generator's state; tensors on the CPU, so it resumes on any device); passing that
+    dict back as ``resume`` (same model initialisation, data, plan and seed) continues exactly
+    where it stopped. The accountant needs nothing from
     it: ε is re-derived from the public T. The state is SECRET — it holds the noise
     generator's state, which would let a reader subtract the noise — so it must never be
     published and should be deleted once training ends.
@@ -1368,8 +1376,9 @@ def train_dp_fedavg(
     if resume is not None:
         if resume.get("format") != _STATE_FORMAT or int(resume["T_max"]) != plan.T_max:
             raise ValueError("the DP-FedAvg checkpoint belongs to another run (format or T_max)")
-        theta = resume["theta"].clone()
-        snapshot = resume["snapshot"].clone()
+        on = theta.device  # the state is saved on the CPU: it resumes on any device
+        theta = resume["theta"].to(on).clone()
+        snapshot = resume["snapshot"].to(on).clone()
         best = np.asarray(resume["best"], dtype=np.float64).copy()
         best_round = np.asarray(resume["best_round"], dtype=np.int64).copy()
         eval_rounds = [int(r) for r in resume["eval_rounds"]]
@@ -1391,7 +1400,7 @@ def train_dp_fedavg(
                 raise ValueError(
                     "the DP-FedAvg checkpoint has no server momentum; use a new output directory"
                 )
-            momentum = resume["momentum"].clone()
+            momentum = resume["momentum"].to(on).clone()
         first = plan.T_max + 1 if stopped else rounds + 1
 
     def _state() -> dict[str, Any]:
@@ -1400,8 +1409,8 @@ def train_dp_fedavg(
             "T_max": plan.T_max,
             "rounds": rounds,
             "stopped": stopped,
-            "theta": theta.clone(),
-            "snapshot": snapshot.clone(),
+            "theta": theta.cpu().clone(),
+            "snapshot": snapshot.cpu().clone(),
             "best": best.tolist(),
             "best_round": best_round.tolist(),
             "eval_rounds": list(eval_rounds),
@@ -1410,7 +1419,7 @@ def train_dp_fedavg(
             "sample_rng": sample_rng.bit_generator.state,
             "batch_rng": batch_rng.bit_generator.state,
             "noise_gen": noise_gen.bit_generator.state,
-            "momentum": None if momentum is None else momentum.clone(),
+            "momentum": None if momentum is None else momentum.cpu().clone(),
         }
 
     for t in range(first, plan.T_max + 1):
@@ -1436,7 +1445,7 @@ def train_dp_fedavg(
             rel = (best - cur) / np.where(np.isinf(best), 1.0, best)
             improved = (np.isinf(best) & np.isfinite(cur)) | (rel > plan.min_improvement)
             if improved.any():
-                keep = torch.from_numpy(improved)[None, :, None]
+                keep = torch.from_numpy(improved)[None, :, None].to(theta.device)
                 snapshot = torch.where(keep, theta, snapshot)
                 best = np.where(improved, cur, best)
                 best_round[improved] = t

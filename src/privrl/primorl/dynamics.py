@@ -175,7 +175,8 @@ class DynamicsModel:
     ``config.normalize_targets``) standardises the targets. Both default to identity until
     :func:`train_dynamics` fits them on the arrays it is explicitly allowed to use, or the
     caller sets them from public information. ``elites`` are all members until training picks
-    them on the holdout.
+    them on the holdout. ``device``: where the ensemble lives (initialised on the CPU from
+    ``seed``, then moved); inputs are moved there, and `state_dict` is on the CPU.
     """
 
     def __init__(
@@ -187,6 +188,7 @@ class DynamicsModel:
         input_normalizer: Normalizer | None = None,
         target_normalizer: Normalizer | None = None,
         seed: int = 0,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)
         self.config = config if config is not None else DynamicsConfig()
@@ -200,7 +202,7 @@ class DynamicsModel:
             weight_decays=cfg.weight_decays,
             logvar_bound_coef=cfg.logvar_bound_coef,
             seed=seed,
-        )
+        ).to(device)  # initialised on the CPU from the seed, then moved: the same weights
         if not cfg.learn_logvar_bounds:
             self.ensemble.max_logvar.requires_grad_(False)
             self.ensemble.min_logvar.requires_grad_(False)
@@ -226,17 +228,28 @@ class DynamicsModel:
     def members(self) -> int:
         return self.config.members
 
+    @property
+    def device(self) -> torch.device:
+        """Where the ensemble's parameters (and every tensor it computes) are."""
+        return self.ensemble.max_logvar.device
+
+    def to(self, device: torch.device | str) -> DynamicsModel:
+        """Move the ensemble to ``device`` (in place; the normalisers are numpy)."""
+        self.ensemble.to(device)
+        return self
+
     # -------------------------------------------------------------- data → tensors
     def inputs(self, obs: Any, act: Any) -> torch.Tensor:
         """Normalised network inputs ``[B, obs_dim + act_dim]`` (float32)."""
-        n = len(obs)
-        x = torch.cat([_flat(obs, n), _flat(act, n)], dim=1)
+        n, on = len(obs), self.device
+        x = torch.cat([_flat(obs, n).to(on), _flat(act, n).to(on)], dim=1)
         return self.input_normalizer.transform(x)
 
     def raw_targets(self, obs: Any, rew: Any, next_obs: Any) -> torch.Tensor:
         """``[s' − s, r]`` ``[B, obs_dim + 1]`` in data units (float32)."""
-        n = len(obs)
-        return torch.cat([_flat(next_obs, n) - _flat(obs, n), _flat(rew, n)], dim=1)
+        n, on = len(obs), self.device
+        delta = _flat(next_obs, n).to(on) - _flat(obs, n).to(on)
+        return torch.cat([delta, _flat(rew, n).to(on)], dim=1)
 
     def targets(self, obs: Any, rew: Any, next_obs: Any) -> torch.Tensor:
         """Training targets: :meth:`raw_targets`, normalised if ``normalize_targets``."""
@@ -248,7 +261,7 @@ class DynamicsModel:
         mean, logvar = self.ensemble(self.inputs(obs, act))
         mean, std = mean[0], torch.exp(0.5 * logvar[0])
         tn = self.target_normalizer
-        scale = torch.as_tensor(tn.std, dtype=mean.dtype)
+        scale = torch.as_tensor(tn.std, dtype=mean.dtype, device=mean.device)
         return tn.inverse(mean), std * scale
 
     @torch.no_grad()
@@ -266,15 +279,17 @@ class DynamicsModel:
         randomness; MOPO's deterministic mode instead keeps a random member's mean).
         ``info``: ``means``/``stds`` ``[N, B, obs_dim + 1]`` of **all** members in data units
         (what MOPO's penalties use), ``members`` ``[B]`` (−1 when deterministic), ``elites``.
-        Numpy inputs give numpy outputs, tensors give tensors.
+        Numpy inputs give numpy outputs, tensors give tensors (on the model's device). The draws
+        come from the CPU ``generator`` and are moved: the same on every device.
         """
         as_numpy = not isinstance(obs, torch.Tensor)
-        obs_t = _flat(obs, len(obs))
+        on = self.device
+        obs_t = _flat(obs, len(obs)).to(on)
         means, stds = self.distribution(obs_t, act)
         b = obs_t.shape[0]
         elites = torch.as_tensor(self.elites, dtype=torch.long)
         if deterministic:
-            pred = means[elites].mean(dim=0)
+            pred = means[elites.to(on)].mean(dim=0)
             members = torch.full((b,), -1, dtype=torch.long)
         else:
             if generator is None:
@@ -282,25 +297,29 @@ class DynamicsModel:
             gen = _torch_generator(generator)
             members = elites[torch.randint(len(self.elites), (b,), generator=gen)]
             rows = torch.arange(b)
-            noise = torch.randn(b, self.out_dim, generator=gen)
-            pred = means[members, rows] + stds[members, rows] * noise
+            noise = torch.randn(b, self.out_dim, generator=gen).to(on)
+            pick = (members.to(on), rows.to(on))
+            pred = means[pick] + stds[pick] * noise
         next_obs = obs_t + pred[:, : self.obs_dim]
         reward = pred[:, self.obs_dim]
-        info: dict[str, Any] = {"means": means, "stds": stds, "members": members}
+        info: dict[str, Any] = {"means": means, "stds": stds, "members": members.to(on)}
         if as_numpy:
-            next_obs, reward = next_obs.numpy(), reward.numpy()
-            info = {k: v.numpy() for k, v in info.items()}
+            next_obs, reward = next_obs.cpu().numpy(), reward.cpu().numpy()
+            info = {k: v.cpu().numpy() for k, v in info.items()}
         info["elites"] = self.elites
         return next_obs, reward, info
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to rebuild the model (``torch.save``-able, weights-only safe)."""
+        """Everything needed to rebuild the model (``torch.save``-able, weights-only safe; the
+        tensors on the CPU, so a checkpoint loads on any device)."""
         return {
             "obs_dim": self.obs_dim,
             "act_dim": self.act_dim,
             "config": self.config.to_dict(),
-            "ensemble": {k: v.detach().clone() for k, v in self.ensemble.state_dict().items()},
+            "ensemble": {
+                k: v.detach().cpu().clone() for k, v in self.ensemble.state_dict().items()
+            },
             "input_normalizer": self.input_normalizer.state_dict(),
             "target_normalizer": self.target_normalizer.state_dict(),
             "elites": list(self.elites),
@@ -320,8 +339,12 @@ class DynamicsModel:
         self.elites = tuple(int(i) for i in state["elites"])
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> DynamicsModel:
-        model = cls(state["obs_dim"], state["act_dim"], DynamicsConfig.from_dict(state["config"]))
+    def from_state_dict(
+        cls, state: Mapping[str, Any], device: torch.device | str = "cpu"
+    ) -> DynamicsModel:
+        """The model of `state_dict` (read with ``map_location="cpu"``) on ``device``."""
+        config = DynamicsConfig.from_dict(state["config"])
+        model = cls(state["obs_dim"], state["act_dim"], config, device=device)
         model.load_state_dict(state)
         return model
 
@@ -457,7 +480,7 @@ def _mse_tensors(
     model: DynamicsModel, x: torch.Tensor, y_raw: torch.Tensor, chunk: int
 ) -> torch.Tensor:
     """Per-member MSE ``[N]`` of the mean prediction in data units."""
-    total = torch.zeros(model.members, dtype=torch.float64)
+    total = torch.zeros(model.members, dtype=torch.float64, device=x.device)
     tn = model.target_normalizer
     for s in range(0, x.shape[0], chunk):  # bounded memory; few chunks
         mean, _ = model.ensemble(x[s : s + chunk])
@@ -470,7 +493,7 @@ def holdout_mse(model: DynamicsModel, data: TransitionArrays, chunk: int = 8192)
     """Per-member MSE ``[N]`` of ``[s' − s, r]`` on ``data`` (means, data units)."""
     x = model.inputs(data.observations, data.actions)
     y = model.raw_targets(data.observations, data.rewards, data.next_observations)
-    return _mse_tensors(model, x, y, chunk).numpy()
+    return _mse_tensors(model, x, y, chunk).cpu().numpy()
 
 
 def select_elites(errors: Any, n_elites: int) -> tuple[int, ...]:
@@ -566,6 +589,7 @@ def train_dynamics(
     report = progress if progress is not None else (lambda record: None)
     for epoch in range(1, cfg.max_epochs + 1):
         idx = torch.from_numpy(_epoch_indices(rng, n, n_members, cfg.sampling, n_rows, boot))
+        idx = idx.to(x_tr.device)
         ens.train()
         total, count = 0.0, 0
         for s in range(0, n_rows, bs):
@@ -580,12 +604,12 @@ def train_dynamics(
         losses.append(total / count)
         record: dict[str, Any] = {"epoch": epoch, "train_loss": losses[-1]}
         if has_holdout:
-            cur = _mse_tensors(model, x_ho, y_ho, cfg.eval_batch_size).double().numpy()
+            cur = _mse_tensors(model, x_ho, y_ho, cfg.eval_batch_size).double().cpu().numpy()
             mses.append(cur)
             improved = (best - cur) / np.where(np.isinf(best), 1.0, best) > cfg.min_improvement
             improved |= np.isinf(best)
             if improved.any():
-                mask = torch.from_numpy(improved)
+                mask = torch.from_numpy(improved).to(x_tr.device)
                 with torch.no_grad():
                     for k, v in ens.parameters_dict().items():
                         m = mask.view(1, -1, *([1] * (v.dim() - 2)))

@@ -43,6 +43,7 @@ from privrl.config import ConfigError
 from privrl.data.dataset import DatasetError, TrajectoryDataset
 from privrl.data.io import DatasetHeader, header_of
 from privrl.envs.control import ControlTask
+from privrl.nn.device import describe_device
 from privrl.primorl.dp_fedavg import SmallDataWarning
 from privrl.primorl.mopo import RELATION, UNIT, MOPOConfig, MOPOResult, check_dataset, mopo
 from privrl.primorl.options import MAX_MODEL_BUFFER
@@ -255,7 +256,9 @@ def plan_primorl(
     """PRIMORL's plan from the header: the task, the public data, DP-FedAvg's public
     parameters (settings > public metadata > task preset) and the report for T_max rounds.
     A `SmallDataWarning` for each reason the declared K is too small for the noise
-    (`DpFedAvgPlan.small_data_warnings`: public values only)."""
+    (`DpFedAvgPlan.small_data_warnings`: public values only). The torch device is resolved
+    here, once (an absent GPU is refused before the ledger is asked)."""
+    device = config.torch_device()
     source, task = resolve_task(
         config.task, header.metadata, config.reward_transform, config.task_facts()
     )
@@ -282,6 +285,7 @@ def plan_primorl(
         "T_max": the_plan.T_max,
         "fedavg_plan": the_plan,
         "public_source": public_source,
+        "device": device,
     }
     return Plan(report=planned_report(settings, the_plan, task), public=published, facts=facts)
 
@@ -354,6 +358,7 @@ def primorl_metrics(
         "final_epochs": min(config.final_epochs, len(stage.curve)),
         "policy_stage_seconds": stage.seconds,
         "model_reused": n_public is None,
+        "device": describe_device(stage.agent.device),  # public: the hardware used
     }
     if n_public is not None:
         metrics["public_split_units"] = int(n_public)
@@ -442,6 +447,7 @@ class PRIMORL(Algorithm[PrimorlConfig]):
             noise=noise_or_secure(noise),
             secret_dir=secret_dir,
             fedavg_plan=the_plan.facts["fedavg_plan"],
+            device=the_plan.facts["device"],
         )
 
 
@@ -473,9 +479,11 @@ def policy_stage_only(
     seed: int,
     checkpoint: str | Path | None = None,
     progress: Progress | None = None,
+    device: Any = None,
 ) -> PrimorlResult:
     """The policy stage alone on a released model: post-processing, no data, no spend (the
-    report is the release's own, the policy stage named)."""
+    report is the release's own, the policy stage named). ``device``: a `torch.device`
+    (default: the config's ``device``)."""
     report_progress = stage_progress(progress)
     stage = policy_from_model(
         released,
@@ -483,6 +491,7 @@ def policy_stage_only(
         seed=primorl_seeds(seed)["stage"],
         checkpoint=checkpoint,
         progress=None if report_progress is None else lambda r: report_progress("policy", r),
+        device=device,
     )
     return PrimorlResult(
         released=released,
@@ -520,7 +529,9 @@ def fitted(stage: Any, report: PrivacyReport, metrics: dict[str, Any], details: 
 
 def plan_mopo(config: MOPOConfig, header: DatasetHeader) -> Plan:
     """MOPO's plan from the header: the task, its settings, the model buffer's size checked,
-    and the planned report ε = ∞ (any ledger refuses it before the data is read)."""
+    and the planned report ε = ∞ (any ledger refuses it before the data is read); the torch
+    device, resolved once."""
+    device = config.torch_device()
     source, task = resolve_task(
         config.task, header.metadata, config.reward_transform, config.task_facts()
     )
@@ -548,7 +559,7 @@ def plan_mopo(config: MOPOConfig, header: DatasetHeader) -> Plan:
         **published_task(task),
     }
     planned = PrivacyReport.non_private(UNIT, RELATION, system="mopo")
-    facts = {"task": task, "source": source, "mopo": settings}
+    facts = {"task": task, "source": source, "mopo": settings, "device": device}
     return Plan(report=planned, public=published, facts=facts)
 
 
@@ -579,6 +590,7 @@ def mopo_metrics(config: MOPOConfig, result: MOPOResult) -> dict[str, Any]:
         "rollout_length": config.rollout_length,
         "epochs": len(result.stage.curve),
         "split": dict(result.split),
+        "device": describe_device(result.stage.agent.device),  # public: the hardware used
     }
 
 
@@ -631,4 +643,5 @@ class MOPO(Algorithm[MOPOConfig]):
             workdir=workdir,
             progress=stage_progress(progress, ("dynamics", "dynamics model", "epoch", None)),
             task=the_plan.facts["task"],
+            device=the_plan.facts.get("device"),
         )

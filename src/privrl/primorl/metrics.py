@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from privrl.nn.device import describe_device
+
 
 def mopo_metrics(config: Any, result: Any, task: Any) -> dict[str, Any]:
     """metrics.json of a finished MOPO run (``privrl train mopo`` and the reproduction)."""
@@ -30,4 +32,5 @@ def mopo_metrics(config: Any, result: Any, task: Any) -> dict[str, Any]:
         "dynamics": result.dynamics,
         "seconds": result.seconds,
         "policy_stage_seconds": stage.seconds,
+        "device": describe_device(stage.agent.device),  # public: the hardware used
     }

@@ -445,13 +445,17 @@ def mopo(
     workdir: str | Path | None = None,
     progress: ProgressFn | None = None,
     task: ControlTask | None = None,
+    device: Any = None,
 ) -> MOPOResult:
     """Run MOPO on ``dataset``. With ``workdir`` the trained model (``dynamics.pt``) and the
     policy stage (``checkpoint.pt``) are checkpointed there, and a rerun with the same data,
     configuration and seed resumes (ValueError if the directory holds a different run).
     ``progress(phase, record)``: phase "dynamics" per model epoch, "policy" per SAC epoch.
-    ``task``: the resolved task (default: the config's `ControlTask`, else the dataset's)."""
+    ``task``: the resolved task (default: the config's `ControlTask`, else the dataset's).
+    ``device``: a `torch.device` for the ensemble, the real-data buffer and SAC (default: the
+    config's ``device``); the checkpoints are device-free."""
     t_start = time.perf_counter()
+    device = config.torch_device() if device is None else device
     if task is None and isinstance(config.task, ControlTask):
         task = config.task
     task = check_dataset(dataset, task)
@@ -495,11 +499,11 @@ def mopo(
                 f"{dyn_path} holds a model of a different run (data, seed or dynamics "
                 "settings differ); use a new output directory or delete it"
             )
-        model = DynamicsModel.from_state_dict(saved["model"])
+        model = DynamicsModel.from_state_dict(saved["model"], device=device)
         dyn_summary = dict(saved["summary"])
     if model is None:
         model = DynamicsModel(
-            task.obs_dim, task.act_dim, config.dynamics, seed=seeds["dynamics_init"]
+            task.obs_dim, task.act_dim, config.dynamics, seed=seeds["dynamics_init"], device=device
         )
         res = train_dynamics(
             model,
@@ -533,7 +537,11 @@ def mopo(
     real_buffer = None
     if config.real_ratio > 0:
         real_buffer = ReplayBuffer(
-            task.obs_dim, task.act_dim, train_ds.n_transitions, seed=seeds["real_buffer"]
+            task.obs_dim,
+            task.act_dim,
+            train_ds.n_transitions,
+            seed=seeds["real_buffer"],
+            device=device,
         )
         real_buffer.add_batch(
             train_tr.observations,
@@ -562,6 +570,7 @@ def mopo(
         real_buffer=real_buffer,
         checkpoint=None if work is None else work / "checkpoint.pt",
         progress=(lambda r: progress("policy", r)) if progress is not None else None,
+        device=device,
     )
     reference = dataset.metadata.extra.get("reference_returns")
     reference = {k: float(v) for k, v in reference.items()} if isinstance(reference, dict) else None

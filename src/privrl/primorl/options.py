@@ -1,8 +1,9 @@
 """The settings of a policy stage (SAC in a pessimistic model), shared by `PrimorlConfig` and
 `MOPOConfig`: the uncertainty penalty u and its weight λ in r̃ = r̂ − λ·u, the model rollout
 length h, the rollouts started per epoch, SAC's epochs, updates per epoch and target entropy,
-torch threads, the reward scale and the public facts of a task without a preset (horizon,
-action bounds, reward range). `None` means the task's default (its preset)."""
+torch threads, the torch device (``--device``: the dynamics ensemble, DP-FedAvg and SAC run
+there), the reward scale and the public facts of a task without a preset (horizon, action
+bounds, reward range). `None` means the task's default (its preset)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from privrl.config import Config, ConfigError, check, option
+from privrl.nn.device import DEVICE_HELP, check_device
 
 __all__ = [
     "MAX_EPOCHS",
@@ -96,6 +98,9 @@ class StageOptions(Config):
         "--threads",
         help="torch threads (1 is fastest for SAC's 256-row batches, and on a shared machine).",
     )
+    # Where the dynamics ensemble, DP-FedAvg and SAC run; out of the identity at its default
+    # (added after runs were cached; a checkpoint is device-free, so a run resumes anywhere).
+    device: str = option("auto", "--device", help=DEVICE_HELP, keyless_default=True)
     horizon: int | None = option(
         None,
         "--horizon",
@@ -162,6 +167,8 @@ class StageOptions(Config):
             f"must be in [1, {cores}] (this machine's cores), got {self.threads}",
         )
         parse_target_entropy(self.target_entropy)
+        problem = check_device(self.device)
+        check(problem is None, "device", problem or "")
         check(
             within(self.horizon, 1, MAX_HORIZON),
             "horizon",
@@ -170,6 +177,13 @@ class StageOptions(Config):
         for key in ("action_bounds", "reward_range"):
             value = getattr(self, key)
             check(_interval(value), key, f"must be LOW,HIGH with finite LOW < HIGH, got {value}")
+
+    def torch_device(self) -> Any:
+        """The `torch.device` that ``device`` names on this machine (`ConfigError` naming
+        the field for an absent GPU)."""
+        from privrl.nn.device import config_device
+
+        return config_device(self.device)
 
     def task_facts(self) -> Any:
         """The declared facts of a task without a preset (`privrl.primorl.tasks.TaskFacts`)."""

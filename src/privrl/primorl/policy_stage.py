@@ -589,6 +589,7 @@ def run_policy_stage(
     require_public: bool = False,
     checkpoint: str | Path | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> PolicyStageResult:
     """Train SAC in the pessimistic model and evaluate it in the real simulator.
 
@@ -598,6 +599,9 @@ def run_policy_stage(
     ``checkpoint``: file to resume from (if it exists; same configuration required) and to
     save to every ``config.checkpoint_every`` epochs and at the end. ``progress`` receives each
     epoch's record (with ``epochs`` = the total); an exception it raises interrupts the run.
+    ``device``: where SAC and the model buffer live (batches are sampled there; the model
+    runs on its own device, its rollouts handed over as arrays). The checkpoint is
+    device-free: it resumes on any device.
     """
     t_start = time.perf_counter()
     if config.real_ratio > 0 and real_buffer is None:
@@ -626,9 +630,14 @@ def run_policy_stage(
         np.full(task.act_dim, task.action_high),
         config.sac,
         seed=seeds["sac"],
+        device=device,
     )
     model_buffer = ReplayBuffer(
-        task.obs_dim, task.act_dim, config.model_buffer_capacity, seed=seeds["model_buffer"]
+        task.obs_dim,
+        task.act_dim,
+        config.model_buffer_capacity,
+        seed=seeds["model_buffer"],
+        device=device,
     )
     rng = np.random.default_rng(seeds["starts"])
     model_gen = torch.Generator().manual_seed(seeds["model"])

@@ -725,13 +725,18 @@ def policy_from_model(
     seed: int,
     checkpoint: str | Path | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    device: torch.device | None = None,
 ) -> PolicyStageResult:
     """SAC in the pessimistic model built from ``released`` alone (PRIMORL Algorithm 4).
 
     Structural isolation: the argument list has no dataset; the start states come from the
     public simulator (``initial``) or the public split carried by ``released``; no real data is
     mixed in (``require_public=True``). Post-processing of the release: no privacy cost.
+    ``device``: where the model's rollouts and SAC run (default: the config's ``device``);
+    the released model is moved there.
     """
+    device = config.torch_device() if device is None else device
+    released.model.to(device)
     task = released.control
     stage_cfg = config.stage_config()
     starts = make_start_states(
@@ -751,6 +756,7 @@ def policy_from_model(
         require_public=True,
         checkpoint=checkpoint,
         progress=progress,
+        device=device,
     )
 
 
@@ -863,6 +869,7 @@ def run(
     noise: NoiseSource | None = None,
     secret_dir: str | Path | None = None,
     fedavg_plan: DpFedAvgPlan | None = None,
+    device: torch.device | None = None,
 ) -> PrimorlResult:
     """PRIMORL on the private episodes ``data``.
 
@@ -880,8 +887,12 @@ def run(
     kept in ``secret_dir`` when one is given — the run layer gives one beside the dataset;
     ``released.pending.pt``: the release; ``checkpoint.pt``: the policy stage) so a rerun
     resumes. ``fedavg_plan``: DP-FedAvg's plan when already made from the header (default:
-    made here from the data's metadata, the same public facts).
+    made here from the data's metadata, the same public facts). ``device``: where every
+    torch step runs — the ensemble, DP-FedAvg's θ, clients and clipped updates, the policy
+    stage (default: the config's ``device``); the noise is drawn on the CPU and moved, and
+    every checkpoint and the release are saved from the CPU.
     """
+    device = config.torch_device() if device is None else device
     task = task_of(config, data.metadata)
     config = config.for_task(task)
     the_plan = plan(config, data.metadata) if fedavg_plan is None else fedavg_plan
@@ -899,7 +910,9 @@ def run(
             )
     if released is None:
         assert config.dynamics is not None
-        model = DynamicsModel(task.obs_dim, task.act_dim, config.dynamics, seed=seeds["init"])
+        model = DynamicsModel(
+            task.obs_dim, task.act_dim, config.dynamics, seed=seeds["init"], device=device
+        )
         norm = "public_split" if has_public else "model"
         if not has_public:
             model.input_normalizer = bounds_normalizer(data.metadata)
@@ -965,6 +978,7 @@ def run(
         seed=seeds["stage"],
         checkpoint=None if work is None else work / "checkpoint.pt",
         progress=(lambda r: progress("policy", r)) if progress is not None else None,
+        device=device,
     )
     return PrimorlResult(
         released=released,

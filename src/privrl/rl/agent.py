@@ -15,16 +15,25 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import torch
 
+from privrl.nn.device import to_cpu
 from privrl.rl.mlp import ActionScaler
 
-__all__ = ["BoxAgent", "obs_batch"]
+__all__ = ["BoxAgent", "module_device", "obs_batch"]
 
 
-def obs_batch(obs: np.ndarray) -> tuple[torch.Tensor, bool]:
-    """Observations as a float32 batch ``[n, obs_dim]``, and whether a single one was given."""
-    o = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+def obs_batch(
+    obs: np.ndarray, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, bool]:
+    """Observations as a float32 batch ``[n, obs_dim]`` (on ``device``, if given), and whether
+    a single one was given."""
+    o = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=device)
     single = o.ndim == 1
     return (o.unsqueeze(0) if single else o), single
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Where a network's parameters are."""
+    return next(module.parameters()).device
 
 
 class BoxAgent:
@@ -42,13 +51,16 @@ class BoxAgent:
         action_high: np.ndarray | Sequence[float],
         config: Any = None,
         seed: int = 0,
+        *,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.config = config if config is not None else self.config_class()
+        self.device = torch.device(device)
         self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)
         self.scaler = ActionScaler(
             np.broadcast_to(np.asarray(action_low, dtype=np.float64), (self.act_dim,)),
             np.broadcast_to(np.asarray(action_high, dtype=np.float64), (self.act_dim,)),
-        )
+        ).to(self.device)
         self._build(torch.Generator().manual_seed(int(seed)))
         # Separate streams: evaluating or acting never shifts the updates' randomness.
         self.update_gen = torch.Generator().manual_seed(int(seed) + 1)
@@ -56,7 +68,9 @@ class BoxAgent:
         self.n_updates = 0
 
     def _build(self, init_gen: torch.Generator) -> None:
-        """Networks (initialised from ``init_gen``), targets and optimisers."""
+        """Networks (initialised on the CPU from ``init_gen``, then moved to ``self.device``:
+        the same weights on every device), targets and optimisers. The random streams stay
+        CPU generators; their draws are moved (`privrl.rl.mlp.cpu_randn`)."""
         raise NotImplementedError
 
     def _act_unit(self, o: torch.Tensor, deterministic: bool) -> torch.Tensor:
@@ -67,14 +81,16 @@ class BoxAgent:
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """Environment-scale actions ``[n, |A|]`` for observations ``[n, obs_dim]`` (a single
         observation gives a single action); exploratory unless ``deterministic``."""
-        o, single = obs_batch(obs)
-        out = self.scaler.to_env_np(self._act_unit(o, deterministic).numpy().astype(np.float64))
+        o, single = obs_batch(obs, self.device)
+        a = self._act_unit(o, deterministic).cpu().numpy().astype(np.float64)
+        out = self.scaler.to_env_np(a)
         return out[0] if single else out
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
-        """A deep copy (optimiser states included), safe to load into another agent."""
-        return copy.deepcopy(self._state_refs())
+        """A deep copy (optimiser states included) on the CPU, safe to load into another agent
+        on any device."""
+        return copy.deepcopy(to_cpu(self._state_refs()))
 
     def _state_refs(self) -> dict[str, Any]:
         # Everything needed to resume exactly: networks, optimisers, generators, counters.
@@ -99,9 +115,10 @@ class BoxAgent:
         self.n_updates = int(d["n_updates"])
 
     @classmethod
-    def from_state_dict(cls, d: dict[str, Any]) -> Self:
-        """Rebuild an agent (same shape and config) from :meth:`state_dict`."""
+    def from_state_dict(cls, d: dict[str, Any], device: torch.device | str = "cpu") -> Self:
+        """Rebuild an agent (same shape and config) from :meth:`state_dict`, on ``device``."""
         config = cls.config_class(**{**d["config"], "hidden": tuple(d["config"]["hidden"])})
-        agent = cls(d["obs_dim"], d["act_dim"], d["action_low"], d["action_high"], config)
+        low, high = d["action_low"], d["action_high"]
+        agent = cls(d["obs_dim"], d["act_dim"], low, high, config, device=device)
         agent.load_state_dict(d)
         return agent

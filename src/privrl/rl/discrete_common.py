@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from privrl.nn.device import to_cpu
 from privrl.nn.per_example import linear
 
 __all__ = [
@@ -344,7 +345,7 @@ class DiscreteLearner(ABC):
             "config": self.config(),
             "params": {k: v.detach().cpu().clone() for k, v in self.params.items()},
             "target_params": {k: v.cpu().clone() for k, v in self.target_params.items()},
-            "optimizer": _on_cpu(self.optimizer.state_dict()),
+            "optimizer": to_cpu(self.optimizer.state_dict()),
             "steps": self.steps,
         }
 
@@ -371,17 +372,6 @@ class DiscreteLearner(ABC):
 
     def save(self, path: Any) -> None:
         torch.save(self.state_dict(), path)
-
-
-def _on_cpu(state: Any) -> Any:
-    """``state`` (nested dicts and lists of tensors) with every tensor moved to the CPU."""
-    if isinstance(state, torch.Tensor):
-        return state.detach().cpu()
-    if isinstance(state, dict):
-        return {k: _on_cpu(v) for k, v in state.items()}
-    if isinstance(state, list | tuple):
-        return type(state)(_on_cpu(v) for v in state)
-    return state
 
 
 # ---------------------------------------------------------------------------------------------

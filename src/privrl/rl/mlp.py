@@ -8,7 +8,8 @@
   :class:`ActionScaler` maps to and from the environment's box.
 * :func:`polyak_update` — fused target-network update (``torch._foreach_lerp_``).
 
-Everything is float32. Randomness comes only from an explicit ``torch.Generator``.
+Everything is float32. Randomness comes only from an explicit ``torch.Generator`` on the CPU
+(:func:`cpu_randn`: drawn there and moved, so a network on any device sees the same draws).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "DeterministicActor",
     "SquashedGaussianActor",
     "VectorizedQ",
+    "cpu_randn",
     "init_linear_",
     "mlp",
     "polyak_update",
@@ -141,11 +143,7 @@ class SquashedGaussianActor(nn.Module):
             xi = None
         else:
             log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-            xi = (
-                noise
-                if noise is not None
-                else torch.randn(mu.shape, generator=generator, dtype=mu.dtype)
-            )
+            xi = noise if noise is not None else cpu_randn(mu.shape, generator, like=mu)
             u = mu + log_std.exp() * xi
         logp = None
         if with_logprob:
@@ -185,6 +183,12 @@ class ActionScaler:
         self.center = torch.as_tensor(self.center_np, dtype=torch.float32)
         self.half = torch.as_tensor(self.half_np, dtype=torch.float32)
 
+    def to(self, device: torch.device | str) -> ActionScaler:
+        """Keep the tensor forms on ``device`` (in place), beside the agent's networks."""
+        self.center = self.center.to(device)
+        self.half = self.half.to(device)
+        return self
+
     def to_env(self, a: torch.Tensor) -> torch.Tensor:
         return self.center + self.half * a
 
@@ -194,6 +198,15 @@ class ActionScaler:
     def to_env_np(self, a: np.ndarray) -> np.ndarray:
         """``[-1, 1]`` → box, clipped to the box (guards against float rounding)."""
         return np.clip(self.center_np + self.half_np * a, self.low, self.high)
+
+
+def cpu_randn(
+    shape: Sequence[int], generator: torch.Generator | None, *, like: torch.Tensor
+) -> torch.Tensor:
+    """N(0, I) of ``shape`` drawn on the CPU from ``generator`` and moved to ``like``'s device
+    and dtype: the same draws on every device, and a generator state a checkpoint can hold."""
+    draw = torch.randn(tuple(shape), generator=generator, dtype=like.dtype)
+    return draw.to(like.device)
 
 
 @torch.no_grad()

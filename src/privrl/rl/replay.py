@@ -3,6 +3,8 @@
 :class:`ReplayBuffer` keeps transitions in **one** float32 torch tensor ``[capacity, D]``
 (columns obs | act | rew | next_obs | done), so a minibatch is a single ``index_select`` and the
 agent receives column views: no numpy↔torch copy per update, only one per environment step.
+The tensor lives on the buffer's ``device`` (the agent's), so batches are sampled there; the
+sampling generator stays on the CPU (its indices are moved) and a state dict is on the CPU.
 
 Mixing two buffers (MOPO's real-data ratio) is :meth:`ReplayBuffer.sample_mixed`: a fraction
 ``ratio`` of the batch comes from the other buffer, the rest from this one.
@@ -36,7 +38,14 @@ __all__ = ["OnlineAgent", "OnlineResult", "OnlineTrainingSettings", "ReplayBuffe
 class ReplayBuffer:
     """Ring buffer of transitions ``(obs, act, rew, next_obs, done)`` with seeded sampling."""
 
-    def __init__(self, obs_dim: int, act_dim: int, capacity: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        capacity: int,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")
         self.obs_dim, self.act_dim, self.capacity = int(obs_dim), int(act_dim), int(capacity)
@@ -50,7 +59,8 @@ class ReplayBuffer:
             "done": slice(2 * o + a + 1, 2 * o + a + 2),
         }
         self.width = 2 * o + a + 2
-        self._data = torch.zeros(self.capacity, self.width, dtype=torch.float32)
+        self.device = torch.device(device)  # the storage; batches are sampled onto it
+        self._data = torch.zeros(self.capacity, self.width, dtype=torch.float32, device=device)
         self.ptr = 0
         self.size = 0
         self.generator = torch.Generator().manual_seed(int(seed))
@@ -78,7 +88,7 @@ class ReplayBuffer:
         if n > self.capacity:  # only the newest `capacity` rows survive
             rows = rows[-self.capacity :]
             n = self.capacity
-        t = torch.from_numpy(rows)
+        t = torch.from_numpy(rows).to(self.device)
         first = min(n, self.capacity - self.ptr)
         self._data[self.ptr : self.ptr + first] = t[:first]
         if first < n:
@@ -102,7 +112,7 @@ class ReplayBuffer:
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         idx = torch.randint(0, self.size, (batch_size,), generator=self.generator)
-        return self._split(self._data.index_select(0, idx))
+        return self._split(self._data.index_select(0, idx.to(self.device)))
 
     def sample_mixed(
         self, other: ReplayBuffer, batch_size: int, ratio: float
@@ -115,10 +125,10 @@ class ReplayBuffer:
         parts = []
         if batch_size - n_other > 0:
             idx = torch.randint(0, self.size, (batch_size - n_other,), generator=self.generator)
-            parts.append(self._data.index_select(0, idx))
+            parts.append(self._data.index_select(0, idx.to(self.device)))
         if n_other > 0:
             idx = torch.randint(0, other.size, (n_other,), generator=other.generator)
-            parts.append(other._data.index_select(0, idx))
+            parts.append(other._data.index_select(0, idx.to(other.device)).to(self.device))
         return self._split(torch.cat(parts) if len(parts) > 1 else parts[0])
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -127,14 +137,14 @@ class ReplayBuffer:
             rows = self._data[: self.size]
         else:
             rows = torch.cat([self._data[self.ptr :], self._data[: self.ptr]])
-        return {k: v.numpy().copy() for k, v in self._split(rows).items()}
+        return {k: v.cpu().numpy().copy() for k, v in self._split(rows).items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "obs_dim": self.obs_dim,
             "act_dim": self.act_dim,
             "capacity": self.capacity,
-            "data": self._data[: self.size].clone(),
+            "data": self._data[: self.size].cpu().clone(),  # device-free
             "ptr": self.ptr,
             "size": self.size,
             "generator": self.generator.get_state(),
@@ -262,7 +272,7 @@ def train_online(
     next_snap = snap_every
     elapsed_before = 0.0
     if snap_path is not None and snap_path.is_file():
-        snap = torch.load(snap_path, weights_only=True)
+        snap = torch.load(snap_path, map_location="cpu", weights_only=True)
         if snap.get("tag") == snapshot_tag:
             agent.load_state_dict(snap["agent"])  # type: ignore[attr-defined]
             buffer.load_state_dict(snap["buffer"])

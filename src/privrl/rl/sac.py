@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from privrl.rl.agent import BoxAgent, obs_batch
+from privrl.rl.agent import BoxAgent, module_device, obs_batch
 from privrl.rl.mlp import (
     ActionScaler,
     SquashedGaussianActor,
@@ -74,16 +74,19 @@ class SACPolicy:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        o, single = obs_batch(obs)
+        device = module_device(self.actor)
+        o, single = obs_batch(obs, device)
         noise = None
         if not self.deterministic:
             if rng is None:
                 raise ValueError("a stochastic SAC policy needs a numpy Generator")
             noise = torch.as_tensor(
-                rng.standard_normal((o.shape[0], self.actor.act_dim)), dtype=torch.float32
+                rng.standard_normal((o.shape[0], self.actor.act_dim)),
+                dtype=torch.float32,
+                device=device,
             )
         a, _ = self.actor(o, self.deterministic, with_logprob=False, noise=noise)
-        out = self.scaler.to_env_np(a.numpy().astype(np.float64))
+        out = self.scaler.to_env_np(a.cpu().numpy().astype(np.float64))
         return out[0] if single else out
 
 
@@ -100,12 +103,14 @@ class SAC(BoxAgent):
         self.target_entropy = (
             float(-self.act_dim) if config.target_entropy is None else float(config.target_entropy)
         )
+        on = self.device
         self.actor = init_linear_(
             SquashedGaussianActor(self.obs_dim, self.act_dim, config.hidden), init_gen
-        )
+        ).to(on)
         self.q = VectorizedQ(self.obs_dim, self.act_dim, config.hidden, 2, generator=init_gen)
+        self.q = self.q.to(on)
         self.q_targ = copy.deepcopy(self.q).requires_grad_(False)
-        self.log_alpha = torch.tensor(float(np.log(config.init_alpha)))
+        self.log_alpha = torch.tensor(float(np.log(config.init_alpha)), device=on)
         self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=config.lr, fused=True)
         self.q_opt = torch.optim.Adam(self.q.parameters(), lr=config.lr, fused=True)
         # Adam on the scalar log α, by hand (a torch optimiser step costs more than the maths).

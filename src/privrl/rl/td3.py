@@ -23,8 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from privrl.rl.agent import BoxAgent, obs_batch
-from privrl.rl.mlp import ActionScaler, DeterministicActor, VectorizedQ, init_linear_, polyak_update
+from privrl.rl.agent import BoxAgent, module_device, obs_batch
+from privrl.rl.mlp import (
+    ActionScaler,
+    DeterministicActor,
+    VectorizedQ,
+    cpu_randn,
+    init_linear_,
+    polyak_update,
+)
 
 __all__ = ["TD3", "DeterministicPolicy", "TD3Config"]
 
@@ -73,8 +80,8 @@ class DeterministicPolicy:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        o, single = obs_batch(obs)
-        a = self.actor(o).numpy().astype(np.float64)
+        o, single = obs_batch(obs, module_device(self.actor))
+        a = self.actor(o).cpu().numpy().astype(np.float64)
         if self.noise > 0.0:
             if rng is None:
                 raise ValueError("a noisy policy needs a numpy Generator")
@@ -95,9 +102,10 @@ class TD3(BoxAgent):
         config = self.config
         self.actor = init_linear_(
             DeterministicActor(self.obs_dim, self.act_dim, config.hidden), init_gen
-        )
+        ).to(self.device)
         n_critics = 2 if config.twin else 1
-        self.q = VectorizedQ(self.obs_dim, self.act_dim, config.hidden, n_critics, init_gen)
+        q = VectorizedQ(self.obs_dim, self.act_dim, config.hidden, n_critics, init_gen)
+        self.q = q.to(self.device)
         self.actor_targ = copy.deepcopy(self.actor).requires_grad_(False)
         self.q_targ = copy.deepcopy(self.q).requires_grad_(False)
         self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr, fused=True)
@@ -113,7 +121,7 @@ class TD3(BoxAgent):
     def _act_unit(self, o: torch.Tensor, deterministic: bool) -> torch.Tensor:
         a = self.actor(o)
         if not deterministic and self.config.expl_noise > 0:
-            noise = torch.randn(a.shape, generator=self.act_gen) * self.config.expl_noise
+            noise = cpu_randn(a.shape, self.act_gen, like=a) * self.config.expl_noise
             a = (a + noise).clamp(-1.0, 1.0)
         return a
 
@@ -132,7 +140,7 @@ class TD3(BoxAgent):
         with torch.no_grad():
             a2 = self.actor_targ(next_obs)
             if cfg.target_noise > 0:  # target policy smoothing (TD3 §5.3)
-                eps = torch.randn(a2.shape, generator=self.update_gen) * cfg.target_noise
+                eps = cpu_randn(a2.shape, self.update_gen, like=a2) * cfg.target_noise
                 a2 = (a2 + eps.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)).clamp(-1, 1)
             q_targ = self.q_targ(next_obs, a2).min(0).values
             y = rew + cfg.gamma * (1.0 - done) * q_targ

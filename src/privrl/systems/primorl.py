@@ -13,7 +13,8 @@ the data sources of a run: a public dataset file, a released model, the unit col
 - `load` (inside the ledger transaction): the episodes, a schema check of their shapes, and the
   public data: the `--public-data` file, or the episodes the file's metadata declares public
   (`privrl.data.public`), or none.
-- `run`: the library's computation (DP-FedAvg → the released model (model.pt) → the policy
+- `run`: on the torch device `plan` resolved (``--device``; recorded in metrics.json), the
+  library's computation (DP-FedAvg → the released model (model.pt) → the policy
   stage); checkpoints (``released.pending.pt``, ``checkpoint.pt``, ``run.json``) stay in the
   run directory itself, and a rerun with the same settings resumes. DP-FedAvg's secret state
   (``fedavg_state.pt``: θ(t) and the noise generator's state) is kept beside the dataset, in
@@ -225,7 +226,7 @@ class PrimorlSystem(System):
             **lib.stage_dict(),
             "task": released.task,
         }
-        facts = {"primorl": lib, "released": released}
+        facts = {"primorl": lib, "released": released, "device": lib.torch_device()}
         return Plan(report=released.report, public=public, facts=facts)
 
     # -- load: inside the ledger transaction -------------------------------------------------------
@@ -267,7 +268,7 @@ class PrimorlSystem(System):
         torch.set_num_threads(config.threads)
         facts, work = ctx.plan.facts, ctx.checkpoint_dir
         if data is None:
-            return self._policy_only(facts["primorl"], facts["released"], ctx)
+            return self._policy_only(facts["primorl"], facts["released"], facts["device"], ctx)
         if check_resume(
             work, {**ctx.plan.public, "seed": ctx.seed}, CHECKPOINTS, insist=ctx.resume
         ):
@@ -291,7 +292,9 @@ class PrimorlSystem(System):
         out.discard = [PENDING, FEDAVG_STATE]
         return out
 
-    def _policy_only(self, lib: PrimorlConfig, released: ReleasedModel, ctx: RunContext) -> Result:
+    def _policy_only(
+        self, lib: PrimorlConfig, released: ReleasedModel, device: Any, ctx: RunContext
+    ) -> Result:
         from privrl.primorl.learners import policy_stage_only
 
         assert ctx.checkpoint_dir is not None
@@ -301,6 +304,7 @@ class PrimorlSystem(System):
             seed=ctx.seed,
             checkpoint=ctx.checkpoint_dir / "checkpoint.pt",
             progress=ctx.progress,
+            device=device,
         )
         return _outputs(lib, result, n_public=None)
 
