@@ -367,7 +367,11 @@ def _run_time_notes(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _plot(task: str, summary: Mapping[str, Mapping[str, Any]], path: Path) -> None:
+    """The task's learning curves; a plot already there is kept when no row has a curve (rows
+    kept from an earlier run's results.csv of before it stored curves)."""
     series = [shared.curve_series(LABELS[name], s["curves"]) for name, s in summary.items()]
+    if summary and path.is_file() and all(s is None for s in series):
+        return
     draw(
         PlotSpec(
             "returns",

@@ -363,3 +363,17 @@ def test_table1_restores_runs_exports_and_merges(
         "primorl-h1",
     ]
     assert "**From earlier runs**" in report.read_text()
+
+
+def test_a_task_whose_rows_have_no_curve_keeps_its_plot(tmp_path: Path) -> None:
+    """Rows from a results.csv of before it stored curves: the task's plot already there is
+    kept, not replaced by an empty one; rows with curves redraw it."""
+    rows = [{**r, "curve": []} for r in _committed_results(tmp_path)]
+    plot = tmp_path / "plots" / "returns.png"
+    plot.parent.mkdir(parents=True)
+    plot.write_bytes(b"the earlier plot")
+    data = {"pendulum": Path("p.h5")}
+    write_report(tmp_path, rows, Scale(seeds=2), data=data, wall=1.0)
+    assert plot.read_bytes() == b"the earlier plot"
+    write_report(tmp_path, _committed_results(tmp_path), Scale(seeds=2), data=data, wall=1.0)
+    assert plot.read_bytes() != b"the earlier plot" and plot.stat().st_size > 1000
