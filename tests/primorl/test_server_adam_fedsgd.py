@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from privrl.config import ConfigError
+from privrl.nn.normalizer import Normalizer
 from privrl.primorl import dp_fedavg as fed
 from privrl.primorl import primorl as P
+from privrl.primorl.dynamics import DynamicsModel
 from privrl.privacy.mechanisms import gaussian_noise_like
-from tests.noise import noise_rng
-from tests.primorl.test_dp_fedavg import LENGTHS, _plan, _setup
+from tests.noise import noise_rng, noise_source
+from tests.primorl.test_dp_fedavg import LENGTHS, SMALL, _dataset, _plan, _setup
 
 torch.set_num_threads(1)
 
@@ -132,3 +134,40 @@ def test_private_trainer_option_selects_dp_fedsgd() -> None:
 def test_a_bad_server_optimizer_is_refused(kw, match) -> None:
     with pytest.raises(ValueError, match=match):
         fed.DpFedAvgConfig(noise_multiplier=1.0, **kw)
+
+
+def test_a_checkpoint_resumes_only_with_its_server_optimizer() -> None:
+    """The checkpoint records its server step; resuming it under another one (whose state it
+    would misread) is refused, naming both; an older checkpoint is judged by its buffer."""
+    data = _dataset([20] * 10, seed=4)
+    states: list[dict] = []
+
+    def train(plan: fed.DpFedAvgPlan, resume=None) -> None:
+        model = DynamicsModel(3, 1, SMALL)
+        model.input_normalizer = Normalizer.from_bounds([-5.0] * 4, [5.0] * 4, source="bounds")
+        fed.train_dp_fedavg(
+            model,
+            data,
+            plan,
+            normalizer="model",
+            seed=0,
+            noise=noise_source(0),
+            resume=resume,
+            on_checkpoint=states.append,
+            checkpoint_every=1,
+        )
+
+    kw = dict(n_units=10, sampling_rate=0.3, max_rounds=2)
+    adam = _plan(server_optimizer="adam", server_momentum=0.9, server_lr=0.01, **kw)
+    train(adam)
+    first = states[0]
+    assert first["server"]["server_optimizer"] == "adam"
+    train(adam, resume=first)  # the same server step: continues
+    faster = _plan(server_optimizer="adam", server_momentum=0.9, server_lr=0.1, **kw)
+    for other in (_plan(**kw), _plan(server_momentum=0.9, **kw), faster):
+        with pytest.raises(ValueError, match=r"made with .*'server_optimizer': 'adam'"):
+            train(other, resume=first)
+    old = {k: v for k, v in first.items() if k != "server"}  # before the step was recorded
+    train(adam, resume=old)
+    with pytest.raises(ValueError, match="another shape"):
+        train(_plan(server_momentum=0.9, **kw), resume=old)

@@ -1294,6 +1294,36 @@ def public_checkpoint(state: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (None if k in SECRET_STATE else v) for k, v in state.items()}
 
 
+def _server_step(plan: DpFedAvgPlan) -> dict[str, Any]:
+    """The server optimizer a checkpoint was made with (public: the plan's settings)."""
+    return {k: getattr(plan, k) for k in _SERVER_FIELDS}
+
+
+_SERVER_FIELDS = ("server_optimizer", "server_momentum", "server_lr", "server_beta2", "server_tau")
+
+
+def _check_server_step(
+    resume: Mapping[str, Any], plan: DpFedAvgPlan, buffer: torch.Tensor | None
+) -> None:
+    """Refuse to continue a checkpoint with another server optimizer than it was made with (its
+    state would be misread: FedAdam keeps (m, v), momentum SGD one buffer, FedAvg none)."""
+    made = resume.get("server")
+    saved = resume.get("momentum")
+    if made is None:  # a checkpoint of before the server step was recorded: the buffer's shape
+        same = (saved is None) == (buffer is None) and (
+            buffer is None or tuple(saved.shape) == tuple(buffer.shape)
+        )
+        made = "another server optimizer (its state has another shape)"
+    else:
+        same = all(made.get(k) == getattr(plan, k) for k in _SERVER_FIELDS)
+    if not same:
+        raise ValueError(
+            f"the DP-FedAvg checkpoint was made with {made}, not this run's "
+            f"{_server_step(plan)}; resume with the same server optimizer or use a new output "
+            "directory"
+        )
+
+
 def train_dp_fedavg(
     model: DynamicsModel,
     private: TrajectoryDataset,
@@ -1376,6 +1406,7 @@ def train_dp_fedavg(
     if resume is not None:
         if resume.get("format") != _STATE_FORMAT or int(resume["T_max"]) != plan.T_max:
             raise ValueError("the DP-FedAvg checkpoint belongs to another run (format or T_max)")
+        _check_server_step(resume, plan, momentum)
         on = theta.device  # the state is saved on the CPU: it resumes on any device
         theta = resume["theta"].to(on).clone()
         snapshot = resume["snapshot"].to(on).clone()
@@ -1420,6 +1451,7 @@ def train_dp_fedavg(
             "batch_rng": batch_rng.bit_generator.state,
             "noise_gen": noise_gen.bit_generator.state,
             "momentum": None if momentum is None else momentum.cpu().clone(),
+            "server": _server_step(plan),
         }
 
     for t in range(first, plan.T_max + 1):
