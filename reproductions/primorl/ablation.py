@@ -80,15 +80,18 @@ def preset_combo(task: str) -> tuple[str, str]:
 def cell_entries(task: str, data: Path, scale: Scale) -> list[dict[str, Any]]:
     """The [[cells]] of one task: MOPO, then PRIMORL for each z × combination. The preset's
     combination sets neither flag, and a cartpole's cells its preset's SAC epochs, as
-    primorl-table1 does (the same runs as its MOPO and LOW/HIGH cells)."""
-    from reproductions.primorl.table1 import task_base
+    primorl-table1 does (the same runs as its MOPO and LOW/HIGH cells, with its rollout starts)."""
+    from reproductions.primorl.table1 import primorl_base, task_base
 
-    base = task_base(task, data, scale)
-    entries: list[dict[str, Any]] = [{"system": "mopo", **base}]
+    entries: list[dict[str, Any]] = [{"system": "mopo", **task_base(task, data, scale)}]
     preset = preset_combo(task)
     for variant in VARIANTS:
         for penalty, clip in COMBOS:
-            entry: dict[str, Any] = {"system": "primorl", **base, "variant": variant}
+            entry: dict[str, Any] = {
+                "system": "primorl",
+                **primorl_base(task, data, scale),
+                "variant": variant,
+            }
             if penalty != preset[0]:
                 entry["penalty"] = penalty
             if clip != preset[1]:

@@ -87,6 +87,11 @@ def write_report(
     datasets = {"pendulum": data} if isinstance(data, Path) else dict(data)
     missing = dict(missing or {})
     earlier = {t: n for t, n in (earlier or {}).items() if n}
+    inputs = {  # this invocation's own arguments, so that the report can be rendered again
+        "run_here": {t: p.name for t, p in datasets.items()},
+        "not_run": dict(missing),
+        "earlier_rows": dict(earlier),
+    }
     ran = [t for t in TASKS if t in datasets]
     why_not: dict[str, str] = {}  # the tasks shown from earlier rows only, and why not run
     for task in TASKS:
@@ -129,6 +134,7 @@ def write_report(
         "datasets": {t: p.name for t, p in datasets.items()},
         **dataclasses.asdict(scale),
         "dmc_seeds": DMC_SEEDS,
+        "inputs": inputs,
     }
     report = _markdown(
         shared.Report(

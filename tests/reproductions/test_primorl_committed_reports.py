@@ -46,14 +46,14 @@ def test_table1_report_regenerates_the_committed_report(tmp_path: Path) -> None:
     from reproductions.primorl.table1_report import write_report
 
     rows = _table1_rows(tmp_path / "cells")
-    missing = {"swingup": "its recipe dataset primorl-swingup.h5 is not built on this machine"}
-    data = {"pendulum": PENDULUM, "balance": Path("primorl-balance.h5")}
+    inputs = committed_json("primorl-table1", "config.json")["inputs"]  # what that run was given
     report = write_report(
         tmp_path / "out",
         rows,
         Scale(seeds=5, epochs=20),
-        data=data,
-        missing=missing,
+        data={t: Path(name) for t, name in inputs["run_here"].items()},
+        missing=inputs["not_run"],
+        earlier=inputs["earlier_rows"],
         wall=_wall("primorl-table1"),
     )
     assert report.read_text(encoding="utf-8") == committed("primorl-table1")

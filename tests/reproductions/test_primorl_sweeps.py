@@ -101,3 +101,40 @@ def test_return_text_shows_no_interval_for_one_seed(stats: dict, text: str, raw:
     assert shared.return_text(stats) == text
     assert shared.raw_text(stats) == raw
     assert shared.return_text({"seeds": 1, "return": 5804.4}, 0) == "5804 (one seed, no CI)"
+
+
+def test_a_cell_differing_only_in_its_policy_stage_reuses_the_finished_release(
+    tmp_path: Path,
+) -> None:
+    """PRIMORL finished with initial starts, then asked for with public-split starts: the new
+    cell gets the finished cell's release as its pending release (no second DP-FedAvg) and ends
+    with what a fresh public-split cell gives: the same release, curve and privacy.json."""
+    path = tmp_path / "d.h5"
+    extra = {"n_trajectories": 30, "public_episodes": [0, 1, 2]}
+    save_hdf5(pendulum_data(30, seed=0, extra=extra), path)
+
+    def doc(out: Path, starts: str | None) -> dict[str, Any]:
+        d = _doc(out, path, 1)
+        d["cells"] = [{"system": "primorl"} | ({} if starts is None else {"start_states": starts})]
+        return d
+
+    out = tmp_path / "sweep"
+    [first] = shared.run_cells(doc(out, None), tmp_path / "r1")
+    [reused] = shared.run_cells(doc(out, "public-split"), tmp_path / "r2")
+    [fresh] = shared.run_cells(doc(tmp_path / "fresh", "public-split"), tmp_path / "r3")
+    record = json.loads((Path(reused["dir"]) / "cell.json").read_text())
+    assert record["status"] == "ok" and record["release_of"] == Path(first["dir"]).name
+    a, b = Path(reused["dir"]), Path(fresh["dir"])
+    assert a.name == b.name != Path(first["dir"]).name
+    metrics = json.loads((a / "run" / "metrics.json").read_text())
+    assert metrics["start_mode"] == "public-split"
+    assert _curve(a) == _curve(b) and _curve(a) != _curve(Path(first["dir"]))
+    privacy = [json.loads((d / "run" / "privacy.json").read_text()) for d in (a, b)]
+    for p in privacy:
+        p.pop("created", None)
+    assert privacy[0] == privacy[1]
+    released = [
+        load_released_model(d / "run" / "model.pt").model.ensemble.state_dict()
+        for d in (Path(first["dir"]), a)
+    ]
+    assert all(torch.equal(released[0][k], released[1][k]) for k in released[0])

@@ -309,9 +309,12 @@ def test_each_task_with_a_dataset_gets_its_cells(
     # seed by seed: every row of seed 0 before seed 1 (a table cut short has whole seeds)
     assert [c["seed"] for c in balance] == [0] * 4 + [1] * 4 + [2] * 4
     for c in balance:  # the preset's z, q, T; the preset's SAC epochs (40, as mopo-table1)
-        assert set(c) <= {"system", "data", "variant", "seed", "epochs"}
+        assert set(c) <= {"system", "data", "variant", "seed", "epochs", "start_states"}
         assert c["epochs"] == 40
+        # PRIMORL's rollouts start from the declared public split; MOPO's from dataset states
+        assert c.get("start_states") == (None if c["system"] == "mopo" else "public-split")
     assert all("epochs" not in c for c in by_task["pendulum"])  # the scale's 20, keys kept
+    assert all("start_states" not in c for c in by_task["pendulum"])  # keys kept
     quick, why = available_datasets(shared.Request.of(tmp_path / "out", quick=True))
     assert list(quick) == ["pendulum"] and quick["pendulum"].name == "primorl-pendulum-quick.h5"
     assert why == {"balance": "quick mode runs Pendulum only", "swingup": why["balance"]}

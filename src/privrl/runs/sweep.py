@@ -68,6 +68,8 @@ THREAD_ENV = {
     "NUMEXPR_NUM_THREADS": "1",
 }
 RUN_FILES = ("config.json", "metrics.json", "privacy.json")
+# a cell seeded from a finished one records which: continued to more epochs, or its release
+SEEDED_FROM = ("continues", "release_of")
 
 
 class SweepError(ValueError):
@@ -494,7 +496,8 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
     cell_dir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(task["values"]["out"])
     # cut off while running (killed, or its machine stopped) rather than finished or failed
-    interrupted = (read_record(cell_dir, task["key"]) or {}).get("status") == "running"
+    before = read_record(cell_dir, task["key"]) or {}
+    interrupted = before.get("status") == "running"
     record: dict[str, Any] = {
         **task["cell"],
         "name": cell_dir.name,
@@ -502,6 +505,8 @@ def run_cell(task: Mapping[str, Any]) -> dict[str, Any]:
         "status": "running",
         "seconds": None,
         "error": None,
+        # where a seeded cell's checkpoints came from (a finished cell's name), kept
+        **{k: before[k] for k in SEEDED_FROM if interrupted and k in before},
     }
     _write_json(cell_dir / "cell.json", record)
     start = time.perf_counter()
