@@ -49,6 +49,7 @@ report).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -120,6 +121,8 @@ CARTPOLE_EPOCHS = {"balance": 40, "swingup": 80}
 # (the cells of both are kept beside the report): 20-step rollouts from a near-upright pole
 # never show the policy the states it must recover from. MOPO starts from dataset states.
 CARTPOLE_STARTS = "public-split"
+# a row's column: the real-task return of the policy its release trained from initial starts
+INITIAL_STARTS = "initial_starts_return"
 # A row is "close to MOPO" when its share of our MOPO is at least this; where the paper's own
 # share for the row is lower (Balance LOW/HIGH, Swingup HIGH), the target is the paper's share
 # rounded down to a whole percent — the issue's target, "≥ the paper's % of MOPO" (share_target).
@@ -320,6 +323,7 @@ def table1(out: Path, **options: Any) -> Path:
         state.warn_unused(state.restore(req.out, where, datasets), names)
         with state.Export(where, req.out, names, every) as export:
             rows = shared.run_cells(doc, req.out, deadline=deadline, on_cell=export.now)
+    rows = [with_initial_starts(r) for r in rows]
     rows, from_earlier = state.merge(rows, earlier, datasets)
     if not req.scale.quick:
         state.write_results(rows, req.out / "results.csv")
@@ -334,6 +338,23 @@ def table1(out: Path, **options: Any) -> Path:
         wall=time.perf_counter() - t0,
         earlier=from_earlier,
     )
+
+
+def with_initial_starts(row: dict[str, Any]) -> dict[str, Any]:
+    """`row`, and when its cell's release came from a finished cell that trained its policy
+    from the simulator's initial starts (`seeding.reuse_releases`), that policy's real-task
+    return (`INITIAL_STARTS`)."""
+    cell = Path(row["dir"]) if row.get("dir") else None
+    if cell is None or not (cell / "cell.json").is_file():
+        return row
+    source = json.loads((cell / "cell.json").read_text()).get("release_of")
+    metrics = cell.parent / str(source) / "run" / "metrics.json"
+    if source is None or not metrics.is_file():
+        return row
+    values = json.loads((metrics.parent.parent / "cell.json").read_text()).get("values") or {}
+    if values.get("start_states", "initial") != "initial":
+        return row
+    return {**row, INITIAL_STARTS: json.loads(metrics.read_text())["return_mean"]}
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from reproductions.primorl.sweeps import Scale
 from reproductions.primorl.table1 import (
     CEILING,
     DMC_SEEDS,
+    INITIAL_STARTS,
     LABELS,
     MOPO_LEARNED,
     PAPER,
@@ -97,7 +98,11 @@ def write_report(
     for task in TASKS:
         if task in earlier and task not in datasets:
             why_not[task] = missing.pop(task, "not run")
-            names = {str(r.get("data")) for r in rows if task_of(r) == task and r.get("data")}
+            names = {
+                str(r["data"])
+                for r in rows
+                if r.get("status") == "ok" and task_of(r) == task and r.get("data")
+            }  # an unfinished row names no task: finished rows only
             datasets[task] = Path(Path(min(names)).name if names else f"primorl-{task}.h5")
     datasets = {t: datasets[t] for t in TASKS if t in datasets}
     for task in TASKS:
@@ -190,6 +195,11 @@ def _add_run_facts(summary: dict[str, dict[str, Any]], rows: Sequence[Mapping[st
         zs = {_z(r) for r in cells} - {None}
         s["noise_multiplier"] = zs.pop() if len(zs) == 1 else None
         s["minutes"] = [float(r.get("seconds") or 0.0) / 60 for r in cells]
+        pairs = [r for r in cells if r.get(INITIAL_STARTS) not in (None, "")]
+        if pairs:  # the same release's policy stage with the simulator's initial starts
+            s["initial_starts"] = [
+                [int(r["seed"]), float(r[INITIAL_STARTS]), float(r["return_mean"])] for r in pairs
+            ]
 
 
 def _z(row: Mapping[str, Any]) -> float | None:
@@ -454,9 +464,10 @@ def _task_section(
     # the verdicts are a subsection of the task's
     verdicts = [f"### Verdicts ({label})" if v == "## Verdicts" else v for v in verdicts]
     has_plot = summary or task == "pendulum"  # a task with no finished run has no plot yet
-    notes = ""
     if task == "pendulum":
         notes = TEXT.fill("pendulum_notes", _run_time_notes(summary), label=label)
+    else:
+        notes = TEXT.fill("cartpole_notes", label=label, starts=_starts_table(summary))
     text = TEXT.fill(
         "task",
         label=label,
@@ -474,6 +485,20 @@ def _task_section(
         notes=notes,
     )
     return text.rstrip("\n")
+
+
+def _starts_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
+    """The rows whose release also trained a policy from the simulator's initial states: both
+    real-task returns, seed by seed (empty when there is none)."""
+    lines = [
+        f"| {LABELS[name]} | {seed} | {initial:.1f} | {public:.1f} |"
+        for name in ROWS
+        for seed, initial, public in (summary.get(name) or {}).get("initial_starts", [])
+    ]
+    if not lines:
+        return ""
+    head = "| row | seed | initial starts | public-split starts |\n|---|---|---|---|"
+    return TEXT.fill("starts_table", table="\n".join([head, *lines]))
 
 
 def _absent_section(task: str, why: str, cost: Mapping[str, Any]) -> str:

@@ -22,6 +22,7 @@ holds what a later sitting needs, beside the report:
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import sys
@@ -160,8 +161,26 @@ def earlier_rows(out: Path, scale: Scale) -> list[dict[str, Any]]:
             continue
         cell = out / CELLS / str(r["cell"])
         where = cell if (cell / "cell.json").is_file() else None
-        rows.append({**r, "curve": _curve_of(r, where), "dir": where})
+        row = {**r, "curve": _curve_of(r, where), "dir": where}
+        if row.get("noise_multiplier") is None:  # a table of before it stored z
+            row["noise_multiplier"] = _published_z(out, row)
+        rows.append(row)
     return rows
+
+
+def _published_z(out: Path, row: Mapping[str, Any]) -> float | None:
+    """The z of `row`'s Table 1 row as the committed report published it (metrics.json:
+    Pendulum's rows at the top, the other tasks' under their names), None if it has none."""
+    from reproductions.primorl.table1 import row_of, task_of
+
+    try:
+        metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    task = task_of(row)
+    table = metrics if task == "pendulum" else metrics.get(task) or {}
+    z = (table.get(row_of(row)) or {}).get("noise_multiplier")
+    return float(z) if isinstance(z, (int, float)) else None
 
 
 def merge(

@@ -499,3 +499,46 @@ def test_a_cartpole_with_no_finished_run_yet_is_all_pending(tmp_path: Path) -> N
     text = _pendulum_and_balance_report(tmp_path, rows).read_text()
     assert "**1 of its 8 runs has finished**" in text
     assert "| MOPO | ∞ | ∞ | 976.3 (100.0%) | 924.0 (one seed, no CI) | — | 90.0 |" in text
+
+
+def test_a_release_trained_from_both_starts_shows_both_returns(tmp_path: Path) -> None:
+    """A Balance row whose release also trained a policy from the simulator's initial states
+    (`with_initial_starts`) shows both real-task returns, seed by seed, in Balance's notes; the
+    notes name the rollout starts of PRIMORL and of MOPO."""
+    from reproductions.primorl.table1 import INITIAL_STARTS
+
+    rows = [
+        *(_task_row("balance", "mopo", None, r, None) for r in (900.0, 1000.0)),
+        {**_task_row("balance", "primorl", "no-privacy", 650.0, None), "seed": 0},
+        {**_task_row("balance", "primorl", "no-privacy", 600.0, None), "seed": 1},
+    ]
+    rows[2][INITIAL_STARTS] = 308.3
+    text = _pendulum_and_balance_report(tmp_path, rows).read_text()
+    balance = text.split("## Balance\n", 1)[1].split("## Swingup", 1)[0]
+    assert "### Notes (Balance)" in balance and "--start-states public-split" in balance
+    assert "| NO PRIVACY (z = 0) | 0 | 308.3 | 650.0 |" in balance
+    assert "| 1 |" not in balance  # seed 1 has no initial-starts twin
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["balance"]["no-privacy"]["initial_starts"] == [[0, 308.3, 650.0]]
+
+
+def test_a_cell_reusing_an_initial_start_release_carries_that_return(tmp_path: Path) -> None:
+    """`with_initial_starts`: a row whose cell names the finished cell it took its release from
+    gets that cell's return when that cell started from initial states; not otherwise."""
+    from reproductions.primorl.table1 import INITIAL_STARTS, with_initial_starts
+
+    def cell(name: str, values: dict, ret: float | None = None, **record: str) -> Path:
+        (tmp_path / name / "run").mkdir(parents=True)
+        (tmp_path / name / "cell.json").write_text(json.dumps({"values": values, **record}))
+        if ret is not None:
+            (tmp_path / name / "run" / "metrics.json").write_text(json.dumps({"return_mean": ret}))
+        return tmp_path / name
+
+    source = cell("a", {"system": "primorl"}, 308.3)
+    other = cell("b", {"system": "primorl", "start_states": "public-split"}, 700.0)
+    reused = cell("c", {"start_states": "public-split"}, release_of=source.name)
+    wrong = cell("d", {"start_states": "public-split"}, release_of=other.name)
+    assert with_initial_starts({"dir": reused})[INITIAL_STARTS] == 308.3
+    assert INITIAL_STARTS not in with_initial_starts({"dir": wrong})
+    assert INITIAL_STARTS not in with_initial_starts({"dir": source})
+    assert with_initial_starts({"return_mean": 1.0}) == {"return_mean": 1.0}

@@ -289,7 +289,10 @@ def test_the_runners_moved_to_the_public_api_stay_there() -> None:
             )
         ),
         *(f"reproductions/expert/{m}.py" for m in ("configs", "runs", "paper")),
-        *(f"reproductions/primorl/{m}.py" for m in ("table1", "table11", "fig3", "mopo", "sweeps")),
+        *(
+            f"reproductions/primorl/{m}.py"
+            for m in ("table1", "table11", "fig3", "mopo", "sweeps", "seeding")
+        ),
         *(f"reproductions/dp_apvi_tabular/{m}.py" for m in ("__init__", "study", "summary")),
         *(
             f"reproductions/qiao_wang/{m}.py"
@@ -308,7 +311,7 @@ def test_the_runners_moved_to_the_public_api_stay_there() -> None:
         for m in runners
     }
     assert {m: refs for m, refs in above.items() if refs} == {
-        "reproductions/primorl/sweeps.py": ["privrl.systems.primorl:PENDING"]
+        "reproductions/primorl/seeding.py": ["privrl.systems.primorl:PENDING"]
     }
 
 
