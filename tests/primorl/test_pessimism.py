@@ -111,3 +111,43 @@ def test_identical_members_have_zero_disagreement_on_the_real_model() -> None:
     fresh = DynamicsModel(3, 1, dynamics_config("pendulum"), seed=1)
     u = PenalizedModel(fresh, "mpd", 1.0).step(obs, act, torch.Generator().manual_seed(0))
     assert np.all(u.uncertainty > 0)
+
+
+def _numpy_step(model: DynamicsModel, penalty: str, obs: np.ndarray, act: np.ndarray) -> tuple:
+    """The penalised step computed from the model's numpy outputs (every member's means and
+    stds brought to the CPU): what `PenalizedModel.step` must equal."""
+    nxt, r_hat, info = model.predict(obs, act, torch.Generator().manual_seed(3))
+    u = uncertainty(info, penalty)
+    return np.asarray(nxt, np.float64), np.asarray(r_hat, np.float64) - 0.7 * u, u
+
+
+@pytest.mark.parametrize("penalty", PENALTIES)
+def test_the_step_reduces_u_on_the_model_and_equals_the_numpy_path(penalty: str) -> None:
+    """The step keeps the [N, B, ·] member outputs where the model lives and moves only s', r̂
+    and u; on the CPU that is the numpy path bit for bit."""
+    model = DynamicsModel(3, 1, dynamics_config("pendulum"), seed=4)
+    rng = np.random.default_rng(2)
+    obs, act = rng.normal(size=(32, 3)), rng.uniform(-2, 2, size=(32, 1))
+    step = PenalizedModel(model, penalty, lam=0.7).step(obs, act, torch.Generator().manual_seed(3))
+    nxt, reward, u = _numpy_step(model, penalty, obs, act)
+    assert step.next_obs.dtype == step.reward.dtype == step.uncertainty.dtype == np.float64
+    np.testing.assert_array_equal(step.next_obs, nxt)
+    np.testing.assert_array_equal(step.uncertainty, u)
+    np.testing.assert_array_equal(step.reward, reward)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
+@pytest.mark.parametrize("penalty", PENALTIES)
+def test_the_penalised_step_agrees_on_cpu_and_cuda(penalty: str) -> None:
+    rng = np.random.default_rng(5)
+    obs, act = rng.normal(size=(32, 3)), rng.uniform(-2, 2, size=(32, 1))
+    steps = [
+        PenalizedModel(
+            DynamicsModel(3, 1, dynamics_config("pendulum"), seed=4, device=d), penalty, 0.7
+        ).step(obs, act, torch.Generator().manual_seed(3))
+        for d in ("cpu", "cuda")
+    ]
+    for field in ("next_obs", "reward", "uncertainty"):
+        got, want = getattr(steps[1], field), getattr(steps[0], field)
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
+import torch
 
 from privrl.primorl.dynamics import u_ma, u_ma_frobenius, u_mpd
 
@@ -46,16 +47,29 @@ def uncertainty(
     info: dict[str, Any], penalty: str, *, mpd_include_reward: bool = False
 ) -> np.ndarray:
     """u(s, a) ``[B]`` from a model step's ``info`` (per-member ``means``/``stds``
-    ``[N, B, obs_dim + 1]``, reward last)."""
+    ``[N, B, obs_dim + 1]``, reward last; numpy arrays or tensors on any device, reduced where
+    they live so only the ``[B]`` result is moved)."""
     if penalty == "ma":
-        u = u_ma(np.asarray(info["stds"]))
+        u = u_ma(_array(info["stds"]))
     elif penalty == "ma-frobenius":
-        u = u_ma_frobenius(np.asarray(info["stds"]))
+        u = u_ma_frobenius(_array(info["stds"]))
     elif penalty == "mpd":
-        u = u_mpd(np.asarray(info["means"]), include_reward=mpd_include_reward)
+        u = u_mpd(_array(info["means"]), include_reward=mpd_include_reward)
     else:
         raise ValueError(f"unknown penalty {penalty!r}; choose one of {', '.join(PENALTIES)}")
-    return np.asarray(u, dtype=np.float64)
+    return _host(u)
+
+
+def _array(x: Any) -> Any:
+    """A tensor as it is (on its device), anything else as a numpy array."""
+    return x if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _host(x: Any) -> np.ndarray:
+    """A float64 numpy array of ``x`` (a tensor is moved to the CPU once)."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
 
 
 @dataclass
@@ -98,12 +112,16 @@ class PenalizedModel:
         return int(self.model.act_dim)
 
     def step(self, obs: np.ndarray, act: np.ndarray, generator: Any) -> ModelStep:
-        """s' ~ P̂(·|s, a), r̃ = r̂(s, a) − λ·u(s, a) for a batch ``[B, ·]``."""
-        next_obs, reward, info = self.model.predict(obs, act, generator, deterministic=False)
+        """s' ~ P̂(·|s, a), r̃ = r̂(s, a) − λ·u(s, a) for a batch ``[B, ·]``.
+
+        The model is stepped with tensors, so the per-member ``[N, B, ·]`` means and stds stay
+        on the model's device and u is reduced there; only s', r̂ and u come back."""
+        obs_t, act_t = torch.as_tensor(np.asarray(obs)), torch.as_tensor(np.asarray(act))
+        next_obs, reward, info = self.model.predict(obs_t, act_t, generator, deterministic=False)
         u = uncertainty(info, self.penalty, mpd_include_reward=self.mpd_include_reward)
-        r_hat = np.asarray(reward, dtype=np.float64).reshape(-1)
+        r_hat = _host(reward).reshape(-1)
         return ModelStep(
-            next_obs=np.asarray(next_obs, dtype=np.float64),
+            next_obs=_host(next_obs),
             reward=r_hat - self.lam * u,
             model_reward=r_hat,
             uncertainty=u,
