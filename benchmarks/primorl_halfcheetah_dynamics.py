@@ -13,6 +13,14 @@ checked against the dataset's ``content_sha256`` before resuming.
 
     python benchmarks/primorl_halfcheetah_dynamics.py [--budget-core-hours 4] [--only NAME]
     python benchmarks/primorl_halfcheetah_dynamics.py --quick      # the quick recipe (tests)
+    python benchmarks/primorl_halfcheetah_dynamics.py --screen     # public values only, no data
+
+``--screen`` reads no data and trains nothing: from public values alone (ε, δ, q, T, C, the
+declared K and the ensemble's size d) it calibrates z for each (q, T) of a grid and reports the
+noise-to-signal bound of one round, z·√d/(qK) (the norm of the noise on the averaged update,
+zC√d/(qK), over the largest norm C that the averaged clipped updates can have), beside the same
+bound for the Table 1 rows of Pendulum and Balance, whose outcome is measured. It picks which
+configurations are worth core-hours before any are spent.
 """
 
 from __future__ import annotations
@@ -47,8 +55,32 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "dp-fedsgd-adam": {**ADAM, "private_trainer": "dp-fedsgd"},
     "dp-fedavg-adam-q0.05": {**ADAM, "sampling_rate": 0.05},
     "dp-fedavg-adam-long-rounds": {**ADAM, "local_epochs": 4, "steps_divisor": 4},
+    # from the noise screen (--screen): a Balance-LOW-sized noise-to-signal bound at ε = 10
+    # needs q ≥ 0.25 and T ≈ 50 (2.2 core-hours with local Adam, which trains this ensemble)
+    "local-adam-q0.25-T50": {"local_optimizer": "adam", "sampling_rate": 0.25, "rounds": 50},
+    "local-adam-fedadam-q0.25-T50": {
+        **ADAM,
+        "local_optimizer": "adam",
+        "sampling_rate": 0.25,
+        "rounds": 50,
+    },
 }
 _SECRET = ("sample_rng", "noise_gen")  # never written: the secret generators' states
+
+
+# the (q, T) grid of --screen, and the Table 1 rows it is compared with (task, row, z; their
+# q, K and T are the task preset's)
+SCREEN_Q = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
+SCREEN_T = (50, 100, 250, 1000, 10_000)
+SCREEN_REFERENCE = (
+    ("pendulum", "LOW"),
+    ("pendulum", "HIGH"),
+    ("balance", "LOW"),
+    ("balance", "HIGH"),
+)
+# one trajectory's local training at HalfCheetah sizes, measured for the Table 11 report
+# (6.9 s per round of qK = 20 trajectories, local Adam, one thread): the screen's cost unit
+SECONDS_PER_TRAJECTORY = 6.9 / 20
 
 
 class BudgetSpent(Exception):
@@ -64,7 +96,8 @@ def dataset_path(quick: bool) -> Path:
 def config_for(name: str, epsilon: float, quick: bool, steps: int | None) -> P.PrimorlConfig:
     kw = dict(CONFIGS[name])
     divisor = kw.pop("steps_divisor", 1)
-    t_max = steps or (4 if quick else P.preset_of("halfcheetah").max_rounds or 250)
+    rounds = kw.pop("rounds", None)  # the configuration's own T_max
+    t_max = steps or (4 if quick else rounds or P.preset_of("halfcheetah").max_rounds or 250)
     return P.PrimorlConfig(
         task="halfcheetah",
         epsilon=epsilon,
@@ -168,6 +201,97 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def ensemble_size(task: str) -> int:
+    """d, the parameters of the task's dynamics ensemble that DP-FedAvg noises (all members;
+    the count privacy.json reports)."""
+    from privrl.envs.control import CONTROL_TASKS
+
+    spec = CONTROL_TASKS[task]
+    return P._n_params(P.PrimorlConfig(task=task).for_task(spec), spec)
+
+
+def declared_units(task: str) -> int:
+    """K, the private trajectories of the task's recipe build: its episodes less the ones the
+    recipe declares public (both fixed by the recipe and its seed, never counted from data)."""
+    from privrl.runs.recipes.primorl import _public_episodes, recipe_spec
+
+    spec = recipe_spec(task)
+    return spec.n_episodes - len(_public_episodes(task, spec.n_episodes, 0))
+
+
+def noise_to_signal(z: float, d: int, q: float, k: int) -> float:
+    """z·√d/(qK): the noise norm on one round's averaged update over C, the largest norm the
+    averaged clipped updates can reach (Σ_k ‖Δ_k‖ ≤ qK·C at the expected sample size)."""
+    return z * d**0.5 / (q * k)
+
+
+def screen(epsilon: float, delta: float) -> dict[str, Any]:
+    """z and the noise-to-signal bound for each (q, T) of the grid on HalfCheetah at the target
+    (ε, δ), and for the Table 1 reference rows at their own z. Public values only."""
+    from privrl.privacy.accounting import calibrate_noise_multiplier
+
+    rows = []
+    d, k = ensemble_size("halfcheetah"), declared_units("halfcheetah")
+    for q in SCREEN_Q:
+        for t in SCREEN_T:
+            z = calibrate_noise_multiplier(epsilon, delta, t, sampling_probability=q, backend="rdp")
+            rows.append(
+                {
+                    "q": q,
+                    "T": t,
+                    "z": z,
+                    "noise_to_signal": noise_to_signal(z, d, q, k),
+                    "trajectory_passes": q * k * t,
+                    "core_hours": q * k * t * SECONDS_PER_TRAJECTORY / 3600,
+                }
+            )
+    reference = []
+    for task, row in SCREEN_REFERENCE:
+        pre = P.preset_of(task)
+        z = pre.low if row == "LOW" else pre.high
+        kr = declared_units(task)
+        assert z is not None
+        reference.append(
+            {
+                "task": task,
+                "row": row,
+                "z": z,
+                "q": pre.sampling_rate,
+                "T": pre.max_rounds,
+                "K": kr,
+                "d": ensemble_size(task),
+                "noise_to_signal": noise_to_signal(z, ensemble_size(task), pre.sampling_rate, kr),
+            }
+        )
+    return {
+        "epsilon": epsilon,
+        "delta": delta,
+        "accountant": "rdp",
+        "halfcheetah": {"d": d, "K": k, "C": P.preset_of("halfcheetah").clip_norm},
+        "seconds_per_trajectory": SECONDS_PER_TRAJECTORY,
+        "grid": rows,
+        "reference": reference,
+    }
+
+
+def screen_table(result: dict[str, Any]) -> str:
+    """The screen as a markdown table: rows q, columns T, cells z and z·√d/(qK)."""
+    ts = sorted({r["T"] for r in result["grid"]})
+    lines = ["| q | " + " | ".join(f"T = {t:,}" for t in ts) + " |", "|---|" + "---|" * len(ts)]
+    for q in sorted({r["q"] for r in result["grid"]}):
+        cells = {r["T"]: r for r in result["grid"] if r["q"] == q}
+        lines.append(
+            f"| {q:g} | "
+            + " | ".join(
+                f"z = {cells[t]['z']:.3g}: **{cells[t]['noise_to_signal']:.3g}** "
+                f"({cells[t]['core_hours']:.2g} h)"
+                for t in ts
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget-core-hours", type=float, default=4.0)
@@ -175,8 +299,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=None, help="T_max (default: the preset's)")
     ap.add_argument("--only", action="append", choices=sorted(CONFIGS), default=None)
     ap.add_argument("--quick", action="store_true", help="the quick recipe (tests)")
+    ap.add_argument("--screen", action="store_true", help="the noise screen (public values)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # core-seconds = process CPU seconds
+    if args.screen:
+        result = screen(args.epsilon, 1e-5)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "noise_screen.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(screen_table(result))
+        for r in result["reference"]:
+            print(f"{r['task']} {r['row']} (z = {r['z']}): {r['noise_to_signal']:.3g}")
+        return
     data = dataset_path(args.quick)
     records = [run_config(n, data, args) for n in (args.only or CONFIGS)]
     plot(records, RESULTS / f"mse_vs_core_seconds{'-quick' if args.quick else ''}.png")

@@ -45,3 +45,42 @@ def test_quick_run_stops_on_its_budget_and_resumes_without_secret_state(
     out.write_text(json.dumps(first))
     with pytest.raises(SystemExit, match="another dataset"):
         bench.main(args)
+
+
+def test_the_noise_screen_uses_public_sizes_and_a_closed_form_bound() -> None:
+    """The screen's K and d are the recipe's declared private trajectories and the noised
+    parameters that the Table 11 report states (1,800 and 928,704), and its bound is
+    z·√d/(qK)."""
+    bench = _module()
+    assert bench.declared_units("halfcheetah") == 1800
+    assert bench.ensemble_size("halfcheetah") == 928_704
+    assert bench.noise_to_signal(0.5, 400, 0.1, 1000) == pytest.approx(0.5 * 20 / 100)
+    grid = [
+        {"q": q, "T": t, "z": 1.0, "noise_to_signal": q * t, "core_hours": 0.5}
+        for q in (0.1, 0.5)
+        for t in (10, 100)
+    ]
+    table = bench.screen_table({"grid": grid}).splitlines()
+    assert table[0] == "| q | T = 10 | T = 100 |" and len(table) == 4
+    assert table[3].startswith("| 0.5 | z = 1: **5** (0.5 h) | z = 1: **50**")
+
+
+@pytest.mark.slow
+def test_the_screen_calibrates_z_for_the_target_at_each_q_and_t(monkeypatch) -> None:
+    """Each grid z meets the target ε by dp-accounting's own RDP accountant over privrl's
+    orders (and 3% less noise does not), at the q and T of its row."""
+    import dp_accounting
+
+    from privrl.privacy.accounting import DENSE_RDP_ORDERS
+
+    def eps(z: float) -> float:
+        acc = dp_accounting.rdp.RdpAccountant(list(DENSE_RDP_ORDERS))
+        event = dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(z))
+        return acc.compose(dp_accounting.SelfComposedDpEvent(event, 100)).get_epsilon(1e-5)
+
+    bench = _module()
+    monkeypatch.setattr(bench, "SCREEN_Q", (0.05,))
+    monkeypatch.setattr(bench, "SCREEN_T", (100,))
+    (row,) = bench.screen(10.0, 1e-5)["grid"]
+    assert eps(row["z"]) <= 10.0 * (1 + 1e-3)
+    assert eps(0.97 * row["z"]) > 10.0
