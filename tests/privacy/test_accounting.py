@@ -8,6 +8,7 @@ composition). Slow reproductions live in test_accounting_slow.py.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -920,6 +921,19 @@ def test_calibration_with_a_gaussian_prior_matches_closed_form(backend):
     assert z_joint == pytest.approx(expected, rel=2e-3)
     if backend == "pld":  # the single release itself against Balle–Wang's exact σ
         assert z_star == pytest.approx(_analytic_gaussian_sigma(eps, delta), rel=2e-3)
+
+
+def test_pld_calibration_of_many_full_batch_steps_fits_in_memory():
+    # T Gaussian releases of noise z compose exactly into one of noise z/√T, so at q = 1 the
+    # calibrated z is √T times Balle–Wang's σ. A PLD search from z = 1 needs a loss grid of
+    # ε(z = 1, T = 10⁴) in the thousands (a MemoryError in tens of GB); it starts from RDP's
+    # z instead and evaluates PLDs near the target only.
+    eps, delta, steps = 10.0, 1e-5, 10_000
+    z = calibrate_noise_multiplier(eps, delta, steps, sampling_probability=1.0, backend="pld")
+    assert z == pytest.approx(math.sqrt(steps) * _analytic_gaussian_sigma(eps, delta), rel=2e-3)
+    full = functools.partial(sampled_gaussian_event, sampling_probability=1.0)
+    assert epsilon(full(z, steps), delta, backend="pld") <= eps
+    assert epsilon(full(z / (1 + 2e-4), steps), delta, backend="pld") > eps
 
 
 def test_calibration_with_a_prior_meets_the_total_and_is_minimal():

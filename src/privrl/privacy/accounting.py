@@ -747,23 +747,39 @@ def calibrate_noise_multiplier(
     def eps_at(z: float) -> float:
         return search.epsilon(_after(prior, make_event(z, steps)), delta)
 
-    # Bracket expansion (factor 4; the secant steps cope with wide brackets).
-    z = 1.0
+    # Bracket expansion from z = 1 by factor 4 (the secant steps cope with wide brackets). A
+    # PLD search starts at RDP's answer instead, by factor 1.5: a PLD far from the target is
+    # huge (z = 1 at q = 1, T = 10⁴ does not fit in memory), and RDP's z is within tens of
+    # percent of the PLD's (RDP's ε bounds the PLD's from above).
+    z, factor = 1.0, 4.0
+    if backend == "pld":
+        start = _rdp_start(
+            search,
+            target_epsilon=target,
+            delta=delta,
+            steps=steps,
+            sampling=sampling,
+            sampling_probability=sampling_probability,
+            dataset_size=dataset_size,
+            sample_size=sample_size,
+            prior=prior,
+        )
+        z, factor = (1.0, 4.0) if start is None else (start, 1.5)
     e = eps_at(z)
     if e <= target:
         floor = _MIN_NOISE[backend]
         hi, e_hi = z, e
-        lo = max(z / 4, floor)
+        lo = max(z / factor, floor)
         e_lo = eps_at(lo)
         while e_lo <= target:
             hi, e_hi = lo, e_lo
             if lo <= floor:
                 return hi  # the target holds even at the search floor: safe, maybe not minimal
-            lo = max(lo / 4, floor)
+            lo = max(lo / factor, floor)
             e_lo = eps_at(lo)
     else:
         lo, e_lo = z, e
-        hi, e_hi = 4 * z, eps_at(4 * z)
+        hi, e_hi = factor * z, eps_at(factor * z)
         while e_hi > target:
             lo, e_lo = hi, e_hi
             if hi > _MAX_NOISE:
@@ -771,7 +787,7 @@ def calibrate_noise_multiplier(
                     f"target epsilon {target:g} at delta {delta:g} is not reached even with "
                     f"noise multiplier {hi:g} (epsilon = {e_hi:g}); the target is unreachable"
                 )
-            hi, e_hi = 4 * hi, eps_at(4 * hi)
+            hi, e_hi = factor * hi, eps_at(factor * hi)
 
     # Refine in x = log z: g = log(eps / target), g(x_lo) > 0 >= g(x_hi).
     width_tol = math.log1p(tol)
@@ -799,6 +815,18 @@ def calibrate_noise_multiplier(
         last_side = side
         widths.append(width)
     return math.exp(x_hi)
+
+
+def _rdp_start(search: _Search, **kwargs: object) -> float | None:
+    """RDP's calibrated z (to 1%) for the same event and target, where a PLD search starts;
+    None when RDP cannot account the event or reach the target (the search starts at 1)."""
+    try:
+        z = calibrate_noise_multiplier(
+            **kwargs, relation=search.rel, backend="rdp", orders=search.grid, tolerance=1e-2
+        )
+    except AccountingError:
+        return None
+    return max(z, _MIN_NOISE["pld"])
 
 
 def max_steps(

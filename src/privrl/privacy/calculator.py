@@ -361,9 +361,16 @@ def _calibrate_z(
     check_int(steps, "`steps`", minimum=1)
     rel, backend = common["relation"], common["backend"]
     if backend == "pld":
-        # The search starts at z = 1: refuse up front if that PLD alone cannot be built.
-        start = acc.sampled_gaussian_event(1.0, steps, **sampling)
-        _refuse_large_pld(rdp_epsilon(start, delta, rel), "at the search's start z = 1")
+        # The PLD search starts at RDP's z, or at z = 1 where RDP cannot calibrate: refuse up
+        # front if the first PLD it builds below that start cannot be built.
+        rdp = {**common, "backend": "rdp"}
+        try:
+            z_rdp = acc.calibrate_noise_multiplier(epsilon, delta, steps, **rdp)
+            z0, where = z_rdp / 1.5, f"at z = {z_rdp / 1.5:.4g}, below RDP's z where it starts"
+        except acc.AccountingError:
+            z0, where = 1.0, "at the search's start z = 1"
+        first = acc.sampled_gaussian_event(z0, steps, **sampling)
+        _refuse_large_pld(rdp_epsilon(first, delta, rel), where)
     z = acc.calibrate_noise_multiplier(epsilon, delta, steps, **common)
     event = acc.sampled_gaussian_event(z, steps, **sampling)
     achieved = acc.epsilon(event, delta, relation=rel, backend=backend)
