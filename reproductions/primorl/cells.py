@@ -185,13 +185,16 @@ def check_fingerprints(dest: Path, datasets: Mapping[str, Path] | None = None) -
             continue
         got = _fingerprint(path)
         if got != want:
+            from privrl.runs.recipes.numerics import vendor_note
+
+            note = vendor_note()
             raise FingerprintMismatch(
                 f"dataset {path.name} ({path}) is not the one the committed cells in {dest} "
                 f"were made on: its content_sha256 is {got}, the committed cells' "
                 f"{FINGERPRINTS} expects {want}; rebuild the dataset with its recipe's seed "
                 f"(`privrl data collect --recipe {path.stem}`, default seed 0) so that it "
                 f"matches, or move the committed cells of {path.name} aside to start them "
-                "afresh"
+                "afresh" + (f" ({note})" if note else "")
             )
 
 

@@ -30,6 +30,23 @@ def test_fingerprint_mismatch_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
     cells.check_fingerprints(tmp_path, {"balance": data})
 
 
+@pytest.mark.parametrize(("vendor", "hint"), [("GenuineIntel", False), ("AuthenticAMD", True)])
+def test_fingerprint_mismatch_names_another_vendors_numerics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vendor: str, hint: bool
+) -> None:
+    from privrl.runs.recipes import numerics
+
+    data = tmp_path / "d.h5"
+    data.write_bytes(b"x")
+    (tmp_path / cells.FINGERPRINTS).write_text(json.dumps({"d.h5": "a" * 64}))
+    monkeypatch.setattr(cells, "_fingerprint", lambda p: "b" * 64)
+    monkeypatch.setattr(numerics, "cpu_vendor", lambda: vendor)
+    with pytest.raises(cells.FingerprintMismatch) as err:
+        cells.check_fingerprints(tmp_path, {"balance": data})
+    assert ("MKL ignores the pinned MKL_CBWR=AVX2" in str(err.value)) is hint
+    assert (vendor in str(err.value)) is hint
+
+
 def test_committed_records_hold_no_machine_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

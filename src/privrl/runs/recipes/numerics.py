@@ -1,4 +1,4 @@
-"""Machine-independent numerics for recipe builds: the same dataset from any x86-64 machine.
+"""Machine-independent numerics for recipe builds: the same dataset from any Intel x86-64 machine.
 
 A recipe dataset is the input of reproduction cells that run for hours and continue across
 machines (a committed cell resumes only on a dataset with the recorded ``content_sha256``). A
@@ -12,11 +12,21 @@ uniform-random reference return, which uses no torch, agreed to every digit.)
 A full build therefore runs in a child process whose environment pins both choices before
 torch loads (`PINNED_ENV`): ATen's kernels at AVX2 and MKL's conditional numerical
 reproducibility at AVX2 in strict mode, which is also independent of the thread count. Any
-AVX2 machine then computes what any other does (one thread, as every build runs). The cost is
-speed: a 256×256 GEMM takes about 1.6× as long as unpinned. Quick builds (tests, smoke runs)
-run in-process, unpinned. The numerics a build ran with are part of every stage fingerprint
-(`tag`), so a stage built under other numerics is rebuilt, never mixed in, and are recorded in
-the dataset's recipe metadata (`describe`).
+Intel AVX2 machine then computes what any other does (one thread, as every build runs). The cost
+is speed: a 256×256 GEMM takes about 1.6× as long as unpinned.
+
+Not across CPU vendors. On an AMD CPU, MKL ignores every ``MKL_CBWR`` branch but
+``COMPATIBLE``: a pinned training gave the same weights under AVX2, AVX, SSE4_2, AVX512 and
+AUTO on an AMD EPYC, other weights under COMPATIBLE, and a pinned quick Pendulum build gave
+``content_sha256`` 91b51d89… where the Intel machines gave 087a50e1… (and the full Balance
+build's expert returned 984.5, not 831.7). ``COMPATIBLE`` is MKL's one branch shared by all
+vendors, at 3.5× the GEMM time of the AVX2 branch (256×256, measured on that AMD EPYC), so
+builds keep the AVX2 branch and `vendor_note` says why a rebuild on another vendor's CPU does
+not match.
+
+Quick builds (tests, smoke runs) run in-process, unpinned. The numerics a build ran with are
+part of every stage fingerprint (`tag`), so a stage built under other numerics is rebuilt,
+never mixed in, and are recorded in the dataset's recipe metadata (`describe`).
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PINNED_ENV", "describe", "is_pinned", "run_pinned", "tag"]
+__all__ = ["PINNED_ENV", "cpu_vendor", "describe", "is_pinned", "run_pinned", "tag", "vendor_note"]
 
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",  # ATen's vectorised kernels (read once, when torch loads)
@@ -54,6 +64,29 @@ def describe() -> dict[str, Any]:
         "mkl_cbwr": os.environ.get("MKL_CBWR", ""),
         "torch": torch.__version__,
     }
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``; "" where not known)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def vendor_note() -> str:
+    """Why this machine may not rebuild a dataset that an Intel machine built ("" on Intel)."""
+    vendor = cpu_vendor()
+    if vendor in ("GenuineIntel", ""):
+        return ""
+    return (
+        f"this machine's CPU is {vendor}: MKL ignores the pinned MKL_CBWR=AVX2 branch there, "
+        "so its builds differ from an Intel machine's; a dataset built on an Intel x86-64 "
+        "machine is rebuilt identically on another Intel machine with AVX2"
+    )
 
 
 def tag() -> str:
