@@ -47,6 +47,28 @@ def test_quick_run_stops_on_its_budget_and_resumes_without_secret_state(
         bench.main(args)
 
 
+@pytest.mark.slow
+def test_mopo_reference_is_measured_on_the_dataset_at_hand(tmp_path, monkeypatch) -> None:
+    """`--mopo` trains MOPO's ensemble, records its public-split MSE per epoch with the
+    dataset's fingerprint, and reuses the record for the same dataset."""
+    bench = _module()
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    args = bench.argparse.Namespace(quick=True)
+    data = bench.dataset_path(True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as main() runs it
+    try:
+        first = bench.run_mopo(data, args)
+    finally:
+        torch.set_num_threads(threads)
+    assert first["finished"] and first["epochs"] == 1 and len(first["curve"]) == 1
+    assert first["dataset_sha256"] == bench.read_header(data).content_sha256
+    assert 0 < first["best_mse"] < float("inf")
+    calls = []
+    monkeypatch.setattr(bench, "load_hdf5", lambda *a: calls.append(a))
+    assert bench.run_mopo(data, args) == first and not calls  # the record, not a rerun
+
+
 def test_the_noise_screen_uses_public_sizes_and_a_closed_form_bound() -> None:
     """The screen's K and d are the recipe's declared private trajectories and the noised
     parameters that the Table 11 report states (1,800 and 928,704), and its bound is
