@@ -61,6 +61,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # from the noise screen (--screen): a Balance-LOW-sized noise-to-signal bound at ε = 10
     # needs q ≥ 0.25 and T ≈ 50 (2.2 core-hours with local Adam, which trains this ensemble)
     "local-adam-q0.25-T50": {"local_optimizer": "adam", "sampling_rate": 0.25, "rounds": 50},
+    # the screen's cheaper candidate: a Balance-HIGH-sized bound (4.1) in 0.9 core-hours
+    "local-adam-q0.1-T50": {"local_optimizer": "adam", "sampling_rate": 0.1, "rounds": 50},
     "local-adam-fedadam-q0.25-T50": {
         **ADAM,
         "local_optimizer": "adam",
@@ -111,12 +113,19 @@ def config_for(name: str, epsilon: float, quick: bool, steps: int | None) -> P.P
     )
 
 
+def build_dir(sha: str, quick: bool) -> Path:
+    """The records of one dataset build (named by its ``content_sha256``): a recipe rebuilt on
+    another CPU vendor's machine is another dataset (docs/primorl-data.md), whose
+    configurations and MOPO reference are measured beside, never mixed with, this one's."""
+    return RESULTS / f"{'quick' if quick else 'full'}-{sha[:12]}"
+
+
 def run_config(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration until T_max or its budget; returns (and writes) its record."""
     header = read_header(data)
     sha = header.content_sha256
-    out = RESULTS / f"{name}{'-quick' if args.quick else ''}.json"
-    ckpt = RESULTS / "checkpoints" / f"{name}{'-quick' if args.quick else ''}.pt"
+    out = build_dir(sha, args.quick) / f"{name}.json"
+    ckpt = build_dir(sha, args.quick) / "checkpoints" / f"{name}.pt"
     record: dict[str, Any] = {"configuration": name, "dataset_sha256": sha, "curve": []}
     resume = None
     if out.exists() and ckpt.exists():
@@ -189,7 +198,7 @@ def run_mopo(data: Path, args: argparse.Namespace) -> dict[str, Any]:
     from privrl.primorl.mopo import MOPOConfig
 
     sha = read_header(data).content_sha256
-    out = RESULTS / f"mopo{'-quick' if args.quick else ''}.json"
+    out = build_dir(sha, args.quick) / "mopo.json"
     if out.exists() and json.loads(out.read_text()).get("dataset_sha256") == sha:
         return json.loads(out.read_text())
     dataset = load_hdf5(data)
@@ -375,7 +384,8 @@ def main(argv: list[str] | None = None) -> None:
         mopo_mse = mopo["best_mse"]
         print(f"mopo: {mopo['epochs']} epochs, MSE = {mopo_mse:.4g}")
     records = [run_config(n, data, args) for n in (args.only or CONFIGS)]
-    plot(records, RESULTS / f"mse_vs_core_seconds{'-quick' if args.quick else ''}.png", mopo_mse)
+    sha = read_header(data).content_sha256
+    plot(records, build_dir(sha, args.quick) / "mse_vs_core_seconds.png", mopo_mse)
     for r in records:
         print(
             f"{r['configuration']}: T = {r['rounds']}, ε = {r['epsilon']:.3g}, MSE = "

@@ -29,10 +29,12 @@ def test_quick_run_stops_on_its_budget_and_resumes_without_secret_state(
     monkeypatch.setattr(bench, "RESULTS", tmp_path)
     args = ["--quick", "--only", "dp-fedsgd-adam", "--steps", "2"]
     bench.main([*args, "--budget-core-hours", "1e-9"])  # spent after round 1
-    out = tmp_path / "dp-fedsgd-adam-quick.json"
+    sha = bench.read_header(bench.dataset_path(True)).content_sha256
+    build = tmp_path / f"quick-{sha[:12]}"  # the records of this dataset build
+    out = build / "dp-fedsgd-adam.json"
     first = json.loads(out.read_text())
     assert first["rounds"] == 1 and not first.get("finished")
-    state = torch.load(tmp_path / "checkpoints" / "dp-fedsgd-adam-quick.pt", weights_only=False)
+    state = torch.load(build / "checkpoints" / "dp-fedsgd-adam.pt", weights_only=False)
     assert "noise_gen" not in state and "sample_rng" not in state
     assert state["dataset_sha256"] == first["dataset_sha256"]
     assert state["momentum"].shape[0] == 2  # FedAdam's (m, v)
@@ -40,7 +42,7 @@ def test_quick_run_stops_on_its_budget_and_resumes_without_secret_state(
     done = json.loads(out.read_text())
     assert done["finished"] and [p["round"] for p in done["curve"]] == [1, 2]
     assert 0 < done["epsilon"] <= 10 + 1e-6
-    assert (tmp_path / "mse_vs_core_seconds-quick.png").is_file()
+    assert (build / "mse_vs_core_seconds.png").is_file()
     first["dataset_sha256"] = "0" * 64  # another dataset: refused
     out.write_text(json.dumps(first))
     with pytest.raises(SystemExit, match="another dataset"):
