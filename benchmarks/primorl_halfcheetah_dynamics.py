@@ -247,22 +247,48 @@ def _write(out: Path, record: dict[str, Any], plan: Any, rounds: int, seconds: f
     out.write_text(json.dumps(record, indent=1) + "\n")
 
 
-def plot(records: list[dict[str, Any]], path: Path, mopo_mse: float = MOPO_MSE) -> None:
+def build_records(build: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The configurations' records of one dataset build, and its MOPO record (None if absent)."""
+    records = [json.loads(f.read_text()) for f in sorted(build.glob("*.json"))]
+    mopo = next((r for r in records if r["configuration"] == "mopo"), None)
+    return [r for r in records if r["configuration"] != "mopo"], mopo
+
+
+def plot(build: Path) -> Path:
+    """Public-split MSE against rounds and against core-seconds, for every configuration
+    measured on this build, with MOPO's curve (by core-seconds) and its best MSE as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    records, mopo = build_records(build)
+    mopo_mse = MOPO_MSE if mopo is None else float(mopo["best_mse"])
+    fig, (by_round, by_cost) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for r in records:
         c = r["curve"]
-        ax.plot([p["core_seconds"] for p in c], [p["mse"] for p in c], label=r["configuration"])
-    ax.axhline(mopo_mse, color="k", ls="--", label="MOPO (non-private)")
-    ax.set(xlabel="core-seconds", ylabel="public-split MSE (mean over members)", yscale="log")
-    ax.legend(fontsize=7)
+        label = f"{r['configuration']} (z = {r['z']:.3g}, q = {r['q']:g})"
+        by_round.plot([p["round"] for p in c], [p["mse"] for p in c], marker=".", label=label)
+        by_cost.plot([p["core_seconds"] / 3600 for p in c], [p["mse"] for p in c], marker=".")
+    if mopo is not None:
+        c = mopo["curve"]
+        by_cost.plot(
+            [p["core_seconds"] / 3600 for p in c], [p["mse"] for p in c], "k:", label="MOPO"
+        )
+        by_cost.legend(fontsize=7)
+    for ax in (by_round, by_cost):
+        ax.axhline(mopo_mse, color="k", ls="--", lw=0.8)
+        ax.axhline(2 * mopo_mse, color="grey", ls="--", lw=0.8)
+    by_round.set(xlabel="DP-FedAvg rounds", ylabel="public-split MSE (mean over members)")
+    by_round.set_yscale("log")
+    by_cost.set(xlabel="core-hours (one thread)")
+    by_round.legend(fontsize=7, title="dashed: MOPO, 2 × MOPO", title_fontsize=7)
+    fig.suptitle(f"HalfCheetah private dynamics models at ε ≤ 10 (dataset {build.name})")
     fig.tight_layout()
-    fig.savefig(path)
+    path = build / "mse_vs_core_seconds.png"
+    fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
 
 
 def ensemble_size(task: str) -> int:
@@ -367,6 +393,9 @@ def main(argv: list[str] | None = None) -> None:
         "--mopo", action="store_true", help="first measure MOPO's MSE on this dataset (mopo.json)"
     )
     ap.add_argument("--screen", action="store_true", help="the noise screen (public values)")
+    ap.add_argument(
+        "--plot", action="store_true", help="only redraw this dataset build's plot from its records"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # core-seconds = process CPU seconds
     if args.screen:
@@ -378,14 +407,15 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{r['task']} {r['row']} (z = {r['z']}): {r['noise_to_signal']:.3g}")
         return
     data = dataset_path(args.quick)
-    mopo_mse = MOPO_MSE
+    build = build_dir(read_header(data).content_sha256, args.quick)
+    if args.plot:
+        print(plot(build))
+        return
     if args.mopo:
         mopo = run_mopo(data, args)
-        mopo_mse = mopo["best_mse"]
-        print(f"mopo: {mopo['epochs']} epochs, MSE = {mopo_mse:.4g}")
+        print(f"mopo: {mopo['epochs']} epochs, MSE = {mopo['best_mse']:.4g}")
     records = [run_config(n, data, args) for n in (args.only or CONFIGS)]
-    sha = read_header(data).content_sha256
-    plot(records, build_dir(sha, args.quick) / "mse_vs_core_seconds.png", mopo_mse)
+    plot(build)
     for r in records:
         print(
             f"{r['configuration']}: T = {r['rounds']}, ε = {r['epsilon']:.3g}, MSE = "
