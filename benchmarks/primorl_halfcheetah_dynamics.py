@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "local-adam-q0.25-T50": {"local_optimizer": "adam", "sampling_rate": 0.25, "rounds": 50},
     # the screen's cheaper candidate: a Balance-HIGH-sized bound (4.1) in 0.9 core-hours
     "local-adam-q0.1-T50": {"local_optimizer": "adam", "sampling_rate": 0.1, "rounds": 50},
+    # a diagnostic, not private (ε = ∞): the same rounds with z = 0 (clipping kept) separate
+    # what the noise costs from what 50 rounds of this trainer can reach at all
+    "no-noise-q0.1-T50": {
+        "local_optimizer": "adam",
+        "sampling_rate": 0.1,
+        "rounds": 50,
+        "noise_multiplier": 0.0,
+    },
     "local-adam-fedadam-q0.25-T50": {
         **ADAM,
         "local_optimizer": "adam",
@@ -105,7 +114,7 @@ def config_for(name: str, epsilon: float, quick: bool, steps: int | None) -> P.P
     t_max = steps or (4 if quick else rounds or P.preset_of("halfcheetah").max_rounds or 250)
     return P.PrimorlConfig(
         task="halfcheetah",
-        epsilon=epsilon,
+        epsilon=None if "noise_multiplier" in kw else epsilon,
         steps=max(1, t_max // divisor),
         eval_every=1 if quick else 5,
         patience=10**6,  # the curve, not early stopping, is measured
@@ -242,7 +251,8 @@ def run_mopo(data: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _write(out: Path, record: dict[str, Any], plan: Any, rounds: int, seconds: float) -> None:
-    record.update(rounds=rounds, core_seconds=seconds, epsilon=plan.epsilon(rounds))
+    eps = plan.epsilon(rounds)
+    record.update(rounds=rounds, core_seconds=seconds, epsilon=eps if eps < math.inf else "inf")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
 
@@ -418,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
     plot(build)
     for r in records:
         print(
-            f"{r['configuration']}: T = {r['rounds']}, ε = {r['epsilon']:.3g}, MSE = "
+            f"{r['configuration']}: T = {r['rounds']}, ε = {float(r['epsilon']):.3g}, MSE = "
             f"{r['curve'][-1]['mse'] if r['curve'] else float('nan'):.4g}"
         )
 
