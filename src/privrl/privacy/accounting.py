@@ -764,7 +764,8 @@ def calibrate_noise_multiplier(
             sample_size=sample_size,
             prior=prior,
         )
-        z, factor = (1.0, 4.0) if start is None else (start, 1.5)
+        if start is not None:
+            z, factor = start, 1.5
     e = eps_at(z)
     if e <= target:
         floor = _MIN_NOISE[backend]
