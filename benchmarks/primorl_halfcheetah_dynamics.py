@@ -39,8 +39,8 @@ import torch
 from privrl.data.io import load_hdf5, read_header
 from privrl.data.public import declared_public, split_declared
 from privrl.primorl import primorl as P
-from privrl.primorl.dp_fedavg import train_dp_fedavg
-from privrl.primorl.dynamics import DynamicsModel
+from privrl.primorl.dp_fedavg import EnsembleLayout, train_dp_fedavg
+from privrl.primorl.dynamics import DynamicsModel, dynamics_config, holdout_mse
 from privrl.privacy.noise import NoiseSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,6 +71,22 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "sampling_rate": 0.1,
         "rounds": 50,
         "noise_multiplier": 0.0,
+    },
+    # a smaller ensemble (7 members of 2 × 128, the cartpole presets' width, against the
+    # paper's 4 × 200): d falls 5.5-fold, so the bound z·√d/(qK) falls 2.3-fold at the same
+    # q and T (1.1 at q = 0.25, T = 50: Pendulum LOW's), and a round costs less
+    "small-local-adam-q0.25-T50": {
+        "local_optimizer": "adam",
+        "sampling_rate": 0.25,
+        "rounds": 50,
+        "hidden": [128, 128],
+    },
+    "small-no-noise-q0.25-T50": {
+        "local_optimizer": "adam",
+        "sampling_rate": 0.25,
+        "rounds": 50,
+        "noise_multiplier": 0.0,
+        "hidden": [128, 128],
     },
     "local-adam-fedadam-q0.25-T50": {
         **ADAM,
@@ -111,6 +127,8 @@ def config_for(name: str, epsilon: float, quick: bool, steps: int | None) -> P.P
     kw = dict(CONFIGS[name])
     divisor = kw.pop("steps_divisor", 1)
     rounds = kw.pop("rounds", None)  # the configuration's own T_max
+    if "hidden" in kw:  # another architecture than the paper's (Table 8) ensemble
+        kw["dynamics"] = dynamics_config("halfcheetah", hidden=tuple(kw.pop("hidden")))
     t_max = steps or (4 if quick else rounds or P.preset_of("halfcheetah").max_rounds or 250)
     return P.PrimorlConfig(
         task="halfcheetah",
@@ -177,7 +195,9 @@ def run_config(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any
         if spent() >= budget and int(state["rounds"]) < plan.T_max:
             raise BudgetSpent
 
+    layout = EnsembleLayout(model.ensemble)
     record.update(settings=CONFIGS[name], T_max=plan.T_max, z=plan.z, q=plan.q, C=plan.C)
+    record.update(d=layout.members * layout.size, noise_std=plan.noise_std)
     try:
         res = train_dp_fedavg(
             model,
@@ -250,6 +270,38 @@ def run_mopo(data: Path, args: argparse.Namespace) -> dict[str, Any]:
     return record
 
 
+def run_references(data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """What "not learned" looks like on the declared public split (public data only): the MSE
+    of the freshly initialised ensemble (seed 0, the public-split input normaliser, as every
+    configuration starts) for each architecture measured, and of predicting the public split's
+    own mean target. Writes ``references.json``."""
+    from privrl.nn.normalizer import Normalizer
+
+    sha = read_header(data).content_sha256
+    out = build_dir(sha, args.quick) / "references.json"
+    if out.exists() and json.loads(out.read_text()).get("dataset_sha256") == sha:
+        return json.loads(out.read_text())
+    dataset = load_hdf5(data)
+    _, public = split_declared(dataset, declared_public(dataset.metadata, dataset.n_episodes))
+    tr = public.transitions()
+    n = len(tr.observations)
+    x = np.concatenate([tr.observations.reshape(n, -1), tr.actions.reshape(n, -1)], axis=1)
+    task = P.task_of(P.PrimorlConfig(task="halfcheetah"), public.metadata)
+    record: dict[str, Any] = {"dataset_sha256": sha, "initial_mse": {}}
+    hiddens = {tuple(c["hidden"]) for c in CONFIGS.values() if "hidden" in c}
+    for hidden in [dynamics_config("halfcheetah").hidden, *sorted(hiddens)]:
+        dyn = dynamics_config("halfcheetah", hidden=hidden)
+        model = DynamicsModel(task.obs_dim, task.act_dim, dyn, seed=0)
+        model.input_normalizer = Normalizer.fit(x.astype(np.float64), source="public split")
+        key = "x".join(str(h) for h in hidden)
+        record["initial_mse"][key] = float(np.mean(holdout_mse(model, tr)))
+    y = model.raw_targets(tr.observations, tr.rewards, tr.next_observations)
+    record["mean_predictor_mse"] = float(((y - y.mean(dim=0)) ** 2).mean())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
 def _write(out: Path, record: dict[str, Any], plan: Any, rounds: int, seconds: float) -> None:
     eps = plan.epsilon(rounds)
     record.update(rounds=rounds, core_seconds=seconds, epsilon=eps if eps < math.inf else "inf")
@@ -260,6 +312,7 @@ def _write(out: Path, record: dict[str, Any], plan: Any, rounds: int, seconds: f
 def build_records(build: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The configurations' records of one dataset build, and its MOPO record (None if absent)."""
     records = [json.loads(f.read_text()) for f in sorted(build.glob("*.json"))]
+    records = [r for r in records if "configuration" in r]  # not references.json
     mopo = next((r for r in records if r["configuration"] == "mopo"), None)
     return [r for r in records if r["configuration"] != "mopo"], mopo
 
@@ -286,13 +339,19 @@ def plot(build: Path) -> Path:
             [p["core_seconds"] / 3600 for p in c], [p["mse"] for p in c], "k:", label="MOPO"
         )
         by_cost.legend(fontsize=7)
+    refs = build / "references.json"
+    initial = json.loads(refs.read_text())["initial_mse"] if refs.exists() else {}
     for ax in (by_round, by_cost):
         ax.axhline(mopo_mse, color="k", ls="--", lw=0.8)
         ax.axhline(2 * mopo_mse, color="grey", ls="--", lw=0.8)
+        if initial:  # the architectures' initial MSEs agree to 0.1%: one line
+            ax.axhline(max(initial.values()), color="tab:red", ls=":", lw=0.8)
     by_round.set(xlabel="DP-FedAvg rounds", ylabel="public-split MSE (mean over members)")
     by_round.set_yscale("log")
     by_cost.set(xlabel="core-hours (one thread)")
-    by_round.legend(fontsize=7, title="dashed: MOPO, 2 × MOPO", title_fontsize=7)
+    by_round.legend(
+        fontsize=7, title="dashed: MOPO, 2 × MOPO; dotted: initial model", title_fontsize=7
+    )
     fig.suptitle(f"HalfCheetah private dynamics models at ε ≤ 10 (dataset {build.name})")
     fig.tight_layout()
     path = build / "mse_vs_core_seconds.png"
@@ -421,6 +480,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.plot:
         print(plot(build))
         return
+    refs = run_references(data, args)
+    print(f"initial MSE {refs['initial_mse']}, mean target {refs['mean_predictor_mse']:.4g}")
     if args.mopo:
         mopo = run_mopo(data, args)
         print(f"mopo: {mopo['epochs']} epochs, MSE = {mopo['best_mse']:.4g}")

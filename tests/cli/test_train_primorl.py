@@ -315,6 +315,8 @@ def test_run_directory_contract_and_model_reuse(
         (["-z", "1", "--sampling-rate", "2"], "sampling rate"),
         (["-z", "1", "--local-optimizer", "rmsprop"], "local optimizer"),
         (["-z", "1", "--server-momentum", "1"], "server momentum"),
+        (["-z", "1", "--dynamics-hidden", "64,0"], "positive layer widths"),
+        (["-z", "1", "--dynamics-hidden", "64,wide"], "comma-separated list of ints"),
     ],
 )
 def test_bad_input_is_one_error_line(
@@ -448,3 +450,24 @@ def test_device_is_recorded_and_a_bad_or_absent_one_is_one_error_line(
         again = ["train", "primorl", "--model", model, "--out", str(tmp_path / "again")]
         code = main([*again, "--device", "cuda:0", "--epochs", "1"])
         assert code == 2 and "needs a CUDA GPU" in _err(capsys)
+
+
+def test_dynamics_hidden_sets_the_released_architecture_and_d(data: Path, tmp_path: Path) -> None:
+    """--dynamics-hidden replaces the preset's widths (Pendulum 64,64): the released model has
+    them, privacy.json's release counts the smaller d, the event is unchanged (d sets no
+    sensitivity), and with --model it is refused (the release is reused as trained)."""
+    releases = {}
+    for name, flag in (("preset", []), ("small", ["--dynamics-hidden", "16"])):
+        out = tmp_path / name
+        argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]
+        assert main([*argv, *flag]) == 0
+        (releases[name],) = json.loads((out / "privacy.json").read_text())["releases"]
+    assert _released(tmp_path / "small").model.config.hidden == (16,)
+    assert _released(tmp_path / "preset").model.config.hidden == (64, 64)
+    assert releases["small"]["event"] == releases["preset"]["event"]
+    assert 0 < releases["small"]["size"] < releases["preset"]["size"]
+    config = json.loads((tmp_path / "small" / "config.json").read_text())
+    assert config["dynamics_hidden"] == [16]
+    model = str(tmp_path / "small" / "model.pt")
+    argv = ["train", "primorl", "--model", model, "--out", str(tmp_path / "m")]
+    assert main([*argv, "--dynamics-hidden", "16"]) == 2

@@ -108,3 +108,41 @@ def test_the_screen_calibrates_z_for_the_target_at_each_q_and_t(monkeypatch) -> 
     (row,) = bench.screen(10.0, 1e-5)["grid"]
     assert eps(row["z"]) <= 10.0 * (1 + 1e-3)
     assert eps(0.97 * row["z"]) > 10.0
+
+
+def test_a_smaller_ensemble_configuration_changes_only_the_architecture() -> None:
+    """`hidden` in a configuration sets the ensemble's widths (7 members kept); its other
+    settings and the paper's configurations are untouched."""
+    bench = _module()
+    small = bench.config_for("small-local-adam-q0.25-T50", 10.0, False, None)
+    assert small.dynamics is not None and small.dynamics.hidden == (128, 128)
+    assert small.dynamics.members == 7 and small.steps == 50 and small.sampling_rate == 0.25
+    paper = bench.config_for("local-adam-q0.25-T50", 10.0, False, None)
+    assert paper.dynamics is not None and paper.dynamics.hidden == (200, 200, 200, 200)
+    assert small.dynamics.replace(hidden=(200,) * 4) == paper.dynamics
+    assert "hidden" in bench.CONFIGS["small-local-adam-q0.25-T50"]  # not popped from CONFIGS
+    from privrl.envs.control import CONTROL_TASKS
+
+    spec = CONTROL_TASKS["halfcheetah"]
+    model = bench.DynamicsModel(spec.obs_dim, spec.act_dim, small.dynamics, seed=0)
+    layout = bench.EnsembleLayout(model.ensemble)
+    # 7 × (23·128 + 128 + 128·128 + 128 + 128·36 + 36 + the 2 × 18 learned log-variance bounds)
+    assert layout.members * layout.size == 7 * (
+        23 * 128 + 128 + 128 * 128 + 128 + 128 * 36 + 36 + 36
+    )
+
+
+@pytest.mark.slow
+def test_references_are_the_public_splits_initial_and_mean_predictor_mse(
+    tmp_path, monkeypatch
+) -> None:
+    bench = _module()
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    args = bench.argparse.Namespace(quick=True)
+    refs = bench.run_references(bench.dataset_path(True), args)
+    assert set(refs["initial_mse"]) == {"200x200x200x200", "128x128"}
+    # an untrained ensemble predicts about the mean: within a few percent of its MSE
+    for mse in refs["initial_mse"].values():
+        assert abs(mse / refs["mean_predictor_mse"] - 1) < 0.1
+    records, mopo = bench.build_records(next(tmp_path.iterdir()))
+    assert records == [] and mopo is None  # references.json is not a configuration

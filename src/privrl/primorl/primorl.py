@@ -362,6 +362,16 @@ class PrimorlConfig(StageOptions):
         keyless_default=True,
         help="The dynamics ensemble's architecture (None: the task's preset).",
     )
+    dynamics_hidden: tuple[int, ...] | None = option(
+        None,
+        "--dynamics-hidden",
+        metavar="W,W,...",
+        help="Hidden layer widths of each ensemble member, replacing the task preset's (the "
+        "paper's HalfCheetah 200,200,200,200; e.g. 128,128). Public: it sets the number of "
+        "noised parameters d, and a smaller d raises each coordinate's signal against the same "
+        "noise.",
+        keyless_default=True,  # added after runs were cached: the preset is what they ran
+    )
 
     def __post_init__(self) -> None:
         settle(self)
@@ -378,6 +388,11 @@ class PrimorlConfig(StageOptions):
                     "dynamics": dynamics_of(name),
                 }
             )
+        if self.dynamics_hidden is not None:
+            widths = tuple(int(w) for w in self.dynamics_hidden)
+            object.__setattr__(self, "dynamics_hidden", widths)
+            if self.dynamics is not None and widths and min(widths) > 0:
+                object.__setattr__(self, "dynamics", self.dynamics.replace(hidden=widths))
         super().__post_init__()
 
     def validate(self) -> None:
@@ -405,6 +420,12 @@ class PrimorlConfig(StageOptions):
         for key in ("rollout_every", "retain_epochs", "eval_episodes", "final_epochs"):
             check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
+        widths = self.dynamics_hidden
+        check(
+            widths is None or (len(widths) > 0 and min(widths) >= 1),
+            "dynamics_hidden",
+            f"must be one or more positive layer widths, e.g. 128,128, got {widths}",
+        )
         super().validate()
         if self.variant is not None:
             if self.noise_multiplier is not None or self.epsilon is not None:

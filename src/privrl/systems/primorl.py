@@ -115,6 +115,7 @@ class PrimorlRunConfig(PrimorlConfig):
                     ("--server-lr", None if self.server_lr == 1 else self.server_lr),
                     ("--server-optimizer", None if self.server_optimizer == "sgd" else "adam"),
                     ("--private-trainer", None if self.private_trainer == "dp-fedavg" else 1),
+                    ("--dynamics-hidden", self.dynamics_hidden),
                 )
                 if value is not None
             ]
