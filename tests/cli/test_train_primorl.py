@@ -316,6 +316,7 @@ def test_run_directory_contract_and_model_reuse(
         (["-z", "1", "--local-optimizer", "rmsprop"], "local optimizer"),
         (["-z", "1", "--server-momentum", "1"], "server momentum"),
         (["-z", "1", "--dynamics-hidden", "64,0"], "positive layer widths"),
+        (["-z", "1", "--server-ema", "1"], "server EMA"),
         (["-z", "1", "--dynamics-hidden", "64,wide"], "comma-separated list of ints"),
     ],
 )
@@ -471,3 +472,15 @@ def test_dynamics_hidden_sets_the_released_architecture_and_d(data: Path, tmp_pa
     model = str(tmp_path / "small" / "model.pt")
     argv = ["train", "primorl", "--model", model, "--out", str(tmp_path / "m")]
     assert main([*argv, "--dynamics-hidden", "16"]) == 2
+
+
+def test_server_ema_is_a_flag_recorded_in_the_release(data: Path, tmp_path: Path) -> None:
+    """--server-ema γ reaches DP-FedAvg, privacy.json names the released average, the event
+    is unchanged; with --model it is refused (the release is reused as trained)."""
+    releases = _releases(data, tmp_path, "--server-ema", ("0", "0.9"))
+    assert "released_iterate" in releases["0.9"]["extra"]
+    assert "released_iterate" not in releases["0"]["extra"]
+    assert releases["0"]["event"] == releases["0.9"]["event"]
+    model = str(tmp_path / "0.9" / "model.pt")
+    argv = ["train", "primorl", "--model", model, "--out", str(tmp_path / "m")]
+    assert main([*argv, "--server-ema", "0.9"]) == 2

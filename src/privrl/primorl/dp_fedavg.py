@@ -256,6 +256,11 @@ class DpFedAvgConfig:
     Algorithm 2, no bias correction): m(t) = β₁·m(t−1) + (1−β₁)·Δ̃(t), v(t) = β₂·v(t−1) +
     (1−β₂)·Δ̃(t)², θ(t+1) = θ(t) + η_s·m(t)/(√v(t) + τ), with β₁ = ``server_momentum``,
     β₂ = ``server_beta2`` and τ = ``server_tau``; also post-processing of Δ̃.
+    ``server_ema`` γ > 0: the public-split evaluations, the kept snapshots and the release use
+    the exponential moving average of the server's iterates, θ̄(t) = a(t)/(1 − γᵗ) with
+    a(t) = γ·a(t−1) + (1 − γ)·θ(t), a(0) = 0 (bias-corrected as Adam's moments), instead of
+    θ(t); θ itself steps as above. Averaging the iterates averages the noise each round adds
+    (as in De et al. 2022's DP-SGD); a function of θ(1..t) only: post-processing.
     """
 
     noise_multiplier: float | None = None
@@ -281,6 +286,7 @@ class DpFedAvgConfig:
     server_optimizer: ServerOptimizer = "sgd"
     server_beta2: float = 0.99
     server_tau: float = 1e-3
+    server_ema: float = 0.0
 
     def __post_init__(self) -> None:
         z, eps = self.noise_multiplier, self.target_epsilon
@@ -336,6 +342,8 @@ class DpFedAvgConfig:
             raise ValueError(f"server β₂ must be in [0, 1), got {self.server_beta2!r}")
         if not (math.isfinite(_real(self.server_tau, "server τ")) and self.server_tau > 0):
             raise ValueError(f"server τ must be finite and > 0, got {self.server_tau!r}")
+        if not 0 <= _real(self.server_ema, "server EMA γ") < 1:
+            raise ValueError(f"server EMA γ must be in [0, 1), got {self.server_ema!r}")
 
 
 def dp_fedsgd(config: DpFedAvgConfig, *, batch: int, lr: float = 1.0) -> DpFedAvgConfig:
@@ -410,6 +418,7 @@ class DpFedAvgPlan:
     server_optimizer: ServerOptimizer = "sgd"
     server_beta2: float = 0.99
     server_tau: float = 1e-3
+    server_ema: float = 0.0
 
     @property
     def fedavg_step(self) -> bool:
@@ -510,6 +519,11 @@ class DpFedAvgPlan:
             extra["server_step"] = (
                 f"momentum β = {self.server_momentum:g}, η_s = {self.server_lr:g} on the noisy "
                 "mean updates (post-processing)"
+            )
+        if self.server_ema > 0:
+            extra["released_iterate"] = (
+                f"bias-corrected moving average of θ(t), γ = {self.server_ema:g} "
+                "(post-processing of the noisy iterates)"
             )
         if not self.private:
             why = "no noise (z = 0)" if self.z == 0 else "no clipping (C = ∞)"
@@ -711,6 +725,7 @@ def plan_dp_fedavg(
         server_optimizer=config.server_optimizer,
         server_beta2=float(config.server_beta2),
         server_tau=float(config.server_tau),
+        server_ema=float(config.server_ema),
     )
 
 
@@ -1403,10 +1418,18 @@ def train_dp_fedavg(
     since, rounds, stopped = 0, 0, False
     first = 1
     momentum = server_buffer(theta, plan)  # the server optimizer's state
+    gamma = plan.server_ema
+    ema = torch.zeros_like(theta) if gamma > 0 else None  # a(t) of θ̄(t) = a(t)/(1 − γᵗ)
     if resume is not None:
         if resume.get("format") != _STATE_FORMAT or int(resume["T_max"]) != plan.T_max:
             raise ValueError("the DP-FedAvg checkpoint belongs to another run (format or T_max)")
         _check_server_step(resume, plan, momentum)
+        if float(resume.get("server_ema", 0.0)) != gamma:
+            raise ValueError(
+                f"the DP-FedAvg checkpoint was made with server EMA γ = "
+                f"{resume.get('server_ema', 0.0)}, not this run's {gamma:g}; resume with the "
+                "same γ or use a new output directory"
+            )
         on = theta.device  # the state is saved on the CPU: it resumes on any device
         theta = resume["theta"].to(on).clone()
         snapshot = resume["snapshot"].to(on).clone()
@@ -1432,7 +1455,16 @@ def train_dp_fedavg(
                     "the DP-FedAvg checkpoint has no server momentum; use a new output directory"
                 )
             momentum = resume["momentum"].to(on).clone()
+        if ema is not None:
+            ema = resume["ema"].to(on).clone()
         first = plan.T_max + 1 if stopped else rounds + 1
+
+    def evaluated() -> torch.Tensor:
+        """θ(t), or with a server EMA its bias-corrected average θ̄(t): what is evaluated on
+        the public split, kept as a snapshot and released."""
+        if ema is None or rounds == 0:
+            return theta
+        return ema / (1.0 - gamma**rounds)
 
     def _state() -> dict[str, Any]:
         return {
@@ -1452,6 +1484,8 @@ def train_dp_fedavg(
             "noise_gen": noise_gen.bit_generator.state,
             "momentum": None if momentum is None else momentum.cpu().clone(),
             "server": _server_step(plan),
+            "server_ema": gamma,
+            "ema": None if ema is None else ema.cpu().clone(),
         }
 
     for t in range(first, plan.T_max + 1):
@@ -1467,9 +1501,12 @@ def train_dp_fedavg(
             momentum=momentum,
         )
         rounds = t
+        if ema is not None:  # a(t) = γ·a(t−1) + (1 − γ)·θ(t)
+            ema.mul_(gamma).add_(theta, alpha=1.0 - gamma)
         if has_public and (t % plan.eval_every == 0 or t == plan.T_max):
             assert public_split is not None
-            layout.load(ens, theta)
+            current = evaluated()
+            layout.load(ens, current)
             cur = holdout_mse(model, public_split).astype(np.float64)
             cur = np.where(np.isfinite(cur), cur, np.inf)
             eval_rounds.append(t)
@@ -1478,7 +1515,7 @@ def train_dp_fedavg(
             improved = (np.isinf(best) & np.isfinite(cur)) | (rel > plan.min_improvement)
             if improved.any():
                 keep = torch.from_numpy(improved)[None, :, None].to(theta.device)
-                snapshot = torch.where(keep, theta, snapshot)
+                snapshot = torch.where(keep, current, snapshot)
                 best = np.where(improved, cur, best)
                 best_round[improved] = t
                 since = 0
@@ -1499,7 +1536,7 @@ def train_dp_fedavg(
         elites = select_elites(best, model.config.n_elites)
         elites_source = "lowest MSE on the public split"
     else:
-        layout.load(ens, theta)
+        layout.load(ens, evaluated())
         best = np.full(n_members, np.nan)
         best_round[:] = rounds
         elites = tuple(range(n_members))

@@ -278,6 +278,14 @@ class PrimorlConfig(StageOptions):
     server_tau: float = option(
         1e-3, "--server-tau", help="FedAdam's τ, added to √v (1e-3).", keyless_default=True
     )
+    server_ema: float = option(
+        0.0,
+        "--server-ema",
+        help="γ of a moving average of the server's iterates, θ̄ = (bias-corrected) EMA of "
+        "θ(t): evaluated on the public split and released instead of θ (0: off; try 0.9). "
+        "It averages the rounds' noise. Post-processing: ε is unchanged.",
+        keyless_default=True,
+    )
     private_trainer: str = option(
         "dp-fedavg",
         "--private-trainer",
@@ -489,6 +497,7 @@ class PrimorlConfig(StageOptions):
             server_optimizer=self.server_optimizer,  # type: ignore[arg-type]
             server_beta2=self.server_beta2,
             server_tau=self.server_tau,
+            server_ema=self.server_ema,
             unit=self.unit,  # type: ignore[arg-type]
             accountant=self.accountant,  # type: ignore[arg-type]
             eval_every=self.eval_every,

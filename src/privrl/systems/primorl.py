@@ -116,6 +116,7 @@ class PrimorlRunConfig(PrimorlConfig):
                     ("--server-optimizer", None if self.server_optimizer == "sgd" else "adam"),
                     ("--private-trainer", None if self.private_trainer == "dp-fedavg" else 1),
                     ("--dynamics-hidden", self.dynamics_hidden),
+                    ("--server-ema", self.server_ema or None),
                 )
                 if value is not None
             ]
