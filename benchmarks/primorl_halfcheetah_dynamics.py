@@ -98,6 +98,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "hidden": [128, 128],
         "server_ema": 0.9,
     },
+    # smaller still (7 members of 2 × 64, d = 56,504): whether the floor keeps falling with d
+    # or the width starts to limit the model
+    "tiny-ema0.9-q0.25-T50": {
+        "local_optimizer": "adam",
+        "sampling_rate": 0.25,
+        "rounds": 50,
+        "hidden": [64, 64],
+        "server_ema": 0.9,
+    },
     "local-adam-fedadam-q0.25-T50": {
         **ADAM,
         "local_optimizer": "adam",

@@ -484,3 +484,24 @@ def test_server_ema_is_a_flag_recorded_in_the_release(data: Path, tmp_path: Path
     model = str(tmp_path / "0.9" / "model.pt")
     argv = ["train", "primorl", "--model", model, "--out", str(tmp_path / "m")]
     assert main([*argv, "--server-ema", "0.9"]) == 2
+
+
+def test_a_policy_that_diverges_in_the_model_is_one_error_line_not_a_bug(
+    data: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release the noise drowned can drive SAC to non-finite parameters: the run ends with
+    one `error:` line saying so (exit 1), not as an internal error, and publishes nothing."""
+    from privrl.primorl import policy_stage
+
+    def diverge(actor, epoch: int) -> None:
+        raise policy_stage.ModelDiverged(f"{policy_stage.POLICY_DIVERGED}: after epoch {epoch}")
+
+    monkeypatch.setattr(policy_stage, "check_finite_policy", diverge)
+    out = tmp_path / "o"
+    argv = ["train", "primorl", "--data", str(data), "-z", "2", *FAST, "--out", str(out)]
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = _err(capsys)
+    assert err.startswith("error: the policy diverged in the model") and "internal" not in err
+    assert "no policy was trained" in err and "ledger" in err
+    assert not (out / "metrics.json").exists() and not (out / "policy.pt").exists()

@@ -5,7 +5,9 @@ interrupted run (Ctrl-C, exit code 130; SIGTERM, 143) says so in one `error:` li
 kept (the files in its output, by name). Warnings print as one `warning: …` line each, without
 Python source lines. Errors of the operating system on the user's paths (a directory where a
 file is expected, permission denied, disk full) and running out of memory are one `error:` line
-too. Anything else is a bug: one
+too. A run that ends without its result for a reason of its own (PRIMORL's policy diverging
+in a model the noise drowned) is one `error:` line with exit code 1. Anything else is a bug:
+one
 `error: internal error …` line and exit code 1 (set PRIVRL_DEBUG=1 to see the traceback).
 The console conventions (warning lines, SIGTERM, OS-error messages) are `privrl.runs.console`.
 """
@@ -41,6 +43,7 @@ from privrl.cli.sweep import sweep
 from privrl.cli.topics import help_topic
 from privrl.cli.train import train_app
 from privrl.runs.console import (
+    LEDGER_HINT,
     Terminated,
     console_conventions,
     forget_outputs,
@@ -171,9 +174,22 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(original, Terminated):
                 return _fail(f"terminated (SIGTERM); {kept}", 143)
             return _fail(f"interrupted (Ctrl-C); {kept}", 130)
+        except _run_outcomes() as exc:  # the run ended without a result; not a bug
+            hint = (
+                f"; {LEDGER_HINT}" if "--data" in (sys.argv[1:] if argv is None else argv) else ""
+            )
+            return _fail(f"{exc}; no policy was trained and the run published nothing{hint}", 1)
         except Exception as exc:  # a bug: one line, not a traceback (PRIVRL_DEBUG=1 shows it)
             return _internal(exc)
     return int(result) if isinstance(result, int) else 0
+
+
+def _run_outcomes() -> tuple[type[BaseException], ...]:
+    """Exceptions that end a run without its result for a reason of the run itself (a model
+    the noise drowned drives the policy to non-finite values), imported lazily."""
+    from privrl.primorl.policy_stage import ModelDiverged
+
+    return (ModelDiverged,)
 
 
 def _internal(exc: BaseException) -> int:

@@ -57,6 +57,7 @@ __all__ = [
     "START_MODES",
     "DatasetStartStates",
     "InitialStartStates",
+    "ModelDiverged",
     "PolicyStageConfig",
     "PolicyStageResult",
     "PublicSplitStartStates",
@@ -76,6 +77,12 @@ CHECKPOINT_FORMAT = "privrl.primorl.policy_stage/1"
 # A policy whose parameters became non-finite while training in the (pessimistic) model, e.g.
 # on a release the noise drowned: a result of the run (no policy), stated as such.
 POLICY_DIVERGED = "the policy diverged in the model"
+
+
+class ModelDiverged(RuntimeError):
+    """The policy stage cannot go on in this model: every rollout diverged, or the policy
+    trained in it became non-finite (`POLICY_DIVERGED`). A result of the run, typically of a
+    release the noise drowned, not a bug: the command line says so in one line."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -496,7 +503,7 @@ def check_finite_policy(actor: torch.nn.Module, epoch: int) -> None:
     """Refuse to go on with a policy whose parameters are no longer finite (`POLICY_DIVERGED`),
     before its NaN actions reach the simulator."""
     if not all(bool(torch.isfinite(p).all()) for p in actor.parameters()):
-        raise RuntimeError(
+        raise ModelDiverged(
             f"{POLICY_DIVERGED}: the actor's parameters are not finite after SAC epoch {epoch} "
             "(the model's transitions drove it there; a release drowned by the noise does this)"
         )
@@ -746,7 +753,7 @@ def run_policy_stage(
                 u_sum += float(ro.uncertainty.sum())
                 r_sum += float(ro.rew.sum())
             if len(model_buffer) == 0:
-                raise RuntimeError("no model transitions: every rollout diverged")
+                raise ModelDiverged("no model transitions: every rollout diverged")
             if use_real:
                 assert real_buffer is not None
                 batch = model_buffer.sample_mixed(real_buffer, bs, config.real_ratio)
