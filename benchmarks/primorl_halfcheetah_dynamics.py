@@ -166,6 +166,12 @@ def build_dir(sha: str, quick: bool) -> Path:
     return RESULTS / f"{'quick' if quick else 'full'}-{sha[:12]}"
 
 
+def splits(data: Path) -> tuple[Any, Any]:
+    """The dataset's private episodes and its declared public split."""
+    dataset = load_hdf5(data)
+    return split_declared(dataset, declared_public(dataset.metadata, dataset.n_episodes))
+
+
 def run_config(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration until T_max or its budget; returns (and writes) its record."""
     header = read_header(data)
@@ -187,8 +193,7 @@ def run_config(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any
         resume = state
     if record.get("finished"):
         return record
-    dataset = load_hdf5(data)
-    private, public = split_declared(dataset, declared_public(dataset.metadata, dataset.n_episodes))
+    private, public = splits(data)
     config = config_for(name, args.epsilon, args.quick, args.steps)
     plan = P.plan(config, private.metadata)
     task = P.task_of(config, private.metadata)
@@ -249,8 +254,7 @@ def run_mopo(data: Path, args: argparse.Namespace) -> dict[str, Any]:
     out = build_dir(sha, args.quick) / "mopo.json"
     if out.exists() and json.loads(out.read_text()).get("dataset_sha256") == sha:
         return json.loads(out.read_text())
-    dataset = load_hdf5(data)
-    private, public = split_declared(dataset, declared_public(dataset.metadata, dataset.n_episodes))
+    private, public = splits(data)
     epochs = 1 if args.quick else MOPO_MODEL_EPOCHS
     task = P.task_of(P.PrimorlConfig(task="halfcheetah"), private.metadata)
     dyn = MOPOConfig(task="halfcheetah", model_epochs=epochs).mopo_config(task).dynamics
@@ -300,8 +304,7 @@ def run_references(data: Path, args: argparse.Namespace) -> dict[str, Any]:
     out = build_dir(sha, args.quick) / "references.json"
     if out.exists() and json.loads(out.read_text()).get("dataset_sha256") == sha:
         return json.loads(out.read_text())
-    dataset = load_hdf5(data)
-    _, public = split_declared(dataset, declared_public(dataset.metadata, dataset.n_episodes))
+    _, public = splits(data)
     tr = public.transitions()
     n = len(tr.observations)
     x = np.concatenate([tr.observations.reshape(n, -1), tr.actions.reshape(n, -1)], axis=1)

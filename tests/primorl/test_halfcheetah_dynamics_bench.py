@@ -140,7 +140,8 @@ def test_references_are_the_public_splits_initial_and_mean_predictor_mse(
     monkeypatch.setattr(bench, "RESULTS", tmp_path)
     args = bench.argparse.Namespace(quick=True)
     refs = bench.run_references(bench.dataset_path(True), args)
-    assert set(refs["initial_mse"]) == {"200x200x200x200", "128x128"}
+    widths = {"x".join(map(str, c["hidden"])) for c in bench.CONFIGS.values() if "hidden" in c}
+    assert set(refs["initial_mse"]) == {"200x200x200x200", *widths} and "128x128" in widths
     # an untrained ensemble predicts about the mean: within a few percent of its MSE
     for mse in refs["initial_mse"].values():
         assert abs(mse / refs["mean_predictor_mse"] - 1) < 0.1
