@@ -21,8 +21,12 @@ from reproductions.primorl.table11 import (
     CALIBRATED_Z,
     CLIP,
     DELTA,
+    EARLIER,
+    EARLIER_ROUNDS,
     EPOCHS,
+    HIDDEN,
     ID,
+    INVESTIGATION,
     LABELS,
     LOCAL_OPTIMIZER,
     MEASURED,
@@ -30,16 +34,19 @@ from reproductions.primorl.table11 import (
     MOPO_MODEL_EPOCHS,
     N_PARAMS,
     PAPER,
+    PAPER_DP_ROUND,
     PLOT_EPSILON,
     PLOT_RETURNS,
     ROUNDS,
     ROWS,
+    SERVER_EMA,
     TARGET_EPSILON,
     K,
     Q,
     _paper_share,
     accounting,
     claims,
+    model_flags,
     projected_cost,
     return_text,
     rounds,
@@ -89,12 +96,24 @@ def write_report(
         **dataclasses.asdict(scale),
         "rounds": T,
         "sampling_rate": Q,
+        "dynamics_hidden": list(HIDDEN),
+        "server_ema": SERVER_EMA,
+        "local_optimizer": LOCAL_OPTIMIZER,
         "clip_norm": CLIP,
         "target_epsilon": TARGET_EPSILON,
         "mopo_model_epochs": 1 if scale.quick else MOPO_MODEL_EPOCHS,
     }
     text = _markdown(
-        summary, found, acc, cost, scale, data=data, missing=missing, wall=wall, rows=rows
+        summary,
+        found,
+        acc,
+        cost,
+        scale,
+        data=data,
+        missing=missing,
+        wall=wall,
+        rows=rows,
+        earlier=earlier_summary(out),
     )
     return shared.write_outputs(out, found, config, metrics, text)
 
@@ -203,12 +222,15 @@ def _scale_text(cost: Mapping[str, Any], scale: Scale) -> str:
     projected core-hours, and the paper's scale, which did not fit."""
     m = MEASURED
     paper_T = 10_000
-    paper_run_h = (paper_T * m["dp_round"] + 200 * m["primorl_policy_epoch"]) / 3600
+    paper_run_h = (paper_T * PAPER_DP_ROUND + 200 * m["primorl_policy_epoch"]) / 3600
     return TEXT.fill(
         "scale",
+        investigation=INVESTIGATION,
         load=f"{m['load_average']:.1f}",
+        hidden=_hidden(),
+        qk=f"{Q * K:g}",
+        q=f"{Q:g}",
         dp_round=f"{m['dp_round']:.1f}",
-        dp_round_busy=f"{BUSY['dp_round']:.1f}",
         policy_epoch=f"{m['primorl_policy_epoch']:.0f}",
         policy_epoch_busy=f"{BUSY['primorl_policy_epoch']:.0f}",
         mopo_dynamics=f"{m['mopo_dynamics_epoch']:.0f}",
@@ -225,11 +247,69 @@ def _scale_text(cost: Mapping[str, Any], scale: Scale) -> str:
         wall_hours=f"{cost['wall_hours_on_2_cores']:.1f}",
         core_hours_busy=f"{cost['core_hours_busy']:.1f}",
         budget=f"{BUDGET_CORE_HOURS:g}",
+        paper_dp_round=f"{PAPER_DP_ROUND:.1f}",
         paper_rounds=f"{paper_T:,}",
         paper_run_hours=f"{paper_run_h:.0f}",
         paper_days=f"{5 * paper_run_h / 24:.0f}",
-        trajectories=f"{ROUNDS * 20:,}",
-        passes=f"{ROUNDS * 20 / 1800:.1f}",
+        trajectories=f"{ROUNDS * Q * K:,.0f}",
+        passes=f"{ROUNDS * Q * K / 1800:.1f}",
+    )
+
+
+def _hidden() -> str:
+    return (
+        "×".join(str(w) for w in HIDDEN) if len(set(HIDDEN)) > 1 else f"{len(HIDDEN)}×{HIDDEN[0]}"
+    )
+
+
+def _differences() -> str:
+    """The table of what differs from the paper."""
+    return TEXT.fill(
+        "differences",
+        q=f"{Q:g}",
+        qk=f"{Q * K:g}",
+        rounds=ROUNDS,
+        hidden=_hidden(),
+        ema=f"{SERVER_EMA:g}",
+        calibrated_z=str(CALIBRATED_Z),
+        target=f"{TARGET_EPSILON:g}",
+        epochs=EPOCHS,
+    )
+
+
+def earlier_summary(out: Path) -> dict[str, dict[str, Any]]:
+    """The earlier run's rows (the paper's configuration, `EARLIER` beside the report): its
+    metrics.json's, or none when the record is absent."""
+    import json
+
+    try:
+        metrics = json.loads((out / EARLIER / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return dict(metrics.get("rows") or {})
+
+
+def _earlier(summary: Mapping[str, Mapping[str, Any]], earlier: Mapping[str, Any]) -> str:
+    """The rows of this table beside the earlier run's in the paper's configuration."""
+    if not earlier:
+        return f"(The earlier run's record, `{EARLIER}/`, is not beside this report.)"
+
+    def cells(s: Mapping[str, Any] | None) -> tuple[str, str, str]:
+        if not s:
+            return "—", "—", "—"
+        mse = "—" if s.get("model_mse") is None else f"{s['model_mse']:.3g}"
+        if "return" not in s:
+            return mse, "model diverged" if s.get("diverged") else "—", "—"
+        share = "—" if s.get("share") is None else f"{s['share']:.1f}%"
+        return mse, f"{s['return']:.0f}", share
+
+    lines = []
+    for row in ROWS:
+        then, now = cells(earlier.get(row)), cells(summary.get(row))
+        pairs = " | ".join(f"{a} | {b}" for a, b in zip(then, now, strict=True))
+        lines.append(f"| {LABELS[row]} | {pairs} |")
+    return TEXT.fill(
+        "earlier", earlier_rounds=EARLIER_ROUNDS, earlier_dir=EARLIER, earlier_rows="\n".join(lines)
     )
 
 
@@ -244,6 +324,7 @@ def _markdown(
     missing: str,
     wall: float,
     rows: Sequence[Mapping[str, Any]],
+    earlier: Mapping[str, Any],
 ) -> str:
     left = _pending(rows)
     warn = shared.mopo_not_learned(summary.get("mopo"), MOPO_LEARNED) if summary else []
@@ -254,7 +335,8 @@ def _markdown(
         "clip": f"{CLIP:g}",
         "q": f"{Q:g}",
         "rounds": rounds(scale),
-        "optimizer": LOCAL_OPTIMIZER,
+        "model_flags": model_flags(),
+        "hidden": _hidden(),
         "epochs": scale.epochs,
         "smoke": "\n".join(shared.smoke_lines(scale)),
         "where": _where(scale, data=data, missing=missing, wall=wall, rows=rows),
@@ -265,6 +347,9 @@ def _markdown(
         "returns_plot": f"![returns]({PLOT_RETURNS})\n" if summary else "",
         "plot_epsilon": PLOT_EPSILON,
         "scale": _scale_text(cost, scale),
+        "differences": _differences(),
+        "earlier": _earlier(summary, earlier),
+        "earlier_dir": EARLIER,
         **_noise_fields(),
     }
     return TEXT.fill("report", fields) + "\n"
@@ -306,9 +391,10 @@ def _noise_fields() -> dict[str, str]:
     return {
         "n_params": f"{N_PARAMS:,}",
         "qk": f"{Q * K:g}",
-        "std_eps": f"{std['eps']:.2f}",
+        "std_eps": f"{std['eps']:.3g}",
         "calibrated_z": str(CALIBRATED_Z),
         "norm_eps": f"{std['eps'] * N_PARAMS**0.5:.0f}",
         "std_z3": f"{std['z-1e-3']:.1e}",
         "norm_z3": f"{std['z-1e-3'] * N_PARAMS**0.5:.2f}",
+        "ema_span": f"{1 / (1 - SERVER_EMA):.0f}",
     }

@@ -19,20 +19,28 @@ def _plan(cell: dict, steps: int):
     from privrl.primorl.primorl import plan
     from privrl.runs.layer import RunSpec
 
-    values = {k: v for k, v in cell.items() if k != "data"}
+    values = {**T11.MODEL_STAGE, **{k: v for k, v in cell.items() if k != "data"}}
     spec = RunSpec.from_mapping({**values, "steps": steps}, out="unused")
     return plan(spec.config.primorl_config("halfcheetah"), {"extra": {"n_trajectories": 2000}})
 
 
 def test_each_row_sets_what_the_papers_row_sets() -> None:
     """MOPO, then NO CLIP (z = 0, C = ∞), NO NOISE (z = 0, C = 15), z = 1e-4 and 1e-3
-    (accounted under RDP) and the ε row (target ε = 10): all at the preset's q = 1e-2,
-    per-layer clipping and the same T; MOPO's dynamics capped."""
+    (accounted under RDP) and the ε row (target ε = 10): all with the preset's per-layer
+    clipping and the investigation's model stage (q = 0.25, 2×128, the server's EMA released,
+    local Adam) at the same T; MOPO's dynamics capped."""
     cells = T11.cells(Path("h.h5"), Scale(seeds=2, base_seed=3))
     assert [c["seed"] for c in cells if c["system"] == "mopo"] == [3, 4]
     assert all(c["model_epochs"] == T11.MOPO_MODEL_EPOCHS for c in cells if c["system"] == "mopo")
     primorl = [c for c in cells if c["system"] == "primorl"]
     assert len(primorl) == 5 * 2 and {T11.row_of(c) for c in primorl} == set(T11.PRIMORL_ROWS)
+    assert [T11.row_of(c) for c in primorl][::2] == [
+        "eps",
+        "no-noise",
+        "no-clip",
+        "z-1e-4",
+        "z-1e-3",
+    ]
     expected = {  # row: (z, C, private, accountant)
         "no-clip": (0.0, math.inf, False, "pld"),
         "no-noise": (0.0, 15.0, False, "pld"),
@@ -46,44 +54,58 @@ def test_each_row_sets_what_the_papers_row_sets() -> None:
             continue  # its plan calibrates z (tested below on the stored value)
         p = _plan(cell, T11.ROUNDS)
         assert (p.z, p.C, p.private, p.accountant) == expected[row], row
-        assert (p.q, p.T_max, p.clip_mode, p.K) == (1e-2, T11.ROUNDS, "per_layer", 2000)
+        assert (p.q, p.T_max, p.clip_mode, p.K) == (0.25, T11.ROUNDS, "per_layer", 2000)
+        assert p.server_ema == 0.9
+    primorl_config = _config(primorl[0])
+    assert primorl_config.dynamics_hidden == (128, 128)
+    assert primorl_config.local_optimizer == "adam"
     req = T11.request(Path("out"))
     assert (req.scale.seeds, req.scale.epochs) == (1, T11.EPOCHS)
     assert T11.request(Path("out"), quick=True).scale.epochs < T11.EPOCHS
     doc = T11.sweep_doc(Path("h.h5"), Path("out"), req.scale, backend="local", workers=2)
-    assert doc["systems"]["primorl"] == {"steps": T11.ROUNDS, "local_optimizer": "adam"}
+    assert doc["systems"]["primorl"] == {
+        "steps": T11.ROUNDS,
+        "sampling_rate": 0.25,
+        "dynamics_hidden": [128, 128],
+        "server_ema": 0.9,
+        "local_optimizer": "adam",
+    }
     assert doc["epochs"] == T11.EPOCHS
     quick = T11.sweep_doc(
         Path("h.h5"), Path("o"), Scale(seeds=1, quick=True), backend="local", workers=1
     )
     assert quick["systems"]["primorl"]["steps"] == T11.QUICK_ROUNDS
-    assert quick["systems"]["primorl"]["sampling_rate"] == 1e-2  # the preset q, not 30/K
+    assert quick["systems"]["primorl"]["sampling_rate"] == T11.Q  # the table's q, not 30/K
     assert [c["model_epochs"] for c in quick["cells"] if c["system"] == "mopo"] == [1]
 
 
 def test_the_calibrated_row_meets_its_epsilon_and_is_tight() -> None:
-    """Privacy: the stored z of the ε row, at q = 1e-2, T = ROUNDS, δ = 1e-5, certifies
-    ε ≤ 10 under PLD, and 1% less noise would not (so the report's z is the calibration's)."""
+    """Privacy: the stored z of the ε row, at q = 0.25, T = ROUNDS, δ = 1e-5, certifies
+    ε ≤ 10 under PLD, and 0.1% less noise would not (so the report's z is the calibration's);
+    it is the z the investigation's run of this model stage used."""
     from privrl.primorl.dp_fedavg import _epsilon_cached
 
     z = T11.CALIBRATED_Z
-    assert _epsilon_cached(z, 1e-2, T11.ROUNDS, 1e-5, "pld") <= T11.TARGET_EPSILON
-    assert _epsilon_cached(z / 1.01, 1e-2, T11.ROUNDS, 1e-5, "pld") > T11.TARGET_EPSILON
+    assert _epsilon_cached(z, 0.25, T11.ROUNDS, 1e-5, "pld") <= T11.TARGET_EPSILON
+    assert _epsilon_cached(z / 1.001, 0.25, T11.ROUNDS, 1e-5, "pld") > T11.TARGET_EPSILON
+    run = json.loads((Path(__file__).resolve().parents[2] / T11.INVESTIGATION).read_text())
+    assert (run["q"], run["T_max"], run["settings"]["server_ema"]) == (0.25, T11.ROUNDS, 0.9)
+    assert run["z"] == pytest.approx(z, abs=1e-4)
     assert T11.accounting(T11.ROUNDS)["eps"]["rdp"] > T11.TARGET_EPSILON  # RDP is looser
 
 
 def test_tiny_z_refuses_pld_and_reports_rdp() -> None:
-    """z = 1e-3 at q = 1e-2: the PLD grid would need terabytes, so the PLD accountant refuses
+    """z = 1e-3 at the table's q: the PLD grid would need terabytes, so the PLD accountant refuses
     with the fix (it used to fail to allocate 38 GiB); under RDP the plan's report states the
     huge ε and says PLD was not computed."""
     from privrl.primorl.dp_fedavg import DpFedAvgConfig, _epsilon_cached, plan_dp_fedavg
 
     with pytest.raises(ValueError, match=r"^accountant pld: .*; choose rdp$"):
-        _epsilon_cached(1e-3, 1e-2, T11.ROUNDS, 1e-5, "pld")
+        _epsilon_cached(1e-3, T11.Q, T11.ROUNDS, 1e-5, "pld")
     cfg = DpFedAvgConfig(
         noise_multiplier=1e-3,
         clip_norm=15.0,
-        sampling_rate=1e-2,
+        sampling_rate=T11.Q,
         max_rounds=T11.ROUNDS,
         n_units=2000,
         accountant="rdp",
@@ -96,12 +118,25 @@ def test_tiny_z_refuses_pld_and_reports_rdp() -> None:
 
 
 def test_the_full_scale_fits_the_budget() -> None:
+    """The projected cost is the measured units' sum, within the budget; the DP round is the
+    investigation's run of this model stage (its core-seconds over its rounds)."""
+    run = json.loads((Path(__file__).resolve().parents[2] / T11.INVESTIGATION).read_text())
+    assert T11.MEASURED["dp_round"] == pytest.approx(run["core_seconds"] / run["rounds"], 1e-3)
+    assert run["d"] == T11.N_PARAMS and run["settings"]["hidden"] == list(T11.HIDDEN)
     cost = T11.projected_cost()
     m = T11.MEASURED
     primorl = T11.ROUNDS * m["dp_round"] + T11.EPOCHS * m["primorl_policy_epoch"]
     assert cost["primorl_run_hours"] == pytest.approx(primorl / 3600)
     assert cost["core_hours"] <= 1.1 * T11.BUDGET_CORE_HOURS
     assert T11.projected_cost(seeds=3)["core_hours"] == pytest.approx(3 * cost["core_hours"])
+
+
+def _config(cell: dict):
+    """The PRIMORL configuration a cell's run would have (its flags over the sweep's)."""
+    from privrl.runs.layer import RunSpec
+
+    values = {**T11.MODEL_STAGE, **{k: v for k, v in cell.items() if k != "data"}}
+    return RunSpec.from_mapping(values, out="unused").config.primorl_config("halfcheetah")
 
 
 def _row(row: str, ret: float, score: float = 80.0, seed: int = 0) -> dict:
@@ -237,7 +272,7 @@ def test_a_diverged_model_is_a_result_of_its_row(tmp_path: Path) -> None:
     )
     text = write_report(tmp_path, rows, Scale(seeds=2), data=Path("h.h5"), wall=1.0).read_text()
     assert (
-        "| z = 1e-3 | 1e-3 | 1.27e+08 (RDP; no meaningful ε) | 3697 ± 1465 | 33.8% | model " in text
+        "| z = 1e-3 | 1e-3 | 2.55e+07 (RDP; no meaningful ε) | 3697 ± 1465 | 33.8% | model " in text
     )
     assert "model diverged (2 seed(s))" in text
 
@@ -291,3 +326,25 @@ def test_a_policy_driven_non_finite_by_the_model_is_a_diverged_seed() -> None:
     for error in (f"{POLICY_DIVERGED}: …", "actions contain NaN or infinite values"):
         rows.append({**failed, "error": error})
     assert T11.summarise(rows)["eps"]["diverged"] == 2
+
+
+def test_the_report_compares_each_row_with_the_earlier_run(tmp_path: Path) -> None:
+    """The earlier run in the paper's configuration (its record beside the report) is set
+    beside each row: its model MSE, return and share of its MOPO, then this table's."""
+    import shutil
+
+    from reproductions.primorl.table11_report import earlier_summary
+
+    record = Path(__file__).resolve().parents[2] / "docs/reproductions/primorl-table11"
+    earlier = earlier_summary(record)
+    assert set(earlier) == set(T11.ROWS) and earlier["eps"]["diverged"] == 1
+    (tmp_path / T11.EARLIER).mkdir()
+    shutil.copyfile(record / T11.EARLIER / "metrics.json", tmp_path / T11.EARLIER / "metrics.json")
+    rows = [_row(r, RETURNS[r]) for r in ("mopo", "no-noise")]
+    text = write_report(tmp_path, rows, Scale(seeds=1), data=Path("h.h5"), wall=1.0).read_text()
+    section = text.split("## Against the paper's configuration")[1].split("\n## ")[0]
+    assert "| NO NOISE (z = 0, C = 15) | 0.892 | — | -218 | 5000 | -3.8% | 83.3% |" in section
+    assert "| ε = 10, z calibrated under PLD (ours) | — | — | model diverged | — |" in section
+    assert "| z = 1e-4 | 0.907 | — | -242 | — | -4.2% | — |" in section
+    alone = write_report(tmp_path / "alone", rows, Scale(seeds=1), data=None, wall=0.0)
+    assert "is not beside this report" in alone.read_text()
