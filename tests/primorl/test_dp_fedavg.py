@@ -587,3 +587,35 @@ def test_what_is_published_besides_the_model_is_identical_on_neighbours() -> Non
         published.append(json.dumps([report, res.to_dict()], sort_keys=True))
     assert published[0] == published[1]
     assert '"count": 4' in published[0]
+
+
+def test_long_rounds_are_checkpointed_by_time_as_well_as_by_round(monkeypatch) -> None:
+    """With `checkpoint_seconds`, a checkpoint is also taken after any round that ends that
+    long after the last one (HalfCheetah rounds take tens of seconds, so "every 100 rounds"
+    alone could lose an hour); without it, by rounds only. A fake clock: each reading is
+    100 s after the previous one, and a round reads it once (twice with a checkpoint)."""
+    from privrl.primorl.dynamics import DynamicsModel
+
+    def run(seconds: float | None) -> list[int]:
+        ticks = iter(range(0, 10**6, 100))
+        monkeypatch.setattr(fed, "_clock", lambda: float(next(ticks)))
+        saved: list[int] = []
+        model = DynamicsModel(3, 1, SMALL)
+        model.input_normalizer = Normalizer.from_bounds([-5.0] * 4, [5.0] * 4, source="bounds")
+        fed.train_dp_fedavg(
+            model,
+            _dataset([20] * 10, seed=4),
+            _plan(n_units=10, sampling_rate=0.5, max_rounds=7),
+            normalizer="model",
+            noise=noise_source(0),
+            on_checkpoint=lambda s: saved.append(int(s["rounds"])),
+            checkpoint_every=100,
+            checkpoint_seconds=seconds,
+        )
+        return saved
+
+    assert run(None) == [7]  # the last round only
+    # start 0; after round 1 the clock reads 100 (< 250), round 2 200, round 3 300 ≥ 250: saved,
+    # the save read 400; round 4 500, round 5 600, round 6 700 (700 − 400 ≥ 250): saved, …
+    assert run(250.0) == [3, 6, 7]
+    assert run(0.0) == list(range(1, 8))

@@ -84,6 +84,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -199,6 +200,7 @@ NOISE_TO_CLIP_WARNING = 1.0
 
 _ADAM_BETAS = (0.9, 0.999)
 _STATE_FORMAT = "privrl.primorl.dp_fedavg/state-2"  # 2: numpy NoiseGenerator noise
+_clock = time.monotonic  # the checkpoint timer (tests replace it)
 _ADAM_EPS = 1e-8
 
 
@@ -1352,6 +1354,7 @@ def train_dp_fedavg(
     resume: Mapping[str, Any] | None = None,
     on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
     checkpoint_every: int = 0,
+    checkpoint_seconds: float | None = None,
 ) -> DpFedAvgResult:
     """Train ``model``'s ensemble with T_max DP-FedAvg rounds (fewer if early-stopped), on the
     model's device: θ, the clients' tensors, the local updates and their clipping (the noise is
@@ -1368,14 +1371,16 @@ def train_dp_fedavg(
     ``seed`` drives the local batch order; the client sampling and the noise come from
     ``noise`` (default: a secure `NoiseSource`; tests pass `NoiseSource.insecure(seed)`).
 
-    Resumable: every ``checkpoint_every`` rounds (0: never) ``on_checkpoint`` receives the
-    loop's full state (round counter, θ(t), the kept snapshots, the early-stopping record and
-    every generator's state; tensors on the CPU, so it resumes on any device); passing that
-    dict back as ``resume`` (same model initialisation, data, plan and seed) continues exactly
-    where it stopped. The accountant needs nothing from
-    it: ε is re-derived from the public T. The state is SECRET — it holds the noise
-    generator's state, which would let a reader subtract the noise — so it must never be
-    published and should be deleted once training ends.
+    Resumable: every ``checkpoint_every`` rounds (0: never), and after any round that ends
+    ``checkpoint_seconds`` or more after the last checkpoint (None: by rounds only; large
+    models' rounds are long), ``on_checkpoint`` receives the loop's full state (round
+    counter, θ(t), the kept snapshots, the early-stopping record and every generator's state;
+    tensors on the CPU, so it resumes on any device); passing that dict back as ``resume``
+    (same model initialisation, data, plan and seed) continues exactly where it stopped,
+    wherever the checkpoint was taken. The accountant needs nothing from it: ε is re-derived
+    from the public T. The state is SECRET — it holds the noise generator's state, which would
+    let a reader subtract the noise — so it must never be published and should be deleted once
+    training ends.
     """
     if normalizer == "public_split":
         if public_split is None or len(public_split.observations) == 0:
@@ -1488,6 +1493,8 @@ def train_dp_fedavg(
             "ema": None if ema is None else ema.cpu().clone(),
         }
 
+    clock = _clock
+    saved_at = clock()
     for t in range(first, plan.T_max + 1):
         theta = dp_fedavg_round(
             ens,
@@ -1526,9 +1533,13 @@ def train_dp_fedavg(
             if since >= plan.patience:
                 stopped = True
         if on_checkpoint is not None and (
-            stopped or t == plan.T_max or (checkpoint_every > 0 and t % checkpoint_every == 0)
+            stopped
+            or t == plan.T_max
+            or (checkpoint_every > 0 and t % checkpoint_every == 0)
+            or (checkpoint_seconds is not None and clock() - saved_at >= checkpoint_seconds)
         ):
             on_checkpoint(_state())
+            saved_at = clock()
         if stopped:
             break
     if has_public and np.isfinite(best).any():

@@ -896,6 +896,7 @@ def run(
     progress: Callable[[str, dict[str, Any]], None] | None = None,
     workdir: str | Path | None = None,
     fedavg_checkpoint_every: int = 100,
+    fedavg_checkpoint_seconds: float | None = 600.0,
     noise: NoiseSource | None = None,
     secret_dir: str | Path | None = None,
     fedavg_plan: DpFedAvgPlan | None = None,
@@ -916,8 +917,11 @@ def run(
     ``workdir``: checkpoints (``fedavg_state.pt``: secret, removed when training ends, and
     kept in ``secret_dir`` when one is given — the run layer gives one beside the dataset;
     ``released.pending.pt``: the release; ``checkpoint.pt``: the policy stage) so a rerun
-    resumes. ``fedavg_plan``: DP-FedAvg's plan when already made from the header (default:
-    made here from the data's metadata, the same public facts). ``device``: where every
+    resumes; DP-FedAvg's state is saved every ``fedavg_checkpoint_every`` rounds and after any
+    round ending ``fedavg_checkpoint_seconds`` after the last save (None: by rounds only), so a
+    HalfCheetah-sized round of tens of seconds loses at most that much. ``fedavg_plan``:
+    DP-FedAvg's plan when already made from the header (default: made here from the data's
+    metadata, the same public facts). ``device``: where every
     torch step runs — the ensemble, DP-FedAvg's θ, clients and clipped updates, the policy
     stage (default: the config's ``device``); the noise is drawn on the CPU and moved, and
     every checkpoint and the release are saved from the CPU.
@@ -971,6 +975,7 @@ def run(
             resume=resume,
             on_checkpoint=save_state if state_path is not None else None,
             checkpoint_every=fedavg_checkpoint_every,
+            checkpoint_seconds=fedavg_checkpoint_seconds,
         )
         public_states = None
         if has_public:
