@@ -10,8 +10,10 @@ module copies what a later sitting needs into a committed directory (e.g.
 - per running cell: its record, its DP-FedAvg checkpoint made public (`public_checkpoint`:
   without the secure client-sampling and noise generators' states; resuming draws fresh ones
   from the secure `NoiseSource`, so the mechanism and ε from the public T are unchanged), the
-  released model once the DP stage has finished, and the policy-stage checkpoint when small
-  (else the policy stage restarts from the released model);
+  released model once the DP stage has finished (without the declared-public states it
+  carries when those make it large: the resumed run takes them from the same public split),
+  and the policy-stage checkpoint when small (else the policy stage restarts from the
+  released model);
 - ``fingerprints.json``: each dataset's ``content_sha256``, checked before a cell resumes on
   (or a record is reused with) a rebuilt dataset.
 
@@ -45,6 +47,7 @@ SMALL = 4 * 2**20  # bytes: a model or a policy checkpoint larger than this is n
 STATE = "fedavg_state.pt"  # the secret checkpoint's name (`privrl.primorl.primorl`)
 PUBLIC_STATE = "fedavg_state.public.pt"
 CKPT = "checkpoint.pt"  # the policy stage's checkpoint
+PENDING = "released.pending.pt"  # a running cell's release, before its policy stage ends
 FINGERPRINTS = "fingerprints.json"
 
 
@@ -123,6 +126,23 @@ def _load_checkpoint(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _save_slim_release(src: Path, dst: Path) -> None:
+    """Commit a running cell's release without the declared-public split's states it carries
+    (most of its size: e.g. HalfCheetah's 200 public episodes, 15 MB); the resumed run fills
+    them in again from the same public split (`privrl.primorl.primorl.run`). Kept only when
+    that makes it small; a release that vanished or cannot be read is skipped."""
+    state = _load_checkpoint(src)
+    if state is None or not isinstance(state, dict):
+        return
+    state = {**state, "public_states": None}
+    tmp = dst.with_name(dst.name + ".slim.tmp")
+    torch.save(state, tmp)
+    if tmp.stat().st_size <= SMALL:
+        os.replace(tmp, dst)
+    else:
+        tmp.unlink()
+
+
 def export(sweep: Path, dest: Path, names: Collection[str] | None = None) -> list[str]:
     """Write the committed state of the sweep directory `sweep` (its ``cells/``; with `names`,
     only those cells) to `dest`. Reads old-format checkpoints too; never writes a secure
@@ -147,15 +167,17 @@ def export(sweep: Path, dest: Path, names: Collection[str] | None = None) -> lis
             if (src / "run" / name).is_file():
                 _copy(src / "run" / name, out / "run" / name, _cache(), CACHE)
         # a finished cell is not run again: its policy checkpoint is not needed
-        for name in ("model.pt",) if finished else ("model.pt", "released.pending.pt", CKPT):
+        for name in ("model.pt",) if finished else ("model.pt", PENDING, CKPT):
             f = src / "run" / name
             with contextlib.suppress(FileNotFoundError):  # replaced or removed meanwhile
                 if f.is_file() and f.stat().st_size <= SMALL:
                     _copy(f, out / "run" / name, _cache(), CACHE)
+                elif name == PENDING and f.is_file():
+                    _save_slim_release(f, out / "run" / name)
         if finished:  # what it needed to resume, committed while it ran, is not kept
             for stale in (
                 out / PUBLIC_STATE,
-                out / "run" / "released.pending.pt",
+                out / "run" / PENDING,
                 out / "run" / CKPT,
             ):
                 stale.unlink(missing_ok=True)

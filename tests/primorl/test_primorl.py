@@ -446,3 +446,42 @@ def test_neighbours_publish_the_same_report_and_non_release_metrics() -> None:
 def test_an_empty_declaration_is_no_public_data() -> None:
     assert declared_public(DatasetMetadata(extra={"public_episodes": []}), 5) is None
     assert declared_public(DatasetMetadata(extra={}), 5) is None
+
+
+def test_a_pending_release_stored_without_public_states_resumes_with_them(tmp_path) -> None:
+    """A committed sweep keeps a running cell's release small by storing it without the
+    declared-public states: the resumed run refills them from the same public split and ends
+    as an uninterrupted run does."""
+
+    class Stop(Exception):
+        pass
+
+    def interrupt(phase, record):
+        if phase == "policy":
+            raise Stop
+
+    cfg = tiny_config(max_rounds=2, eval_every=1, patience=100)
+    priv, pub = declared_split(pendulum_data(30, seed=2))
+    full = P.run(cfg, priv, 5, noise=noise_source(5), public_split=pub)
+    with pytest.raises(Stop):
+        P.run(
+            cfg,
+            priv,
+            5,
+            noise=noise_source(5),
+            public_split=pub,
+            workdir=tmp_path,
+            progress=interrupt,
+        )
+    pending = tmp_path / P.PENDING_MODEL
+    state = torch.load(pending, map_location="cpu", weights_only=False)
+    want = [np.asarray(a) for a in state["public_states"]]
+    torch.save({**state, "public_states": None}, pending)
+    (tmp_path / "checkpoint.pt").unlink(missing_ok=True)  # the policy stage starts afresh
+    resumed = P.run(cfg, priv, 5, noise=noise_source(5), public_split=pub, workdir=tmp_path)
+    assert _same_release(full, resumed)
+    got = resumed.released.public_states
+    assert got is not None
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert resumed.return_mean == full.return_mean

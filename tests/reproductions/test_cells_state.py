@@ -71,3 +71,33 @@ def test_committed_records_hold_no_machine_path(
     assert cells.restore(dest, fresh) == ["mopo-1"]
     restored = json.loads((fresh / "cells" / "mopo-1" / "cell.json").read_text())
     assert restored == record
+
+
+def test_a_large_pending_release_is_committed_without_its_public_states(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running cell's release whose declared-public states make it larger than `SMALL` is
+    committed without them (the resumed run refills them from the same public split); one
+    still too large without them is not committed at all."""
+    monkeypatch.setenv("PRIVRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cells, "secret_dir_of", lambda d: None)
+    monkeypatch.setattr(cells, "SMALL", 100_000)
+    cell = tmp_path / "sweep" / "cells" / "primorl-1"
+    (cell / "run").mkdir(parents=True)
+    (cell / "cell.json").write_text(json.dumps({"name": "primorl-1", "status": "running"}))
+    release = {"format": "m", "model": {"w": torch.ones(10)}, "fedavg": {"rounds": 50}}
+    big = [torch.zeros(40_000), torch.arange(40_000)]  # 480 kB of public states
+    torch.save({**release, "public_states": big}, cell / "run" / cells.PENDING)
+    dest = tmp_path / "committed"
+    cells.export(tmp_path / "sweep", dest)
+    committed = torch.load(dest / "primorl-1" / "run" / cells.PENDING, weights_only=False)
+    assert committed["public_states"] is None
+    assert committed["fedavg"] == {"rounds": 50} and torch.equal(
+        committed["model"]["w"], torch.ones(10)
+    )
+    assert not list(dest.rglob("*.tmp"))
+    monkeypatch.setattr(cells, "SMALL", 100)  # too large even without them: not committed
+    (dest / "primorl-1" / "run" / cells.PENDING).unlink()
+    cells.export(tmp_path / "sweep", dest)
+    assert not (dest / "primorl-1" / "run" / cells.PENDING).exists()
+    assert not list(dest.rglob("*.tmp"))

@@ -886,6 +886,16 @@ def task_of(config: PrimorlConfig, metadata: Any) -> ControlTask:
     return task
 
 
+def _public_states(public_split: TrajectoryDataset | None) -> tuple[np.ndarray, np.ndarray]:
+    """The declared-public split's states with their time indices (the release carries them
+    for model rollouts that start there)."""
+    assert public_split is not None
+    return (
+        np.asarray(public_split.transitions().observations, dtype=np.float32),
+        public_split.transition_steps,
+    )
+
+
 def run(
     config: PrimorlConfig,
     data: TrajectoryDataset,
@@ -942,6 +952,10 @@ def run(
             raise ValueError(
                 f"{model_path} holds a model for another task; use a new output directory"
             )
+        if released.public_states is None and has_public and released.public_source:
+            # a pending release stored without them (committed sweep state keeps it small):
+            # the same declared-public states, from the same public split
+            released.public_states = _public_states(public_split)
     if released is None:
         assert config.dynamics is not None
         model = DynamicsModel(
@@ -977,13 +991,7 @@ def run(
             checkpoint_every=fedavg_checkpoint_every,
             checkpoint_seconds=fedavg_checkpoint_seconds,
         )
-        public_states = None
-        if has_public:
-            assert public_split is not None
-            public_states = (
-                np.asarray(public_split.transitions().observations, dtype=np.float32),
-                public_split.transition_steps,
-            )
+        public_states = _public_states(public_split) if has_public else None
         reference = data.metadata.extra.get("reference_returns")
         report = PrivacyReport.from_dict(fed_res.report.to_dict())
         unit = "user" if config.unit == "user" else "trajectory"
