@@ -355,12 +355,12 @@ def row_of(cell: Mapping[str, Any]) -> str:
 def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per row: seeds, return mean ± CI, normalised score, ε, share of our MOPO, curves."""
     by_row: dict[str, list[Mapping[str, Any]]] = {}
-    diverged: dict[str, int] = {}
+    diverged: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         if r.get("status") == "ok":
             by_row.setdefault(row_of(r), []).append(r)
         elif any(e in str(r.get("error") or "") for e in DIVERGED_ERRORS):
-            diverged[row_of(r)] = diverged.get(row_of(r), 0) + 1
+            diverged.setdefault(row_of(r), []).append(r)
     out: dict[str, dict[str, Any]] = {
         name: {
             **shared.cell_stats(c),
@@ -371,15 +371,21 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         if (c := by_row.get(name))
     }
     shared.add_shares(out, "mopo")
-    for name, n in diverged.items():  # seeds whose model diverged: no policy, no return
-        out.setdefault(name, {"seeds": 0, "curves": []})["diverged"] = n
+    for name, lost in diverged.items():  # seeds whose model diverged: no policy, no return
+        row = out.setdefault(name, {"seeds": 0, "curves": []})
+        row["diverged"] = len(lost)
+        mse = _mean_or_none([model_mse(x) for x in lost])
+        if mse is not None and row.get("model_mse") is None:
+            row["model_mse"] = mse
     return {name: out[name] for name in ROWS if name in out}
 
 
 def model_mse(cell: Mapping[str, Any]) -> float | None:
     """The released (PRIMORL) or trained (MOPO) dynamics model's error: the members' mean
-    MSE of [s' − s, r] on the public split, data units, from the cell's metrics.json (None
-    without one). Both systems measure it the same way (`privrl.primorl.dynamics`)."""
+    MSE of [s' − s, r] on the public split, data units, from the cell's metrics.json, or for
+    a cell whose policy stage diverged (it published no run) from the release it kept (None
+    without either). Both systems measure it the same way (`privrl.primorl.dynamics`); an
+    evaluation of the release on public data is post-processing."""
     import json
 
     if cell.get("dir") is None:
@@ -387,12 +393,30 @@ def model_mse(cell: Mapping[str, Any]) -> float | None:
     try:
         metrics = json.loads((Path(cell["dir"]) / "run" / "metrics.json").read_text())
     except (OSError, ValueError):
-        return None
+        metrics = _pending_release_record(Path(cell["dir"]))
+        if metrics is None:
+            return None
     mses = metrics.get("best_holdout_mse") or (metrics.get("dynamics") or {}).get(
         "best_holdout_mse"
     )
     finite = [float(m) for m in mses or [] if m is not None and math.isfinite(float(m))]
     return sum(finite) / len(finite) if finite else None
+
+
+def _pending_release_record(cell_dir: Path) -> dict[str, Any] | None:
+    """The DP-FedAvg summary of the release a cell kept (``run/released.pending.pt``), None
+    without one."""
+    pending = cell_dir / "run" / "released.pending.pt"
+    if not pending.is_file():
+        return None
+    import torch
+
+    try:
+        state = torch.load(pending, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError):
+        return None
+    fedavg = state.get("fedavg") if isinstance(state, dict) else None
+    return dict(fedavg) if isinstance(fedavg, dict) else None
 
 
 def _mean_or_none(values: Sequence[float | None]) -> float | None:

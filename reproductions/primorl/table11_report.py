@@ -195,7 +195,8 @@ def _table(
             paper = f"{PAPER[row][0]:.0f} ± {PAPER[row][1]:.0f}", f"{_paper_share(row):.1f}%"
         ours = ("pending" if row in pending else "not run", "—", "—", "—", "—")
         if s is not None and "return" not in s:
-            ours = (f"model diverged ({s['diverged']} seed(s))", "—", "—", "—", "—")
+            mse = "—" if s.get("model_mse") is None else f"{s['model_mse']:.3g}"
+            ours = (f"model diverged ({s['diverged']} seed(s))", "—", "—", "—", mse)
         elif s is not None:
             share, per_seed = shared.share_texts(s)
             lost = f"; {s['diverged']} diverged" if s.get("diverged") else ""

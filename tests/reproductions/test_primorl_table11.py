@@ -348,3 +348,21 @@ def test_the_report_compares_each_row_with_the_earlier_run(tmp_path: Path) -> No
     assert "| z = 1e-4 | 0.907 | — | -242 | — | -4.2% | — |" in section
     alone = write_report(tmp_path / "alone", rows, Scale(seeds=1), data=None, wall=0.0)
     assert "is not beside this report" in alone.read_text()
+
+
+def test_a_diverged_row_shows_the_error_of_the_release_it_kept(tmp_path: Path) -> None:
+    """A cell whose policy diverged published no run, but kept its release: the row's model
+    MSE is that release's public-split error (post-processing), so the table says how far
+    the model was from MOPO's when SAC diverged in it."""
+    import torch
+
+    (tmp_path / "eps" / "run").mkdir(parents=True)
+    release = {"fedavg": {"best_holdout_mse": [2.0, 3.0, float("nan")]}, "public_states": None}
+    torch.save(release, tmp_path / "eps" / "run" / "released.pending.pt")
+    failed = {**_row("eps", 0.0), "status": "failed", "dir": str(tmp_path / "eps")}
+    failed["error"] = "the policy diverged in the model: …"
+    rows = [_row("mopo", RETURNS["mopo"]), failed]
+    summary = T11.summarise(rows)
+    assert summary["eps"]["diverged"] == 1 and summary["eps"]["model_mse"] == pytest.approx(2.5)
+    text = write_report(tmp_path / "r", rows, Scale(seeds=1), data=Path("h.h5"), wall=0.0)
+    assert "| model diverged (1 seed(s)) | — | — | — | 2.5 |" in text.read_text()
